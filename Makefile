@@ -1,0 +1,40 @@
+# The two set-up commands (see README): `make run` and `make test`. Both install what is missing
+# (scripts/install-deps.sh), configure and build first.
+PRESET ?= dev
+BUILD_DIR := build/$(PRESET)
+JOBS ?= $(shell nproc)
+INFERA := $(BUILD_DIR)/src/cli/infera
+
+.PHONY: all deps configure build run test bench asan clean validate-examples
+
+all: build
+
+deps:
+	@bash scripts/install-deps.sh
+
+$(BUILD_DIR)/build.ninja:
+	cmake --preset $(PRESET)
+
+configure: deps $(BUILD_DIR)/build.ninja
+
+build: configure
+	cmake --build $(BUILD_DIR) -j $(JOBS)
+
+run: build
+	$(INFERA) serve -c examples/quickstart.yaml
+
+test: build
+	$(INFERA) config validate examples/quickstart.yaml
+	$(INFERA) config validate examples/multi-region.yaml
+	ctest --test-dir $(BUILD_DIR) --output-on-failure -j $(JOBS) --timeout 300
+
+asan:
+	$(MAKE) test PRESET=asan
+
+bench: deps
+	cmake --preset release
+	cmake --build build/release -j $(JOBS)
+	bash bench/run_all.sh build/release
+
+clean:
+	rm -rf build

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Installs every Debian package Infera needs to build, test and benchmark. Idempotent: when
+# everything is present it touches nothing (no apt-get update, no root needed).
+set -euo pipefail
+
+PACKAGES=(
+  # toolchain
+  g++ cmake ninja-build ccache make pkg-config git
+  # libraries
+  libboost-dev libssl-dev libsimdjson-dev nlohmann-json3-dev libyaml-cpp-dev
+  libspdlog-dev libfmt-dev libcli11-dev libsqlite3-dev libpq-dev libhiredis-dev
+  libgtest-dev libgmock-dev libbenchmark-dev
+  # real servers and load tools for tests and benchmarks
+  redis-server postgresql nginx wrk nghttp2-client curl procps
+  # the official openai SDK test runs on node
+  nodejs npm
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    # node/npm may come from elsewhere on a developer machine; accept a working binary.
+    if [[ "$p" == nodejs && -x "$(command -v node)" ]] || [[ "$p" == npm && -x "$(command -v npm)" ]]; then
+      continue
+    fi
+    missing+=("$p")
+  fi
+done
+
+if [[ ${#missing[@]} -eq 0 ]]; then
+  exit 0
+fi
+
+echo "install-deps: installing ${missing[*]}"
+SUDO=""
+if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+# Debian starts the packaged services on install; tests start their own on free ports.
+for svc in nginx redis-server postgresql; do
+  $SUDO systemctl disable --now "$svc" >/dev/null 2>&1 || $SUDO service "$svc" stop >/dev/null 2>&1 || true
+done
+echo "install-deps: done"
