@@ -17,4 +17,4 @@ bool setLogLevel(const std::string& level);
 
 }  // namespace infera
 
-#define INFERA_LOG(logger, level, ...) SPDLOG_LOGGER_CALL((logger), spdlog::level::level, __VA_ARGS__)
+#define INFERA_LOG(logger, lvl, ...) SPDLOG_LOGGER_CALL((logger), spdlog::level::lvl, __VA_ARGS__)

@@ -1,0 +1,84 @@
+#pragma once
+// A model-server emulator: vLLM-like OpenAI API (chat, completions, embeddings, models; SSE
+// streaming with time-to-first-token and per-token latency; usage incl. the final
+// stream_options.include_usage chunk and vLLM's continuous_usage_stats) and the KServe v2 REST
+// surface (health, model metadata/ready, infer). Faults can be injected at start and changed at
+// run time (thread-safe) for tests. It runs on its own event loops: as `infera emulate`, or
+// in-process as a gateway backend of type `emulator`, or inside tests.
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/config.h"
+#include "core/status.h"
+
+namespace infera::emulator {
+
+struct FaultConfig {
+  double error_rate = 0;       // share of requests answered with error_status
+  int error_status = 500;
+  int64_t added_latency_ms = 0;  // before anything is sent
+  double hang_rate = 0;        // share of requests never answered (until the client leaves)
+  double disconnect_rate = 0;  // share of streams cut (connection closed) mid-stream
+  int disconnect_after_tokens = 3;
+};
+
+struct EmulatorConfig {
+  std::string host = "127.0.0.1";
+  uint16_t port = 8000;
+  int workers = 1;
+  std::vector<std::string> models = {"emulated-model"};
+  int64_t ttft_ms = 0;          // time to first token
+  double token_ms = 0;          // per-token latency after the first
+  int default_max_tokens = 16;  // when the request has no max_tokens
+  int embedding_dim = 16;
+  uint64_t seed = 42;
+  FaultConfig faults;
+};
+
+// Reads an emulator mapping (used by `infera emulate -c` and gateway backends of type emulator).
+void readEmulatorConfig(ConfigReader& r, EmulatorConfig& cfg);
+
+// Run-time fault settings; every field is read per request.
+struct FaultControl {
+  std::atomic<double> error_rate{0};
+  std::atomic<int> error_status{500};
+  std::atomic<int64_t> added_latency_ms{0};
+  std::atomic<double> hang_rate{0};
+  std::atomic<double> disconnect_rate{0};
+  std::atomic<int> disconnect_after_tokens{3};
+  std::atomic<int64_t> ttft_ms{0};
+  std::atomic<double> token_ms{0};
+  void set(const FaultConfig& f);
+};
+
+struct EmulatorStats {
+  std::atomic<uint64_t> requests{0};
+  std::atomic<uint64_t> completed_streams{0};
+  std::atomic<uint64_t> aborted_streams{0};  // the client left mid-stream
+  std::atomic<uint64_t> injected_errors{0};
+  std::atomic<uint64_t> completion_tokens{0};
+  std::atomic<int64_t> active_streams{0};
+};
+
+class Emulator {
+ public:
+  static Result<std::unique_ptr<Emulator>> start(const EmulatorConfig& config);
+  virtual ~Emulator() = default;
+  virtual uint16_t port() const = 0;
+  virtual std::string url() const = 0;  // http://127.0.0.1:PORT
+  virtual FaultControl& faults() = 0;
+  virtual const EmulatorStats& stats() const = 0;
+  // Graceful stop (drain up to timeout), then the loops stop. Also done by the destructor.
+  virtual void stop() = 0;
+};
+
+// Deterministic token text used by the emulator: token i of a completion.
+std::string_view emulatedToken(int i);
+// The emulator's prompt token estimate for a text (whitespace-separated words, at least 1).
+int estimateTokens(std::string_view text);
+
+}  // namespace infera::emulator

@@ -1,0 +1,354 @@
+#include "net/client.h"
+
+#include <netdb.h>
+
+#include <array>
+#include <boost/asio/connect.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/http/buffer_body.hpp>
+#include <boost/beast/http/error.hpp>
+#include <boost/beast/http/parser.hpp>
+#include <boost/beast/http/read.hpp>
+#include <charconv>
+
+#include "net/watchdog.h"
+
+namespace infera::net {
+namespace {
+
+namespace beast = boost::beast;
+namespace http = boost::beast::http;
+using boost::system::error_code;
+
+constexpr size_t kBodyChunkBytes = 16 * 1024;
+
+class UpstreamConnectionImpl final : public UpstreamConnection {
+ public:
+  UpstreamConnectionImpl(asio::io_context& ctx, tcp::socket socket)
+      : socket_(std::move(socket)), watchdog_(ctx, [this] {
+          timed_out_ = true;
+          closeSocket();
+        }) {
+    request_head_.reserve(512);
+  }
+
+  Task<Status> send(const ClientRequest& req, Deadline deadline) override {
+    clean_ = false;
+    timed_out_ = false;
+    request_head_.clear();
+    request_head_ += req.method;
+    request_head_ += ' ';
+    request_head_ += req.target;
+    request_head_ += " HTTP/1.1\r\nhost: ";
+    request_head_ += req.host;
+    request_head_ += "\r\n";
+    for (const auto& h : req.headers) {
+      request_head_ += h.name;
+      request_head_ += ": ";
+      request_head_ += h.value;
+      request_head_ += "\r\n";
+    }
+    if (!req.body.empty() || req.method == "POST" || req.method == "PUT") {
+      request_head_ += "content-length: ";
+      char num[24];
+      auto r = std::to_chars(num, num + sizeof(num), req.body.size());
+      request_head_.append(num, r.ptr);
+      request_head_ += "\r\n";
+    }
+    request_head_ += "\r\n";
+    head_only_ = req.method == "HEAD";
+    std::array<asio::const_buffer, 2> bufs{asio::buffer(request_head_),
+                                           asio::buffer(req.body.data(), req.body.size())};
+    watchdog_.expireAt(deadline);
+    error_code ec;
+    co_await asio::async_write(socket_, bufs, asio::redirect_error(asio::use_awaitable, ec));
+    watchdog_.disarm();
+    if (ec) co_return errorStatus(ec, "sending request");
+    co_return Status::ok();
+  }
+
+  Task<Result<const ClientResponseHead*>> readHead(Deadline deadline) override {
+    parser_.emplace();
+    parser_->body_limit(boost::none);
+    parser_->header_limit(64 * 1024);
+    if (head_only_) parser_->skip(true);
+    watchdog_.expireAt(deadline);
+    error_code ec;
+    co_await http::async_read_header(socket_, buffer_, *parser_,
+                                     asio::redirect_error(asio::use_awaitable, ec));
+    watchdog_.disarm();
+    if (ec) co_return errorStatus(ec, "reading response head");
+    const auto& msg = parser_->get();
+    head_.status = static_cast<int>(msg.result_int());
+    head_.headers.clear();
+    for (const auto& f : msg.base()) {
+      HttpHeader h;
+      h.name.assign(f.name_string().data(), f.name_string().size());
+      for (auto& c : h.name) {
+        if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+      }
+      h.value.assign(f.value().data(), f.value().size());
+      head_.headers.push_back(std::move(h));
+    }
+    head_.chunked = parser_->chunked();
+    const auto len = parser_->content_length();
+    head_.content_length = len ? static_cast<int64_t>(*len) : -1;
+    keep_alive_ = msg.keep_alive();
+    if (parser_->is_done()) clean_ = keep_alive_;
+    co_return &head_;
+  }
+
+  Task<Result<std::string_view>> readBody(Deadline deadline) override {
+    for (;;) {
+      if (!parser_ || parser_->is_done()) {
+        clean_ = keep_alive_;
+        co_return std::string_view();
+      }
+      auto& body = parser_->get().body();
+      body.data = chunk_;
+      body.size = kBodyChunkBytes;
+      watchdog_.expireAt(deadline);
+      error_code ec;
+      co_await http::async_read_some(socket_, buffer_, *parser_,
+                                     asio::redirect_error(asio::use_awaitable, ec));
+      watchdog_.disarm();
+      if (ec == http::error::need_buffer) ec = {};
+      if (ec) co_return errorStatus(ec, "reading response body");
+      const size_t n = kBodyChunkBytes - body.size;
+      if (n > 0) co_return std::string_view(chunk_, n);
+    }
+  }
+
+  void abort() override {
+    aborted_ = true;
+    closeSocket();
+  }
+  bool reusable() const override { return clean_ && !aborted_ && socket_.is_open(); }
+  bool reused() const override { return reused_; }
+  void markReused() { reused_ = true; }
+  tcp::socket& socket() { return socket_; }
+
+ private:
+  void closeSocket() {
+    error_code ec;
+    socket_.shutdown(tcp::socket::shutdown_both, ec);
+    socket_.close(ec);
+  }
+  Status errorStatus(const error_code& ec, const char* what) {
+    clean_ = false;
+    if (timed_out_) return Status::deadlineExceeded(std::string("upstream timed out ") + what);
+    if (aborted_) return Status::cancelled(std::string("upstream request cancelled while ") + what);
+    return Status::unavailable(std::string("upstream error ") + what + ": " + ec.message());
+  }
+
+  tcp::socket socket_;
+  Watchdog watchdog_;
+  beast::flat_buffer buffer_;
+  std::optional<http::response_parser<http::buffer_body>> parser_;
+  ClientResponseHead head_;
+  std::string request_head_;
+  char chunk_[kBodyChunkBytes];
+  bool keep_alive_ = true;
+  bool clean_ = false;
+  bool timed_out_ = false;
+  bool aborted_ = false;
+  bool head_only_ = false;
+  bool reused_ = false;
+};
+
+Task<Result<std::unique_ptr<UpstreamConnectionImpl>>> connectTo(asio::io_context& ctx,
+                                                                 const tcp::endpoint& ep,
+                                                                 Deadline deadline) {
+  tcp::socket socket(ctx);
+  bool timed_out = false;
+  Watchdog wd(ctx, [&] {
+    timed_out = true;
+    error_code ec;
+    socket.close(ec);
+  });
+  wd.expireAt(deadline);
+  error_code ec;
+  co_await socket.async_connect(ep, asio::redirect_error(asio::use_awaitable, ec));
+  wd.disarm();
+  if (ec) {
+    if (timed_out) {
+      co_return Status::deadlineExceeded("connect to upstream " + ep.address().to_string() + ":" +
+                                         std::to_string(ep.port()) + " timed out");
+    }
+    co_return Status::unavailable("connect to upstream " + ep.address().to_string() + ":" +
+                                  std::to_string(ep.port()) + " failed: " + ec.message());
+  }
+  socket.set_option(tcp::no_delay(true), ec);
+  co_return std::make_unique<UpstreamConnectionImpl>(ctx, std::move(socket));
+}
+
+class ConnectionPoolImpl final : public ConnectionPool {
+ public:
+  ConnectionPoolImpl(asio::io_context& ctx, tcp::endpoint ep, PoolConfig cfg)
+      : ctx_(ctx), endpoint_(std::move(ep)), config_(cfg) {}
+
+  Task<Result<std::unique_ptr<UpstreamConnection>>> acquire(Deadline deadline) override {
+    const auto now = SteadyClock::now();
+    while (!idle_.empty()) {
+      Idle idle = std::move(idle_.back());
+      idle_.pop_back();
+      if (now - idle.since > config_.idle_timeout || !idle.conn->socket().is_open()) continue;
+      // A peer that closed an idle connection makes it readable (EOF); drop those.
+      char byte;
+      const ssize_t n = ::recv(idle.conn->socket().native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+      if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) continue;
+      idle.conn->markReused();
+      co_return std::unique_ptr<UpstreamConnection>(std::move(idle.conn));
+    }
+    const Deadline connect_deadline = std::min(deadline, now + config_.connect_timeout);
+    auto conn = co_await connectTo(ctx_, endpoint_, connect_deadline);
+    if (!conn.ok()) co_return conn.takeStatus();
+    co_return std::unique_ptr<UpstreamConnection>(std::move(*conn));
+  }
+
+  void release(std::unique_ptr<UpstreamConnection> conn) override {
+    if (!conn || !conn->reusable() || idle_.size() >= config_.max_idle) return;
+    auto* impl = static_cast<UpstreamConnectionImpl*>(conn.release());
+    idle_.push_back(Idle{std::unique_ptr<UpstreamConnectionImpl>(impl), SteadyClock::now()});
+  }
+
+  size_t idleCount() const override { return idle_.size(); }
+
+ private:
+  struct Idle {
+    std::unique_ptr<UpstreamConnectionImpl> conn;
+    SteadyClock::time_point since;
+  };
+  asio::io_context& ctx_;
+  tcp::endpoint endpoint_;
+  PoolConfig config_;
+  std::vector<Idle> idle_;
+};
+
+}  // namespace
+
+std::string_view ClientResponseHead::header(std::string_view lower_name) const {
+  for (const auto& h : headers) {
+    if (h.name == lower_name) return h.value;
+  }
+  return {};
+}
+
+std::string_view SimpleResponse::header(std::string_view lower_name) const {
+  for (const auto& h : headers) {
+    if (h.name == lower_name) return h.value;
+  }
+  return {};
+}
+
+std::unique_ptr<ConnectionPool> ConnectionPool::create(asio::io_context& ctx, tcp::endpoint endpoint,
+                                                       PoolConfig config) {
+  return std::make_unique<ConnectionPoolImpl>(ctx, std::move(endpoint), config);
+}
+
+Result<UpstreamAddress> resolveUrl(const std::string& url) {
+  constexpr std::string_view kHttp = "http://";
+  if (url.rfind(kHttp, 0) != 0) {
+    if (url.rfind("https://", 0) == 0) {
+      return Status::unimplemented("https upstreams are not supported yet: " + url);
+    }
+    return Status::invalidArgument("URL must start with http://, got '" + url + "'");
+  }
+  std::string rest = url.substr(kHttp.size());
+  UpstreamAddress addr;
+  const auto slash = rest.find('/');
+  std::string hostport = rest.substr(0, slash);
+  if (slash != std::string::npos) {
+    addr.base_path = rest.substr(slash);
+    while (!addr.base_path.empty() && addr.base_path.back() == '/') addr.base_path.pop_back();
+  }
+  const auto colon = hostport.rfind(':');
+  if (colon != std::string::npos && hostport.find(']') == std::string::npos) {
+    addr.host = hostport.substr(0, colon);
+    const std::string port = hostport.substr(colon + 1);
+    int p = 0;
+    auto [ptr, ec] = std::from_chars(port.data(), port.data() + port.size(), p);
+    if (ec != std::errc() || ptr != port.data() + port.size() || p <= 0 || p > 65535) {
+      return Status::invalidArgument("bad port in URL '" + url + "'");
+    }
+    addr.port = static_cast<uint16_t>(p);
+  } else {
+    addr.host = hostport;
+  }
+  if (addr.host.empty()) return Status::invalidArgument("no host in URL '" + url + "'");
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  const int rc = ::getaddrinfo(addr.host.c_str(), nullptr, &hints, &res);
+  if (rc != 0 || res == nullptr) {
+    return Status::unavailable("cannot resolve host '" + addr.host + "': " + gai_strerror(rc));
+  }
+  asio::ip::address ip;
+  if (res->ai_family == AF_INET) {
+    const auto* sin = reinterpret_cast<const sockaddr_in*>(res->ai_addr);
+    ip = asio::ip::address_v4(ntohl(sin->sin_addr.s_addr));
+  } else {
+    const auto* sin6 = reinterpret_cast<const sockaddr_in6*>(res->ai_addr);
+    asio::ip::address_v6::bytes_type bytes;
+    std::memcpy(bytes.data(), sin6->sin6_addr.s6_addr, 16);
+    ip = asio::ip::address_v6(bytes);
+  }
+  ::freeaddrinfo(res);
+  addr.endpoint = tcp::endpoint(ip, addr.port);
+  return addr;
+}
+
+Task<Result<SimpleResponse>> fetch(const UpstreamAddress& address, std::string_view method,
+                                   std::string_view target, std::string_view body,
+                                   std::span<const HttpHeader> headers, Deadline deadline) {
+  auto executor = co_await asio::this_coro::executor;
+  auto& ctx = static_cast<asio::io_context&>(asio::query(executor, asio::execution::context));
+  auto conn = co_await connectTo(ctx, address.endpoint, deadline);
+  if (!conn.ok()) co_return conn.takeStatus();
+  const std::string host = address.hostHeader();
+  const std::string full_target = address.base_path + std::string(target);
+  ClientRequest req{method, full_target, host, headers, body};
+  Status s = co_await (*conn)->send(req, deadline);
+  if (!s.isOk()) co_return s;
+  auto head = co_await (*conn)->readHead(deadline);
+  if (!head.ok()) co_return head.takeStatus();
+  SimpleResponse out;
+  out.status = (*head)->status;
+  out.headers = (*head)->headers;
+  for (;;) {
+    auto piece = co_await (*conn)->readBody(deadline);
+    if (!piece.ok()) co_return piece.takeStatus();
+    if (piece->empty()) break;
+    out.body.append(piece->data(), piece->size());
+  }
+  co_return out;
+}
+
+Result<SimpleResponse> fetchBlocking(const std::string& url, std::string_view method,
+                                     std::string_view body, std::vector<HttpHeader> headers,
+                                     std::chrono::milliseconds timeout) {
+  // url = http://host:port/path
+  const auto scheme_end = url.find("://");
+  const auto path_start = scheme_end == std::string::npos ? std::string::npos : url.find('/', scheme_end + 3);
+  const std::string base = path_start == std::string::npos ? url : url.substr(0, path_start);
+  const std::string target = path_start == std::string::npos ? "/" : url.substr(path_start);
+  INFERA_ASSIGN_OR_RETURN(UpstreamAddress address, resolveUrl(base));
+  asio::io_context ctx(1);
+  std::optional<Result<SimpleResponse>> result;
+  const std::string method_copy(method);
+  const std::string body_copy(body);
+  const auto deadline = SteadyClock::now() + timeout;
+  asio::co_spawn(
+      ctx,
+      [&]() -> Task<void> {
+        result.emplace(co_await fetch(address, method_copy, target, body_copy, headers, deadline));
+      },
+      [](std::exception_ptr) {});
+  ctx.run();
+  if (!result) return Status::internal("fetch did not complete");
+  return std::move(*result);
+}
+
+}  // namespace infera::net

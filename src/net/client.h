@@ -1,0 +1,101 @@
+#pragma once
+// HTTP/1.1 client for upstreams: per-loop keep-alive connection pools. Not thread-safe: a pool and
+// its connections belong to one event loop.
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "net/asio.h"
+#include "net/http.h"
+
+namespace infera::net {
+
+// A parsed http://host:port/prefix URL, resolved to an address on the control thread.
+struct UpstreamAddress {
+  std::string host;       // as written, used for the Host header
+  uint16_t port = 80;
+  std::string base_path;  // "" or "/prefix" (no trailing '/')
+  tcp::endpoint endpoint;
+  std::string hostHeader() const { return host + ":" + std::to_string(port); }
+};
+
+// Parses and resolves (blocking DNS: call off the loops).
+Result<UpstreamAddress> resolveUrl(const std::string& url);
+
+struct ClientRequest {
+  std::string_view method = "POST";
+  std::string_view target;  // path + query
+  std::string_view host;    // Host header value
+  std::span<const HttpHeader> headers;
+  std::string_view body;
+};
+
+struct ClientResponseHead {
+  int status = 0;
+  std::vector<HttpHeader> headers;  // lower-case names
+  bool chunked = false;
+  int64_t content_length = -1;
+  std::string_view header(std::string_view lower_name) const;
+};
+
+// One upstream connection; one exchange at a time.
+class UpstreamConnection {
+ public:
+  virtual ~UpstreamConnection() = default;
+  // Sends the request; kUnavailable when the connection broke (a stale pooled connection may
+  // fail here, which callers may retry once on a fresh connection).
+  virtual Task<Status> send(const ClientRequest& request, Deadline deadline) = 0;
+  virtual Task<Result<const ClientResponseHead*>> readHead(Deadline deadline) = 0;
+  // The next piece of the body as it arrives (dechunked); an empty view when the body is done.
+  // The view is valid until the next call.
+  virtual Task<Result<std::string_view>> readBody(Deadline deadline) = 0;
+  // Cancels pending operations and closes (safe to call from another coroutine on this loop).
+  virtual void abort() = 0;
+  // True when the last exchange completed cleanly and the server allows keep-alive.
+  virtual bool reusable() const = 0;
+  // True if this connection came from the idle pool (stale-connection retry applies).
+  virtual bool reused() const = 0;
+};
+
+struct PoolConfig {
+  size_t max_idle = 64;
+  std::chrono::milliseconds connect_timeout{2'000};
+  std::chrono::milliseconds idle_timeout{30'000};
+};
+
+class ConnectionPool {
+ public:
+  static std::unique_ptr<ConnectionPool> create(asio::io_context& ctx, tcp::endpoint endpoint,
+                                                PoolConfig config);
+  virtual ~ConnectionPool() = default;
+  // An idle connection or a new one (connect bounded by config and deadline).
+  virtual Task<Result<std::unique_ptr<UpstreamConnection>>> acquire(Deadline deadline) = 0;
+  // Returns a connection; kept if reusable and the pool has room.
+  virtual void release(std::unique_ptr<UpstreamConnection> conn) = 0;
+  virtual size_t idleCount() const = 0;
+};
+
+struct SimpleResponse {
+  int status = 0;
+  std::vector<HttpHeader> headers;
+  std::string body;
+  std::string_view header(std::string_view lower_name) const;
+};
+
+// One request on a fresh connection, whole body read (health checks, tests, admin CLI).
+Task<Result<SimpleResponse>> fetch(const UpstreamAddress& address, std::string_view method,
+                                   std::string_view target, std::string_view body,
+                                   std::span<const HttpHeader> headers, Deadline deadline);
+
+// Blocking form of fetch() for use outside the event loops (CLI, tests): runs its own loop.
+Result<SimpleResponse> fetchBlocking(const std::string& url, std::string_view method,
+                                     std::string_view body = {},
+                                     std::vector<HttpHeader> headers = {},
+                                     std::chrono::milliseconds timeout = std::chrono::seconds(10));
+
+}  // namespace infera::net

@@ -1,0 +1,39 @@
+#pragma once
+// EventLoops: N threads, each driving its own io_context(1). A connection, its upstream pools and
+// its timers stay on one loop for life (see STYLE.md "The gateway's threads").
+
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "net/asio.h"
+
+namespace infera::net {
+
+class EventLoops {
+ public:
+  // n <= 0 means one per core.
+  explicit EventLoops(int n);
+  ~EventLoops();
+  EventLoops(const EventLoops&) = delete;
+  EventLoops& operator=(const EventLoops&) = delete;
+
+  int size() const { return static_cast<int>(loops_.size()); }
+  asio::io_context& loop(int i) { return *loops_[static_cast<size_t>(i)]->ctx; }
+
+  // Starts one thread per loop. Loops keep running (work guards) until stop().
+  void start();
+  // Stops every loop and joins the threads. Idempotent.
+  void stop();
+
+ private:
+  struct Loop {
+    std::unique_ptr<asio::io_context> ctx;
+    std::unique_ptr<asio::executor_work_guard<asio::io_context::executor_type>> guard;
+    std::thread thread;
+  };
+  std::vector<std::unique_ptr<Loop>> loops_;
+  bool started_ = false;
+};
+
+}  // namespace infera::net

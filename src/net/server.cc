@@ -1,0 +1,461 @@
+#include "net/server.h"
+
+#include <sys/socket.h>
+
+#include <boost/asio/write.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/http/error.hpp>
+#include <boost/beast/http/parser.hpp>
+#include <boost/beast/http/read.hpp>
+#include <boost/beast/http/string_body.hpp>
+#include <charconv>
+#include <optional>
+#include <thread>
+#include <unordered_set>
+
+#include "core/log.h"
+#include "net/watchdog.h"
+
+namespace infera::net {
+namespace {
+
+namespace beast = boost::beast;
+namespace http = boost::beast::http;
+using boost::system::error_code;
+
+struct LoopState;
+
+class Connection final : public ResponseWriter, public std::enable_shared_from_this<Connection> {
+ public:
+  Connection(LoopState& loop, tcp::socket socket);
+  ~Connection() override;
+
+  Task<void> run();
+  void closeIfIdle() {
+    if (idle_) closeSocket();
+  }
+  void closeSocket() {
+    error_code ec;
+    socket_.shutdown(tcp::socket::shutdown_both, ec);
+    socket_.close(ec);
+  }
+
+  // ResponseWriter
+  Task<bool> send(int status, std::string_view content_type, std::string_view body,
+                  std::span<const HttpHeader> extra) override;
+  Task<bool> start(int status, std::string_view content_type, std::span<const HttpHeader> extra,
+                   int64_t content_length) override;
+  Task<bool> writeChunk(std::string_view data) override;
+  Task<bool> finish() override;
+  bool started() const override { return started_; }
+  bool finished() const override { return finished_; }
+  bool clientGone() const override { return gone_; }
+  void closeAfterResponse() override { keep_alive_ = false; }
+  void watchDisconnect(std::function<void()> on_close) override;
+
+ private:
+  void writeHead(int status, std::string_view content_type, std::span<const HttpHeader> extra,
+                 int64_t content_length, bool chunked);
+  Task<bool> writeBuffers(std::string_view a, std::string_view b = {}, std::string_view c = {});
+  Task<void> sendError(int status, std::string_view message, std::string_view type,
+                       std::string_view code);
+  void fillRequest(http::request<http::string_body>& msg);
+
+  LoopState& loop_;
+  tcp::socket socket_;
+  beast::flat_buffer buffer_;
+  Watchdog watchdog_;
+  HttpRequest request_;
+  std::string head_;
+  bool idle_ = true;
+  bool keep_alive_ = true;
+  bool started_ = false;
+  bool finished_ = false;
+  bool chunked_ = false;
+  bool gone_ = false;
+  bool head_only_ = false;
+  struct WatchState {
+    std::function<void()> on_close;
+    bool active = false;
+  };
+  std::shared_ptr<WatchState> watch_;
+};
+
+struct LoopState {
+  LoopState(asio::io_context& c, const ServerConfig& cfg, ServerStats& s)
+      : ctx(c), config(cfg), stats(s), acceptor(c) {}
+  asio::io_context& ctx;
+  const ServerConfig& config;
+  ServerStats& stats;
+  tcp::acceptor acceptor;
+  std::unique_ptr<HttpHandler> handler;
+  std::unordered_set<Connection*> connections;
+  bool draining = false;
+};
+
+Connection::Connection(LoopState& loop, tcp::socket socket)
+    : loop_(loop),
+      socket_(std::move(socket)),
+      watchdog_(loop.ctx, [this] {
+        loop_.stats.timeouts.fetch_add(1, std::memory_order_relaxed);
+        closeSocket();
+      }) {
+  loop_.connections.insert(this);
+  loop_.stats.connections_open.fetch_add(1, std::memory_order_relaxed);
+  loop_.stats.connections_total.fetch_add(1, std::memory_order_relaxed);
+  error_code ec;
+  socket_.set_option(tcp::no_delay(true), ec);
+  head_.reserve(512);
+}
+
+Connection::~Connection() {
+  loop_.connections.erase(this);
+  loop_.stats.connections_open.fetch_sub(1, std::memory_order_relaxed);
+}
+
+void Connection::fillRequest(http::request<http::string_body>& msg) {
+  request_.clear();
+  request_.method.assign(msg.method_string().data(), msg.method_string().size());
+  request_.target.assign(msg.target().data(), msg.target().size());
+  for (const auto& f : msg.base()) {
+    HttpHeader h;
+    const auto name = f.name_string();
+    h.name.resize(name.size());
+    for (size_t i = 0; i < name.size(); ++i) {
+      char c = name[i];
+      h.name[i] = (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c;
+    }
+    h.value.assign(f.value().data(), f.value().size());
+    request_.headers.push_back(std::move(h));
+  }
+  request_.body = std::move(msg.body());
+  request_.keep_alive = msg.keep_alive();
+}
+
+Task<void> Connection::run() {
+  auto self = shared_from_this();
+  const ServerConfig& cfg = loop_.config;
+  bool first = true;
+  std::optional<http::request_parser<http::string_body>> parser;
+  for (;;) {
+    if (loop_.draining) break;
+    parser.emplace();
+    parser->header_limit(static_cast<std::uint32_t>(cfg.max_header_bytes));
+    parser->body_limit(cfg.max_body_bytes);
+    idle_ = buffer_.size() == 0;
+    watchdog_.expireAfter(first ? cfg.header_timeout : cfg.idle_timeout);
+    error_code ec;
+    co_await http::async_read_header(socket_, buffer_, *parser,
+                                     asio::redirect_error(asio::use_awaitable, ec));
+    idle_ = false;
+    first = false;
+    if (ec) {
+      if (ec == http::error::header_limit) {
+        loop_.stats.rejected_too_large.fetch_add(1, std::memory_order_relaxed);
+        co_await sendError(431, "request headers too large", "invalid_request_error",
+                           "headers_too_large");
+      } else if (ec == http::error::bad_method || ec == http::error::bad_target ||
+                 ec == http::error::bad_version || ec == http::error::bad_field ||
+                 ec == http::error::bad_value || ec == http::error::bad_line_ending) {
+        co_await sendError(400, "malformed HTTP request", "invalid_request_error", "bad_request");
+      }
+      break;
+    }
+    // Reject an oversized declared body before reading it.
+    if (const auto len = parser->content_length(); len && *len > cfg.max_body_bytes) {
+      loop_.stats.rejected_too_large.fetch_add(1, std::memory_order_relaxed);
+      co_await sendError(413,
+                         "request body of " + std::to_string(*len) + " bytes exceeds the limit of " +
+                             std::to_string(cfg.max_body_bytes) + " bytes",
+                         "invalid_request_error", "request_too_large");
+      break;
+    }
+    if (!parser->is_done()) {
+      watchdog_.expireAfter(cfg.body_timeout);
+      co_await http::async_read(socket_, buffer_, *parser,
+                                asio::redirect_error(asio::use_awaitable, ec));
+      if (ec) {
+        if (ec == http::error::body_limit) {
+          loop_.stats.rejected_too_large.fetch_add(1, std::memory_order_relaxed);
+          co_await sendError(413, "request body exceeds the limit", "invalid_request_error",
+                             "request_too_large");
+        }
+        break;
+      }
+    }
+    watchdog_.disarm();
+    loop_.stats.requests_total.fetch_add(1, std::memory_order_relaxed);
+    fillRequest(parser->get());
+    keep_alive_ = request_.keep_alive && !loop_.draining;
+    started_ = finished_ = chunked_ = false;
+    head_only_ = request_.method == "HEAD";
+    co_await loop_.handler->handle(request_, *this);
+    if (watch_) {
+      watch_->active = false;
+      watch_.reset();
+    }
+    if (!started_ && !gone_) {
+      co_await sendError(500, "handler wrote no response", "server_error", "internal_error");
+    } else if (started_ && !finished_) {
+      keep_alive_ = false;  // a response cut short cannot be framed; close.
+    }
+    if (gone_ || !keep_alive_ || loop_.draining) break;
+  }
+  watchdog_.disarm();
+  closeSocket();
+}
+
+void Connection::writeHead(int status, std::string_view content_type,
+                           std::span<const HttpHeader> extra, int64_t content_length,
+                           bool chunked) {
+  head_.clear();
+  head_ += "HTTP/1.1 ";
+  char num[24];
+  auto r = std::to_chars(num, num + sizeof(num), status);
+  head_.append(num, r.ptr);
+  head_ += ' ';
+  head_ += reasonPhrase(status);
+  head_ += "\r\n";
+  if (!content_type.empty()) {
+    head_ += "content-type: ";
+    head_ += content_type;
+    head_ += "\r\n";
+  }
+  for (const auto& h : extra) {
+    head_ += h.name;
+    head_ += ": ";
+    head_ += h.value;
+    head_ += "\r\n";
+  }
+  if (chunked) {
+    head_ += "transfer-encoding: chunked\r\n";
+  } else if (content_length >= 0) {
+    head_ += "content-length: ";
+    r = std::to_chars(num, num + sizeof(num), content_length);
+    head_.append(num, r.ptr);
+    head_ += "\r\n";
+  }
+  if (!keep_alive_) {
+    head_ += "connection: close\r\n";
+  }
+  head_ += "\r\n";
+}
+
+Task<bool> Connection::writeBuffers(std::string_view a, std::string_view b, std::string_view c) {
+  if (gone_) co_return false;
+  std::array<asio::const_buffer, 3> bufs{asio::buffer(a.data(), a.size()),
+                                         asio::buffer(b.data(), b.size()),
+                                         asio::buffer(c.data(), c.size())};
+  watchdog_.expireAfter(loop_.config.write_timeout);
+  error_code ec;
+  co_await asio::async_write(socket_, bufs, asio::redirect_error(asio::use_awaitable, ec));
+  watchdog_.disarm();
+  if (ec) {
+    gone_ = true;
+    co_return false;
+  }
+  co_return true;
+}
+
+Task<bool> Connection::send(int status, std::string_view content_type, std::string_view body,
+                            std::span<const HttpHeader> extra) {
+  INFERA_CHECK(!started_, "response already started");
+  started_ = true;
+  writeHead(status, content_type, extra, static_cast<int64_t>(body.size()), false);
+  const bool ok = co_await writeBuffers(head_, head_only_ ? std::string_view() : body);
+  finished_ = ok;
+  co_return ok;
+}
+
+Task<bool> Connection::start(int status, std::string_view content_type,
+                             std::span<const HttpHeader> extra, int64_t content_length) {
+  INFERA_CHECK(!started_, "response already started");
+  started_ = true;
+  chunked_ = content_length < 0;
+  writeHead(status, content_type, extra, content_length, chunked_);
+  co_return co_await writeBuffers(head_);
+}
+
+Task<bool> Connection::writeChunk(std::string_view data) {
+  INFERA_CHECK(started_ && !finished_, "writeChunk outside a started response");
+  if (data.empty()) co_return !gone_;
+  if (!chunked_) co_return co_await writeBuffers(data);
+  char size_line[24];
+  auto r = std::to_chars(size_line, size_line + 20, data.size(), 16);
+  *r.ptr++ = '\r';
+  *r.ptr++ = '\n';
+  co_return co_await writeBuffers(std::string_view(size_line, static_cast<size_t>(r.ptr - size_line)),
+                                  data, "\r\n");
+}
+
+Task<bool> Connection::finish() {
+  INFERA_CHECK(started_, "finish before start");
+  if (finished_) co_return !gone_;
+  bool ok = !gone_;
+  if (chunked_) ok = co_await writeBuffers("0\r\n\r\n");
+  finished_ = ok;
+  co_return ok;
+}
+
+Task<void> Connection::sendError(int status, std::string_view message, std::string_view type,
+                                 std::string_view code) {
+  keep_alive_ = false;
+  started_ = true;
+  const std::string body = errorJson(message, type, code);
+  writeHead(status, "application/json", {}, static_cast<int64_t>(body.size()), false);
+  co_await writeBuffers(head_, body);
+  finished_ = true;
+}
+
+void Connection::watchDisconnect(std::function<void()> on_close) {
+  if (watch_ || gone_) return;
+  watch_ = std::make_shared<WatchState>();
+  watch_->on_close = std::move(on_close);
+  watch_->active = true;
+  auto w = watch_;
+  int fd = socket_.native_handle();
+  // wait_read completes on data or EOF without consuming anything; MSG_PEEK tells them apart.
+  socket_.async_wait(tcp::socket::wait_read, [w, fd](const error_code& ec) {
+    if (ec || !w->active) return;
+    char byte;
+    const ssize_t n = ::recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) {
+      w->active = false;
+      w->on_close();
+    }
+  });
+}
+
+class HttpServerImpl final : public HttpServer {
+ public:
+  HttpServerImpl(EventLoops& loops, ServerConfig config) : loops_(loops), config_(std::move(config)) {}
+
+  Status init(HandlerFactory factory) {
+    const auto address = asio::ip::make_address(config_.host);
+    tcp::endpoint endpoint(address, config_.port);
+    for (int i = 0; i < loops_.size(); ++i) {
+      auto state = std::make_unique<LoopState>(loops_.loop(i), config_, stats_);
+      error_code ec;
+      state->acceptor.open(endpoint.protocol(), ec);
+      if (!ec) state->acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
+      if (!ec) {
+        int one = 1;
+        if (::setsockopt(state->acceptor.native_handle(), SOL_SOCKET, SO_REUSEPORT, &one,
+                         sizeof(one)) != 0) {
+          ec = error_code(errno, boost::system::system_category());
+        }
+      }
+      if (!ec) state->acceptor.bind(endpoint, ec);
+      if (!ec) state->acceptor.listen(config_.backlog, ec);
+      if (ec) {
+        return Status::unavailable("cannot listen on " + config_.host + ":" +
+                                   std::to_string(endpoint.port()) + ": " + ec.message());
+      }
+      // With port 0, the first bind picks the port and the others join it.
+      endpoint.port(state->acceptor.local_endpoint().port());
+      states_.push_back(std::move(state));
+    }
+    port_ = endpoint.port();
+    // Handlers are created and acceptors started on their own loops.
+    for (int i = 0; i < loops_.size(); ++i) {
+      LoopState* st = states_[static_cast<size_t>(i)].get();
+      accept_loops_.fetch_add(1);
+      asio::post(loops_.loop(i), [this, st, i, factory] {
+        st->handler = factory(i, st->ctx);
+        spawn(st->ctx, acceptLoop(st), "accept loop");
+      });
+    }
+    return Status::ok();
+  }
+
+  uint16_t port() const override { return port_; }
+  const ServerStats& stats() const override { return stats_; }
+
+  bool drain(std::chrono::milliseconds timeout) override {
+    for (size_t i = 0; i < states_.size(); ++i) {
+      LoopState* st = states_[i].get();
+      asio::post(st->ctx, [st] {
+        st->draining = true;
+        error_code ec;
+        st->acceptor.close(ec);
+        // Copy first: closing may destroy connections.
+        std::vector<Connection*> conns(st->connections.begin(), st->connections.end());
+        for (auto* c : conns) c->closeIfIdle();
+      });
+    }
+    const auto deadline = SteadyClock::now() + timeout;
+    while (stats_.connections_open.load() > 0 && SteadyClock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    return stats_.connections_open.load() == 0;
+  }
+
+  // Contract: destroy the server while its loops still run. Closes everything on the loops,
+  // waits for connections and accept loops to end, then destroys the handlers on their loops.
+  ~HttpServerImpl() override {
+    for (auto& sp : states_) {
+      LoopState* st = sp.get();
+      asio::post(st->ctx, [st] {
+        st->draining = true;
+        error_code ec;
+        st->acceptor.close(ec);
+        std::vector<Connection*> conns(st->connections.begin(), st->connections.end());
+        for (auto* c : conns) c->closeSocket();
+      });
+    }
+    const auto deadline = SteadyClock::now() + std::chrono::seconds(10);
+    while ((stats_.connections_open.load() > 0 || accept_loops_.load() > 0) &&
+           SteadyClock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    INFERA_CHECK(stats_.connections_open.load() == 0 && accept_loops_.load() == 0,
+                 "HttpServer destroyed with connections still open (were the loops stopped?)");
+    std::atomic<int> pending{static_cast<int>(states_.size())};
+    for (auto& sp : states_) {
+      LoopState* st = sp.get();
+      asio::post(st->ctx, [st, &pending] {
+        st->handler.reset();
+        pending.fetch_sub(1);
+      });
+    }
+    while (pending.load() > 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+
+ private:
+  Task<void> acceptLoop(LoopState* st) {
+    struct Done {
+      std::atomic<int>& n;
+      ~Done() { n.fetch_sub(1); }
+    } done{accept_loops_};
+    for (;;) {
+      error_code ec;
+      tcp::socket socket(st->ctx);
+      co_await st->acceptor.async_accept(socket, asio::redirect_error(asio::use_awaitable, ec));
+      if (ec) {
+        if (ec == asio::error::operation_aborted || !st->acceptor.is_open()) co_return;
+        continue;  // e.g. EMFILE: keep serving existing connections
+      }
+      if (st->draining) continue;
+      auto conn = std::make_shared<Connection>(*st, std::move(socket));
+      spawn(st->ctx, conn->run(), "http connection");
+    }
+  }
+
+  EventLoops& loops_;
+  ServerConfig config_;
+  ServerStats stats_;
+  std::vector<std::unique_ptr<LoopState>> states_;
+  uint16_t port_ = 0;
+  std::atomic<int> accept_loops_{0};
+};
+
+}  // namespace
+
+Result<std::unique_ptr<HttpServer>> HttpServer::create(EventLoops& loops, ServerConfig config,
+                                                       HandlerFactory factory) {
+  auto server = std::make_unique<HttpServerImpl>(loops, std::move(config));
+  INFERA_RETURN_IF_ERROR(server->init(std::move(factory)));
+  return std::unique_ptr<HttpServer>(std::move(server));
+}
+
+}  // namespace infera::net

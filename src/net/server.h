@@ -1,0 +1,87 @@
+#pragma once
+// HTTP/1.1 server: one SO_REUSEPORT acceptor per event loop, keep-alive, header/body size limits,
+// header/body/idle/write timeouts, graceful drain. Request flows are coroutines; each loop has its
+// own handler instance, so handlers need no locks.
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "core/status.h"
+#include "net/asio.h"
+#include "net/http.h"
+#include "net/loops.h"
+
+namespace infera::net {
+
+struct ServerConfig {
+  std::string host = "127.0.0.1";
+  uint16_t port = 0;  // 0 = any free port
+  size_t max_header_bytes = 16 * 1024;
+  size_t max_body_bytes = 8 * 1024 * 1024;
+  std::chrono::milliseconds header_timeout{10'000};  // first request's head
+  std::chrono::milliseconds idle_timeout{60'000};    // between keep-alive requests
+  std::chrono::milliseconds body_timeout{30'000};
+  std::chrono::milliseconds write_timeout{30'000};
+  int backlog = 1024;
+};
+
+// Writes one response to the client. Methods return false once the client is gone; after that
+// every write is a no-op returning false. Not thread-safe (lives on its connection's loop).
+class ResponseWriter {
+ public:
+  virtual ~ResponseWriter() = default;
+  // A complete response with content-length.
+  virtual Task<bool> send(int status, std::string_view content_type, std::string_view body,
+                          std::span<const HttpHeader> extra = {}) = 0;
+  // A response whose body follows in writeChunk() calls: chunked transfer encoding, or raw
+  // bytes when content_length >= 0 is given.
+  virtual Task<bool> start(int status, std::string_view content_type,
+                           std::span<const HttpHeader> extra = {}, int64_t content_length = -1) = 0;
+  virtual Task<bool> writeChunk(std::string_view data) = 0;
+  virtual Task<bool> finish() = 0;
+  virtual bool started() const = 0;
+  virtual bool finished() const = 0;
+  virtual bool clientGone() const = 0;
+  // Closes the connection after this response.
+  virtual void closeAfterResponse() = 0;
+  // Calls on_close (once, on this loop) if the client closes its side while the handler runs;
+  // used to cancel upstream work. Disarmed when the handler returns.
+  virtual void watchDisconnect(std::function<void()> on_close) = 0;
+};
+
+class HttpHandler {
+ public:
+  virtual ~HttpHandler() = default;
+  // Must write exactly one response (the server sends a 500 if it did not start one).
+  virtual Task<void> handle(HttpRequest& request, ResponseWriter& writer) = 0;
+};
+
+// Called once per loop on that loop's thread before accepting.
+using HandlerFactory = std::function<std::unique_ptr<HttpHandler>(int loop_index, asio::io_context&)>;
+
+struct ServerStats {
+  std::atomic<int64_t> connections_open{0};
+  std::atomic<uint64_t> connections_total{0};
+  std::atomic<uint64_t> requests_total{0};
+  std::atomic<uint64_t> rejected_too_large{0};
+  std::atomic<uint64_t> timeouts{0};
+};
+
+class HttpServer {
+ public:
+  static Result<std::unique_ptr<HttpServer>> create(EventLoops& loops, ServerConfig config,
+                                                    HandlerFactory factory);
+  virtual ~HttpServer() = default;
+  virtual uint16_t port() const = 0;
+  // Stops accepting, closes idle connections, lets requests in flight finish (then closes their
+  // connections) until `timeout`; returns true if everything drained in time. Blocking; call
+  // from outside the loops.
+  virtual bool drain(std::chrono::milliseconds timeout) = 0;
+  virtual const ServerStats& stats() const = 0;
+};
+
+}  // namespace infera::net
