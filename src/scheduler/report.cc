@@ -1,0 +1,275 @@
+#include "scheduler/report.h"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+namespace infera::sched {
+namespace {
+
+std::string fmt(const char* f, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), f, v);
+  return buf;
+}
+
+Status writeFile(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::trunc);
+  if (!out) return Status::unavailable("cannot write " + path);
+  out << text;
+  if (!out) return Status::unavailable("write failed: " + path);
+  return Status::ok();
+}
+
+Status makeDir(const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return Status::unavailable("cannot create " + dir + ": " + ec.message());
+  return Status::ok();
+}
+
+const char* kColors[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd",
+                         "#8c564b", "#e377c2", "#7f7f7f", "#17becf", "#bcbd22"};
+
+// A minimal line chart: series of (x, y) points with a legend.
+struct Series {
+  std::string name;
+  std::vector<std::pair<double, double>> points;
+};
+
+std::string lineChart(const std::string& title, const std::string& xlabel,
+                      const std::string& ylabel, const std::vector<Series>& series, double xmin,
+                      double xmax, double ymin, double ymax) {
+  const double w = 720, h = 420, left = 70, right = 180, top = 40, bottom = 50;
+  const double pw = w - left - right, ph = h - top - bottom;
+  auto X = [&](double x) { return left + (x - xmin) / std::max(1e-12, xmax - xmin) * pw; };
+  auto Y = [&](double y) { return top + ph - (y - ymin) / std::max(1e-12, ymax - ymin) * ph; };
+  std::ostringstream s;
+  s << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << w << "\" height=\"" << h
+    << "\" font-family=\"sans-serif\" font-size=\"12\">\n";
+  s << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
+  s << "<text x=\"" << w / 2 << "\" y=\"22\" text-anchor=\"middle\" font-size=\"15\">" << title
+    << "</text>\n";
+  s << "<rect x=\"" << left << "\" y=\"" << top << "\" width=\"" << pw << "\" height=\"" << ph
+    << "\" fill=\"none\" stroke=\"#444\"/>\n";
+  for (int i = 0; i <= 5; ++i) {
+    const double xv = xmin + (xmax - xmin) * i / 5, yv = ymin + (ymax - ymin) * i / 5;
+    s << "<line x1=\"" << X(xv) << "\" y1=\"" << top << "\" x2=\"" << X(xv) << "\" y2=\""
+      << top + ph << "\" stroke=\"#eee\"/>\n";
+    s << "<line x1=\"" << left << "\" y1=\"" << Y(yv) << "\" x2=\"" << left + pw << "\" y2=\""
+      << Y(yv) << "\" stroke=\"#eee\"/>\n";
+    s << "<text x=\"" << X(xv) << "\" y=\"" << top + ph + 16 << "\" text-anchor=\"middle\">"
+      << fmt("%.3g", xv) << "</text>\n";
+    s << "<text x=\"" << left - 6 << "\" y=\"" << Y(yv) + 4 << "\" text-anchor=\"end\">"
+      << fmt("%.3g", yv) << "</text>\n";
+  }
+  s << "<text x=\"" << left + pw / 2 << "\" y=\"" << h - 12 << "\" text-anchor=\"middle\">"
+    << xlabel << "</text>\n";
+  s << "<text transform=\"translate(16," << top + ph / 2 << ") rotate(-90)\" text-anchor=\"middle\">"
+    << ylabel << "</text>\n";
+  for (size_t i = 0; i < series.size(); ++i) {
+    const char* color = kColors[i % (sizeof(kColors) / sizeof(kColors[0]))];
+    s << "<polyline fill=\"none\" stroke=\"" << color << "\" stroke-width=\"1.6\" points=\"";
+    for (const auto& [x, y] : series[i].points) {
+      s << fmt("%.1f", X(x)) << "," << fmt("%.1f", Y(std::clamp(y, ymin, ymax))) << " ";
+    }
+    s << "\"/>\n";
+    const double ly = top + 14 + 18.0 * i;
+    s << "<line x1=\"" << left + pw + 12 << "\" y1=\"" << ly << "\" x2=\"" << left + pw + 32
+      << "\" y2=\"" << ly << "\" stroke=\"" << color << "\" stroke-width=\"3\"/>\n";
+    s << "<text x=\"" << left + pw + 38 << "\" y=\"" << ly + 4 << "\">" << series[i].name
+      << "</text>\n";
+  }
+  s << "</svg>\n";
+  return s.str();
+}
+
+std::vector<std::pair<double, double>> downsample(std::vector<std::pair<double, double>> pts,
+                                                  size_t max_points) {
+  if (pts.size() <= max_points) return pts;
+  std::vector<std::pair<double, double>> out;
+  const double step = static_cast<double>(pts.size()) / max_points;
+  for (size_t i = 0; i < max_points; ++i) out.push_back(pts[static_cast<size_t>(i * step)]);
+  out.push_back(pts.back());
+  return out;
+}
+
+}  // namespace
+
+double paperUnallocatedGpus(const std::string& policy) {
+  static const std::map<std::string, double> kPaper = {
+      {"random-fit", 778}, {"dot-product", 568}, {"gpu-clustering", 505},
+      {"gpu-packing", 497}, {"best-fit", 430},   {"fgd", 286}};
+  const auto it = kPaper.find(policy);
+  return it == kPaper.end() ? -1 : it->second;
+}
+
+std::string fgdSummary(const std::vector<FgdResult>& results) {
+  std::ostringstream s;
+  if (results.empty()) return "no results\n";
+  s << "FGD protocol: " << results.front().pod_list << ", " << results.front().runs.size()
+    << " seeds, capacity " << fmt("%.0f", results.front().capacity_gpus) << " GPUs\n";
+  s << "policy            unalloc GPUs (±sd)   paper   alloc%   frag%   failed pods   dec/s\n";
+  for (const FgdResult& r : results) {
+    double failed = 0, dps = 0;
+    for (const FgdRun& run : r.runs) {
+      failed += run.pods_failed;
+      dps += run.decisions_per_second;
+    }
+    failed /= r.runs.size();
+    dps /= r.runs.size();
+    const double paper = paperUnallocatedGpus(r.policy);
+    char line[256];
+    std::snprintf(line, sizeof(line), "%-17s %8.1f (±%5.1f)   %5s   %6.2f   %5.1f   %11.0f   %5.0f\n",
+                  r.policy.c_str(), r.mean_unallocated, r.stddev_unallocated,
+                  paper < 0 ? "-" : fmt("%.0f", paper).c_str(), 100 * r.mean_alloc_ratio,
+                  100 * r.mean_frag_ratio, failed, dps);
+    s << line;
+  }
+  return s.str();
+}
+
+std::string fgdJson(const std::vector<FgdResult>& results) {
+  nlohmann::json j = nlohmann::json::array();
+  for (const FgdResult& r : results) {
+    nlohmann::json pj;
+    pj["policy"] = r.policy;
+    pj["pod_list"] = r.pod_list;
+    pj["capacity_gpus"] = r.capacity_gpus;
+    pj["mean_unallocated_gpus"] = r.mean_unallocated;
+    pj["stddev_unallocated_gpus"] = r.stddev_unallocated;
+    pj["mean_alloc_ratio"] = r.mean_alloc_ratio;
+    pj["mean_frag_ratio"] = r.mean_frag_ratio;
+    const double paper = paperUnallocatedGpus(r.policy);
+    if (paper >= 0) pj["paper_unallocated_gpus"] = paper;
+    for (const CurvePoint& c : r.mean_curve) {
+      pj["curve"].push_back({{"load", c.load}, {"alloc_ratio", c.alloc_ratio},
+                             {"frag_ratio", c.frag_ratio}});
+    }
+    for (const FgdRun& run : r.runs) {
+      pj["runs"].push_back({{"seed", run.seed},
+                            {"pods_arrived", run.pods_arrived},
+                            {"pods_failed", run.pods_failed},
+                            {"unallocated_gpus", run.unallocated_gpus},
+                            {"alloc_ratio", run.alloc_ratio},
+                            {"frag_ratio", run.frag_ratio},
+                            {"decisions_per_second", run.decisions_per_second}});
+    }
+    j.push_back(pj);
+  }
+  nlohmann::json root;
+  root["mode"] = "fgd";
+  root["results"] = j;
+  return root.dump(2) + "\n";
+}
+
+std::string fgdAllocationSvg(const std::vector<FgdResult>& results) {
+  std::vector<Series> series;
+  double xmax = 0.05;
+  for (const FgdResult& r : results) {
+    Series s{r.policy, {}};
+    for (const CurvePoint& c : r.mean_curve) {
+      s.points.emplace_back(c.load * 100, c.alloc_ratio * 100);
+      xmax = std::max(xmax, c.load * 100);
+    }
+    series.push_back(std::move(s));
+  }
+  return lineChart("GPU allocation vs arrived load", "arrived GPU load (% of capacity)",
+                   "GPUs allocated (%)", series, 0, xmax, 0, 100);
+}
+
+Status writeFgdReport(const std::string& dir, const std::vector<FgdResult>& results) {
+  INFERA_RETURN_IF_ERROR(makeDir(dir));
+  INFERA_RETURN_IF_ERROR(writeFile(dir + "/report.json", fgdJson(results)));
+  INFERA_RETURN_IF_ERROR(writeFile(dir + "/alloc_vs_load.svg", fgdAllocationSvg(results)));
+  return writeFile(dir + "/summary.txt", fgdSummary(results));
+}
+
+std::string replaySummary(const ReplayResult& r) {
+  std::ostringstream s;
+  s << "Time replay (" << r.policy << "): " << r.pods << " pods, " << r.scheduled << " started, "
+    << r.never_scheduled << " never started\n";
+  s << "  pending time: mean " << fmt("%.0f", r.mean_pending_s) << " s, p99 "
+    << fmt("%.0f", r.p99_pending_s) << " s; " << fmt("%.1f", 100 * r.waited_share)
+    << "% of started pods waited\n";
+  s << "  preemptions: " << r.preemptions << "; idle reclaimed: " << r.idle_reclaimed_pods
+    << " pods, " << fmt("%.1f", r.idle_reclaimed_gpus) << " GPUs\n";
+  s << "  GPU allocation (mean over time): " << fmt("%.1f", 100 * r.mean_gpu_alloc_ratio)
+    << "%; free GPUs on fully empty nodes: " << fmt("%.1f", 100 * r.mean_free_on_empty_share)
+    << "%\n";
+  s << "  nodes needed for tier-0 guarantees: " << r.nodes_for_guarantees << " ("
+    << fmt("%.1f", 100 * r.nodes_for_guarantees_share) << "% of nodes)\n";
+  s << "  " << r.decisions << " decisions in " << fmt("%.2f", r.seconds) << " s\n";
+  return s.str();
+}
+
+std::string replayJson(const ReplayResult& r) {
+  nlohmann::json j;
+  j["mode"] = "replay";
+  j["policy"] = r.policy;
+  j["pods"] = r.pods;
+  j["scheduled"] = r.scheduled;
+  j["never_scheduled"] = r.never_scheduled;
+  j["pending"] = {{"mean_s", r.mean_pending_s},
+                  {"p99_s", r.p99_pending_s},
+                  {"waited_share", r.waited_share},
+                  {"waited", r.waited}};
+  j["preemptions"] = r.preemptions;
+  j["idle_reclaimed"] = {{"pods", r.idle_reclaimed_pods}, {"gpus", r.idle_reclaimed_gpus}};
+  j["nodes_for_guarantees"] = {{"nodes", r.nodes_for_guarantees},
+                               {"share", r.nodes_for_guarantees_share}};
+  j["mean_gpu_alloc_ratio"] = r.mean_gpu_alloc_ratio;
+  j["mean_free_on_empty_share"] = r.mean_free_on_empty_share;
+  j["decisions"] = r.decisions;
+  for (const SeriesPoint& p : r.series) {
+    j["series"].push_back({{"t", p.t},
+                           {"gpu_alloc_ratio", p.gpu_alloc_ratio},
+                           {"free_on_empty_share", p.free_on_empty_share},
+                           {"pending", p.pending},
+                           {"running", p.running}});
+  }
+  for (const Eviction& e : r.evictions) {
+    j["evictions"].push_back({{"pod", e.pod_name}, {"node", e.node}, {"reason", e.reason}});
+  }
+  return j.dump(2) + "\n";
+}
+
+Status writeReplayReport(const std::string& dir, const ReplayResult& r) {
+  INFERA_RETURN_IF_ERROR(makeDir(dir));
+  INFERA_RETURN_IF_ERROR(writeFile(dir + "/report.json", replayJson(r)));
+  std::vector<std::pair<double, double>> alloc, empty;
+  double tmax = 1;
+  for (const SeriesPoint& p : r.series) {
+    alloc.emplace_back(p.t / 86400.0, 100 * p.gpu_alloc_ratio);
+    empty.emplace_back(p.t / 86400.0, 100 * p.free_on_empty_share);
+    tmax = std::max(tmax, p.t / 86400.0);
+  }
+  INFERA_RETURN_IF_ERROR(writeFile(
+      dir + "/allocation.svg",
+      lineChart("GPU allocation over time", "time (days)", "GPUs allocated (%)",
+                {Series{r.policy, downsample(alloc, 600)}}, 0, tmax, 0, 100)));
+  INFERA_RETURN_IF_ERROR(writeFile(
+      dir + "/free_node_aggregation.svg",
+      lineChart("Free GPUs on fully empty nodes", "time (days)", "share of free GPUs (%)",
+                {Series{r.policy, downsample(empty, 600)}}, 0, tmax, 0, 100)));
+  // Pending time CDF.
+  std::vector<double> w = r.pending_times_s;
+  std::sort(w.begin(), w.end());
+  std::vector<std::pair<double, double>> cdf;
+  double wmax = 1;
+  for (size_t i = 0; i < w.size(); ++i) {
+    cdf.emplace_back(w[i] / 3600.0, 100.0 * (i + 1) / w.size());
+    wmax = std::max(wmax, w[i] / 3600.0);
+  }
+  INFERA_RETURN_IF_ERROR(writeFile(
+      dir + "/pending_time.svg",
+      lineChart("Pending time (CDF)", "pending time (hours)", "pods started (%)",
+                {Series{r.policy, downsample(cdf, 600)}}, 0, wmax, 0, 100)));
+  return writeFile(dir + "/summary.txt", replaySummary(r));
+}
+
+}  // namespace infera::sched

@@ -1,0 +1,769 @@
+#include "scheduler/scheduler.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <limits>
+#include <map>
+
+#include "scheduler/cluster.h"
+
+namespace infera::sched {
+namespace {
+
+constexpr int kTotal = kMaxGpuTypes;  // quota index for "*" (all GPU types)
+constexpr double kTieEps = 1e-9;
+
+struct QueueState {
+  std::string name;
+  int parent = -1;
+  std::array<int64_t, kMaxGpuTypes + 1> guaranteed;  // -1 = unset
+  std::array<int64_t, kMaxGpuTypes + 1> max;
+  int64_t cpu_max = -1;
+  int64_t mem_max = -1;
+  std::array<int64_t, kMaxGpuTypes + 1> used{};     // all tiers
+  std::array<int64_t, kMaxGpuTypes + 1> used_t0{};  // tier 0
+  int64_t cpu_used = 0;
+  int64_t mem_used = 0;
+};
+
+struct PodRecord {
+  std::string name;
+  PodReq req;
+  Tier tier = Tier::kShared;
+  int queue = -1;
+  int node = -1;
+  std::vector<int> gpus;
+  int64_t cpu = 0;  // effective (after proportional adjustment)
+  int64_t mem = 0;
+  int64_t creation_s = 0;
+  int idle_policy = -1;
+  int64_t idle_since = -1;
+  bool alive = false;
+};
+
+struct Plan {
+  PodReq req;  // effective request on the chosen node
+  Tier tier = Tier::kShared;
+  int queue = -1;
+  int node = -1;
+  int gpu = -1;  // sharing pods
+  std::vector<PodId> victims;
+};
+
+bool labelsMatch(const std::map<std::string, std::string>& want, const PodSpec& pod) {
+  for (const auto& [k, v] : want) {
+    const auto it = pod.labels.find(k);
+    if (it != pod.labels.end()) {
+      if (it->second != v) return false;
+    } else if (!(k == "qos" && pod.qos == v)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+uint64_t stableHash(const std::string& s) {
+  uint64_t h = 1469598103934665603ull;
+  for (const unsigned char c : s) {
+    h = (h ^ c) * 1099511628211ull;
+  }
+  return h;
+}
+
+std::string gpuMilliText(int64_t milli) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.3g", static_cast<double>(milli) / kMilliPerGpu);
+  return buf;
+}
+
+class SchedulerImpl final : public Scheduler {
+ public:
+  static Result<std::unique_ptr<SchedulerImpl>> make(SchedulerConfig config,
+                                                     const std::vector<NodeSpec>& nodes) {
+    auto s = std::unique_ptr<SchedulerImpl>(new SchedulerImpl(std::move(config)));
+    INFERA_RETURN_IF_ERROR(s->init(nodes));
+    return s;
+  }
+
+  Result<Placement> schedule(const PodSpec& pod, int64_t now_s) override {
+    INFERA_ASSIGN_OR_RETURN(Plan plan, makePlan(pod, now_s, /*allow_preempt=*/true));
+    return commit(pod, plan, now_s);
+  }
+
+  Result<Placement> decide(const PodSpec& pod, int64_t now_s) override {
+    INFERA_ASSIGN_OR_RETURN(Plan plan, makePlan(pod, now_s, /*allow_preempt=*/false));
+    Placement p;
+    fillPlacement(p, plan);
+    return p;
+  }
+
+  Status release(PodId id) override {
+    if (id >= pods_.size() || !pods_[id].alive) {
+      return Status::notFound("no running pod with id " + std::to_string(id));
+    }
+    unbind(id);
+    return Status::ok();
+  }
+
+  Result<Eviction> evict(PodId id, std::string reason) override {
+    if (id >= pods_.size() || !pods_[id].alive) {
+      return Status::notFound("no running pod with id " + std::to_string(id));
+    }
+    Eviction e{id, pods_[id].name, nodes_[pods_[id].node].name, std::move(reason)};
+    unbind(id);
+    return e;
+  }
+
+  Result<int> addNode(const NodeSpec& spec) override {
+    INFERA_RETURN_IF_ERROR(appendNode(spec));
+    return static_cast<int>(nodes_.size()) - 1;
+  }
+
+  void recordUtilization(PodId id, double utilization, int64_t now_s) override {
+    if (id >= pods_.size() || !pods_[id].alive) return;
+    PodRecord& p = pods_[id];
+    if (p.idle_policy < 0) return;
+    if (utilization < cfg_.scheduling.idle_reclaim[p.idle_policy].utilization_below) {
+      if (p.idle_since < 0) p.idle_since = now_s;
+    } else {
+      p.idle_since = -1;
+    }
+  }
+
+  std::vector<Eviction> reclaimIdle(int64_t now_s) override {
+    std::vector<Eviction> out;
+    for (PodId id = 0; id < pods_.size(); ++id) {
+      const PodRecord& p = pods_[id];
+      if (!p.alive || p.idle_policy < 0 || p.idle_since < 0) continue;
+      const IdlePolicy& pol = cfg_.scheduling.idle_reclaim[p.idle_policy];
+      const double idle_h = static_cast<double>(now_s - p.idle_since) / 3600.0;
+      if (idle_h + 1e-9 < pol.idle_hours) continue;
+      char reason[256];
+      std::snprintf(reason, sizeof(reason),
+                    "idle reclaim '%s': GPU utilisation below %.0f%% for %.1f h (limit %.1f h)",
+                    pol.name.c_str(), pol.utilization_below * 100, idle_h, pol.idle_hours);
+      out.push_back(Eviction{id, p.name, nodes_[p.node].name, reason});
+      unbind(id);
+    }
+    return out;
+  }
+
+  ClusterStats stats() const override {
+    ClusterStats s;
+    s.nodes = static_cast<int>(nodes_.size());
+    for (const NodeState& n : nodes_) {
+      s.gpu_milli_capacity += static_cast<int64_t>(n.gpus) * kMilliPerGpu;
+      s.gpu_milli_allocated += static_cast<int64_t>(n.gpus) * kMilliPerGpu - n.gpu_free_total;
+      s.cpu_milli_capacity += n.cpu_capacity;
+      s.cpu_milli_allocated += n.cpu_capacity - n.cpu_free;
+      s.running_pods += n.pods;
+      if (n.gpus > 0 && n.full_free_gpus == n.gpus) {
+        ++s.empty_gpu_nodes;
+        s.gpu_milli_on_empty_nodes += n.gpu_free_total;
+      }
+      if (stats_model_ != nullptr) s.fragmentation_milli += stats_model_->nodeFrag(n);
+    }
+    return s;
+  }
+
+  int nodesForGuarantees() const override {
+    std::array<int64_t, kMaxGpuTypes> need{};
+    for (size_t q = 0; q < queues_.size(); ++q) {
+      if (isParent(static_cast<int>(q))) continue;
+      for (int t = 0; t < kMaxGpuTypes; ++t) {
+        if (queues_[q].guaranteed[t] > 0) need[t] += queues_[q].guaranteed[t];
+      }
+    }
+    int count = 0;
+    for (int t = 0; t < kMaxGpuTypes; ++t) {
+      if (need[t] <= 0) continue;
+      std::vector<int> sizes;
+      for (const int n : by_type_[t]) sizes.push_back(nodes_[n].gpus);
+      std::sort(sizes.rbegin(), sizes.rend());
+      int64_t have = 0;
+      for (const int g : sizes) {
+        if (have >= need[t]) break;
+        have += static_cast<int64_t>(g) * kMilliPerGpu;
+        ++count;
+      }
+    }
+    return count;
+  }
+
+  std::string_view policyName() const override { return policy_->name(); }
+  const std::string& nodeName(int node) const override { return nodes_[node].name; }
+
+ private:
+  explicit SchedulerImpl(SchedulerConfig config) : cfg_(std::move(config)), rng_(cfg_.seed) {}
+
+  Status init(const std::vector<NodeSpec>& nodes) {
+    const auto& names = policyNames();
+    if (std::find(names.begin(), names.end(), cfg_.policy) == names.end()) {
+      return Status::invalidArgument("unknown policy '" + cfg_.policy + "'");
+    }
+    for (const GpuTypeInfo& t : cfg_.scheduling.gpu_types) {
+      INFERA_ASSIGN_OR_RETURN(const int id, internType(t.name));
+      rank_[id] = t.rank;
+      cost_[id] = t.cost;
+    }
+    has_ladder_ = !cfg_.scheduling.gpu_types.empty();
+    for (const NodeSpec& n : nodes) {
+      INFERA_RETURN_IF_ERROR(appendNode(n));
+    }
+    INFERA_RETURN_IF_ERROR(initQueues());
+
+    std::vector<PodReq> workload;
+    for (const PodSpec& p : cfg_.workload) {
+      auto r = toReq(p);
+      if (r.ok()) workload.push_back(*r);
+    }
+    if (workload.empty()) {
+      // Generic mix: half-GPU, 1, 2, 4 and 8 whole GPUs.
+      for (const auto& [n, m] : std::vector<std::pair<int, int>>{
+               {1, 500}, {1, 1000}, {1, 1000}, {2, 1000}, {4, 1000}, {8, 1000}}) {
+        workload.push_back(PodReq{4000 * n, 16384LL * n, n, m, kAnyType});
+      }
+    }
+    fgd_model_ = buildFragModel(workload, cfg_.fgd_typical_coverage, /*with_memory=*/false);
+    full_model_ = buildFragModel(workload, 1.0, /*with_memory=*/true);
+    stats_model_ = &fgd_model_;
+    policy_ = makePolicy(cfg_.policy, view_, &fgd_model_, &full_model_, cfg_.seed);
+    if (!policy_) return Status::invalidArgument("unknown policy '" + cfg_.policy + "'");
+    return Status::ok();
+  }
+
+  Result<int> internType(const std::string& name) {
+    const auto it = type_ids_.find(name);
+    if (it != type_ids_.end()) return it->second;
+    if (type_names_.size() >= static_cast<size_t>(kMaxGpuTypes)) {
+      return Status::resourceExhausted("more than 32 GPU types");
+    }
+    const int id = static_cast<int>(type_names_.size());
+    type_ids_[name] = id;
+    type_names_.push_back(name);
+    return id;
+  }
+
+  Status appendNode(const NodeSpec& spec) {
+    if (spec.gpus < 0 || spec.gpus > kMaxGpusPerNode) {
+      return Status::invalidArgument("node " + spec.name + ": gpus must be in [0, 16]");
+    }
+    if (spec.cpu_milli < 0 || spec.memory_mib < 0) {
+      return Status::invalidArgument("node " + spec.name + ": negative capacity");
+    }
+    NodeState n;
+    n.name = spec.name;
+    n.cpu_capacity = n.cpu_free = spec.cpu_milli;
+    n.mem_capacity = n.mem_free = spec.memory_mib;
+    n.gpus = spec.gpus;
+    if (spec.gpus > 0) {
+      if (spec.gpu_model.empty()) {
+        return Status::invalidArgument("node " + spec.name + ": GPU node without a GPU model");
+      }
+      INFERA_ASSIGN_OR_RETURN(n.type, internType(spec.gpu_model));
+    }
+    for (int g = 0; g < n.gpus; ++g) n.gpu_free[g] = kMilliPerGpu;
+    n.gpu_free_total = n.gpus * kMilliPerGpu;
+    n.full_free_gpus = n.gpus;
+    const int idx = static_cast<int>(nodes_.size());
+    nodes_.push_back(n);
+    node_pods_.emplace_back();
+    if (n.type >= 0) {
+      by_type_[n.type].push_back(idx);
+      capacity_[n.type] += static_cast<int64_t>(n.gpus) * kMilliPerGpu;
+    }
+    view_.nodes = &nodes_;
+    view_.max_cpu = std::max(view_.max_cpu, n.cpu_capacity);
+    view_.max_mem = std::max(view_.max_mem, n.mem_capacity);
+    view_.max_gpu_milli = std::max(view_.max_gpu_milli, n.gpus * kMilliPerGpu);
+    if (policy_) policy_->nodeChanged(idx);
+    return Status::ok();
+  }
+
+  Status initQueues() {
+    std::map<std::string, int> index;
+    for (const QueueSpec& q : cfg_.scheduling.queues) {
+      QueueState s;
+      s.name = q.name;
+      s.guaranteed.fill(-1);
+      s.max.fill(-1);
+      if (!q.parent.empty()) {
+        const auto it = index.find(q.parent);
+        if (it == index.end()) return Status::invalidArgument("queue " + q.name + ": unknown parent");
+        s.parent = it->second;
+      }
+      for (const auto* src : {&q.guaranteed, &q.max}) {
+        auto& dst = src == &q.guaranteed ? s.guaranteed : s.max;
+        for (const auto& [type, milli] : src->gpu_milli) {
+          if (type == "*") {
+            dst[kTotal] = milli;
+          } else {
+            INFERA_ASSIGN_OR_RETURN(const int id, internType(type));
+            dst[id] = milli;
+          }
+        }
+      }
+      s.cpu_max = q.max.cpu_milli.value_or(-1);
+      s.mem_max = q.max.memory_mib.value_or(-1);
+      index[q.name] = static_cast<int>(queues_.size());
+      queues_.push_back(s);
+    }
+    queue_index_ = std::move(index);
+    for (const PlacementRule& r : cfg_.scheduling.placement) {
+      for (const std::string& q : r.spread) {
+        if (!queue_index_.count(q)) return Status::invalidArgument("placement: unknown queue " + q);
+      }
+      if (!r.queue.empty() && !queue_index_.count(r.queue)) {
+        return Status::invalidArgument("placement: unknown queue " + r.queue);
+      }
+    }
+    return Status::ok();
+  }
+
+  bool isParent(int q) const {
+    for (const QueueState& s : queues_) {
+      if (s.parent == q) return true;
+    }
+    return false;
+  }
+
+  Result<PodReq> toReq(const PodSpec& p) {
+    PodReq r;
+    if (p.cpu_milli < 0 || p.memory_mib < 0) {
+      return Status::invalidArgument("pod " + p.name + ": negative CPU or memory");
+    }
+    if (p.num_gpu < 0 || p.num_gpu > kMaxGpusPerNode) {
+      return Status::invalidArgument("pod " + p.name + ": num_gpu must be in [0, 16]");
+    }
+    r.cpu_milli = p.cpu_milli;
+    r.memory_mib = p.memory_mib;
+    r.num_gpu = p.num_gpu;
+    if (p.num_gpu > 0) {
+      r.gpu_milli = p.gpu_milli <= 0 ? kMilliPerGpu : p.gpu_milli;
+      if (r.gpu_milli > kMilliPerGpu) {
+        return Status::invalidArgument("pod " + p.name + ": gpu_milli must be <= 1000");
+      }
+      if (r.gpu_milli < kMilliPerGpu && p.num_gpu != 1) {
+        return Status::invalidArgument("pod " + p.name + ": GPU sharing needs num_gpu == 1");
+      }
+    }
+    if (!p.gpu_types.empty() || !p.min_gpu_type.empty()) {
+      TypeMask m = 0;
+      for (const std::string& t : p.gpu_types) {
+        const auto it = type_ids_.find(t);
+        if (it != type_ids_.end()) m |= 1u << it->second;
+      }
+      if (!p.min_gpu_type.empty()) {
+        const auto it = type_ids_.find(p.min_gpu_type);
+        if (it == type_ids_.end() || !has_ladder_) {
+          return Status::invalidArgument("pod " + p.name + ": unknown ladder GPU type '" +
+                                         p.min_gpu_type + "'");
+        }
+        for (size_t t = 0; t < type_names_.size(); ++t) {
+          if (rank_[t] >= rank_[it->second]) m |= 1u << t;
+        }
+      }
+      r.types = m;
+    }
+    return r;
+  }
+
+  Status resolveQueue(const PodSpec& p, int* queue, Tier* tier) {
+    *tier = p.tier;
+    *queue = -1;
+    if (!p.queue.empty()) {
+      const auto it = queue_index_.find(p.queue);
+      if (it == queue_index_.end()) {
+        return Status::invalidArgument("pod " + p.name + ": unknown queue '" + p.queue + "'");
+      }
+      *queue = it->second;
+      return Status::ok();
+    }
+    for (const PlacementRule& r : cfg_.scheduling.placement) {
+      if (!r.ns.empty() && r.ns != p.ns) continue;
+      if (!labelsMatch(r.labels, p)) continue;
+      const std::string& name =
+          r.spread.empty() ? r.queue : r.spread[stableHash(p.name) % r.spread.size()];
+      *queue = queue_index_.at(name);
+      if (r.tier) *tier = *r.tier;
+      return Status::ok();
+    }
+    return Status::ok();
+  }
+
+  // Unused tier-0 guarantees of type t: reserved, so tier-1 (never preempted) cannot take them.
+  int64_t reservedUnused(int t) const {
+    int64_t sum = 0;
+    for (const QueueState& q : queues_) {
+      if (q.guaranteed[t] > 0) sum += std::max<int64_t>(0, q.guaranteed[t] - q.used_t0[t]);
+    }
+    return sum;
+  }
+
+  // Empty string when queue `q` may take `r` of GPU type `t` (-1: no GPU) at `tier`.
+  std::string quotaRefusal(int q, Tier tier, int t, const PodReq& r) const {
+    if (q < 0) return {};
+    const int64_t milli = r.gpuTotalMilli();
+    for (int a = q; a >= 0; a = queues_[a].parent) {
+      const QueueState& s = queues_[a];
+      if (t >= 0 && s.max[t] >= 0 && s.used[t] + milli > s.max[t]) {
+        return "queue " + s.name + ": max " + type_names_[t] + " quota (" + gpuMilliText(s.max[t]) +
+               " GPUs) reached";
+      }
+      if (t >= 0 && s.max[kTotal] >= 0 && s.used[kTotal] + milli > s.max[kTotal]) {
+        return "queue " + s.name + ": max GPU quota (" + gpuMilliText(s.max[kTotal]) +
+               " GPUs) reached";
+      }
+      if (s.cpu_max >= 0 && s.cpu_used + r.cpu_milli > s.cpu_max) {
+        return "queue " + s.name + ": max CPU quota reached";
+      }
+      if (s.mem_max >= 0 && s.mem_used + r.memory_mib > s.mem_max) {
+        return "queue " + s.name + ": max memory quota reached";
+      }
+    }
+    if (t < 0) return {};
+    const QueueState& s = queues_[q];
+    if (tier == Tier::kGuaranteed) {
+      if (s.guaranteed[t] >= 0) {
+        if (s.used_t0[t] + milli > s.guaranteed[t]) {
+          return "queue " + s.name + ": tier-0 use would exceed guaranteed " + type_names_[t];
+        }
+      } else if (s.guaranteed[kTotal] >= 0) {
+        if (s.used_t0[kTotal] + milli > s.guaranteed[kTotal]) {
+          return "queue " + s.name + ": tier-0 use would exceed guaranteed GPUs";
+        }
+      } else {
+        return "queue " + s.name + ": no guaranteed " + type_names_[t] + " quota for tier 0";
+      }
+    } else if (tier == Tier::kShared) {
+      if (shared_used_[t] + milli + reservedUnused(t) > capacity_[t]) {
+        return "shared " + type_names_[t] + " pool exhausted (rest is reserved for guarantees)";
+      }
+    }
+    return {};
+  }
+
+  // Effective request on node n under proportional CPU/memory; false when refused.
+  bool proportional(const NodeState& n, const PodReq& r, PodReq* eff) const {
+    *eff = r;
+    const ProportionalConfig& pc = cfg_.scheduling.proportional;
+    if (!pc.enabled || r.num_gpu == 0 || n.gpus == 0) return true;
+    const double share = static_cast<double>(r.gpuTotalMilli()) / (n.gpus * kMilliPerGpu);
+    const auto cpu_share = static_cast<int64_t>(n.cpu_capacity * share);
+    const auto mem_share = static_cast<int64_t>(n.mem_capacity * share);
+    if (pc.set_requests) {
+      eff->cpu_milli = cpu_share;
+      eff->memory_mib = mem_share;
+      return true;
+    }
+    return r.cpu_milli <= cpu_share * (1 + pc.slack) && r.memory_mib <= mem_share * (1 + pc.slack);
+  }
+
+  // Type groups in ladder order: cheapest accepted type first (equal costs share a group).
+  std::vector<TypeMask> typeGroups(const PodReq& r) const {
+    if (r.num_gpu == 0) return {kAnyType};
+    if (!has_ladder_) return {r.types};
+    std::vector<int> types;
+    for (size_t t = 0; t < type_names_.size(); ++t) {
+      if (((r.types >> t) & 1u) && !by_type_[t].empty()) types.push_back(static_cast<int>(t));
+    }
+    std::stable_sort(types.begin(), types.end(), [&](int a, int b) {
+      return cost_[a] != cost_[b] ? cost_[a] < cost_[b] : rank_[a] < rank_[b];
+    });
+    std::vector<TypeMask> groups;
+    for (size_t i = 0; i < types.size(); ++i) {
+      if (i > 0 && cost_[types[i]] == cost_[types[i - 1]]) {
+        groups.back() |= 1u << types[i];
+      } else {
+        groups.push_back(1u << types[i]);
+      }
+    }
+    return groups;
+  }
+
+  // Best node for r among nodes of types in `mask` (all nodes for CPU-only pods).
+  bool findNode(const PodReq& r, TypeMask mask, Plan* plan) {
+    double best = -std::numeric_limits<double>::infinity();
+    uint64_t ties = 0;
+    bool found = false;
+    const bool random = policy_->isRandom();
+    auto consider = [&](int n) {
+      PodReq eff;
+      if (!proportional(nodes_[n], r, &eff) || !fits(nodes_[n], eff)) return;
+      int gpu = -1;
+      const double s = random ? 0.0 : policy_->score(view_, n, eff, &gpu);
+      if (random) policy_->score(view_, n, eff, &gpu);
+      if (!found || s > best + kTieEps) {
+        best = s;
+        ties = 1;
+      } else if (s >= best - kTieEps) {
+        if (rng_.below(++ties) != 0) return;
+      } else {
+        return;
+      }
+      found = true;
+      plan->node = n;
+      plan->gpu = gpu;
+      plan->req = eff;
+    };
+    if (r.num_gpu == 0) {
+      for (int n = 0; n < static_cast<int>(nodes_.size()); ++n) consider(n);
+    } else {
+      for (size_t t = 0; t < type_names_.size(); ++t) {
+        if (!((mask >> t) & 1u)) continue;
+        for (const int n : by_type_[t]) {
+          if (nodes_[n].gpu_free_total < r.gpuTotalMilli()) continue;
+          consider(n);
+        }
+      }
+    }
+    return found;
+  }
+
+  // Minimal tier-2 victim set on some node of `mask` that lets r fit; false if none.
+  bool findVictims(const PodReq& r, TypeMask mask, Plan* plan) {
+    size_t best_count = std::numeric_limits<size_t>::max();
+    int64_t best_gpu = 0;
+    for (int n = 0; n < static_cast<int>(nodes_.size()); ++n) {
+      const NodeState& node = nodes_[n];
+      if (r.num_gpu > 0 && (node.type < 0 || !((mask >> node.type) & 1u))) continue;
+      PodReq eff;
+      if (!proportional(node, r, &eff)) continue;
+      std::vector<PodId> cands;
+      for (const PodId id : node_pods_[n]) {
+        if (pods_[id].tier == Tier::kBestEffort) cands.push_back(id);
+      }
+      if (cands.empty()) continue;
+      // Lowest tier first, then fewest GPUs, then youngest.
+      std::sort(cands.begin(), cands.end(), [&](PodId a, PodId b) {
+        const PodRecord& pa = pods_[a];
+        const PodRecord& pb = pods_[b];
+        if (pa.tier != pb.tier) return pa.tier > pb.tier;
+        if (pa.req.gpuTotalMilli() != pb.req.gpuTotalMilli()) {
+          return pa.req.gpuTotalMilli() < pb.req.gpuTotalMilli();
+        }
+        if (pa.creation_s != pb.creation_s) return pa.creation_s > pb.creation_s;
+        return a > b;
+      });
+      NodeState sim = node;
+      std::vector<PodId> chosen;
+      for (const PodId id : cands) {
+        if (fits(sim, eff)) break;
+        const PodRecord& p = pods_[id];
+        applyToNode(sim, p.cpu, p.mem, p.req.gpu_milli, p.gpus, shapeClass(p.req), -1);
+        chosen.push_back(id);
+      }
+      if (!fits(sim, eff)) continue;
+      // Minimality: give back every victim the pod can do without (last chosen first).
+      for (size_t i = chosen.size(); i-- > 0;) {
+        const PodRecord& p = pods_[chosen[i]];
+        NodeState trial = sim;
+        applyToNode(trial, p.cpu, p.mem, p.req.gpu_milli, p.gpus, shapeClass(p.req), +1);
+        if (fits(trial, eff)) {
+          sim = trial;
+          chosen.erase(chosen.begin() + static_cast<long>(i));
+        }
+      }
+      int64_t gpu_sum = 0;
+      for (const PodId id : chosen) gpu_sum += pods_[id].req.gpuTotalMilli();
+      if (chosen.size() < best_count || (chosen.size() == best_count && gpu_sum < best_gpu)) {
+        best_count = chosen.size();
+        best_gpu = gpu_sum;
+        plan->node = n;
+        plan->req = eff;
+        plan->victims = chosen;
+        plan->gpu = -1;
+      }
+    }
+    return best_count != std::numeric_limits<size_t>::max();
+  }
+
+  Result<Plan> makePlan(const PodSpec& pod, int64_t /*now_s*/, bool allow_preempt) {
+    Plan plan;
+    INFERA_ASSIGN_OR_RETURN(const PodReq r, toReq(pod));
+    INFERA_RETURN_IF_ERROR(resolveQueue(pod, &plan.queue, &plan.tier));
+    std::string refusal;
+    std::vector<TypeMask> quota_ok;
+    for (const TypeMask group : typeGroups(r)) {
+      TypeMask ok = 0;
+      if (r.num_gpu == 0) {
+        const std::string why = quotaRefusal(plan.queue, plan.tier, -1, r);
+        if (why.empty()) {
+          ok = kAnyType;
+        } else {
+          refusal = why;
+        }
+      } else {
+        for (size_t t = 0; t < type_names_.size(); ++t) {
+          if (!((group >> t) & 1u)) continue;
+          const std::string why = quotaRefusal(plan.queue, plan.tier, static_cast<int>(t), r);
+          if (why.empty()) {
+            ok |= 1u << t;
+          } else {
+            refusal = why;
+          }
+        }
+      }
+      if (ok == 0) continue;
+      quota_ok.push_back(ok);
+      if (findNode(r, ok, &plan)) return plan;
+    }
+    if (allow_preempt && plan.tier == Tier::kGuaranteed) {
+      for (const TypeMask ok : quota_ok) {
+        if (findVictims(r, ok, &plan)) return plan;
+      }
+    }
+    if (quota_ok.empty() && !refusal.empty()) {
+      return Status::failedPrecondition("pod " + pod.name + ": " + refusal);
+    }
+    return Status::resourceExhausted("pod " + pod.name + ": no node fits");
+  }
+
+  void fillPlacement(Placement& p, const Plan& plan) const {
+    const NodeState& n = nodes_[plan.node];
+    p.node = plan.node;
+    p.node_name = n.name;
+    p.gpu_type = n.type >= 0 ? type_names_[n.type] : "";
+    p.gpu_milli = plan.req.gpu_milli;
+    p.cpu_milli = plan.req.cpu_milli;
+    p.memory_mib = plan.req.memory_mib;
+    p.gpu_indices = chooseGpus(n, plan.req, plan.gpu);
+  }
+
+  static std::vector<int> chooseGpus(const NodeState& n, const PodReq& r, int gpu) {
+    std::vector<int> out;
+    if (r.num_gpu == 0) return out;
+    if (r.sharing()) {
+      out.push_back(gpu >= 0 && n.gpu_free[gpu] >= r.gpu_milli ? gpu : bestFitGpu(n, r.gpu_milli));
+      return out;
+    }
+    for (int g = 0; g < n.gpus && static_cast<int>(out.size()) < r.num_gpu; ++g) {
+      if (n.gpu_free[g] == kMilliPerGpu) out.push_back(g);
+    }
+    return out;
+  }
+
+  Result<Placement> commit(const PodSpec& pod, const Plan& plan, int64_t now_s) {
+    Placement out;
+    for (const PodId v : plan.victims) {
+      const PodRecord& victim = pods_[v];
+      std::string reason;
+      const int t = nodes_[victim.node].type;
+      const bool borrowing = victim.queue >= 0 && t >= 0 &&
+                             queues_[victim.queue].used[t] > std::max<int64_t>(
+                                                                 0, queues_[victim.queue].guaranteed[t]);
+      const std::string qname = plan.queue >= 0 ? queues_[plan.queue].name : "-";
+      reason = (borrowing ? "borrowed quota reclaimed by tier-0 pod " : "tier-2 pod preempted by tier-0 pod ") +
+               pod.name + " (queue " + qname + ")";
+      out.evicted.push_back(Eviction{v, victim.name, nodes_[victim.node].name, reason});
+      unbind(v);
+    }
+    fillPlacement(out, plan);
+    if (out.gpu_indices.size() != static_cast<size_t>(plan.req.num_gpu)) {
+      return Status::internal("pod " + pod.name + ": GPU selection failed on " + out.node_name);
+    }
+    PodRecord rec;
+    rec.name = pod.name;
+    rec.req = plan.req;
+    rec.tier = plan.tier;
+    rec.queue = plan.queue;
+    rec.node = plan.node;
+    rec.gpus = out.gpu_indices;
+    rec.cpu = plan.req.cpu_milli;
+    rec.mem = plan.req.memory_mib;
+    rec.creation_s = pod.creation_s != 0 ? pod.creation_s : now_s;
+    rec.alive = true;
+    for (size_t i = 0; i < cfg_.scheduling.idle_reclaim.size(); ++i) {
+      const auto& pol = cfg_.scheduling.idle_reclaim[i];
+      if (!pol.match_labels.empty() && labelsMatch(pol.match_labels, pod)) {
+        rec.idle_policy = static_cast<int>(i);
+        break;
+      }
+    }
+    const auto id = static_cast<PodId>(pods_.size());
+    pods_.push_back(std::move(rec));
+    bindAccounting(id, +1);
+    out.pod = id;
+    return out;
+  }
+
+  void bindAccounting(PodId id, int sign) {
+    PodRecord& p = pods_[id];
+    NodeState& n = nodes_[p.node];
+    applyToNode(n, p.cpu, p.mem, p.req.gpu_milli, p.gpus, shapeClass(p.req), sign);
+    policy_->nodeChanged(p.node);
+    auto& on_node = node_pods_[p.node];
+    if (sign > 0) {
+      on_node.push_back(id);
+    } else {
+      const auto it = std::find(on_node.begin(), on_node.end(), id);
+      if (it != on_node.end()) {
+        *it = on_node.back();
+        on_node.pop_back();
+      }
+    }
+    const int t = n.type;
+    const int64_t milli = p.req.gpuTotalMilli();
+    if (t >= 0 && p.tier != Tier::kBestEffort) shared_used_[t] += sign * milli;
+    for (int a = p.queue; a >= 0; a = queues_[a].parent) {
+      QueueState& q = queues_[a];
+      if (t >= 0 && milli > 0) {
+        q.used[t] += sign * milli;
+        q.used[kTotal] += sign * milli;
+        if (p.tier == Tier::kGuaranteed && a == p.queue) {
+          q.used_t0[t] += sign * milli;
+          q.used_t0[kTotal] += sign * milli;
+        }
+      }
+      q.cpu_used += sign * p.cpu;
+      q.mem_used += sign * p.mem;
+    }
+  }
+
+  void unbind(PodId id) {
+    bindAccounting(id, -1);
+    pods_[id].alive = false;
+    pods_[id].gpus.clear();
+    pods_[id].gpus.shrink_to_fit();
+  }
+
+  SchedulerConfig cfg_;
+  Rng rng_;
+  std::vector<NodeState> nodes_;
+  std::vector<std::vector<PodId>> node_pods_;
+  std::array<std::vector<int>, kMaxGpuTypes> by_type_;
+  std::array<int64_t, kMaxGpuTypes> capacity_{};
+  // Tier-0 + tier-1 GPU use per type (the non-preemptible part).
+  std::array<int64_t, kMaxGpuTypes> shared_used_{};
+  std::map<std::string, int> type_ids_;
+  std::vector<std::string> type_names_;
+  std::array<int, kMaxGpuTypes> rank_{};
+  std::array<double, kMaxGpuTypes> cost_{};
+  bool has_ladder_ = false;
+  std::vector<QueueState> queues_;
+  std::map<std::string, int> queue_index_;
+  std::vector<PodRecord> pods_;
+  ClusterView view_;
+  FragModel fgd_model_;
+  FragModel full_model_;
+  const FragModel* stats_model_ = nullptr;
+  std::unique_ptr<Policy> policy_;
+};
+
+}  // namespace
+
+const std::vector<std::string>& policyNames() {
+  static const std::vector<std::string> kNames = {
+      "infera",      "fgd",         "spread",         "most-allocated", "best-fit",
+      "dot-product", "gpu-packing", "gpu-clustering", "random-fit"};
+  return kNames;
+}
+
+Result<std::unique_ptr<Scheduler>> Scheduler::create(SchedulerConfig config,
+                                                     const std::vector<NodeSpec>& nodes) {
+  INFERA_ASSIGN_OR_RETURN(auto impl, SchedulerImpl::make(std::move(config), nodes));
+  return std::unique_ptr<Scheduler>(std::move(impl));
+}
+
+}  // namespace infera::sched

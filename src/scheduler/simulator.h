@@ -1,0 +1,108 @@
+#pragma once
+// Trace-driven simulation on virtual time: the FGD paper's protocol (fill to 130% load, no
+// departures, each pod placed once) and a time replay with departures, queues, tiers, pending
+// retry, preemption and idle reclaim. Results are plain structs; report.h renders them.
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "scheduler/queues.h"
+#include "scheduler/types.h"
+
+namespace infera::sched {
+
+// Called with progress in [0, 1]; may be empty.
+using ProgressFn = std::function<void(double)>;
+
+struct FgdProtocolConfig {
+  std::string policy = "infera";
+  std::vector<uint64_t> seeds = {42, 43, 44, 45, 46, 47, 48, 49, 50, 51};
+  double load = 1.3;         // arrived GPU demand / cluster GPU capacity at the end
+  double curve_step = 0.05;  // allocation ratio is recorded at each multiple of this load
+  ProgressFn progress;
+};
+
+struct CurvePoint {
+  double load = 0;           // arrived GPU demand / capacity
+  double alloc_ratio = 0;    // allocated GPUs / capacity
+  double frag_ratio = 0;     // fragmented free GPU / free GPU
+};
+
+struct FgdRun {
+  uint64_t seed = 0;
+  int pods_arrived = 0;
+  int pods_failed = 0;
+  double unallocated_gpus = 0;  // at the final load
+  double alloc_ratio = 0;
+  double frag_ratio = 0;
+  double seconds = 0;
+  double decisions_per_second = 0;
+  std::vector<CurvePoint> curve;
+};
+
+struct FgdResult {
+  std::string policy;
+  std::string pod_list;
+  double capacity_gpus = 0;
+  std::vector<FgdRun> runs;
+  double mean_unallocated = 0;
+  double stddev_unallocated = 0;
+  double mean_alloc_ratio = 0;
+  double mean_frag_ratio = 0;
+  std::vector<CurvePoint> mean_curve;
+};
+
+// Runs the FGD protocol for one policy over every seed. `pods` is also the workload the
+// fragmentation-aware policies are told about (as in the paper).
+Result<FgdResult> runFgdProtocol(const std::vector<NodeSpec>& nodes,
+                                 const std::vector<PodSpec>& pods, const FgdProtocolConfig& cfg);
+
+struct ReplayConfig {
+  std::string policy = "infera";
+  uint64_t seed = 42;
+  SchedulingConfig scheduling;   // queues, tiers mapping, ladder, proportional, idle reclaim
+  int64_t sample_interval_s = 3600;
+  // Synthetic utilisation model for idle reclaim (see docs/scheduler.md).
+  bool utilization_model = true;
+  size_t max_evictions_listed = 200;
+  ProgressFn progress;
+};
+
+struct SeriesPoint {
+  int64_t t = 0;
+  double gpu_alloc_ratio = 0;
+  double free_on_empty_share = 0;  // free GPUs sitting on fully empty nodes / free GPUs
+  int pending = 0;
+  int running = 0;
+};
+
+struct ReplayResult {
+  std::string policy;
+  int pods = 0;
+  int scheduled = 0;        // started at least once
+  int never_scheduled = 0;  // still pending at the end of the trace (or refused)
+  int waited = 0;           // started later than created
+  double waited_share = 0;
+  double mean_pending_s = 0;
+  double p99_pending_s = 0;
+  int preemptions = 0;
+  int idle_reclaimed_pods = 0;
+  double idle_reclaimed_gpus = 0;
+  int nodes_for_guarantees = 0;
+  double nodes_for_guarantees_share = 0;
+  double mean_gpu_alloc_ratio = 0;
+  double mean_free_on_empty_share = 0;
+  int64_t decisions = 0;
+  double seconds = 0;
+  std::vector<SeriesPoint> series;
+  std::vector<Eviction> evictions;  // first max_evictions_listed, with reasons
+  std::vector<double> pending_times_s;  // per pod that started
+};
+
+Result<ReplayResult> runReplay(const std::vector<NodeSpec>& nodes, const std::vector<PodSpec>& pods,
+                               const ReplayConfig& cfg);
+
+}  // namespace infera::sched

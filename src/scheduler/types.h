@@ -1,0 +1,83 @@
+#pragma once
+// Value types of the GPU scheduler: nodes, pods, placements and evictions. Plain data, no
+// behaviour; see scheduler.h for the engine that consumes them.
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace infera::sched {
+
+inline constexpr int kMilliPerGpu = 1000;
+// Upper bound of GPUs on one node (the trace has at most 8).
+inline constexpr int kMaxGpusPerNode = 16;
+
+// Tier 0 runs on its queue's guaranteed quota and may preempt; tier 1 uses the shared pool and is
+// never preempted; tier 2 is best effort and preemptible.
+enum class Tier : uint8_t { kGuaranteed = 0, kShared = 1, kBestEffort = 2 };
+
+struct NodeSpec {
+  std::string name;
+  int64_t cpu_milli = 0;
+  int64_t memory_mib = 0;
+  int gpus = 0;
+  std::string gpu_model;                      // "" for CPU-only nodes
+  std::map<std::string, std::string> labels;  // pool, region, zone, ...
+};
+
+struct PodSpec {
+  std::string name;
+  std::string ns;                             // namespace, used by queue placement rules
+  std::map<std::string, std::string> labels;  // used by queue placement rules
+  int64_t cpu_milli = 0;
+  int64_t memory_mib = 0;
+  int num_gpu = 0;        // whole GPUs, or 1 for a GPU-sharing pod
+  int gpu_milli = 0;      // per GPU; < 1000 only when num_gpu == 1
+  // Allowed GPU types; empty = any. A ladder minimum ("A10 or better") adds every type ranked at
+  // or above it in the configured ladder.
+  std::vector<std::string> gpu_types;
+  std::string min_gpu_type;
+  Tier tier = Tier::kShared;
+  std::string queue;      // "" = resolved by the queue placement rules (or no queues)
+  int priority = 0;
+  int64_t creation_s = 0;
+  int64_t deletion_s = -1;  // -1 = runs forever
+  std::string qos;          // trace QoS class (LS, BE, ...), informational
+};
+
+using PodId = uint32_t;
+
+struct Eviction {
+  PodId pod = 0;
+  std::string pod_name;
+  std::string node;
+  std::string reason;  // "preempted by tier-0 pod x (queue a/b reclaims guaranteed A10)"
+};
+
+struct Placement {
+  PodId pod = 0;
+  int node = -1;                 // node index in the engine
+  std::string node_name;
+  std::string gpu_type;          // "" for CPU-only placements on CPU nodes
+  std::vector<int> gpu_indices;  // device indices on the node
+  int gpu_milli = 0;             // per device
+  int64_t cpu_milli = 0;         // after proportional adjustment
+  int64_t memory_mib = 0;
+  std::vector<Eviction> evicted;  // victims preempted to make room (empty unless tier 0)
+};
+
+struct ClusterStats {
+  int nodes = 0;
+  int64_t gpu_milli_capacity = 0;
+  int64_t gpu_milli_allocated = 0;
+  int64_t cpu_milli_capacity = 0;
+  int64_t cpu_milli_allocated = 0;
+  int running_pods = 0;
+  int empty_gpu_nodes = 0;            // GPU nodes with every GPU free
+  int64_t gpu_milli_on_empty_nodes = 0;
+  // FGD fragmentation (milli-GPU) measured against the configured workload; 0 without one.
+  double fragmentation_milli = 0;
+};
+
+}  // namespace infera::sched
