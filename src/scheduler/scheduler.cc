@@ -548,7 +548,19 @@ class SchedulerImpl final : public Scheduler {
       });
       NodeState sim = node;
       std::vector<PodId> chosen;
+      // One victim is the smallest set there is: take the first (in victim order) that suffices.
       for (const PodId id : cands) {
+        const PodRecord& p = pods_[id];
+        NodeState trial = node;
+        applyToNode(trial, p.cpu, p.mem, p.req.gpu_milli, p.gpus, shapeClass(p.req), -1);
+        if (fits(trial, eff)) {
+          sim = trial;
+          chosen.push_back(id);
+          break;
+        }
+      }
+      // Otherwise greedily in victim order, then drop the ones not needed.
+      for (const PodId id : chosen.empty() ? cands : std::vector<PodId>{}) {
         if (fits(sim, eff)) break;
         const PodRecord& p = pods_[id];
         applyToNode(sim, p.cpu, p.mem, p.req.gpu_milli, p.gpus, shapeClass(p.req), -1);

@@ -1,0 +1,190 @@
+// Flags and wiring only: the work is in src/scheduler (simulator.h, report.h, queues.h).
+#include "cli/sched_cmd.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "scheduler/queues.h"
+#include "scheduler/report.h"
+#include "scheduler/scheduler.h"
+#include "scheduler/simulator.h"
+#include "scheduler/trace.h"
+
+namespace infera::cli {
+namespace {
+
+struct SimulateOptions {
+  std::string data_dir = "../shared/data/alibaba-gpu-v2023";
+  std::string nodes_csv;
+  std::string pod_list = "default";
+  std::string pods_csv;
+  std::string mode = "fgd";
+  std::vector<std::string> policies = {"infera", "fgd"};
+  int seeds = 10;
+  uint64_t first_seed = 42;
+  double load = 1.3;
+  std::string config;
+  std::string out_dir = "sched-report";
+  bool progress = true;
+};
+
+// A one-line progress bar on stderr when it is a terminal.
+class ProgressBar {
+ public:
+  ProgressBar(std::string label, bool enabled) : label_(std::move(label)), enabled_(enabled) {}
+  ~ProgressBar() {
+    if (enabled_ && drawn_) std::fprintf(stderr, "\n");
+  }
+  void update(double f) {
+    if (!enabled_) return;
+    const int pct = static_cast<int>(f * 100);
+    if (pct == last_) return;
+    last_ = pct;
+    drawn_ = true;
+    const int width = 40;
+    const int filled = pct * width / 100;
+    std::fprintf(stderr, "\r%-16s [%s%s] %3d%%", label_.c_str(), std::string(filled, '#').c_str(),
+                 std::string(width - filled, '.').c_str(), pct);
+    std::fflush(stderr);
+  }
+
+ private:
+  std::string label_;
+  bool enabled_;
+  bool drawn_ = false;
+  int last_ = -1;
+};
+
+int fail(const Status& s) {
+  std::fprintf(stderr, "error: %s\n", s.toString().c_str());
+  return 1;
+}
+
+int runSimulate(const SimulateOptions& o) {
+  using namespace infera::sched;
+  const std::string nodes_path =
+      o.nodes_csv.empty() ? o.data_dir + "/csv/openb_node_list_gpu_node.csv" : o.nodes_csv;
+  const std::string pods_path =
+      o.pods_csv.empty() ? o.data_dir + "/csv/openb_pod_list_" + o.pod_list + ".csv" : o.pods_csv;
+  auto nodes = loadNodeCsv(nodes_path);
+  if (!nodes.ok()) return fail(nodes.status());
+  auto pods = loadPodCsv(pods_path);
+  if (!pods.ok()) return fail(pods.status());
+  std::vector<std::string> policies = o.policies;
+  if (policies.size() == 1 && policies[0] == "all") policies = policyNames();
+  for (const auto& p : policies) {
+    const auto& names = policyNames();
+    if (std::find(names.begin(), names.end(), p) == names.end()) {
+      return fail(Status::invalidArgument("unknown policy '" + p + "'"));
+    }
+  }
+  const bool show = o.progress && isatty(STDERR_FILENO);
+  if (o.mode == "fgd") {
+    std::vector<FgdResult> results;
+    for (const auto& policy : policies) {
+      ProgressBar bar(policy, show);
+      FgdProtocolConfig cfg;
+      cfg.policy = policy;
+      cfg.load = o.load;
+      cfg.seeds.clear();
+      for (int i = 0; i < o.seeds; ++i) cfg.seeds.push_back(o.first_seed + i);
+      cfg.progress = [&bar](double f) { bar.update(f); };
+      auto r = runFgdProtocol(*nodes, *pods, cfg);
+      if (!r.ok()) return fail(r.status());
+      r->pod_list = o.pods_csv.empty() ? o.pod_list : o.pods_csv;
+      results.push_back(std::move(*r));
+    }
+    const Status s = writeFgdReport(o.out_dir, results);
+    if (!s.isOk()) return fail(s);
+    std::printf("%s", fgdSummary(results).c_str());
+    std::printf("report: %s/report.json, %s/alloc_vs_load.svg\n", o.out_dir.c_str(),
+                o.out_dir.c_str());
+    return 0;
+  }
+  ReplayConfig cfg;
+  if (!o.config.empty()) {
+    auto sc = loadSchedulingConfigFile(o.config);
+    if (!sc.ok()) return fail(sc.status());
+    cfg.scheduling = std::move(*sc);
+  }
+  int rc = 0;
+  for (const auto& policy : policies) {
+    ProgressBar bar(policy, show);
+    cfg.policy = policy;
+    cfg.seed = o.first_seed;
+    cfg.progress = [&bar](double f) { bar.update(f); };
+    auto r = runReplay(*nodes, *pods, cfg);
+    if (!r.ok()) return fail(r.status());
+    const std::string dir = policies.size() == 1 ? o.out_dir : o.out_dir + "/" + policy;
+    const Status s = writeReplayReport(dir, *r);
+    if (!s.isOk()) rc = fail(s);
+    std::printf("%s", replaySummary(*r).c_str());
+    std::printf("report: %s/report.json (+ allocation.svg, pending_time.svg, "
+                "free_node_aggregation.svg)\n", dir.c_str());
+  }
+  return rc;
+}
+
+int runValidate(const std::vector<std::string>& files) {
+  int rc = 0;
+  for (const auto& f : files) {
+    const auto cfg = sched::loadSchedulingConfigFile(f);
+    if (cfg.ok()) {
+      std::printf("%s: ok (%zu queues, %zu placement rules, %zu GPU types)\n", f.c_str(),
+                  cfg->queues.size(), cfg->placement.size(), cfg->gpu_types.size());
+    } else {
+      std::fprintf(stderr, "%s\n", cfg.status().message().c_str());
+      rc = 1;
+    }
+  }
+  return rc;
+}
+
+}  // namespace
+
+void registerSchedCommands(CLI::App& app) {
+  CLI::App* sched = app.add_subcommand("sched", "GPU scheduler: trace simulation and config");
+  sched->require_subcommand(1);
+
+  auto opts = std::make_shared<SimulateOptions>();
+  CLI::App* sim = sched->add_subcommand("simulate", "replay the Alibaba GPU trace");
+  sim->add_option("--data", opts->data_dir, "trace directory (alibaba-gpu-v2023)")
+      ->capture_default_str();
+  sim->add_option("--nodes", opts->nodes_csv, "node CSV (default: DATA/csv/openb_node_list_gpu_node.csv)");
+  sim->add_option("--pod-list", opts->pod_list, "pod list name: default, cpu050, gpuspec33, ...")
+      ->capture_default_str();
+  sim->add_option("--pods", opts->pods_csv, "pod CSV (overrides --pod-list)");
+  sim->add_option("--mode", opts->mode, "fgd (paper protocol) or replay (time replay)")
+      ->check(CLI::IsMember({"fgd", "replay"}))
+      ->capture_default_str();
+  sim->add_option("--policy", opts->policies, "policies to run, or 'all'")->delimiter(',');
+  sim->add_option("--seeds", opts->seeds, "number of seeds (fgd mode)")
+      ->check(CLI::Range(1, 1000))
+      ->capture_default_str();
+  sim->add_option("--first-seed", opts->first_seed, "first seed")->capture_default_str();
+  sim->add_option("--load", opts->load, "final arrived GPU load (fgd mode)")
+      ->check(CLI::Range(0.05, 5.0))
+      ->capture_default_str();
+  sim->add_option("--config", opts->config, "scheduler YAML: queues, tiers, ladder (replay mode)");
+  sim->add_option("-o,--out", opts->out_dir, "output directory")->capture_default_str();
+  sim->add_flag("!--no-progress", opts->progress, "no progress bar");
+  sim->callback([opts] { std::exit(runSimulate(*opts)); });
+
+  auto files = std::make_shared<std::vector<std::string>>();
+  CLI::App* val = sched->add_subcommand("validate", "validate scheduler YAML files (queues, quota)");
+  val->add_option("files", *files, "YAML files")->required();
+  val->callback([files] { std::exit(runValidate(*files)); });
+
+  CLI::App* pol = sched->add_subcommand("policies", "list placement policies");
+  pol->callback([] {
+    for (const auto& p : sched::policyNames()) std::printf("%s\n", p.c_str());
+    std::exit(0);
+  });
+}
+
+}  // namespace infera::cli

@@ -1,0 +1,335 @@
+// Golden tests of the engine's rules on small hand-made clusters.
+#include "scheduler/scheduler.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+namespace infera::sched {
+namespace {
+
+NodeSpec gpuNode(const std::string& name, const std::string& model, int gpus,
+                 int64_t cpu_milli = 64000, int64_t mem_mib = 256 * 1024) {
+  NodeSpec n;
+  n.name = name;
+  n.gpu_model = model;
+  n.gpus = gpus;
+  n.cpu_milli = cpu_milli;
+  n.memory_mib = mem_mib;
+  return n;
+}
+
+PodSpec gpuPod(const std::string& name, int num_gpu, int gpu_milli = 1000, int64_t cpu = 1000,
+               int64_t mem = 1024) {
+  PodSpec p;
+  p.name = name;
+  p.num_gpu = num_gpu;
+  p.gpu_milli = gpu_milli;
+  p.cpu_milli = cpu;
+  p.memory_mib = mem;
+  return p;
+}
+
+std::unique_ptr<Scheduler> makeEngine(const std::vector<NodeSpec>& nodes,
+                                      const std::string& yaml = "",
+                                      const std::string& policy = "infera") {
+  SchedulerConfig cfg;
+  cfg.policy = policy;
+  if (!yaml.empty()) {
+    auto sc = parseSchedulingConfigString(yaml);
+    EXPECT_TRUE(sc.ok()) << sc.status().message();
+    if (sc.ok()) cfg.scheduling = *sc;
+  }
+  auto engine = Scheduler::create(cfg, nodes);
+  EXPECT_TRUE(engine.ok()) << engine.status().message();
+  return engine.ok() ? std::move(*engine) : nullptr;
+}
+
+// Two queues sharing one 4-GPU node: team-a is guaranteed all 4 GPUs.
+constexpr const char* kTwoQueues = R"(
+queues:
+  - name: org
+    children:
+      - name: team-a
+        guaranteed: {gpus: {A10: 4}}
+      - name: team-b
+        max: {gpus: {"*": 4}}
+)";
+
+TEST(SchedulerTest, RejectsUnknownPolicy) {
+  SchedulerConfig cfg;
+  cfg.policy = "nope";
+  const auto engine = Scheduler::create(cfg, {gpuNode("n0", "A10", 4)});
+  ASSERT_FALSE(engine.ok());
+  EXPECT_EQ(engine.status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST(SchedulerTest, EveryPolicyPlacesAPodAndReleasesIt) {
+  for (const auto& policy : policyNames()) {
+    auto engine = makeEngine({gpuNode("n0", "A10", 2), gpuNode("n1", "T4", 4)}, "", policy);
+    ASSERT_NE(engine, nullptr);
+    const auto placed = engine->schedule(gpuPod("p", 2));
+    ASSERT_TRUE(placed.ok()) << policy << ": " << placed.status().message();
+    EXPECT_EQ(placed->gpu_indices.size(), 2u);
+    EXPECT_EQ(engine->stats().gpu_milli_allocated, 2000);
+    ASSERT_TRUE(engine->release(placed->pod).isOk());
+    EXPECT_EQ(engine->stats().gpu_milli_allocated, 0);
+  }
+}
+
+TEST(SchedulerTest, SharesOneGpuBetweenMilliGpuPods) {
+  auto engine = makeEngine({gpuNode("n0", "T4", 1)});
+  const auto a = engine->schedule(gpuPod("a", 1, 600));
+  const auto b = engine->schedule(gpuPod("b", 1, 400));
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(a->gpu_indices, b->gpu_indices);
+  const auto c = engine->schedule(gpuPod("c", 1, 100));
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), StatusCode::kResourceExhausted);
+}
+
+TEST(SchedulerTest, HonoursGpuTypeSet) {
+  auto engine = makeEngine({gpuNode("t4", "T4", 8), gpuNode("v100", "V100M32", 8)});
+  PodSpec p = gpuPod("p", 1);
+  p.gpu_types = {"V100M16", "V100M32"};
+  const auto placed = engine->schedule(p);
+  ASSERT_TRUE(placed.ok());
+  EXPECT_EQ(placed->node_name, "v100");
+  EXPECT_EQ(placed->gpu_type, "V100M32");
+}
+
+constexpr const char* kLadder = R"(
+gpu_types:
+  - {name: T4, rank: 1, cost: 0.35}
+  - {name: A10, rank: 2, cost: 0.75}
+  - {name: A100, rank: 3, cost: 3.0}
+  - {name: H100, rank: 4, cost: 5.0}
+)";
+
+TEST(SchedulerTest, LadderPicksCheapestSufficientTypeThatFitsNow) {
+  auto engine = makeEngine({gpuNode("h100", "H100", 8), gpuNode("a100", "A100", 1),
+                            gpuNode("a10", "A10", 1), gpuNode("t4", "T4", 8)},
+                           kLadder);
+  PodSpec p = gpuPod("p", 1);
+  p.min_gpu_type = "A10";  // "A10 or better"
+  auto first = engine->schedule(p);
+  ASSERT_TRUE(first.ok());
+  EXPECT_EQ(first->gpu_type, "A10");  // T4 is cheaper but not sufficient
+  p.name = "q";
+  auto second = engine->schedule(p);
+  ASSERT_TRUE(second.ok());
+  EXPECT_EQ(second->gpu_type, "A100");  // A10 full: next cheapest that can place it now
+  p.name = "r";
+  auto third = engine->schedule(p);
+  ASSERT_TRUE(third.ok());
+  EXPECT_EQ(third->gpu_type, "H100");
+}
+
+TEST(SchedulerTest, ProportionalCpuMemoryRefusesPodThatWouldStrandGpus) {
+  const std::string yaml = "proportional: {enabled: true, slack: 0.1, mode: check}\n";
+  auto engine = makeEngine({gpuNode("n0", "A10", 4, 64000, 256 * 1024)}, yaml);
+  // 1 of 4 GPUs may take 16 cores (+10%) and 64 GiB (+10%).
+  const auto hog = engine->schedule(gpuPod("hog", 1, 1000, 8000, 250 * 1024));
+  ASSERT_FALSE(hog.ok());
+  EXPECT_EQ(hog.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_TRUE(engine->schedule(gpuPod("fair", 1, 1000, 17000, 70 * 1024)).ok());
+}
+
+TEST(SchedulerTest, ProportionalSetModeSizesCpuAndMemoryToTheGpuShare) {
+  const std::string yaml = "proportional: {enabled: true, mode: set}\n";
+  auto engine = makeEngine({gpuNode("n0", "A10", 4, 64000, 256 * 1024)}, yaml);
+  const auto placed = engine->schedule(gpuPod("p", 2, 1000, 1000, 1024));
+  ASSERT_TRUE(placed.ok());
+  EXPECT_EQ(placed->cpu_milli, 32000);
+  EXPECT_EQ(placed->memory_mib, 128 * 1024);
+}
+
+TEST(SchedulerTest, TierZeroReclaimsBorrowedQuota) {
+  auto engine = makeEngine({gpuNode("n0", "A10", 4)}, kTwoQueues);
+  // team-b borrows team-a's idle guarantee with best-effort pods.
+  std::vector<PodId> borrowed;
+  for (int i = 0; i < 4; ++i) {
+    PodSpec p = gpuPod("b" + std::to_string(i), 1);
+    p.queue = "org/team-b";
+    p.tier = Tier::kBestEffort;
+    p.creation_s = i;
+    auto placed = engine->schedule(p, i);
+    ASSERT_TRUE(placed.ok()) << placed.status().message();
+    borrowed.push_back(placed->pod);
+  }
+  PodSpec owner = gpuPod("a0", 2);
+  owner.queue = "org/team-a";
+  owner.tier = Tier::kGuaranteed;
+  const auto placed = engine->schedule(owner, 10);
+  ASSERT_TRUE(placed.ok()) << placed.status().message();
+  ASSERT_EQ(placed->evicted.size(), 2u);  // minimal: exactly the 2 GPUs it needs
+  for (const Eviction& e : placed->evicted) {
+    EXPECT_NE(e.reason.find("borrowed quota reclaimed by tier-0 pod a0"), std::string::npos)
+        << e.reason;
+  }
+}
+
+TEST(SchedulerTest, TierOneIsNeverPreempted) {
+  auto engine = makeEngine({gpuNode("n0", "A10", 4)}, R"(
+queues:
+  - name: team-a
+    guaranteed: {gpus: {A10: 2}}
+  - name: team-b
+)");
+  // team-b tier-1 pods fill the shared part (4 - 2 reserved = 2 GPUs) ...
+  for (int i = 0; i < 2; ++i) {
+    PodSpec p = gpuPod("s" + std::to_string(i), 1);
+    p.queue = "team-b";
+    p.tier = Tier::kShared;
+    ASSERT_TRUE(engine->schedule(p).ok());
+  }
+  // ... and cannot take the reserved guarantee.
+  PodSpec extra = gpuPod("s2", 1);
+  extra.queue = "team-b";
+  extra.tier = Tier::kShared;
+  const auto refused = engine->schedule(extra);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kFailedPrecondition);
+  // team-a's tier-0 pods get their 2 guaranteed GPUs without touching tier-1.
+  for (int i = 0; i < 2; ++i) {
+    PodSpec p = gpuPod("g" + std::to_string(i), 1);
+    p.queue = "team-a";
+    p.tier = Tier::kGuaranteed;
+    const auto placed = engine->schedule(p);
+    ASSERT_TRUE(placed.ok()) << placed.status().message();
+    EXPECT_TRUE(placed->evicted.empty());
+  }
+  // Over its guarantee, tier 0 is refused rather than preempting tier 1.
+  PodSpec over = gpuPod("g2", 1);
+  over.queue = "team-a";
+  over.tier = Tier::kGuaranteed;
+  EXPECT_FALSE(engine->schedule(over).ok());
+  EXPECT_EQ(engine->stats().running_pods, 4);
+}
+
+TEST(SchedulerTest, TierZeroNeverPreemptsTierOneEvenWhenNodeIsFull) {
+  auto engine = makeEngine({gpuNode("n0", "A10", 2)});  // no queues: no reservation
+  PodSpec shared = gpuPod("shared", 2);
+  shared.tier = Tier::kShared;
+  ASSERT_TRUE(engine->schedule(shared).ok());
+  PodSpec urgent = gpuPod("urgent", 1);
+  urgent.tier = Tier::kGuaranteed;
+  const auto r = engine->schedule(urgent);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kResourceExhausted);
+}
+
+TEST(SchedulerTest, VictimOrderIsFewestGpusThenYoungest) {
+  auto engine = makeEngine({gpuNode("n0", "A10", 4)});
+  struct V {
+    const char* name;
+    int gpus;
+    int64_t created;
+  };
+  // 4 GPUs: a 2-GPU pod (old), two 1-GPU pods (old and young).
+  for (const V& v : {V{"big", 2, 1}, V{"old1", 1, 2}, V{"young1", 1, 5}}) {
+    PodSpec p = gpuPod(v.name, v.gpus);
+    p.tier = Tier::kBestEffort;
+    p.creation_s = v.created;
+    ASSERT_TRUE(engine->schedule(p, v.created).ok());
+  }
+  PodSpec filler = gpuPod("filler", 0);  // CPU-only, tier 1: never a victim
+  ASSERT_TRUE(engine->schedule(filler).ok());
+  // Needs 2 GPUs with none free: the 2-GPU pod alone or both 1-GPU pods would do; the minimal
+  // set (fewest victims) wins.
+  PodSpec urgent = gpuPod("urgent", 2);
+  urgent.tier = Tier::kGuaranteed;
+  auto r = engine->schedule(urgent, 10);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  ASSERT_EQ(r->evicted.size(), 1u);
+  EXPECT_EQ(r->evicted[0].pod_name, "big");
+  // Needs 1 GPU: among 1-GPU victims the youngest goes first.
+  PodSpec urgent2 = gpuPod("urgent2", 1);
+  urgent2.tier = Tier::kGuaranteed;
+  r = engine->schedule(urgent2, 11);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  ASSERT_EQ(r->evicted.size(), 1u);
+  EXPECT_EQ(r->evicted[0].pod_name, "young1");
+  EXPECT_NE(r->evicted[0].reason.find("tier-2 pod preempted by tier-0 pod urgent2"),
+            std::string::npos);
+}
+
+TEST(SchedulerTest, IdleReclaimEvictsOnlyPodsIdleLongEnough) {
+  auto engine = makeEngine({gpuNode("n0", "A10", 4)}, R"(
+idle_reclaim:
+  - name: idle-notebooks
+    match: {labels: {kind: notebook}}
+    idle_hours: 4
+    utilization_below: 0.05
+)");
+  PodSpec nb = gpuPod("nb", 1, 500);
+  nb.labels["kind"] = "notebook";
+  PodSpec busy = nb;
+  busy.name = "busy";
+  PodSpec train = gpuPod("train", 1);
+  train.labels["kind"] = "training";
+  const auto a = engine->schedule(nb);
+  const auto b = engine->schedule(busy);
+  const auto c = engine->schedule(train);
+  ASSERT_TRUE(a.ok() && b.ok() && c.ok());
+  for (int h = 0; h <= 5; ++h) {
+    const int64_t t = h * 3600;
+    engine->recordUtilization(a->pod, 0.01, t);
+    engine->recordUtilization(b->pod, h == 3 ? 0.5 : 0.01, t);  // woke up at hour 3
+    engine->recordUtilization(c->pod, 0.0, t);                  // no policy matches
+  }
+  const auto reclaimed = engine->reclaimIdle(5 * 3600);
+  ASSERT_EQ(reclaimed.size(), 1u);
+  EXPECT_EQ(reclaimed[0].pod_name, "nb");
+  EXPECT_NE(reclaimed[0].reason.find("idle-notebooks"), std::string::npos);
+  EXPECT_NE(reclaimed[0].reason.find("5.0 h"), std::string::npos);
+  EXPECT_EQ(engine->stats().running_pods, 2);
+}
+
+TEST(SchedulerTest, PlacementRulesMapPodsToQueuesAndTiers) {
+  auto engine = makeEngine({gpuNode("n0", "A10", 2)}, R"(
+queues:
+  - name: team-a
+    max: {gpus: {"*": 1}}
+placement:
+  - match: {namespace: vision}
+    queue: team-a
+    tier: 2
+)");
+  PodSpec p = gpuPod("p", 1);
+  p.ns = "vision";
+  ASSERT_TRUE(engine->schedule(p).ok());
+  p.name = "q";
+  const auto r = engine->schedule(p);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(r.status().message().find("team-a: max GPU quota"), std::string::npos);
+}
+
+TEST(SchedulerTest, DecideDoesNotCommit) {
+  auto engine = makeEngine({gpuNode("n0", "A10", 2)});
+  const auto d = engine->decide(gpuPod("p", 2));
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->node_name, "n0");
+  EXPECT_EQ(engine->stats().gpu_milli_allocated, 0);
+}
+
+TEST(SchedulerTest, InferaKeepsEmptyNodesEmpty) {
+  // One node half used, one empty: a 1-GPU pod goes to the used node.
+  auto engine = makeEngine({gpuNode("a", "A10", 4), gpuNode("b", "A10", 4)});
+  ASSERT_TRUE(engine->schedule(gpuPod("first", 2)).ok());
+  const auto second = engine->schedule(gpuPod("second", 1));
+  ASSERT_TRUE(second.ok());
+  EXPECT_EQ(engine->stats().empty_gpu_nodes, 1);
+}
+
+TEST(SchedulerTest, RejectsMalformedPods) {
+  auto engine = makeEngine({gpuNode("n0", "A10", 2)});
+  EXPECT_EQ(engine->schedule(gpuPod("p", 2, 500)).status().code(), StatusCode::kInvalidArgument);
+  PodSpec ladder = gpuPod("q", 1);
+  ladder.min_gpu_type = "A10";  // no ladder configured
+  EXPECT_EQ(engine->schedule(ladder).status().code(), StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace infera::sched
