@@ -28,6 +28,8 @@ struct SimulateOptions {
   int seeds = 10;
   uint64_t first_seed = 42;
   double load = 1.3;
+  double speedup = 1.0;
+  int64_t sample_s = 3600;
   std::string config;
   std::string out_dir = "sched-report";
   bool progress = true;
@@ -117,6 +119,8 @@ int runSimulate(const SimulateOptions& o) {
     ProgressBar bar(policy, show);
     cfg.policy = policy;
     cfg.seed = o.first_seed;
+    cfg.arrival_speedup = o.speedup;
+    cfg.sample_interval_s = o.sample_s;
     cfg.progress = [&bar](double f) { bar.update(f); };
     auto r = runReplay(*nodes, *pods, cfg);
     if (!r.ok()) return fail(r.status());
@@ -169,6 +173,12 @@ void registerSchedCommands(CLI::App& app) {
   sim->add_option("--first-seed", opts->first_seed, "first seed")->capture_default_str();
   sim->add_option("--load", opts->load, "final arrived GPU load (fgd mode)")
       ->check(CLI::Range(0.05, 5.0))
+      ->capture_default_str();
+  sim->add_option("--speedup", opts->speedup, "divide arrival times by this (replay mode)")
+      ->check(CLI::Range(0.001, 1e6))
+      ->capture_default_str();
+  sim->add_option("--sample", opts->sample_s, "sampling interval in seconds (replay mode)")
+      ->check(CLI::Range(1, 86400 * 30))
       ->capture_default_str();
   sim->add_option("--config", opts->config, "scheduler YAML: queues, tiers, ladder (replay mode)");
   sim->add_option("-o,--out", opts->out_dir, "output directory")->capture_default_str();

@@ -177,7 +177,13 @@ Result<ReplayResult> runReplay(const std::vector<NodeSpec>& nodes, const std::ve
                                const ReplayConfig& cfg) {
   ReplayResult out;
   out.policy = cfg.policy;
+  if (cfg.arrival_speedup <= 0) return Status::invalidArgument("arrival_speedup must be > 0");
   std::vector<PodSpec> pods = in;
+  for (PodSpec& p : pods) {
+    const int64_t duration = p.deletion_s > p.creation_s ? p.deletion_s - p.creation_s : -1;
+    p.creation_s = static_cast<int64_t>(static_cast<double>(p.creation_s) / cfg.arrival_speedup);
+    p.deletion_s = duration >= 0 ? p.creation_s + duration : -1;
+  }
   std::stable_sort(pods.begin(), pods.end(),
                    [](const PodSpec& a, const PodSpec& b) { return a.creation_s < b.creation_s; });
   SchedulerConfig sc;
@@ -193,7 +199,8 @@ Result<ReplayResult> runReplay(const std::vector<NodeSpec>& nodes, const std::ve
     p.labels["kind"] = sim[i].kind;
     sim[i].hash = nameHash(p.name) ^ cfg.seed;
     sim[i].remaining_s = p.deletion_s > p.creation_s ? p.deletion_s - p.creation_s : -1;
-    end_s = std::max({end_s, p.creation_s, p.deletion_s});
+    // The replay window ends with the last arrival (the trace is a snapshot taken then).
+    end_s = std::max(end_s, p.creation_s);
   }
   INFERA_ASSIGN_OR_RETURN(auto engine, Scheduler::create(sc, nodes));
   out.pods = static_cast<int>(pods.size());
