@@ -1,7 +1,170 @@
+// The `infera` binary: flags and wiring only.
+
 #include <CLI/CLI.hpp>
+#include <csignal>
+#include <cstdio>
+#include <iostream>
+#include <pthread.h>
+
+#include "core/log.h"
+#include "emulator/emulator.h"
+#include "gateway/config.h"
+#include "gateway/gateway.h"
+#ifdef INFERA_WITH_SCHED
+#include "cli/sched_cmd.h"
+#endif
+
+namespace {
+
+using namespace infera;
+
+// Blocks the signals we handle in every thread (call before starting any), then waits for them.
+sigset_t handledSignals() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGHUP);
+  return set;
+}
+
+int runServe(const std::string& config_path, const std::string& log_level) {
+  auto cfg = gateway::loadGatewayConfig(config_path);
+  if (!cfg.ok()) {
+    std::fprintf(stderr, "%s\n", cfg.status().message().c_str());
+    return 1;
+  }
+  if (!log_level.empty()) cfg->log_level = log_level;
+  const int64_t drain_ms = cfg->drain_timeout_ms;
+  sigset_t set = handledSignals();
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  auto gw = gateway::Gateway::start(std::move(*cfg), config_path);
+  if (!gw.ok()) {
+    std::fprintf(stderr, "cannot start: %s\n", gw.status().message().c_str());
+    return 1;
+  }
+  std::printf("infera gateway: data http://127.0.0.1:%u  admin http://127.0.0.1:%u\n", (*gw)->port(),
+              (*gw)->adminPort());
+  std::fflush(stdout);
+  for (;;) {
+    int sig = 0;
+    if (sigwait(&set, &sig) != 0) continue;
+    if (sig == SIGHUP) {
+      const Status s = (*gw)->reload();
+      std::fprintf(stderr, "reload: %s\n", s.isOk() ? "ok" : s.message().c_str());
+      continue;
+    }
+    const bool drained = (*gw)->drain(std::chrono::milliseconds(drain_ms));
+    std::fprintf(stderr, "shutdown: %s\n", drained ? "drained" : "drain deadline passed");
+    return 0;
+  }
+}
+
+int runEmulate(emulator::EmulatorConfig cfg) {
+  sigset_t set = handledSignals();
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  auto emu = emulator::Emulator::start(cfg);
+  if (!emu.ok()) {
+    std::fprintf(stderr, "cannot start emulator: %s\n", emu.status().message().c_str());
+    return 1;
+  }
+  std::printf("infera emulator: %s\n", (*emu)->url().c_str());
+  std::fflush(stdout);
+  for (;;) {
+    int sig = 0;
+    if (sigwait(&set, &sig) != 0) continue;
+    if (sig == SIGHUP) continue;
+    (*emu)->stop();
+    return 0;
+  }
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"infera"};
+  CLI::App app{"infera: one platform for AI inference (gateway, emulator, GPU scheduler)"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "infera 0.1.0");
+
+  std::string config_path;
+  std::string log_level;
+  auto* serve = app.add_subcommand("serve", "Run the gateway (data port + admin port)");
+  serve->add_option("-c,--config", config_path, "Gateway config YAML")->required();
+  serve->add_option("--log-level", log_level, "trace|debug|info|warn|error|off");
+  serve->callback([&] { std::exit(runServe(config_path, log_level)); });
+
+  emulator::EmulatorConfig ecfg;
+  std::string emu_config;
+  std::string models_csv;
+  auto* emulate = app.add_subcommand("emulate", "Run the model-server emulator (OpenAI + KServe v2)");
+  emulate->add_option("-c,--config", emu_config, "Emulator config YAML (same keys as gateway emulators)");
+  emulate->add_option("--host", ecfg.host, "Listen address");
+  emulate->add_option("--port", ecfg.port, "Listen port (0 = any free port)");
+  emulate->add_option("--workers", ecfg.workers, "Event loops");
+  emulate->add_option("--models", models_csv, "Comma-separated model names");
+  emulate->add_option("--ttft-ms", ecfg.ttft_ms, "Time to first token");
+  emulate->add_option("--token-ms", ecfg.token_ms, "Latency per token after the first");
+  emulate->add_option("--max-tokens", ecfg.default_max_tokens, "Tokens when a request sets no max_tokens");
+  emulate->add_option("--error-rate", ecfg.faults.error_rate, "Share of requests answered with --error-status");
+  emulate->add_option("--error-status", ecfg.faults.error_status, "Status of injected errors");
+  emulate->add_option("--latency-ms", ecfg.faults.added_latency_ms, "Latency added before any response");
+  emulate->add_option("--hang-rate", ecfg.faults.hang_rate, "Share of requests never answered");
+  emulate->add_option("--disconnect-rate", ecfg.faults.disconnect_rate, "Share of streams cut mid-stream");
+  emulate->add_option("--disconnect-after", ecfg.faults.disconnect_after_tokens, "Tokens before a cut");
+  emulate->callback([&] {
+    if (!emu_config.empty()) {
+      auto root = loadYamlFile(emu_config);
+      if (!root.ok()) {
+        std::fprintf(stderr, "%s\n", root.status().message().c_str());
+        std::exit(1);
+      }
+      ConfigErrors errors;
+      ConfigReader r(*root, &errors);
+      emulator::readEmulatorConfig(r, ecfg);
+      r.finish();
+      if (!errors.empty()) {
+        std::fprintf(stderr, "%s\n", errors.toStatus(emu_config).message().c_str());
+        std::exit(1);
+      }
+    }
+    if (!models_csv.empty()) {
+      ecfg.models.clear();
+      size_t start = 0;
+      while (start <= models_csv.size()) {
+        const size_t comma = models_csv.find(',', start);
+        const std::string m = models_csv.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+        if (!m.empty()) ecfg.models.push_back(m);
+        if (comma == std::string::npos) break;
+        start = comma + 1;
+      }
+    }
+    std::exit(runEmulate(ecfg));
+  });
+
+  auto* config = app.add_subcommand("config", "Configuration tools");
+  config->require_subcommand(1);
+  std::string validate_path;
+  auto* validate = config->add_subcommand("validate", "Validate a gateway config without binding any port");
+  validate->add_option("file", validate_path, "Config YAML")->required();
+  validate->callback([&] {
+    auto cfg = gateway::loadGatewayConfig(validate_path);
+    if (!cfg.ok()) {
+      std::fprintf(stderr, "%s\n", cfg.status().message().c_str());
+      std::exit(1);
+    }
+    size_t endpoints = 0;
+    for (const auto& m : cfg->models) {
+      for (const auto& d : m.deployments) endpoints += d.endpoints.size();
+    }
+    std::printf("%s: ok (%zu models, %zu endpoints, %zu emulators)\n", validate_path.c_str(), cfg->models.size(),
+                endpoints, cfg->emulators.size());
+    std::exit(0);
+  });
+
+#ifdef INFERA_WITH_SCHED
+  infera::cli::registerSchedCommands(app);
+#endif
+
   CLI11_PARSE(app, argc, argv);
   return 0;
 }

@@ -242,19 +242,22 @@ Task<void> Handler::handle(HttpRequest& req, ResponseWriter& w) {
   } else if (path.starts_with("/v2")) {
     co_await kserve(req, w);
   } else {
-    co_await error(w, 404, "no route for " + std::string(path), "invalid_request_error", "not_found");
+    const std::string msg = "no route for " + std::string(path);
+    co_await error(w, 404, msg, "invalid_request_error", "not_found");
   }
 }
 
 Task<void> Handler::generate(HttpRequest& req, ResponseWriter& w, bool chat) {
   auto parsed = parseOpenAi(req, chat);
   if (!parsed.ok()) {
-    co_await error(w, 400, parsed.status().message(), "invalid_request_error", "invalid_request");
+    const std::string msg = parsed.status().message();
+    co_await error(w, 400, msg, "invalid_request_error", "invalid_request");
     co_return;
   }
   const ParsedRequest& p = *parsed;
   if (!knownModel(p.model)) {
-    co_await error(w, 404, "The model `" + p.model + "` does not exist.", "invalid_request_error",
+    const std::string msg = "The model `" + p.model + "` does not exist.";
+    co_await error(w, 404, msg, "invalid_request_error",
                    "model_not_found");
     co_return;
   }
@@ -308,8 +311,9 @@ Task<void> Handler::generate(HttpRequest& req, ResponseWriter& w, bool chat) {
   } guard{stats};
   const bool cut = f.disconnect_rate.load() > 0 && uniform() < f.disconnect_rate.load();
   const int cut_after = f.disconnect_after_tokens.load();
-  if (!co_await w.start(200, "text/event-stream",
-                        std::array<HttpHeader, 1>{HttpHeader{"cache-control", "no-cache"}})) {
+  // No temporaries with destructors inside co_await expressions: g++ 12 mishandles them.
+  const std::array<HttpHeader, 1> sse_headers{HttpHeader{"cache-control", "no-cache"}};
+  if (!co_await w.start(200, "text/event-stream", sse_headers)) {
     co_return;
   }
   const std::string prefix = "{\"id\":\"" + id + "\",\"object\":\"" + std::string(object) +
@@ -402,7 +406,8 @@ Task<void> Handler::embeddings(HttpRequest& req, ResponseWriter& w) {
     co_return;
   }
   if (!knownModel(model)) {
-    co_await error(w, 404, "The model `" + std::string(model) + "` does not exist.",
+    const std::string msg = "The model `" + std::string(model) + "` does not exist.";
+    co_await error(w, 404, msg,
                    "invalid_request_error", "model_not_found");
     co_return;
   }
@@ -487,7 +492,8 @@ Task<void> Handler::kserve(HttpRequest& req, ResponseWriter& w) {
   }
   constexpr std::string_view kModels = "/v2/models/";
   if (!path.starts_with(kModels)) {
-    co_await error(w, 404, "no route for " + std::string(path), "invalid_request_error", "not_found");
+    const std::string msg = "no route for " + std::string(path);
+    co_await error(w, 404, msg, "invalid_request_error", "not_found");
     co_return;
   }
   std::string_view rest = path.substr(kModels.size());
@@ -495,8 +501,8 @@ Task<void> Handler::kserve(HttpRequest& req, ResponseWriter& w) {
   const std::string_view model = rest.substr(0, slash);
   std::string_view tail = slash == std::string_view::npos ? std::string_view() : rest.substr(slash);
   if (!knownModel(model)) {
-    co_await w.send(404, "application/json",
-                    "{\"error\":\"model '" + std::string(model) + "' is not found\"}");
+    const std::string body = "{\"error\":\"model '" + std::string(model) + "' is not found\"}";
+    co_await w.send(404, "application/json", body);
     co_return;
   }
   if (tail.starts_with("/versions/")) {
@@ -518,7 +524,8 @@ Task<void> Handler::kserve(HttpRequest& req, ResponseWriter& w) {
   } else if (tail == "/infer" && req.method == "POST") {
     co_await kserveInfer(model, req, w);
   } else {
-    co_await error(w, 404, "no route for " + std::string(path), "invalid_request_error", "not_found");
+    const std::string msg = "no route for " + std::string(path);
+    co_await error(w, 404, msg, "invalid_request_error", "not_found");
   }
 }
 

@@ -11,6 +11,7 @@
 #include <boost/beast/http/parser.hpp>
 #include <boost/beast/http/read.hpp>
 #include <charconv>
+#include <limits>
 
 #include "net/watchdog.h"
 
@@ -70,7 +71,8 @@ class UpstreamConnectionImpl final : public UpstreamConnection {
 
   Task<Result<const ClientResponseHead*>> readHead(Deadline deadline) override {
     parser_.emplace();
-    parser_->body_limit(boost::none);
+    // Not boost::none: Beast 1.74 compares the length against an empty optional and fails.
+    parser_->body_limit(std::numeric_limits<std::uint64_t>::max());
     parser_->header_limit(64 * 1024);
     if (head_only_) parser_->skip(true);
     watchdog_.expireAt(deadline);

@@ -25,12 +25,13 @@ using boost::system::error_code;
 
 struct LoopState;
 
-class Connection final : public ResponseWriter, public std::enable_shared_from_this<Connection> {
+class Connection final : public ResponseWriter {
  public:
   Connection(LoopState& loop, tcp::socket socket);
   ~Connection() override;
 
-  Task<void> run();
+  // `self` keeps the connection alive for the coroutine's life (coroutines start lazily).
+  Task<void> run(std::shared_ptr<Connection> self);
   void closeIfIdle() {
     if (idle_) closeSocket();
   }
@@ -132,8 +133,7 @@ void Connection::fillRequest(http::request<http::string_body>& msg) {
   request_.keep_alive = msg.keep_alive();
 }
 
-Task<void> Connection::run() {
-  auto self = shared_from_this();
+Task<void> Connection::run([[maybe_unused]] std::shared_ptr<Connection> self) {
   const ServerConfig& cfg = loop_.config;
   bool first = true;
   std::optional<http::request_parser<http::string_body>> parser;
@@ -164,10 +164,10 @@ Task<void> Connection::run() {
     // Reject an oversized declared body before reading it.
     if (const auto len = parser->content_length(); len && *len > cfg.max_body_bytes) {
       loop_.stats.rejected_too_large.fetch_add(1, std::memory_order_relaxed);
-      co_await sendError(413,
-                         "request body of " + std::to_string(*len) + " bytes exceeds the limit of " +
-                             std::to_string(cfg.max_body_bytes) + " bytes",
-                         "invalid_request_error", "request_too_large");
+      // Named, not a temporary: g++ 12 mishandles temporaries with destructors in co_await.
+      const std::string msg = "request body of " + std::to_string(*len) +
+                              " bytes exceeds the limit of " + std::to_string(cfg.max_body_bytes) + " bytes";
+      co_await sendError(413, msg, "invalid_request_error", "request_too_large");
       break;
     }
     if (!parser->is_done()) {
@@ -316,7 +316,13 @@ void Connection::watchDisconnect(std::function<void()> on_close) {
   int fd = socket_.native_handle();
   // wait_read completes on data or EOF without consuming anything; MSG_PEEK tells them apart.
   socket_.async_wait(tcp::socket::wait_read, [w, fd](const error_code& ec) {
-    if (ec || !w->active) return;
+    if (!w->active) return;
+    if (ec) {
+      // The socket was closed under the handler (shutdown, timeout): the client is gone for it.
+      w->active = false;
+      w->on_close();
+      return;
+    }
     char byte;
     const ssize_t n = ::recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
     if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) {
@@ -437,7 +443,8 @@ class HttpServerImpl final : public HttpServer {
       }
       if (st->draining) continue;
       auto conn = std::make_shared<Connection>(*st, std::move(socket));
-      spawn(st->ctx, conn->run(), "http connection");
+      Connection* raw = conn.get();
+      spawn(st->ctx, raw->run(std::move(conn)), "http connection");
     }
   }
 

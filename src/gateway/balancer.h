@@ -1,0 +1,35 @@
+#pragma once
+// Private to the gateway. Latency-aware endpoint choice: power of two choices over weighted random
+// samples, scored by EWMA latency x (in-flight + 1) / weight, with region preference.
+
+#include <cstdint>
+#include <random>
+#include <span>
+#include <vector>
+
+namespace infera::gateway {
+
+struct Candidate {
+  uint32_t index = 0;     // the endpoint's index in the route table
+  double ewma_s = 0;      // EWMA latency (time to first byte) seen by this worker; 0 = no sample
+  int inflight = 0;       // this worker's requests in flight to it
+  int weight = 1;
+  bool local = false;     // in the gateway's own region
+};
+
+// Scores within this ratio of each other count as equal; the first weighted sample then wins,
+// so equal endpoints share traffic by weight.
+inline constexpr double kScoreTieRatio = 1.15;
+
+double candidateScore(const Candidate& c);
+
+// Picks one of `candidates` (all eligible: healthy, not ejected, under their limit). Region
+// preference: if any local candidate exists and the best local score is within (1 + margin) of the
+// best remote score, only local candidates are considered; otherwise all (spill-over). Returns the
+// position in `candidates`, or -1 when empty.
+int pickCandidate(std::span<const Candidate> candidates, double region_margin, std::mt19937_64& rng);
+
+// Weighted random position in `candidates` restricted to positions in `pool`.
+int weightedSample(std::span<const Candidate> candidates, std::span<const int> pool, std::mt19937_64& rng);
+
+}  // namespace infera::gateway

@@ -1,0 +1,63 @@
+#pragma once
+// Private to the gateway: the per-worker data-plane handler. Lives on one event loop; holds that
+// worker's routing snapshot, endpoint latency/in-flight state and upstream connection pools.
+
+#include <memory>
+#include <random>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "gateway/routes.h"
+#include "net/server.h"
+#include "obs/access_log.h"
+
+namespace simdjson::dom {
+class parser;
+}
+
+namespace infera::gateway {
+
+struct WorkerEndpoint {
+  double ewma_s = 0;  // EWMA of time to response head
+  int inflight = 0;
+  std::unique_ptr<net::ConnectionPool> pool;
+};
+
+class ProxyHandler final : public net::HttpHandler {
+ public:
+  ProxyHandler(int shard, net::asio::io_context& ctx, GatewayMetrics& metrics, obs::AccessLog* access_log);
+  ~ProxyHandler() override;
+
+  // Swaps the routing snapshot (on this worker's loop). Requests in flight keep theirs.
+  void setTable(std::shared_ptr<const RouteTable> table);
+  net::Task<void> handle(net::HttpRequest& request, net::ResponseWriter& writer) override;
+
+ private:
+  struct Exchange;
+  net::Task<void> handleOpenAi(Exchange& x);
+  net::Task<void> handleKServe(Exchange& x);
+  net::Task<void> forward(Exchange& x, const std::vector<uint32_t>& candidates);
+  net::Task<void> sendError(Exchange& x, int status, std::string_view message, std::string_view type,
+                            std::string_view code);
+  int pick(const RouteTable& table, const std::vector<uint32_t>& candidates,
+           const std::vector<uint32_t>& tried, int64_t now_ns);
+  void recordFailure(const Endpoint& ep, int64_t now_ns);
+  void recordSuccess(const Endpoint& ep, int64_t now_ns);
+  void finishExchange(Exchange& x);
+
+  int shard_;
+  net::asio::io_context& ctx_;
+  GatewayMetrics& metrics_;
+  obs::AccessLog* access_log_;
+  std::shared_ptr<const RouteTable> table_;
+  std::vector<std::shared_ptr<WorkerEndpoint>> state_;  // parallel to table_->endpoints
+  std::unordered_map<std::string, std::shared_ptr<WorkerEndpoint>> state_by_key_;
+  std::mt19937_64 rng_;
+  std::unique_ptr<simdjson::dom::parser> parser_;
+  obs::RequestIdGenerator ids_;
+  std::string rewritten_body_;
+  std::unique_ptr<net::asio::steady_timer> flush_timer_;
+};
+
+}  // namespace infera::gateway

@@ -1,0 +1,117 @@
+#include "gateway/request_scan.h"
+
+namespace infera::gateway {
+
+namespace {
+size_t skipString(std::string_view s, size_t i) {
+  // s[i] == '"'; returns the index after the closing quote.
+  ++i;
+  while (i < s.size()) {
+    if (s[i] == '\\') {
+      i += 2;
+      continue;
+    }
+    if (s[i] == '"') return i + 1;
+    ++i;
+  }
+  return s.size();
+}
+size_t skipSpace(std::string_view s, size_t i) {
+  while (i < s.size() && (s[i] == ' ' || s[i] == '\n' || s[i] == '\t' || s[i] == '\r')) ++i;
+  return i;
+}
+}  // namespace
+
+bool findTopLevelValue(std::string_view json, std::string_view key, size_t& begin, size_t& end) {
+  int depth = 0;
+  bool expect_key = false;
+  size_t i = 0;
+  while (i < json.size()) {
+    const char c = json[i];
+    if (c == '"') {
+      const size_t close = skipString(json, i);
+      if (depth == 1 && expect_key) {
+        const std::string_view k = json.substr(i + 1, close - i - 2);
+        size_t j = skipSpace(json, close);
+        if (j < json.size() && json[j] == ':') {
+          j = skipSpace(json, j + 1);
+          if (k == key) {
+            begin = j;
+            // Value end: a string, or up to the next top-level ',' or '}'.
+            if (j < json.size() && json[j] == '"') {
+              end = skipString(json, j);
+            } else {
+              int d = 0;
+              size_t e = j;
+              while (e < json.size()) {
+                const char ch = json[e];
+                if (ch == '"') {
+                  e = skipString(json, e);
+                  continue;
+                }
+                if (ch == '{' || ch == '[') ++d;
+                if (ch == '}' || ch == ']') {
+                  if (d == 0) break;
+                  --d;
+                }
+                if (ch == ',' && d == 0) break;
+                ++e;
+              }
+              while (e > j && (json[e - 1] == ' ' || json[e - 1] == '\n' || json[e - 1] == '\t' ||
+                               json[e - 1] == '\r')) {
+                --e;
+              }
+              end = e;
+            }
+            return true;
+          }
+          expect_key = false;
+          i = j;
+          continue;
+        }
+      }
+      i = close;
+      continue;
+    }
+    if (c == '{' || c == '[') {
+      ++depth;
+      expect_key = depth == 1 && c == '{';
+    } else if (c == '}' || c == ']') {
+      --depth;
+    } else if (c == ',' && depth == 1) {
+      expect_key = true;
+    }
+    ++i;
+  }
+  return false;
+}
+
+Result<RequestFields> scanRequest(simdjson::dom::parser& parser, const std::string& body) {
+  simdjson::dom::element doc;
+  const auto err = parser.parse(body.data(), body.size(), true).get(doc);
+  if (err != simdjson::SUCCESS) {
+    return Status::invalidArgument(std::string("request body is not valid JSON: ") +
+                                   simdjson::error_message(err));
+  }
+  simdjson::dom::object obj;
+  if (doc.get(obj) != simdjson::SUCCESS) {
+    return Status::invalidArgument("request body must be a JSON object");
+  }
+  RequestFields f;
+  std::string_view model;
+  const auto model_err = obj["model"].get(model);
+  if (model_err == simdjson::SUCCESS) {
+    f.model.assign(model.data(), model.size());
+    f.has_model = !f.model.empty();
+  } else if (model_err != simdjson::NO_SUCH_FIELD) {
+    return Status::invalidArgument("'model' must be a string");
+  }
+  bool stream = false;
+  if (obj["stream"].get(stream) == simdjson::SUCCESS) f.stream = stream;
+  if (f.has_model) {
+    findTopLevelValue(body, "model", f.model_begin, f.model_end);
+  }
+  return f;
+}
+
+}  // namespace infera::gateway

@@ -1,0 +1,30 @@
+#pragma once
+// Private to the gateway. Reads only the fields routing needs from an OpenAI request body; the
+// body itself is forwarded untouched (except the model value when a deployment renames it).
+
+#include <simdjson.h>
+
+#include <string>
+#include <string_view>
+
+#include "core/status.h"
+
+namespace infera::gateway {
+
+struct RequestFields {
+  std::string model;
+  bool has_model = false;
+  bool stream = false;
+  // Byte span of the top-level "model" value token (quotes included) in the body.
+  size_t model_begin = 0;
+  size_t model_end = 0;
+};
+
+// kInvalidArgument for malformed JSON or a non-object body. A missing model is not an error here
+// (has_model = false) so the caller can answer with the right message.
+Result<RequestFields> scanRequest(simdjson::dom::parser& parser, const std::string& body);
+
+// Byte span of the top-level key's value in a JSON object text; false if absent.
+bool findTopLevelValue(std::string_view json, std::string_view key, size_t& begin, size_t& end);
+
+}  // namespace infera::gateway

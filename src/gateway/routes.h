@@ -1,0 +1,114 @@
+#pragma once
+// Private to the gateway: the immutable routing snapshot built from a GatewayConfig, the endpoint
+// state shared across workers, and the metrics the gateway declares.
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "gateway/config.h"
+#include "net/client.h"
+#include "obs/metrics.h"
+
+namespace infera::gateway {
+
+// Shared by all workers and kept across reloads (keyed by deployment + address). Written with
+// relaxed atomics, only on failures, health-check results and ejections.
+struct EndpointShared {
+  std::atomic<bool> healthy{true};  // active health check verdict
+  std::atomic<int> consecutive_failures{0};
+  std::atomic<int> ejections{0};  // for the back-off; reset by a success after re-admission
+  std::atomic<int64_t> ejected_until_ns{0};
+  std::atomic<int> check_failures{0};
+  std::atomic<int> check_successes{0};
+};
+
+struct GatewayMetrics {
+  explicit GatewayMetrics(obs::MetricsRegistry& r);
+  obs::MetricsRegistry& registry;
+  obs::Family* requests;          // {model, deployment, code_class}
+  obs::Family* duration;          // {model}
+  obs::Family* ttft;              // {model}
+  obs::Family* upstream_latency;  // {deployment}
+  obs::Family* retries;           // {deployment}
+  obs::Family* ejections;         // {deployment}
+  obs::Family* errors;            // {code}: errors the gateway answered itself
+  obs::Family* endpoint_healthy;  // {deployment, endpoint}
+  obs::Family* reloads;           // {result}
+  obs::Family* client_aborts;     // {model}
+  obs::Family* stream_errors;     // {model}: upstream died mid-stream
+  obs::Gauge* in_flight;
+  obs::Gauge* active_streams;
+  // Pre-resolved error counters (read-only after construction: no lock on lookup).
+  obs::Counter* errorCounter(std::string_view code) const;
+  std::vector<std::pair<std::string, obs::Counter*>> error_counters;
+};
+
+struct Deployment;
+
+struct Endpoint {
+  std::string key;    // "deployment|url": identity across reloads
+  std::string label;  // url or emulator:name, for logs and metrics
+  std::string region;
+  bool local = false;
+  int weight = 1;
+  int max_inflight_per_worker = 1024;
+  Protocol protocol = Protocol::kOpenAi;
+  net::UpstreamAddress address;
+  std::string host_header;
+  const Deployment* deployment = nullptr;
+  std::shared_ptr<EndpointShared> shared;
+  obs::Gauge* healthy_gauge = nullptr;
+};
+
+constexpr int kCodeClasses = 6;  // 1xx..5xx plus "other"
+int codeClassIndex(int status);
+
+struct Deployment {
+  std::string name;
+  std::string model;  // canonical model name
+  std::string upstream_model;
+  TimeoutConfig timeouts;
+  RetryConfig retry;
+  std::vector<uint32_t> endpoints;
+  obs::Counter* requests_by_class[kCodeClasses] = {};
+  obs::Histogram* upstream_latency = nullptr;
+  obs::Counter* retries = nullptr;
+  obs::Counter* ejections = nullptr;
+};
+
+struct Route {
+  std::string model;
+  std::vector<uint32_t> openai_endpoints;
+  std::vector<uint32_t> kserve_endpoints;
+  const Deployment* first_deployment = nullptr;
+  obs::Histogram* duration = nullptr;
+  obs::Histogram* ttft = nullptr;
+  obs::Counter* client_aborts = nullptr;
+  obs::Counter* stream_errors = nullptr;
+  obs::Counter* no_deployment_by_class[kCodeClasses] = {};
+};
+
+struct RouteTable {
+  int64_t generation = 0;
+  std::string region;
+  double region_margin = 0.5;
+  OutlierConfig outlier;
+  HealthCheckConfig health_check;
+  std::vector<Endpoint> endpoints;
+  std::vector<std::unique_ptr<Deployment>> deployments;
+  std::vector<std::unique_ptr<Route>> routes;
+  std::unordered_map<std::string, const Route*> by_name;  // models and aliases
+  std::string models_json;                                 // GET /v1/models body
+};
+
+// Builds a snapshot. Resolves URLs (blocking DNS: control thread only). `emulator_urls` maps
+// in-process emulator names to their URLs; `shared` carries endpoint state across reloads.
+Result<std::shared_ptr<const RouteTable>> buildRouteTable(
+    const GatewayConfig& config, const std::unordered_map<std::string, std::string>& emulator_urls,
+    std::unordered_map<std::string, std::shared_ptr<EndpointShared>>& shared, GatewayMetrics& metrics,
+    int64_t generation);
+
+}  // namespace infera::gateway
