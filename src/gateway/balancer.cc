@@ -6,21 +6,25 @@
 namespace infera::gateway {
 
 double candidateScore(const Candidate& c) {
-  // An endpoint without samples yet scores as a fast one (1 ms) so it gets explored.
-  const double latency = c.ewma_s > 0 ? c.ewma_s : 0.001;
-  return latency * static_cast<double>(c.inflight + 1) / static_cast<double>(std::max(c.weight, 1));
+  // An endpoint without samples yet scores 0, so it is tried as soon as it is drawn. Weight is
+  // not in the score: it shapes the sampling, so similar endpoints split traffic by weight.
+  return c.ewma_s * static_cast<double>(c.inflight + 1);
 }
 
-int weightedSample(std::span<const Candidate> candidates, std::span<const int> pool, std::mt19937_64& rng) {
+int weightedSample(std::span<const Candidate> candidates, std::span<const int> pool, std::mt19937_64& rng,
+                   int exclude) {
   int64_t total = 0;
-  for (int p : pool) total += std::max(candidates[static_cast<size_t>(p)].weight, 1);
+  for (int p : pool) {
+    if (p != exclude) total += std::max(candidates[static_cast<size_t>(p)].weight, 1);
+  }
   if (total == 0) return -1;
   int64_t r = std::uniform_int_distribution<int64_t>(0, total - 1)(rng);
   for (int p : pool) {
+    if (p == exclude) continue;
     r -= std::max(candidates[static_cast<size_t>(p)].weight, 1);
     if (r < 0) return p;
   }
-  return pool.back();
+  return -1;
 }
 
 int pickCandidate(std::span<const Candidate> candidates, double region_margin, std::mt19937_64& rng) {
@@ -38,7 +42,8 @@ int pickCandidate(std::span<const Candidate> candidates, double region_margin, s
   double best_local = std::numeric_limits<double>::infinity();
   double best_remote = std::numeric_limits<double>::infinity();
   for (size_t i = 0; i < candidates.size(); ++i) {
-    const double s = candidateScore(candidates[i]);
+    const Candidate& c = candidates[i];
+    const double s = (c.ewma_s > 0 ? c.ewma_s : kUnsampledPrior) * static_cast<double>(c.inflight + 1);
     if (candidates[i].local) {
       best_local = std::min(best_local, s);
       if (small) local_buf[n_local++] = static_cast<int>(i); else local_vec.push_back(static_cast<int>(i));
@@ -52,14 +57,13 @@ int pickCandidate(std::span<const Candidate> candidates, double region_margin, s
   std::span<const int> all = small ? std::span<const int>(all_buf, static_cast<size_t>(n_all))
                                    : std::span<const int>(all_vec);
   std::span<const int> pool = all;
-  if (!local.empty() && best_local <= best_remote * (1.0 + region_margin)) pool = local;
+  if (!local.empty() && best_local <= best_remote * (1.0 + region_margin) + kScoreTieAbsolute) pool = local;
   if (pool.size() == 1) return pool[0];
-  const int a = weightedSample(candidates, pool, rng);
-  int b = weightedSample(candidates, pool, rng);
-  for (int tries = 0; b == a && tries < 4; ++tries) b = weightedSample(candidates, pool, rng);
+  const int a = weightedSample(candidates, pool, rng, -1);
+  const int b = weightedSample(candidates, pool, rng, a);
   const double sa = candidateScore(candidates[static_cast<size_t>(a)]);
   const double sb = candidateScore(candidates[static_cast<size_t>(b)]);
-  if (sb * kScoreTieRatio < sa) return b;
+  if (sb * kScoreTieRatio + kScoreTieAbsolute < sa) return b;
   return a;
 }
 

@@ -19,7 +19,13 @@ struct Candidate {
 
 // Scores within this ratio of each other count as equal; the first weighted sample then wins,
 // so equal endpoints share traffic by weight.
-inline constexpr double kScoreTieRatio = 1.15;
+inline constexpr double kScoreTieRatio = 1.5;
+// ... and scores closer than this absolute gap (seconds) too: at loopback latencies a thread that
+// was idle answers a few hundred microseconds slower, which must not starve the less-used endpoint.
+inline constexpr double kScoreTieAbsolute = 0.002;
+// The latency assumed for an endpoint with no sample yet when deciding whether to leave the local
+// region (within the chosen pool an unsampled endpoint scores 0, so it gets explored).
+inline constexpr double kUnsampledPrior = 0.005;
 
 double candidateScore(const Candidate& c);
 
@@ -29,7 +35,9 @@ double candidateScore(const Candidate& c);
 // position in `candidates`, or -1 when empty.
 int pickCandidate(std::span<const Candidate> candidates, double region_margin, std::mt19937_64& rng);
 
-// Weighted random position in `candidates` restricted to positions in `pool`.
-int weightedSample(std::span<const Candidate> candidates, std::span<const int> pool, std::mt19937_64& rng);
+// Weighted random position in `candidates` among the positions in `pool` other than `exclude`
+// (-1 = none); -1 when nothing is left.
+int weightedSample(std::span<const Candidate> candidates, std::span<const int> pool, std::mt19937_64& rng,
+                   int exclude);
 
 }  // namespace infera::gateway

@@ -3,6 +3,7 @@
 #include <simdjson.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include "core/clock.h"
 #include "gateway/balancer.h"
@@ -18,6 +19,9 @@ using net::Task;
 namespace {
 
 constexpr double kEwmaAlpha = 0.2;
+// An endpoint's latency estimate halves for every second it goes without a new sample, so one
+// slow outlier cannot keep an endpoint from being tried again for ever.
+constexpr double kEwmaHalfLifeNs = 1e9;
 
 bool isHopByHop(std::string_view name) {
   return name == "connection" || name == "keep-alive" || name == "transfer-encoding" ||
@@ -124,7 +128,12 @@ int ProxyHandler::pick(const RouteTable& table, const std::vector<uint32_t>& can
     if (!ep.shared->healthy.load(std::memory_order_relaxed)) continue;
     if (ep.shared->ejected_until_ns.load(std::memory_order_relaxed) > now_ns) continue;
     if (ws.inflight >= ep.max_inflight_per_worker) continue;
-    Candidate c{idx, ws.ewma_s, ws.inflight, ep.weight, ep.local};
+    double ewma = ws.ewma_s;
+    if (ewma > 0) {
+      const double age_ns = static_cast<double>(now_ns - ws.sampled_ns);
+      if (age_ns > 1e8) ewma *= std::exp2(-age_ns / kEwmaHalfLifeNs);
+    }
+    Candidate c{idx, ewma, ws.inflight, ep.weight, ep.local};
     if (small) {
       buf[n++] = c;
     } else {
@@ -365,7 +374,7 @@ Task<void> ProxyHandler::forward(Exchange& x, const std::vector<uint32_t>& candi
     }
     net::ClientRequest creq{x.req.method, x.target, ep.host_header, x.fwd_headers, body};
     const Deadline try_deadline = std::min(total, deadlineAfter(dep.timeouts.first_byte_ms));
-    const int64_t sent_ns = monoNanos();
+    int64_t sent_ns = monoNanos();
 
     std::unique_ptr<net::UpstreamConnection> conn;
     Status st;
@@ -378,6 +387,7 @@ Task<void> ProxyHandler::forward(Exchange& x, const std::vector<uint32_t>& candi
       }
       conn = std::move(*c);
       x.current = conn.get();
+      sent_ns = monoNanos();  // latency samples exclude connecting
       st = co_await conn->send(creq, try_deadline);
       if (st.isOk() || !conn->reused() || x.client_gone) break;
       x.current = nullptr;
@@ -423,6 +433,7 @@ Task<void> ProxyHandler::forward(Exchange& x, const std::vector<uint32_t>& candi
     x.ttfb_s = latency;
     dep.upstream_latency->observe(shard_, latency);
     ws->ewma_s = ws->ewma_s == 0 ? latency : (1 - kEwmaAlpha) * ws->ewma_s + kEwmaAlpha * latency;
+    ws->sampled_ns = head_ns;
     if (h.status >= 500) {
       recordFailure(ep, head_ns);
       if (dep.retry.on_5xx && attempt + 1 < max_attempts && SteadyClock::now() < total) {

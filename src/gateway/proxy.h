@@ -19,7 +19,8 @@ class parser;
 namespace infera::gateway {
 
 struct WorkerEndpoint {
-  double ewma_s = 0;  // EWMA of time to response head
+  double ewma_s = 0;  // EWMA of time to response head (connect time excluded)
+  int64_t sampled_ns = 0;  // when ewma_s was last updated
   int inflight = 0;
   std::unique_ptr<net::ConnectionPool> pool;
 };

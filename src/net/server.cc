@@ -61,6 +61,10 @@ class Connection final : public ResponseWriter {
   Task<void> sendError(int status, std::string_view message, std::string_view type,
                        std::string_view code);
   void fillRequest(http::request<http::string_body>& msg);
+  // After an early error response: stop sending, then read and discard what the client is still
+  // sending (bounded in bytes and time) so closing does not reset the connection before the
+  // client has read the response.
+  Task<void> lingeringClose();
 
   LoopState& loop_;
   tcp::socket socket_;
@@ -150,7 +154,15 @@ Task<void> Connection::run([[maybe_unused]] std::shared_ptr<Connection> self) {
     idle_ = false;
     first = false;
     if (ec) {
-      if (ec == http::error::header_limit) {
+      if (ec == http::error::body_limit) {
+        // Beast rejects a declared content-length over the limit right after the head.
+        loop_.stats.rejected_too_large.fetch_add(1, std::memory_order_relaxed);
+        const auto len = parser->content_length();
+        const std::string msg = "request body of " + std::to_string(len ? *len : 0) +
+                                " bytes exceeds the limit of " + std::to_string(cfg.max_body_bytes) + " bytes";
+        co_await sendError(413, msg, "invalid_request_error", "request_too_large");
+        co_await lingeringClose();
+      } else if (ec == http::error::header_limit) {
         loop_.stats.rejected_too_large.fetch_add(1, std::memory_order_relaxed);
         co_await sendError(431, "request headers too large", "invalid_request_error",
                            "headers_too_large");
@@ -168,6 +180,7 @@ Task<void> Connection::run([[maybe_unused]] std::shared_ptr<Connection> self) {
       const std::string msg = "request body of " + std::to_string(*len) +
                               " bytes exceeds the limit of " + std::to_string(cfg.max_body_bytes) + " bytes";
       co_await sendError(413, msg, "invalid_request_error", "request_too_large");
+      co_await lingeringClose();
       break;
     }
     if (!parser->is_done()) {
@@ -179,6 +192,7 @@ Task<void> Connection::run([[maybe_unused]] std::shared_ptr<Connection> self) {
           loop_.stats.rejected_too_large.fetch_add(1, std::memory_order_relaxed);
           co_await sendError(413, "request body exceeds the limit", "invalid_request_error",
                              "request_too_large");
+          co_await lingeringClose();
         }
         break;
       }
@@ -203,6 +217,20 @@ Task<void> Connection::run([[maybe_unused]] std::shared_ptr<Connection> self) {
   }
   watchdog_.disarm();
   closeSocket();
+}
+
+Task<void> Connection::lingeringClose() {
+  error_code ec;
+  socket_.shutdown(tcp::socket::shutdown_send, ec);
+  char scratch[4096];
+  size_t discarded = 0;
+  watchdog_.expireAfter(std::chrono::milliseconds(1000));
+  while (!ec && discarded < (4u << 20)) {
+    const size_t n = co_await socket_.async_read_some(asio::buffer(scratch),
+                                                      asio::redirect_error(asio::use_awaitable, ec));
+    discarded += n;
+  }
+  watchdog_.disarm();
 }
 
 void Connection::writeHead(int status, std::string_view content_type,

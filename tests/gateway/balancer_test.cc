@@ -1,0 +1,46 @@
+#include "gateway/balancer.h"
+
+#include <gtest/gtest.h>
+
+namespace infera::gateway {
+namespace {
+
+TEST(BalancerTest, EqualEndpointsShareTrafficByWeight) {
+  std::vector<Candidate> c{{0, 0.010, 0, 3, true}, {1, 0.010, 0, 1, true}};
+  std::mt19937_64 rng(7);
+  int first = 0;
+  for (int i = 0; i < 20000; ++i) first += pickCandidate(c, 0.5, rng) == 0;
+  EXPECT_NEAR(first / 20000.0, 0.75, 0.02);
+}
+
+TEST(BalancerTest, PrefersTheFasterAndLessLoadedOfTwo) {
+  std::vector<Candidate> c{{0, 0.100, 0, 1, true}, {1, 0.010, 0, 1, true}};
+  std::mt19937_64 rng(1);
+  int fast = 0;
+  for (int i = 0; i < 1000; ++i) fast += pickCandidate(c, 0.5, rng) == 1;
+  EXPECT_EQ(fast, 1000);  // two candidates: P2C always compares both
+  c[1].inflight = 20;     // 0.010 * 21 > 0.100
+  int slow_now = 0;
+  for (int i = 0; i < 1000; ++i) slow_now += pickCandidate(c, 0.5, rng) == 0;
+  EXPECT_EQ(slow_now, 1000);
+}
+
+TEST(BalancerTest, StaysInRegionUnlessSlowerByMoreThanMargin) {
+  std::vector<Candidate> c{{0, 0.012, 0, 1, true}, {1, 0.010, 0, 1, false}};
+  std::mt19937_64 rng(3);
+  for (int i = 0; i < 500; ++i) ASSERT_EQ(pickCandidate(c, 0.5, rng), 0);
+  c[0].ewma_s = 0.030;  // 3x the remote: spill over
+  int remote = 0;
+  for (int i = 0; i < 500; ++i) remote += pickCandidate(c, 0.5, rng) == 1;
+  EXPECT_EQ(remote, 500);
+}
+
+TEST(BalancerTest, SpillsOverWhenNoLocalCandidate) {
+  std::vector<Candidate> c{{4, 0.050, 0, 1, false}};
+  std::mt19937_64 rng(3);
+  EXPECT_EQ(pickCandidate(c, 0.5, rng), 0);
+  EXPECT_EQ(pickCandidate({}, 0.5, rng), -1);
+}
+
+}  // namespace
+}  // namespace infera::gateway

@@ -1,0 +1,79 @@
+#include "gateway/config.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+namespace infera::gateway {
+namespace {
+
+TEST(GatewayConfigTest, ParsesDeploymentsWithInheritedDefaults) {
+  const auto cfg = loadGatewayConfigString(R"(
+region: us-east
+timeouts: {first_byte_ms: 1234}
+retry: {attempts: 2}
+models:
+  - name: m
+    aliases: [a1]
+    deployments:
+      - name: d1
+        protocol: kserve
+        retry: {attempts: 4}
+        endpoints:
+          - {url: "http://127.0.0.1:1", region: us-east, weight: 3, max_concurrent: 10}
+)");
+  ASSERT_TRUE(cfg.ok()) << cfg.status().message();
+  const auto& d = cfg->models[0].deployments[0];
+  EXPECT_EQ(d.timeouts.first_byte_ms, 1234);
+  EXPECT_EQ(d.retry.attempts, 4);
+  EXPECT_EQ(d.upstream_model, "m");
+  EXPECT_EQ(d.endpoints[0].protocol, Protocol::kKServe);
+  EXPECT_EQ(d.endpoints[0].weight, 3);
+}
+
+TEST(GatewayConfigTest, ReportsEveryErrorWithPathAndLine) {
+  const auto cfg = loadGatewayConfigString(R"(workers: -1
+listen: {port: 70000}
+colour: blue
+models:
+  - name: m
+    aliases: [m]
+    deployments:
+      - endpoints:
+          - {url: "ftp://x", weight: 0}
+          - {emulator: ghost}
+          - {}
+)");
+  ASSERT_FALSE(cfg.ok());
+  const std::string& m = cfg.status().message();
+  for (const char* expected : {
+           "workers (line 1): must be in [0, 256], got -1",
+           "listen.port (line 2): must be in [0, 65535], got 70000",
+           "colour (line 3): unknown key",
+           "models[0].aliases (line 6): model or alias 'm' is defined twice",
+           "models[0].deployments[0].endpoints[0].url (line 9): must start with http://",
+           "models[0].deployments[0].endpoints[0].weight (line 9): must be in [1, 1000], got 0",
+           "models[0].deployments[0].endpoints[1].emulator (line 10): names unknown emulator 'ghost'",
+           "models[0].deployments[0].endpoints[2] (line 11): needs exactly one of 'url' or 'emulator'",
+       }) {
+    EXPECT_NE(m.find(expected), std::string::npos) << "missing: " << expected << "\nin:\n" << m;
+  }
+}
+
+TEST(GatewayConfigTest, MissingFileAndSyntaxErrorsAreClear) {
+  EXPECT_EQ(loadGatewayConfig("/nonexistent/infera.yaml").status().code(), StatusCode::kNotFound);
+  const auto bad = loadGatewayConfigString("models: [\n");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("line"), std::string::npos);
+}
+
+TEST(GatewayConfigTest, ShippedExamplesAreValid) {
+  const char* src = INFERA_TEST_SOURCE_DIR;
+  for (const char* f : {"/examples/quickstart.yaml", "/examples/multi-region.yaml"}) {
+    const auto cfg = loadGatewayConfig(std::string(src) + f);
+    EXPECT_TRUE(cfg.ok()) << f << ": " << cfg.status().message();
+  }
+}
+
+}  // namespace
+}  // namespace infera::gateway

@@ -1,0 +1,507 @@
+// Integration tests: the real gateway on 127.0.0.1:0 in front of real emulators (and scripted
+// backends) on loopback, driven by a real socket client.
+
+#include "gateway/gateway.h"
+
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <simdjson.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <fstream>
+#include <thread>
+
+#include "emulator/emulator.h"
+#include "fakes/http_test_client.h"
+#include "net/server.h"
+#include "net/sse.h"
+
+namespace infera::gateway {
+namespace {
+
+using emulator::Emulator;
+using emulator::EmulatorConfig;
+using testing::httpRequest;
+using testing::TestClient;
+using testing::TestResponse;
+using testing::waitFor;
+
+std::string chatBody(const std::string& model, bool stream = false, int max_tokens = 4) {
+  return R"({"model":")" + model + R"(","stream":)" + (stream ? "true" : "false") +
+         R"(,"max_tokens":)" + std::to_string(max_tokens) +
+         R"(,"messages":[{"role":"user","content":"hello there"}],"temperature":0.7,"unknown_field":{"kept":true}})";
+}
+
+// A port that refuses connections: bound, then closed.
+uint16_t deadPort() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+  socklen_t len = sizeof(a);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+// Checks an OpenAI-style error body: {"error":{"message":...,"type":...,"code":...}}.
+void expectOpenAiError(const TestResponse& r, int status, const std::string& code) {
+  SCOPED_TRACE("expecting " + code);
+  EXPECT_EQ(r.status, status) << r.body;
+  EXPECT_EQ(r.header("content-type"), "application/json");
+  simdjson::dom::parser p;
+  simdjson::dom::element doc;
+  ASSERT_EQ(p.parse(r.body).get(doc), simdjson::SUCCESS) << r.body;
+  std::string_view message, type, got_code;
+  EXPECT_EQ(doc["error"]["message"].get(message), simdjson::SUCCESS) << r.body;
+  EXPECT_FALSE(message.empty());
+  EXPECT_EQ(doc["error"]["type"].get(type), simdjson::SUCCESS) << r.body;
+  ASSERT_EQ(doc["error"]["code"].get(got_code), simdjson::SUCCESS) << r.body;
+  EXPECT_EQ(got_code, code) << r.body;
+}
+
+class GatewayTest : public ::testing::Test {
+ protected:
+  Emulator& startEmulator(const std::vector<std::string>& models = {"m1"},
+                          const std::function<void(EmulatorConfig&)>& tweak = {}) {
+    EmulatorConfig cfg;
+    cfg.port = 0;
+    cfg.models = models;
+    if (tweak) tweak(cfg);
+    auto emu = Emulator::start(cfg);
+    EXPECT_TRUE(emu.ok()) << emu.status().message();
+    emus_.push_back(std::move(*emu));
+    return *emus_.back();
+  }
+
+  void startGateway(const std::string& yaml, const std::string& path = {}) {
+    auto cfg = loadGatewayConfigString(yaml);
+    ASSERT_TRUE(cfg.ok()) << cfg.status().message();
+    cfg->listen.port = 0;
+    cfg->admin.port = 0;
+    cfg->workers = 2;
+    cfg->log_level = "warn";
+    auto gw = Gateway::start(std::move(*cfg), path);
+    ASSERT_TRUE(gw.ok()) << gw.status().message();
+    gw_ = std::move(*gw);
+  }
+
+  static std::string endpoint(const Emulator& e, const std::string& extra = {}) {
+    return "          - {url: \"" + e.url() + "\"" + (extra.empty() ? "" : ", " + extra) + "}\n";
+  }
+  static std::string deadEndpoint(const std::string& extra = {}) {
+    return "          - {url: \"http://127.0.0.1:" + std::to_string(deadPort()) + "\"" +
+           (extra.empty() ? "" : ", " + extra) + "}\n";
+  }
+
+  std::optional<TestResponse> post(const std::string& path, const std::string& body,
+                                   const std::vector<std::pair<std::string, std::string>>& headers = {}) {
+    return httpRequest(gw_->port(), "POST", path, body, headers);
+  }
+
+  void TearDown() override {
+    gw_.reset();
+    emus_.clear();
+  }
+
+  std::vector<std::unique_ptr<Emulator>> emus_;
+  std::unique_ptr<Gateway> gw_;
+};
+
+constexpr const char* kNoHealth = "health_check: {enabled: false}\n";
+
+TEST_F(GatewayTest, RoutesAliasRewritesModelAndPassesUnknownFieldsAndRequestId) {
+  auto& e = startEmulator({"backend-name"});
+  startGateway(std::string(kNoHealth) +
+               "models:\n  - name: m1\n    aliases: [friendly]\n    deployments:\n"
+               "      - name: d1\n        upstream_model: backend-name\n        endpoints:\n" +
+               endpoint(e));
+  const auto r = post("/v1/chat/completions", chatBody("friendly"), {{"x-request-id", "req-123"}});
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200) << r->body;
+  EXPECT_NE(r->body.find(R"("model":"backend-name")"), std::string::npos) << r->body;
+  EXPECT_NE(r->body.find(R"("completion_tokens":4)"), std::string::npos);
+  EXPECT_EQ(r->header("x-request-id"), "req-123");
+  const auto models = httpRequest(gw_->port(), "GET", "/v1/models");
+  ASSERT_TRUE(models);
+  EXPECT_NE(models->body.find(R"("id":"friendly")"), std::string::npos);
+  EXPECT_NE(models->body.find(R"("id":"m1")"), std::string::npos);
+  EXPECT_EQ(gw_->metricSum("infera_gateway_requests_total"), 2 - 1);  // /v1/models is not routed
+}
+
+// A backend that sends scripted chunks, each only when the test releases it.
+class ScriptedBackend final : public net::HttpHandler {
+ public:
+  ScriptedBackend(std::vector<std::string> chunks, std::atomic<int>& released)
+      : chunks_(std::move(chunks)), released_(released) {}
+  net::Task<void> handle(net::HttpRequest&, net::ResponseWriter& w) override {
+    co_await w.start(200, "text/event-stream");
+    for (size_t i = 0; i < chunks_.size(); ++i) {
+      while (released_.load() <= static_cast<int>(i)) {
+        co_await net::sleepUntil(net::SteadyClock::now() + std::chrono::milliseconds(1));
+      }
+      co_await w.writeChunk(chunks_[i]);
+    }
+    co_await w.finish();
+  }
+
+ private:
+  std::vector<std::string> chunks_;
+  std::atomic<int>& released_;
+};
+
+TEST_F(GatewayTest, StreamsChunksByteForByteAsTheyArrive) {
+  const std::vector<std::string> chunks = {"data: {\"a\":1}\n\n", "data: {\"b\"", ":2}\r\n\r\n: keep-alive\n\n",
+                                           "event: x\ndata: \xc3\xa9\n\n", "data: [DONE]\n\n"};
+  std::atomic<int> released{0};
+  net::EventLoops loops(1);
+  loops.start();
+  auto backend = net::HttpServer::create(loops, net::ServerConfig{}, [&](int, net::asio::io_context&) {
+    return std::make_unique<ScriptedBackend>(chunks, released);
+  });
+  ASSERT_TRUE(backend.ok());
+  startGateway(std::string(kNoHealth) +
+               "models:\n  - name: m1\n    deployments:\n      - endpoints:\n"
+               "          - {url: \"http://127.0.0.1:" + std::to_string((*backend)->port()) + "\"}\n");
+  TestClient c(gw_->port());
+  ASSERT_TRUE(c.send("POST", "/v1/chat/completions", chatBody("m1", true)));
+  released = 1;
+  TestResponse head;
+  ASSERT_TRUE(c.readHead(head));
+  EXPECT_EQ(head.status, 200);
+  EXPECT_EQ(head.header("content-type"), "text/event-stream");
+  std::string received;
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    // Everything released so far must arrive before the next chunk is even sent.
+    while (received.size() < [&] { size_t n = 0; for (size_t k = 0; k <= i; ++k) n += chunks[k].size(); return n; }()) {
+      auto piece = c.readPiece();
+      ASSERT_TRUE(piece) << "stream ended early after " << received.size() << " bytes";
+      received += *piece;
+    }
+    released = static_cast<int>(i) + 2;
+  }
+  EXPECT_FALSE(c.readPiece());
+  std::string expected;
+  for (const auto& ch : chunks) expected += ch;
+  EXPECT_EQ(received, expected);
+  gw_.reset();
+  backend->reset();
+  loops.stop();
+}
+
+TEST_F(GatewayTest, FailsOverWhenAnEndpointIsDown) {
+  auto& e = startEmulator();
+  startGateway(std::string(kNoHealth) + "retry: {attempts: 3}\nmodels:\n  - name: m1\n    deployments:\n"
+               "      - name: d\n        endpoints:\n" + deadEndpoint() + endpoint(e));
+  for (int i = 0; i < 20; ++i) {
+    const auto r = post("/v1/chat/completions", chatBody("m1"));
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << r->body;
+  }
+  EXPECT_EQ(e.stats().requests.load(), 20u);
+  EXPECT_GE(gw_->metricSum("infera_gateway_upstream_retries_total"), 1);
+}
+
+TEST_F(GatewayTest, RetriesOnAnotherEndpointWhenFirstReturns503) {
+  auto& bad = startEmulator({"m1"}, [](EmulatorConfig& c) {
+    c.faults.error_rate = 1;
+    c.faults.error_status = 503;
+  });
+  auto& good = startEmulator();
+  startGateway(std::string(kNoHealth) + "outlier: {consecutive_failures: 1000}\nmodels:\n  - name: m1\n"
+               "    deployments:\n      - endpoints:\n" + endpoint(bad) + endpoint(good));
+  for (int i = 0; i < 20; ++i) {
+    const auto r = post("/v1/chat/completions", chatBody("m1"));
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << r->body;
+  }
+  EXPECT_GE(bad.stats().injected_errors.load(), 1u);
+  EXPECT_EQ(good.stats().requests.load(), 20u);
+  EXPECT_EQ(gw_->metricSum("infera_gateway_upstream_retries_total"), static_cast<double>(bad.stats().requests.load()));
+}
+
+TEST_F(GatewayTest, NeverRetriesAStreamThatStartedAndEndsItWithAnErrorEvent) {
+  auto cut = [](EmulatorConfig& c) {
+    c.faults.disconnect_rate = 1;
+    c.faults.disconnect_after_tokens = 2;
+  };
+  auto& a = startEmulator({"m1"}, cut);
+  auto& b = startEmulator({"m1"}, cut);
+  startGateway(std::string(kNoHealth) + "models:\n  - name: m1\n    deployments:\n      - endpoints:\n" +
+               endpoint(a) + endpoint(b));
+  const auto r = post("/v1/chat/completions", chatBody("m1", true, 10));
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+  EXPECT_EQ(a.stats().requests.load() + b.stats().requests.load(), 1u);
+  net::SseReader reader;
+  std::vector<net::SseEvent> events;
+  reader.feed(r->body, [&](const net::SseEvent& e) { events.push_back(e); });
+  ASSERT_GE(events.size(), 2u) << r->body;
+  EXPECT_EQ(events.back().event, "error");
+  EXPECT_NE(events.back().data.find("upstream_disconnected"), std::string::npos);
+  EXPECT_EQ(gw_->metricSum("infera_gateway_stream_errors_total"), 1);
+  EXPECT_EQ(gw_->metricSum("infera_gateway_upstream_retries_total"), 0);
+}
+
+TEST_F(GatewayTest, EjectsAFailingEndpointAndReadmitsItAfterTheBackoff) {
+  auto& bad = startEmulator({"m1"}, [](EmulatorConfig& c) { c.faults.error_rate = 1; });
+  auto& good = startEmulator();
+  startGateway(std::string(kNoHealth) +
+               "retry: {attempts: 1}\noutlier: {consecutive_failures: 2, base_ejection_ms: 400}\n"
+               "models:\n  - name: m1\n    deployments:\n      - endpoints:\n" + endpoint(bad) + endpoint(good));
+  int failures = 0;
+  for (int i = 0; i < 200 && bad.stats().requests.load() < 2; ++i) {
+    const auto r = post("/v1/chat/completions", chatBody("m1"));
+    ASSERT_TRUE(r);
+    failures += r->status == 500;
+  }
+  ASSERT_EQ(bad.stats().requests.load(), 2u);
+  EXPECT_EQ(failures, 2);  // retries are off: the client saw both
+  EXPECT_EQ(gw_->metricSum("infera_gateway_endpoint_ejections_total"), 1);
+  for (int i = 0; i < 20; ++i) {
+    const auto r = post("/v1/chat/completions", chatBody("m1"));
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 200);
+  }
+  EXPECT_EQ(bad.stats().requests.load(), 2u);  // ejected: no traffic
+  bad.faults().error_rate = 0;                 // it recovers
+  EXPECT_TRUE(waitFor(
+      [&] {
+        const auto r = post("/v1/chat/completions", chatBody("m1"));
+        return r && r->status == 200 && bad.stats().requests.load() > 2;
+      },
+      std::chrono::seconds(10)));
+  (void)good;
+}
+
+TEST_F(GatewayTest, StaysInItsRegionAndSpillsOverWhenTheRegionIsDown) {
+  auto& east = startEmulator();
+  auto& west = startEmulator();
+  startGateway(std::string(kNoHealth) + "region: east\nmodels:\n  - name: m1\n    deployments:\n      - endpoints:\n" +
+               endpoint(east, "region: east") + endpoint(west, "region: west"));
+  for (int i = 0; i < 30; ++i) ASSERT_EQ(post("/v1/chat/completions", chatBody("m1"))->status, 200);
+  EXPECT_EQ(east.stats().requests.load(), 30u);
+  EXPECT_EQ(west.stats().requests.load(), 0u);
+  emus_[0].reset();  // the whole local region goes away
+  for (int i = 0; i < 30; ++i) {
+    const auto r = post("/v1/chat/completions", chatBody("m1"));
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << r->body;
+  }
+  EXPECT_EQ(west.stats().requests.load(), 30u);
+}
+
+TEST_F(GatewayTest, SpillsOverWhenTheLocalRegionIsMuchSlower) {
+  auto& east = startEmulator({"m1"}, [](EmulatorConfig& c) { c.faults.added_latency_ms = 30; });
+  auto& west = startEmulator();
+  startGateway(std::string(kNoHealth) + "region: east\nregion_margin: 0.5\nmodels:\n  - name: m1\n    deployments:\n"
+               "      - endpoints:\n" + endpoint(east, "region: east") + endpoint(west, "region: west"));
+  for (int i = 0; i < 60; ++i) ASSERT_EQ(post("/v1/chat/completions", chatBody("m1"))->status, 200);
+  // Each worker learns the local latency once or twice, then prefers the remote region.
+  EXPECT_LE(east.stats().requests.load(), 6u);
+  EXPECT_GE(west.stats().requests.load(), 54u);
+}
+
+TEST_F(GatewayTest, SplitsTrafficByWeight) {
+  auto& heavy = startEmulator();
+  auto& light = startEmulator();
+  startGateway(std::string(kNoHealth) + "models:\n  - name: m1\n    deployments:\n      - endpoints:\n" +
+               endpoint(heavy, "weight: 3") + endpoint(light, "weight: 1"));
+  TestClient c(gw_->port());
+  for (int i = 0; i < 400; ++i) ASSERT_EQ(c.request("POST", "/v1/chat/completions", chatBody("m1", false, 1))->status, 200);
+  const double share = static_cast<double>(heavy.stats().requests.load()) / 400.0;
+  EXPECT_GT(share, 0.62) << "heavy got " << heavy.stats().requests.load();
+  EXPECT_LT(share, 0.88) << "heavy got " << heavy.stats().requests.load();
+  EXPECT_EQ(heavy.stats().requests.load() + light.stats().requests.load(), 400u);
+}
+
+TEST_F(GatewayTest, AnswersGatewayTimeoutWhenTheUpstreamHangs) {
+  auto& e = startEmulator({"m1"}, [](EmulatorConfig& c) { c.faults.hang_rate = 1; });
+  startGateway(std::string(kNoHealth) + "retry: {attempts: 1}\nmodels:\n  - name: m1\n    deployments:\n"
+               "      - timeouts: {first_byte_ms: 300}\n        endpoints:\n" + endpoint(e));
+  const auto start = std::chrono::steady_clock::now();
+  const auto r = post("/v1/chat/completions", chatBody("m1"));
+  ASSERT_TRUE(r);
+  expectOpenAiError(*r, 504, "upstream_timeout");
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(3));
+}
+
+TEST_F(GatewayTest, TotalDeadlineEndsALongStreamWithAnErrorEvent) {
+  auto& e = startEmulator({"m1"}, [](EmulatorConfig& c) { c.token_ms = 50; });
+  startGateway(std::string(kNoHealth) + "models:\n  - name: m1\n    deployments:\n"
+               "      - timeouts: {total_ms: 400}\n        endpoints:\n" + endpoint(e));
+  const auto r = post("/v1/chat/completions", chatBody("m1", true, 100));
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+  EXPECT_NE(r->body.find("event: error"), std::string::npos) << r->body;
+  EXPECT_NE(r->body.find("upstream_timeout"), std::string::npos);
+  EXPECT_EQ(r->body.find("[DONE]"), std::string::npos);
+}
+
+TEST_F(GatewayTest, ClientAbortCancelsTheUpstreamStream) {
+  auto& e = startEmulator({"m1"}, [](EmulatorConfig& c) { c.token_ms = 20; });
+  startGateway(std::string(kNoHealth) + "models:\n  - name: m1\n    deployments:\n      - endpoints:\n" + endpoint(e));
+  {
+    TestClient c(gw_->port());
+    ASSERT_TRUE(c.send("POST", "/v1/chat/completions", chatBody("m1", true, 500)));
+    TestResponse head;
+    ASSERT_TRUE(c.readHead(head));
+    ASSERT_TRUE(c.readPiece());
+    EXPECT_EQ(e.stats().active_streams.load(), 1);
+  }  // the client leaves after the first chunk
+  EXPECT_TRUE(waitFor([&] { return e.stats().aborted_streams.load() == 1 && e.stats().active_streams.load() == 0; },
+                      std::chrono::seconds(5)));
+  EXPECT_EQ(e.stats().completed_streams.load(), 0u);
+  EXPECT_TRUE(waitFor([&] { return gw_->metricSum("infera_gateway_client_aborts_total") == 1; }));
+  EXPECT_TRUE(waitFor([&] { return gw_->metricSum("infera_gateway_active_streams") == 0; }));
+}
+
+TEST_F(GatewayTest, KServeV2InferRoundTrip) {
+  auto& e = startEmulator({"resnet"});
+  startGateway(std::string(kNoHealth) + "models:\n  - name: resnet\n    aliases: [rn]\n    deployments:\n"
+               "      - protocol: kserve\n        endpoints:\n" + endpoint(e));
+  const auto r = post("/v2/models/rn/versions/3/infer",
+                      R"({"id":"q","inputs":[{"name":"INPUT0","shape":[1,2],"datatype":"INT32","data":[5,7]}]})");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200) << r->body;
+  EXPECT_NE(r->body.find(R"("model_name":"resnet")"), std::string::npos) << r->body;
+  EXPECT_NE(r->body.find(R"("shape":[1,2],"data":[10,14])"), std::string::npos) << r->body;
+  EXPECT_EQ(httpRequest(gw_->port(), "GET", "/v2/models/rn/ready")->status, 200);
+  const auto meta = httpRequest(gw_->port(), "GET", "/v2/models/resnet");
+  EXPECT_NE(meta->body.find(R"("inputs")"), std::string::npos);
+  EXPECT_EQ(httpRequest(gw_->port(), "GET", "/v2/health/live")->status, 200);
+  expectOpenAiError(*httpRequest(gw_->port(), "GET", "/v2/models/nope/ready"), 404, "model_not_found");
+}
+
+TEST_F(GatewayTest, EveryErrorIsOpenAiShapedWithTheRightStatus) {
+  auto& e = startEmulator();
+  startGateway(std::string(kNoHealth) + "max_body_bytes: 2048\nretry: {attempts: 2}\nmodels:\n"
+               "  - name: m1\n    deployments:\n      - endpoints:\n" + endpoint(e) +
+               "  - name: down\n    deployments:\n      - endpoints:\n" + deadEndpoint() + deadEndpoint());
+  expectOpenAiError(*post("/v1/chat/completions", "{\"model\": "), 400, "invalid_json");
+  expectOpenAiError(*post("/v1/chat/completions", R"({"messages":[]})"), 400, "missing_model");
+  expectOpenAiError(*post("/v1/chat/completions", chatBody("nope")), 404, "model_not_found");
+  expectOpenAiError(*post("/v1/chat/completions", std::string(5000, ' ')), 413, "request_too_large");
+  expectOpenAiError(*post("/v1/chat/completions", chatBody("down")), 503, "upstream_unavailable");
+  expectOpenAiError(*post("/v1/unknown", "{}"), 404, "not_found");
+  expectOpenAiError(*httpRequest(gw_->port(), "GET", "/v1/chat/completions"), 405, "method_not_allowed");
+  EXPECT_EQ(e.stats().requests.load(), 0u);
+}
+
+TEST_F(GatewayTest, AnswersNoHealthyEndpointWhenHealthChecksFail) {
+  auto& e = startEmulator();
+  startGateway("health_check: {interval_ms: 50, timeout_ms: 200, unhealthy_threshold: 1}\n"
+               "models:\n  - name: m1\n    deployments:\n      - endpoints:\n" + endpoint(e));
+  ASSERT_EQ(post("/v1/chat/completions", chatBody("m1"))->status, 200);
+  (void)e;
+  emus_[0].reset();  // the backend dies: its /health probe fails
+  EXPECT_TRUE(waitFor([&] { return gw_->metricSum("infera_gateway_endpoint_healthy") == 0; }));
+  expectOpenAiError(*post("/v1/chat/completions", chatBody("m1")), 503, "no_healthy_endpoint");
+}
+
+TEST_F(GatewayTest, HotReloadUnderLoadFailsNoRequest) {
+  auto& a = startEmulator();
+  auto& b = startEmulator();
+  const std::string base = std::string(kNoHealth) + "models:\n  - name: m1\n    aliases: [x]\n    deployments:\n"
+                                                    "      - endpoints:\n";
+  const std::string cfg_a = base + endpoint(a);
+  const std::string cfg_b = base + endpoint(b) + endpoint(a, "weight: 2");
+  startGateway(cfg_a);
+  std::atomic<bool> stop{false};
+  std::atomic<int> ok{0}, failed{0};
+  std::vector<std::thread> clients;
+  for (int t = 0; t < 4; ++t) {
+    clients.emplace_back([&, t] {
+      TestClient c(gw_->port());
+      while (!stop.load()) {
+        const auto r = c.request("POST", "/v1/chat/completions", chatBody(t % 2 ? "m1" : "x", t == 3, 3));
+        if (r && r->status == 200) {
+          ++ok;
+        } else {
+          ++failed;
+        }
+      }
+    });
+  }
+  for (int i = 0; i < 20; ++i) {
+    auto cfg = loadGatewayConfigString(i % 2 ? cfg_a : cfg_b);
+    ASSERT_TRUE(cfg.ok());
+    cfg->listen.port = 0;
+    cfg->admin.port = 0;
+    cfg->workers = 2;
+    cfg->log_level = "warn";
+    ASSERT_TRUE(gw_->apply(std::move(*cfg)).isOk());
+    const int target = ok.load() + 20;
+    ASSERT_TRUE(waitFor([&] { return ok.load() >= target; }));
+  }
+  stop = true;
+  for (auto& t : clients) t.join();
+  EXPECT_EQ(failed.load(), 0);
+  EXPECT_GE(ok.load(), 400);
+  EXPECT_EQ(gw_->configGeneration(), 21);
+  EXPECT_GT(b.stats().requests.load(), 0u);
+}
+
+TEST_F(GatewayTest, BadReloadIsRejectedAndTheOldConfigKeepsServing) {
+  auto& e = startEmulator();
+  const std::string path = ::testing::TempDir() + "/infera-reload-test.yaml";
+  const std::string good = std::string(kNoHealth) +
+                           "workers: 2\nlisten: {port: 0}\nadmin: {port: 0}\nlog_level: warn\nmodels:\n  - name: m1\n    deployments:\n      - endpoints:\n" +
+                           endpoint(e);
+  std::ofstream(path) << good;
+  startGateway(good, path);
+  std::ofstream(path) << good << "bogus_key: 1\n";
+  const Status s = gw_->reload();
+  EXPECT_FALSE(s.isOk());
+  EXPECT_NE(s.message().find("bogus_key (line"), std::string::npos) << s.message();
+  EXPECT_EQ(post("/v1/chat/completions", chatBody("m1"))->status, 200);
+  EXPECT_EQ(gw_->metricSum("infera_gateway_config_reloads_total"), 1);
+  // The admin endpoint reports the same error.
+  const auto admin = httpRequest(gw_->adminPort(), "POST", "/admin/reload", "");
+  ASSERT_TRUE(admin);
+  expectOpenAiError(*admin, 400, "invalid_config");
+  std::ofstream(path) << good;
+  EXPECT_EQ(httpRequest(gw_->adminPort(), "POST", "/admin/reload", "")->status, 200);
+  EXPECT_EQ(gw_->configGeneration(), 2);
+}
+
+TEST_F(GatewayTest, AdminPortServesMetricsAndProbes) {
+  auto& e = startEmulator();
+  startGateway(std::string(kNoHealth) + "models:\n  - name: m1\n    deployments:\n      - name: d1\n"
+               "        endpoints:\n" + endpoint(e));
+  ASSERT_EQ(post("/v1/chat/completions", chatBody("m1", true))->status, 200);
+  const auto m = httpRequest(gw_->adminPort(), "GET", "/metrics");
+  ASSERT_TRUE(m);
+  EXPECT_EQ(m->status, 200);
+  for (const char* name : {"infera_build_info{", "infera_gateway_requests_total{model=\"m1\",deployment=\"d1\",code_class=\"2xx\"} 1",
+                           "infera_gateway_request_duration_seconds_bucket", "infera_gateway_time_to_first_token_seconds_count{model=\"m1\"} 1",
+                           "infera_gateway_upstream_latency_seconds_bucket", "infera_gateway_requests_in_flight 0",
+                           "infera_gateway_active_streams 0", "infera_gateway_upstream_retries_total",
+                           "infera_gateway_endpoint_ejections_total", "process_resident_memory_bytes"}) {
+    EXPECT_NE(m->body.find(name), std::string::npos) << name;
+  }
+  EXPECT_EQ(httpRequest(gw_->adminPort(), "GET", "/healthz")->status, 200);
+  EXPECT_EQ(httpRequest(gw_->adminPort(), "GET", "/readyz")->status, 200);
+  EXPECT_NE(httpRequest(gw_->adminPort(), "GET", "/admin/endpoints")->body.find("\"healthy\":true"), std::string::npos);
+}
+
+TEST_F(GatewayTest, DrainFinishesStreamsInFlight) {
+  auto& e = startEmulator({"m1"}, [](EmulatorConfig& c) { c.token_ms = 10; });
+  startGateway(std::string(kNoHealth) + "models:\n  - name: m1\n    deployments:\n      - endpoints:\n" + endpoint(e));
+  TestClient c(gw_->port());
+  ASSERT_TRUE(c.send("POST", "/v1/chat/completions", chatBody("m1", true, 30)));
+  TestResponse head;
+  ASSERT_TRUE(c.readHead(head));
+  std::thread drainer([&] { EXPECT_TRUE(gw_->drain(std::chrono::seconds(10))); });
+  std::string body;
+  while (auto p = c.readPiece()) body += *p;
+  drainer.join();
+  EXPECT_NE(body.find("[DONE]"), std::string::npos);
+  EXPECT_EQ(httpRequest(gw_->adminPort(), "GET", "/readyz")->status, 503);
+}
+
+}  // namespace
+}  // namespace infera::gateway

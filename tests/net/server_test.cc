@@ -1,0 +1,126 @@
+#include "net/server.h"
+
+#include <gtest/gtest.h>
+
+#include "fakes/http_test_client.h"
+#include "net/client.h"
+
+namespace infera::net {
+namespace {
+
+using testing::TestClient;
+using testing::TestResponse;
+
+class EchoHandler final : public HttpHandler {
+ public:
+  Task<void> handle(HttpRequest& req, ResponseWriter& w) override {
+    if (req.path() == "/stream") {
+      co_await w.start(200, "text/plain");
+      for (int i = 0; i < 3; ++i) {
+        const std::string piece = "piece" + std::to_string(i) + ";";
+        co_await w.writeChunk(piece);
+      }
+      co_await w.finish();
+      co_return;
+    }
+    if (req.path() == "/nothing") co_return;  // the server must answer 500 itself
+    const std::string body = req.method + " " + req.target + " " + std::string(req.header("x-test")) + " " + req.body;
+    co_await w.send(200, "text/plain", body);
+  }
+};
+
+class ServerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    loops_.start();
+    ServerConfig cfg;
+    cfg.max_body_bytes = 1024;
+    cfg.max_header_bytes = 2048;
+    cfg.header_timeout = std::chrono::milliseconds(300);
+    auto s = HttpServer::create(loops_, cfg, [](int, asio::io_context&) { return std::make_unique<EchoHandler>(); });
+    ASSERT_TRUE(s.ok()) << s.status().message();
+    server_ = std::move(*s);
+  }
+  void TearDown() override {
+    server_.reset();
+    loops_.stop();
+  }
+  EventLoops loops_{2};
+  std::unique_ptr<HttpServer> server_;
+};
+
+TEST_F(ServerTest, ServesManyRequestsOnOneKeepAliveConnection) {
+  TestClient c(server_->port());
+  for (int i = 0; i < 5; ++i) {
+    const auto r = c.request("POST", "/echo?i=" + std::to_string(i), "hello", {{"x-test", "yes"}});
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 200);
+    EXPECT_EQ(r->body, "POST /echo?i=" + std::to_string(i) + " yes hello");
+  }
+  EXPECT_EQ(server_->stats().connections_total.load(), 1u);
+}
+
+TEST_F(ServerTest, StreamsChunkedBodies) {
+  const auto r = testing::httpRequest(server_->port(), "GET", "/stream");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->header("transfer-encoding"), "chunked");
+  EXPECT_EQ(r->body, "piece0;piece1;piece2;");
+}
+
+TEST_F(ServerTest, RejectsOversizedBodyWith413JsonError) {
+  const auto r = testing::httpRequest(server_->port(), "POST", "/echo", std::string(5000, 'x'));
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 413);
+  EXPECT_NE(r->body.find("\"code\":\"request_too_large\""), std::string::npos) << r->body;
+  EXPECT_NE(r->body.find("exceeds the limit of 1024 bytes"), std::string::npos) << r->body;
+}
+
+TEST_F(ServerTest, RejectsOversizedHeadersWith431) {
+  const auto r = testing::httpRequest(server_->port(), "GET", "/echo", "", {{"x-big", std::string(4000, 'a')}});
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 431);
+}
+
+TEST_F(ServerTest, HandlerThatWritesNothingGets500) {
+  const auto r = testing::httpRequest(server_->port(), "GET", "/nothing");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 500);
+}
+
+TEST_F(ServerTest, ClosesConnectionsThatSendNoHeaders) {
+  TestClient c(server_->port());
+  ASSERT_TRUE(c.connected());
+  TestResponse r;
+  EXPECT_FALSE(c.readHead(r));  // closed by the header timeout, not by the test
+  EXPECT_TRUE(c.eof());
+  EXPECT_TRUE(testing::waitFor([&] { return server_->stats().timeouts.load() >= 1; }));
+}
+
+TEST_F(ServerTest, DrainClosesIdleConnectionsAndStopsAccepting) {
+  TestClient idle(server_->port());
+  ASSERT_TRUE(idle.request("GET", "/echo"));
+  EXPECT_TRUE(server_->drain(std::chrono::seconds(5)));
+  TestResponse r;
+  EXPECT_FALSE(idle.readHead(r));
+  TestClient late(server_->port());
+  EXPECT_FALSE(late.connected() && late.request("GET", "/echo").has_value());
+}
+
+TEST_F(ServerTest, BlockingClientFetchesThroughThePool) {
+  const auto r = fetchBlocking("http://127.0.0.1:" + std::to_string(server_->port()) + "/x?y=1", "POST", "abc");
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(r->status, 200);
+  EXPECT_EQ(r->body, "POST /x?y=1  abc");
+}
+
+TEST(ResolveUrlTest, ParsesHostPortAndPrefix) {
+  const auto a = resolveUrl("http://127.0.0.1:8123/base/");
+  ASSERT_TRUE(a.ok()) << a.status().message();
+  EXPECT_EQ(a->port, 8123);
+  EXPECT_EQ(a->base_path, "/base");
+  EXPECT_FALSE(resolveUrl("ftp://x").ok());
+  EXPECT_FALSE(resolveUrl("http://x:99999").ok());
+}
+
+}  // namespace
+}  // namespace infera::net
