@@ -505,3 +505,38 @@ TEST_F(GatewayTest, DrainFinishesStreamsInFlight) {
 
 }  // namespace
 }  // namespace infera::gateway
+
+namespace infera::gateway {
+namespace {
+
+TEST_F(GatewayTest, WritesJsonLinesAccessLogWithoutBodies) {
+  auto& e = startEmulator();
+  const std::string path = ::testing::TempDir() + "/infera-access-test.jsonl";
+  std::remove(path.c_str());
+  startGateway(std::string(kNoHealth) + "access_log: " + path +
+               "\nmodels:\n  - name: m1\n    deployments:\n      - name: d1\n        endpoints:\n" + endpoint(e));
+  ASSERT_EQ(post("/v1/chat/completions", chatBody("m1"), {{"x-request-id", "log-me"}})->status, 200);
+  ASSERT_EQ(post("/v1/chat/completions", chatBody("nope"))->status, 404);
+  gw_.reset();  // flushes every worker's buffer and the writer
+  std::ifstream in(path);
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  ASSERT_EQ(lines.size(), 2u);
+  simdjson::dom::parser p;
+  bool saw_ok = false;
+  for (const auto& line : lines) {
+    simdjson::dom::element doc;
+    ASSERT_EQ(p.parse(line).get(doc), simdjson::SUCCESS) << line;
+    EXPECT_EQ(line.find("hello there"), std::string::npos) << "prompt leaked into the access log";
+    std::string_view id;
+    if (doc["request_id"].get(id) == simdjson::SUCCESS && id == "log-me") {
+      saw_ok = true;
+      EXPECT_NE(line.find(R"("model":"m1","deployment":"d1")"), std::string::npos) << line;
+      EXPECT_NE(line.find(R"("status":200)"), std::string::npos) << line;
+    }
+  }
+  EXPECT_TRUE(saw_ok);
+}
+
+}  // namespace
+}  // namespace infera::gateway
