@@ -1,0 +1,128 @@
+#!/usr/bin/env bash
+# Streaming at scale: N concurrent streaming chat completions (emulator at 20 ms per token, 200
+# tokens) through Infera and, as the baseline, directly to the emulator, interleaved and
+# repeated. Client: bench/load/stream_client.js (node, raw sockets), which timestamps each token
+# event as it is read. Reports: streams completed (all must), inter-token gap p50/p99 direct and
+# through the gateway and the added p99 (gateway minus direct, per round, median), gateway RSS
+# (VmRSS) sampled every 100 ms during the run, idle RSS and per-connection memory (RSS with N
+# idle keep-alive client connections open, minus idle RSS, over N).
+#
+#   bench/load/streams.sh [--streams N] [--tokens N] [--token-ms MS] [--rounds N]
+#                         [--gateway-workers N] [--idle-connections N]
+#
+# Defaults: 1,000 streams, 200 tokens, 20 ms per token, 2 rounds, 1 gateway worker, 1 emulator
+# worker, 1,000 idle connections. BENCH_PIN=1 pins: client and emulator on CPU 0, gateway on CPU 1.
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+STREAMS=1000 TOKENS=200 TOKEN_MS=20 ROUNDS=2 GW_WORKERS=1 IDLE_CONNS=1000
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --streams) STREAMS="$2"; shift 2 ;;
+    --tokens) TOKENS="$2"; shift 2 ;;
+    --token-ms) TOKEN_MS="$2"; shift 2 ;;
+    --rounds) ROUNDS="$2"; shift 2 ;;
+    --gateway-workers) GW_WORKERS="$2"; shift 2 ;;
+    --idle-connections) IDLE_CONNS="$2"; shift 2 ;;
+    *) echo "unknown argument $1" >&2; exit 2 ;;
+  esac
+done
+
+bench_init node curl python3
+CLIENT="$(dirname "${BASH_SOURCE[0]}")/stream_client.js"
+# Each stream holds a client and an upstream socket in the gateway: raise the fd limit.
+ulimit -n "$(( (STREAMS + IDLE_CONNS) * 2 + 1024 > 65536 ? (STREAMS + IDLE_CONNS) * 2 + 1024 : 65536 ))" 2>/dev/null \
+  || ulimit -n "$(ulimit -Hn)"
+
+LOAD_CPUS=0 PROXY_CPUS=1 BACKEND_CPUS=0
+start_emulator emulator "$BACKEND_CPUS" --models m --ttft-ms "$TOKEN_MS" --token-ms "$TOKEN_MS" \
+  --max-tokens "$TOKENS" --workers 1
+start_gateway gateway "$PROXY_CPUS" "$GW_WORKERS" "$EMU_PORT"
+echo "streams: $STREAMS concurrent streams x $TOKENS tokens at $TOKEN_MS ms/token, $ROUNDS rounds," \
+  "gateway workers $GW_WORKERS; $(bench_env_note)"
+
+# --- Memory at rest: idle RSS, then N idle keep-alive client connections. -----------------------
+sleep 1
+IDLE_RSS_START="$(rss_kb "$GW_PID")"
+check_chat "$GW_PORT" 2>/dev/null || true  # a non-streaming request: pools and lazy state exist
+sleep 0.5
+IDLE_RSS="$(rss_kb "$GW_PID")"
+pin_prefix "$LOAD_CPUS"
+coproc IDLE { "${PIN[@]}" node "$CLIENT" idle "$GW_PORT" "$IDLE_CONNS"; }
+BENCH_PIDS+=("$IDLE_PID")
+if ! read -r -t 60 line <&"${IDLE[0]}" || [[ "$line" != "ready $IDLE_CONNS" ]]; then
+  echo "idle connections did not open: '$line'" >&2
+  exit 1
+fi
+sleep 1
+CONN_RSS="$(rss_kb "$GW_PID")"
+exec {IDLE[1]}>&-  # closing stdin makes the client close its connections and exit
+wait "$IDLE_PID" 2>/dev/null || true
+PER_CONN_B="$(( (CONN_RSS - IDLE_RSS) * 1024 / IDLE_CONNS ))"
+printf '  gateway RSS: at start %d kB, idle after one request %d kB, with %d idle connections %d kB' \
+  "$IDLE_RSS_START" "$IDLE_RSS" "$IDLE_CONNS" "$CONN_RSS"
+printf ' (%d bytes per connection)\n' "$PER_CONN_B"
+sleep 0.5
+
+# --- Streams. ------------------------------------------------------------------------------------
+# sample_rss PID OUT: appends VmRSS (kB) every 100 ms until killed.
+sample_rss() { while kill -0 "$1" 2>/dev/null; do rss_kb "$1" >>"$2" || true; sleep 0.1; done; }
+
+TIMEOUT_S=$(( TOKENS * TOKEN_MS / 1000 * 3 + 30 ))
+run_streams() {  # LABEL PORT -> JSON line from the client
+  pin_prefix "$LOAD_CPUS"
+  "${PIN[@]}" timeout $((TIMEOUT_S + 10)) node "$CLIENT" streams "$2" "$STREAMS" "$TOKENS" "$TIMEOUT_S"
+}
+field() { python3 -c 'import json,sys; d=json.loads(sys.argv[1]); print(eval(sys.argv[2], {}, d))' "$1" "$2"; }
+
+ADDED_P99="" ADDED_P50="" PEAK_RSS=0 ALL_OK=1 GW_P99="" DIRECT_P99=""
+for ((r = 1; r <= ROUNDS; r++)); do
+  order=(direct infera)
+  (( r % 2 == 0 )) && order=(infera direct)
+  declare -A P50 P99
+  for t in "${order[@]}"; do
+    if [[ "$t" == "infera" ]]; then
+      port="$GW_PORT"
+      : >"$BENCH_TMP/rss-$r.txt"
+      sample_rss "$GW_PID" "$BENCH_TMP/rss-$r.txt" &
+      SAMPLER=$!
+      BENCH_PIDS+=("$SAMPLER")
+    else
+      port="$EMU_PORT"
+    fi
+    json="$(run_streams "$t" "$port")"
+    if [[ "$t" == "infera" ]]; then
+      kill "$SAMPLER" 2>/dev/null || true
+      wait "$SAMPLER" 2>/dev/null || true
+      peak="$(sort -n "$BENCH_TMP/rss-$r.txt" | tail -1)"
+      (( peak > PEAK_RSS )) && PEAK_RSS="$peak"
+    fi
+    completed="$(field "$json" completed)" failed="$(field "$json" failed)"
+    P50[$t]="$(field "$json" "gap_ms['p50']")" P99[$t]="$(field "$json" "gap_ms['p99']")"
+    printf '  round %d  %-7s completed %4d/%d failed %d  gap p50 %.2f ms  p90 %.2f  p99 %.2f  p99.9 %.2f  max %.1f  wall %.1f s%s\n' \
+      "$r" "$t" "$completed" "$STREAMS" "$failed" "${P50[$t]}" "$(field "$json" "gap_ms['p90']")" "${P99[$t]}" \
+      "$(field "$json" "gap_ms['p999']")" "$(field "$json" "gap_ms['max']")" "$(field "$json" wall_s)" \
+      "$([[ "$t" == infera ]] && echo "  peak RSS $peak kB")"
+    if [[ "$failed" != "0" ]]; then
+      ALL_OK=0
+      echo "    errors: $(field "$json" errors)"
+    fi
+  done
+  ADDED_P99+="$(awk -v a="${P99[infera]}" -v b="${P99[direct]}" 'BEGIN {print a - b}') "
+  ADDED_P50+="$(awk -v a="${P50[infera]}" -v b="${P50[direct]}" 'BEGIN {print a - b}') "
+  GW_P99+="${P99[infera]} " DIRECT_P99+="${P99[direct]} "
+  sleep 1
+done
+
+median() { tr ' ' '\n' <<<"$1" | grep . | sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
+A99="$(median "$ADDED_P99")" A50="$(median "$ADDED_P50")"
+echo
+echo "== streams summary ($STREAMS streams x $TOKENS tokens, median of $ROUNDS rounds) =="
+printf '  all streams completed: %s\n' "$([[ $ALL_OK == 1 ]] && echo yes || echo NO)"
+printf '  inter-token gap p99: direct %.2f ms, infera %.2f ms\n' "$(median "$DIRECT_P99")" "$(median "$GW_P99")"
+printf '  added inter-token latency: p50 %+.3f ms, p99 %+.3f ms (target p99 <= 1 ms)\n' "$A50" "$A99"
+printf '  gateway peak RSS during streams: %.1f MB (target < 100 MB)\n' "$(awk -v k="$PEAK_RSS" 'BEGIN {print k / 1024}')"
+printf '  gateway idle RSS: %.1f MB; per idle keep-alive connection: %d bytes (%d connections)\n' \
+  "$(awk -v k="$IDLE_RSS" 'BEGIN {print k / 1024}')" "$PER_CONN_B" "$IDLE_CONNS"
+awk -v a="$A99" -v m="$PEAK_RSS" -v ok="$ALL_OK" 'BEGIN {exit !(ok == 1 && a <= 1 && m < 100 * 1024)}' \
+  && echo "  targets met" || echo "  targets NOT met"

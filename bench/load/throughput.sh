@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# Throughput of small non-streaming chat completions: wrk against the emulator directly, through
+# nginx (proxy_pass, upstream keepalive, HTTP/1.1) and through Infera, in the same run,
+# interleaved and repeated. Prints req/s of each round, the medians and the ratios
+# Infera/nginx and Infera/direct (the figure; absolute req/s on a shared box are noise).
+#
+#   bench/load/throughput.sh [--connections N] [--threads N] [--duration S] [--rounds N]
+#                            [--proxy-workers N] [--emulator-workers N]
+#
+# Defaults: 64 connections, 1 wrk thread, 10 s per measurement, 3 rounds, 1 worker for nginx and
+# Infera alike, 1 emulator worker. BENCH_PIN=1 pins: wrk and emulator on CPU 0, proxy on CPU 1.
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+CONNS=64 THREADS=1 DURATION=10 ROUNDS=3 PROXY_WORKERS=1 EMU_WORKERS=1
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --connections) CONNS="$2"; shift 2 ;;
+    --threads) THREADS="$2"; shift 2 ;;
+    --duration) DURATION="$2"; shift 2 ;;
+    --rounds) ROUNDS="$2"; shift 2 ;;
+    --proxy-workers) PROXY_WORKERS="$2"; shift 2 ;;
+    --emulator-workers) EMU_WORKERS="$2"; shift 2 ;;
+    *) echo "unknown argument $1" >&2; exit 2 ;;
+  esac
+done
+
+bench_init wrk nginx curl python3
+
+LOAD_CPUS=0 PROXY_CPUS=1 BACKEND_CPUS=0
+start_emulator emulator "$BACKEND_CPUS" --models m --ttft-ms 0 --token-ms 0 --workers "$EMU_WORKERS"
+start_nginx nginx "$PROXY_CPUS" "$PROXY_WORKERS" "$EMU_PORT"
+start_gateway gateway "$PROXY_CPUS" "$PROXY_WORKERS" "$EMU_PORT"
+for p in "$EMU_PORT" "$NGX_PORT" "$GW_PORT"; do check_chat "$p"; done
+
+cat >"$BENCH_TMP/chat.lua" <<'EOF'
+wrk.method = "POST"
+wrk.headers["Content-Type"] = "application/json"
+wrk.body = '{"model":"m","max_tokens":16,"messages":[{"role":"user","content":"Hello, how are you?"}]}'
+EOF
+
+# run_wrk LABEL PORT SECONDS: prints req/s; fails on socket errors or non-2xx answers.
+run_wrk() {
+  local label="$1" port="$2" secs="$3" out="$BENCH_TMP/wrk-$1.txt"
+  pin_prefix "$LOAD_CPUS"
+  "${PIN[@]}" timeout $((secs + 30)) wrk -t "$THREADS" -c "$CONNS" -d "${secs}s" \
+    -s "$BENCH_TMP/chat.lua" "http://127.0.0.1:$port/v1/chat/completions" >"$out" 2>&1
+  if grep -q 'Non-2xx\|Socket errors' "$out"; then
+    echo "wrk against $label reported errors:" >&2
+    cat "$out" >&2
+    return 1
+  fi
+  awk '/^Requests\/sec:/ {print $2}' "$out"
+}
+
+median() { sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
+
+echo "throughput: wrk -t$THREADS -c$CONNS -d${DURATION}s POST /v1/chat/completions (16 tokens)," \
+  "$ROUNDS rounds; proxy workers $PROXY_WORKERS, emulator workers $EMU_WORKERS, $(bench_env_note)"
+# Warm-up: pools, page cache, CPU frequency.
+for p in "$EMU_PORT" "$NGX_PORT" "$GW_PORT"; do run_wrk warmup "$p" 2 >/dev/null; done
+
+declare -A RESULTS=([direct]="" [nginx]="" [infera]="")
+for ((r = 1; r <= ROUNDS; r++)); do
+  # Rotate the order each round so no target always runs first or last.
+  order=(direct nginx infera)
+  for ((k = 0; k < (r - 1) % 3; k++)); do order=("${order[@]:1}" "${order[0]}"); done
+  for t in "${order[@]}"; do
+    case "$t" in direct) p="$EMU_PORT" ;; nginx) p="$NGX_PORT" ;; infera) p="$GW_PORT" ;; esac
+    rps="$(run_wrk "$t" "$p" "$DURATION")"
+    RESULTS[$t]+="$rps "
+    printf '  round %d  %-7s %10.0f req/s\n' "$r" "$t" "$rps"
+  done
+  ratio_n="$(awk -v a="$(awk '{print $NF}' <<<"${RESULTS[infera]}")" -v b="$(awk '{print $NF}' <<<"${RESULTS[nginx]}")" 'BEGIN {printf "%.3f", a / b}')"
+  echo "  round $r  infera/nginx $ratio_n"
+done
+
+med() { tr ' ' '\n' <<<"${RESULTS[$1]}" | grep . | median; }
+D="$(med direct)" N="$(med nginx)" I="$(med infera)"
+# Ratios per round (the two proxies ran back to back), then their median.
+RN="$(paste -d' ' <(tr ' ' '\n' <<<"${RESULTS[infera]}" | grep .) <(tr ' ' '\n' <<<"${RESULTS[nginx]}" | grep .) \
+  | awk '{print $1 / $2}' | median)"
+RD="$(paste -d' ' <(tr ' ' '\n' <<<"${RESULTS[infera]}" | grep .) <(tr ' ' '\n' <<<"${RESULTS[direct]}" | grep .) \
+  | awk '{print $1 / $2}' | median)"
+
+echo
+echo "== throughput summary (median of $ROUNDS rounds) =="
+printf '  direct   %10.0f req/s\n' "$D"
+printf '  nginx    %10.0f req/s\n' "$N"
+printf '  infera   %10.0f req/s\n' "$I"
+printf '  infera/nginx  %.3f   (target >= 1.0)\n' "$RN"
+printf '  infera/direct %.3f\n' "$RD"
+awk -v r="$RN" 'BEGIN {exit !(r >= 1.0)}' && echo "  target met" || echo "  target NOT met"
