@@ -23,13 +23,6 @@ constexpr double kEwmaAlpha = 0.2;
 // slow outlier cannot keep an endpoint from being tried again for ever.
 constexpr double kEwmaHalfLifeNs = 1e9;
 
-bool isHopByHop(std::string_view name) {
-  return name == "connection" || name == "keep-alive" || name == "transfer-encoding" ||
-         name == "content-length" || name == "te" || name == "trailer" || name == "upgrade" ||
-         name == "proxy-connection" || name == "proxy-authorization" || name == "host" ||
-         name == "expect";
-}
-
 Deadline deadlineAfter(int64_t ms) { return SteadyClock::now() + std::chrono::milliseconds(ms); }
 
 }  // namespace
@@ -49,7 +42,6 @@ struct ProxyHandler::Exchange {
   std::string kserve_tail;  // after /v2/models/{m}
   std::string target;
   std::string body_override;
-  std::vector<HttpHeader> fwd_headers;
   std::vector<HttpHeader> resp_headers;
   net::UpstreamConnection* current = nullptr;
   bool client_gone = false;
@@ -322,21 +314,17 @@ Task<void> ProxyHandler::forward(Exchange& x, const std::vector<uint32_t>& candi
   const Deployment& first = *x.route->first_deployment;
   const Deadline total = deadlineAfter(first.timeouts.total_ms);
   const int max_attempts = std::max(1, first.retry.attempts);
-  // Headers to the upstream: everything but hop-by-hop and the client's credentials.
-  x.fwd_headers.reserve(x.req.headers.size() + 1);
-  for (const auto& h : x.req.headers) {
-    if (isHopByHop(h.name) || h.name == "authorization" || h.name == "x-request-id") continue;
-    x.fwd_headers.push_back(h);
-  }
-  x.fwd_headers.push_back(HttpHeader{"x-request-id", x.request_id});
+  // Headers go to the upstream as the client sent them, minus hop-by-hop headers and the
+  // client's credentials, filtered while the request head is written (no copies).
   x.w.watchDisconnect([&x] {
     x.client_gone = true;
     if (x.current) x.current->abort();
   });
 
   std::vector<uint32_t> tried;
+  tried.reserve(4);
   int last_status = 503;
-  std::string last_message = "no healthy endpoint for model " + x.route->model;
+  std::string last_message;  // built only on failure
   std::string_view last_code = "no_healthy_endpoint";
   for (int attempt = 0; attempt < max_attempts && !x.client_gone; ++attempt) {
     const int64_t now_ns = monoNanos();
@@ -364,15 +352,25 @@ Task<void> ProxyHandler::forward(Exchange& x, const std::vector<uint32_t>& candi
       x.body_override.append(x.req.body, x.fields.model_end);
       body = x.body_override;
     }
-    x.target = ep.address.base_path;
+    std::string_view target = x.req.target;
     if (ep.protocol == Protocol::kKServe) {
-      x.target += "/v2/models/" + dep.upstream_model + x.kserve_tail;
+      x.target = ep.address.base_path + "/v2/models/" + dep.upstream_model + x.kserve_tail;
       const auto q = x.req.target.find('?');
       if (q != std::string::npos) x.target += x.req.target.substr(q);
-    } else {
-      x.target += x.req.target;
+      target = x.target;
+    } else if (!ep.address.base_path.empty()) {
+      x.target = ep.address.base_path + x.req.target;
+      target = x.target;
     }
-    net::ClientRequest creq{x.req.method, x.target, ep.host_header, x.fwd_headers, body};
+    net::ClientRequest creq;
+    creq.method = x.req.method;
+    creq.target = target;
+    creq.host = ep.host_header;
+    creq.headers = x.req.headers;
+    creq.body = body;
+    creq.skip_hop_by_hop = true;
+    creq.skip_authorization = true;
+    creq.request_id = x.request_id;
     const Deadline try_deadline = std::min(total, deadlineAfter(dep.timeouts.first_byte_ms));
     int64_t sent_ns = monoNanos();
 
@@ -458,7 +456,7 @@ Task<void> ProxyHandler::forward(Exchange& x, const std::vector<uint32_t>& candi
         content_type = hh.value;
         continue;
       }
-      if (isHopByHop(hh.name) || hh.name == "x-request-id" || hh.name == "server" || hh.name == "date") continue;
+      if (net::isHopByHopHeader(hh.name) || hh.name == "x-request-id" || hh.name == "server" || hh.name == "date") continue;
       x.resp_headers.push_back(hh);
     }
     x.resp_headers.push_back(HttpHeader{"x-request-id", x.request_id});
@@ -532,6 +530,7 @@ Task<void> ProxyHandler::forward(Exchange& x, const std::vector<uint32_t>& candi
     co_await x.w.send(499, "application/json", "{}");
     co_return;
   }
+  if (last_message.empty()) last_message = "no healthy endpoint for model " + x.route->model;
   co_await sendError(x, last_status, last_message, "server_error", last_code);
 }
 

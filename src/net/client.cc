@@ -45,9 +45,17 @@ class UpstreamConnectionImpl final : public UpstreamConnection {
     request_head_ += req.host;
     request_head_ += "\r\n";
     for (const auto& h : req.headers) {
+      if (req.skip_hop_by_hop && isHopByHopHeader(h.name)) continue;
+      if (req.skip_authorization && h.name == "authorization") continue;
+      if (!req.request_id.empty() && h.name == "x-request-id") continue;
       request_head_ += h.name;
       request_head_ += ": ";
       request_head_ += h.value;
+      request_head_ += "\r\n";
+    }
+    if (!req.request_id.empty()) {
+      request_head_ += "x-request-id: ";
+      request_head_ += req.request_id;
       request_head_ += "\r\n";
     }
     if (!req.body.empty() || req.method == "POST" || req.method == "PUT") {
@@ -230,6 +238,12 @@ class ConnectionPoolImpl final : public ConnectionPool {
 
 }  // namespace
 
+bool isHopByHopHeader(std::string_view n) {
+  return n == "connection" || n == "keep-alive" || n == "transfer-encoding" || n == "content-length" ||
+         n == "te" || n == "trailer" || n == "upgrade" || n == "proxy-connection" ||
+         n == "proxy-authorization" || n == "host" || n == "expect";
+}
+
 std::string_view ClientResponseHead::header(std::string_view lower_name) const {
   for (const auto& h : headers) {
     if (h.name == lower_name) return h.value;
@@ -311,7 +325,12 @@ Task<Result<SimpleResponse>> fetch(const UpstreamAddress& address, std::string_v
   if (!conn.ok()) co_return conn.takeStatus();
   const std::string host = address.hostHeader();
   const std::string full_target = address.base_path + std::string(target);
-  ClientRequest req{method, full_target, host, headers, body};
+  ClientRequest req;
+  req.method = method;
+  req.target = full_target;
+  req.host = host;
+  req.headers = headers;
+  req.body = body;
   Status s = co_await (*conn)->send(req, deadline);
   if (!s.isOk()) co_return s;
   auto head = co_await (*conn)->readHead(deadline);

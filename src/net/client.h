@@ -33,7 +33,14 @@ struct ClientRequest {
   std::string_view host;    // Host header value
   std::span<const HttpHeader> headers;
   std::string_view body;
+  // Filters applied while writing `headers` (so a proxy forwards a client's headers uncopied):
+  bool skip_hop_by_hop = false;     // connection, keep-alive, te, upgrade, host, content-length, ...
+  bool skip_authorization = false;  // the client's credentials are not the backend's
+  std::string_view request_id;      // when set: sent as x-request-id, replacing any given one
 };
+
+// Hop-by-hop headers (RFC 9110 7.6.1) plus those the proxy sets itself.
+bool isHopByHopHeader(std::string_view lower_name);
 
 struct ClientResponseHead {
   int status = 0;

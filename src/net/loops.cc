@@ -41,7 +41,9 @@ EventLoops::EventLoops(int n) {
   }
   for (int i = 0; i < n; ++i) {
     auto loop = std::make_unique<Loop>();
-    loop->ctx = std::make_unique<asio::io_context>(1);
+    // Each socket is used by its own loop's thread only, so the reactor needs no per-descriptor
+    // locks; the scheduler keeps its lock because other threads post to the loop.
+    loop->ctx = std::make_unique<asio::io_context>(BOOST_ASIO_CONCURRENCY_HINT_UNSAFE_IO);
     loop->guard = std::make_unique<asio::executor_work_guard<asio::io_context::executor_type>>(
         loop->ctx->get_executor());
     loops_.push_back(std::move(loop));

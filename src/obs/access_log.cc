@@ -137,10 +137,13 @@ std::string RequestIdGenerator::next() {
   };
   const uint64_t a = mix(state_ + ++counter_ * 0x9E3779B97F4A7C15ULL);
   const uint64_t b = mix(a ^ counter_);
-  char buf[33];
-  std::snprintf(buf, sizeof(buf), "%016llx%016llx", static_cast<unsigned long long>(a),
-                static_cast<unsigned long long>(b));
-  return std::string(buf, 32);
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out(32, '0');
+  for (int i = 0; i < 16; ++i) {
+    out[static_cast<size_t>(15 - i)] = kHex[(a >> (4 * i)) & 0xf];
+    out[static_cast<size_t>(31 - i)] = kHex[(b >> (4 * i)) & 0xf];
+  }
+  return out;
 }
 
 bool isAcceptableRequestId(std::string_view id) {

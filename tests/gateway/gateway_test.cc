@@ -540,3 +540,50 @@ TEST_F(GatewayTest, WritesJsonLinesAccessLogWithoutBodies) {
 
 }  // namespace
 }  // namespace infera::gateway
+
+namespace infera::gateway {
+namespace {
+
+// Records the last request it received and answers 200 "{}".
+class CapturingBackend final : public net::HttpHandler {
+ public:
+  explicit CapturingBackend(net::HttpRequest& last) : last_(last) {}
+  net::Task<void> handle(net::HttpRequest& req, net::ResponseWriter& w) override {
+    last_ = req;
+    co_await w.send(200, "application/json", "{}");
+  }
+
+ private:
+  net::HttpRequest& last_;
+};
+
+TEST_F(GatewayTest, ForwardsBodyAndHeadersUntouchedExceptCredentialsAndHopByHop) {
+  net::HttpRequest last;
+  net::EventLoops loops(1);
+  loops.start();
+  auto backend = net::HttpServer::create(loops, net::ServerConfig{}, [&](int, net::asio::io_context&) {
+    return std::make_unique<CapturingBackend>(last);
+  });
+  ASSERT_TRUE(backend.ok());
+  const std::string url = "http://127.0.0.1:" + std::to_string((*backend)->port());
+  startGateway(std::string(kNoHealth) + "models:\n  - name: m1\n    aliases: [renamed]\n    deployments:\n"
+               "      - upstream_model: real/model-name\n        endpoints:\n          - {url: \"" + url + "/prefix\"}\n");
+  const std::string body = R"({ "messages":[{"role":"user","content":"x"}], "model": "renamed" , "vendor_ext":{"a":[1,2]}})";
+  const auto r = post("/v1/chat/completions?trace=1", body,
+                      {{"authorization", "Bearer sk-client"}, {"x-custom", "kept"}, {"x-request-id", "rid-9"},
+                       {"connection", "keep-alive"}});
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  EXPECT_EQ(last.target, "/prefix/v1/chat/completions?trace=1");
+  EXPECT_EQ(last.body, R"({ "messages":[{"role":"user","content":"x"}], "model": "real/model-name" , "vendor_ext":{"a":[1,2]}})");
+  EXPECT_EQ(last.header("x-custom"), "kept");
+  EXPECT_EQ(last.header("x-request-id"), "rid-9");
+  EXPECT_EQ(last.header("authorization"), "");
+  EXPECT_EQ(last.header("content-length"), std::to_string(last.body.size()));
+  gw_.reset();
+  backend->reset();
+  loops.stop();
+}
+
+}  // namespace
+}  // namespace infera::gateway
