@@ -42,7 +42,6 @@ struct ProxyHandler::Exchange {
   std::string kserve_tail;  // after /v2/models/{m}
   std::string target;
   std::string body_override;
-  std::vector<HttpHeader> resp_headers;
   net::UpstreamConnection* current = nullptr;
   bool client_gone = false;
   int status = 0;
@@ -449,17 +448,8 @@ Task<void> ProxyHandler::forward(Exchange& x, const std::vector<uint32_t>& candi
 
     // Relay the response; from here on there is no retry.
     x.status = h.status;
-    std::string_view content_type;
-    x.resp_headers.clear();
-    for (const auto& hh : h.headers) {
-      if (hh.name == "content-type") {
-        content_type = hh.value;
-        continue;
-      }
-      if (net::isHopByHopHeader(hh.name) || hh.name == "x-request-id" || hh.name == "server" || hh.name == "date") continue;
-      x.resp_headers.push_back(hh);
-    }
-    x.resp_headers.push_back(HttpHeader{"x-request-id", x.request_id});
+    const std::string_view content_type = h.header("content-type");
+    const HttpHeader rid{"x-request-id", x.request_id};
     const bool sse = content_type.starts_with("text/event-stream");
     if (sse) {
       x.stream = true;
@@ -474,7 +464,7 @@ Task<void> ProxyHandler::forward(Exchange& x, const std::vector<uint32_t>& candi
       }
     } stream_gauge{metrics_, shard_, sse};
     const int64_t clen = h.chunked ? -1 : h.content_length;
-    if (!co_await x.w.start(h.status, content_type, x.resp_headers, clen)) {
+    if (!co_await x.w.start(h.status, content_type, std::span<const HttpHeader>(&rid, 1), clen, h.headers)) {
       conn->abort();
       x.current = nullptr;
       x.route->client_aborts->inc(shard_);

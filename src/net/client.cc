@@ -91,16 +91,17 @@ class UpstreamConnectionImpl final : public UpstreamConnection {
     if (ec) co_return errorStatus(ec, "reading response head");
     const auto& msg = parser_->get();
     head_.status = static_cast<int>(msg.result_int());
-    head_.headers.clear();
+    size_t n = 0;  // reuse the previous response's header strings
     for (const auto& f : msg.base()) {
-      HttpHeader h;
+      if (n == head_.headers.size()) head_.headers.emplace_back();
+      HttpHeader& h = head_.headers[n++];
       h.name.assign(f.name_string().data(), f.name_string().size());
       for (auto& c : h.name) {
         if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
       }
       h.value.assign(f.value().data(), f.value().size());
-      head_.headers.push_back(std::move(h));
     }
+    head_.headers.resize(n);
     head_.chunked = parser_->chunked();
     const auto len = parser_->content_length();
     head_.content_length = len ? static_cast<int64_t>(*len) : -1;
@@ -237,12 +238,6 @@ class ConnectionPoolImpl final : public ConnectionPool {
 };
 
 }  // namespace
-
-bool isHopByHopHeader(std::string_view n) {
-  return n == "connection" || n == "keep-alive" || n == "transfer-encoding" || n == "content-length" ||
-         n == "te" || n == "trailer" || n == "upgrade" || n == "proxy-connection" ||
-         n == "proxy-authorization" || n == "host" || n == "expect";
-}
 
 std::string_view ClientResponseHead::header(std::string_view lower_name) const {
   for (const auto& h : headers) {

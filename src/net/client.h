@@ -39,8 +39,6 @@ struct ClientRequest {
   std::string_view request_id;      // when set: sent as x-request-id, replacing any given one
 };
 
-// Hop-by-hop headers (RFC 9110 7.6.1) plus those the proxy sets itself.
-bool isHopByHopHeader(std::string_view lower_name);
 
 struct ClientResponseHead {
   int status = 0;

@@ -24,6 +24,12 @@ void HttpRequest::clear() {
   keep_alive = true;
 }
 
+bool isHopByHopHeader(std::string_view n) {
+  return n == "connection" || n == "keep-alive" || n == "transfer-encoding" || n == "content-length" ||
+         n == "te" || n == "trailer" || n == "upgrade" || n == "proxy-connection" ||
+         n == "proxy-authorization" || n == "host" || n == "expect";
+}
+
 bool iequals(std::string_view a, std::string_view b) {
   if (a.size() != b.size()) return false;
   for (size_t i = 0; i < a.size(); ++i) {

@@ -27,6 +27,10 @@ struct HttpRequest {
   void clear();
 };
 
+// Hop-by-hop headers (RFC 9110 7.6.1) plus those a proxy sets itself (host, content-length,
+// expect). Lower-case names.
+bool isHopByHopHeader(std::string_view lower_name);
+
 // Case-insensitive ASCII comparison.
 bool iequals(std::string_view a, std::string_view b);
 

@@ -45,7 +45,7 @@ class Connection final : public ResponseWriter {
   Task<bool> send(int status, std::string_view content_type, std::string_view body,
                   std::span<const HttpHeader> extra) override;
   Task<bool> start(int status, std::string_view content_type, std::span<const HttpHeader> extra,
-                   int64_t content_length) override;
+                   int64_t content_length, std::span<const HttpHeader> relayed) override;
   Task<bool> writeChunk(std::string_view data) override;
   Task<bool> finish() override;
   bool started() const override { return started_; }
@@ -56,7 +56,7 @@ class Connection final : public ResponseWriter {
 
  private:
   void writeHead(int status, std::string_view content_type, std::span<const HttpHeader> extra,
-                 int64_t content_length, bool chunked);
+                 int64_t content_length, bool chunked, std::span<const HttpHeader> relayed = {});
   Task<bool> writeBuffers(std::string_view a, std::string_view b = {}, std::string_view c = {});
   Task<void> sendError(int status, std::string_view message, std::string_view type,
                        std::string_view code);
@@ -119,11 +119,13 @@ Connection::~Connection() {
 }
 
 void Connection::fillRequest(http::request<http::string_body>& msg) {
-  request_.clear();
+  // Reuses the previous request's strings (their capacity) instead of allocating anew.
   request_.method.assign(msg.method_string().data(), msg.method_string().size());
   request_.target.assign(msg.target().data(), msg.target().size());
+  size_t n = 0;
   for (const auto& f : msg.base()) {
-    HttpHeader h;
+    if (n == request_.headers.size()) request_.headers.emplace_back();
+    HttpHeader& h = request_.headers[n++];
     const auto name = f.name_string();
     h.name.resize(name.size());
     for (size_t i = 0; i < name.size(); ++i) {
@@ -131,8 +133,8 @@ void Connection::fillRequest(http::request<http::string_body>& msg) {
       h.name[i] = (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c;
     }
     h.value.assign(f.value().data(), f.value().size());
-    request_.headers.push_back(std::move(h));
   }
+  request_.headers.resize(n);
   request_.body = std::move(msg.body());
   request_.keep_alive = msg.keep_alive();
 }
@@ -235,7 +237,7 @@ Task<void> Connection::lingeringClose() {
 
 void Connection::writeHead(int status, std::string_view content_type,
                            std::span<const HttpHeader> extra, int64_t content_length,
-                           bool chunked) {
+                           bool chunked, std::span<const HttpHeader> relayed) {
   head_.clear();
   head_ += "HTTP/1.1 ";
   char num[24];
@@ -247,6 +249,16 @@ void Connection::writeHead(int status, std::string_view content_type,
   if (!content_type.empty()) {
     head_ += "content-type: ";
     head_ += content_type;
+    head_ += "\r\n";
+  }
+  for (const auto& h : relayed) {
+    if (isHopByHopHeader(h.name) || h.name == "content-type" || h.name == "x-request-id" ||
+        h.name == "server" || h.name == "date") {
+      continue;
+    }
+    head_ += h.name;
+    head_ += ": ";
+    head_ += h.value;
     head_ += "\r\n";
   }
   for (const auto& h : extra) {
@@ -296,11 +308,12 @@ Task<bool> Connection::send(int status, std::string_view content_type, std::stri
 }
 
 Task<bool> Connection::start(int status, std::string_view content_type,
-                             std::span<const HttpHeader> extra, int64_t content_length) {
+                             std::span<const HttpHeader> extra, int64_t content_length,
+                             std::span<const HttpHeader> relayed) {
   INFERA_CHECK(!started_, "response already started");
   started_ = true;
   chunked_ = content_length < 0;
-  writeHead(status, content_type, extra, content_length, chunked_);
+  writeHead(status, content_type, extra, content_length, chunked_, relayed);
   co_return co_await writeBuffers(head_);
 }
 

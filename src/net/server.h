@@ -38,9 +38,12 @@ class ResponseWriter {
   virtual Task<bool> send(int status, std::string_view content_type, std::string_view body,
                           std::span<const HttpHeader> extra = {}) = 0;
   // A response whose body follows in writeChunk() calls: chunked transfer encoding, or raw
-  // bytes when content_length >= 0 is given.
+  // bytes when content_length >= 0 is given. `relayed` are an upstream's response headers, written
+  // as they are minus hop-by-hop headers, content-type, x-request-id, server and date (a proxy
+  // passes them through without copying).
   virtual Task<bool> start(int status, std::string_view content_type,
-                           std::span<const HttpHeader> extra = {}, int64_t content_length = -1) = 0;
+                           std::span<const HttpHeader> extra = {}, int64_t content_length = -1,
+                           std::span<const HttpHeader> relayed = {}) = 0;
   virtual Task<bool> writeChunk(std::string_view data) = 0;
   virtual Task<bool> finish() = 0;
   virtual bool started() const = 0;
