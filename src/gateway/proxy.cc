@@ -3,6 +3,7 @@
 #include <simdjson.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 
 #include "core/clock.h"
@@ -107,7 +108,7 @@ void ProxyHandler::setTable(std::shared_ptr<const RouteTable> table) {
 }
 
 int ProxyHandler::pick(const RouteTable& table, const std::vector<uint32_t>& candidates,
-                       const std::vector<uint32_t>& tried, int64_t now_ns) {
+                       std::span<const uint32_t> tried, int64_t now_ns) {
   Candidate buf[64];
   std::vector<Candidate> big;
   size_t n = 0;
@@ -320,19 +321,19 @@ Task<void> ProxyHandler::forward(Exchange& x, const std::vector<uint32_t>& candi
     if (x.current) x.current->abort();
   });
 
-  std::vector<uint32_t> tried;
-  tried.reserve(4);
+  std::array<uint32_t, 16> tried_buf;  // attempts <= 10 (config): no allocation
+  size_t n_tried = 0;
   int last_status = 503;
   std::string last_message;  // built only on failure
   std::string_view last_code = "no_healthy_endpoint";
   for (int attempt = 0; attempt < max_attempts && !x.client_gone; ++attempt) {
     const int64_t now_ns = monoNanos();
-    const int idx = pick(table, candidates, tried, now_ns);
+    const int idx = pick(table, candidates, std::span<const uint32_t>(tried_buf.data(), n_tried), now_ns);
     if (idx < 0) break;
     const Endpoint& ep = table.endpoints[static_cast<size_t>(idx)];
     const Deployment& dep = *ep.deployment;
     std::shared_ptr<WorkerEndpoint> ws = state_[static_cast<size_t>(idx)];
-    tried.push_back(static_cast<uint32_t>(idx));
+    tried_buf[n_tried++] = static_cast<uint32_t>(idx);
     if (attempt > 0) dep.retries->inc(shard_);
     ++x.attempts;
     x.deployment = &dep;

@@ -4,6 +4,7 @@
 
 #include <memory>
 #include <random>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -42,7 +43,7 @@ class ProxyHandler final : public net::HttpHandler {
   net::Task<void> sendError(Exchange& x, int status, std::string_view message, std::string_view type,
                             std::string_view code);
   int pick(const RouteTable& table, const std::vector<uint32_t>& candidates,
-           const std::vector<uint32_t>& tried, int64_t now_ns);
+           std::span<const uint32_t> tried, int64_t now_ns);
   void recordFailure(const Endpoint& ep, int64_t now_ns);
   void recordSuccess(const Endpoint& ep, int64_t now_ns);
   void finishExchange(Exchange& x);

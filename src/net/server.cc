@@ -79,11 +79,17 @@ class Connection final : public ResponseWriter {
   bool chunked_ = false;
   bool gone_ = false;
   bool head_only_ = false;
+  // One per connection, reused by every request (the wait may outlive a request: it completes
+  // when the next request's bytes arrive, and is then ignored or re-armed).
   struct WatchState {
     std::function<void()> on_close;
     bool active = false;
+    bool pending = false;
+    int fd = -1;
+    tcp::socket* socket = nullptr;
   };
-  std::shared_ptr<WatchState> watch_;
+  static void armWatch(const std::shared_ptr<WatchState>& w);
+  std::shared_ptr<WatchState> watch_ = std::make_shared<WatchState>();
 };
 
 struct LoopState {
@@ -206,10 +212,8 @@ Task<void> Connection::run([[maybe_unused]] std::shared_ptr<Connection> self) {
     started_ = finished_ = chunked_ = false;
     head_only_ = request_.method == "HEAD";
     co_await loop_.handler->handle(request_, *this);
-    if (watch_) {
-      watch_->active = false;
-      watch_.reset();
-    }
+    watch_->active = false;
+    watch_->on_close = nullptr;
     if (!started_ && !gone_) {
       co_await sendError(500, "handler wrote no response", "server_error", "internal_error");
     } else if (started_ && !finished_) {
@@ -349,14 +353,19 @@ Task<void> Connection::sendError(int status, std::string_view message, std::stri
 }
 
 void Connection::watchDisconnect(std::function<void()> on_close) {
-  if (watch_ || gone_) return;
-  watch_ = std::make_shared<WatchState>();
+  if (watch_->active || gone_) return;
   watch_->on_close = std::move(on_close);
   watch_->active = true;
-  auto w = watch_;
-  int fd = socket_.native_handle();
+  watch_->fd = socket_.native_handle();
+  watch_->socket = &socket_;
+  if (!watch_->pending) armWatch(watch_);
+}
+
+void Connection::armWatch(const std::shared_ptr<WatchState>& w) {
+  w->pending = true;
   // wait_read completes on data or EOF without consuming anything; MSG_PEEK tells them apart.
-  socket_.async_wait(tcp::socket::wait_read, [w, fd](const error_code& ec) {
+  w->socket->async_wait(tcp::socket::wait_read, [w](const error_code& ec) {
+    w->pending = false;
     if (!w->active) return;
     if (ec) {
       // The socket was closed under the handler (shutdown, timeout): the client is gone for it.
@@ -365,11 +374,14 @@ void Connection::watchDisconnect(std::function<void()> on_close) {
       return;
     }
     char byte;
-    const ssize_t n = ::recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+    const ssize_t n = ::recv(w->fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
     if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) {
       w->active = false;
       w->on_close();
+    } else if (n < 0) {
+      armWatch(w);  // a stale wakeup (its bytes were read by the request loop): wait again
     }
+    // n > 0: the client pipelined its next request; it is still there.
   });
 }
 
