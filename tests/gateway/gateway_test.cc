@@ -129,7 +129,8 @@ TEST_F(GatewayTest, RoutesAliasRewritesModelAndPassesUnknownFieldsAndRequestId) 
   ASSERT_TRUE(models);
   EXPECT_NE(models->body.find(R"("id":"friendly")"), std::string::npos);
   EXPECT_NE(models->body.find(R"("id":"m1")"), std::string::npos);
-  EXPECT_EQ(gw_->metricSum("infera_gateway_requests_total"), 2 - 1);  // /v1/models is not routed
+  // One routed request (/v1/models is answered by the gateway); recorded just after the last byte.
+  EXPECT_TRUE(waitFor([&] { return gw_->metricSum("infera_gateway_requests_total") == 1; }));
 }
 
 // A backend that sends scripted chunks, each only when the test releases it.
@@ -473,16 +474,25 @@ TEST_F(GatewayTest, AdminPortServesMetricsAndProbes) {
   startGateway(std::string(kNoHealth) + "models:\n  - name: m1\n    deployments:\n      - name: d1\n"
                "        endpoints:\n" + endpoint(e));
   ASSERT_EQ(post("/v1/chat/completions", chatBody("m1", true))->status, 200);
-  const auto m = httpRequest(gw_->adminPort(), "GET", "/metrics");
-  ASSERT_TRUE(m);
-  EXPECT_EQ(m->status, 200);
-  for (const char* name : {"infera_build_info{", "infera_gateway_requests_total{model=\"m1\",deployment=\"d1\",code_class=\"2xx\"} 1",
-                           "infera_gateway_request_duration_seconds_bucket", "infera_gateway_time_to_first_token_seconds_count{model=\"m1\"} 1",
-                           "infera_gateway_upstream_latency_seconds_bucket", "infera_gateway_requests_in_flight 0",
-                           "infera_gateway_active_streams 0", "infera_gateway_upstream_retries_total",
-                           "infera_gateway_endpoint_ejections_total", "process_resident_memory_bytes"}) {
-    EXPECT_NE(m->body.find(name), std::string::npos) << name;
-  }
+  const std::vector<std::string> names = {
+      "infera_build_info{", "infera_gateway_requests_total{model=\"m1\",deployment=\"d1\",code_class=\"2xx\"} 1",
+      "infera_gateway_request_duration_seconds_bucket", "infera_gateway_time_to_first_token_seconds_count{model=\"m1\"} 1",
+      "infera_gateway_upstream_latency_seconds_bucket", "infera_gateway_requests_in_flight 0",
+      "infera_gateway_active_streams 0", "infera_gateway_upstream_retries_total",
+      "infera_gateway_endpoint_ejections_total", "process_resident_memory_bytes"};
+  // The client can read the last byte a moment before the gateway records the request.
+  std::string text;
+  const bool all = waitFor([&] {
+    const auto m = httpRequest(gw_->adminPort(), "GET", "/metrics");
+    if (!m || m->status != 200) return false;
+    text = m->body;
+    for (const auto& n : names) {
+      if (text.find(n) == std::string::npos) return false;
+    }
+    return true;
+  });
+  for (const auto& n : names) EXPECT_NE(text.find(n), std::string::npos) << n;
+  EXPECT_TRUE(all);
   EXPECT_EQ(httpRequest(gw_->adminPort(), "GET", "/healthz")->status, 200);
   EXPECT_EQ(httpRequest(gw_->adminPort(), "GET", "/readyz")->status, 200);
   EXPECT_NE(httpRequest(gw_->adminPort(), "GET", "/admin/endpoints")->body.find("\"healthy\":true"), std::string::npos);
