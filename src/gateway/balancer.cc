@@ -27,7 +27,9 @@ int weightedSample(std::span<const Candidate> candidates, std::span<const int> p
   return -1;
 }
 
-int pickCandidate(std::span<const Candidate> candidates, double region_margin, std::mt19937_64& rng) {
+int pickCandidate(std::span<const Candidate> candidates, double region_margin, std::mt19937_64& rng,
+                  int* loser) {
+  if (loser) *loser = -1;
   if (candidates.empty()) return -1;
   // Small fixed-capacity pools: no heap allocation for the usual handful of endpoints.
   int local_buf[64];
@@ -63,7 +65,11 @@ int pickCandidate(std::span<const Candidate> candidates, double region_margin, s
   const int b = weightedSample(candidates, pool, rng, a);
   const double sa = candidateScore(candidates[static_cast<size_t>(a)]);
   const double sb = candidateScore(candidates[static_cast<size_t>(b)]);
-  if (sb * kScoreTieRatio + kScoreTieAbsolute < sa) return b;
+  if (sb * kScoreTieRatio + kScoreTieAbsolute < sa) {
+    if (loser) *loser = a;
+    return b;
+  }
+  if (loser && sa * kScoreTieRatio + kScoreTieAbsolute < sb) *loser = b;
   return a;
 }
 

@@ -25,15 +25,21 @@ inline constexpr double kScoreTieRatio = 1.5;
 inline constexpr double kScoreTieAbsolute = 0.002;
 // The latency assumed for an endpoint with no sample yet when deciding whether to leave the local
 // region (within the chosen pool an unsampled endpoint scores 0, so it gets explored).
-inline constexpr double kUnsampledPrior = 0.005;
+inline constexpr double kUnsampledPrior = 0.025;
 
 double candidateScore(const Candidate& c);
 
 // Picks one of `candidates` (all eligible: healthy, not ejected, under their limit). Region
 // preference: if any local candidate exists and the best local score is within (1 + margin) of the
 // best remote score, only local candidates are considered; otherwise all (spill-over). Returns the
-// position in `candidates`, or -1 when empty.
-int pickCandidate(std::span<const Candidate> candidates, double region_margin, std::mt19937_64& rng);
+// position in `candidates`, or -1 when empty. When two were compared and one lost clearly on
+// score, its position is stored in *loser (else -1): callers decay a loser's estimate a little, so
+// an endpoint judged on one slow outlier is tried again after a few dozen losses.
+int pickCandidate(std::span<const Candidate> candidates, double region_margin, std::mt19937_64& rng,
+                  int* loser = nullptr);
+
+// How much a loser's latency estimate shrinks per lost comparison.
+inline constexpr double kLoserDecay = 0.95;
 
 // Weighted random position in `candidates` among the positions in `pool` other than `exclude`
 // (-1 = none); -1 when nothing is left.

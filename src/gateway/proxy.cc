@@ -133,7 +133,9 @@ int ProxyHandler::pick(const RouteTable& table, const std::vector<uint32_t>& can
     }
   }
   std::span<const Candidate> span = small ? std::span<const Candidate>(buf, n) : std::span<const Candidate>(big);
-  const int pos = pickCandidate(span, table.region_margin, rng_);
+  int loser = -1;
+  const int pos = pickCandidate(span, table.region_margin, rng_, &loser);
+  if (loser >= 0) state_[span[static_cast<size_t>(loser)].index]->ewma_s *= kLoserDecay;
   return pos < 0 ? -1 : static_cast<int>(span[static_cast<size_t>(pos)].index);
 }
 

@@ -44,3 +44,25 @@ TEST(BalancerTest, SpillsOverWhenNoLocalCandidate) {
 
 }  // namespace
 }  // namespace infera::gateway
+
+namespace infera::gateway {
+namespace {
+
+TEST(BalancerTest, ReportsTheClearLoserSoItsEstimateCanDecay) {
+  std::vector<Candidate> c{{0, 0.050, 0, 1, true}, {1, 0.001, 0, 1, true}};
+  std::mt19937_64 rng(5);
+  int loser = -2;
+  EXPECT_EQ(pickCandidate(c, 0.5, rng, &loser), 1);
+  EXPECT_EQ(loser, 0);
+  // Decayed by losing, the slow endpoint is tried again after a bounded number of losses.
+  int picks_until_retry = 0;
+  while (pickCandidate(c, 0.5, rng, &loser) == 1 && picks_until_retry < 1000) {
+    if (loser == 0) c[0].ewma_s *= kLoserDecay;
+    ++picks_until_retry;
+  }
+  EXPECT_GT(picks_until_retry, 20);
+  EXPECT_LT(picks_until_retry, 100);
+}
+
+}  // namespace
+}  // namespace infera::gateway

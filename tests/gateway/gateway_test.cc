@@ -296,7 +296,7 @@ TEST_F(GatewayTest, StaysInItsRegionAndSpillsOverWhenTheRegionIsDown) {
 }
 
 TEST_F(GatewayTest, SpillsOverWhenTheLocalRegionIsMuchSlower) {
-  auto& east = startEmulator({"m1"}, [](EmulatorConfig& c) { c.faults.added_latency_ms = 30; });
+  auto& east = startEmulator({"m1"}, [](EmulatorConfig& c) { c.faults.added_latency_ms = 80; });
   auto& west = startEmulator();
   startGateway(std::string(kNoHealth) + "region: east\nregion_margin: 0.5\nmodels:\n  - name: m1\n    deployments:\n"
                "      - endpoints:\n" + endpoint(east, "region: east") + endpoint(west, "region: west"));
