@@ -26,8 +26,8 @@ TEST(SimulatorTraceTest, PolicyFiguresOnDefaultPodList) {
   ASSERT_TRUE(pods.ok()) << pods.status().message();
   // policy -> (10-seed mean, tolerance)
   const std::map<std::string, std::pair<double, double>> expected = {
-      {"infera", {272, 25}},        {"fgd", {336, 30}},         {"best-fit", {426, 35}},
-      {"dot-product", {601, 50}},   {"gpu-packing", {673, 50}}, {"gpu-clustering", {702, 70}},
+      {"infera", {272, 25}},      {"fgd", {336, 30}},         {"best-fit", {426, 35}},
+      {"dot-product", {601, 50}}, {"gpu-packing", {673, 50}}, {"gpu-clustering", {702, 70}},
       {"random-fit", {767, 60}}};
   std::map<std::string, double> got;
   for (const auto& [policy, want] : expected) {
