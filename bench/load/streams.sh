@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Streaming at scale: N concurrent streaming chat completions (emulator at 20 ms per token, 200
-# tokens) through Infera and, as the baseline, directly to the emulator, interleaved and
+# tokens) through Infera, directly to the emulator (the baseline) and through nginx, interleaved and
 # repeated. Client: bench/load/stream_client.js (node, raw sockets), which timestamps each token
 # event as it is read. Reports: streams completed (all must), inter-token gap p50/p99 direct and
 # through the gateway and the added p99 (gateway minus direct, per round, median), gateway RSS
@@ -8,14 +8,15 @@
 # idle keep-alive client connections open, minus idle RSS, over N).
 #
 #   bench/load/streams.sh [--streams N] [--tokens N] [--token-ms MS] [--rounds N]
-#                         [--gateway-workers N] [--idle-connections N]
+#                         [--gateway-workers N] [--idle-connections N] [--no-nginx]
 #
 # Defaults: 1,000 streams, 200 tokens, 20 ms per token, 2 rounds, 1 gateway worker, 1 emulator
-# worker, 1,000 idle connections. BENCH_PIN=1 pins: client and emulator on CPU 0, gateway on CPU 1.
+# worker, 1,000 idle connections, nginx (proxy_buffering off) as a reference proxy with its ITL and
+# CPU per token (the same worker count as Infera). BENCH_PIN=1 pins: client and emulator on CPU 0, gateway on CPU 1.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-STREAMS=1000 TOKENS=200 TOKEN_MS=20 ROUNDS=2 GW_WORKERS=1 IDLE_CONNS=1000
+STREAMS=1000 TOKENS=200 TOKEN_MS=20 ROUNDS=2 GW_WORKERS=1 IDLE_CONNS=1000 WITH_NGINX=1
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --streams) STREAMS="$2"; shift 2 ;;
@@ -24,11 +25,13 @@ while [[ $# -gt 0 ]]; do
     --rounds) ROUNDS="$2"; shift 2 ;;
     --gateway-workers) GW_WORKERS="$2"; shift 2 ;;
     --idle-connections) IDLE_CONNS="$2"; shift 2 ;;
+    --no-nginx) WITH_NGINX=0; shift ;;
     *) echo "unknown argument $1" >&2; exit 2 ;;
   esac
 done
 
 bench_init node curl python3
+command -v nginx >/dev/null || WITH_NGINX=0
 CLIENT="$(dirname "${BASH_SOURCE[0]}")/stream_client.js"
 # Each stream holds a client and an upstream socket in the gateway: raise the fd limit.
 ulimit -n "$(( (STREAMS + IDLE_CONNS) * 2 + 1024 > 65536 ? (STREAMS + IDLE_CONNS) * 2 + 1024 : 65536 ))" 2>/dev/null \
@@ -38,6 +41,12 @@ LOAD_CPUS=0 PROXY_CPUS=1 BACKEND_CPUS=0
 start_emulator emulator "$BACKEND_CPUS" --models m --ttft-ms "$TOKEN_MS" --token-ms "$TOKEN_MS" \
   --max-tokens "$TOKENS" --workers 1
 start_gateway gateway "$PROXY_CPUS" "$GW_WORKERS" "$EMU_PORT"
+TARGETS=(direct infera)
+if [[ "$WITH_NGINX" == "1" ]]; then
+  start_nginx nginx "$PROXY_CPUS" "$GW_WORKERS" "$EMU_PORT"
+  NGX_WORKER="$(pgrep -P "$NGX_PID" | head -1)"  # the worker's CPU is what forwarding costs
+  TARGETS+=(nginx)
+fi
 echo "streams: $STREAMS concurrent streams x $TOKENS tokens at $TOKEN_MS ms/token, $ROUNDS rounds," \
   "gateway workers $GW_WORKERS; $(bench_env_note)"
 
@@ -77,38 +86,45 @@ run_streams() {  # LABEL PORT -> JSON line from the client
 # A round with failed streams still prints its gaps but is kept out of the medians below.
 field() { python3 -c 'import json,sys; d=json.loads(sys.argv[1]); print(eval(sys.argv[2], {}, d))' "$1" "$2"; }
 
-ADDED_P99="" ADDED_P50="" PEAK_RSS=0 ALL_OK=1 GW_P99="" DIRECT_P99=""
+ADDED_P99="" ADDED_P50="" NGX_ADDED_P99="" PEAK_RSS=0 ALL_OK=1 GW_P99="" DIRECT_P99=""
 for ((r = 1; r <= ROUNDS; r++)); do
-  order=(direct infera)
-  (( r % 2 == 0 )) && order=(infera direct)
+  order=("${TARGETS[@]}")
+  for ((k = 0; k < (r - 1) % ${#TARGETS[@]}; k++)); do order=("${order[@]:1}" "${order[0]}"); done
   declare -A P50 P99
   ROUND_OK=1
   for t in "${order[@]}"; do
+    case "$t" in
+      direct) port="$EMU_PORT" proxy_pid="" ;;
+      infera) port="$GW_PORT" proxy_pid="$GW_PID" ;;
+      nginx) port="$NGX_PORT" proxy_pid="$NGX_WORKER" ;;
+    esac
     if [[ "$t" == "infera" ]]; then
-      port="$GW_PORT"
       : >"$BENCH_TMP/rss-$r.txt"
       sample_rss "$GW_PID" "$BENCH_TMP/rss-$r.txt" &
       SAMPLER=$!
       BENCH_PIDS+=("$SAMPLER")
-      cpu0="$(cpu_ticks "$GW_PID")"
-    else
-      port="$EMU_PORT"
     fi
+    [[ -n "$proxy_pid" ]] && cpu0="$(cpu_ticks "$proxy_pid")"
     json="$(run_streams "$t" "$port")"
     if [[ "$t" == "infera" ]]; then
       kill "$SAMPLER" 2>/dev/null || true
       wait "$SAMPLER" 2>/dev/null || true
       peak="$(sort -n "$BENCH_TMP/rss-$r.txt" | tail -1)"
-      # Gateway CPU (user+system) per token forwarded: the cost that bounds streams per core.
-      gw_cpu_s="$(awk -v a="$cpu0" -v b="$(cpu_ticks "$GW_PID")" -v hz="$(getconf CLK_TCK)" 'BEGIN {print (b - a) / hz}')"
       (( peak > PEAK_RSS )) && PEAK_RSS="$peak"
+    fi
+    extra=""
+    if [[ -n "$proxy_pid" ]]; then
+      # Proxy CPU (user+system) per token forwarded: the cost that bounds streams per core.
+      cpu_s="$(awk -v a="$cpu0" -v b="$(cpu_ticks "$proxy_pid")" -v hz="$(getconf CLK_TCK)" 'BEGIN {print (b - a) / hz}')"
+      extra="  CPU $cpu_s s ($(awk -v c="$cpu_s" -v n="$(field "$json" tokens)" 'BEGIN {printf "%.1f", n ? c * 1e6 / n : 0}') us/token)"
+      [[ "$t" == infera ]] && extra+=", peak RSS $peak kB"
     fi
     completed="$(field "$json" completed)" failed="$(field "$json" failed)"
     P50[$t]="$(field "$json" "gap_ms['p50']")" P99[$t]="$(field "$json" "gap_ms['p99']")"
     printf '  round %d  %-7s completed %4d/%d failed %d  gap p50 %.2f ms  p90 %.2f  p99 %.2f  p99.9 %.2f  max %.1f  wall %.1f s%s\n' \
       "$r" "$t" "$completed" "$STREAMS" "$failed" "${P50[$t]}" "$(field "$json" "gap_ms['p90']")" "${P99[$t]}" \
       "$(field "$json" "gap_ms['p999']")" "$(field "$json" "gap_ms['max']")" "$(field "$json" wall_s)" \
-      "$([[ "$t" == infera ]] && echo "  peak RSS $peak kB, gateway CPU $gw_cpu_s s ($(awk -v c="$gw_cpu_s" -v n="$(field "$json" tokens)" 'BEGIN {printf "%.1f", n ? c * 1e6 / n : 0}') us/token)")"
+      "$extra"
     if [[ "$failed" != "0" ]]; then
       ALL_OK=0 ROUND_OK=0
       echo "    errors: $(field "$json" errors)"
@@ -130,6 +146,7 @@ for ((r = 1; r <= ROUNDS; r++)); do
   ADDED_P99+="$(awk -v a="${P99[infera]}" -v b="${P99[direct]}" 'BEGIN {print a - b}') "
   ADDED_P50+="$(awk -v a="${P50[infera]}" -v b="${P50[direct]}" 'BEGIN {print a - b}') "
   GW_P99+="${P99[infera]} " DIRECT_P99+="${P99[direct]} "
+  [[ "$WITH_NGINX" == "1" ]] && NGX_ADDED_P99+="$(awk -v a="${P99[nginx]}" -v b="${P99[direct]}" 'BEGIN {print a - b}') "
   sleep 1
 done
 
@@ -142,8 +159,19 @@ printf '  all streams completed: %s\n' "$([[ $ALL_OK == 1 ]] && echo yes || echo
 printf '  inter-token gap p99 (rounds without failures): direct %s ms, infera %s ms\n' \
   "$(median "$DIRECT_P99")" "$(median "$GW_P99")"
 printf '  added inter-token latency: p50 %+.3f ms, p99 %+.3f ms (target p99 <= 1 ms)\n' "$A50" "$A99"
+[[ "$WITH_NGINX" == "1" ]] && printf '  nginx added inter-token p99: %s ms (reference)\n' "$(median "$NGX_ADDED_P99")"
 printf '  gateway peak RSS during streams: %.1f MB (target < 100 MB)\n' "$(awk -v k="$PEAK_RSS" 'BEGIN {print k / 1024}')"
 printf '  gateway idle RSS: %.1f MB; per idle keep-alive connection: %d bytes (%d connections)\n' \
   "$(awk -v k="$IDLE_RSS" 'BEGIN {print k / 1024}')" "$PER_CONN_B" "$IDLE_CONNS"
-awk -v a="$A99" -v m="$PEAK_RSS" -v ok="$ALL_OK" 'BEGIN {exit !(ok == 1 && a <= 1 && m < 100 * 1024)}' \
-  && echo "  targets met" || echo "  targets NOT met"
+# The added-latency figure only means something if the box keeps the emulator's own schedule when
+# going direct; when even direct p99 is far off it (CPU saturated), say so instead of a verdict.
+D99="$(median "$DIRECT_P99")"
+if [[ -z "$D99" ]] || awk -v d="$D99" -v t="$TOKEN_MS" 'BEGIN {exit !(d > 2 * t)}'; then
+  echo "  added inter-token latency INCONCLUSIVE: direct gap p99 ${D99:-n/a} ms vs a ${TOKEN_MS} ms schedule" \
+    "(client, emulator and gateway need more CPU than this box has free; see gateway CPU/token above)"
+  awk -v m="$PEAK_RSS" -v ok="$ALL_OK" 'BEGIN {exit !(ok == 1 && m < 100 * 1024)}' \
+    && echo "  completion and RSS targets met; ITL target not verified" || echo "  targets NOT met"
+else
+  awk -v a="$A99" -v m="$PEAK_RSS" -v ok="$ALL_OK" 'BEGIN {exit !(ok == 1 && a <= 1 && m < 100 * 1024)}' \
+    && echo "  targets met" || echo "  targets NOT met"
+fi
