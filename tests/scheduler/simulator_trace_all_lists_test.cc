@@ -1,5 +1,5 @@
 // Infera's default against FGD on every pod list of the Alibaba GPU trace (FGD protocol). Slow
-// (~3 min in RelWithDebInfo): labelled `slow`.
+// (~1 min in RelWithDebInfo): labelled `slow`.
 #include <gtest/gtest.h>
 
 #include <cstdlib>

@@ -26,7 +26,7 @@ TEST(SimulatorTraceTest, PolicyFiguresOnDefaultPodList) {
   ASSERT_TRUE(pods.ok()) << pods.status().message();
   // policy -> (10-seed mean, tolerance)
   const std::map<std::string, std::pair<double, double>> expected = {
-      {"infera", {272, 25}},      {"fgd", {336, 30}},         {"best-fit", {426, 35}},
+      {"infera", {254, 20}},      {"fgd", {336, 30}},         {"best-fit", {426, 35}},
       {"dot-product", {601, 50}}, {"gpu-packing", {673, 50}}, {"gpu-clustering", {702, 70}},
       {"random-fit", {767, 60}}};
   std::map<std::string, double> got;
@@ -45,8 +45,8 @@ TEST(SimulatorTraceTest, PolicyFiguresOnDefaultPodList) {
 }
 
 // The lists dominated by shared (fractional) GPUs are where FGD is strongest; Infera's default must
-// leave fewer GPUs unallocated there too, by a clear margin (10 seeds: 527 vs 553 on gpushare60,
-// 655 vs 689 on gpushare80; see docs/scheduler.md). 3 seeds keep this to a few seconds.
+// leave fewer GPUs unallocated there too, by a clear margin (10 seeds: 511 vs 553 on gpushare60,
+// 642 vs 689 on gpushare80; see docs/scheduler.md). 3 seeds keep this to a few seconds.
 TEST(SimulatorTraceTest, InferaBeatsFgdOnGpuShareLists) {
   const auto nodes = loadNodeCsv(traceDir() + "/openb_node_list_gpu_node.csv");
   ASSERT_TRUE(nodes.ok()) << nodes.status().message();
@@ -62,7 +62,7 @@ TEST(SimulatorTraceTest, InferaBeatsFgdOnGpuShareLists) {
       ASSERT_TRUE(r.ok()) << r.status().message();
       got[policy] = r->mean_unallocated;
     }
-    EXPECT_LT(got["infera"], got["fgd"] - 10) << list;
+    EXPECT_LT(got["infera"], got["fgd"] - 20) << list;
   }
 }
 
