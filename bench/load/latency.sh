@@ -17,6 +17,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 CLIENTS=1 RPS=1000 DURATION=10 ROUNDS=3 WITH_NGINX=1
 while [[ $# -gt 0 ]]; do
   case "$1" in
+    -h|--help) sed -n '2,/^set -euo/p' "$0" | sed -n 's/^# \{0,1\}//p'; exit 0 ;;
     --clients) CLIENTS="$2"; shift 2 ;;
     --rps-per-client) RPS="$2"; shift 2 ;;
     --duration) DURATION="$2"; shift 2 ;;

@@ -19,6 +19,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 STREAMS=1000 TOKENS=200 TOKEN_MS=20 ROUNDS=2 GW_WORKERS=1 IDLE_CONNS=1000 WITH_NGINX=1
 while [[ $# -gt 0 ]]; do
   case "$1" in
+    -h|--help) sed -n '2,/^set -euo/p' "$0" | sed -n 's/^# \{0,1\}//p'; exit 0 ;;
     --streams) STREAMS="$2"; shift 2 ;;
     --tokens) TOKENS="$2"; shift 2 ;;
     --token-ms) TOKEN_MS="$2"; shift 2 ;;

@@ -15,6 +15,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 CONNS=64 THREADS=1 DURATION=10 ROUNDS=3 PROXY_WORKERS=1 EMU_WORKERS=1
 while [[ $# -gt 0 ]]; do
   case "$1" in
+    -h|--help) sed -n '2,/^set -euo/p' "$0" | sed -n 's/^# \{0,1\}//p'; exit 0 ;;
     --connections) CONNS="$2"; shift 2 ;;
     --threads) THREADS="$2"; shift 2 ;;
     --duration) DURATION="$2"; shift 2 ;;
