@@ -71,6 +71,9 @@ class Handler final : public net::HttpHandler {
   Task<void> kserve(HttpRequest& req, ResponseWriter& w);
   Task<void> kserveInfer(std::string_view model, HttpRequest& req, ResponseWriter& w);
   double uniform() { return std::uniform_real_distribution<double>(0, 1)(rng_); }
+  // Sleeps until `until`, in slices, returning early once the emulator stops or *gone is set, so
+  // shutdown never waits for a long emulated generation.
+  Task<void> sleepFor(net::Deadline until, const bool* gone = nullptr);
   Task<bool> hang(ResponseWriter& w);
 
   EmulatorImpl& emu_;
@@ -113,9 +116,9 @@ class EmulatorImpl final : public Emulator {
   const EmulatorStats& stats() const override { return stats_; }
   void stop() override {
     if (!server_) return;
-    // Hanging requests end when their clients leave; give streams a moment to finish.
-    server_->drain(std::chrono::milliseconds(500));
+    // Hanging requests and long sleeps end once stopping is set; streams get a moment to finish.
     stopping_ = true;
+    server_->drain(std::chrono::milliseconds(500));
     server_.reset();
     loops_.stop();
   }
@@ -196,6 +199,12 @@ Result<ParsedRequest> Handler::parseOpenAi(const HttpRequest& req, bool chat) {
   return p;
 }
 
+Task<void> Handler::sleepFor(net::Deadline until, const bool* gone) {
+  while (net::SteadyClock::now() < until && !emu_.stopping() && !(gone && *gone)) {
+    co_await net::sleepUntil(std::min(until, net::SteadyClock::now() + std::chrono::milliseconds(50)));
+  }
+}
+
 Task<bool> Handler::hang(ResponseWriter& w) {
   // Never answers: waits until the client leaves or the emulator stops.
   bool gone = false;
@@ -215,7 +224,7 @@ Task<void> Handler::handle(HttpRequest& req, ResponseWriter& w) {
   const bool is_data = path.starts_with("/v1/") || path.find("/infer") != std::string_view::npos;
   if (is_data) {
     if (const int64_t lat = f.added_latency_ms.load(); lat > 0) {
-      co_await net::sleepUntil(net::SteadyClock::now() + std::chrono::milliseconds(lat));
+      co_await sleepFor(net::SteadyClock::now() + std::chrono::milliseconds(lat));
     }
     if (const double hr = f.hang_rate.load(); hr > 0 && uniform() < hr) {
       co_await hang(w);
@@ -276,7 +285,12 @@ Task<void> Handler::generate(HttpRequest& req, ResponseWriter& w, bool chat) {
 
   if (!p.stream) {
     auto when = net::SteadyClock::now() + ttft + per_token * std::max(0, n_tokens - 1);
-    if (ttft.count() > 0 || per_token.count() > 0) co_await net::sleepUntil(when);
+    if (ttft.count() > 0 || per_token.count() > 0) {
+      bool gone = false;
+      w.watchDisconnect([&gone] { gone = true; });
+      co_await sleepFor(when, &gone);
+      if (gone) co_return;
+    }
     std::string text;
     for (int i = 0; i < n_tokens; ++i) text += emulatedToken(i);
     std::string body;
@@ -337,7 +351,7 @@ Task<void> Handler::generate(HttpRequest& req, ResponseWriter& w, bool chat) {
     chunk += "}";
     event.clear();
     net::appendSseData(event, chunk);
-    if (ttft.count() > 0) co_await net::sleepUntil(next);
+    if (ttft.count() > 0) co_await sleepFor(next, &gone);
     if (gone || !co_await w.writeChunk(event)) {
       stats.aborted_streams.fetch_add(1, std::memory_order_relaxed);
       co_return;
@@ -346,7 +360,7 @@ Task<void> Handler::generate(HttpRequest& req, ResponseWriter& w, bool chat) {
   for (int i = 0; i < n_tokens; ++i) {
     if (i > 0 || !chat) {
       if (i > 0) next += per_token;
-      if (next > net::SteadyClock::now()) co_await net::sleepUntil(next);
+      if (next > net::SteadyClock::now()) co_await sleepFor(next, &gone);
     }
     if (cut && i >= cut_after) {
       w.closeAfterResponse();

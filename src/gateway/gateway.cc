@@ -62,8 +62,8 @@ class GatewayImpl final : public Gateway {
       });
       while (health_running_.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
+    admin_.reset();  // first: a /metrics scrape reads data_'s stats
     data_.reset();
-    admin_.reset();
     loops_.stop();
     admin_loops_.stop();
     emulators_.clear();
@@ -205,6 +205,10 @@ class GatewayImpl final : public Gateway {
 
   Task<void> probe(const RouteTable& t, const Endpoint& ep, std::shared_ptr<const RouteTable> keep) {
     (void)keep;
+    struct InFlight {
+      std::atomic<bool>& flag;
+      ~InFlight() { flag = false; }
+    } in_flight{ep.shared->probe_in_flight};
     const auto& hc = t.health_check;
     const std::string& path = ep.protocol == Protocol::kKServe ? hc.kserve_path : hc.openai_path;
     auto r = co_await net::fetch(ep.address, "GET", path, "", {},
@@ -240,7 +244,7 @@ class GatewayImpl final : public Gateway {
       if (t->health_check.enabled) {
         std::unordered_map<std::string, bool> seen;
         for (const auto& ep : t->endpoints) {
-          if (seen.emplace(ep.key, true).second) {
+          if (seen.emplace(ep.key, true).second && !ep.shared->probe_in_flight.exchange(true)) {
             net::spawn(admin_loops_.loop(0), probe(*t, ep, t), "health probe");
           }
         }

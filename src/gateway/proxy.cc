@@ -33,6 +33,7 @@ struct ProxyHandler::Exchange {
   net::HttpRequest& req;
   net::ResponseWriter& w;
   std::shared_ptr<const RouteTable> table;
+  std::shared_ptr<const StateVector> state;  // matches `table`
   const Route* route = nullptr;
   const Deployment* deployment = nullptr;
   const Endpoint* endpoint = nullptr;
@@ -66,25 +67,28 @@ ProxyHandler::ProxyHandler(int shard, net::asio::io_context& ctx, GatewayMetrics
     // Hands this worker's access-log buffer to the writer thread every 200 ms.
     struct Flusher {
       ProxyHandler* self;
+      std::shared_ptr<bool> alive;  // false once the handler is gone (a queued run must not touch it)
       void operator()(const boost::system::error_code& ec) const {
-        if (ec) return;
+        if (ec || !*alive) return;
         self->access_log_->flushShard(self->shard_);
         self->flush_timer_->expires_after(std::chrono::milliseconds(200));
         self->flush_timer_->async_wait(*this);
       }
     };
     flush_timer_->expires_after(std::chrono::milliseconds(200));
-    flush_timer_->async_wait(Flusher{this});
+    flush_timer_->async_wait(Flusher{this, alive_});
   }
 }
 
 ProxyHandler::~ProxyHandler() {
+  *alive_ = false;
   if (flush_timer_) flush_timer_->cancel();
   if (access_log_) access_log_->flushShard(shard_);
 }
 
 void ProxyHandler::setTable(std::shared_ptr<const RouteTable> table) {
-  std::vector<std::shared_ptr<WorkerEndpoint>> next;
+  auto next_ptr = std::make_shared<StateVector>();
+  StateVector& next = *next_ptr;
   std::unordered_map<std::string, std::shared_ptr<WorkerEndpoint>> by_key;
   next.reserve(table->endpoints.size());
   for (const auto& ep : table->endpoints) {
@@ -102,13 +106,14 @@ void ProxyHandler::setTable(std::shared_ptr<const RouteTable> table) {
     }
     next.push_back(slot);
   }
-  state_ = std::move(next);
+  state_ = std::move(next_ptr);
   state_by_key_ = std::move(by_key);
   table_ = std::move(table);
 }
 
-int ProxyHandler::pick(const RouteTable& table, const std::vector<uint32_t>& candidates,
-                       std::span<const uint32_t> tried, int64_t now_ns) {
+int ProxyHandler::pick(const RouteTable& table, const StateVector& state,
+                       const std::vector<uint32_t>& candidates, std::span<const uint32_t> tried,
+                       int64_t now_ns) {
   Candidate buf[64];
   std::vector<Candidate> big;
   size_t n = 0;
@@ -116,7 +121,7 @@ int ProxyHandler::pick(const RouteTable& table, const std::vector<uint32_t>& can
   for (const uint32_t idx : candidates) {
     if (std::find(tried.begin(), tried.end(), idx) != tried.end()) continue;
     const Endpoint& ep = table.endpoints[idx];
-    const WorkerEndpoint& ws = *state_[idx];
+    const WorkerEndpoint& ws = *state[idx];
     if (!ep.shared->healthy.load(std::memory_order_relaxed)) continue;
     if (ep.shared->ejected_until_ns.load(std::memory_order_relaxed) > now_ns) continue;
     if (ws.inflight >= ep.max_inflight_per_worker) continue;
@@ -135,14 +140,14 @@ int ProxyHandler::pick(const RouteTable& table, const std::vector<uint32_t>& can
   std::span<const Candidate> span = small ? std::span<const Candidate>(buf, n) : std::span<const Candidate>(big);
   int loser = -1;
   const int pos = pickCandidate(span, table.region_margin, rng_, &loser);
-  if (loser >= 0) state_[span[static_cast<size_t>(loser)].index]->ewma_s *= kLoserDecay;
+  if (loser >= 0) state[span[static_cast<size_t>(loser)].index]->ewma_s *= kLoserDecay;
   return pos < 0 ? -1 : static_cast<int>(span[static_cast<size_t>(pos)].index);
 }
 
-void ProxyHandler::recordFailure(const Endpoint& ep, int64_t now_ns) {
+void ProxyHandler::recordFailure(const RouteTable& table, const Endpoint& ep, int64_t now_ns) {
   EndpointShared& s = *ep.shared;
   const int failures = s.consecutive_failures.fetch_add(1, std::memory_order_relaxed) + 1;
-  const OutlierConfig& o = table_->outlier;
+  const OutlierConfig& o = table.outlier;
   if (failures >= o.consecutive_failures) {
     const int n = s.ejections.fetch_add(1, std::memory_order_relaxed) + 1;
     int64_t ms = o.base_ejection_ms;
@@ -178,6 +183,7 @@ Task<void> ProxyHandler::sendError(Exchange& x, int status, std::string_view mes
 Task<void> ProxyHandler::handle(net::HttpRequest& req, net::ResponseWriter& w) {
   Exchange x{req, w};
   x.table = table_;
+  x.state = state_;
   x.start_ns = monoNanos();
   const std::string_view given_id = req.header("x-request-id");
   x.request_id = obs::isAcceptableRequestId(given_id) ? std::string(given_id) : ids_.next();
@@ -330,11 +336,11 @@ Task<void> ProxyHandler::forward(Exchange& x, const std::vector<uint32_t>& candi
   std::string_view last_code = "no_healthy_endpoint";
   for (int attempt = 0; attempt < max_attempts && !x.client_gone; ++attempt) {
     const int64_t now_ns = monoNanos();
-    const int idx = pick(table, candidates, std::span<const uint32_t>(tried_buf.data(), n_tried), now_ns);
+    const int idx = pick(table, *x.state, candidates, std::span<const uint32_t>(tried_buf.data(), n_tried), now_ns);
     if (idx < 0) break;
     const Endpoint& ep = table.endpoints[static_cast<size_t>(idx)];
     const Deployment& dep = *ep.deployment;
-    std::shared_ptr<WorkerEndpoint> ws = state_[static_cast<size_t>(idx)];
+    std::shared_ptr<WorkerEndpoint> ws = (*x.state)[static_cast<size_t>(idx)];
     tried_buf[n_tried++] = static_cast<uint32_t>(idx);
     if (attempt > 0) dep.retries->inc(shard_);
     ++x.attempts;
@@ -380,7 +386,7 @@ Task<void> ProxyHandler::forward(Exchange& x, const std::vector<uint32_t>& candi
     Status st;
     // A pooled connection the upstream closed meanwhile fails on first use: one fresh retry.
     for (int fresh = 0; fresh < 2; ++fresh) {
-      auto c = co_await ws->pool->acquire(std::min(total, deadlineAfter(dep.timeouts.connect_ms)));
+      auto c = co_await ws->pool->acquire(std::min(total, deadlineAfter(dep.timeouts.connect_ms)), fresh == 1);
       if (!c.ok()) {
         st = c.takeStatus();
         break;
@@ -396,13 +402,13 @@ Task<void> ProxyHandler::forward(Exchange& x, const std::vector<uint32_t>& candi
     Result<const net::ClientResponseHead*> head = Status::unavailable("not sent");
     if (st.isOk()) {
       head = co_await conn->readHead(try_deadline);
-      if (!head.ok() && conn->reused() && !x.client_gone &&
-          head.status().code() == StatusCode::kUnavailable && SteadyClock::now() < try_deadline) {
-        // The server may close an idle keep-alive connection just as we reuse it: retry once on a
-        // fresh connection. Safe: nothing reached the client yet.
+      if (!head.ok() && conn->reused() && conn->closedBeforeResponse() && !x.client_gone &&
+          SteadyClock::now() < try_deadline) {
+        // The server closed an idle keep-alive connection just as we reused it (EOF or reset
+        // before any response byte): it did not take the request. Retry once on a new connection.
         x.current = nullptr;
         conn.reset();
-        auto c = co_await ws->pool->acquire(std::min(total, deadlineAfter(dep.timeouts.connect_ms)));
+        auto c = co_await ws->pool->acquire(std::min(total, deadlineAfter(dep.timeouts.connect_ms)), true);
         if (c.ok()) {
           conn = std::move(*c);
           x.current = conn.get();
@@ -417,7 +423,7 @@ Task<void> ProxyHandler::forward(Exchange& x, const std::vector<uint32_t>& candi
     if (x.client_gone) break;
     if (!st.isOk()) {
       x.current = nullptr;
-      recordFailure(ep, monoNanos());
+      recordFailure(table, ep, monoNanos());
       const bool timeout = st.code() == StatusCode::kDeadlineExceeded;
       last_status = timeout ? 504 : 503;
       last_code = timeout ? "upstream_timeout" : "upstream_unavailable";
@@ -435,7 +441,7 @@ Task<void> ProxyHandler::forward(Exchange& x, const std::vector<uint32_t>& candi
     ws->ewma_s = ws->ewma_s == 0 ? latency : (1 - kEwmaAlpha) * ws->ewma_s + kEwmaAlpha * latency;
     ws->sampled_ns = head_ns;
     if (h.status >= 500) {
-      recordFailure(ep, head_ns);
+      recordFailure(table, ep, head_ns);
       if (dep.retry.on_5xx && attempt + 1 < max_attempts && SteadyClock::now() < total) {
         // Not forwarded: nothing reached the client yet, so another endpoint may answer.
         conn->abort();
@@ -483,9 +489,10 @@ Task<void> ProxyHandler::forward(Exchange& x, const std::vector<uint32_t>& candi
           co_return;
         }
         x.route->stream_errors->inc(shard_);
-        recordFailure(ep, monoNanos());
-        if (sse) {
-          // End the client's stream with an error event rather than leaving it hanging.
+        recordFailure(table, ep, monoNanos());
+        if (sse && clen < 0) {
+          // End the client's stream with an error event rather than leaving it hanging (only a
+          // chunked response can carry bytes the upstream never declared).
           std::string ev = "event: error\ndata: ";
           const bool timeout = piece.status().code() == StatusCode::kDeadlineExceeded;
           ev += net::errorJson(timeout ? "upstream timed out mid-stream" : "upstream connection lost mid-stream",

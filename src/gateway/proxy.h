@@ -28,6 +28,7 @@ struct WorkerEndpoint {
 
 class ProxyHandler final : public net::HttpHandler {
  public:
+  using StateVector = std::vector<std::shared_ptr<WorkerEndpoint>>;
   ProxyHandler(int shard, net::asio::io_context& ctx, GatewayMetrics& metrics, obs::AccessLog* access_log);
   ~ProxyHandler() override;
 
@@ -42,9 +43,9 @@ class ProxyHandler final : public net::HttpHandler {
   net::Task<void> forward(Exchange& x, const std::vector<uint32_t>& candidates);
   net::Task<void> sendError(Exchange& x, int status, std::string_view message, std::string_view type,
                             std::string_view code);
-  int pick(const RouteTable& table, const std::vector<uint32_t>& candidates,
+  int pick(const RouteTable& table, const StateVector& state, const std::vector<uint32_t>& candidates,
            std::span<const uint32_t> tried, int64_t now_ns);
-  void recordFailure(const Endpoint& ep, int64_t now_ns);
+  void recordFailure(const RouteTable& table, const Endpoint& ep, int64_t now_ns);
   void recordSuccess(const Endpoint& ep, int64_t now_ns);
   void finishExchange(Exchange& x);
 
@@ -53,13 +54,16 @@ class ProxyHandler final : public net::HttpHandler {
   GatewayMetrics& metrics_;
   obs::AccessLog* access_log_;
   std::shared_ptr<const RouteTable> table_;
-  std::vector<std::shared_ptr<WorkerEndpoint>> state_;  // parallel to table_->endpoints
+  // Parallel to table_->endpoints; swapped together with it, and captured by each request with
+  // its table so a retry after a reload still indexes the matching state.
+  std::shared_ptr<const StateVector> state_;
   std::unordered_map<std::string, std::shared_ptr<WorkerEndpoint>> state_by_key_;
   std::mt19937_64 rng_;
   std::unique_ptr<simdjson::dom::parser> parser_;
   obs::RequestIdGenerator ids_;
   std::string rewritten_body_;
   std::unique_ptr<net::asio::steady_timer> flush_timer_;
+  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);  // for the flush timer's callback
 };
 
 }  // namespace infera::gateway

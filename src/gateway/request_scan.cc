@@ -22,7 +22,10 @@ size_t skipSpace(std::string_view s, size_t i) {
 }
 }  // namespace
 
-bool findTopLevelValue(std::string_view json, std::string_view key, size_t& begin, size_t& end) {
+bool findTopLevelValue(std::string_view json, std::string_view key, size_t& begin, size_t& end,
+                       int* count) {
+  int found = 0;
+  if (count) *count = 0;
   int depth = 0;
   bool expect_key = false;
   size_t i = 0;
@@ -35,7 +38,10 @@ bool findTopLevelValue(std::string_view json, std::string_view key, size_t& begi
         size_t j = skipSpace(json, close);
         if (j < json.size() && json[j] == ':') {
           j = skipSpace(json, j + 1);
-          if (k == key) {
+          if (k == key && found++ > 0) {
+            if (count) *count = found;
+          } else if (k == key) {
+            if (count) *count = found;
             begin = j;
             // Value end: a string, or up to the next top-level ',' or '}'.
             if (j < json.size() && json[j] == '"') {
@@ -63,7 +69,7 @@ bool findTopLevelValue(std::string_view json, std::string_view key, size_t& begi
               }
               end = e;
             }
-            return true;
+            if (!count) return true;
           }
           expect_key = false;
           i = j;
@@ -83,7 +89,7 @@ bool findTopLevelValue(std::string_view json, std::string_view key, size_t& begi
     }
     ++i;
   }
-  return false;
+  return found > 0;
 }
 
 Result<RequestFields> scanRequest(simdjson::dom::parser& parser, const std::string& body) {
@@ -109,7 +115,11 @@ Result<RequestFields> scanRequest(simdjson::dom::parser& parser, const std::stri
   bool stream = false;
   if (obj["stream"].get(stream) == simdjson::SUCCESS) f.stream = stream;
   if (f.has_model) {
-    findTopLevelValue(body, "model", f.model_begin, f.model_end);
+    // The gateway must route by the same model the backend reads: one plain "model" key only.
+    int count = 0;
+    if (!findTopLevelValue(body, "model", f.model_begin, f.model_end, &count) || count != 1) {
+      return Status::invalidArgument("the request must have exactly one top-level \"model\" field");
+    }
   }
   return f;
 }

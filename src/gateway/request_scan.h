@@ -24,7 +24,9 @@ struct RequestFields {
 // (has_model = false) so the caller can answer with the right message.
 Result<RequestFields> scanRequest(simdjson::dom::parser& parser, const std::string& body);
 
-// Byte span of the top-level key's value in a JSON object text; false if absent.
-bool findTopLevelValue(std::string_view json, std::string_view key, size_t& begin, size_t& end);
+// Byte span of the first top-level occurrence of the (unescaped) key's value in a JSON object
+// text; false if absent. *count, when given, receives the number of top-level occurrences.
+bool findTopLevelValue(std::string_view json, std::string_view key, size_t& begin, size_t& end,
+                       int* count = nullptr);
 
 }  // namespace infera::gateway

@@ -129,6 +129,8 @@ Result<std::shared_ptr<const RouteTable>> buildRouteTable(
         ep.protocol = ec.protocol;
         auto& sh = shared[ep.key];
         if (!sh) sh = std::make_shared<EndpointShared>();
+        // With active checks off nothing would ever mark an endpoint healthy again.
+        if (!config.health_check.enabled) sh->healthy = true;
         ep.shared = sh;
         ep.healthy_gauge = metrics.endpoint_healthy->gauge({dc.name, ep.label});
         ep.deployment = dep.get();

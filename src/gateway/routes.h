@@ -23,6 +23,7 @@ struct EndpointShared {
   std::atomic<int64_t> ejected_until_ns{0};
   std::atomic<int> check_failures{0};
   std::atomic<int> check_successes{0};
+  std::atomic<bool> probe_in_flight{false};
 };
 
 struct GatewayMetrics {

@@ -78,15 +78,28 @@ class UpstreamConnectionImpl final : public UpstreamConnection {
   }
 
   Task<Result<const ClientResponseHead*>> readHead(Deadline deadline) override {
-    parser_.emplace();
-    // Not boost::none: Beast 1.74 compares the length against an empty optional and fails.
-    parser_->body_limit(std::numeric_limits<std::uint64_t>::max());
-    parser_->header_limit(64 * 1024);
-    if (head_only_) parser_->skip(true);
-    watchdog_.expireAt(deadline);
+    closed_before_response_ = false;
     error_code ec;
-    co_await http::async_read_header(socket_, buffer_, *parser_,
-                                     asio::redirect_error(asio::use_awaitable, ec));
+    watchdog_.expireAt(deadline);
+    // Interim 1xx responses (100 Continue, 103 Early Hints) are skipped: only the final one counts.
+    for (bool first = true;; first = false) {
+      parser_.emplace();
+      // Not boost::none: Beast 1.74 compares the length against an empty optional and fails.
+      parser_->body_limit(std::numeric_limits<std::uint64_t>::max());
+      parser_->header_limit(64 * 1024);
+      if (head_only_) parser_->skip(true);
+      const size_t buffered = buffer_.size();
+      co_await http::async_read_header(socket_, buffer_, *parser_,
+                                       asio::redirect_error(asio::use_awaitable, ec));
+      if (ec) {
+        closed_before_response_ = first && buffered == 0 && !timed_out_ && !aborted_ &&
+                                  (ec == http::error::end_of_stream || ec == asio::error::connection_reset ||
+                                   ec == asio::error::eof);
+        break;
+      }
+      const int status = static_cast<int>(parser_->get().result_int());
+      if (status < 100 || status >= 200 || status == 101) break;
+    }
     watchdog_.disarm();
     if (ec) co_return errorStatus(ec, "reading response head");
     const auto& msg = parser_->get();
@@ -137,6 +150,7 @@ class UpstreamConnectionImpl final : public UpstreamConnection {
   }
   bool reusable() const override { return clean_ && !aborted_ && socket_.is_open(); }
   bool reused() const override { return reused_; }
+  bool closedBeforeResponse() const override { return closed_before_response_; }
   void markReused() { reused_ = true; }
   tcp::socket& socket() { return socket_; }
 
@@ -166,6 +180,7 @@ class UpstreamConnectionImpl final : public UpstreamConnection {
   bool aborted_ = false;
   bool head_only_ = false;
   bool reused_ = false;
+  bool closed_before_response_ = false;
 };
 
 Task<Result<std::unique_ptr<UpstreamConnectionImpl>>> connectTo(asio::io_context& ctx,
@@ -199,16 +214,17 @@ class ConnectionPoolImpl final : public ConnectionPool {
   ConnectionPoolImpl(asio::io_context& ctx, tcp::endpoint ep, PoolConfig cfg)
       : ctx_(ctx), endpoint_(std::move(ep)), config_(cfg) {}
 
-  Task<Result<std::unique_ptr<UpstreamConnection>>> acquire(Deadline deadline) override {
+  Task<Result<std::unique_ptr<UpstreamConnection>>> acquire(Deadline deadline, bool fresh) override {
     const auto now = SteadyClock::now();
-    while (!idle_.empty()) {
+    while (!fresh && !idle_.empty()) {
       Idle idle = std::move(idle_.back());
       idle_.pop_back();
       if (now - idle.since > config_.idle_timeout || !idle.conn->socket().is_open()) continue;
-      // A peer that closed an idle connection makes it readable (EOF); drop those.
+      // An idle connection must have nothing to read: EOF means the peer closed it, and bytes mean
+      // a response nobody asked for (never hand those to the next request). Drop both.
       char byte;
       const ssize_t n = ::recv(idle.conn->socket().native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
-      if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) continue;
+      if (n >= 0 || (errno != EAGAIN && errno != EWOULDBLOCK)) continue;
       idle.conn->markReused();
       co_return std::unique_ptr<UpstreamConnection>(std::move(idle.conn));
     }

@@ -65,6 +65,9 @@ class UpstreamConnection {
   virtual bool reusable() const = 0;
   // True if this connection came from the idle pool (stale-connection retry applies).
   virtual bool reused() const = 0;
+  // True when the last readHead failed because the peer closed (EOF or reset) before sending any
+  // byte of a response: the request was not processed, so it may be sent again.
+  virtual bool closedBeforeResponse() const = 0;
 };
 
 struct PoolConfig {
@@ -78,8 +81,8 @@ class ConnectionPool {
   static std::unique_ptr<ConnectionPool> create(asio::io_context& ctx, tcp::endpoint endpoint,
                                                 PoolConfig config);
   virtual ~ConnectionPool() = default;
-  // An idle connection or a new one (connect bounded by config and deadline).
-  virtual Task<Result<std::unique_ptr<UpstreamConnection>>> acquire(Deadline deadline) = 0;
+  // An idle connection (unless `fresh`) or a new one (connect bounded by config and deadline).
+  virtual Task<Result<std::unique_ptr<UpstreamConnection>>> acquire(Deadline deadline, bool fresh = false) = 0;
   // Returns a connection; kept if reusable and the pool has room.
   virtual void release(std::unique_ptr<UpstreamConnection> conn) = 0;
   virtual size_t idleCount() const = 0;

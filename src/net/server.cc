@@ -79,13 +79,13 @@ class Connection final : public ResponseWriter {
   bool chunked_ = false;
   bool gone_ = false;
   bool head_only_ = false;
+  bool no_body_ = false;
   // One per connection, reused by every request (the wait may outlive a request: it completes
   // when the next request's bytes arrive, and is then ignored or re-armed).
   struct WatchState {
     std::function<void()> on_close;
     bool active = false;
     bool pending = false;
-    int fd = -1;
     tcp::socket* socket = nullptr;
   };
   static void armWatch(const std::shared_ptr<WatchState>& w);
@@ -209,7 +209,7 @@ Task<void> Connection::run([[maybe_unused]] std::shared_ptr<Connection> self) {
     loop_.stats.requests_total.fetch_add(1, std::memory_order_relaxed);
     fillRequest(parser->get());
     keep_alive_ = request_.keep_alive && !loop_.draining;
-    started_ = finished_ = chunked_ = false;
+    started_ = finished_ = chunked_ = no_body_ = false;
     head_only_ = request_.method == "HEAD";
     co_await loop_.handler->handle(request_, *this);
     watch_->active = false;
@@ -316,14 +316,17 @@ Task<bool> Connection::start(int status, std::string_view content_type,
                              std::span<const HttpHeader> relayed) {
   INFERA_CHECK(!started_, "response already started");
   started_ = true;
-  chunked_ = content_length < 0;
-  writeHead(status, content_type, extra, content_length, chunked_, relayed);
+  // Statuses that never carry a body (and HEAD answers) get neither chunked framing nor bytes.
+  no_body_ = head_only_ || status < 200 || status == 204 || status == 304;
+  chunked_ = content_length < 0 && !no_body_;
+  writeHead(status, content_type, extra, no_body_ && status != 304 && !head_only_ ? -1 : content_length,
+            chunked_, relayed);
   co_return co_await writeBuffers(head_);
 }
 
 Task<bool> Connection::writeChunk(std::string_view data) {
   INFERA_CHECK(started_ && !finished_, "writeChunk outside a started response");
-  if (data.empty()) co_return !gone_;
+  if (data.empty() || no_body_) co_return !gone_;
   if (!chunked_) co_return co_await writeBuffers(data);
   char size_line[24];
   auto r = std::to_chars(size_line, size_line + 20, data.size(), 16);
@@ -356,7 +359,6 @@ void Connection::watchDisconnect(std::function<void()> on_close) {
   if (watch_->active || gone_) return;
   watch_->on_close = std::move(on_close);
   watch_->active = true;
-  watch_->fd = socket_.native_handle();
   watch_->socket = &socket_;
   if (!watch_->pending) armWatch(watch_);
 }
@@ -373,8 +375,13 @@ void Connection::armWatch(const std::shared_ptr<WatchState>& w) {
       w->on_close();
       return;
     }
+    if (!w->socket->is_open()) {
+      w->active = false;
+      w->on_close();
+      return;
+    }
     char byte;
-    const ssize_t n = ::recv(w->fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+    const ssize_t n = ::recv(w->socket->native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
     if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) {
       w->active = false;
       w->on_close();
@@ -390,7 +397,11 @@ class HttpServerImpl final : public HttpServer {
   HttpServerImpl(EventLoops& loops, ServerConfig config) : loops_(loops), config_(std::move(config)) {}
 
   Status init(HandlerFactory factory) {
-    const auto address = asio::ip::make_address(config_.host);
+    error_code addr_ec;
+    const auto address = asio::ip::make_address(config_.host, addr_ec);
+    if (addr_ec) {
+      return Status::invalidArgument("listen host must be an IP address, got '" + config_.host + "'");
+    }
     tcp::endpoint endpoint(address, config_.port);
     for (int i = 0; i < loops_.size(); ++i) {
       auto state = std::make_unique<LoopState>(loops_.loop(i), config_, stats_);
@@ -492,7 +503,9 @@ class HttpServerImpl final : public HttpServer {
       co_await st->acceptor.async_accept(socket, asio::redirect_error(asio::use_awaitable, ec));
       if (ec) {
         if (ec == asio::error::operation_aborted || !st->acceptor.is_open()) co_return;
-        continue;  // e.g. EMFILE: keep serving existing connections
+        // e.g. EMFILE: keep serving existing connections and try again shortly (not in a spin).
+        co_await sleepUntil(SteadyClock::now() + std::chrono::milliseconds(50));
+        continue;
       }
       if (st->draining) continue;
       auto conn = std::make_shared<Connection>(*st, std::move(socket));

@@ -36,3 +36,18 @@ TEST(RequestScanTest, RejectsMalformedAndNonObjectBodies) {
 
 }  // namespace
 }  // namespace infera::gateway
+
+namespace infera::gateway {
+namespace {
+
+TEST(RequestScanTest, RejectsDuplicateOrEscapedModelKeys) {
+  simdjson::dom::parser p;
+  EXPECT_EQ(scanRequest(p, R"({"model":"a","x":1,"model":"b"})").status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(scanRequest(p, R"({"mod\u0065l":"a"})").status().code(), StatusCode::kInvalidArgument);
+  const auto ok = scanRequest(p, R"({"x":{"model":"inner"},"model":"a"})");
+  ASSERT_TRUE(ok.ok()) << ok.status().message();
+  EXPECT_EQ(ok->model, "a");
+}
+
+}  // namespace
+}  // namespace infera::gateway
