@@ -5,6 +5,7 @@
 #include <boost/asio/write.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http/error.hpp>
+#include <boost/beast/http/field.hpp>
 #include <boost/beast/http/parser.hpp>
 #include <boost/beast/http/read.hpp>
 #include <boost/beast/http/string_body.hpp>
@@ -165,8 +166,9 @@ Task<void> Connection::run([[maybe_unused]] std::shared_ptr<Connection> self) {
       if (ec == http::error::body_limit) {
         // Beast rejects a declared content-length over the limit right after the head.
         loop_.stats.rejected_too_large.fetch_add(1, std::memory_order_relaxed);
-        const auto len = parser->content_length();
-        const std::string msg = "request body of " + std::to_string(len ? *len : 0) +
+        // content_length() asserts a finished head; the field itself is already parsed.
+        const auto declared = parser->get()[http::field::content_length];
+        const std::string msg = "request body of " + std::string(declared.data(), declared.size()) +
                                 " bytes exceeds the limit of " + std::to_string(cfg.max_body_bytes) + " bytes";
         co_await sendError(413, msg, "invalid_request_error", "request_too_large");
         co_await lingeringClose();
