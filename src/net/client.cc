@@ -220,11 +220,9 @@ class ConnectionPoolImpl final : public ConnectionPool {
       Idle idle = std::move(idle_.back());
       idle_.pop_back();
       if (now - idle.since > config_.idle_timeout || !idle.conn->socket().is_open()) continue;
-      // An idle connection must have nothing to read: EOF means the peer closed it, and bytes mean
-      // a response nobody asked for (never hand those to the next request). Drop both.
-      char byte;
-      const ssize_t n = ::recv(idle.conn->socket().native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
-      if (n >= 0 || (errno != EAGAIN && errno != EWOULDBLOCK)) continue;
+      // No per-reuse peek (a syscall per request): a connection the peer closed meanwhile fails
+      // before any response byte, which callers detect (closedBeforeResponse) and retry; pooled
+      // connections are always fully read (release() keeps only clean ones).
       idle.conn->markReused();
       co_return std::unique_ptr<UpstreamConnection>(std::move(idle.conn));
     }

@@ -81,6 +81,7 @@ class Connection final : public ResponseWriter {
   bool gone_ = false;
   bool head_only_ = false;
   bool no_body_ = false;
+  bool head_pending_ = false;  // head formatted, to go out with the first body bytes
   // One per connection, reused by every request (the wait may outlive a request: it completes
   // when the next request's bytes arrive, and is then ignored or re-armed).
   struct WatchState {
@@ -211,7 +212,7 @@ Task<void> Connection::run([[maybe_unused]] std::shared_ptr<Connection> self) {
     loop_.stats.requests_total.fetch_add(1, std::memory_order_relaxed);
     fillRequest(parser->get());
     keep_alive_ = request_.keep_alive && !loop_.draining;
-    started_ = finished_ = chunked_ = no_body_ = false;
+    started_ = finished_ = chunked_ = no_body_ = head_pending_ = false;
     head_only_ = request_.method == "HEAD";
     co_await loop_.handler->handle(request_, *this);
     watch_->active = false;
@@ -323,12 +324,21 @@ Task<bool> Connection::start(int status, std::string_view content_type,
   chunked_ = content_length < 0 && !no_body_;
   writeHead(status, content_type, extra, no_body_ && status != 304 && !head_only_ ? -1 : content_length,
             chunked_, relayed);
+  if (!chunked_ && !no_body_ && content_length > 0) {
+    // A sized body follows: send the head with its first bytes, in one write (one syscall).
+    head_pending_ = true;
+    co_return !gone_;
+  }
   co_return co_await writeBuffers(head_);
 }
 
 Task<bool> Connection::writeChunk(std::string_view data) {
   INFERA_CHECK(started_ && !finished_, "writeChunk outside a started response");
   if (data.empty() || no_body_) co_return !gone_;
+  if (head_pending_) {
+    head_pending_ = false;
+    co_return co_await writeBuffers(head_, data);
+  }
   if (!chunked_) co_return co_await writeBuffers(data);
   char size_line[24];
   auto r = std::to_chars(size_line, size_line + 20, data.size(), 16);
@@ -342,6 +352,10 @@ Task<bool> Connection::finish() {
   INFERA_CHECK(started_, "finish before start");
   if (finished_) co_return !gone_;
   bool ok = !gone_;
+  if (head_pending_) {
+    head_pending_ = false;
+    ok = co_await writeBuffers(head_);
+  }
   if (chunked_) ok = co_await writeBuffers("0\r\n\r\n");
   finished_ = ok;
   co_return ok;
