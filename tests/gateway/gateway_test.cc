@@ -597,3 +597,37 @@ TEST_F(GatewayTest, ForwardsBodyAndHeadersUntouchedExceptCredentialsAndHopByHop)
 
 }  // namespace
 }  // namespace infera::gateway
+
+namespace infera::gateway {
+namespace {
+
+TEST_F(GatewayTest, RetryAfterAReloadUsesTheRequestsOwnSnapshot) {
+  auto& slow_bad = startEmulator({"m1"}, [](EmulatorConfig& c) {
+    c.faults.added_latency_ms = 300;
+    c.faults.error_rate = 1;
+    c.faults.error_status = 503;
+  });
+  auto& remote = startEmulator();
+  auto& replacement = startEmulator();
+  startGateway(std::string(kNoHealth) + "region: east\nmodels:\n  - name: m1\n    deployments:\n      - endpoints:\n" +
+               endpoint(slow_bad, "region: east") + endpoint(remote, "region: west"));
+  std::optional<TestResponse> r;
+  std::thread client([&] { r = post("/v1/chat/completions", chatBody("m1")); });
+  ASSERT_TRUE(waitFor([&] { return slow_bad.stats().requests.load() == 1; }));
+  // While the first try waits on the slow endpoint, a reload replaces both endpoints.
+  auto next = loadGatewayConfigString(std::string(kNoHealth) + "region: east\nworkers: 2\nlog_level: warn\n"
+                                      "listen: {port: 0}\nadmin: {port: 0}\nmodels:\n  - name: m1\n"
+                                      "    deployments:\n      - endpoints:\n" + endpoint(replacement));
+  ASSERT_TRUE(next.ok()) << next.status().message();
+  ASSERT_TRUE(gw_->apply(std::move(*next)).isOk());
+  client.join();
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200) << r->body;
+  EXPECT_EQ(remote.stats().requests.load(), 1u);       // the retry stayed in the old snapshot
+  EXPECT_EQ(replacement.stats().requests.load(), 0u);
+  EXPECT_EQ(post("/v1/chat/completions", chatBody("m1"))->status, 200);  // new requests: new snapshot
+  EXPECT_EQ(replacement.stats().requests.load(), 1u);
+}
+
+}  // namespace
+}  // namespace infera::gateway
