@@ -209,9 +209,7 @@ Task<bool> Handler::hang(ResponseWriter& w) {
   // Never answers: waits until the client leaves or the emulator stops.
   bool gone = false;
   w.watchDisconnect([&gone] { gone = true; });
-  while (!gone && !emu_.stopping()) {
-    co_await net::sleepUntil(net::SteadyClock::now() + std::chrono::milliseconds(20));
-  }
+  co_await sleepFor(net::Deadline::max(), &gone);
   w.closeAfterResponse();
   co_return true;
 }
@@ -504,24 +502,18 @@ Task<void> Handler::kserve(HttpRequest& req, ResponseWriter& w) {
                     "{\"name\":\"infera-emulator\",\"version\":\"1\",\"extensions\":[]}");
     co_return;
   }
-  constexpr std::string_view kModels = "/v2/models/";
-  if (!path.starts_with(kModels)) {
+  net::KServeModelPath kp;
+  if (!net::parseKServeModelPath(path, kp)) {
     const std::string msg = "no route for " + std::string(path);
     co_await error(w, 404, msg, "invalid_request_error", "not_found");
     co_return;
   }
-  std::string_view rest = path.substr(kModels.size());
-  const auto slash = rest.find('/');
-  const std::string_view model = rest.substr(0, slash);
-  std::string_view tail = slash == std::string_view::npos ? std::string_view() : rest.substr(slash);
+  const std::string_view model = kp.model;
+  const std::string_view tail = kp.rest;
   if (!knownModel(model)) {
     const std::string body = "{\"error\":\"model '" + std::string(model) + "' is not found\"}";
     co_await w.send(404, "application/json", body);
     co_return;
-  }
-  if (tail.starts_with("/versions/")) {
-    const auto s2 = tail.find('/', 10);
-    tail = s2 == std::string_view::npos ? std::string_view() : tail.substr(s2);
   }
   if (tail.empty() && req.method == "GET") {
     std::string body = "{\"name\":";

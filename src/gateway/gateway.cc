@@ -92,6 +92,9 @@ class GatewayImpl final : public Gateway {
         ->setCallback([this] { return data_ ? static_cast<double>(data_->stats().connections_open.load()) : 0.0; });
     registry_.counterFamily("infera_net_connections_total", "Client connections accepted on the data port.")
         ->setCallback([this] { return data_ ? static_cast<double>(data_->stats().connections_total.load()) : 0.0; });
+    registry_.counterFamily("infera_net_coroutine_failures_total",
+                            "Spawned coroutines that ended with an exception (logged; a bug).")
+        ->setCallback([] { return static_cast<double>(net::spawnFailures()); });
     registry_.counterFamily("infera_net_timeouts_total", "Client connections closed by a read/write timeout.")
         ->setCallback([this] { return data_ ? static_cast<double>(data_->stats().timeouts.load()) : 0.0; });
 

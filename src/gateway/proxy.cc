@@ -292,16 +292,14 @@ Task<void> ProxyHandler::handleKServe(Exchange& x) {
     co_await x.w.send(200, "application/json", body, std::span<const HttpHeader>(&rid, 1));
     co_return;
   }
-  constexpr std::string_view kPrefix = "/v2/models/";
-  if (!path.starts_with(kPrefix)) {
+  net::KServeModelPath kp;
+  if (!net::parseKServeModelPath(path, kp)) {
     const std::string msg_text = "unknown endpoint " + std::string(path);
     co_await sendError(x, 404, msg_text, "invalid_request_error", "not_found");
     co_return;
   }
-  const std::string_view rest = path.substr(kPrefix.size());
-  const auto slash = rest.find('/');
-  const std::string model(rest.substr(0, slash));
-  x.kserve_tail = slash == std::string_view::npos ? std::string() : std::string(rest.substr(slash));
+  const std::string model(kp.model);
+  x.kserve_tail = std::string(kp.after_model);  // forwarded as given, versions included
   const auto it = x.table->by_name.find(model);
   if (it == x.table->by_name.end()) {
     const std::string msg_text = "model '" + model + "' is not found";
@@ -383,43 +381,32 @@ Task<void> ProxyHandler::forward(Exchange& x, const std::vector<uint32_t>& candi
     int64_t sent_ns = monoNanos();
 
     std::unique_ptr<net::UpstreamConnection> conn;
-    Status st;
-    // A pooled connection the upstream closed meanwhile fails on first use: one fresh retry.
+    // A pooled connection the upstream closed meanwhile fails before any response byte (on send,
+    // or EOF/reset instead of a head): the upstream did not take the request, so it is sent once
+    // more on a new connection, without counting as a try.
+    Result<const net::ClientResponseHead*> head = Status::unavailable("not sent");
     for (int fresh = 0; fresh < 2; ++fresh) {
       auto c = co_await ws->pool->acquire(std::min(total, deadlineAfter(dep.timeouts.connect_ms)), fresh == 1);
       if (!c.ok()) {
-        st = c.takeStatus();
+        head = c.takeStatus();
         break;
       }
       conn = std::move(*c);
       x.current = conn.get();
       sent_ns = monoNanos();  // latency samples exclude connecting
-      st = co_await conn->send(creq, try_deadline);
-      if (st.isOk() || !conn->reused() || x.client_gone) break;
+      Status sent = co_await conn->send(creq, try_deadline);
+      const bool send_failed = !sent.isOk();
+      if (send_failed) {
+        head = std::move(sent);
+      } else {
+        head = co_await conn->readHead(try_deadline);
+      }
+      const bool stale = conn->reused() && (send_failed || conn->closedBeforeResponse());
+      if (head.ok() || !stale || x.client_gone || SteadyClock::now() >= try_deadline) break;
       x.current = nullptr;
       conn.reset();
     }
-    Result<const net::ClientResponseHead*> head = Status::unavailable("not sent");
-    if (st.isOk()) {
-      head = co_await conn->readHead(try_deadline);
-      if (!head.ok() && conn->reused() && conn->closedBeforeResponse() && !x.client_gone &&
-          SteadyClock::now() < try_deadline) {
-        // The server closed an idle keep-alive connection just as we reused it (EOF or reset
-        // before any response byte): it did not take the request. Retry once on a new connection.
-        x.current = nullptr;
-        conn.reset();
-        auto c = co_await ws->pool->acquire(std::min(total, deadlineAfter(dep.timeouts.connect_ms)), true);
-        if (c.ok()) {
-          conn = std::move(*c);
-          x.current = conn.get();
-          st = co_await conn->send(creq, try_deadline);
-          if (st.isOk()) head = co_await conn->readHead(try_deadline);
-        } else {
-          st = c.takeStatus();
-        }
-      }
-      if (st.isOk() && !head.ok()) st = head.status();
-    }
+    const Status st = head.ok() ? Status::ok() : head.status();
     if (x.client_gone) break;
     if (!st.isOk()) {
       x.current = nullptr;

@@ -143,18 +143,16 @@ Result<std::shared_ptr<const RouteTable>> buildRouteTable(
       if (!route->first_deployment) route->first_deployment = dep.get();
       table->deployments.push_back(std::move(dep));
     }
-    for (const std::string* name : [&] {
-           std::vector<const std::string*> v{&mc.name};
-           for (const auto& a : mc.aliases) v.push_back(&a);
-           return v;
-         }()) {
-      table->by_name[*name] = route.get();
+    auto addName = [&](const std::string& name) {
+      table->by_name[name] = route.get();
       if (!first_model) models_json += ",";
       first_model = false;
       models_json += "{\"id\":";
-      net::appendJsonString(models_json, *name);
+      net::appendJsonString(models_json, name);
       models_json += ",\"object\":\"model\",\"created\":" + created + ",\"owned_by\":\"infera\"}";
-    }
+    };
+    addName(mc.name);
+    for (const auto& alias : mc.aliases) addName(alias);
     table->routes.push_back(std::move(route));
   }
   models_json += "]}";

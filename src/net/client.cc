@@ -238,8 +238,6 @@ class ConnectionPoolImpl final : public ConnectionPool {
     idle_.push_back(Idle{std::unique_ptr<UpstreamConnectionImpl>(impl), SteadyClock::now()});
   }
 
-  size_t idleCount() const override { return idle_.size(); }
-
  private:
   struct Idle {
     std::unique_ptr<UpstreamConnectionImpl> conn;

@@ -85,7 +85,6 @@ class ConnectionPool {
   virtual Task<Result<std::unique_ptr<UpstreamConnection>>> acquire(Deadline deadline, bool fresh = false) = 0;
   // Returns a connection; kept if reusable and the pool has room.
   virtual void release(std::unique_ptr<UpstreamConnection> conn) = 0;
-  virtual size_t idleCount() const = 0;
 };
 
 struct SimpleResponse {

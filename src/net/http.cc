@@ -16,29 +16,29 @@ std::string_view HttpRequest::header(std::string_view lower_name) const {
   return {};
 }
 
-void HttpRequest::clear() {
-  method.clear();
-  target.clear();
-  headers.clear();
-  body.clear();
-  keep_alive = true;
+bool parseKServeModelPath(std::string_view path, KServeModelPath& out) {
+  constexpr std::string_view kPrefix = "/v2/models/";
+  if (!path.starts_with(kPrefix)) return false;
+  const std::string_view rest = path.substr(kPrefix.size());
+  const size_t slash = rest.find('/');
+  out.model = rest.substr(0, slash);  // may be empty: callers answer "model not found"
+  out.after_model = slash == std::string_view::npos ? std::string_view() : rest.substr(slash);
+  out.version = {};
+  out.rest = out.after_model;
+  constexpr std::string_view kVersions = "/versions/";
+  if (out.rest.starts_with(kVersions)) {
+    const std::string_view v = out.rest.substr(kVersions.size());
+    const size_t end = v.find('/');
+    out.version = v.substr(0, end);
+    out.rest = end == std::string_view::npos ? std::string_view() : v.substr(end);
+  }
+  return true;
 }
 
 bool isHopByHopHeader(std::string_view n) {
   return n == "connection" || n == "keep-alive" || n == "transfer-encoding" || n == "content-length" ||
          n == "te" || n == "trailer" || n == "upgrade" || n == "proxy-connection" ||
          n == "proxy-authorization" || n == "host" || n == "expect";
-}
-
-bool iequals(std::string_view a, std::string_view b) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i) {
-    char x = a[i], y = b[i];
-    if (x >= 'A' && x <= 'Z') x = static_cast<char>(x - 'A' + 'a');
-    if (y >= 'A' && y <= 'Z') y = static_cast<char>(y - 'A' + 'a');
-    if (x != y) return false;
-  }
-  return true;
 }
 
 std::string_view reasonPhrase(int status) {

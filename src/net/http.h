@@ -24,15 +24,22 @@ struct HttpRequest {
   std::string_view path() const;
   // Case-insensitive header lookup; empty when absent.
   std::string_view header(std::string_view lower_name) const;
-  void clear();
 };
+
+// A KServe v2 / Open Inference Protocol model path: /v2/models/{model}[/versions/{version}][rest].
+struct KServeModelPath {
+  std::string_view model;
+  std::string_view version;  // empty when the path names no version
+  std::string_view rest;     // "", "/ready", "/infer", ...
+  // Everything after the model name, as given ("/versions/3/infer").
+  std::string_view after_model;
+};
+// False when `path` is not under /v2/models/.
+bool parseKServeModelPath(std::string_view path, KServeModelPath& out);
 
 // Hop-by-hop headers (RFC 9110 7.6.1) plus those a proxy sets itself (host, content-length,
 // expect). Lower-case names.
 bool isHopByHopHeader(std::string_view lower_name);
-
-// Case-insensitive ASCII comparison.
-bool iequals(std::string_view a, std::string_view b);
 
 // "OK", "Not Found", ...
 std::string_view reasonPhrase(int status);

@@ -19,7 +19,6 @@ class SseReader {
   // Calls on_event for each complete event in `bytes` (events may span calls). Returns false if the
   // buffered partial event exceeds max_event_bytes (the stream is then unusable).
   bool feed(std::string_view bytes, const std::function<void(const SseEvent&)>& on_event);
-  size_t bufferedBytes() const { return buffer_.size(); }
   size_t max_event_bytes = 4 * 1024 * 1024;
 
  private:
