@@ -1,0 +1,88 @@
+#pragma once
+// Redis clients on hiredis: a blocking one for control-plane code and tools, and a pipelined
+// asynchronous one that lives on one event loop for the data plane (one connection per loop,
+// commands from many coroutines interleaved and answered in order).
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/status.h"
+#include "net/asio.h"
+
+namespace infera::store {
+
+struct RedisAddress {
+  std::string host = "127.0.0.1";
+  uint16_t port = 6379;
+  std::string user;  // ACL user (Redis 6+); AUTH user password when set
+  std::string password;
+  int db = 0;
+};
+
+// "redis://[[user]:password@]host[:port][/db]" (user and password percent-decoded; a user-info
+// part without ':' is the password, as redis-cli reads it).
+Result<RedisAddress> parseRedisUrl(std::string_view url);
+
+struct RedisReply {
+  enum class Type { kNil, kInteger, kString, kStatus, kArray, kError };
+  Type type = Type::kNil;
+  int64_t integer = 0;
+  std::string str;  // string, status or error text
+  std::vector<RedisReply> elements;
+  bool isError() const { return type == Type::kError; }
+};
+
+// A Lua script sent as EVALSHA, and as EVAL once when the server answers NOSCRIPT.
+struct RedisScript {
+  explicit RedisScript(std::string source);
+  std::string source;
+  std::string sha1;  // hex
+};
+
+// Blocking client. Reconnects on the next command after a failure.
+class RedisClient {
+ public:
+  static Result<std::unique_ptr<RedisClient>> connect(const RedisAddress& address,
+                                                      std::chrono::milliseconds timeout = std::chrono::seconds(2));
+  virtual ~RedisClient() = default;
+  // A Redis error reply is returned as a RedisReply of type kError (not a failed Result); a
+  // failed Result means the server could not be reached or the connection broke.
+  virtual Result<RedisReply> command(const std::vector<std::string>& argv) = 0;
+  virtual Result<RedisReply> eval(const RedisScript& script, const std::vector<std::string>& keys,
+                                  const std::vector<std::string>& args) = 0;
+};
+
+struct AsyncRedisOptions {
+  std::chrono::milliseconds connect_timeout{200};
+  std::chrono::milliseconds command_timeout{100};  // per command, from when it is queued
+  std::chrono::milliseconds reconnect_backoff{500};  // no reconnect attempt more often than this
+  size_t max_pending = 65536;  // commands queued or in flight; past it command() is kResourceExhausted
+};
+
+// Pipelined client bound to one io_context; every method must be called on that context's thread.
+// While the server is unreachable, commands fail at once with kUnavailable (no queueing), and a
+// reconnect is tried at most once per reconnect_backoff. A command that times out breaks the
+// connection (replies would no longer match their commands): it fails with kDeadlineExceeded and
+// the others in flight with kUnavailable. The connection is made by the first command (AUTH and
+// SELECT included, within connect_timeout); commands issued while an attempt is in progress wait
+// for its outcome rather than fail. eval() reads `script` after suspending: keep it alive until
+// the task completes. Destroying the client closes it; its coroutines finish on the context.
+class AsyncRedis {
+ public:
+  static std::unique_ptr<AsyncRedis> create(net::asio::io_context& ctx, const RedisAddress& address,
+                                            AsyncRedisOptions options = {});
+  virtual ~AsyncRedis() = default;
+  virtual net::Task<Result<RedisReply>> command(std::vector<std::string> argv) = 0;
+  virtual net::Task<Result<RedisReply>> eval(const RedisScript& script, std::vector<std::string> keys,
+                                             std::vector<std::string> args) = 0;
+  virtual bool connected() const = 0;
+  // Closes the connection; commands in flight fail with kCancelled. Call before the context stops.
+  virtual void close() = 0;
+};
+
+}  // namespace infera::store

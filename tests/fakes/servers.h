@@ -1,0 +1,57 @@
+#pragma once
+// Real servers for tests: redis-server and PostgreSQL started on free loopback ports in their own
+// temporary directories, ready when start() returns, stopped (and the directory removed) by the
+// destructor. Nothing is installed here: scripts/install-deps.sh provides the binaries. A missing
+// binary or a server that does not come up is a test failure (start() returns nullptr and says why
+// on stderr), never a skip.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace infera::testing {
+
+class RedisServer {
+ public:
+  static std::unique_ptr<RedisServer> start();
+  ~RedisServer();
+  uint16_t port() const { return port_; }
+  std::string url() const;  // redis://127.0.0.1:PORT
+  // SIGKILL (the port stops answering at once); restart() brings it back on the same port.
+  void kill();
+  bool restart();
+  // SIGSTOP / SIGCONT: the server keeps accepting connections (the kernel does) but answers
+  // nothing until resumed, like a server stuck in a long command.
+  void pause();
+  void resume();
+  bool running() const { return pid_ > 0; }
+
+ private:
+  RedisServer() = default;
+  bool launch();
+  std::string dir_;
+  uint16_t port_ = 0;
+  int pid_ = -1;
+  bool paused_ = false;
+};
+
+class PostgresServer {
+ public:
+  static std::unique_ptr<PostgresServer> start();
+  ~PostgresServer();
+  uint16_t port() const { return port_; }
+  // postgresql://postgres@127.0.0.1:PORT/DB ; createDatabase() makes a fresh one.
+  std::string url(const std::string& db = "postgres") const;
+  bool createDatabase(const std::string& name);
+
+ private:
+  PostgresServer() = default;
+  std::string dir_;
+  uint16_t port_ = 0;
+  bool started_ = false;
+};
+
+// A TCP port on 127.0.0.1 that was free a moment ago.
+uint16_t freeLoopbackPort();
+
+}  // namespace infera::testing
