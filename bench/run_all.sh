@@ -34,8 +34,9 @@ declare -A QUICK_ARGS=(
   [throughput]="--duration 3 --rounds 1"
   [latency]="--duration 3 --rounds 1"
   [streams]="--streams 200 --rounds 1 --idle-connections 200"
+  [governance]="--duration 3 --rounds 1"
 )
-for script in throughput latency streams; do
+for script in throughput latency streams governance; do
   section "bench/load/$script.sh"
   quick=()
   [[ "${BENCH_QUICK:-0}" == "1" ]] && read -ra quick <<<"${QUICK_ARGS[$script]}"

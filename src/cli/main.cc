@@ -6,6 +6,7 @@
 #include <iostream>
 #include <pthread.h>
 
+#include "cli/admin_cmd.h"
 #include "core/log.h"
 #include "emulator/emulator.h"
 #include "gateway/config.h"
@@ -160,6 +161,8 @@ int main(int argc, char** argv) {
                 endpoints, cfg->emulators.size());
     std::exit(0);
   });
+
+  infera::cli::registerAdminCommands(app);
 
 #ifdef INFERA_WITH_SCHED
   infera::cli::registerSchedCommands(app);

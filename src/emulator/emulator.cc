@@ -4,6 +4,9 @@
 
 #include <chrono>
 #include <cmath>
+#include <deque>
+#include <mutex>
+#include <unordered_map>
 #include <random>
 
 #include "core/log.h"
@@ -114,6 +117,24 @@ class EmulatorImpl final : public Emulator {
   }
   FaultControl& faults() override { return faults_; }
   const EmulatorStats& stats() const override { return stats_; }
+  std::optional<RequestUsage> usageFor(const std::string& request_id) const override {
+    std::lock_guard<std::mutex> lock(ledger_mu_);
+    const auto it = ledger_.find(request_id);
+    if (it == ledger_.end()) return std::nullopt;
+    return it->second;
+  }
+  void recordUsage(std::string_view request_id, int prompt, int completion, bool completed) {
+    if (request_id.empty()) return;
+    std::lock_guard<std::mutex> lock(ledger_mu_);
+    std::string id(request_id);
+    if (ledger_.emplace(id, RequestUsage{prompt, completion, completed}).second) {
+      ledger_order_.push_back(std::move(id));
+      if (ledger_order_.size() > 100'000) {
+        ledger_.erase(ledger_order_.front());
+        ledger_order_.pop_front();
+      }
+    }
+  }
   void stop() override {
     if (!server_) return;
     // Hanging requests and long sleeps end once stopping is set; streams get a moment to finish.
@@ -131,6 +152,9 @@ class EmulatorImpl final : public Emulator {
   EmulatorConfig config_;
   FaultControl faults_;
   EmulatorStats stats_;
+  mutable std::mutex ledger_mu_;
+  std::unordered_map<std::string, RequestUsage> ledger_;
+  std::deque<std::string> ledger_order_;
   net::EventLoops loops_;
   std::unique_ptr<net::HttpServer> server_;
   std::atomic<bool> stopping_{false};
@@ -309,7 +333,8 @@ Task<void> Handler::generate(HttpRequest& req, ResponseWriter& w, bool chat) {
     appendUsage(body, p.prompt_tokens, n_tokens);
     body += "}";
     stats.completion_tokens.fetch_add(static_cast<uint64_t>(n_tokens), std::memory_order_relaxed);
-    co_await w.send(200, "application/json", body);
+    const bool sent = co_await w.send(200, "application/json", body);
+    emu_.recordUsage(req.header("x-request-id"), p.prompt_tokens, sent ? n_tokens : 0, sent);
     co_return;
   }
 
@@ -352,6 +377,7 @@ Task<void> Handler::generate(HttpRequest& req, ResponseWriter& w, bool chat) {
     if (ttft.count() > 0) co_await sleepFor(next, &gone);
     if (gone || !co_await w.writeChunk(event)) {
       stats.aborted_streams.fetch_add(1, std::memory_order_relaxed);
+      emu_.recordUsage(req.header("x-request-id"), p.prompt_tokens, 0, false);
       co_return;
     }
   }
@@ -361,6 +387,7 @@ Task<void> Handler::generate(HttpRequest& req, ResponseWriter& w, bool chat) {
       if (next > net::SteadyClock::now()) co_await sleepFor(next, &gone);
     }
     if (cut && i >= cut_after) {
+      emu_.recordUsage(req.header("x-request-id"), p.prompt_tokens, i, false);
       w.closeAfterResponse();
       co_return;  // response started, never finished: the server closes the connection
     }
@@ -386,6 +413,7 @@ Task<void> Handler::generate(HttpRequest& req, ResponseWriter& w, bool chat) {
     if (gone || !co_await w.writeChunk(event)) {
       stats.completion_tokens.fetch_add(static_cast<uint64_t>(i), std::memory_order_relaxed);
       stats.aborted_streams.fetch_add(1, std::memory_order_relaxed);
+      emu_.recordUsage(req.header("x-request-id"), p.prompt_tokens, i, false);
       co_return;
     }
   }
@@ -400,8 +428,10 @@ Task<void> Handler::generate(HttpRequest& req, ResponseWriter& w, bool chat) {
   stats.completion_tokens.fetch_add(static_cast<uint64_t>(n_tokens), std::memory_order_relaxed);
   if (co_await w.writeChunk(event) && co_await w.finish()) {
     stats.completed_streams.fetch_add(1, std::memory_order_relaxed);
+    emu_.recordUsage(req.header("x-request-id"), p.prompt_tokens, n_tokens, true);
   } else {
     stats.aborted_streams.fetch_add(1, std::memory_order_relaxed);
+    emu_.recordUsage(req.header("x-request-id"), p.prompt_tokens, n_tokens, false);
   }
 }
 

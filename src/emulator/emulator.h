@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -64,6 +65,14 @@ struct EmulatorStats {
   std::atomic<int64_t> active_streams{0};
 };
 
+// What one completion request produced, by the x-request-id it came with (tests compare the
+// gateway's usage records with it).
+struct RequestUsage {
+  int prompt_tokens = 0;
+  int completion_tokens = 0;  // tokens fully written to the client
+  bool completed = false;     // false: the client left (or the stream was cut) before the end
+};
+
 class Emulator {
  public:
   static Result<std::unique_ptr<Emulator>> start(const EmulatorConfig& config);
@@ -72,6 +81,8 @@ class Emulator {
   virtual std::string url() const = 0;  // http://127.0.0.1:PORT
   virtual FaultControl& faults() = 0;
   virtual const EmulatorStats& stats() const = 0;
+  // The last 100,000 completions that carried an x-request-id.
+  virtual std::optional<RequestUsage> usageFor(const std::string& request_id) const = 0;
   // Graceful stop (drain up to timeout), then the loops stop. Also done by the destructor.
   virtual void stop() = 0;
 };

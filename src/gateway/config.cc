@@ -34,6 +34,44 @@ void readProtocol(ConfigReader& r, Protocol& p) {
   }
 }
 
+void readLimits(ConfigReader& r, LimitConfig& l) {
+  r.optional("rpm", l.rpm, 0, 1LL << 40);
+  r.optional("tpm", l.tpm, 0, 1LL << 50);
+}
+
+void readGovernance(ConfigReader& g, GovernanceConfig& gc) {
+  gc.enabled = true;
+  g.optional("enabled", gc.enabled);
+  g.optional("require_keys", gc.require_keys);
+  g.optional("store", gc.store);
+  if (!(gc.store.rfind("sqlite:", 0) == 0 || gc.store.rfind("postgresql://", 0) == 0 ||
+        gc.store.rfind("postgres://", 0) == 0)) {
+    g.error("store", "must be sqlite:PATH or a postgresql:// URL (got '" + gc.store + "')");
+  }
+  g.optional("admin_token", gc.admin_token);
+  g.optional("key_secret", gc.key_secret);
+  g.optional("sync_interval_ms", gc.sync_interval_ms, 10, 60'000);
+  g.optional("usage_flush_ms", gc.usage_flush_ms, 10, 60'000);
+  g.optional("default_max_tokens", gc.default_max_tokens, 1, 10'000'000);
+  g.optional("redis", gc.redis);
+  if (!gc.redis.empty() && gc.redis.rfind("redis://", 0) != 0) {
+    g.error("redis", "must be a redis://host:port URL (got '" + gc.redis + "')");
+  }
+  g.optional("redis_timeout_ms", gc.redis_timeout_ms, 1, 10'000);
+  g.optionalEnum("redis_fallback", gc.redis_fallback, {"local", "open", "closed"});
+  g.optional("replicas", gc.replicas, 1, 10'000);
+  g.optional("user_header", gc.user_header);
+  g.object("cache", [&](ConfigReader& c) {
+    gc.cache.enabled = true;
+    c.optional("enabled", gc.cache.enabled);
+    c.optional("ttl_ms", gc.cache.ttl_ms, 1, 30LL * 86'400'000);
+    c.optional("max_bytes", gc.cache.max_bytes, 1024, 1LL << 40);
+    c.optional("max_entry_bytes", gc.cache.max_entry_bytes, 16, 1LL << 30);
+    c.optional("redis", gc.cache.redis);
+  });
+  if (gc.cache.redis && gc.redis.empty()) g.error("cache", "redis: true needs governance.redis");
+}
+
 }  // namespace
 
 std::string_view protocolName(Protocol p) { return p == Protocol::kKServe ? "kserve" : "openai"; }
@@ -79,6 +117,8 @@ Result<GatewayConfig> parseGatewayConfig(const YAML::Node& root) {
     cfg.emulators[name] = ec;
   });
 
+  r.object("governance", [&](ConfigReader& g) { readGovernance(g, cfg.governance); });
+
   std::set<std::string> names;  // models and aliases share one namespace
   std::vector<std::pair<std::string, int>> emulator_refs;
   r.forEach(
@@ -87,6 +127,12 @@ Result<GatewayConfig> parseGatewayConfig(const YAML::Node& root) {
         ModelConfig mc;
         m.required("name", mc.name);
         m.optional("aliases", mc.aliases);
+        m.object("limits", [&](ConfigReader& l) { readLimits(l, mc.limits); });
+        m.object("price", [&](ConfigReader& p) {
+          p.optional("prompt_per_1m", mc.price.prompt_per_1m, 0, 1e9);
+          p.optional("completion_per_1m", mc.price.completion_per_1m, 0, 1e9);
+        });
+        m.optional("cache", mc.cache);
         if (!mc.name.empty() && !names.insert(mc.name).second) {
           m.error("name", "model or alias '" + mc.name + "' is defined twice");
         }
@@ -110,6 +156,8 @@ Result<GatewayConfig> parseGatewayConfig(const YAML::Node& root) {
               readProtocol(d, dc.protocol);
               d.object("timeouts", [&](ConfigReader& t) { readTimeouts(t, dc.timeouts); });
               d.object("retry", [&](ConfigReader& t) { readRetry(t, dc.retry); });
+              d.object("limits", [&](ConfigReader& l) { readLimits(l, dc.limits); });
+              d.optional("continuous_usage", dc.continuous_usage);
               d.forEach(
                   "endpoints",
                   [&](ConfigReader& e, size_t) {

@@ -37,6 +37,18 @@ struct RetryConfig {
   bool on_timeout = true;
 };
 
+// Request and token limits per rolling minute; 0 = none.
+struct LimitConfig {
+  int64_t rpm = 0;
+  int64_t tpm = 0;
+};
+
+// USD per million tokens, for cost budgets and usage records.
+struct PriceConfig {
+  double prompt_per_1m = 0;
+  double completion_per_1m = 0;
+};
+
 struct EndpointConfig {
   std::string url;       // http://host:port[/prefix]
   std::string emulator;  // name of an in-process emulator (instead of url)
@@ -53,12 +65,17 @@ struct DeploymentConfig {
   Protocol protocol = Protocol::kOpenAi;
   TimeoutConfig timeouts;
   RetryConfig retry;
+  LimitConfig limits;             // protects this deployment's capacity (all keys together)
+  bool continuous_usage = false;  // backend supports vLLM's stream_options.continuous_usage_stats
   std::vector<EndpointConfig> endpoints;
 };
 
 struct ModelConfig {
   std::string name;
   std::vector<std::string> aliases;
+  LimitConfig limits;  // all keys together
+  PriceConfig price;
+  bool cache = false;  // cache every non-streaming answer of this model (not only temperature 0)
   std::vector<DeploymentConfig> deployments;
 };
 
@@ -76,6 +93,32 @@ struct OutlierConfig {
   int consecutive_failures = 5;
   int64_t base_ejection_ms = 5'000;
   int64_t max_ejection_ms = 300'000;
+};
+
+struct CacheConfig {
+  bool enabled = false;
+  int64_t ttl_ms = 300'000;
+  int64_t max_bytes = 64 << 20;  // per process, LRU beyond it
+  int64_t max_entry_bytes = 1 << 20;
+  bool redis = false;  // also share entries through governance.redis
+};
+
+// Keys, teams, limits, usage, budgets, cache. Off unless the `governance` section is present.
+struct GovernanceConfig {
+  bool enabled = false;
+  bool require_keys = true;  // false: requests without a key pass as team "anonymous"
+  std::string store = "sqlite:infera.db";  // sqlite:PATH or postgresql://...
+  std::string admin_token;  // bearer token for /admin/*; env INFERA_ADMIN_TOKEN wins
+  std::string key_secret;   // server secret keying the key hashes; env INFERA_KEY_SECRET wins
+  int64_t sync_interval_ms = 500;   // how often the key/team snapshot is checked for changes
+  int64_t usage_flush_ms = 1'000;   // usage records reach the store at least this often
+  int64_t default_max_tokens = 1'024;  // completion tokens reserved when a request sets none
+  std::string redis;                 // redis://host:port shared counters; "" = this process only
+  int64_t redis_timeout_ms = 50;
+  std::string redis_fallback = "local";  // local (a 1/replicas share) | open | closed
+  int replicas = 1;                      // replicas sharing the limits (for the local share)
+  std::string user_header = "x-infera-user";
+  CacheConfig cache;
 };
 
 struct GatewayConfig {
@@ -96,6 +139,7 @@ struct GatewayConfig {
   OutlierConfig outlier;
   std::map<std::string, emulator::EmulatorConfig> emulators;
   std::vector<ModelConfig> models;
+  GovernanceConfig governance;
 };
 
 Result<GatewayConfig> parseGatewayConfig(const YAML::Node& root);

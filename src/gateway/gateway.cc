@@ -5,6 +5,7 @@
 
 #include "core/clock.h"
 #include "core/log.h"
+#include "gateway/governance.h"
 #include "gateway/proxy.h"
 #include "gateway/routes.h"
 #include "net/loops.h"
@@ -63,8 +64,10 @@ class GatewayImpl final : public Gateway {
       while (health_running_.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
     admin_.reset();  // first: a /metrics scrape reads data_'s stats
+    if (governance_) governance_->setPublisher(nullptr);
     data_.reset();
     loops_.stop();
+    governance_.reset();  // after the workers: writes the last usage records
     admin_loops_.stop();
     emulators_.clear();
   }
@@ -86,6 +89,9 @@ class GatewayImpl final : public Gateway {
       access_log_ = std::move(*al);
     }
     INFERA_ASSIGN_OR_RETURN(current_, buildRouteTable(config_, emulator_urls_, shared_, metrics_, ++generation_));
+    if (config_.governance.enabled) {
+      INFERA_ASSIGN_OR_RETURN(governance_, Governance::start(config_.governance, registry_, workers_));
+    }
     registry_.gaugeFamily("infera_gateway_config_generation", "Generation of the config in use.")
         ->setCallback([this] { return static_cast<double>(generation_.load()); });
     registry_.gaugeFamily("infera_net_connections_open", "Client connections open on the data port.")
@@ -108,13 +114,28 @@ class GatewayImpl final : public Gateway {
     sc.idle_timeout = std::chrono::milliseconds(config_.idle_timeout_ms);
     const auto initial = current_;
     auto data = net::HttpServer::create(loops_, sc, [this, initial](int i, net::asio::io_context& ctx) {
-      auto h = std::make_unique<ProxyHandler>(i, ctx, metrics_, access_log_.get());
+      auto h = std::make_unique<ProxyHandler>(i, ctx, metrics_, access_log_.get(), governance_.get());
       h->setTable(initial);
       handlers_[static_cast<size_t>(i)] = h.get();
       return h;
     });
     if (!data.ok()) return data.takeStatus();
     data_ = std::move(*data);
+    if (governance_) {
+      // Every new key/team snapshot reaches each worker on its own loop.
+      governance_->setPublisher([this](std::shared_ptr<const GovSnapshot> snap) {
+        for (int i = 0; i < workers_; ++i) {
+          net::asio::post(loops_.loop(i), [this, i, snap] {
+            if (handlers_[static_cast<size_t>(i)]) handlers_[static_cast<size_t>(i)]->setGovernance(snap);
+          });
+        }
+      });
+      // A change made between the workers' start and the publisher's: hand over the latest.
+      auto snap = governance_->snapshot();
+      for (int i = 0; i < workers_; ++i) {
+        net::asio::post(loops_.loop(i), [this, i, snap] { handlers_[static_cast<size_t>(i)]->setGovernance(snap); });
+      }
+    }
     net::ServerConfig ac;
     ac.host = config_.admin.host;
     ac.port = config_.admin.port;
@@ -160,10 +181,11 @@ class GatewayImpl final : public Gateway {
     if (resolveWorkers(next.workers) != workers_ || next.listen.port != config_.listen.port ||
         next.listen.host != config_.listen.host || next.admin.port != config_.admin.port ||
         next.admin.host != config_.admin.host || next.max_body_bytes != config_.max_body_bytes ||
-        next.access_log != config_.access_log) {
+        next.access_log != config_.access_log || next.governance.enabled != config_.governance.enabled ||
+        next.governance.store != config_.governance.store || next.governance.redis != config_.governance.redis) {
       return fail(Status::failedPrecondition(
-          "workers, listen, admin, max_body_bytes and access_log need a restart; reload changes routes, "
-          "timeouts, retries, health checks and balancing"));
+          "workers, listen, admin, max_body_bytes, access_log and the governance store/redis need a restart; "
+          "reload changes routes, limits, timeouts, retries, health checks and balancing"));
     }
     for (const auto& [name, ec] : next.emulators) {
       if (!emulators_.count(name)) {
@@ -196,6 +218,7 @@ class GatewayImpl final : public Gateway {
   int64_t configGeneration() const override { return generation_.load(); }
 
   bool draining() const { return draining_.load(); }
+  Governance* governance() { return governance_.get(); }
   std::shared_ptr<const RouteTable> table() {
     std::lock_guard<std::mutex> lock(control_mu_);
     return current_;
@@ -267,6 +290,7 @@ class GatewayImpl final : public Gateway {
   std::map<std::string, std::unique_ptr<emulator::Emulator>> emulators_;
   std::unordered_map<std::string, std::string> emulator_urls_;
   std::unique_ptr<obs::AccessLog> access_log_;
+  std::unique_ptr<Governance> governance_;
   net::EventLoops loops_;
   net::EventLoops admin_loops_;
   std::unique_ptr<net::HttpServer> data_;
@@ -309,6 +333,18 @@ Task<void> AdminHandler::handle(net::HttpRequest& req, net::ResponseWriter& w) {
       const std::string body = net::errorJson(s.message(), "invalid_request_error", "invalid_config");
       co_await w.send(400, "application/json", body);
     }
+  } else if (Governance::isGovernancePath(path)) {
+    Governance* gov = g_.governance();
+    if (!gov) {
+      const std::string body =
+          net::errorJson("governance is off: add a governance section to the config", "invalid_request_error",
+                         "governance_disabled");
+      co_await w.send(404, "application/json", body);
+      co_return;
+    }
+    const AdminReply reply = gov->admin(req.method, req.target, req.body, req.header("authorization"),
+                                        req.header("x-infera-actor"));
+    co_await w.send(reply.status, "application/json", reply.body);
   } else if (path == "/admin/endpoints") {
     auto t = g_.table();
     std::string body = "{\"generation\":" + std::to_string(t->generation) + ",\"endpoints\":[";

@@ -9,6 +9,7 @@
 #include "core/clock.h"
 #include "gateway/balancer.h"
 #include "gateway/request_scan.h"
+#include "net/sse.h"
 
 namespace infera::gateway {
 
@@ -51,10 +52,29 @@ struct ProxyHandler::Exchange {
   bool stream = false;
   uint64_t bytes_out = 0;
   double ttfb_s = 0;
+  // Governance (only when it is on).
+  std::unique_ptr<GovTicket> ticket;
+  std::vector<HttpHeader> extra;  // x-request-id first, then rate-limit and cache headers
+  bool strip_final_usage = false;
+  bool strip_continuous = false;
+  bool usage_seen = false;
+  int64_t usage_prompt = 0;
+  int64_t usage_completion = 0;
+  int64_t content_events = 0;
+  double ttft_s = 0;
+  bool aborted = false;
+  bool capture = false;
+  std::string sse_buf;
+  std::string sse_out;
+  std::string resp_body;
+  std::string resp_content_type;
+  bool cacheable = false;
+  bool cache_hit = false;
+  std::string cache_key;
 };
 
 ProxyHandler::ProxyHandler(int shard, net::asio::io_context& ctx, GatewayMetrics& metrics,
-                           obs::AccessLog* access_log)
+                           obs::AccessLog* access_log, Governance* governance)
     : shard_(shard),
       ctx_(ctx),
       metrics_(metrics),
@@ -62,6 +82,7 @@ ProxyHandler::ProxyHandler(int shard, net::asio::io_context& ctx, GatewayMetrics
       rng_(0x1f3a5b7c9d + static_cast<uint64_t>(shard) * 104729),
       parser_(std::make_unique<simdjson::dom::parser>()),
       ids_(static_cast<uint64_t>(monoNanos()) + static_cast<uint64_t>(shard) * 7777) {
+  if (governance) gov_ = std::make_unique<GovWorker>(*governance, shard, ctx);
   if (access_log_) {
     flush_timer_ = std::make_unique<net::asio::steady_timer>(ctx_);
     // Hands this worker's access-log buffer to the writer thread every 200 ms.
@@ -84,6 +105,10 @@ ProxyHandler::~ProxyHandler() {
   *alive_ = false;
   if (flush_timer_) flush_timer_->cancel();
   if (access_log_) access_log_->flushShard(shard_);
+}
+
+void ProxyHandler::setGovernance(std::shared_ptr<const GovSnapshot> snapshot) {
+  if (gov_) gov_->setSnapshot(std::move(snapshot));
 }
 
 void ProxyHandler::setTable(std::shared_ptr<const RouteTable> table) {
@@ -176,8 +201,15 @@ Task<void> ProxyHandler::sendError(Exchange& x, int status, std::string_view mes
   x.status = status;
   metrics_.errorCounter(code)->inc(shard_);
   const std::string body = net::errorJson(message, type, code);
-  const HttpHeader rid{"x-request-id", x.request_id};
-  co_await x.w.send(status, "application/json", body, std::span<const HttpHeader>(&rid, 1));
+  HttpHeader rid{"x-request-id", x.request_id};
+  const std::span<const HttpHeader> headers = responseHeaders(x, rid);
+  co_await x.w.send(status, "application/json", body, headers);
+}
+
+std::span<const HttpHeader> ProxyHandler::responseHeaders(Exchange& x, HttpHeader& rid) {
+  if (x.extra.empty()) return std::span<const HttpHeader>(&rid, 1);
+  if (x.extra.front().name != "x-request-id") x.extra.insert(x.extra.begin(), rid);
+  return std::span<const HttpHeader>(x.extra);
 }
 
 Task<void> ProxyHandler::handle(net::HttpRequest& req, net::ResponseWriter& w) {
@@ -204,6 +236,7 @@ Task<void> ProxyHandler::handle(net::HttpRequest& req, net::ResponseWriter& w) {
 }
 
 void ProxyHandler::finishExchange(Exchange& x) {
+  if (x.ticket) finishGovernance(x);
   const int64_t end_ns = monoNanos();
   const double seconds = static_cast<double>(end_ns - x.start_ns) / 1e9;
   const int cls = codeClassIndex(x.status);
@@ -241,6 +274,11 @@ Task<void> ProxyHandler::handleOpenAi(Exchange& x) {
       co_await sendError(x, 405, "use GET for /v1/models", "invalid_request_error", "method_not_allowed");
       co_return;
     }
+    if (gov_) {
+      const bool ok = co_await authenticate(x);
+      if (!ok) co_return;
+      x.ticket.reset();  // listing models is not usage
+    }
     x.status = 200;
     const HttpHeader rid{"x-request-id", x.request_id};
     co_await x.w.send(200, "application/json", x.table->models_json, std::span<const HttpHeader>(&rid, 1));
@@ -255,6 +293,10 @@ Task<void> ProxyHandler::handleOpenAi(Exchange& x) {
     const std::string msg_text = "use POST for " + std::string(path);
     co_await sendError(x, 405, msg_text, "invalid_request_error", "method_not_allowed");
     co_return;
+  }
+  if (gov_) {
+    const bool ok = co_await authenticate(x);
+    if (!ok) co_return;
   }
   auto fields = scanRequest(*parser_, x.req.body);
   if (!fields.ok()) {
@@ -277,6 +319,10 @@ Task<void> ProxyHandler::handleOpenAi(Exchange& x) {
   x.route = it->second;
   x.rewrite_model = true;
   x.stream = x.fields.stream;
+  if (x.ticket) {
+    const bool go_on = co_await admit(x);
+    if (!go_on) co_return;
+  }
   co_await forward(x, x.route->openai_endpoints);
 }
 
@@ -307,6 +353,12 @@ Task<void> ProxyHandler::handleKServe(Exchange& x) {
     co_return;
   }
   x.route = it->second;
+  if (gov_) {
+    const bool ok = co_await authenticate(x);
+    if (!ok) co_return;
+    const bool go_on = co_await admit(x);
+    if (!go_on) co_return;
+  }
   if (x.route->kserve_endpoints.empty()) {
     const std::string msg_text = "model '" + model + "' has no KServe v2 endpoints";
     co_await sendError(x, 404, msg_text, "invalid_request_error", "model_not_found");
@@ -332,7 +384,7 @@ Task<void> ProxyHandler::forward(Exchange& x, const std::vector<uint32_t>& candi
   int last_status = 503;
   std::string last_message;  // built only on failure
   std::string_view last_code = "no_healthy_endpoint";
-  for (int attempt = 0; attempt < max_attempts && !x.client_gone; ++attempt) {
+  for (int attempt = 0; attempt < max_attempts && !x.client_gone && n_tried < tried_buf.size(); ++attempt) {
     const int64_t now_ns = monoNanos();
     const int idx = pick(table, *x.state, candidates, std::span<const uint32_t>(tried_buf.data(), n_tried), now_ns);
     if (idx < 0) break;
@@ -340,6 +392,17 @@ Task<void> ProxyHandler::forward(Exchange& x, const std::vector<uint32_t>& candi
     const Deployment& dep = *ep.deployment;
     std::shared_ptr<WorkerEndpoint> ws = (*x.state)[static_cast<size_t>(idx)];
     tried_buf[n_tried++] = static_cast<uint32_t>(idx);
+    if (x.ticket && (dep.limits.rpm > 0 || dep.limits.tpm > 0)) {
+      const bool room = co_await gov_->admitDeployment(*x.ticket, dep.limit_key, dep.limits);
+      if (!room) {
+        // This deployment is at its own limit: another one may have room (not counted as a try).
+        --attempt;
+        last_status = 429;
+        last_code = "deployment_rate_limited";
+        last_message = "deployment " + dep.name + " of model " + dep.model + " is at its rate limit";
+        continue;
+      }
+    }
     if (attempt > 0) dep.retries->inc(shard_);
     ++x.attempts;
     x.deployment = &dep;
@@ -351,13 +414,7 @@ Task<void> ProxyHandler::forward(Exchange& x, const std::vector<uint32_t>& candi
     } guard{*ws};
 
     std::string_view body = x.req.body;
-    if (x.rewrite_model && x.fields.model_end > x.fields.model_begin && dep.upstream_model != x.fields.model) {
-      x.body_override.clear();
-      x.body_override.append(x.req.body, 0, x.fields.model_begin);
-      net::appendJsonString(x.body_override, dep.upstream_model);
-      x.body_override.append(x.req.body, x.fields.model_end);
-      body = x.body_override;
-    }
+    buildUpstreamBody(x, dep, body);
     std::string_view target = x.req.target;
     if (ep.protocol == Protocol::kKServe) {
       x.target = ep.address.base_path + "/v2/models/" + dep.upstream_model + x.kserve_tail;
@@ -460,9 +517,17 @@ Task<void> ProxyHandler::forward(Exchange& x, const std::vector<uint32_t>& candi
       }
     } stream_gauge{metrics_, shard_, sse};
     const int64_t clen = h.chunked ? -1 : h.content_length;
-    if (!co_await x.w.start(h.status, content_type, std::span<const HttpHeader>(&rid, 1), clen, h.headers)) {
+    HttpHeader rid_h = rid;
+    const std::span<const HttpHeader> out_headers = responseHeaders(x, rid_h);
+    // Usage the client did not ask for can only be removed from a chunked stream.
+    const bool rewrite_sse = sse && x.ticket && clen < 0 && (x.strip_final_usage || x.strip_continuous);
+    const bool scan_sse = sse && x.ticket;
+    x.capture = !sse && x.ticket && (content_type.starts_with("application/json") || content_type.empty());
+    if (x.capture) x.resp_content_type = std::string(content_type);
+    if (!co_await x.w.start(h.status, content_type, out_headers, clen, h.headers)) {
       conn->abort();
       x.current = nullptr;
+      x.aborted = true;
       x.route->client_aborts->inc(shard_);
       co_return;
     }
@@ -472,6 +537,7 @@ Task<void> ProxyHandler::forward(Exchange& x, const std::vector<uint32_t>& candi
       if (!piece.ok()) {
         x.current = nullptr;
         if (x.client_gone || x.w.clientGone()) {
+          x.aborted = true;
           x.route->client_aborts->inc(shard_);
           co_return;
         }
@@ -494,12 +560,28 @@ Task<void> ProxyHandler::forward(Exchange& x, const std::vector<uint32_t>& candi
       if (piece->empty()) break;
       if (first_chunk) {
         first_chunk = false;
-        if (sse) x.route->ttft->observe(shard_, static_cast<double>(monoNanos() - x.start_ns) / 1e9);
+        x.ttft_s = static_cast<double>(monoNanos() - x.start_ns) / 1e9;
+        if (sse) x.route->ttft->observe(shard_, x.ttft_s);
       }
-      x.bytes_out += piece->size();
-      if (!co_await x.w.writeChunk(*piece)) {
+      std::string_view out = *piece;
+      if (scan_sse) {
+        x.sse_out.clear();
+        scanSse(x, *piece, rewrite_sse ? &x.sse_out : nullptr);
+        if (rewrite_sse) out = x.sse_out;
+      } else if (x.capture) {
+        if (x.resp_body.size() + piece->size() <= (8u << 20)) {
+          x.resp_body.append(*piece);
+        } else {
+          x.capture = false;
+          x.resp_body.clear();
+        }
+      }
+      if (out.empty()) continue;
+      x.bytes_out += out.size();
+      if (!co_await x.w.writeChunk(out)) {
         conn->abort();
         x.current = nullptr;
+        x.aborted = true;
         x.route->client_aborts->inc(shard_);
         co_return;
       }
@@ -507,6 +589,18 @@ Task<void> ProxyHandler::forward(Exchange& x, const std::vector<uint32_t>& candi
     co_await x.w.finish();
     x.current = nullptr;
     ws->pool->release(std::move(conn));
+    if (x.capture && !x.resp_body.empty()) {
+      readUsage(x, x.resp_body);
+      if (x.cacheable && h.status == 200 && x.usage_seen) {
+        ResponseCache::Entry e;
+        e.body = std::move(x.resp_body);
+        e.content_type = x.resp_content_type;
+        e.prompt_tokens = x.usage_prompt;
+        e.completion_tokens = x.usage_completion;
+        e.expires_ms = SystemClock::instance().unixMillis() + gov_->config().cache.ttl_ms;
+        gov_->cachePut(x.cache_key, std::move(e));
+      }
+    }
     co_return;
   }
   x.current = nullptr;
@@ -518,7 +612,246 @@ Task<void> ProxyHandler::forward(Exchange& x, const std::vector<uint32_t>& candi
     co_return;
   }
   if (last_message.empty()) last_message = "no healthy endpoint for model " + x.route->model;
-  co_await sendError(x, last_status, last_message, "server_error", last_code);
+  co_await sendError(x, last_status, last_message, last_status == 429 ? "requests" : "server_error", last_code);
+}
+
+// ---------------- governance ----------------
+
+Task<bool> ProxyHandler::authenticate(Exchange& x) {
+  x.ticket = std::make_unique<GovTicket>();
+  auto err = gov_->authenticate(x.req.header("authorization"), x.req.header(gov_->config().user_header), *x.ticket);
+  if (err) {
+    x.ticket.reset();  // not identified: no usage record
+    co_await sendError(x, err->status, err->message, err->type, err->code);
+    co_return false;
+  }
+  co_return true;
+}
+
+Task<bool> ProxyHandler::admit(Exchange& x) {
+  GovTicket& t = *x.ticket;
+  const Route& route = *x.route;
+  if (!gov_->allowed(t, x.fields.has_model ? std::string_view(x.fields.model) : std::string_view(route.model),
+                     route.model)) {
+    const std::string msg_text = "The key " + (t.key ? t.key->rec.id : std::string()) + " of team '" + t.team +
+                                 "' may not use model `" + route.model + "`.";
+    co_await sendError(x, 403, msg_text, "permission_error", "model_not_allowed");
+    co_return false;
+  }
+  const std::string_view path = x.req.path();
+  const bool openai = path.starts_with("/v1/");
+  const bool embeddings = path == "/v1/embeddings";
+  if (openai) {
+    // Worst case: every body byte a prompt token is far above any tokenizer (~4 bytes a token);
+    // a quarter of the bytes is the estimate, reconciled to the backend's usage afterwards.
+    t.est_prompt = static_cast<int64_t>(x.req.body.size() / 4) + 1;
+    if (!embeddings) {
+      const int64_t per_choice = x.fields.max_tokens >= 0 ? x.fields.max_tokens : gov_->config().default_max_tokens;
+      t.max_completion = per_choice * x.fields.n;
+    }
+  }
+  ResponseCache* cache = gov_->cache();
+  if (cache && openai && !x.stream) {
+    const std::string_view opt = x.req.header("x-infera-cache");
+    x.cacheable = opt != "off" && (embeddings || route.cache || opt == "on" ||
+                                   (x.fields.has_temperature && x.fields.temperature == 0));
+  }
+  std::optional<ResponseCache::Entry> hit;
+  if (x.cacheable) {
+    x.cache_key = cacheKey(route.model, x.req.body);
+    if (x.cache_key.empty()) {
+      x.cacheable = false;
+    } else {
+      hit = co_await gov_->cacheGet(x.cache_key);
+    }
+    if (x.cacheable) gov_->countCache(hit.has_value());
+  }
+  if (hit) {
+    // Counts against the caller's limits at its real size, not against the model's capacity.
+    t.est_prompt = hit->prompt_tokens;
+    t.max_completion = hit->completion_tokens;
+  }
+  const PriceConfig no_price;
+  auto refused = co_await gov_->admit(t, route.model, route.limits, hit ? no_price : route.price, !hit);
+  gov_->rateLimitHeaders(t, x.extra);
+  if (refused) {
+    co_await sendError(x, refused->status, refused->message, refused->type, refused->code);
+    co_return false;
+  }
+  if (hit) {
+    x.cache_hit = true;
+    x.usage_seen = true;
+    x.usage_prompt = hit->prompt_tokens;
+    x.usage_completion = hit->completion_tokens;
+    x.extra.push_back({"x-infera-cache", "hit"});
+    x.status = 200;
+    HttpHeader rid{"x-request-id", x.request_id};
+    const std::span<const HttpHeader> headers = responseHeaders(x, rid);
+    co_await x.w.send(200, hit->content_type, hit->body, headers);
+    co_return false;
+  }
+  if (x.cacheable) x.extra.push_back({"x-infera-cache", "miss"});
+  co_return true;
+}
+
+void ProxyHandler::buildUpstreamBody(Exchange& x, const Deployment& dep, std::string_view& body) {
+  const RequestFields& f = x.fields;
+  const bool rename = x.rewrite_model && f.model_end > f.model_begin && dep.upstream_model != f.model;
+  // Governance always asks a streaming backend for usage, and strips what the client did not ask for.
+  const bool add_usage = x.ticket && x.stream && !f.include_usage;
+  const bool add_continuous = x.ticket && x.stream && dep.continuous_usage && !f.continuous_usage;
+  x.strip_final_usage = add_usage;
+  x.strip_continuous = add_continuous;
+  if (!rename && !add_usage && !add_continuous) return;
+  struct Edit {
+    size_t begin, end;
+    std::string text;
+  };
+  Edit edits[2];
+  size_t n = 0;
+  if (rename) {
+    std::string m;
+    net::appendJsonString(m, dep.upstream_model);
+    edits[n++] = {f.model_begin, f.model_end, std::move(m)};
+  }
+  if (add_usage || add_continuous) {
+    std::string so = "{\"include_usage\":";
+    so += (add_usage || f.include_usage) ? "true" : "false";
+    if (add_continuous || f.continuous_usage) so += ",\"continuous_usage_stats\":true";
+    so += f.stream_options_rest;
+    so += '}';
+    if (f.has_stream_options) {
+      edits[n++] = {f.stream_options_begin, f.stream_options_end, std::move(so)};
+    } else {
+      const size_t open = x.req.body.find('{');
+      edits[n++] = {open + 1, open + 1, "\"stream_options\":" + so + ","};
+    }
+  }
+  if (n == 2 && edits[1].begin < edits[0].begin) std::swap(edits[0], edits[1]);
+  x.body_override.clear();
+  size_t pos = 0;
+  for (size_t i = 0; i < n; ++i) {
+    x.body_override.append(x.req.body, pos, edits[i].begin - pos);
+    x.body_override += edits[i].text;
+    pos = edits[i].end;
+  }
+  x.body_override.append(x.req.body, pos);
+  body = x.body_override;
+}
+
+void ProxyHandler::readUsage(Exchange& x, std::string_view json) {
+  if (json.find("\"usage\"") == std::string_view::npos) return;
+  simdjson::dom::element doc;
+  if (parser_->parse(json.data(), json.size(), true).get(doc) != simdjson::SUCCESS) return;
+  simdjson::dom::object usage;
+  if (doc["usage"].get(usage) != simdjson::SUCCESS) return;
+  int64_t prompt = 0, completion = 0, total = 0;
+  const bool has_prompt = usage["prompt_tokens"].get(prompt) == simdjson::SUCCESS;
+  const bool has_completion = usage["completion_tokens"].get(completion) == simdjson::SUCCESS;
+  const bool has_total = usage["total_tokens"].get(total) == simdjson::SUCCESS;
+  if (!has_prompt && !has_total) return;
+  if (!has_completion && has_total) completion = total - prompt;
+  x.usage_seen = true;
+  x.usage_prompt = std::max<int64_t>(0, prompt);
+  x.usage_completion = std::max<int64_t>(0, completion);
+}
+
+void ProxyHandler::scanSse(Exchange& x, std::string_view piece, std::string* out) {
+  x.sse_buf.append(piece);
+  size_t pos = 0;
+  for (;;) {
+    size_t end = x.sse_buf.find("\n\n", pos);
+    size_t term = 2;
+    const size_t crlf = x.sse_buf.find("\r\n\r\n", pos);
+    if (crlf != std::string::npos && crlf < end) {
+      end = crlf;
+      term = 4;
+    }
+    if (end == std::string::npos) break;
+    const std::string_view ev(x.sse_buf.data() + pos, end - pos);
+    const std::string_view whole(x.sse_buf.data() + pos, end - pos + term);
+    pos = end + term;
+    // One data line is what OpenAI-compatible servers send; anything else passes untouched.
+    std::string_view data;
+    if (ev.starts_with("data:") && ev.find('\n') == std::string_view::npos) {
+      data = ev.substr(5);
+      if (!data.empty() && data.front() == ' ') data.remove_prefix(1);
+    }
+    if (data.empty() || data == "[DONE]") {
+      if (out) out->append(whole);
+      continue;
+    }
+    const bool has_choice = data.find("\"choices\":[{") != std::string_view::npos;
+    if (has_choice) ++x.content_events;
+    const size_t u = data.find("\"usage\":");
+    if (u == std::string_view::npos) {
+      if (out) out->append(whole);
+      continue;
+    }
+    const bool usage_object = data.find("\"usage\":{") != std::string_view::npos ||
+                              data.find("\"usage\": {") != std::string_view::npos;
+    if (usage_object) readUsage(x, data);
+    if (!out) continue;
+    if (!has_choice && usage_object && x.strip_final_usage) continue;  // the usage-only final chunk
+    if (!x.strip_final_usage && !x.strip_continuous) {
+      out->append(whole);
+      continue;
+    }
+    size_t b = 0, e = 0;
+    if (!findTopLevelValue(data, "usage", b, e)) {
+      out->append(whole);
+      continue;
+    }
+    // Remove ,"usage":... (client never asked for usage) or null it (asked only for the final one).
+    size_t key_begin = data.rfind("\"usage\"", b);
+    std::string rewritten;
+    if (x.strip_final_usage) {
+      size_t cut_begin = key_begin;
+      size_t k = key_begin;
+      while (k > 0 && (data[k - 1] == ' ')) --k;
+      if (k > 0 && data[k - 1] == ',') cut_begin = k - 1;
+      size_t cut_end = e;
+      if (cut_begin == key_begin) {  // first member: eat the following comma instead
+        while (cut_end < data.size() && data[cut_end] == ' ') ++cut_end;
+        if (cut_end < data.size() && data[cut_end] == ',') ++cut_end;
+      }
+      rewritten.append(data.substr(0, cut_begin));
+      rewritten.append(data.substr(cut_end));
+    } else {
+      rewritten.append(data.substr(0, b));
+      rewritten.append(has_choice ? "null" : data.substr(b, e - b));
+      rewritten.append(data.substr(e));
+    }
+    net::appendSseData(*out, rewritten);
+  }
+  x.sse_buf.erase(0, pos);
+}
+
+void ProxyHandler::finishGovernance(Exchange& x) {
+  GovTicket& t = *x.ticket;
+  UsageRecord r;
+  r.ts_ms = SystemClock::instance().unixMillis();
+  r.request_id = x.request_id;
+  r.model = x.route ? x.route->model : std::string();
+  if (x.deployment) r.deployment = x.deployment->name;
+  if (x.endpoint) r.region = x.endpoint->region;
+  r.latency_ms = static_cast<double>(monoNanos() - x.start_ns) / 1e6;
+  r.ttft_ms = (x.stream ? x.ttft_s : x.ttfb_s) * 1000.0;
+  r.status = x.status;
+  r.stream = x.stream;
+  r.cached = x.cache_hit;
+  r.aborted = x.aborted;
+  if (x.usage_seen) {
+    r.prompt_tokens = x.usage_prompt;
+    r.completion_tokens = x.usage_completion;
+  } else if (x.bytes_out > 0 && t.reserved && (x.status < 400 || x.aborted)) {
+    // The response started but no usage came back (an abort before the final chunk, or a backend
+    // that does not report usage): bill the estimate.
+    r.estimated = true;
+    r.prompt_tokens = t.est_prompt;
+    r.completion_tokens = x.stream ? x.content_events : t.max_completion;
+  }
+  gov_->finish(t, std::move(r), x.route ? x.route->price : PriceConfig{});
 }
 
 }  // namespace infera::gateway

@@ -9,6 +9,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "gateway/governance.h"
 #include "gateway/routes.h"
 #include "net/server.h"
 #include "obs/access_log.h"
@@ -29,11 +30,14 @@ struct WorkerEndpoint {
 class ProxyHandler final : public net::HttpHandler {
  public:
   using StateVector = std::vector<std::shared_ptr<WorkerEndpoint>>;
-  ProxyHandler(int shard, net::asio::io_context& ctx, GatewayMetrics& metrics, obs::AccessLog* access_log);
+  ProxyHandler(int shard, net::asio::io_context& ctx, GatewayMetrics& metrics, obs::AccessLog* access_log,
+               Governance* governance = nullptr);
   ~ProxyHandler() override;
 
   // Swaps the routing snapshot (on this worker's loop). Requests in flight keep theirs.
   void setTable(std::shared_ptr<const RouteTable> table);
+  // Swaps the key/team snapshot (on this worker's loop).
+  void setGovernance(std::shared_ptr<const GovSnapshot> snapshot);
   net::Task<void> handle(net::HttpRequest& request, net::ResponseWriter& writer) override;
 
  private:
@@ -48,6 +52,16 @@ class ProxyHandler final : public net::HttpHandler {
   void recordFailure(const RouteTable& table, const Endpoint& ep, int64_t now_ns);
   void recordSuccess(const Endpoint& ep, int64_t now_ns);
   void finishExchange(Exchange& x);
+  // Governance: false when it answered the request itself (401/403/429 or a cache hit).
+  net::Task<bool> authenticate(Exchange& x);
+  net::Task<bool> admit(Exchange& x);
+  void finishGovernance(Exchange& x);
+  // Reads usage from whole SSE events in `piece` (buffering partial ones); with `out`, writes the
+  // events the client should see (usage the client did not ask for removed).
+  void scanSse(Exchange& x, std::string_view piece, std::string* out);
+  void readUsage(Exchange& x, std::string_view json);
+  void buildUpstreamBody(Exchange& x, const Deployment& dep, std::string_view& body);
+  std::span<const net::HttpHeader> responseHeaders(Exchange& x, net::HttpHeader& rid);
 
   int shard_;
   net::asio::io_context& ctx_;
@@ -64,6 +78,7 @@ class ProxyHandler final : public net::HttpHandler {
   std::string rewritten_body_;
   std::unique_ptr<net::asio::steady_timer> flush_timer_;
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);  // for the flush timer's callback
+  std::unique_ptr<GovWorker> gov_;
 };
 
 }  // namespace infera::gateway

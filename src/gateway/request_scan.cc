@@ -1,5 +1,9 @@
 #include "gateway/request_scan.h"
 
+#include <algorithm>
+
+#include "net/http.h"
+
 namespace infera::gateway {
 
 namespace {
@@ -114,6 +118,38 @@ Result<RequestFields> scanRequest(simdjson::dom::parser& parser, const std::stri
   }
   bool stream = false;
   if (obj["stream"].get(stream) == simdjson::SUCCESS) f.stream = stream;
+  int64_t mt = 0;
+  if (obj["max_completion_tokens"].get(mt) == simdjson::SUCCESS || obj["max_tokens"].get(mt) == simdjson::SUCCESS) {
+    f.max_tokens = std::max<int64_t>(0, mt);
+  }
+  int64_t n = 1;
+  if (obj["n"].get(n) == simdjson::SUCCESS) f.n = std::clamp<int64_t>(n, 1, 128);
+  double temp = 1;
+  if (obj["temperature"].get(temp) == simdjson::SUCCESS) {
+    f.has_temperature = true;
+    f.temperature = temp;
+  }
+  simdjson::dom::object so;
+  if (obj["stream_options"].get(so) == simdjson::SUCCESS) {
+    f.has_stream_options = true;
+    for (auto field : so) {
+      bool b = false;
+      if (field.key == "include_usage") {
+        if (field.value.get(b) == simdjson::SUCCESS) f.include_usage = b;
+      } else if (field.key == "continuous_usage_stats") {
+        if (field.value.get(b) == simdjson::SUCCESS) f.continuous_usage = b;
+      } else {
+        f.stream_options_rest += ',';
+        net::appendJsonString(f.stream_options_rest, field.key);
+        f.stream_options_rest += ':';
+        f.stream_options_rest += simdjson::minify(field.value);
+      }
+    }
+    int count = 0;
+    if (!findTopLevelValue(body, "stream_options", f.stream_options_begin, f.stream_options_end, &count) || count != 1) {
+      return Status::invalidArgument("the request must have at most one top-level \"stream_options\" field");
+    }
+  }
   if (f.has_model) {
     // The gateway must route by the same model the backend reads: one plain "model" key only.
     int count = 0;

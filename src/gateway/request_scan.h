@@ -18,6 +18,17 @@ struct RequestFields {
   // Byte span of the top-level "model" value token (quotes included) in the body.
   size_t model_begin = 0;
   size_t model_end = 0;
+  // For governance: the reservation's worst case, the cache rule and stream usage.
+  int64_t max_tokens = -1;  // max_tokens or max_completion_tokens; -1 = absent
+  int64_t n = 1;
+  bool has_temperature = false;
+  double temperature = 1;
+  bool has_stream_options = false;
+  bool include_usage = false;
+  bool continuous_usage = false;
+  size_t stream_options_begin = 0;  // byte span of the stream_options value
+  size_t stream_options_end = 0;
+  std::string stream_options_rest;  // its other members, as ,"k":v,... (minified)
 };
 
 // kInvalidArgument for malformed JSON or a non-object body. A missing model is not an error here

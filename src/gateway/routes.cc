@@ -77,6 +77,9 @@ Result<std::shared_ptr<const RouteTable>> buildRouteTable(
   for (const auto& mc : config.models) {
     auto route = std::make_unique<Route>();
     route->model = mc.name;
+    route->limits = mc.limits;
+    route->price = mc.price;
+    route->cache = mc.cache;
     route->duration = metrics.duration->histogram({mc.name});
     route->ttft = metrics.ttft->histogram({mc.name});
     route->client_aborts = metrics.client_aborts->counter({mc.name});
@@ -92,6 +95,9 @@ Result<std::shared_ptr<const RouteTable>> buildRouteTable(
       dep->upstream_model = dc.upstream_model;
       dep->timeouts = dc.timeouts;
       dep->retry = dc.retry;
+      dep->limits = dc.limits;
+      dep->continuous_usage = dc.continuous_usage;
+      dep->limit_key = mc.name + "/" + dc.name;
       for (int c = 0; c < kCodeClasses; ++c) {
         const std::string cls = c < 5 ? std::to_string(c + 1) + "xx" : "other";
         dep->requests_by_class[c] = metrics.requests->counter({mc.name, dc.name, cls});

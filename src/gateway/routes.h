@@ -73,6 +73,9 @@ struct Deployment {
   std::string upstream_model;
   TimeoutConfig timeouts;
   RetryConfig retry;
+  LimitConfig limits;
+  bool continuous_usage = false;
+  std::string limit_key;  // "model/deployment": its rate-limit counters
   std::vector<uint32_t> endpoints;
   obs::Counter* requests_by_class[kCodeClasses] = {};
   obs::Histogram* upstream_latency = nullptr;
@@ -85,6 +88,9 @@ struct Route {
   std::vector<uint32_t> openai_endpoints;
   std::vector<uint32_t> kserve_endpoints;
   const Deployment* first_deployment = nullptr;
+  LimitConfig limits;
+  PriceConfig price;
+  bool cache = false;
   obs::Histogram* duration = nullptr;
   obs::Histogram* ttft = nullptr;
   obs::Counter* client_aborts = nullptr;

@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# Cost of governance: wrk throughput of small chat completions through the same Infera build with
+# governance off, with keys + limits + usage records on (SQLite, in-process counters), and with
+# the limits' counters in Redis, in one run, interleaved and repeated. Limits are set high enough
+# that nothing is refused, so every request pays authentication, the reservation, the
+# reconciliation and a usage record. Prints req/s per round, medians and the ratios
+# (targets: keys+limits+usage >= 0.9x off; with Redis >= 0.8x).
+#
+#   bench/load/governance.sh [--connections N] [--duration S] [--rounds N] [--proxy-workers N]
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+CONNS=64 DURATION=10 ROUNDS=3 PROXY_WORKERS=1
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    -h|--help) sed -n '2,/^set -euo/p' "$0" | sed -n 's/^# \{0,1\}//p'; exit 0 ;;
+    --connections) CONNS="$2"; shift 2 ;;
+    --duration) DURATION="$2"; shift 2 ;;
+    --rounds) ROUNDS="$2"; shift 2 ;;
+    --proxy-workers) PROXY_WORKERS="$2"; shift 2 ;;
+    *) echo "unknown argument $1" >&2; exit 2 ;;
+  esac
+done
+
+bench_init wrk curl python3 redis-server
+
+LOAD_CPUS=0 PROXY_CPUS=1 BACKEND_CPUS=0
+REDIS_PORT="$(free_port)"
+mkdir -p "$BENCH_TMP/redis"
+redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --dir "$BENCH_TMP/redis" --save "" --appendonly no \
+  >"$BENCH_TMP/redis.log" 2>&1 &
+BENCH_PIDS+=("$!")
+for _ in $(seq 1 200); do redis-cli -p "$REDIS_PORT" ping >/dev/null 2>&1 && break; sleep 0.05; done
+
+export INFERA_ADMIN_TOKEN="bench-admin-token"
+start_emulator emulator "$BACKEND_CPUS" --models m --ttft-ms 0 --token-ms 0 --workers 1
+start_gateway off "$PROXY_CPUS" "$PROXY_WORKERS" "$EMU_PORT"
+OFF_PORT="$GW_PORT"
+start_gateway gov "$PROXY_CPUS" "$PROXY_WORKERS" "$EMU_PORT" \
+  "governance: {store: \"sqlite:$BENCH_TMP/gov.db\", key_secret: bench-secret-0123456789abcdef0123456789}"
+GOV_PORT="$GW_PORT" GOV_ADMIN="$GW_ADMIN"
+start_gateway redis "$PROXY_CPUS" "$PROXY_WORKERS" "$EMU_PORT" \
+  "governance: {store: \"sqlite:$BENCH_TMP/redis.db\", key_secret: bench-secret-0123456789abcdef0123456789, redis: \"redis://127.0.0.1:$REDIS_PORT\"}"
+REDIS_GW_PORT="$GW_PORT" REDIS_ADMIN="$GW_ADMIN"
+
+# make_key ADMIN_PORT: a team and a key with per-minute limits no run reaches; prints the key.
+make_key() {
+  local admin="$1" auth="authorization: Bearer $INFERA_ADMIN_TOKEN"
+  curl -sf -H "$auth" -d '{"name":"bench","rpm":1000000000,"tpm":1000000000000}' \
+    "http://127.0.0.1:$admin/admin/teams" >/dev/null
+  curl -sf -H "$auth" -d '{"team":"bench","rpm":1000000000,"tpm":1000000000000}' \
+    "http://127.0.0.1:$admin/admin/keys" | python3 -c 'import json,sys; print(json.load(sys.stdin)["key"])'
+}
+GOV_KEY="$(make_key "$GOV_ADMIN")"
+REDIS_KEY="$(make_key "$REDIS_ADMIN")"
+
+lua() {  # lua FILE KEY
+  cat >"$1" <<EOF
+wrk.method = "POST"
+wrk.headers["Content-Type"] = "application/json"
+wrk.headers["Authorization"] = "Bearer $2"
+wrk.body = '{"model":"m","max_tokens":16,"messages":[{"role":"user","content":"Hello, how are you?"}]}'
+EOF
+}
+lua "$BENCH_TMP/off.lua" "unused"
+lua "$BENCH_TMP/gov.lua" "$GOV_KEY"
+lua "$BENCH_TMP/redis.lua" "$REDIS_KEY"
+for p in "$OFF_PORT:off" "$GOV_PORT:gov" "$REDIS_GW_PORT:redis"; do
+  port="${p%%:*}" name="${p##*:}" key=""
+  [[ "$name" == gov ]] && key="$GOV_KEY"
+  [[ "$name" == redis ]] && key="$REDIS_KEY"
+  code="$(curl -s -o /dev/null -w '%{http_code}' -H "authorization: Bearer $key" -H 'content-type: application/json' \
+    -d '{"model":"m","max_tokens":4,"messages":[{"role":"user","content":"hi"}]}' "http://127.0.0.1:$port/v1/chat/completions")"
+  [[ "$code" == 200 ]] || { echo "$name gateway answered $code" >&2; exit 1; }
+done
+
+run_wrk() {  # run_wrk LABEL PORT SECONDS
+  local label="$1" port="$2" secs="$3" out="$BENCH_TMP/wrk-$1.txt"
+  pin_prefix "$LOAD_CPUS"
+  "${PIN[@]}" timeout $((secs + 30)) wrk -t 1 -c "$CONNS" -d "${secs}s" \
+    -s "$BENCH_TMP/$label.lua" "http://127.0.0.1:$port/v1/chat/completions" >"$out" 2>&1
+  if grep -q 'Non-2xx\|Socket errors' "$out"; then
+    echo "wrk against $label reported errors:" >&2
+    cat "$out" >&2
+    return 1
+  fi
+  awk '/^Requests\/sec:/ {print $2}' "$out"
+}
+median() { sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
+
+echo "governance cost: wrk -t1 -c$CONNS -d${DURATION}s POST /v1/chat/completions (16 tokens), $ROUNDS rounds;" \
+  "proxy workers $PROXY_WORKERS, $(bench_env_note)"
+for t in off gov redis; do
+  case "$t" in off) p="$OFF_PORT" ;; gov) p="$GOV_PORT" ;; redis) p="$REDIS_GW_PORT" ;; esac
+  run_wrk "$t" "$p" 2 >/dev/null
+done
+declare -A RESULTS=([off]="" [gov]="" [redis]="")
+for ((r = 1; r <= ROUNDS; r++)); do
+  order=(off gov redis)
+  for ((k = 0; k < (r - 1) % 3; k++)); do order=("${order[@]:1}" "${order[0]}"); done
+  for t in "${order[@]}"; do
+    case "$t" in off) p="$OFF_PORT" ;; gov) p="$GOV_PORT" ;; redis) p="$REDIS_GW_PORT" ;; esac
+    rps="$(run_wrk "$t" "$p" "$DURATION")"
+    RESULTS[$t]+="$rps "
+    printf '  round %d  %-6s %10.0f req/s\n' "$r" "$t" "$rps"
+  done
+done
+med() { tr ' ' '\n' <<<"${RESULTS[$1]}" | grep . | median; }
+ratio() { paste -d' ' <(tr ' ' '\n' <<<"${RESULTS[$1]}" | grep .) <(tr ' ' '\n' <<<"${RESULTS[off]}" | grep .) \
+  | awk '{print $1 / $2}' | median; }
+O="$(med off)" G="$(med gov)" R="$(med redis)" RG="$(ratio gov)" RR="$(ratio redis)"
+rows="$(python3 -c 'import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute("SELECT COUNT(*) FROM infera_usage").fetchone()[0])' "$BENCH_TMP/gov.db" 2>/dev/null || echo '?')"
+echo
+echo "== governance summary (median of $ROUNDS rounds) =="
+printf '  off                  %10.0f req/s\n' "$O"
+printf '  keys+limits+usage    %10.0f req/s   ratio %.3f (target >= 0.9)\n' "$G" "$RG"
+printf '  ... with Redis       %10.0f req/s   ratio %.3f (target >= 0.8)\n' "$R" "$RR"
+echo "  usage records written by the SQLite run: $rows"
+awk -v a="$RG" -v b="$RR" 'BEGIN {exit !(a >= 0.9 && b >= 0.8)}' && echo "  targets met" || echo "  target NOT met"

@@ -1,0 +1,370 @@
+#include "cli/admin_cmd.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "net/client.h"
+
+namespace infera::cli {
+namespace {
+
+using nlohmann::json;
+
+struct AdminOptions {
+  std::string url;
+  std::string token;
+  std::string actor;
+  bool raw = false;
+};
+
+std::string envOr(const char* name, const char* fallback) {
+  const char* v = std::getenv(name);
+  return v && *v ? v : fallback;
+}
+
+std::string urlEncode(const std::string& s) {
+  std::string out;
+  for (unsigned char c : s) {
+    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~' || c == '*' || c == ',') {
+      out += static_cast<char>(c);
+    } else {
+      char buf[4];
+      std::snprintf(buf, sizeof(buf), "%%%02X", c);
+      out += buf;
+    }
+  }
+  return out;
+}
+
+// Sends one admin request; exits 1 with the API's message on failure.
+json call(const AdminOptions& o, const std::string& method, const std::string& path, const json& body = nullptr) {
+  std::vector<net::HttpHeader> headers;
+  if (!o.token.empty()) headers.push_back({"authorization", "Bearer " + o.token});
+  if (!o.actor.empty()) headers.push_back({"x-infera-actor", o.actor});
+  if (!body.is_null()) headers.push_back({"content-type", "application/json"});
+  const std::string payload = body.is_null() ? std::string() : body.dump();
+  auto r = net::fetchBlocking(o.url + path, method, payload, headers, std::chrono::seconds(30));
+  if (!r.ok()) {
+    std::fprintf(stderr, "cannot reach the admin API at %s: %s\n", o.url.c_str(), r.status().message().c_str());
+    std::exit(1);
+  }
+  json j = json::parse(r->body, nullptr, false);
+  if (r->status >= 400) {
+    std::string msg = r->body;
+    if (!j.is_discarded() && j.contains("error") && j["error"].contains("message")) {
+      msg = j["error"]["message"].get<std::string>();
+    }
+    std::fprintf(stderr, "error %d: %s\n", r->status, msg.c_str());
+    std::exit(1);
+  }
+  if (j.is_discarded()) {
+    std::fprintf(stderr, "the admin API answered something that is not JSON\n");
+    std::exit(1);
+  }
+  return j;
+}
+
+std::string timeText(int64_t ms) {
+  if (ms <= 0) return "-";
+  const time_t s = static_cast<time_t>(ms / 1000);
+  struct tm tm {};
+  gmtime_r(&s, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%d %H:%M:%SZ", &tm);
+  return buf;
+}
+
+std::string joined(const json& arr) {
+  if (!arr.is_array() || arr.empty()) return "*";
+  std::string s;
+  for (const auto& v : arr) {
+    if (!s.empty()) s += ",";
+    s += v.get<std::string>();
+  }
+  return s;
+}
+
+std::string limitText(const json& j, const char* k) {
+  const int64_t v = j.value(k, int64_t{0});
+  return v > 0 ? std::to_string(v) : "-";
+}
+
+void printKey(const json& k) {
+  std::printf("%-14s %-14s %-8s %-10s %-10s %-22s %s\n", k.value("id", "").c_str(), k.value("team", "").c_str(),
+              k.value("state", "").c_str(), limitText(k, "rpm").c_str(), limitText(k, "tpm").c_str(),
+              timeText(k.value("expires_ms", int64_t{0})).c_str(), joined(k["models"]).c_str());
+}
+
+void printKeyHeader() {
+  std::printf("%-14s %-14s %-8s %-10s %-10s %-22s %s\n", "ID", "TEAM", "STATE", "RPM", "TPM", "EXPIRES", "MODELS");
+}
+
+void printTeam(const json& t) {
+  std::string budget = "-";
+  if (t.value("budget_tokens", int64_t{0}) > 0) {
+    budget = std::to_string(t.value("budget_tokens", int64_t{0})) + " tok/" + t.value("budget_period", "");
+  } else if (t.value("budget_usd", 0.0) > 0) {
+    char buf[64];
+    std::snprintf(buf, sizeof(buf), "$%.2f/%s", t.value("budget_usd", 0.0), t.value("budget_period", "").c_str());
+    budget = buf;
+  }
+  std::printf("%-16s %-10s %-10s %-12s %-22s %s\n", t.value("name", "").c_str(), limitText(t, "rpm").c_str(),
+              limitText(t, "tpm").c_str(), limitText(t, "daily_tokens").c_str(), budget.c_str(),
+              joined(t["models"]).c_str());
+}
+
+void printTeamHeader() {
+  std::printf("%-16s %-10s %-10s %-12s %-22s %s\n", "TEAM", "RPM", "TPM", "DAILY", "BUDGET", "MODELS");
+}
+
+void output(const AdminOptions& o, const json& j, const std::function<void()>& pretty) {
+  if (o.raw) {
+    std::printf("%s\n", j.dump(2).c_str());
+  } else {
+    pretty();
+  }
+  std::exit(0);
+}
+
+}  // namespace
+
+void registerAdminCommands(CLI::App& app) {
+  auto opts = std::make_shared<AdminOptions>();
+  opts->url = envOr("INFERA_ADMIN_URL", "http://127.0.0.1:9090");
+  opts->token = envOr("INFERA_ADMIN_TOKEN", "");
+  auto common = [opts](CLI::App* c) {
+    c->add_option("--admin-url", opts->url, "Admin API base URL (env INFERA_ADMIN_URL)");
+    c->add_option("--admin-token", opts->token, "Admin token (env INFERA_ADMIN_TOKEN)");
+    c->add_option("--actor", opts->actor, "Who is making the change (for the audit log)");
+    c->add_flag("--json", opts->raw, "Print the API's JSON");
+  };
+
+  // ---- teams ----
+  auto* teams = app.add_subcommand("teams", "Teams: model allow-lists, limits, quotas, budgets");
+  teams->require_subcommand(1);
+  auto team_body = std::make_shared<json>(json::object());
+  auto team_fields = [team_body](CLI::App* c) {
+    c->add_option_function<std::string>("--models", [team_body](const std::string& v) { (*team_body)["models"] = v; },
+                                         "Allowed model patterns, comma-separated ('*' wildcard)");
+    for (const char* f : {"rpm", "tpm", "daily-tokens", "budget-tokens"}) {
+      std::string key = f;
+      for (auto& ch : key) ch = ch == '-' ? '_' : ch;
+      c->add_option_function<int64_t>(std::string("--") + f, [team_body, key](const int64_t& v) { (*team_body)[key] = v; },
+                                      "Limit (0 = none)");
+    }
+    c->add_option_function<double>("--budget-usd", [team_body](const double& v) { (*team_body)["budget_usd"] = v; },
+                                   "Cost budget per period (needs model prices)");
+    c->add_option_function<std::string>("--budget-period",
+                                        [team_body](const std::string& v) { (*team_body)["budget_period"] = v; },
+                                        "day | month");
+  };
+  auto team_name = std::make_shared<std::string>();
+  auto* tcreate = teams->add_subcommand("create", "Create a team");
+  tcreate->add_option("name", *team_name, "Team name")->required();
+  team_fields(tcreate);
+  common(tcreate);
+  tcreate->callback([opts, team_body, team_name] {
+    (*team_body)["name"] = *team_name;
+    const json t = call(*opts, "POST", "/admin/teams", *team_body);
+    output(*opts, t, [&] {
+      printTeamHeader();
+      printTeam(t);
+    });
+  });
+  auto* tupdate = teams->add_subcommand("update", "Change a team's models or limits");
+  tupdate->add_option("name", *team_name, "Team name")->required();
+  team_fields(tupdate);
+  common(tupdate);
+  tupdate->callback([opts, team_body, team_name] {
+    const json t = call(*opts, "PATCH", "/admin/teams/" + urlEncode(*team_name), *team_body);
+    output(*opts, t, [&] {
+      printTeamHeader();
+      printTeam(t);
+    });
+  });
+  auto* tlist = teams->add_subcommand("list", "List teams");
+  common(tlist);
+  tlist->callback([opts] {
+    const json j = call(*opts, "GET", "/admin/teams");
+    output(*opts, j, [&] {
+      printTeamHeader();
+      for (const auto& t : j["teams"]) printTeam(t);
+    });
+  });
+  auto* tshow = teams->add_subcommand("show", "Show a team");
+  tshow->add_option("name", *team_name, "Team name")->required();
+  common(tshow);
+  tshow->callback([opts, team_name] {
+    const json t = call(*opts, "GET", "/admin/teams/" + urlEncode(*team_name));
+    output(*opts, t, [&] {
+      printTeamHeader();
+      printTeam(t);
+    });
+  });
+  auto* tdelete = teams->add_subcommand("delete", "Delete a team (no active keys left)");
+  tdelete->add_option("name", *team_name, "Team name")->required();
+  common(tdelete);
+  tdelete->callback([opts, team_name] {
+    const json j = call(*opts, "DELETE", "/admin/teams/" + urlEncode(*team_name));
+    output(*opts, j, [&] { std::printf("deleted team %s\n", team_name->c_str()); });
+  });
+
+  // ---- keys ----
+  auto* keys = app.add_subcommand("keys", "API keys: create (shown once), list, revoke, rotate");
+  keys->require_subcommand(1);
+  auto key_body = std::make_shared<json>(json::object());
+  auto key_fields = [key_body](CLI::App* c) {
+    c->add_option_function<std::string>("--models", [key_body](const std::string& v) { (*key_body)["models"] = v; },
+                                        "Model patterns, within the team's (comma-separated, '*' wildcard)");
+    c->add_option_function<int64_t>("--rpm", [key_body](const int64_t& v) { (*key_body)["rpm"] = v; },
+                                    "Requests per minute (0 = only the team's limit)");
+    c->add_option_function<int64_t>("--tpm", [key_body](const int64_t& v) { (*key_body)["tpm"] = v; },
+                                    "Tokens per minute (0 = only the team's limit)");
+    c->add_option_function<std::string>("--expires", [key_body](const std::string& v) { (*key_body)["expires_in"] = v; },
+                                         "Lifetime, e.g. 30d, 12h");
+    c->add_option_function<std::string>("--name", [key_body](const std::string& v) { (*key_body)["name"] = v; },
+                                         "A label");
+    c->add_flag_function("--allow-user", [key_body](int64_t n) { (*key_body)["allow_user"] = n > 0; },
+                         "Let callers name a user (x-infera-user header)");
+  };
+  auto key_team = std::make_shared<std::string>();
+  auto* kcreate = keys->add_subcommand("create", "Create a key; prints the secret once");
+  kcreate->add_option("--team", *key_team, "Team")->required();
+  key_fields(kcreate);
+  common(kcreate);
+  kcreate->callback([opts, key_body, key_team] {
+    (*key_body)["team"] = *key_team;
+    const json k = call(*opts, "POST", "/admin/keys", *key_body);
+    output(*opts, k, [&] {
+      std::printf("%s\n", k.value("key", "").c_str());
+      std::fprintf(stderr, "key %s for team %s created; the secret above is shown only once\n",
+                   k.value("id", "").c_str(), k.value("team", "").c_str());
+    });
+  });
+  auto key_id = std::make_shared<std::string>();
+  auto* klist = keys->add_subcommand("list", "List keys (never their secrets)");
+  klist->add_option("--team", *key_team, "Only this team's keys");
+  common(klist);
+  klist->callback([opts, key_team] {
+    const json j = call(*opts, "GET", "/admin/keys" + (key_team->empty() ? "" : "?team=" + urlEncode(*key_team)));
+    output(*opts, j, [&] {
+      printKeyHeader();
+      for (const auto& k : j["keys"]) printKey(k);
+    });
+  });
+  auto* kshow = keys->add_subcommand("show", "Show a key");
+  kshow->add_option("id", *key_id, "Key id")->required();
+  common(kshow);
+  kshow->callback([opts, key_id] {
+    const json k = call(*opts, "GET", "/admin/keys/" + urlEncode(*key_id));
+    output(*opts, k, [&] {
+      printKeyHeader();
+      printKey(k);
+    });
+  });
+  auto* kupdate = keys->add_subcommand("update", "Change a key's models, limits or expiry");
+  kupdate->add_option("id", *key_id, "Key id")->required();
+  key_fields(kupdate);
+  common(kupdate);
+  kupdate->callback([opts, key_id, key_body] {
+    const json k = call(*opts, "PATCH", "/admin/keys/" + urlEncode(*key_id), *key_body);
+    output(*opts, k, [&] {
+      printKeyHeader();
+      printKey(k);
+    });
+  });
+  auto* krevoke = keys->add_subcommand("revoke", "Revoke a key (every replica within seconds)");
+  krevoke->add_option("id", *key_id, "Key id")->required();
+  common(krevoke);
+  krevoke->callback([opts, key_id] {
+    const json k = call(*opts, "POST", "/admin/keys/" + urlEncode(*key_id) + "/revoke");
+    output(*opts, k, [&] { std::printf("revoked %s\n", key_id->c_str()); });
+  });
+  auto grace = std::make_shared<std::string>("24h");
+  auto* krotate = keys->add_subcommand("rotate", "New secret; the old key keeps working for --grace");
+  krotate->add_option("id", *key_id, "Key id")->required();
+  krotate->add_option("--grace", *grace, "How long the old key stays valid (e.g. 24h, 0s)");
+  common(krotate);
+  krotate->callback([opts, key_id, grace] {
+    const json k = call(*opts, "POST", "/admin/keys/" + urlEncode(*key_id) + "/rotate", json{{"grace", *grace}});
+    output(*opts, k, [&] {
+      std::printf("%s\n", k.value("key", "").c_str());
+      std::fprintf(stderr, "new key %s replaces %s (old one valid until %s); the secret above is shown only once\n",
+                   k.value("id", "").c_str(), key_id->c_str(), timeText(k.value("old_key_expires_ms", int64_t{0})).c_str());
+    });
+  });
+
+  // ---- usage ----
+  struct UsageArgs {
+    std::string team, key, model, user, since = "24h", granularity = "hour", group_by = "team,model";
+  };
+  auto ua = std::make_shared<UsageArgs>();
+  auto* usage = app.add_subcommand("usage", "Token usage by team/key/model/user over time");
+  usage->add_option("--team", ua->team, "Only this team");
+  usage->add_option("--key", ua->key, "Only this key id");
+  usage->add_option("--model", ua->model, "Only this model");
+  usage->add_option("--user", ua->user, "Only this user");
+  usage->add_option("--since", ua->since, "How far back (e.g. 1h, 7d)");
+  usage->add_option("--granularity", ua->granularity, "minute | hour | day | total");
+  usage->add_option("--group-by", ua->group_by, "Comma-separated: team,key,model,user,deployment (or none)");
+  common(usage);
+  usage->callback([opts, ua] {
+    std::string q = "/admin/usage?since=" + urlEncode(ua->since) + "&granularity=" + urlEncode(ua->granularity) +
+                    "&group_by=" + urlEncode(ua->group_by);
+    if (!ua->team.empty()) q += "&team=" + urlEncode(ua->team);
+    if (!ua->key.empty()) q += "&key=" + urlEncode(ua->key);
+    if (!ua->model.empty()) q += "&model=" + urlEncode(ua->model);
+    if (!ua->user.empty()) q += "&user=" + urlEncode(ua->user);
+    const json j = call(*opts, "GET", q);
+    output(*opts, j, [&] {
+      std::vector<std::string> cols;
+      if (ua->group_by != "none") {
+        size_t i = 0;
+        while (i <= ua->group_by.size()) {
+          size_t c = ua->group_by.find(',', i);
+          if (c == std::string::npos) c = ua->group_by.size();
+          if (c > i) cols.push_back(ua->group_by.substr(i, c - i));
+          i = c + 1;
+        }
+      }
+      std::printf("%-22s", "BUCKET (UTC)");
+      for (const auto& c : cols) std::printf(" %-16s", c.c_str());
+      std::printf(" %9s %12s %12s %12s %8s %10s\n", "REQUESTS", "PROMPT", "COMPLETION", "TOTAL", "CACHED", "COST_USD");
+      for (const auto& r : j["rows"]) {
+        const std::string bucket =
+            ua->granularity == "total" ? std::string("total") : timeText(r.value("bucket_ms", int64_t{0}));
+        std::printf("%-22s", bucket.c_str());
+        for (const auto& c : cols) std::printf(" %-16s", r.value(c, std::string()).c_str());
+        std::printf(" %9lld %12lld %12lld %12lld %8lld %10.4f\n",
+                    static_cast<long long>(r.value("requests", int64_t{0})),
+                    static_cast<long long>(r.value("prompt_tokens", int64_t{0})),
+                    static_cast<long long>(r.value("completion_tokens", int64_t{0})),
+                    static_cast<long long>(r.value("total_tokens", int64_t{0})),
+                    static_cast<long long>(r.value("cached", int64_t{0})), r.value("cost_usd", 0.0));
+      }
+    });
+  });
+
+  // ---- audit ----
+  auto audit_since = std::make_shared<std::string>("7d");
+  auto* audit = app.add_subcommand("audit", "Admin changes: who, what, when");
+  audit->add_option("--since", *audit_since, "How far back (e.g. 1h, 7d)");
+  common(audit);
+  audit->callback([opts, audit_since] {
+    const json j = call(*opts, "GET", "/admin/audit?since=" + urlEncode(*audit_since));
+    output(*opts, j, [&] {
+      std::printf("%-22s %-12s %-14s %-16s %s\n", "WHEN (UTC)", "ACTOR", "ACTION", "TARGET", "DETAIL");
+      for (const auto& a : j["audit"]) {
+        std::printf("%-22s %-12s %-14s %-16s %s\n", timeText(a.value("ts_ms", int64_t{0})).c_str(),
+                    a.value("actor", "").c_str(), a.value("action", "").c_str(), a.value("target", "").c_str(),
+                    a["detail"].dump().c_str());
+      }
+    });
+  });
+}
+
+}  // namespace infera::cli

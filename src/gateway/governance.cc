@@ -1,0 +1,1090 @@
+#include "gateway/governance.h"
+
+#include <fcntl.h>
+#include <openssl/sha.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "core/clock.h"
+#include "core/log.h"
+
+namespace infera::gateway {
+
+using nlohmann::json;
+
+namespace {
+
+int64_t nowMs() { return SystemClock::instance().unixMillis(); }
+
+std::string envOr(const char* name, const std::string& fallback) {
+  const char* v = std::getenv(name);
+  return v && *v ? std::string(v) : fallback;
+}
+
+// A per-store secret kept beside the SQLite file (mode 0600), created on first start.
+Result<std::string> fileSecret(const std::string& db_path) {
+  const std::string path = db_path + ".key-secret";
+  std::ifstream in(path);
+  if (in) {
+    std::string s;
+    std::getline(in, s);
+    if (s.size() >= 32) return s;
+    return Status::failedPrecondition(path + " holds no usable secret (need >= 32 characters)");
+  }
+  const std::string s = randomToken(48);
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0600);
+  if (fd < 0) return Status::internal("cannot create " + path + ": " + std::strerror(errno));
+  const std::string line = s + "\n";
+  const bool ok = ::write(fd, line.data(), line.size()) == static_cast<ssize_t>(line.size());
+  ::close(fd);
+  if (!ok) return Status::internal("cannot write " + path);
+  return s;
+}
+
+// "30s", "15m", "12h", "7d" -> ms; plain digits are ms.
+std::optional<int64_t> parseDuration(std::string_view s) {
+  if (s.empty()) return std::nullopt;
+  int64_t mult = 1;
+  const char unit = s.back();
+  if (unit == 's') mult = 1000;
+  if (unit == 'm') mult = 60'000;
+  if (unit == 'h') mult = 3'600'000;
+  if (unit == 'd') mult = 86'400'000;
+  if (mult != 1 || unit == 's') s.remove_suffix(1);
+  if (s.empty()) return std::nullopt;
+  int64_t v = 0;
+  for (char c : s) {
+    if (c < '0' || c > '9') return std::nullopt;
+    v = v * 10 + (c - '0');
+    if (v > (1LL << 50)) return std::nullopt;
+  }
+  return v * mult;
+}
+
+std::string urlDecode(std::string_view s) {
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '+') {
+      out += ' ';
+    } else if (s[i] == '%' && i + 2 < s.size()) {
+      out += static_cast<char>(std::stoi(std::string(s.substr(i + 1, 2)), nullptr, 16));
+      i += 2;
+    } else {
+      out += s[i];
+    }
+  }
+  return out;
+}
+
+std::unordered_map<std::string, std::string> parseQuery(std::string_view q) {
+  std::unordered_map<std::string, std::string> out;
+  size_t i = 0;
+  while (i < q.size()) {
+    size_t amp = q.find('&', i);
+    if (amp == std::string_view::npos) amp = q.size();
+    const std::string_view kv = q.substr(i, amp - i);
+    const size_t eq = kv.find('=');
+    if (eq == std::string_view::npos) {
+      out[urlDecode(kv)] = "";
+    } else {
+      out[urlDecode(kv.substr(0, eq))] = urlDecode(kv.substr(eq + 1));
+    }
+    i = amp + 1;
+  }
+  return out;
+}
+
+AdminReply errorReply(int status, const std::string& message, std::string_view code) {
+  const std::string_view type = status == 401 || status == 403 ? "authentication_error"
+                                : status >= 500               ? "server_error"
+                                                              : "invalid_request_error";
+  return {status, net::errorJson(message, type, code)};
+}
+
+AdminReply statusReply(const Status& s) {
+  switch (s.code()) {
+    case StatusCode::kNotFound: return errorReply(404, s.message(), "not_found");
+    case StatusCode::kAlreadyExists: return errorReply(409, s.message(), "already_exists");
+    case StatusCode::kInvalidArgument: return errorReply(400, s.message(), "invalid_request");
+    case StatusCode::kFailedPrecondition: return errorReply(409, s.message(), "conflict");
+    case StatusCode::kUnavailable: return errorReply(503, s.message(), "store_unavailable");
+    default: return errorReply(500, s.message(), "internal_error");
+  }
+}
+
+json teamToJson(const TeamRecord& t) {
+  return {{"name", t.name},
+          {"models", t.models},
+          {"rpm", t.rpm},
+          {"tpm", t.tpm},
+          {"daily_tokens", t.daily_tokens},
+          {"budget_tokens", t.budget_tokens},
+          {"budget_usd", t.budget_usd},
+          {"budget_period", t.budget_period},
+          {"created_ms", t.created_ms},
+          {"updated_ms", t.updated_ms}};
+}
+
+json keyToJson(const KeyRecord& k) {
+  // Never the secret, salt or hash.
+  const int64_t now = nowMs();
+  const char* state = k.revoked_ms ? "revoked" : (k.expires_ms && k.expires_ms <= now) ? "expired" : "active";
+  return {{"id", k.id},
+          {"team", k.team},
+          {"name", k.name},
+          {"models", k.models},
+          {"rpm", k.rpm},
+          {"tpm", k.tpm},
+          {"allow_user", k.allow_user},
+          {"created_ms", k.created_ms},
+          {"expires_ms", k.expires_ms},
+          {"revoked_ms", k.revoked_ms},
+          {"rotated_from", k.rotated_from},
+          {"state", state}};
+}
+
+// Reads typed fields from a JSON body with clear errors.
+struct BodyReader {
+  const json& j;
+  std::string error;
+  template <typename T>
+  bool get(const char* name, T& out) {
+    if (!j.contains(name) || j[name].is_null()) return false;
+    try {
+      out = j[name].get<T>();
+      return true;
+    } catch (const std::exception&) {
+      if (error.empty()) error = std::string("field '") + name + "' has the wrong type";
+      return false;
+    }
+  }
+  bool models(std::vector<std::string>& out) {
+    if (!j.contains("models")) return false;
+    if (j["models"].is_string()) {
+      out = splitPatterns(j["models"].get<std::string>());
+      return true;
+    }
+    return get("models", out);
+  }
+};
+
+Status checkNonNegative(const char* name, int64_t v) {
+  if (v < 0) return Status::invalidArgument(std::string(name) + " must be >= 0");
+  return Status::ok();
+}
+
+Status readTeam(const json& j, TeamRecord& t, bool create) {
+  BodyReader r{j, {}};
+  if (create && !r.get("name", t.name)) return Status::invalidArgument("field 'name' is required");
+  if (create && (t.name.empty() || t.name.size() > 128 || t.name.find_first_of(" ,/\"") != std::string::npos)) {
+    return Status::invalidArgument("team name must be 1-128 characters without spaces, commas, slashes or quotes");
+  }
+  r.models(t.models);
+  r.get("rpm", t.rpm);
+  r.get("tpm", t.tpm);
+  r.get("daily_tokens", t.daily_tokens);
+  r.get("budget_tokens", t.budget_tokens);
+  r.get("budget_usd", t.budget_usd);
+  r.get("budget_period", t.budget_period);
+  if (!r.error.empty()) return Status::invalidArgument(r.error);
+  INFERA_RETURN_IF_ERROR(checkNonNegative("rpm", t.rpm));
+  INFERA_RETURN_IF_ERROR(checkNonNegative("tpm", t.tpm));
+  INFERA_RETURN_IF_ERROR(checkNonNegative("daily_tokens", t.daily_tokens));
+  INFERA_RETURN_IF_ERROR(checkNonNegative("budget_tokens", t.budget_tokens));
+  if (t.budget_usd < 0) return Status::invalidArgument("budget_usd must be >= 0");
+  if (t.budget_period != "day" && t.budget_period != "month") {
+    return Status::invalidArgument("budget_period must be 'day' or 'month'");
+  }
+  return Status::ok();
+}
+
+Status readKey(const json& j, KeyRecord& k, bool create) {
+  BodyReader r{j, {}};
+  if (create && !r.get("team", k.team)) return Status::invalidArgument("field 'team' is required");
+  r.get("name", k.name);
+  r.models(k.models);
+  r.get("rpm", k.rpm);
+  r.get("tpm", k.tpm);
+  r.get("allow_user", k.allow_user);
+  std::string expires_in;
+  if (r.get("expires_in", expires_in)) {
+    const auto d = parseDuration(expires_in);
+    if (!d || *d <= 0) return Status::invalidArgument("expires_in must be a duration like 30d, 12h, 15m");
+    k.expires_ms = nowMs() + *d;
+  }
+  r.get("expires_ms", k.expires_ms);
+  if (!r.error.empty()) return Status::invalidArgument(r.error);
+  INFERA_RETURN_IF_ERROR(checkNonNegative("rpm", k.rpm));
+  INFERA_RETURN_IF_ERROR(checkNonNegative("tpm", k.tpm));
+  return Status::ok();
+}
+
+}  // namespace
+
+// ---------------- ResponseCache ----------------
+
+std::optional<ResponseCache::Entry> ResponseCache::get(const std::string& key, int64_t now_ms) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const auto it = index_.find(key);
+  if (it == index_.end()) return std::nullopt;
+  if (it->second->entry.expires_ms <= now_ms) {
+    bytes_ -= static_cast<int64_t>(it->second->key.size() + it->second->entry.body.size());
+    lru_.erase(it->second);
+    index_.erase(it);
+    return std::nullopt;
+  }
+  lru_.splice(lru_.begin(), lru_, it->second);
+  return it->second->entry;
+}
+
+void ResponseCache::put(const std::string& key, Entry e) {
+  const int64_t size = static_cast<int64_t>(key.size() + e.body.size());
+  if (size > max_entry_ || size > max_bytes_) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  const auto it = index_.find(key);
+  if (it != index_.end()) {
+    bytes_ -= static_cast<int64_t>(it->second->key.size() + it->second->entry.body.size());
+    lru_.erase(it->second);
+    index_.erase(it);
+  }
+  lru_.push_front(Node{key, std::move(e)});
+  index_[key] = lru_.begin();
+  bytes_ += size;
+  while (bytes_.load() > max_bytes_ && !lru_.empty()) {
+    const Node& last = lru_.back();
+    bytes_ -= static_cast<int64_t>(last.key.size() + last.entry.body.size());
+    index_.erase(last.key);
+    lru_.pop_back();
+  }
+}
+
+size_t ResponseCache::size() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return lru_.size();
+}
+
+std::string cacheKey(std::string_view model, std::string_view body) {
+  json j = json::parse(body, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return {};
+  j.erase("model");
+  j.erase("user");
+  j.erase("stream_options");
+  // nlohmann's object is a std::map: dump() writes keys sorted and without whitespace.
+  std::string key(model);
+  key += '\n';
+  key += j.dump();
+  return key;
+}
+
+// ---------------- Governance ----------------
+
+Result<std::unique_ptr<Governance>> Governance::start(const GovernanceConfig& config, obs::MetricsRegistry& metrics,
+                                                      int workers) {
+  std::unique_ptr<Governance> g(new Governance(config, workers));
+  INFERA_RETURN_IF_ERROR(g->init(metrics));
+  return g;
+}
+
+Status Governance::init(obs::MetricsRegistry& metrics) {
+  log = componentLogger("governance");
+  const bool sqlite = config_.store.rfind("sqlite:", 0) == 0;
+  key_secret_ = envOr("INFERA_KEY_SECRET", config_.key_secret);
+  if (key_secret_.empty()) {
+    if (!sqlite) {
+      return Status::failedPrecondition(
+          "governance.key_secret (or INFERA_KEY_SECRET) is required with a shared PostgreSQL store: every replica "
+          "must hash keys with the same secret");
+    }
+    INFERA_ASSIGN_OR_RETURN(key_secret_, fileSecret(config_.store.substr(7)));
+  }
+  admin_token_ = envOr("INFERA_ADMIN_TOKEN", config_.admin_token);
+  auto cs = MetaStore::open(config_.store);
+  if (!cs.ok()) return cs.status().withContext("opening governance store " + config_.store);
+  control_store_ = std::move(*cs);
+  auto as = MetaStore::open(config_.store);
+  if (!as.ok()) return as.status().withContext("opening governance store " + config_.store);
+  admin_store_ = std::move(*as);
+  if (config_.cache.enabled) {
+    cache_ = std::make_unique<ResponseCache>(config_.cache.max_bytes, config_.cache.max_entry_bytes);
+  }
+
+  usage_tokens = metrics.counterFamily("infera_usage_tokens_total", "Tokens used, by team, model and kind.",
+                                       {"team", "model", "kind"});
+  usage_requests = metrics.counterFamily("infera_usage_requests_total", "Governed requests, by team and model.",
+                                         {"team", "model"});
+  denied_auth = metrics.counterFamily("infera_auth_failures_total", "Requests refused for a missing or bad key.")
+                    ->counter();
+  limited = metrics.counterFamily("infera_rate_limited_total", "Requests refused by a limit, by scope.", {"scope"});
+  redis_fallbacks = metrics.counterFamily("infera_ratelimit_fallback_total",
+                                          "Admissions decided without Redis (unreachable), by the fallback rule.")
+                        ->counter();
+  redis_errors = metrics.counterFamily("infera_ratelimit_redis_errors_total", "Failed Redis rate-limit calls.")
+                     ->counter();
+  usage_dropped = metrics.counterFamily("infera_usage_write_failures_total",
+                                        "Usage batches that could not be written (kept and retried).")
+                      ->counter();
+  cache_hits = metrics.counterFamily("infera_cache_hits_total", "Response cache hits.")->counter();
+  cache_misses = metrics.counterFamily("infera_cache_misses_total", "Response cache misses.")->counter();
+  metrics.gaugeFamily("infera_cache_bytes", "Bytes held by the response cache.")->setCallback([this] {
+    return cache_ ? static_cast<double>(cache_->bytes()) : 0.0;
+  });
+  metrics.gaugeFamily("infera_governance_generation", "Key/team snapshot generation in use.")->setCallback([this] {
+    auto s = snapshot();
+    return s ? static_cast<double>(s->generation) : 0.0;
+  });
+
+  INFERA_RETURN_IF_ERROR(sync(true));
+  control_ = std::thread([this] { controlLoop(); });
+  INFERA_LOG(log, info, "governance on: store {}, limits {}, {} keys, {} teams", sqlite ? config_.store : "postgresql",
+             config_.redis.empty() ? "in-process" : "redis (fallback " + config_.redis_fallback + ")",
+             snapshot()->keys.size(), snapshot()->teams.size());
+  return Status::ok();
+}
+
+Governance::~Governance() {
+  {
+    std::lock_guard<std::mutex> lock(control_mu_);
+    stop_ = true;
+  }
+  control_cv_.notify_all();
+  if (control_.joinable()) control_.join();
+}
+
+void Governance::setPublisher(std::function<void(std::shared_ptr<const GovSnapshot>)> fn) {
+  std::lock_guard<std::mutex> lock(snap_mu_);
+  publish_ = std::move(fn);
+}
+
+std::shared_ptr<const GovSnapshot> Governance::snapshot() const {
+  std::lock_guard<std::mutex> lock(snap_mu_);
+  return snapshot_;
+}
+
+Status Governance::sync(bool force) {
+  std::lock_guard<std::mutex> lock(store_mu_);
+  INFERA_ASSIGN_OR_RETURN(const int64_t gen, control_store_->generation());
+  if (!force && gen == generation_) return Status::ok();
+  INFERA_ASSIGN_OR_RETURN(auto teams, control_store_->teams());
+  INFERA_ASSIGN_OR_RETURN(auto keys, control_store_->keys());
+  auto snap = buildSnapshot(gen, std::move(teams), std::move(keys));
+  generation_ = gen;
+  seedQuotas(*snap);
+  std::function<void(std::shared_ptr<const GovSnapshot>)> publish;
+  {
+    std::lock_guard<std::mutex> snap_lock(snap_mu_);
+    snapshot_ = snap;
+    publish = publish_;
+  }
+  if (publish) publish(snap);
+  INFERA_LOG(log, debug, "governance snapshot generation {} ({} keys)", gen, snap->keys.size());
+  return Status::ok();
+}
+
+void Governance::seedQuotas(const GovSnapshot& s) {
+  // Local period counters start from the store's usage so a restart does not reset a daily quota
+  // or a budget (Redis keeps its own counters).
+  if (!config_.redis.empty()) return;
+  const int64_t now = nowMs();
+  for (const auto& t : s.teams) {
+    const TeamRecord& r = t->rec;
+    auto seedOne = [&](Window w, Scope scope, const std::string& suffix, bool cost) {
+      const int64_t start = periodEndMs(w, now) - (w == Window::kDay ? 86'400'000 : 0);
+      int64_t since = start;
+      if (w == Window::kMonth) {
+        const time_t secs = static_cast<time_t>(now / 1000);
+        struct tm tm {};
+        gmtime_r(&secs, &tm);
+        tm.tm_mday = 1;
+        tm.tm_hour = tm.tm_min = tm.tm_sec = 0;
+        since = static_cast<int64_t>(timegm(&tm)) * 1000;
+      }
+      auto used = control_store_->teamUsageSince(r.name, since);
+      if (!used.ok()) return;
+      Charge c;
+      c.counter = "t:" + r.name + ":" + suffix;
+      c.window = w;
+      c.scope = scope;
+      local_.seed(c, cost ? static_cast<int64_t>(used->second * 1e6) : used->first, now);
+    };
+    if (r.daily_tokens > 0) seedOne(Window::kDay, Scope::kDaily, "d", false);
+    const Window bw = r.budget_period == "day" ? Window::kDay : Window::kMonth;
+    if (r.budget_tokens > 0) seedOne(bw, Scope::kBudgetTokens, "bt", false);
+    if (r.budget_usd > 0) seedOne(bw, Scope::kBudgetCost, "bc", true);
+  }
+}
+
+void Governance::controlLoop() {
+  const auto sync_every = std::chrono::milliseconds(config_.sync_interval_ms);
+  const auto flush_every = std::chrono::milliseconds(config_.usage_flush_ms);
+  auto next_sync = std::chrono::steady_clock::now() + sync_every;
+  auto next_flush = std::chrono::steady_clock::now() + flush_every;
+  bool store_down = false;
+  for (;;) {
+    bool poked = false;
+    {
+      std::unique_lock<std::mutex> lock(control_mu_);
+      control_cv_.wait_until(lock, std::min(next_sync, next_flush), [&] { return stop_ || poke_; });
+      if (stop_) break;
+      poked = poke_;
+      poke_ = false;
+    }
+    const auto now = std::chrono::steady_clock::now();
+    if (poked || now >= next_sync) {
+      next_sync = now + sync_every;
+      const Status s = sync(false);
+      if (!s.isOk() && !store_down) INFERA_LOG(log, warn, "governance store unreachable, keeping the last snapshot: {}", s.message());
+      if (s.isOk() && store_down) INFERA_LOG(log, info, "governance store reachable again");
+      store_down = !s.isOk();
+    }
+    if (now >= next_flush) {
+      next_flush = now + flush_every;
+      (void)flushUsage();
+    }
+  }
+  (void)flushUsage();
+}
+
+void Governance::recordUsage(int shard, UsageRecord&& r) {
+  UsageBuffer& b = usage_buffers_[static_cast<size_t>(shard)];
+  std::lock_guard<std::mutex> lock(b.mu);
+  b.records.push_back(std::move(r));
+}
+
+Status Governance::flushUsage() {
+  std::lock_guard<std::mutex> flush_lock(flush_mu_);
+  std::vector<UsageRecord> batch;
+  for (auto& b : usage_buffers_) {
+    std::lock_guard<std::mutex> lock(b.mu);
+    if (batch.empty()) {
+      batch.swap(b.records);
+    } else {
+      std::move(b.records.begin(), b.records.end(), std::back_inserter(batch));
+      b.records.clear();
+    }
+  }
+  if (batch.empty()) return Status::ok();
+  Status s;
+  {
+    std::lock_guard<std::mutex> lock(store_mu_);
+    s = control_store_->insertUsage(batch);
+  }
+  if (!s.isOk()) {
+    usage_dropped->inc(0);
+    INFERA_LOG(log, warn, "usage write of {} records failed (kept for the next flush): {}", batch.size(), s.message());
+    // Put them back in front of newer records (bounded: beyond 1M records the oldest are dropped).
+    UsageBuffer& b = usage_buffers_[0];
+    std::lock_guard<std::mutex> lock(b.mu);
+    if (batch.size() < 1'000'000) {
+      std::move(b.records.begin(), b.records.end(), std::back_inserter(batch));
+      b.records.swap(batch);
+    }
+  }
+  return s;
+}
+
+bool Governance::isGovernancePath(std::string_view path) {
+  return path.starts_with("/admin/teams") || path.starts_with("/admin/keys") || path.starts_with("/admin/usage") ||
+         path.starts_with("/admin/audit");
+}
+
+AdminReply Governance::admin(std::string_view method, std::string_view target, std::string_view body,
+                             std::string_view authorization, std::string_view actor) {
+  if (admin_token_.empty()) {
+    return errorReply(403, "the admin API is disabled: set INFERA_ADMIN_TOKEN or governance.admin_token",
+                      "admin_disabled");
+  }
+  std::string_view given = authorization;
+  if (given.size() > 7 && (given.substr(0, 7) == "Bearer " || given.substr(0, 7) == "bearer ")) given.remove_prefix(7);
+  if (!constantTimeEqual(given, admin_token_)) {
+    return errorReply(401, "missing or wrong admin token (Authorization: Bearer <token>)", "invalid_admin_token");
+  }
+  std::lock_guard<std::mutex> lock(admin_mu_);
+  AdminReply r = adminLocked(method, target, body, actor.empty() ? "admin" : actor);
+  if ((method == "POST" || method == "PATCH" || method == "DELETE") && r.status < 300) {
+    // This replica's workers get the change before the answer leaves (so a key works as soon as
+    // it is shown); other replicas poll for it.
+    const Status s = sync(false);
+    if (!s.isOk()) INFERA_LOG(log, warn, "snapshot refresh after an admin change failed: {}", s.message());
+  }
+  return r;
+}
+
+AdminReply Governance::adminLocked(std::string_view method, std::string_view target, std::string_view body,
+                                   std::string_view actor_view) {
+  const std::string actor(actor_view);
+  MetaStore& st = *admin_store_;
+  const size_t q = target.find('?');
+  const std::string_view path = target.substr(0, q);
+  const auto query = parseQuery(q == std::string_view::npos ? std::string_view() : target.substr(q + 1));
+  std::vector<std::string_view> parts;
+  {
+    size_t i = 1;
+    while (i < path.size()) {
+      size_t j = path.find('/', i);
+      if (j == std::string_view::npos) j = path.size();
+      if (j > i) parts.push_back(path.substr(i, j - i));
+      i = j + 1;
+    }
+  }
+  // parts[0] == "admin"
+  auto parseBody = [&](json& out) -> std::optional<AdminReply> {
+    out = body.empty() ? json::object() : json::parse(body, nullptr, false);
+    if (out.is_discarded() || !out.is_object()) return errorReply(400, "request body must be a JSON object", "invalid_json");
+    return std::nullopt;
+  };
+  const std::string_view res = parts.size() > 1 ? parts[1] : "";
+  const std::string id = parts.size() > 2 ? urlDecode(parts[2]) : "";
+  const std::string_view verb = parts.size() > 3 ? parts[3] : "";
+  if (parts.size() > 4) return errorReply(404, "unknown admin path", "not_found");
+
+  if (res == "teams") {
+    if (id.empty() && method == "GET") {
+      auto teams = st.teams();
+      if (!teams.ok()) return statusReply(teams.status());
+      json arr = json::array();
+      for (const auto& t : *teams) arr.push_back(teamToJson(t));
+      return {200, json{{"teams", arr}}.dump()};
+    }
+    if (id.empty() && method == "POST") {
+      json j;
+      if (auto e = parseBody(j)) return *e;
+      TeamRecord t;
+      if (Status s = readTeam(j, t, true); !s.isOk()) return statusReply(s);
+      if (Status s = st.createTeam(t, actor); !s.isOk()) return statusReply(s);
+      auto created = st.team(t.name);
+      return {201, teamToJson(created.ok() && *created ? **created : t).dump()};
+    }
+    if (!id.empty() && verb.empty()) {
+      auto cur = st.team(id);
+      if (!cur.ok()) return statusReply(cur.status());
+      if (!*cur) return errorReply(404, "no team '" + id + "'", "not_found");
+      if (method == "GET") return {200, teamToJson(**cur).dump()};
+      if (method == "PATCH") {
+        json j;
+        if (auto e = parseBody(j)) return *e;
+        TeamRecord t = **cur;
+        if (Status s = readTeam(j, t, false); !s.isOk()) return statusReply(s);
+        if (Status s = st.updateTeam(t, actor); !s.isOk()) return statusReply(s);
+        auto updated = st.team(id);
+        return {200, teamToJson(updated.ok() && *updated ? **updated : t).dump()};
+      }
+      if (method == "DELETE") {
+        if (Status s = st.deleteTeam(id, actor); !s.isOk()) return statusReply(s);
+        return {200, json{{"deleted", id}}.dump()};
+      }
+    }
+    return errorReply(405, "unsupported method for " + std::string(path), "method_not_allowed");
+  }
+  if (res == "keys") {
+    if (id.empty() && method == "GET") {
+      const auto it = query.find("team");
+      auto keys = st.keys(it == query.end() ? "" : it->second);
+      if (!keys.ok()) return statusReply(keys.status());
+      json arr = json::array();
+      for (const auto& k : *keys) arr.push_back(keyToJson(k));
+      return {200, json{{"keys", arr}}.dump()};
+    }
+    if (id.empty() && method == "POST") {
+      json j;
+      if (auto e = parseBody(j)) return *e;
+      KeyRecord k;
+      if (Status s = readKey(j, k, true); !s.isOk()) return statusReply(s);
+      auto token = st.createKey(k, key_secret_, actor);
+      if (!token.ok()) return statusReply(token.status());
+      json out = keyToJson(k);
+      out["key"] = *token;
+      out["note"] = "store this key now: it is shown only once";
+      return {201, out.dump()};
+    }
+    if (!id.empty()) {
+      auto cur = st.key(id);
+      if (!cur.ok()) return statusReply(cur.status());
+      if (!*cur) return errorReply(404, "no key '" + id + "'", "not_found");
+      if (verb.empty() && method == "GET") return {200, keyToJson(**cur).dump()};
+      if (verb.empty() && method == "PATCH") {
+        json j;
+        if (auto e = parseBody(j)) return *e;
+        KeyRecord k = **cur;
+        if (Status s = readKey(j, k, false); !s.isOk()) return statusReply(s);
+        if (Status s = st.updateKey(k, actor); !s.isOk()) return statusReply(s);
+        return {200, keyToJson(k).dump()};
+      }
+      if (verb == "revoke" && method == "POST") {
+        if (Status s = st.revokeKey(id, actor); !s.isOk()) return statusReply(s);
+        auto k = st.key(id);
+        return {200, keyToJson(k.ok() && *k ? **k : **cur).dump()};
+      }
+      if (verb == "rotate" && method == "POST") {
+        json j;
+        if (auto e = parseBody(j)) return *e;
+        int64_t grace_ms = 86'400'000;
+        std::string grace;
+        if (j.contains("grace") && j["grace"].is_string()) {
+          const auto d = parseDuration(j["grace"].get<std::string>());
+          if (!d) return errorReply(400, "grace must be a duration like 24h, 15m or 0s", "invalid_request");
+          grace_ms = *d;
+        }
+        KeyRecord created;
+        auto token = st.rotateKey(id, grace_ms, key_secret_, actor, created);
+        if (!token.ok()) return statusReply(token.status());
+        json out = keyToJson(created);
+        out["key"] = *token;
+        out["old_key_expires_ms"] = created.created_ms + grace_ms;
+        out["note"] = "store this key now: it is shown only once";
+        return {201, out.dump()};
+      }
+    }
+    return errorReply(405, "unsupported method for " + std::string(path), "method_not_allowed");
+  }
+  if (res == "usage" && method == "GET" && id.empty()) {
+    UsageQuery uq;
+    auto get = [&](const char* k) {
+      const auto it = query.find(k);
+      return it == query.end() ? std::string() : it->second;
+    };
+    uq.team = get("team");
+    uq.key_id = get("key");
+    uq.model = get("model");
+    uq.user = get("user");
+    if (!get("granularity").empty()) uq.granularity = get("granularity");
+    if (!get("group_by").empty()) uq.group_by = splitPatterns(get("group_by"));
+    if (get("group_by") == "none") uq.group_by.clear();
+    const std::string since = get("since"), from = get("from"), to = get("to");
+    if (!since.empty()) {
+      const auto d = parseDuration(since);
+      if (!d) return errorReply(400, "since must be a duration like 1h or 7d", "invalid_request");
+      uq.from_ms = nowMs() - *d;
+    }
+    try {
+      if (!from.empty()) uq.from_ms = std::stoll(from);
+      if (!to.empty()) uq.to_ms = std::stoll(to);
+    } catch (const std::exception&) {
+      return errorReply(400, "from and to are unix milliseconds", "invalid_request");
+    }
+    auto rows = st.queryUsage(uq);
+    if (!rows.ok()) return statusReply(rows.status());
+    return {200, "{\"granularity\":\"" + uq.granularity + "\",\"rows\":" + *rows + "}"};
+  }
+  if (res == "audit" && method == "GET" && id.empty()) {
+    int64_t since_ms = 0;
+    int limit = 100;
+    const auto it = query.find("since");
+    if (it != query.end()) {
+      const auto d = parseDuration(it->second);
+      if (!d) return errorReply(400, "since must be a duration like 1h or 7d", "invalid_request");
+      since_ms = nowMs() - *d;
+    }
+    const auto lt = query.find("limit");
+    if (lt != query.end()) limit = std::clamp(std::atoi(lt->second.c_str()), 1, 10'000);
+    auto rows = st.audit(since_ms, limit);
+    if (!rows.ok()) return statusReply(rows.status());
+    json arr = json::array();
+    for (const auto& a : *rows) {
+      json d = json::parse(a.detail, nullptr, false);
+      arr.push_back({{"ts_ms", a.ts_ms}, {"actor", a.actor}, {"action", a.action}, {"target", a.target},
+                     {"detail", d.is_discarded() ? json(a.detail) : d}});
+    }
+    return {200, json{{"audit", arr}}.dump()};
+  }
+  return errorReply(404, "unknown admin path " + std::string(path), "not_found");
+}
+
+// ---------------- GovWorker ----------------
+
+GovWorker::GovWorker(Governance& g, int shard, net::asio::io_context& ctx)
+    : g_(g), shard_(shard), ctx_(ctx), snapshot_(g.snapshot()) {
+  if (!g_.config_.redis.empty()) {
+    auto addr = store::parseRedisUrl(g_.config_.redis);
+    if (addr.ok()) {
+      store::AsyncRedisOptions o;
+      o.command_timeout = std::chrono::milliseconds(g_.config_.redis_timeout_ms);
+      o.connect_timeout = std::chrono::milliseconds(std::max<int64_t>(g_.config_.redis_timeout_ms, 200));
+      redis_ = std::shared_ptr<store::AsyncRedis>(store::AsyncRedis::create(ctx_, *addr, o));
+    }
+  }
+}
+
+GovWorker::~GovWorker() {
+  if (redis_) redis_->close();
+}
+
+const GovernanceConfig& GovWorker::config() const { return g_.config_; }
+ResponseCache* GovWorker::cache() { return g_.cache_.get(); }
+void GovWorker::countCache(bool hit) { (hit ? g_.cache_hits : g_.cache_misses)->inc(shard_); }
+
+namespace {
+
+std::string redisCacheKey(const std::string& key) {
+  unsigned char digest[SHA256_DIGEST_LENGTH];
+  SHA256(reinterpret_cast<const unsigned char*>(key.data()), key.size(), digest);
+  static const char* hexd = "0123456789abcdef";
+  std::string out = "infera:cache:";
+  for (unsigned char c : digest) {
+    out += hexd[c >> 4];
+    out += hexd[c & 15];
+  }
+  return out;
+}
+
+}  // namespace
+
+net::Task<std::optional<ResponseCache::Entry>> GovWorker::cacheGet(const std::string& key) {
+  const int64_t now = nowMs();
+  auto local = g_.cache_->get(key, now);
+  if (local || !redis_ || !g_.config_.cache.redis) co_return local;
+  // Shared tier: "content-type\nprompt\ncompletion\nbody", expiring in Redis (PX).
+  std::vector<std::string> argv = {"GET", redisCacheKey(key)};
+  auto reply = co_await redis_->command(std::move(argv));
+  if (!reply.ok() || reply->type != store::RedisReply::Type::kString) co_return std::nullopt;
+  const std::string& v = reply->str;
+  const size_t a = v.find('\n');
+  const size_t b = a == std::string::npos ? a : v.find('\n', a + 1);
+  const size_t c = b == std::string::npos ? b : v.find('\n', b + 1);
+  if (c == std::string::npos) co_return std::nullopt;
+  ResponseCache::Entry e;
+  e.content_type = v.substr(0, a);
+  e.prompt_tokens = std::atoll(v.c_str() + a + 1);
+  e.completion_tokens = std::atoll(v.c_str() + b + 1);
+  e.body = v.substr(c + 1);
+  e.expires_ms = now + g_.config_.cache.ttl_ms;
+  g_.cache_->put(key, e);
+  std::optional<ResponseCache::Entry> out(std::move(e));
+  co_return out;
+}
+
+void GovWorker::cachePut(const std::string& key, ResponseCache::Entry e) {
+  if (redis_ && g_.config_.cache.redis && static_cast<int64_t>(e.body.size()) <= g_.config_.cache.max_entry_bytes) {
+    std::string v = e.content_type + "\n" + std::to_string(e.prompt_tokens) + "\n" +
+                    std::to_string(e.completion_tokens) + "\n" + e.body;
+    std::vector<std::string> argv = {"SET", redisCacheKey(key), std::move(v), "PX",
+                                     std::to_string(g_.config_.cache.ttl_ms)};
+    struct Put {
+      static net::Task<void> run(std::shared_ptr<store::AsyncRedis> r, std::vector<std::string> args) {
+        auto ignored = co_await r->command(std::move(args));
+        (void)ignored;  // best effort: the local tier has it
+      }
+    };
+    net::spawn(ctx_, Put::run(redis_, std::move(argv)), "cache put");
+  }
+  g_.cache_->put(key, std::move(e));
+}
+
+std::optional<GovError> GovWorker::authenticate(std::string_view authorization, std::string_view user_header,
+                                                GovTicket& t) {
+  t.snapshot = snapshot_;
+  std::string_view token = authorization;
+  if (token.size() > 7 && (token.substr(0, 7) == "Bearer " || token.substr(0, 7) == "bearer ")) {
+    token.remove_prefix(7);
+  } else {
+    token = {};
+  }
+  if (token.empty()) {
+    if (!g_.config_.require_keys) {
+      t.team = "anonymous";
+      return std::nullopt;
+    }
+    g_.denied_auth->inc(shard_);
+    return GovError{401,
+                    "You didn't provide an API key. You need to provide your API key in an Authorization header "
+                    "using Bearer auth (i.e. Authorization: Bearer YOUR_KEY).",
+                    "invalid_request_error", "missing_api_key"};
+  }
+  const KeyInfo* key = nullptr;
+  const auto cached = token_cache_.find(std::string(token));
+  if (cached != token_cache_.end()) {
+    key = cached->second;
+  } else {
+    std::string_view id, secret;
+    if (parseKeyToken(token, id, secret) && snapshot_) {
+      const auto it = snapshot_->by_id.find(std::string(id));
+      if (it != snapshot_->by_id.end() &&
+          constantTimeEqual(hashSecret(g_.key_secret_, it->second->rec.salt, secret), it->second->rec.hash)) {
+        key = it->second;
+        if (token_cache_.size() > 4096) token_cache_.clear();
+        token_cache_.emplace(std::string(token), key);
+      }
+    }
+  }
+  if (!key) {
+    g_.denied_auth->inc(shard_);
+    // Never echo the key itself.
+    return GovError{401, "Incorrect API key provided.", "invalid_request_error", "invalid_api_key"};
+  }
+  if (key->rec.expires_ms != 0 && key->rec.expires_ms <= nowMs()) {
+    g_.denied_auth->inc(shard_);
+    return GovError{401, "This API key has expired.", "invalid_request_error", "expired_api_key"};
+  }
+  t.key = key;
+  t.team = key->rec.team;
+  if (!user_header.empty()) {
+    if (!key->rec.allow_user) {
+      return GovError{403, "this API key may not set " + g_.config_.user_header, "permission_error",
+                      "user_header_not_allowed"};
+    }
+    t.user = std::string(user_header.substr(0, 128));
+  }
+  return std::nullopt;
+}
+
+bool GovWorker::allowed(const GovTicket& t, std::string_view requested, std::string_view canonical) const {
+  if (!t.key) return true;
+  auto matchAny = [&](const std::vector<std::string>& patterns) {
+    if (patterns.empty()) return true;
+    for (const auto& p : patterns) {
+      if (globMatch(p, requested) || globMatch(p, canonical)) return true;
+    }
+    return false;
+  };
+  return matchAny(t.key->team->rec.models) && matchAny(t.key->rec.models);
+}
+
+GovError GovWorker::refusal(const GovTicket& t, std::span<const Charge> charges, const Admission& a) const {
+  if (a.refused == -2) {
+    return GovError{503, "rate limiter unavailable (Redis unreachable and governance.redis_fallback is closed)",
+                    "server_error", "rate_limiter_unavailable"};
+  }
+  const Charge& c = charges[static_cast<size_t>(a.refused)];
+  g_.limited->counter({std::string(scopeName(c.scope))})->inc(shard_);
+  std::string who;
+  switch (c.scope) {
+    case Scope::kKey: who = "key " + (t.key ? t.key->rec.id : std::string("?")); break;
+    case Scope::kModel: who = "model"; break;
+    case Scope::kDeployment: who = "deployment"; break;
+    default: who = "team '" + t.team + "'"; break;
+  }
+  char wait[32];
+  std::snprintf(wait, sizeof(wait), "%.3gs", static_cast<double>(a.retry_after_ms) / 1000.0);
+  if (c.scope == Scope::kBudgetTokens || c.scope == Scope::kBudgetCost || c.scope == Scope::kDaily) {
+    const bool cost = c.scope == Scope::kBudgetCost;
+    const std::string unit = cost ? " micro-USD" : " tokens";
+    return GovError{429,
+                    "Team '" + t.team + "' is over its " + std::string(scopeName(c.scope)) + ": limit " +
+                        std::to_string(c.limit) + unit + ", used " + std::to_string(a.used) + ", this request needs up to " +
+                        std::to_string(c.amount) + ". It resets in " + formatResetDuration(a.retry_after_ms) + ".",
+                    "insufficient_quota", c.scope == Scope::kDaily ? "daily_quota_exceeded" : "budget_exceeded"};
+  }
+  const std::string what = c.tokens ? "tokens per min (TPM)" : "requests per min (RPM)";
+  std::string msg = "Rate limit reached for " + who + " on " + what + ": Limit " + std::to_string(c.limit) + ", Used " +
+                    std::to_string(a.used) + ", Requested " + std::to_string(c.amount) + ".";
+  if (c.amount > c.limit) {
+    msg += " This request alone exceeds the limit (lower max_tokens).";
+  } else {
+    msg += std::string(" Please try again in ") + wait + ".";
+  }
+  return GovError{429, msg, c.tokens ? "tokens" : "requests", "rate_limit_exceeded"};
+}
+
+net::Task<Admission> GovWorker::reserve(std::span<const Charge> charges) {
+  const int64_t now = nowMs();
+  if (charges.empty()) {
+    Admission a;
+    a.admitted = true;
+    a.stamp_ms = now;
+    co_return a;
+  }
+  if (redis_) {
+    reserveArgs(charges, now, keys_buf_, args_buf_);
+    auto reply = co_await redis_->eval(reserveScript(), keys_buf_, args_buf_);
+    if (reply.ok()) {
+      auto a = parseReserveReply(*reply, charges);
+      if (a.ok()) {
+        if (g_.redis_down.exchange(false)) INFERA_LOG(g_.log, info, "Redis rate limiting is back");
+        co_return std::move(*a);
+      }
+      g_.redis_errors->inc(shard_);
+      INFERA_LOG(g_.log, warn, "Redis rate-limit reply: {}", a.status().message());
+    } else {
+      g_.redis_errors->inc(shard_);
+    }
+    if (!g_.redis_down.exchange(true)) {
+      INFERA_LOG(g_.log, warn, "Redis unreachable for rate limits ({}); fallback: {}",
+                 reply.ok() ? "bad reply" : reply.status().message(), g_.config_.redis_fallback);
+    }
+    g_.redis_fallbacks->inc(shard_);
+    if (g_.config_.redis_fallback == "open") {
+      Admission a;
+      a.admitted = true;
+      a.skipped = true;
+      a.fallback = true;
+      a.stamp_ms = now;
+      a.remaining.assign(charges.size(), 0);
+      a.reset_ms.assign(charges.size(), 0);
+      co_return a;
+    }
+    if (g_.config_.redis_fallback == "closed") {
+      Admission a;
+      a.refused = -2;
+      co_return a;
+    }
+    Admission a = g_.local_.reserve(charges, now, 1.0 / static_cast<double>(g_.config_.replicas));
+    a.fallback = true;
+    co_return a;
+  }
+  co_return g_.local_.reserve(charges, now);
+}
+
+void GovWorker::adjust(std::span<const Charge> charges, std::span<const int64_t> delta, const Admission& a) {
+  bool any = false;
+  for (int64_t d : delta) any = any || d != 0;
+  if (!any || a.skipped || !a.admitted) return;
+  if (!redis_ || a.fallback) {
+    g_.local_.adjust(charges, delta, a.stamp_ms, nowMs());
+    return;
+  }
+  net::spawn(ctx_,
+             adjustRemote(redis_, g_.redis_errors, shard_, std::vector<Charge>(charges.begin(), charges.end()),
+                          std::vector<int64_t>(delta.begin(), delta.end()), a.stamp_ms),
+             "rate-limit adjust");
+}
+
+net::Task<void> GovWorker::adjustRemote(std::shared_ptr<store::AsyncRedis> redis, obs::Counter* errors, int shard,
+                                        std::vector<Charge> charges, std::vector<int64_t> delta, int64_t stamp_ms) {
+  std::vector<std::string> keys, args;
+  adjustArgs(charges, delta, stamp_ms, keys, args);
+  auto r = co_await redis->eval(adjustScript(), std::move(keys), std::move(args));
+  if (!r.ok() || r->isError()) errors->inc(shard);
+}
+
+net::Task<std::optional<GovError>> GovWorker::admit(GovTicket& t, const std::string& model,
+                                                    const LimitConfig& model_limits, const PriceConfig& price,
+                                                    bool count_model) {
+  t.reserved_tokens = t.est_prompt + t.max_completion;
+  t.reserved_cost = static_cast<int64_t>(std::ceil(static_cast<double>(t.est_prompt) * price.prompt_per_1m +
+                                                   static_cast<double>(t.max_completion) * price.completion_per_1m));
+  t.charges.clear();
+  auto add = [&](std::string counter, Window w, Scope s, bool tokens, int64_t limit, int64_t amount) {
+    if (limit <= 0) return;
+    t.charges.push_back(Charge{std::move(counter), w, s, tokens, limit, amount});
+  };
+  if (t.key) {
+    const KeyRecord& k = t.key->rec;
+    const TeamRecord& tm = t.key->team->rec;
+    add("k:" + k.id + ":r", Window::kMinute, Scope::kKey, false, k.rpm, 1);
+    add("k:" + k.id + ":t", Window::kMinute, Scope::kKey, true, k.tpm, t.reserved_tokens);
+    add("t:" + tm.name + ":r", Window::kMinute, Scope::kTeam, false, tm.rpm, 1);
+    add("t:" + tm.name + ":t", Window::kMinute, Scope::kTeam, true, tm.tpm, t.reserved_tokens);
+    add("t:" + tm.name + ":d", Window::kDay, Scope::kDaily, true, tm.daily_tokens, t.reserved_tokens);
+    const Window bw = tm.budget_period == "day" ? Window::kDay : Window::kMonth;
+    add("t:" + tm.name + ":bt", bw, Scope::kBudgetTokens, true, tm.budget_tokens, t.reserved_tokens);
+    add("t:" + tm.name + ":bc", bw, Scope::kBudgetCost, true, static_cast<int64_t>(tm.budget_usd * 1e6),
+        t.reserved_cost);
+  }
+  if (count_model) {
+    add("m:" + model + ":r", Window::kMinute, Scope::kModel, false, model_limits.rpm, 1);
+    add("m:" + model + ":t", Window::kMinute, Scope::kModel, true, model_limits.tpm, t.reserved_tokens);
+  }
+  t.admission = co_await reserve(t.charges);
+  if (!t.admission.admitted) co_return refusal(t, t.charges, t.admission);
+  t.reserved = true;
+  co_return std::nullopt;
+}
+
+net::Task<bool> GovWorker::admitDeployment(GovTicket& t, const std::string& deployment_key, const LimitConfig& limits) {
+  if (t.dep_reserved) {
+    // A retry on another deployment: give the first one back its request and tokens.
+    std::vector<int64_t> back;
+    for (const auto& c : t.dep_charges) back.push_back(-c.amount);
+    adjust(t.dep_charges, back, t.dep_admission);
+    t.dep_reserved = false;
+  }
+  t.dep_charges.clear();
+  if (limits.rpm > 0) t.dep_charges.push_back({"d:" + deployment_key + ":r", Window::kMinute, Scope::kDeployment, false, limits.rpm, 1});
+  if (limits.tpm > 0) {
+    t.dep_charges.push_back(
+        {"d:" + deployment_key + ":t", Window::kMinute, Scope::kDeployment, true, limits.tpm, t.reserved_tokens});
+  }
+  if (t.dep_charges.empty()) co_return true;
+  t.dep_admission = co_await reserve(t.dep_charges);
+  if (!t.dep_admission.admitted) {
+    if (t.dep_admission.refused >= 0) g_.limited->counter({"deployment"})->inc(shard_);
+    co_return false;
+  }
+  t.dep_reserved = true;
+  co_return true;
+}
+
+void GovWorker::finish(GovTicket& t, UsageRecord&& r, const PriceConfig& price) {
+  const int64_t actual = r.prompt_tokens + r.completion_tokens;
+  r.cost_usd = r.cached ? 0.0
+                        : (static_cast<double>(r.prompt_tokens) * price.prompt_per_1m +
+                           static_cast<double>(r.completion_tokens) * price.completion_per_1m) /
+                              1e6;
+  const int64_t cost_micro = static_cast<int64_t>(std::llround(r.cost_usd * 1e6));
+  auto deltas = [&](const std::vector<Charge>& charges) {
+    std::vector<int64_t> d(charges.size(), 0);
+    for (size_t i = 0; i < charges.size(); ++i) {
+      if (!charges[i].tokens) continue;
+      d[i] = (charges[i].scope == Scope::kBudgetCost ? cost_micro : actual) - charges[i].amount;
+    }
+    return d;
+  };
+  if (t.reserved) {
+    const auto d = deltas(t.charges);
+    adjust(t.charges, d, t.admission);
+  }
+  if (t.dep_reserved) {
+    const auto d = deltas(t.dep_charges);
+    adjust(t.dep_charges, d, t.dep_admission);
+  }
+  r.key_id = t.key ? t.key->rec.id : "";
+  r.team = t.team;
+  r.user = t.user;
+  std::string ck = r.team;
+  ck += '\0';
+  ck += r.model;
+  auto it = usage_counters_.find(ck);
+  if (it == usage_counters_.end()) {
+    UsageCounters c{g_.usage_tokens->counter({r.team, r.model, "prompt"}),
+                    g_.usage_tokens->counter({r.team, r.model, "completion"}),
+                    g_.usage_requests->counter({r.team, r.model})};
+    it = usage_counters_.emplace(ck, c).first;
+  }
+  it->second.prompt->inc(shard_, static_cast<double>(r.prompt_tokens));
+  it->second.completion->inc(shard_, static_cast<double>(r.completion_tokens));
+  it->second.requests->inc(shard_);
+  g_.recordUsage(shard_, std::move(r));
+}
+
+void GovWorker::rateLimitHeaders(const GovTicket& t, std::vector<net::HttpHeader>& out) const {
+  if (!t.reserved && t.admission.refused < 0) return;
+  const Admission& a = t.admission;
+  int req = -1, tok = -1;
+  for (size_t i = 0; i < t.charges.size() && i < a.remaining.size(); ++i) {
+    const Charge& c = t.charges[i];
+    if (c.window != Window::kMinute) continue;
+    int& slot = c.tokens ? tok : req;
+    if (slot < 0 || a.remaining[i] < a.remaining[static_cast<size_t>(slot)]) slot = static_cast<int>(i);
+  }
+  auto emit = [&](int idx, const char* what) {
+    if (idx < 0) return;
+    const Charge& c = t.charges[static_cast<size_t>(idx)];
+    const bool refused = a.refused == idx;
+    const int64_t remaining = refused ? std::max<int64_t>(0, c.limit - a.used) : a.remaining[static_cast<size_t>(idx)];
+    const int64_t reset = refused ? a.retry_after_ms : a.reset_ms[static_cast<size_t>(idx)];
+    out.push_back({std::string("x-ratelimit-limit-") + what, std::to_string(c.limit)});
+    out.push_back({std::string("x-ratelimit-remaining-") + what, std::to_string(remaining)});
+    out.push_back({std::string("x-ratelimit-reset-") + what, formatResetDuration(reset)});
+  };
+  // On a refusal only the refused counter is reported (the others were not reserved).
+  if (a.refused >= 0) {
+    req = tok = -1;
+    if (static_cast<size_t>(a.refused) < t.charges.size() &&
+        t.charges[static_cast<size_t>(a.refused)].window == Window::kMinute) {
+      (t.charges[static_cast<size_t>(a.refused)].tokens ? tok : req) = a.refused;
+    }
+  }
+  emit(req, "requests");
+  emit(tok, "tokens");
+  if (a.refused >= 0) {
+    const int64_t secs = std::max<int64_t>(1, (a.retry_after_ms + 999) / 1000);
+    out.push_back({"retry-after", std::to_string(secs)});
+    out.push_back({"retry-after-ms", std::to_string(std::max<int64_t>(1, a.retry_after_ms))});
+  }
+}
+
+}  // namespace infera::gateway

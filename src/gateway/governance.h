@@ -1,0 +1,222 @@
+#pragma once
+// Private to the gateway: keys, teams, permissions, limits, usage, budgets and the response cache.
+//
+// Governance (one per process) owns the control thread: it polls the metadata store's change
+// generation (every sync_interval_ms, and at once after a local admin change), rebuilds the
+// key/team snapshot and hands it to every worker; it writes usage records in batches every
+// usage_flush_ms. GovWorker (one per event loop) is what the data plane calls: no lock except the
+// shared local counters' shard mutex and the usage buffer hand-off.
+
+#include <atomic>
+#include <condition_variable>
+#include <functional>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "gateway/config.h"
+#include "gateway/keys.h"
+#include "gateway/limiter.h"
+#include "net/asio.h"
+#include "net/http.h"
+#include "obs/metrics.h"
+
+namespace spdlog {
+class logger;
+}
+
+namespace infera::gateway {
+
+class Governance;
+
+// What the data plane needs to finish a governed request.
+struct GovTicket {
+  std::shared_ptr<const GovSnapshot> snapshot;  // keeps key/team alive
+  const KeyInfo* key = nullptr;                 // null: anonymous (require_keys: false)
+  std::string team = "anonymous";
+  std::string user;
+  int64_t est_prompt = 0;
+  int64_t max_completion = 0;
+  int64_t reserved_tokens = 0;
+  int64_t reserved_cost = 0;  // micro-USD
+  std::vector<Charge> charges;
+  Admission admission;
+  bool reserved = false;
+  std::vector<Charge> dep_charges;  // the deployment's, reserved when it is picked
+  Admission dep_admission;
+  bool dep_reserved = false;
+};
+
+struct GovError {
+  int status = 0;
+  std::string message;
+  std::string type;
+  std::string code;
+};
+
+class ResponseCache {
+ public:
+  ResponseCache(int64_t max_bytes, int64_t max_entry_bytes) : max_bytes_(max_bytes), max_entry_(max_entry_bytes) {}
+  struct Entry {
+    std::string body;
+    std::string content_type;
+    int64_t prompt_tokens = 0;
+    int64_t completion_tokens = 0;
+    int64_t expires_ms = 0;
+  };
+  std::optional<Entry> get(const std::string& key, int64_t now_ms);
+  void put(const std::string& key, Entry e);
+  int64_t bytes() const { return bytes_.load(); }
+  size_t size();
+
+ private:
+  struct Node {
+    std::string key;
+    Entry entry;
+  };
+  std::mutex mu_;
+  std::list<Node> lru_;  // front = most recent
+  std::unordered_map<std::string, std::list<Node>::iterator> index_;
+  std::atomic<int64_t> bytes_{0};
+  int64_t max_bytes_;
+  int64_t max_entry_;
+};
+
+// Cache key over the model and the body with object keys sorted and whitespace removed; empty
+// when the body cannot be normalised.
+std::string cacheKey(std::string_view model, std::string_view body);
+
+class GovWorker {
+ public:
+  GovWorker(Governance& g, int shard, net::asio::io_context& ctx);
+  ~GovWorker();
+  void setSnapshot(std::shared_ptr<const GovSnapshot> s) { snapshot_ = std::move(s); token_cache_.clear(); }
+
+  // Who is calling: fills ticket.key/team/user, or an error (401).
+  std::optional<GovError> authenticate(std::string_view authorization, std::string_view user_header, GovTicket& t);
+  // Whether the key and its team may use the model (by requested or canonical name).
+  bool allowed(const GovTicket& t, std::string_view requested, std::string_view canonical) const;
+  // Builds the charges for the key, team, quotas, budget and model, then reserves them.
+  net::Task<std::optional<GovError>> admit(GovTicket& t, const std::string& model, const LimitConfig& model_limits,
+                                           const PriceConfig& price, bool count_model);
+  // Reserves a deployment's capacity (false: full; try another).
+  net::Task<bool> admitDeployment(GovTicket& t, const std::string& deployment_key, const LimitConfig& limits);
+  // Reconciles reservations with the actual tokens and writes the usage record.
+  void finish(GovTicket& t, UsageRecord&& record, const PriceConfig& price);
+  // x-ratelimit-* headers for the ticket's admission.
+  void rateLimitHeaders(const GovTicket& t, std::vector<net::HttpHeader>& out) const;
+
+  ResponseCache* cache();
+  void countCache(bool hit);
+  // The process cache, then (with cache.redis) the shared tier in Redis; a Redis hit is kept locally.
+  net::Task<std::optional<ResponseCache::Entry>> cacheGet(const std::string& key);
+  void cachePut(const std::string& key, ResponseCache::Entry e);
+  const GovernanceConfig& config() const;
+
+ private:
+  net::Task<Admission> reserve(std::span<const Charge> charges);
+  void adjust(std::span<const Charge> charges, std::span<const int64_t> delta, const Admission& a);
+  // Spawned: owns what it uses (it may finish after this worker is gone).
+  static net::Task<void> adjustRemote(std::shared_ptr<store::AsyncRedis> redis, obs::Counter* errors, int shard,
+                                      std::vector<Charge> charges, std::vector<int64_t> delta, int64_t stamp_ms);
+  GovError refusal(const GovTicket& t, std::span<const Charge> charges, const Admission& a) const;
+
+  Governance& g_;
+  int shard_;
+  net::asio::io_context& ctx_;
+  std::shared_ptr<const GovSnapshot> snapshot_;
+  std::unordered_map<std::string, const KeyInfo*> token_cache_;  // verified tokens of this snapshot
+  std::shared_ptr<store::AsyncRedis> redis_;
+  std::vector<std::string> keys_buf_, args_buf_;
+  struct UsageCounters {
+    obs::Counter* prompt;
+    obs::Counter* completion;
+    obs::Counter* requests;
+  };
+  std::unordered_map<std::string, UsageCounters> usage_counters_;
+};
+
+struct AdminReply {
+  int status = 200;
+  std::string body;  // JSON
+};
+
+class Governance {
+ public:
+  static Result<std::unique_ptr<Governance>> start(const GovernanceConfig& config, obs::MetricsRegistry& metrics,
+                                                   int workers);
+  ~Governance();
+
+  const GovernanceConfig& config() const { return config_; }
+  // Called (on the control thread) with every new snapshot; the gateway posts it to each worker.
+  void setPublisher(std::function<void(std::shared_ptr<const GovSnapshot>)> fn);
+  std::shared_ptr<const GovSnapshot> snapshot() const;
+
+  // The admin API under /admin/{teams,keys,usage,audit} (admin port). Blocking: call it from the
+  // admin loop. `authorization` is the request's Authorization header.
+  static bool isGovernancePath(std::string_view path);
+  AdminReply admin(std::string_view method, std::string_view target, std::string_view body,
+                   std::string_view authorization, std::string_view actor);
+
+  // Usage records from the workers (buffered, written by the control thread).
+  void recordUsage(int shard, UsageRecord&& r);
+  // Writes buffered records now (tests; shutdown).
+  Status flushUsage();
+
+  const std::string& keySecret() const { return key_secret_; }
+  LocalCounters& localCounters() { return local_; }
+
+  obs::Family* usage_tokens = nullptr;    // {team, model, kind}
+  obs::Family* usage_requests = nullptr;  // {team, model}
+  obs::Counter* denied_auth = nullptr;
+  obs::Family* limited = nullptr;         // {scope}
+  obs::Counter* redis_fallbacks = nullptr;
+  obs::Counter* redis_errors = nullptr;
+  obs::Counter* usage_dropped = nullptr;
+  obs::Counter* cache_hits = nullptr;
+  obs::Counter* cache_misses = nullptr;
+  std::atomic<bool> redis_down{false};
+  spdlog::logger* log = nullptr;
+
+ private:
+  explicit Governance(const GovernanceConfig& c, int workers) : config_(c), usage_buffers_(static_cast<size_t>(workers)) {}
+  Status init(obs::MetricsRegistry& metrics);
+  void controlLoop();
+  Status sync(bool force);
+  void seedQuotas(const GovSnapshot& s);
+  AdminReply adminLocked(std::string_view method, std::string_view target, std::string_view body,
+                         std::string_view actor);
+
+  GovernanceConfig config_;
+  std::string key_secret_;
+  std::string admin_token_;
+  std::unique_ptr<MetaStore> control_store_;  // under store_mu_ (control thread; admin after a change)
+  std::mutex store_mu_;
+  std::unique_ptr<MetaStore> admin_store_;    // admin loop only (under admin_mu_)
+  std::mutex admin_mu_;
+  mutable std::mutex snap_mu_;
+  std::shared_ptr<const GovSnapshot> snapshot_;
+  std::function<void(std::shared_ptr<const GovSnapshot>)> publish_;
+  LocalCounters local_;
+  std::unique_ptr<ResponseCache> cache_;
+  struct UsageBuffer {
+    std::mutex mu;
+    std::vector<UsageRecord> records;
+  };
+  std::vector<UsageBuffer> usage_buffers_;
+  std::mutex flush_mu_;
+  std::thread control_;
+  std::mutex control_mu_;
+  std::condition_variable control_cv_;
+  bool stop_ = false;
+  bool poke_ = false;
+  int64_t generation_ = -1;
+  friend class GovWorker;
+};
+
+}  // namespace infera::gateway

@@ -1,0 +1,586 @@
+#include "gateway/keys.h"
+
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <openssl/rand.h>
+
+#include <nlohmann/json.hpp>
+
+#include "core/clock.h"
+
+namespace infera::gateway {
+
+using store::SqlResult;
+using store::SqlValue;
+
+bool globMatch(std::string_view p, std::string_view t) {
+  // Iterative match with backtracking to the last '*'.
+  size_t pi = 0, ti = 0, star = std::string_view::npos, mark = 0;
+  while (ti < t.size()) {
+    if (pi < p.size() && p[pi] == '*') {
+      star = pi++;
+      mark = ti;
+    } else if (pi < p.size() && p[pi] == t[ti]) {
+      ++pi;
+      ++ti;
+    } else if (star != std::string_view::npos) {
+      pi = star + 1;
+      ti = ++mark;
+    } else {
+      return false;
+    }
+  }
+  while (pi < p.size() && p[pi] == '*') ++pi;
+  return pi == p.size();
+}
+
+std::vector<std::string> splitPatterns(std::string_view csv) {
+  std::vector<std::string> out;
+  size_t i = 0;
+  while (i <= csv.size()) {
+    size_t j = csv.find(',', i);
+    if (j == std::string_view::npos) j = csv.size();
+    std::string_view part = csv.substr(i, j - i);
+    while (!part.empty() && part.front() == ' ') part.remove_prefix(1);
+    while (!part.empty() && part.back() == ' ') part.remove_suffix(1);
+    if (!part.empty()) out.emplace_back(part);
+    i = j + 1;
+  }
+  return out;
+}
+
+namespace {
+
+std::string joinPatterns(const std::vector<std::string>& v) {
+  std::string s;
+  for (const auto& p : v) {
+    if (!s.empty()) s += ',';
+    s += p;
+  }
+  return s;
+}
+
+std::string hex(const unsigned char* p, size_t n) {
+  static const char* d = "0123456789abcdef";
+  std::string s(n * 2, '0');
+  for (size_t i = 0; i < n; ++i) {
+    s[2 * i] = d[p[i] >> 4];
+    s[2 * i + 1] = d[p[i] & 15];
+  }
+  return s;
+}
+
+constexpr std::string_view kPrefix = "sk-inf-";
+constexpr size_t kIdChars = 12;
+constexpr size_t kSecretChars = 40;
+
+}  // namespace
+
+std::string randomToken(size_t chars) {
+  static const char* alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+  std::string out;
+  out.reserve(chars);
+  unsigned char buf[64];
+  while (out.size() < chars) {
+    if (RAND_bytes(buf, sizeof(buf)) != 1) std::abort();  // no CSPRNG: nothing safe to do
+    for (unsigned char b : buf) {
+      if (b >= 248) continue;  // 248 = 4 * 62: keeps the draw uniform
+      out += alphabet[b % 62];
+      if (out.size() == chars) break;
+    }
+  }
+  return out;
+}
+
+std::string keyToken(std::string_view id, std::string_view secret) {
+  std::string t(kPrefix);
+  t += id;
+  t += '-';
+  t += secret;
+  return t;
+}
+
+bool parseKeyToken(std::string_view token, std::string_view& id, std::string_view& secret) {
+  if (!token.starts_with(kPrefix) || token.size() != kPrefix.size() + kIdChars + 1 + kSecretChars) return false;
+  id = token.substr(kPrefix.size(), kIdChars);
+  if (token[kPrefix.size() + kIdChars] != '-') return false;
+  secret = token.substr(kPrefix.size() + kIdChars + 1);
+  return true;
+}
+
+std::string hashSecret(std::string_view server_secret, std::string_view salt, std::string_view secret) {
+  unsigned char out[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  std::string msg;
+  msg.reserve(salt.size() + secret.size());
+  msg.append(salt);
+  msg.append(secret);
+  HMAC(EVP_sha256(), server_secret.data(), static_cast<int>(server_secret.size()),
+       reinterpret_cast<const unsigned char*>(msg.data()), msg.size(), out, &len);
+  return hex(out, len);
+}
+
+bool constantTimeEqual(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  return CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
+}
+
+// ---- MetaStore ----
+
+Result<std::unique_ptr<MetaStore>> MetaStore::open(const std::string& url) {
+  INFERA_ASSIGN_OR_RETURN(auto db, store::SqlDb::open(url));
+  std::unique_ptr<MetaStore> s(new MetaStore(std::move(db)));
+  INFERA_RETURN_IF_ERROR(s->migrate());
+  return s;
+}
+
+Status MetaStore::migrate() {
+  // Idempotent; several replicas may run it at once (PostgreSQL: IF NOT EXISTS + ON CONFLICT).
+  const char* schema = R"sql(
+CREATE TABLE IF NOT EXISTS infera_meta (k TEXT PRIMARY KEY, v BIGINT NOT NULL);
+CREATE TABLE IF NOT EXISTS infera_teams (
+  name TEXT PRIMARY KEY, models TEXT NOT NULL, rpm BIGINT NOT NULL, tpm BIGINT NOT NULL,
+  daily_tokens BIGINT NOT NULL, budget_tokens BIGINT NOT NULL, budget_usd DOUBLE PRECISION NOT NULL,
+  budget_period TEXT NOT NULL, created_ms BIGINT NOT NULL, updated_ms BIGINT NOT NULL);
+CREATE TABLE IF NOT EXISTS infera_keys (
+  id TEXT PRIMARY KEY, team TEXT NOT NULL, name TEXT NOT NULL, salt TEXT NOT NULL, hash TEXT NOT NULL,
+  models TEXT NOT NULL, rpm BIGINT NOT NULL, tpm BIGINT NOT NULL, allow_user BIGINT NOT NULL,
+  created_ms BIGINT NOT NULL, expires_ms BIGINT NOT NULL, revoked_ms BIGINT NOT NULL, rotated_from TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS infera_audit (
+  ts_ms BIGINT NOT NULL, seq BIGINT NOT NULL, actor TEXT NOT NULL, action TEXT NOT NULL, target TEXT NOT NULL,
+  detail TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS infera_usage (
+  ts_ms BIGINT NOT NULL, request_id TEXT NOT NULL, key_id TEXT NOT NULL, team TEXT NOT NULL,
+  user_id TEXT NOT NULL, model TEXT NOT NULL, deployment TEXT NOT NULL, region TEXT NOT NULL,
+  prompt_tokens BIGINT NOT NULL, completion_tokens BIGINT NOT NULL, latency_ms DOUBLE PRECISION NOT NULL,
+  ttft_ms DOUBLE PRECISION NOT NULL, status BIGINT NOT NULL, cached BIGINT NOT NULL, stream BIGINT NOT NULL,
+  aborted BIGINT NOT NULL, estimated BIGINT NOT NULL, cost_usd DOUBLE PRECISION NOT NULL);
+CREATE INDEX IF NOT EXISTS infera_usage_ts ON infera_usage (ts_ms);
+CREATE INDEX IF NOT EXISTS infera_usage_team_ts ON infera_usage (team, ts_ms);
+CREATE INDEX IF NOT EXISTS infera_keys_team ON infera_keys (team)
+)sql";
+  INFERA_RETURN_IF_ERROR(db_->execScript(schema));
+  auto r = db_->exec("INSERT INTO infera_meta (k, v) VALUES ('generation', 1) ON CONFLICT (k) DO NOTHING");
+  return r.ok() ? Status::ok() : r.status();
+}
+
+Result<int64_t> MetaStore::generation() {
+  INFERA_ASSIGN_OR_RETURN(SqlResult r, db_->exec("SELECT v FROM infera_meta WHERE k = 'generation'"));
+  if (r.rows.empty()) return Status::internal("infera_meta has no generation row");
+  return r.integer(0, 0);
+}
+
+Status MetaStore::mutate(const std::string& actor, const std::string& action, const std::string& target,
+                         const std::string& detail, const std::function<Status()>& body) {
+  INFERA_RETURN_IF_ERROR(db_->begin());
+  Status s = body();
+  if (s.isOk()) {
+    auto g = db_->exec("UPDATE infera_meta SET v = v + 1 WHERE k = 'generation'");
+    if (!g.ok()) s = g.status();
+  }
+  if (s.isOk()) {
+    // seq (the new generation) orders changes made within one millisecond.
+    auto a = db_->exec(
+        "INSERT INTO infera_audit (ts_ms, seq, actor, action, target, detail) "
+        "SELECT ?1, v, ?2, ?3, ?4, ?5 FROM infera_meta WHERE k = 'generation'",
+        {SqlValue(SystemClock::instance().unixMillis()), SqlValue(actor), SqlValue(action), SqlValue(target),
+         SqlValue(detail)});
+    if (!a.ok()) s = a.status();
+  }
+  if (!s.isOk()) {
+    (void)db_->rollback();
+    return s;
+  }
+  return db_->commit();
+}
+
+namespace {
+
+nlohmann::json teamJson(const TeamRecord& t) {
+  return {{"name", t.name},         {"models", t.models},           {"rpm", t.rpm},
+          {"tpm", t.tpm},           {"daily_tokens", t.daily_tokens}, {"budget_tokens", t.budget_tokens},
+          {"budget_usd", t.budget_usd}, {"budget_period", t.budget_period}};
+}
+
+nlohmann::json keyJson(const KeyRecord& k) {
+  return {{"id", k.id},     {"team", k.team}, {"name", k.name}, {"models", k.models},
+          {"rpm", k.rpm},   {"tpm", k.tpm},   {"allow_user", k.allow_user}, {"expires_ms", k.expires_ms}};
+}
+
+TeamRecord teamFromRow(const SqlResult& r, size_t i) {
+  TeamRecord t;
+  t.name = r.text(i, 0);
+  t.models = splitPatterns(r.text(i, 1));
+  t.rpm = r.integer(i, 2);
+  t.tpm = r.integer(i, 3);
+  t.daily_tokens = r.integer(i, 4);
+  t.budget_tokens = r.integer(i, 5);
+  t.budget_usd = r.real(i, 6);
+  t.budget_period = r.text(i, 7);
+  t.created_ms = r.integer(i, 8);
+  t.updated_ms = r.integer(i, 9);
+  return t;
+}
+
+constexpr const char* kTeamCols =
+    "name, models, rpm, tpm, daily_tokens, budget_tokens, budget_usd, budget_period, created_ms, updated_ms";
+constexpr const char* kKeyCols =
+    "id, team, name, salt, hash, models, rpm, tpm, allow_user, created_ms, expires_ms, revoked_ms, rotated_from";
+
+KeyRecord keyFromRow(const SqlResult& r, size_t i) {
+  KeyRecord k;
+  k.id = r.text(i, 0);
+  k.team = r.text(i, 1);
+  k.name = r.text(i, 2);
+  k.salt = r.text(i, 3);
+  k.hash = r.text(i, 4);
+  k.models = splitPatterns(r.text(i, 5));
+  k.rpm = r.integer(i, 6);
+  k.tpm = r.integer(i, 7);
+  k.allow_user = r.integer(i, 8) != 0;
+  k.created_ms = r.integer(i, 9);
+  k.expires_ms = r.integer(i, 10);
+  k.revoked_ms = r.integer(i, 11);
+  k.rotated_from = r.text(i, 12);
+  return k;
+}
+
+Status checkKeyWithinTeam(const KeyRecord& k, const TeamRecord& t) {
+  if (t.rpm > 0 && (k.rpm == 0 || k.rpm > t.rpm)) {
+    if (k.rpm > t.rpm) return Status::invalidArgument("key rpm " + std::to_string(k.rpm) + " exceeds team rpm " + std::to_string(t.rpm));
+  }
+  if (t.tpm > 0 && k.tpm > t.tpm) {
+    return Status::invalidArgument("key tpm " + std::to_string(k.tpm) + " exceeds team tpm " + std::to_string(t.tpm));
+  }
+  if (!t.models.empty()) {
+    for (const auto& p : k.models) {
+      bool covered = false;
+      for (const auto& tp : t.models) covered = covered || globMatch(tp, p);
+      if (!covered) return Status::invalidArgument("key model pattern '" + p + "' is outside team '" + t.name + "''s models");
+    }
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+Status MetaStore::createTeam(const TeamRecord& t, const std::string& actor) {
+  const int64_t now = SystemClock::instance().unixMillis();
+  return mutate(actor, "team.create", t.name, teamJson(t).dump(), [&]() -> Status {
+    auto r = db_->exec(std::string("INSERT INTO infera_teams (") + kTeamCols +
+                           ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?9)",
+                       {SqlValue(t.name), SqlValue(joinPatterns(t.models)), SqlValue(t.rpm), SqlValue(t.tpm),
+                        SqlValue(t.daily_tokens), SqlValue(t.budget_tokens), SqlValue(t.budget_usd),
+                        SqlValue(t.budget_period), SqlValue(now)});
+    if (!r.ok() && r.status().code() == StatusCode::kAlreadyExists) {
+      return Status::alreadyExists("team '" + t.name + "' already exists");
+    }
+    return r.ok() ? Status::ok() : r.status();
+  });
+}
+
+Status MetaStore::updateTeam(const TeamRecord& t, const std::string& actor) {
+  const int64_t now = SystemClock::instance().unixMillis();
+  return mutate(actor, "team.update", t.name, teamJson(t).dump(), [&]() -> Status {
+    INFERA_ASSIGN_OR_RETURN(
+        SqlResult r,
+        db_->exec("UPDATE infera_teams SET models = ?2, rpm = ?3, tpm = ?4, daily_tokens = ?5, budget_tokens = ?6, "
+                  "budget_usd = ?7, budget_period = ?8, updated_ms = ?9 WHERE name = ?1",
+                  {SqlValue(t.name), SqlValue(joinPatterns(t.models)), SqlValue(t.rpm), SqlValue(t.tpm),
+                   SqlValue(t.daily_tokens), SqlValue(t.budget_tokens), SqlValue(t.budget_usd),
+                   SqlValue(t.budget_period), SqlValue(now)}));
+    if (r.affected == 0) return Status::notFound("no team '" + t.name + "'");
+    return Status::ok();
+  });
+}
+
+Status MetaStore::deleteTeam(const std::string& name, const std::string& actor) {
+  return mutate(actor, "team.delete", name, "{}", [&]() -> Status {
+    INFERA_ASSIGN_OR_RETURN(SqlResult active,
+                            db_->exec("SELECT COUNT(*) FROM infera_keys WHERE team = ?1 AND revoked_ms = 0",
+                                      {SqlValue(name)}));
+    if (active.integer(0, 0) > 0) {
+      return Status::failedPrecondition("team '" + name + "' still has " + std::to_string(active.integer(0, 0)) +
+                                        " active keys; revoke them first");
+    }
+    INFERA_ASSIGN_OR_RETURN(SqlResult r, db_->exec("DELETE FROM infera_teams WHERE name = ?1", {SqlValue(name)}));
+    if (r.affected == 0) return Status::notFound("no team '" + name + "'");
+    return Status::ok();
+  });
+}
+
+Result<std::vector<TeamRecord>> MetaStore::teams() {
+  INFERA_ASSIGN_OR_RETURN(SqlResult r, db_->exec(std::string("SELECT ") + kTeamCols + " FROM infera_teams ORDER BY name"));
+  std::vector<TeamRecord> out;
+  for (size_t i = 0; i < r.rows.size(); ++i) out.push_back(teamFromRow(r, i));
+  return out;
+}
+
+Result<std::optional<TeamRecord>> MetaStore::team(const std::string& name) {
+  INFERA_ASSIGN_OR_RETURN(SqlResult r, db_->exec(std::string("SELECT ") + kTeamCols + " FROM infera_teams WHERE name = ?1",
+                                                 {SqlValue(name)}));
+  if (r.rows.empty()) return std::optional<TeamRecord>();
+  return std::optional<TeamRecord>(teamFromRow(r, 0));
+}
+
+Result<std::string> MetaStore::createKey(KeyRecord& k, const std::string& server_secret, const std::string& actor) {
+  k.id = randomToken(kIdChars);
+  k.salt = randomToken(16);
+  const std::string secret = randomToken(kSecretChars);
+  k.hash = hashSecret(server_secret, k.salt, secret);
+  k.created_ms = SystemClock::instance().unixMillis();
+  Status s = mutate(actor, "key.create", k.id, keyJson(k).dump(), [&]() -> Status {
+    INFERA_ASSIGN_OR_RETURN(auto team, this->team(k.team));
+    if (!team) return Status::notFound("no team '" + k.team + "'");
+    INFERA_RETURN_IF_ERROR(checkKeyWithinTeam(k, *team));
+    auto r = db_->exec(std::string("INSERT INTO infera_keys (") + kKeyCols +
+                           ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, 0, ?12)",
+                       {SqlValue(k.id), SqlValue(k.team), SqlValue(k.name), SqlValue(k.salt), SqlValue(k.hash),
+                        SqlValue(joinPatterns(k.models)), SqlValue(k.rpm), SqlValue(k.tpm),
+                        SqlValue(int64_t{k.allow_user ? 1 : 0}), SqlValue(k.created_ms), SqlValue(k.expires_ms),
+                        SqlValue(k.rotated_from)});
+    return r.ok() ? Status::ok() : r.status();
+  });
+  if (!s.isOk()) return s;
+  return keyToken(k.id, secret);
+}
+
+Status MetaStore::updateKey(const KeyRecord& k, const std::string& actor) {
+  return mutate(actor, "key.update", k.id, keyJson(k).dump(), [&]() -> Status {
+    INFERA_ASSIGN_OR_RETURN(auto team, this->team(k.team));
+    if (!team) return Status::notFound("no team '" + k.team + "'");
+    INFERA_RETURN_IF_ERROR(checkKeyWithinTeam(k, *team));
+    INFERA_ASSIGN_OR_RETURN(
+        SqlResult r, db_->exec("UPDATE infera_keys SET name = ?2, models = ?3, rpm = ?4, tpm = ?5, allow_user = ?6, "
+                               "expires_ms = ?7 WHERE id = ?1",
+                               {SqlValue(k.id), SqlValue(k.name), SqlValue(joinPatterns(k.models)), SqlValue(k.rpm),
+                                SqlValue(k.tpm), SqlValue(int64_t{k.allow_user ? 1 : 0}), SqlValue(k.expires_ms)}));
+    if (r.affected == 0) return Status::notFound("no key '" + k.id + "'");
+    return Status::ok();
+  });
+}
+
+Status MetaStore::revokeKey(const std::string& id, const std::string& actor) {
+  return mutate(actor, "key.revoke", id, "{}", [&]() -> Status {
+    INFERA_ASSIGN_OR_RETURN(SqlResult r, db_->exec("UPDATE infera_keys SET revoked_ms = ?2 WHERE id = ?1 AND revoked_ms = 0",
+                                                   {SqlValue(id), SqlValue(SystemClock::instance().unixMillis())}));
+    if (r.affected == 0) return Status::notFound("no active key '" + id + "'");
+    return Status::ok();
+  });
+}
+
+Result<std::string> MetaStore::rotateKey(const std::string& id, int64_t grace_ms, const std::string& server_secret,
+                                         const std::string& actor, KeyRecord& created) {
+  INFERA_ASSIGN_OR_RETURN(auto old, key(id));
+  if (!old || old->revoked_ms != 0) return Status::notFound("no active key '" + id + "'");
+  created = *old;
+  created.rotated_from = id;
+  created.id = randomToken(kIdChars);
+  created.salt = randomToken(16);
+  const std::string secret = randomToken(kSecretChars);
+  created.hash = hashSecret(server_secret, created.salt, secret);
+  created.created_ms = SystemClock::instance().unixMillis();
+  const int64_t old_expiry = created.created_ms + grace_ms;
+  nlohmann::json detail = keyJson(created);
+  detail["rotated_from"] = id;
+  detail["grace_ms"] = grace_ms;
+  Status s = mutate(actor, "key.rotate", id, detail.dump(), [&]() -> Status {
+    auto r = db_->exec(std::string("INSERT INTO infera_keys (") + kKeyCols +
+                           ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, 0, ?12)",
+                       {SqlValue(created.id), SqlValue(created.team), SqlValue(created.name), SqlValue(created.salt),
+                        SqlValue(created.hash), SqlValue(joinPatterns(created.models)), SqlValue(created.rpm),
+                        SqlValue(created.tpm), SqlValue(int64_t{created.allow_user ? 1 : 0}),
+                        SqlValue(created.created_ms), SqlValue(created.expires_ms), SqlValue(id)});
+    if (!r.ok()) return r.status();
+    auto u = db_->exec(
+        "UPDATE infera_keys SET expires_ms = ?2 WHERE id = ?1 AND (expires_ms = 0 OR expires_ms > ?2)",
+        {SqlValue(id), SqlValue(old_expiry)});
+    return u.ok() ? Status::ok() : u.status();
+  });
+  if (!s.isOk()) return s;
+  return keyToken(created.id, secret);
+}
+
+Result<std::vector<KeyRecord>> MetaStore::keys(const std::string& team) {
+  Result<SqlResult> r = team.empty()
+                            ? db_->exec(std::string("SELECT ") + kKeyCols + " FROM infera_keys ORDER BY created_ms, id")
+                            : db_->exec(std::string("SELECT ") + kKeyCols +
+                                            " FROM infera_keys WHERE team = ?1 ORDER BY created_ms, id",
+                                        {SqlValue(team)});
+  if (!r.ok()) return r.status();
+  std::vector<KeyRecord> out;
+  for (size_t i = 0; i < r->rows.size(); ++i) out.push_back(keyFromRow(*r, i));
+  return out;
+}
+
+Result<std::optional<KeyRecord>> MetaStore::key(const std::string& id) {
+  INFERA_ASSIGN_OR_RETURN(SqlResult r,
+                          db_->exec(std::string("SELECT ") + kKeyCols + " FROM infera_keys WHERE id = ?1", {SqlValue(id)}));
+  if (r.rows.empty()) return std::optional<KeyRecord>();
+  return std::optional<KeyRecord>(keyFromRow(r, 0));
+}
+
+Result<std::vector<AuditRecord>> MetaStore::audit(int64_t since_ms, int limit) {
+  INFERA_ASSIGN_OR_RETURN(
+      SqlResult r, db_->exec("SELECT ts_ms, actor, action, target, detail FROM infera_audit WHERE ts_ms >= ?1 "
+                             "ORDER BY ts_ms DESC, seq DESC LIMIT ?2",
+                             {SqlValue(since_ms), SqlValue(int64_t{limit})}));
+  std::vector<AuditRecord> out;
+  for (size_t i = 0; i < r.rows.size(); ++i) {
+    out.push_back({r.integer(i, 0), r.text(i, 1), r.text(i, 2), r.text(i, 3), r.text(i, 4)});
+  }
+  return out;
+}
+
+Status MetaStore::insertUsage(const std::vector<UsageRecord>& batch) {
+  if (batch.empty()) return Status::ok();
+  constexpr size_t kCols = 18;
+  constexpr size_t kRowsPerStatement = 50;
+  INFERA_RETURN_IF_ERROR(db_->begin());
+  for (size_t start = 0; start < batch.size(); start += kRowsPerStatement) {
+    const size_t n = std::min(kRowsPerStatement, batch.size() - start);
+    std::string sql =
+        "INSERT INTO infera_usage (ts_ms, request_id, key_id, team, user_id, model, deployment, region, "
+        "prompt_tokens, completion_tokens, latency_ms, ttft_ms, status, cached, stream, aborted, estimated, cost_usd) "
+        "VALUES ";
+    std::vector<SqlValue> params;
+    params.reserve(n * kCols);
+    for (size_t i = 0; i < n; ++i) {
+      const UsageRecord& u = batch[start + i];
+      if (i) sql += ", ";
+      sql += '(';
+      for (size_t c = 0; c < kCols; ++c) {
+        if (c) sql += ", ";
+        sql += '?' + std::to_string(i * kCols + c + 1);
+      }
+      sql += ')';
+      params.emplace_back(u.ts_ms);
+      params.emplace_back(u.request_id);
+      params.emplace_back(u.key_id);
+      params.emplace_back(u.team);
+      params.emplace_back(u.user);
+      params.emplace_back(u.model);
+      params.emplace_back(u.deployment);
+      params.emplace_back(u.region);
+      params.emplace_back(u.prompt_tokens);
+      params.emplace_back(u.completion_tokens);
+      params.emplace_back(u.latency_ms);
+      params.emplace_back(u.ttft_ms);
+      params.emplace_back(int64_t{u.status});
+      params.emplace_back(int64_t{u.cached ? 1 : 0});
+      params.emplace_back(int64_t{u.stream ? 1 : 0});
+      params.emplace_back(int64_t{u.aborted ? 1 : 0});
+      params.emplace_back(int64_t{u.estimated ? 1 : 0});
+      params.emplace_back(u.cost_usd);
+    }
+    auto r = db_->exec(sql, std::span<const SqlValue>(params));
+    if (!r.ok()) {
+      (void)db_->rollback();
+      return r.status();
+    }
+  }
+  return db_->commit();
+}
+
+Result<std::string> MetaStore::queryUsage(const UsageQuery& q) {
+  static const std::vector<std::pair<std::string, std::string>> kGroupable = {
+      {"team", "team"}, {"key", "key_id"}, {"model", "model"}, {"user", "user_id"}, {"deployment", "deployment"}};
+  int64_t bucket = 0;
+  if (q.granularity == "minute") {
+    bucket = 60'000;
+  } else if (q.granularity == "hour") {
+    bucket = 3'600'000;
+  } else if (q.granularity == "day") {
+    bucket = 86'400'000;
+  } else if (q.granularity != "total") {
+    return Status::invalidArgument("granularity must be minute, hour, day or total (got '" + q.granularity + "')");
+  }
+  std::vector<std::string> cols;
+  std::vector<std::string> names;
+  for (const auto& g : q.group_by) {
+    bool found = false;
+    for (const auto& [name, col] : kGroupable) {
+      if (g == name) {
+        cols.push_back(col);
+        names.push_back(name);
+        found = true;
+      }
+    }
+    if (!found) return Status::invalidArgument("cannot group usage by '" + g + "' (use team, key, model, user, deployment)");
+  }
+  std::string select = bucket ? "(ts_ms / " + std::to_string(bucket) + ") * " + std::to_string(bucket) : "0";
+  std::string sql = "SELECT " + select + " AS bucket";
+  for (const auto& c : cols) sql += ", " + c;
+  sql +=
+      ", COUNT(*), SUM(prompt_tokens), SUM(completion_tokens), SUM(cached), SUM(aborted), SUM(cost_usd), "
+      "AVG(latency_ms), SUM(CASE WHEN status >= 400 THEN 1 ELSE 0 END) FROM infera_usage WHERE ts_ms >= ?1 AND ts_ms < ?2";
+  std::vector<SqlValue> params = {SqlValue(q.from_ms),
+                                  SqlValue(q.to_ms > 0 ? q.to_ms : SystemClock::instance().unixMillis() + 1)};
+  auto filter = [&](const std::string& col, const std::string& v) {
+    if (v.empty()) return;
+    params.emplace_back(v);
+    sql += " AND " + col + " = ?" + std::to_string(params.size());
+  };
+  filter("team", q.team);
+  filter("key_id", q.key_id);
+  filter("model", q.model);
+  filter("user_id", q.user);
+  sql += " GROUP BY bucket";
+  for (const auto& c : cols) sql += ", " + c;
+  sql += " ORDER BY bucket";
+  for (const auto& c : cols) sql += ", " + c;
+  INFERA_ASSIGN_OR_RETURN(SqlResult r, db_->exec(sql, std::span<const SqlValue>(params)));
+  nlohmann::json rows = nlohmann::json::array();
+  for (size_t i = 0; i < r.rows.size(); ++i) {
+    nlohmann::json row;
+    row["bucket_ms"] = r.integer(i, 0);
+    size_t c = 1;
+    for (const auto& n : names) row[n] = r.text(i, c++);
+    row["requests"] = r.integer(i, c++);
+    row["prompt_tokens"] = r.integer(i, c++);
+    row["completion_tokens"] = r.integer(i, c++);
+    row["total_tokens"] = row["prompt_tokens"].get<int64_t>() + row["completion_tokens"].get<int64_t>();
+    row["cached"] = r.integer(i, c++);
+    row["aborted"] = r.integer(i, c++);
+    row["cost_usd"] = r.real(i, c++);
+    row["avg_latency_ms"] = r.real(i, c++);
+    row["errors"] = r.integer(i, c++);
+    rows.push_back(std::move(row));
+  }
+  return rows.dump();
+}
+
+Result<std::pair<int64_t, double>> MetaStore::teamUsageSince(const std::string& team, int64_t since_ms) {
+  INFERA_ASSIGN_OR_RETURN(
+      SqlResult r,
+      db_->exec("SELECT SUM(prompt_tokens + completion_tokens), SUM(cost_usd) FROM infera_usage WHERE team = ?1 AND ts_ms >= ?2",
+                {SqlValue(team), SqlValue(since_ms)}));
+  if (r.rows.empty()) return std::pair<int64_t, double>{0, 0};
+  return std::pair<int64_t, double>{r.integer(0, 0), r.real(0, 1)};
+}
+
+std::shared_ptr<const GovSnapshot> buildSnapshot(int64_t generation, std::vector<TeamRecord> teams,
+                                                 std::vector<KeyRecord> keys) {
+  auto s = std::make_shared<GovSnapshot>();
+  s->generation = generation;
+  for (auto& t : teams) {
+    auto ti = std::make_unique<TeamInfo>();
+    ti->rec = std::move(t);
+    s->by_team[ti->rec.name] = ti.get();
+    s->teams.push_back(std::move(ti));
+  }
+  for (auto& k : keys) {
+    if (k.revoked_ms != 0) continue;
+    const auto it = s->by_team.find(k.team);
+    if (it == s->by_team.end()) continue;
+    auto ki = std::make_unique<KeyInfo>();
+    ki->rec = std::move(k);
+    ki->team = it->second;
+    s->by_id[ki->rec.id] = ki.get();
+    s->keys.push_back(std::move(ki));
+  }
+  return s;
+}
+
+}  // namespace infera::gateway

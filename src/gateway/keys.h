@@ -1,0 +1,163 @@
+#pragma once
+// Private to the gateway: API keys, teams and the audit log in the metadata store (SQLite file or
+// PostgreSQL), and the immutable snapshot of them the data plane reads.
+//
+// A key is "sk-inf-<id>-<secret>". Only the id and HMAC-SHA256(server secret, salt || secret) are
+// stored; the secret is shown once, at creation. Verification recomputes the HMAC and compares in
+// constant time.
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "core/status.h"
+#include "store/sql.h"
+
+namespace infera::gateway {
+
+struct TeamRecord {
+  std::string name;
+  std::vector<std::string> models;  // allow-list patterns ('*' wildcard); empty = every model
+  int64_t rpm = 0;                  // 0 = no limit
+  int64_t tpm = 0;
+  int64_t daily_tokens = 0;
+  int64_t budget_tokens = 0;        // per budget_period
+  double budget_usd = 0;            // per budget_period (needs model prices)
+  std::string budget_period = "month";  // day | month
+  int64_t created_ms = 0;
+  int64_t updated_ms = 0;
+};
+
+struct KeyRecord {
+  std::string id;
+  std::string team;
+  std::string name;
+  std::vector<std::string> models;  // further restricts the team's list; empty = the team's
+  int64_t rpm = 0;
+  int64_t tpm = 0;
+  bool allow_user = false;  // may name a user with the user header
+  int64_t created_ms = 0;
+  int64_t expires_ms = 0;  // 0 = never
+  int64_t revoked_ms = 0;  // 0 = active
+  std::string rotated_from;
+  // Stored only; never returned by the API.
+  std::string salt;
+  std::string hash;
+};
+
+struct AuditRecord {
+  int64_t ts_ms = 0;
+  std::string actor;
+  std::string action;
+  std::string target;
+  std::string detail;  // JSON
+};
+
+struct UsageRecord {
+  int64_t ts_ms = 0;
+  std::string request_id;
+  std::string key_id;
+  std::string team;
+  std::string user;
+  std::string model;
+  std::string deployment;
+  std::string region;
+  int64_t prompt_tokens = 0;
+  int64_t completion_tokens = 0;
+  double latency_ms = 0;
+  double ttft_ms = 0;
+  int status = 0;
+  bool cached = false;
+  bool stream = false;
+  bool aborted = false;
+  bool estimated = false;  // no usage came back; the reservation's estimate was billed
+  double cost_usd = 0;
+};
+
+struct UsageQuery {
+  std::string team, key_id, model, user;
+  int64_t from_ms = 0;
+  int64_t to_ms = 0;  // 0 = now
+  std::string granularity = "hour";  // minute | hour | day | total
+  std::vector<std::string> group_by = {"team", "model"};  // of team, key, model, user, deployment
+};
+
+// '*' matches any run of characters; everything else literally.
+bool globMatch(std::string_view pattern, std::string_view text);
+std::vector<std::string> splitPatterns(std::string_view csv);
+
+// Key material. The token parser accepts only well-formed tokens.
+std::string randomToken(size_t chars);  // [A-Za-z0-9], from the OS CSPRNG
+std::string keyToken(std::string_view id, std::string_view secret);
+bool parseKeyToken(std::string_view token, std::string_view& id, std::string_view& secret);
+std::string hashSecret(std::string_view server_secret, std::string_view salt, std::string_view secret);
+bool constantTimeEqual(std::string_view a, std::string_view b);
+
+// Schema, CRUD and queries. Every mutation bumps the change generation the gateway polls, and
+// writes an audit row, in one transaction. One thread at a time (it owns one SqlDb).
+class MetaStore {
+ public:
+  static Result<std::unique_ptr<MetaStore>> open(const std::string& url);
+  store::SqlDb& db() { return *db_; }
+
+  Result<int64_t> generation();
+
+  Status createTeam(const TeamRecord& t, const std::string& actor);
+  Status updateTeam(const TeamRecord& t, const std::string& actor);
+  Status deleteTeam(const std::string& name, const std::string& actor);
+  Result<std::vector<TeamRecord>> teams();
+  Result<std::optional<TeamRecord>> team(const std::string& name);
+
+  // Fills id, salt, hash, created_ms; returns the full token (shown once).
+  Result<std::string> createKey(KeyRecord& k, const std::string& server_secret, const std::string& actor);
+  Status updateKey(const KeyRecord& k, const std::string& actor);
+  Status revokeKey(const std::string& id, const std::string& actor);
+  // A new key with the same team, permissions and limits; the old one expires after grace_ms.
+  Result<std::string> rotateKey(const std::string& id, int64_t grace_ms, const std::string& server_secret,
+                                const std::string& actor, KeyRecord& created);
+  Result<std::vector<KeyRecord>> keys(const std::string& team = {});
+  Result<std::optional<KeyRecord>> key(const std::string& id);
+
+  Result<std::vector<AuditRecord>> audit(int64_t since_ms, int limit);
+
+  Status insertUsage(const std::vector<UsageRecord>& batch);
+  // JSON rows: [{"bucket_ms":..,"team":..,"model":..,"requests":..,"prompt_tokens":..,...}]
+  Result<std::string> queryUsage(const UsageQuery& q);
+  // Tokens (and cost) used by a team since a time: for budgets and daily quotas after a restart.
+  Result<std::pair<int64_t, double>> teamUsageSince(const std::string& team, int64_t since_ms);
+
+ private:
+  explicit MetaStore(std::unique_ptr<store::SqlDb> db) : db_(std::move(db)) {}
+  Status migrate();
+  Status mutate(const std::string& actor, const std::string& action, const std::string& target,
+                const std::string& detail, const std::function<Status()>& body);
+  std::unique_ptr<store::SqlDb> db_;
+};
+
+// What the data plane reads: immutable, rebuilt on each change, swapped into every worker.
+struct TeamInfo {
+  TeamRecord rec;
+};
+
+struct KeyInfo {
+  KeyRecord rec;
+  const TeamInfo* team = nullptr;
+};
+
+struct GovSnapshot {
+  int64_t generation = 0;
+  std::vector<std::unique_ptr<TeamInfo>> teams;
+  std::vector<std::unique_ptr<KeyInfo>> keys;
+  std::unordered_map<std::string, const KeyInfo*> by_id;
+  std::unordered_map<std::string, const TeamInfo*> by_team;
+};
+
+std::shared_ptr<const GovSnapshot> buildSnapshot(int64_t generation, std::vector<TeamRecord> teams,
+                                                 std::vector<KeyRecord> keys);
+
+}  // namespace infera::gateway

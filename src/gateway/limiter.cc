@@ -1,0 +1,393 @@
+#include "gateway/limiter.h"
+
+#include <algorithm>
+#include <cmath>
+#include <ctime>
+#include <functional>
+
+namespace infera::gateway {
+
+std::string_view scopeName(Scope s) {
+  switch (s) {
+    case Scope::kKey: return "key";
+    case Scope::kTeam: return "team";
+    case Scope::kModel: return "model";
+    case Scope::kDeployment: return "deployment";
+    case Scope::kDaily: return "daily quota";
+    case Scope::kBudgetTokens: return "token budget";
+    case Scope::kBudgetCost: return "cost budget";
+  }
+  return "?";
+}
+
+int64_t periodId(Window w, int64_t unix_ms) {
+  const time_t secs = static_cast<time_t>(unix_ms / 1000);
+  struct tm tm {};
+  gmtime_r(&secs, &tm);
+  const int64_t ym = static_cast<int64_t>(tm.tm_year + 1900) * 100 + tm.tm_mon + 1;
+  return w == Window::kMonth ? ym : ym * 100 + tm.tm_mday;
+}
+
+int64_t periodEndMs(Window w, int64_t unix_ms) {
+  if (w == Window::kMinute) return unix_ms + 60'000;
+  if (w == Window::kDay) return (unix_ms / 86'400'000 + 1) * 86'400'000;
+  const time_t secs = static_cast<time_t>(unix_ms / 1000);
+  struct tm tm {};
+  gmtime_r(&secs, &tm);
+  struct tm next {};
+  next.tm_year = tm.tm_mon == 11 ? tm.tm_year + 1 : tm.tm_year;
+  next.tm_mon = (tm.tm_mon + 1) % 12;
+  next.tm_mday = 1;
+  return static_cast<int64_t>(timegm(&next)) * 1000;
+}
+
+namespace {
+
+int64_t scaled(int64_t limit, double share) {
+  if (share >= 1.0) return limit;
+  return std::max<int64_t>(1, static_cast<int64_t>(std::floor(static_cast<double>(limit) * share)));
+}
+
+}  // namespace
+
+LocalCounters::Shard& LocalCounters::shard(const std::string& key) {
+  return shards_[std::hash<std::string>{}(key) % shards_.size()];
+}
+
+int64_t LocalCounters::usedLocked(Counter& c, Window w, int64_t now_ms) {
+  if (w != Window::kMinute) {
+    return c.period == periodId(w, now_ms) ? c.period_used : 0;
+  }
+  const int64_t now = now_ms / 1000;
+  int64_t u = 0;
+  for (size_t i = 0; i < 60; ++i) {
+    if (c.sec[i] > now - 60 && c.sec[i] <= now) u += c.val[i];
+  }
+  return u;
+}
+
+int64_t LocalCounters::used(const Charge& ch, int64_t now_ms) {
+  Shard& s = shard(ch.counter);
+  std::lock_guard<std::mutex> lock(s.mu);
+  return usedLocked(s.counters[ch.counter], ch.window, now_ms);
+}
+
+Admission LocalCounters::reserve(std::span<const Charge> charges, int64_t now_ms, double share) {
+  Admission a;
+  a.stamp_ms = now_ms;
+  a.remaining.resize(charges.size());
+  a.reset_ms.resize(charges.size());
+  const int64_t now = now_ms / 1000;
+  size_t done = 0;
+  for (; done < charges.size(); ++done) {
+    const Charge& ch = charges[done];
+    const int64_t limit = scaled(ch.limit, share);
+    Shard& s = shard(ch.counter);
+    std::lock_guard<std::mutex> lock(s.mu);
+    Counter& c = s.counters[ch.counter];
+    const int64_t u = usedLocked(c, ch.window, now_ms);
+    if (u + ch.amount > limit) {
+      a.refused = static_cast<int>(done);
+      a.used = u;
+      if (ch.window != Window::kMinute) {
+        a.retry_after_ms = periodEndMs(ch.window, now_ms) - now_ms;
+      } else if (ch.amount > limit) {
+        a.retry_after_ms = 60'000;
+      } else {
+        std::vector<std::pair<int64_t, int64_t>> live;
+        for (size_t i = 0; i < 60; ++i) {
+          if (c.sec[i] > now - 60 && c.sec[i] <= now && c.val[i] != 0) live.emplace_back(c.sec[i], c.val[i]);
+        }
+        std::sort(live.begin(), live.end());
+        int64_t freed = 0;
+        a.retry_after_ms = 1000;
+        for (const auto& [sec, val] : live) {
+          freed += val;
+          if (u - freed + ch.amount <= limit) {
+            a.retry_after_ms = std::max<int64_t>(1, (sec + 60) * 1000 - now_ms);
+            break;
+          }
+        }
+      }
+      break;
+    }
+    if (ch.window == Window::kMinute) {
+      const size_t slot = static_cast<size_t>(now % 60);
+      if (c.sec[slot] != now) {
+        c.sec[slot] = now;
+        c.val[slot] = 0;
+      }
+      c.val[slot] += ch.amount;
+      int64_t oldest = now;
+      for (size_t i = 0; i < 60; ++i) {
+        if (c.sec[i] > now - 60 && c.sec[i] < oldest && c.val[i] != 0) oldest = c.sec[i];
+      }
+      a.reset_ms[done] = (oldest + 60) * 1000 - now_ms;
+    } else {
+      const int64_t p = periodId(ch.window, now_ms);
+      if (c.period != p) {
+        c.period = p;
+        c.period_used = 0;
+      }
+      c.period_used += ch.amount;
+      a.reset_ms[done] = periodEndMs(ch.window, now_ms) - now_ms;
+    }
+    a.remaining[done] = std::max<int64_t>(0, limit - u - ch.amount);
+  }
+  if (a.refused >= 0) {
+    // Undo what was reserved before the refusal.
+    std::vector<int64_t> undo(done);
+    for (size_t i = 0; i < done; ++i) undo[i] = -charges[i].amount;
+    adjust(charges.first(done), undo, now_ms, now_ms);
+    return a;
+  }
+  a.admitted = true;
+  return a;
+}
+
+void LocalCounters::adjust(std::span<const Charge> charges, std::span<const int64_t> delta, int64_t stamp_ms,
+                           int64_t now_ms) {
+  const int64_t stamp = stamp_ms / 1000;
+  const int64_t now = now_ms / 1000;
+  for (size_t i = 0; i < charges.size() && i < delta.size(); ++i) {
+    if (delta[i] == 0) continue;
+    const Charge& ch = charges[i];
+    Shard& s = shard(ch.counter);
+    std::lock_guard<std::mutex> lock(s.mu);
+    Counter& c = s.counters[ch.counter];
+    if (ch.window == Window::kMinute) {
+      const size_t slot = static_cast<size_t>(stamp % 60);
+      if (c.sec[slot] == stamp) {
+        c.val[slot] = std::max<int64_t>(0, c.val[slot] + delta[i]);
+      } else if (delta[i] > 0) {
+        const size_t cur = static_cast<size_t>(now % 60);
+        if (c.sec[cur] != now) {
+          c.sec[cur] = now;
+          c.val[cur] = 0;
+        }
+        c.val[cur] += delta[i];
+      }
+    } else if (c.period == periodId(ch.window, stamp_ms)) {
+      c.period_used = std::max<int64_t>(0, c.period_used + delta[i]);
+    }
+  }
+}
+
+void LocalCounters::seed(const Charge& ch, int64_t used, int64_t now_ms) {
+  if (ch.window == Window::kMinute) return;
+  Shard& s = shard(ch.counter);
+  std::lock_guard<std::mutex> lock(s.mu);
+  Counter& c = s.counters[ch.counter];
+  const int64_t p = periodId(ch.window, now_ms);
+  if (c.period != p) {
+    c.period = p;
+    c.period_used = used;
+  }
+}
+
+// ---- Redis ----
+
+namespace {
+
+constexpr const char* kReserveLua = R"lua(
+local t = redis.call('TIME')
+local now = tonumber(t[1])
+local now_ms = now * 1000 + math.floor(tonumber(t[2]) / 1000)
+local used = {}
+local reset = {}
+for i = 1, #KEYS do
+  local b = (i - 1) * 4
+  local w = tonumber(ARGV[b + 1])
+  local lim = tonumber(ARGV[b + 2])
+  local amt = tonumber(ARGV[b + 3])
+  local u = 0
+  if w == 0 then
+    local h = redis.call('HGETALL', KEYS[i])
+    local stale = {}
+    local live = {}
+    local oldest = now
+    for j = 1, #h, 2 do
+      local s = tonumber(h[j])
+      if s <= now - 60 then
+        stale[#stale + 1] = h[j]
+      else
+        local v = tonumber(h[j + 1])
+        u = u + v
+        live[#live + 1] = {s, v}
+        if v ~= 0 and s < oldest then oldest = s end
+      end
+    end
+    if #stale > 0 then redis.call('HDEL', KEYS[i], unpack(stale)) end
+    if u + amt > lim then
+      local retry = 60000
+      if amt <= lim then
+        retry = 1000
+        table.sort(live, function(a, b) return a[1] < b[1] end)
+        local freed = 0
+        for _, e in ipairs(live) do
+          freed = freed + e[2]
+          if u - freed + amt <= lim then
+            retry = math.max(1, (e[1] + 60) * 1000 - now_ms)
+            break
+          end
+        end
+      end
+      return {0, i, now_ms, u, retry}
+    end
+    reset[i] = (oldest + 60) * 1000 - now_ms
+  else
+    u = tonumber(redis.call('GET', KEYS[i]) or '0')
+    if u + amt > lim then return {0, i, now_ms, u, 0} end
+    reset[i] = 0
+  end
+  used[i] = u
+end
+for i = 1, #KEYS do
+  local b = (i - 1) * 4
+  local amt = tonumber(ARGV[b + 3])
+  if tonumber(ARGV[b + 1]) == 0 then
+    redis.call('HINCRBY', KEYS[i], now, amt)
+    redis.call('EXPIRE', KEYS[i], 61)
+  else
+    redis.call('INCRBY', KEYS[i], amt)
+    redis.call('EXPIRE', KEYS[i], tonumber(ARGV[b + 4]))
+  end
+end
+local out = {1, 0, now_ms}
+for i = 1, #KEYS do
+  out[#out + 1] = used[i]
+  out[#out + 1] = reset[i]
+end
+return out
+)lua";
+
+constexpr const char* kAdjustLua = R"lua(
+local stamp = ARGV[1]
+local now = tonumber(redis.call('TIME')[1])
+for i = 1, #KEYS do
+  local b = 1 + (i - 1) * 2
+  local w = tonumber(ARGV[b + 1])
+  local d = tonumber(ARGV[b + 2])
+  if d ~= 0 then
+    if w == 0 then
+      if redis.call('HEXISTS', KEYS[i], stamp) == 1 then
+        redis.call('HINCRBY', KEYS[i], stamp, d)
+      elseif d > 0 then
+        redis.call('HINCRBY', KEYS[i], now, d)
+        redis.call('EXPIRE', KEYS[i], 61)
+      end
+    elseif redis.call('EXISTS', KEYS[i]) == 1 then
+      redis.call('INCRBY', KEYS[i], d)
+    end
+  end
+end
+return 1
+)lua";
+
+}  // namespace
+
+const store::RedisScript& reserveScript() {
+  static const store::RedisScript s(kReserveLua);
+  return s;
+}
+
+const store::RedisScript& adjustScript() {
+  static const store::RedisScript s(kAdjustLua);
+  return s;
+}
+
+std::string redisCounterKey(const Charge& c, int64_t unix_ms) {
+  std::string k = "infera:rl:";
+  k += c.counter;
+  if (c.window != Window::kMinute) {
+    k += ':';
+    k += std::to_string(periodId(c.window, unix_ms));
+  }
+  return k;
+}
+
+void reserveArgs(std::span<const Charge> charges, int64_t now_ms, std::vector<std::string>& keys,
+                 std::vector<std::string>& args) {
+  keys.clear();
+  args.clear();
+  for (const Charge& c : charges) {
+    keys.push_back(redisCounterKey(c, now_ms));
+    args.push_back(c.window == Window::kMinute ? "0" : "1");
+    args.push_back(std::to_string(c.limit));
+    args.push_back(std::to_string(c.amount));
+    // Period counters outlive their period by a day (clock skew between replicas).
+    const int64_t ttl_s =
+        c.window == Window::kMinute ? 61 : (periodEndMs(c.window, now_ms) - now_ms) / 1000 + 86'400;
+    args.push_back(std::to_string(ttl_s));
+  }
+}
+
+void adjustArgs(std::span<const Charge> charges, std::span<const int64_t> delta, int64_t stamp_ms,
+                std::vector<std::string>& keys, std::vector<std::string>& args) {
+  keys.clear();
+  args.clear();
+  args.push_back(std::to_string(stamp_ms / 1000));
+  for (size_t i = 0; i < charges.size() && i < delta.size(); ++i) {
+    keys.push_back(redisCounterKey(charges[i], stamp_ms));
+    args.push_back(charges[i].window == Window::kMinute ? "0" : "1");
+    args.push_back(std::to_string(delta[i]));
+  }
+}
+
+Result<Admission> parseReserveReply(const store::RedisReply& r, std::span<const Charge> charges) {
+  using T = store::RedisReply::Type;
+  if (r.type == T::kError) return Status::internal("rate-limit script failed: " + r.str);
+  if (r.type != T::kArray || r.elements.size() < 3) return Status::internal("rate-limit script: unexpected reply");
+  for (const auto& e : r.elements) {
+    if (e.type != T::kInteger) return Status::internal("rate-limit script: non-integer reply element");
+  }
+  Admission a;
+  a.stamp_ms = r.elements[2].integer;
+  a.remaining.resize(charges.size());
+  a.reset_ms.resize(charges.size());
+  if (r.elements[0].integer == 0) {
+    if (r.elements.size() < 5) return Status::internal("rate-limit script: short refusal reply");
+    a.refused = static_cast<int>(r.elements[1].integer) - 1;
+    if (a.refused < 0 || static_cast<size_t>(a.refused) >= charges.size()) {
+      return Status::internal("rate-limit script: bad index");
+    }
+    a.used = r.elements[3].integer;
+    const Charge& c = charges[static_cast<size_t>(a.refused)];
+    a.retry_after_ms = c.window == Window::kMinute ? r.elements[4].integer : periodEndMs(c.window, a.stamp_ms) - a.stamp_ms;
+    return a;
+  }
+  if (r.elements.size() != 3 + 2 * charges.size()) return Status::internal("rate-limit script: wrong reply length");
+  a.admitted = true;
+  for (size_t i = 0; i < charges.size(); ++i) {
+    const int64_t u = r.elements[3 + 2 * i].integer;
+    a.remaining[i] = std::max<int64_t>(0, charges[i].limit - u - charges[i].amount);
+    a.reset_ms[i] = charges[i].window == Window::kMinute ? r.elements[4 + 2 * i].integer
+                                                          : periodEndMs(charges[i].window, a.stamp_ms) - a.stamp_ms;
+  }
+  return a;
+}
+
+std::string formatResetDuration(int64_t ms) {
+  if (ms <= 0) return "0s";
+  if (ms < 1000) return std::to_string(ms) + "ms";
+  const int64_t total_s = ms / 1000;
+  const int64_t rem_ms = ms % 1000;
+  const int64_t h = total_s / 3600;
+  const int64_t m = (total_s % 3600) / 60;
+  const int64_t s = total_s % 60;
+  std::string out;
+  if (h) out += std::to_string(h) + "h";
+  if (h || m) out += std::to_string(m) + "m";
+  if (!h && !m && rem_ms) {
+    // "1.5s" for short waits, like OpenAI's headers.
+    char buf[32];
+    std::snprintf(buf, sizeof(buf), "%.3g", static_cast<double>(s) + static_cast<double>(rem_ms) / 1000.0);
+    out += buf;
+    out += "s";
+    return out;
+  }
+  out += std::to_string(s) + "s";
+  return out;
+}
+
+}  // namespace infera::gateway

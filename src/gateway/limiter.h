@@ -1,0 +1,99 @@
+#pragma once
+// Private to the gateway: request/token/cost counters for admission control.
+//
+// A request reserves its worst case on every counter that applies (key, team, model, daily quota,
+// budget) in one atomic step: all or nothing. When the response ends the reservation is adjusted
+// to what was used. Per-minute limits are rolling 60 s windows of 1 s buckets, so no 60 s interval
+// ever admits more than the limit (plus what reconciliation adds beyond a reservation); day and
+// month quotas are calendar (UTC) periods.
+//
+// Counters live in this process (LocalCounters, shared by all workers) or in Redis (one EVALSHA
+// per admission, see RedisCounters), with LocalCounters as the fallback while Redis is down.
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "net/asio.h"
+#include "store/redis.h"
+
+namespace infera::gateway {
+
+enum class Window : uint8_t { kMinute, kDay, kMonth };
+
+enum class Scope : uint8_t { kKey, kTeam, kModel, kDeployment, kDaily, kBudgetTokens, kBudgetCost };
+std::string_view scopeName(Scope s);
+
+struct Charge {
+  std::string counter;  // e.g. "k:<id>:t"; the window's period is appended for day/month
+  Window window = Window::kMinute;
+  Scope scope = Scope::kKey;
+  bool tokens = false;   // token (or cost) counter rather than a request counter
+  int64_t limit = 0;     // > 0
+  int64_t amount = 0;    // reserved
+};
+
+struct Admission {
+  bool admitted = false;
+  int refused = -1;            // index of the charge that did not fit
+  int64_t used = 0;            // on refusal: what that counter had used
+  int64_t retry_after_ms = 0;  // on refusal
+  int64_t stamp_ms = 0;        // when the reservation was recorded (for adjust)
+  bool fallback = false;       // decided by the local fallback (Redis down)
+  bool skipped = false;        // fail-open: nothing was reserved
+  std::vector<int64_t> remaining;  // per charge, after this reservation
+  std::vector<int64_t> reset_ms;   // per charge: until capacity starts to come back
+};
+
+// UTC period ids: yyyymmdd for days, yyyymm for months.
+int64_t periodId(Window w, int64_t unix_ms);
+int64_t periodEndMs(Window w, int64_t unix_ms);
+
+class LocalCounters {
+ public:
+  // `share` scales every limit (the local share of a limit while Redis is down).
+  Admission reserve(std::span<const Charge> charges, int64_t now_ms, double share = 1.0);
+  // Adds delta[i] (negative: a refund) to the bucket/period the reservation at stamp_ms used.
+  void adjust(std::span<const Charge> charges, std::span<const int64_t> delta, int64_t stamp_ms, int64_t now_ms);
+  // Sets a period counter if it has no value yet (usage since the period began, after a restart).
+  void seed(const Charge& c, int64_t used, int64_t now_ms);
+  int64_t used(const Charge& c, int64_t now_ms);
+
+ private:
+  struct Counter {
+    std::array<int64_t, 60> sec{};  // second held by each slot
+    std::array<int64_t, 60> val{};
+    int64_t period = 0;
+    int64_t period_used = 0;
+  };
+  static int64_t usedLocked(Counter& c, Window w, int64_t now_ms);
+  struct Shard {
+    std::mutex mu;
+    std::unordered_map<std::string, Counter> counters;
+  };
+  Shard& shard(const std::string& key);
+  std::array<Shard, 16> shards_;
+};
+
+// The Lua scripts and their argument layout (shared by the data plane and tests).
+const store::RedisScript& reserveScript();
+const store::RedisScript& adjustScript();
+// Redis key of a charge's counter at a time (period appended for day/month).
+std::string redisCounterKey(const Charge& c, int64_t unix_ms);
+
+// Turns a reserve script reply into an Admission (kInternal on a malformed reply).
+Result<Admission> parseReserveReply(const store::RedisReply& reply, std::span<const Charge> charges);
+void reserveArgs(std::span<const Charge> charges, int64_t now_ms, std::vector<std::string>& keys,
+                 std::vector<std::string>& args);
+void adjustArgs(std::span<const Charge> charges, std::span<const int64_t> delta, int64_t stamp_ms,
+                std::vector<std::string>& keys, std::vector<std::string>& args);
+
+// "1s", "6m0s", "250ms" (the form OpenAI uses in x-ratelimit-reset-*).
+std::string formatResetDuration(int64_t ms);
+
+}  // namespace infera::gateway

@@ -1,0 +1,436 @@
+// Governance end to end on embedded defaults (SQLite file, in-process counters): keys and teams
+// through the admin API, authentication, permissions, limits with OpenAI's 429 conventions, usage
+// records (exact for streams, completed and aborted), budgets, revocation, rotation, the cache.
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <thread>
+
+#include "fakes/http_test_client.h"
+#include "gateway/gov_fixture.h"
+#include "store/sql.h"
+
+namespace infera::gateway {
+namespace {
+
+using namespace govtest;
+using testing::TestClient;
+using testing::waitFor;
+
+class GovernanceTest : public ::testing::Test {
+ protected:
+  void start(const std::string& governance_extra = "", const std::string& model_extra = "",
+             const std::string& deployment_extra = "", double token_ms = 0) {
+    emu_ = startEmulator(token_ms);
+    ASSERT_TRUE(emu_);
+    db_path_ = tempPath("gov.db");
+    gw_ = startGov(govConfig(emu_->url(), "sqlite:" + db_path_, governance_extra, model_extra, deployment_extra));
+    ASSERT_TRUE(gw_);
+  }
+  // Usage rows straight from the store file, by request id.
+  json usageByRequest() {
+    auto db = store::SqlDb::open("sqlite:" + db_path_);
+    EXPECT_TRUE(db.ok());
+    json out = json::object();
+    if (!db.ok()) return out;
+    auto r = (*db)->exec(
+        "SELECT request_id, prompt_tokens, completion_tokens, aborted, estimated, status, stream, cached, team, "
+        "key_id FROM infera_usage");
+    EXPECT_TRUE(r.ok()) << r.status().message();
+    if (!r.ok()) return out;
+    for (size_t i = 0; i < r->rows.size(); ++i) {
+      out[r->text(i, 0)] = {{"prompt", r->integer(i, 1)}, {"completion", r->integer(i, 2)},
+                            {"aborted", r->integer(i, 3)}, {"estimated", r->integer(i, 4)},
+                            {"status", r->integer(i, 5)},  {"stream", r->integer(i, 6)},
+                            {"cached", r->integer(i, 7)},  {"team", r->text(i, 8)},
+                            {"key", r->text(i, 9)}};
+    }
+    return out;
+  }
+
+  std::unique_ptr<emulator::Emulator> emu_;
+  std::string db_path_;
+  std::unique_ptr<Gateway> gw_;
+};
+
+TEST_F(GovernanceTest, AdminApiNeedsTheAdminToken) {
+  start();
+  EXPECT_EQ(admin(*gw_, "GET", "/admin/teams", "", "").status, 401);
+  EXPECT_EQ(admin(*gw_, "GET", "/admin/teams", "", "wrong").status, 401);
+  EXPECT_EQ(admin(*gw_, "GET", "/admin/teams").status, 200);
+  // Bad input is refused with a clear message and writes nothing.
+  const auto bad = admin(*gw_, "POST", "/admin/teams", R"({"name":"t","rpm":-1})");
+  EXPECT_EQ(bad.status, 400);
+  EXPECT_NE(bad.body.find("rpm"), std::string::npos);
+  EXPECT_EQ(parse(admin(*gw_, "GET", "/admin/teams").body)["teams"].size(), 0u);
+  EXPECT_EQ(admin(*gw_, "POST", "/admin/keys", R"({"team":"nope"})").status, 404);
+}
+
+TEST_F(GovernanceTest, KeysAuthenticateAndAreNeverShownAgain) {
+  start();
+  const std::string key = makeKey(*gw_, "ml");
+  ASSERT_TRUE(key.starts_with("sk-inf-")) << key;
+
+  const auto missing = call(*gw_, "", chat("m1", 2));
+  EXPECT_EQ(missing.status, 401);
+  EXPECT_EQ(errorCode(missing), "missing_api_key");
+  const auto wrong = call(*gw_, key.substr(0, key.size() - 1) + (key.back() == 'a' ? "b" : "a"), chat("m1", 2));
+  EXPECT_EQ(wrong.status, 401);
+  EXPECT_EQ(errorCode(wrong), "invalid_api_key");
+  EXPECT_EQ(wrong.body.find(key.substr(7)), std::string::npos);  // never echoes the key
+
+  const auto ok = call(*gw_, key, chat("m1", 2));
+  EXPECT_EQ(ok.status, 200) << ok.body;
+
+  // list/show never reveal the secret, salt or hash.
+  const auto list = admin(*gw_, "GET", "/admin/keys");
+  EXPECT_EQ(list.status, 200);
+  EXPECT_EQ(list.body.find(key.substr(20)), std::string::npos);
+  EXPECT_EQ(list.body.find("hash"), std::string::npos);
+  EXPECT_EQ(list.body.find("salt"), std::string::npos);
+  // Nor does the store: only the salted keyed hash is there.
+  auto db = store::SqlDb::open("sqlite:" + db_path_);
+  ASSERT_TRUE(db.ok());
+  auto rows = (*db)->exec("SELECT hash, salt FROM infera_keys");
+  ASSERT_TRUE(rows.ok());
+  ASSERT_EQ(rows->rows.size(), 1u);
+  EXPECT_EQ(rows->text(0, 0).find(key.substr(20)), std::string::npos);
+  EXPECT_EQ(rows->text(0, 0).size(), 64u);
+}
+
+TEST_F(GovernanceTest, ModelPermissionsAreAtMostTheTeams) {
+  start();
+  const std::string key = makeKey(*gw_, "vision", json{{"models", "m1*"}});
+  EXPECT_EQ(call(*gw_, key, chat("m1", 1)).status, 200);
+  EXPECT_EQ(call(*gw_, key, chat("m1-alias", 1)).status, 200);
+  const auto denied = call(*gw_, key, chat("m2", 1));
+  EXPECT_EQ(denied.status, 403);
+  EXPECT_EQ(errorCode(denied), "model_not_allowed");
+  // A key cannot be given models outside its team's list.
+  const auto wider = admin(*gw_, "POST", "/admin/keys", R"({"team":"vision","models":"m2"})");
+  EXPECT_EQ(wider.status, 400) << wider.body;
+  // Nor limits above the team's.
+  admin(*gw_, "PATCH", "/admin/teams/vision", R"({"tpm":1000})");
+  EXPECT_EQ(admin(*gw_, "POST", "/admin/keys", R"({"team":"vision","tpm":5000})").status, 400);
+}
+
+TEST_F(GovernanceTest, RequestLimitAnswers429WithOpenAiHeaders) {
+  start();
+  const std::string key = makeKey(*gw_, "small", json{{"rpm", 3}, {"tpm", 100000}});
+  for (int i = 0; i < 3; ++i) {
+    const auto r = call(*gw_, key, chat("m1", 2));
+    ASSERT_EQ(r.status, 200) << r.body;
+    EXPECT_EQ(r.header("x-ratelimit-limit-requests"), "3");
+    EXPECT_EQ(r.header("x-ratelimit-remaining-requests"), std::to_string(2 - i));
+    EXPECT_EQ(r.header("x-ratelimit-limit-tokens"), "100000");
+    EXPECT_FALSE(r.header("x-ratelimit-remaining-tokens").empty());
+    EXPECT_FALSE(r.header("x-ratelimit-reset-requests").empty());
+    EXPECT_FALSE(r.header("x-ratelimit-reset-tokens").empty());
+  }
+  const auto limited = call(*gw_, key, chat("m1", 2));
+  EXPECT_EQ(limited.status, 429);
+  EXPECT_EQ(errorCode(limited), "rate_limit_exceeded");
+  const int retry = std::atoi(limited.header("retry-after").c_str());
+  EXPECT_GE(retry, 1);
+  EXPECT_LE(retry, 60);
+  EXPECT_EQ(limited.header("x-ratelimit-remaining-requests"), "0");
+  EXPECT_NE(parse(limited.body)["error"]["message"].get<std::string>().find("requests per min"), std::string::npos);
+  EXPECT_EQ(emu_->stats().requests.load(), 3u);  // the refused request never reached the backend
+}
+
+TEST_F(GovernanceTest, TokenReservationRefusesUpFrontAndReconcilesToActualUsage) {
+  start("  default_max_tokens: 150\n");
+  const std::string key = makeKey(*gw_, "tok", json{{"tpm", 400}});
+  // Worst case (prompt estimate + max_tokens) above the limit: refused before the backend.
+  const auto too_big = call(*gw_, key, chat("m1", 500));
+  EXPECT_EQ(too_big.status, 429);
+  EXPECT_EQ(errorCode(too_big), "rate_limit_exceeded");
+  EXPECT_EQ(emu_->stats().requests.load(), 0u);
+  // No max_tokens: ~180 tokens reserved (prompt estimate + default_max_tokens 150), ~21 used (the
+  // emulator writes 16). Reservations alone would admit 2; reconciled, about 10 fit.
+  const std::string body = R"({"model":"m1","messages":[{"role":"user","content":"hello there, how are you"}]})";
+  int ok = 0;
+  TestResponse last;
+  for (int i = 0; i < 30; ++i) {
+    last = call(*gw_, key, body);
+    if (last.status != 200) break;
+    ++ok;
+  }
+  EXPECT_GE(ok, 6);
+  EXPECT_LT(ok, 30);
+  EXPECT_EQ(last.status, 429);
+  EXPECT_EQ(last.header("x-ratelimit-limit-tokens"), "400");
+  EXPECT_LT(std::atoi(last.header("x-ratelimit-remaining-tokens").c_str()), 180);
+}
+
+TEST_F(GovernanceTest, UsageIsRecordedPerRequestAndQueryableByTeamAndModel) {
+  start();
+  const std::string a = makeKey(*gw_, "alpha");
+  const std::string b = makeKey(*gw_, "beta");
+  for (int i = 0; i < 3; ++i) ASSERT_EQ(call(*gw_, a, chat("m1", 4)).status, 200);
+  ASSERT_EQ(call(*gw_, b, chat("m2", 7)).status, 200);
+  ASSERT_EQ(call(*gw_, b, R"({"model":"m1","input":"embed me"})", {}, "/v1/embeddings").status, 200);
+  json rows;
+  ASSERT_TRUE(waitFor([&] {
+    rows = usageRows(*gw_, "since=1h&granularity=total&group_by=team,model");
+    int64_t n = 0;
+    for (const auto& r : rows) n += r["requests"].get<int64_t>();
+    return n == 5;
+  }));
+  bool saw_alpha = false, saw_beta_m2 = false;
+  for (const auto& r : rows) {
+    if (r["team"] == "alpha") {
+      saw_alpha = true;
+      EXPECT_EQ(r["model"], "m1");
+      EXPECT_EQ(r["requests"], 3);
+      EXPECT_EQ(r["completion_tokens"], 12);
+      EXPECT_GT(r["prompt_tokens"].get<int64_t>(), 0);
+    }
+    if (r["team"] == "beta" && r["model"] == "m2") {
+      saw_beta_m2 = true;
+      EXPECT_EQ(r["completion_tokens"], 7);
+    }
+  }
+  EXPECT_TRUE(saw_alpha);
+  EXPECT_TRUE(saw_beta_m2);
+  // Per-minute roll-up, filtered by team.
+  const json minute = usageRows(*gw_, "since=1h&granularity=minute&team=alpha&group_by=model");
+  int64_t n = 0;
+  for (const auto& r : minute) {
+    EXPECT_EQ(r["bucket_ms"].get<int64_t>() % 60000, 0);
+    n += r["requests"].get<int64_t>();
+  }
+  EXPECT_EQ(n, 3);
+  // Prometheus counters by team and model.
+  EXPECT_EQ(gw_->metricSum("infera_usage_requests_total"), 5);
+  EXPECT_NE(gw_->metricsText().find("infera_usage_tokens_total{team=\"alpha\",model=\"m1\",kind=\"completion\"} 12"),
+            std::string::npos);
+}
+
+TEST_F(GovernanceTest, StreamsAreBilledExactlyAndUsageTheClientDidNotAskForIsStripped) {
+  start("", "", "        continuous_usage: true\n");
+  const std::string key = makeKey(*gw_, "streams");
+  // Client did not ask for usage: the gateway asked the backend anyway, and strips it.
+  const auto plain = call(*gw_, key, chat("m1", 5, true));
+  ASSERT_EQ(plain.status, 200);
+  EXPECT_EQ(plain.body.find("usage"), std::string::npos) << plain.body;
+  EXPECT_NE(plain.body.find("[DONE]"), std::string::npos);
+  // Client asked for the final usage chunk: it gets it (and null usage on the other chunks).
+  const auto with_usage =
+      call(*gw_, key, chat("m1", 5, true, R"(,"stream_options":{"include_usage":true})"));
+  ASSERT_EQ(with_usage.status, 200);
+  EXPECT_NE(with_usage.body.find(R"("choices":[],"usage":{"prompt_tokens")"), std::string::npos) << with_usage.body;
+  EXPECT_NE(with_usage.body.find(R"("usage":null)"), std::string::npos) << with_usage.body;
+  const std::string ids[2] = {plain.header("x-request-id"), with_usage.header("x-request-id")};
+  json usage;
+  ASSERT_TRUE(waitFor([&] {
+    usage = usageByRequest();
+    return usage.contains(ids[0]) && usage.contains(ids[1]);
+  }));
+  for (const auto& id : ids) {
+    const auto truth = emu_->usageFor(id);
+    ASSERT_TRUE(truth.has_value());
+    EXPECT_EQ(usage[id]["completion"], truth->completion_tokens);
+    EXPECT_EQ(usage[id]["prompt"], truth->prompt_tokens);
+    EXPECT_EQ(usage[id]["estimated"], 0);
+  }
+}
+
+TEST_F(GovernanceTest, EveryCompletedAndAbortedStreamIsRecordedWithTheBackendsCounts) {
+  start("", "", "        continuous_usage: true\n", /*token_ms=*/15);
+  const std::string key = makeKey(*gw_, "streams");
+  std::vector<std::string> completed, aborted;
+  for (int i = 0; i < 8; ++i) {
+    TestClient c(gw_->port());
+    ASSERT_TRUE(c.send("POST", "/v1/chat/completions", chat("m1", 30, true),
+                       {{"authorization", "Bearer " + key}, {"content-type", "application/json"}}));
+    TestResponse head;
+    ASSERT_TRUE(c.readHead(head));
+    ASSERT_EQ(head.status, 200);
+    const std::string id = head.header("x-request-id");
+    if (i % 2 == 0) {
+      while (c.readPiece()) {
+      }
+      completed.push_back(id);
+    } else {
+      // Read a few tokens, then leave.
+      std::string seen;
+      while (seen.find("content\":\" brown") == std::string::npos) {
+        auto p = c.readPiece();
+        ASSERT_TRUE(p.has_value());
+        seen += *p;
+      }
+      c.close();
+      aborted.push_back(id);
+    }
+  }
+  json usage;
+  ASSERT_TRUE(waitFor([&] {
+    usage = usageByRequest();
+    for (const auto& id : completed) {
+      if (!usage.contains(id)) return false;
+    }
+    for (const auto& id : aborted) {
+      if (!usage.contains(id) || !emu_->usageFor(id)) return false;
+    }
+    return true;
+  }));
+  for (const auto& id : completed) {
+    const auto truth = emu_->usageFor(id);
+    ASSERT_TRUE(truth && truth->completed);
+    EXPECT_EQ(usage[id]["completion"], 30);
+    EXPECT_EQ(usage[id]["completion"], truth->completion_tokens);
+    EXPECT_EQ(usage[id]["prompt"], truth->prompt_tokens);
+  }
+  for (const auto& id : aborted) {
+    const auto truth = emu_->usageFor(id);
+    ASSERT_TRUE(truth);
+    EXPECT_FALSE(truth->completed);
+    EXPECT_EQ(usage[id]["aborted"], 1);
+    EXPECT_EQ(usage[id]["prompt"], truth->prompt_tokens);
+    // The last cumulative usage the gateway saw: every token the backend wrote, except at most the
+    // one in flight when the client left.
+    const int64_t billed = usage[id]["completion"].get<int64_t>();
+    EXPECT_LE(billed, truth->completion_tokens);
+    EXPECT_GE(billed, truth->completion_tokens - 1);
+    EXPECT_GE(billed, 3);
+  }
+}
+
+TEST_F(GovernanceTest, RevocationTakesEffectWithinOneSecondAndRotationKeepsAGracePeriod) {
+  start();
+  const std::string key = makeKey(*gw_, "ops");
+  ASSERT_EQ(call(*gw_, key, chat("m1", 1)).status, 200);
+  const std::string id = key.substr(7, 12);
+
+  // Rotation: a new key works at once, the old one until its grace ends.
+  const auto rot = admin(*gw_, "POST", "/admin/keys/" + id + "/rotate", R"({"grace":"2s"})");
+  ASSERT_EQ(rot.status, 201) << rot.body;
+  const std::string fresh = parse(rot.body)["key"].get<std::string>();
+  ASSERT_TRUE(waitFor([&] { return call(*gw_, fresh, chat("m1", 1)).status == 200; }, std::chrono::seconds(1)));
+  EXPECT_EQ(call(*gw_, key, chat("m1", 1)).status, 200);
+  ASSERT_TRUE(waitFor([&] { return call(*gw_, key, chat("m1", 1)).status == 401; }, std::chrono::seconds(4)));
+  EXPECT_EQ(errorCode(call(*gw_, key, chat("m1", 1))), "expired_api_key");
+
+  // Revocation reaches every worker within 1 s.
+  const std::string fresh_id = fresh.substr(7, 12);
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_EQ(admin(*gw_, "POST", "/admin/keys/" + fresh_id + "/revoke").status, 200);
+  ASSERT_TRUE(waitFor(
+      [&] {
+        // Several connections so both workers are asked.
+        for (int i = 0; i < 4; ++i) {
+          if (call(*gw_, fresh, chat("m1", 1)).status != 401) return false;
+        }
+        return true;
+      },
+      std::chrono::seconds(1)));
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(1));
+
+  // Every change is in the audit log.
+  const json audit = parse(admin(*gw_, "GET", "/admin/audit?since=1h").body)["audit"];
+  std::vector<std::string> actions;
+  for (const auto& a : audit) actions.push_back(a["action"].get<std::string>());
+  EXPECT_NE(std::find(actions.begin(), actions.end(), "key.revoke"), actions.end());
+  EXPECT_NE(std::find(actions.begin(), actions.end(), "key.rotate"), actions.end());
+  EXPECT_NE(std::find(actions.begin(), actions.end(), "key.create"), actions.end());
+  EXPECT_NE(std::find(actions.begin(), actions.end(), "team.create"), actions.end());
+}
+
+TEST_F(GovernanceTest, ExpiredKeysAreRefused) {
+  start();
+  makeKey(*gw_, "temp");
+  const auto kr = admin(*gw_, "POST", "/admin/keys", R"({"team":"temp","expires_ms":1000})");
+  ASSERT_EQ(kr.status, 201);
+  const std::string key = parse(kr.body)["key"].get<std::string>();
+  const auto r = call(*gw_, key, chat("m1", 1));
+  EXPECT_EQ(r.status, 401);
+  EXPECT_EQ(errorCode(r), "expired_api_key");
+}
+
+TEST_F(GovernanceTest, TeamBudgetAnswers429InsufficientQuota) {
+  start();
+  const std::string key = makeKey(*gw_, "capped", json{{"budget_tokens", 100}, {"budget_period", "day"}});
+  int ok = 0;
+  TestResponse last;
+  for (int i = 0; i < 30; ++i) {
+    last = call(*gw_, key, chat("m1", 10));
+    if (last.status != 200) break;
+    ++ok;
+  }
+  EXPECT_GT(ok, 0);
+  EXPECT_LT(ok, 30);
+  EXPECT_EQ(last.status, 429);
+  EXPECT_EQ(errorCode(last), "budget_exceeded");
+  EXPECT_EQ(parse(last.body)["error"]["type"], "insufficient_quota");
+  EXPECT_NE(parse(last.body)["error"]["message"].get<std::string>().find("token budget"), std::string::npos);
+}
+
+TEST_F(GovernanceTest, ModelAndDeploymentLimitsProtectTheBackend) {
+  start("", "    limits: {rpm: 2}\n");
+  const std::string a = makeKey(*gw_, "a");
+  const std::string b = makeKey(*gw_, "b");
+  EXPECT_EQ(call(*gw_, a, chat("m1", 1)).status, 200);
+  EXPECT_EQ(call(*gw_, b, chat("m1", 1)).status, 200);
+  const auto r = call(*gw_, a, chat("m1", 1));
+  EXPECT_EQ(r.status, 429);
+  EXPECT_NE(r.body.find("model"), std::string::npos);
+  EXPECT_EQ(call(*gw_, a, chat("m2", 1)).status, 200);  // other models are not affected
+}
+
+TEST_F(GovernanceTest, DeterministicRequestsAreServedFromTheCache) {
+  start("  cache: {ttl_ms: 60000}\n");
+  const std::string key = makeKey(*gw_, "cache");
+  const std::string body = chat("m1", 3, false, R"(,"temperature":0)");
+  const auto first = call(*gw_, key, body);
+  ASSERT_EQ(first.status, 200);
+  EXPECT_EQ(first.header("x-infera-cache"), "miss");
+  // The entry is stored once the answer has been relayed.
+  ASSERT_TRUE(waitFor([&] { return gw_->metricSum("infera_cache_bytes") > 0; }));
+  // Same request with other whitespace and key order: a hit, the same answer, no backend call.
+  const std::string reordered =
+      R"({ "messages":[{"content":"hello there, how are you","role":"user"}], "temperature":0, "stream":false, "max_tokens":3, "model":"m1" })";
+  const uint64_t before = emu_->stats().requests.load();
+  const auto second = call(*gw_, key, reordered);
+  ASSERT_EQ(second.status, 200);
+  EXPECT_EQ(second.header("x-infera-cache"), "hit");
+  EXPECT_EQ(second.body, first.body);
+  EXPECT_EQ(emu_->stats().requests.load(), before);
+  // Non-deterministic requests are not cached unless asked.
+  EXPECT_EQ(call(*gw_, key, chat("m1", 3)).header("x-infera-cache"), "");
+  EXPECT_EQ(call(*gw_, key, chat("m1", 3), {{"x-infera-cache", "on"}}).header("x-infera-cache"), "miss");
+  // Cached answers still count as usage, marked cached.
+  json usage;
+  ASSERT_TRUE(waitFor([&] {
+    usage = usageByRequest();
+    return usage.contains(second.header("x-request-id"));
+  }));
+  EXPECT_EQ(usage[second.header("x-request-id")]["cached"], 1);
+  EXPECT_EQ(usage[second.header("x-request-id")]["completion"], 3);
+}
+
+TEST_F(GovernanceTest, UsersInsideATeamOnlyWhenTheKeyAllowsIt) {
+  start();
+  const std::string plain = makeKey(*gw_, "people");
+  const auto kr = admin(*gw_, "POST", "/admin/keys", R"({"team":"people","allow_user":true})");
+  const std::string with_user = parse(kr.body)["key"].get<std::string>();
+  EXPECT_EQ(call(*gw_, plain, chat("m1", 1), {{"x-infera-user", "ann"}}).status, 403);
+  EXPECT_EQ(call(*gw_, with_user, chat("m1", 1), {{"x-infera-user", "ann"}}).status, 200);
+  ASSERT_TRUE(waitFor([&] {
+    const json rows = usageRows(*gw_, "since=1h&granularity=total&group_by=user&user=ann");
+    return rows.size() == 1 && rows[0]["requests"] == 1;
+  }));
+}
+
+TEST_F(GovernanceTest, KeysSurviveARestartAndTheSecretStaysPrivate) {
+  start();
+  const std::string key = makeKey(*gw_, "persist");
+  gw_.reset();
+  gw_ = startGov(govConfig(emu_->url(), "sqlite:" + db_path_));
+  ASSERT_TRUE(gw_);
+  EXPECT_EQ(call(*gw_, key, chat("m1", 1)).status, 200);
+}
+
+}  // namespace
+}  // namespace infera::gateway

@@ -1,0 +1,258 @@
+// Unit tests of governance parts: key material, model patterns, the rolling-window counters (with
+// explicit times), reset durations, the cache and its key, and the metadata store on SQLite.
+
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <nlohmann/json.hpp>
+
+#include "gateway/governance.h"
+#include "gateway/keys.h"
+#include "gateway/limiter.h"
+
+namespace infera::gateway {
+namespace {
+
+TEST(GlobMatch, WildcardsAndLiterals) {
+  EXPECT_TRUE(globMatch("*", "anything"));
+  EXPECT_TRUE(globMatch("gpt-4*", "gpt-4o-mini"));
+  EXPECT_TRUE(globMatch("*-mini", "gpt-4o-mini"));
+  EXPECT_TRUE(globMatch("llama*8b", "llama-3-8b"));
+  EXPECT_FALSE(globMatch("gpt-4*", "gpt-3.5"));
+  EXPECT_FALSE(globMatch("m1", "m12"));
+  EXPECT_TRUE(globMatch("m1", "m1"));
+  EXPECT_EQ(splitPatterns(" a, b*,,c "), (std::vector<std::string>{"a", "b*", "c"}));
+}
+
+TEST(KeyMaterial, TokensParseAndHashesAreKeyedAndSalted) {
+  const std::string secret = randomToken(40);
+  EXPECT_EQ(secret.size(), 40u);
+  EXPECT_NE(secret, randomToken(40));
+  const std::string token = keyToken("abcdefghijkl", secret);
+  std::string_view id, s;
+  ASSERT_TRUE(parseKeyToken(token, id, s));
+  EXPECT_EQ(id, "abcdefghijkl");
+  EXPECT_EQ(s, secret);
+  EXPECT_FALSE(parseKeyToken("sk-inf-short", id, s));
+  EXPECT_FALSE(parseKeyToken("Bearer " + token, id, s));
+  const std::string h = hashSecret("server", "salt1", secret);
+  EXPECT_EQ(h.size(), 64u);
+  EXPECT_EQ(h, hashSecret("server", "salt1", secret));
+  EXPECT_NE(h, hashSecret("server", "salt2", secret));   // salted
+  EXPECT_NE(h, hashSecret("server2", "salt1", secret));  // keyed
+  EXPECT_TRUE(constantTimeEqual(h, hashSecret("server", "salt1", secret)));
+  EXPECT_FALSE(constantTimeEqual(h, h.substr(1)));
+}
+
+Charge minuteCharge(int64_t limit, int64_t amount, bool tokens = true) {
+  return Charge{"k:test:t", Window::kMinute, Scope::kKey, tokens, limit, amount};
+}
+
+TEST(LocalCounters, RollingMinuteNeverAdmitsMoreThanTheLimitInAnyWindow) {
+  LocalCounters c;
+  const int64_t t0 = 1'800'000'000'000;  // ms
+  // Saturating load: one 10-token request every 100 ms for 3 minutes against 1,000 TPM.
+  std::vector<std::pair<int64_t, int64_t>> admitted;  // (time, tokens)
+  for (int64_t t = t0; t < t0 + 180'000; t += 100) {
+    const Charge ch = minuteCharge(1000, 10);
+    const Admission a = c.reserve(std::span<const Charge>(&ch, 1), t);
+    if (a.admitted) admitted.emplace_back(t, 10);
+  }
+  // Any 60 s window holds at most the limit; and the limit is reached (within one request).
+  for (int64_t start = t0; start + 60'000 <= t0 + 180'000; start += 1000) {
+    int64_t sum = 0;
+    for (const auto& [t, n] : admitted) {
+      if (t >= start && t < start + 60'000) sum += n;
+    }
+    EXPECT_LE(sum, 1000) << "window at " << (start - t0);
+    EXPECT_GE(sum, 990) << "window at " << (start - t0);
+  }
+}
+
+TEST(LocalCounters, RefusalSaysWhenToRetryAndUndoesPartialReservations) {
+  LocalCounters c;
+  const int64_t t0 = 1'800'000'000'000;
+  Charge both[2] = {Charge{"k:a:r", Window::kMinute, Scope::kKey, false, 100, 1}, minuteCharge(50, 40)};
+  ASSERT_TRUE(c.reserve(both, t0).admitted);
+  const Admission refused = c.reserve(both, t0 + 10'000);
+  ASSERT_FALSE(refused.admitted);
+  EXPECT_EQ(refused.refused, 1);
+  EXPECT_EQ(refused.used, 40);
+  EXPECT_EQ(refused.retry_after_ms, 50'000);  // when the t0 bucket leaves the window
+  // The request counter (index 0) was rolled back: one request used, not two.
+  EXPECT_EQ(c.used(both[0], t0 + 10'000), 1);
+  // Past the window everything fits again.
+  EXPECT_TRUE(c.reserve(both, t0 + 61'000).admitted);
+}
+
+TEST(LocalCounters, AdjustReturnsWhatWasNotUsed) {
+  LocalCounters c;
+  const int64_t t0 = 1'800'000'000'000;
+  const Charge ch = minuteCharge(100, 80);
+  const Admission a = c.reserve(std::span<const Charge>(&ch, 1), t0);
+  ASSERT_TRUE(a.admitted);
+  EXPECT_EQ(a.remaining[0], 20);
+  EXPECT_FALSE(c.reserve(std::span<const Charge>(&ch, 1), t0 + 5'000).admitted);
+  const int64_t delta = -70;  // used 10 of the 80 reserved
+  c.adjust(std::span<const Charge>(&ch, 1), std::span<const int64_t>(&delta, 1), a.stamp_ms, t0 + 5'000);
+  EXPECT_EQ(c.used(ch, t0 + 5'000), 10);
+  EXPECT_TRUE(c.reserve(std::span<const Charge>(&ch, 1), t0 + 5'000).admitted);
+}
+
+TEST(LocalCounters, DailyPeriodsResetAtUtcMidnightAndShareScalesLimits) {
+  LocalCounters c;
+  const int64_t midnight = 1'799'971'200'000;  // 2027-01-15 00:00:00 UTC
+  ASSERT_EQ(midnight % 86'400'000, 0);
+  const Charge day{"t:x:d", Window::kDay, Scope::kDaily, true, 100, 60};
+  EXPECT_TRUE(c.reserve(std::span<const Charge>(&day, 1), midnight - 5'000).admitted);
+  const Admission late = c.reserve(std::span<const Charge>(&day, 1), midnight - 1'000);
+  EXPECT_FALSE(late.admitted);
+  EXPECT_EQ(late.retry_after_ms, 1'000);
+  EXPECT_TRUE(c.reserve(std::span<const Charge>(&day, 1), midnight).admitted);
+  EXPECT_EQ(periodId(Window::kDay, midnight), 20270115);
+  EXPECT_EQ(periodId(Window::kMonth, midnight), 202701);
+  EXPECT_EQ(periodEndMs(Window::kMonth, midnight), 1'801'440'000'000);  // 2027-02-01
+  // A third of a 90-token limit while Redis is down.
+  const Charge ch{"k:share:t", Window::kMinute, Scope::kKey, true, 90, 20};
+  EXPECT_TRUE(c.reserve(std::span<const Charge>(&ch, 1), midnight, 1.0 / 3).admitted);
+  EXPECT_FALSE(c.reserve(std::span<const Charge>(&ch, 1), midnight, 1.0 / 3).admitted);
+}
+
+TEST(ResetDuration, OpenAiStyle) {
+  EXPECT_EQ(formatResetDuration(0), "0s");
+  EXPECT_EQ(formatResetDuration(250), "250ms");
+  EXPECT_EQ(formatResetDuration(1500), "1.5s");
+  EXPECT_EQ(formatResetDuration(60'000), "1m0s");
+  EXPECT_EQ(formatResetDuration(3'723'000), "1h2m3s");
+}
+
+TEST(RedisScripts, ArgumentsCarryEveryCharge) {
+  Charge charges[2] = {Charge{"k:a:r", Window::kMinute, Scope::kKey, false, 10, 1},
+                       Charge{"t:b:d", Window::kDay, Scope::kDaily, true, 1000, 50}};
+  std::vector<std::string> keys, args;
+  reserveArgs(charges, 1'799'971'200'000, keys, args);
+  ASSERT_EQ(keys.size(), 2u);
+  EXPECT_EQ(keys[0], "infera:rl:k:a:r");
+  EXPECT_EQ(keys[1], "infera:rl:t:b:d:20270115");
+  ASSERT_EQ(args.size(), 8u);
+  EXPECT_EQ(args[0], "0");
+  EXPECT_EQ(args[1], "10");
+  EXPECT_EQ(args[2], "1");
+  EXPECT_EQ(args[4], "1");
+  EXPECT_EQ(args[6], "50");
+  EXPECT_EQ(reserveScript().sha1.size(), 40u);
+}
+
+TEST(ResponseCache, LruWithinBytesAndTtl) {
+  ResponseCache cache(1000, 400);
+  cache.put("a", {std::string(300, 'a'), "application/json", 1, 2, 10'000});
+  cache.put("b", {std::string(300, 'b'), "application/json", 1, 2, 10'000});
+  ASSERT_TRUE(cache.get("a", 0).has_value());  // a is now most recent
+  cache.put("c", {std::string(300, 'c'), "application/json", 1, 2, 10'000});
+  cache.put("d", {std::string(300, 'd'), "application/json", 1, 2, 10'000});  // evicts b (LRU)
+  EXPECT_FALSE(cache.get("b", 0).has_value());
+  EXPECT_TRUE(cache.get("a", 0).has_value());
+  EXPECT_LE(cache.bytes(), 1000);
+  cache.put("big", {std::string(500, 'x'), "application/json", 1, 2, 10'000});  // above the entry bound
+  EXPECT_FALSE(cache.get("big", 0).has_value());
+  EXPECT_FALSE(cache.get("a", 10'000).has_value());  // expired
+}
+
+TEST(ResponseCache, KeyIgnoresWhitespaceAndKeyOrderButNotValues) {
+  const std::string a = cacheKey("m", R"({"model":"m","temperature":0,"messages":[{"role":"user","content":"x"}]})");
+  const std::string b = cacheKey("m", R"({ "messages": [{"content":"x","role":"user"}], "temperature": 0, "model": "alias" })");
+  const std::string c = cacheKey("m", R"({"model":"m","temperature":0,"messages":[{"role":"user","content":"y"}]})");
+  EXPECT_FALSE(a.empty());
+  EXPECT_EQ(a, b);
+  EXPECT_NE(a, c);
+  EXPECT_NE(a, cacheKey("other", R"({"model":"m","temperature":0,"messages":[{"role":"user","content":"x"}]})"));
+  EXPECT_TRUE(cacheKey("m", "not json").empty());
+}
+
+class MetaStoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/infera-meta-XXXXXX";
+    dir_ = ::mkdtemp(tmpl);
+    auto s = MetaStore::open("sqlite:" + dir_ + "/meta.db");
+    ASSERT_TRUE(s.ok()) << s.status().message();
+    store_ = std::move(*s);
+  }
+  std::string dir_;
+  std::unique_ptr<MetaStore> store_;
+};
+
+TEST_F(MetaStoreTest, EveryChangeBumpsTheGenerationAndIsAudited) {
+  const int64_t g0 = *store_->generation();
+  TeamRecord t;
+  t.name = "ml";
+  t.tpm = 1000;
+  ASSERT_TRUE(store_->createTeam(t, "alice").isOk());
+  EXPECT_EQ(store_->createTeam(t, "alice").code(), StatusCode::kAlreadyExists);
+  KeyRecord k;
+  k.team = "ml";
+  k.tpm = 500;
+  auto token = store_->createKey(k, "secret", "alice");
+  ASSERT_TRUE(token.ok()) << token.status().message();
+  EXPECT_GT(*store_->generation(), g0 + 1);
+  KeyRecord too_much = k;
+  too_much.tpm = 5000;
+  EXPECT_EQ(store_->createKey(too_much, "secret", "alice").status().code(), StatusCode::kInvalidArgument);
+  ASSERT_TRUE(store_->revokeKey(k.id, "bob").isOk());
+  EXPECT_EQ(store_->revokeKey(k.id, "bob").code(), StatusCode::kNotFound);
+  EXPECT_EQ(store_->deleteTeam("ml", "bob").code(), StatusCode::kOk);
+  auto audit = store_->audit(0, 100);
+  ASSERT_TRUE(audit.ok());
+  ASSERT_EQ(audit->size(), 4u);
+  EXPECT_EQ((*audit)[0].action, "team.delete");
+  EXPECT_EQ((*audit)[0].actor, "bob");
+  EXPECT_EQ((*audit)[3].action, "team.create");
+  EXPECT_EQ((*audit)[3].actor, "alice");
+  // The snapshot leaves revoked keys out.
+  auto snap = buildSnapshot(1, *store_->teams(), *store_->keys());
+  EXPECT_TRUE(snap->by_id.empty());
+}
+
+TEST_F(MetaStoreTest, UsageRollsUpByMinuteHourAndDay) {
+  std::vector<UsageRecord> batch;
+  const int64_t base = 1'800'000'000'000 - (1'800'000'000'000 % 86'400'000);  // a UTC midnight
+  for (int i = 0; i < 120; ++i) {
+    UsageRecord r;
+    r.ts_ms = base + i * 30'000;  // one every 30 s for an hour
+    r.request_id = "r" + std::to_string(i);
+    r.team = i % 2 ? "a" : "b";
+    r.model = "m";
+    r.prompt_tokens = 10;
+    r.completion_tokens = i;
+    r.status = 200;
+    batch.push_back(r);
+  }
+  ASSERT_TRUE(store_->insertUsage(batch).isOk());
+  UsageQuery q;
+  q.from_ms = base;
+  q.to_ms = base + 86'400'000;
+  q.granularity = "minute";
+  q.group_by = {};
+  auto minute = nlohmann::json::parse(*store_->queryUsage(q));
+  ASSERT_EQ(minute.size(), 60u);
+  EXPECT_EQ(minute[0]["requests"], 2);
+  EXPECT_EQ(minute[0]["completion_tokens"], 0 + 1);
+  q.granularity = "day";
+  q.group_by = {"team"};
+  auto day = nlohmann::json::parse(*store_->queryUsage(q));
+  ASSERT_EQ(day.size(), 2u);
+  EXPECT_EQ(day[0]["team"], "a");
+  EXPECT_EQ(day[0]["requests"], 60);
+  EXPECT_EQ(day[0]["prompt_tokens"], 600);
+  EXPECT_EQ(day[0]["bucket_ms"], base);
+  q.group_by = {"nonsense"};
+  EXPECT_EQ(store_->queryUsage(q).status().code(), StatusCode::kInvalidArgument);
+  auto since = store_->teamUsageSince("b", base);
+  ASSERT_TRUE(since.ok());
+  int64_t expect = 0;
+  for (int i = 0; i < 120; i += 2) expect += 10 + i;
+  EXPECT_EQ(since->first, expect);
+}
+
+}  // namespace
+}  // namespace infera::gateway

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Governance as a user meets it: `infera serve` with governance on, a team and a key made with the
+# `infera teams/keys` commands, the official openai npm SDK calling with that key until a 429, and
+# the usage seen with `infera usage`.
+# Usage: run_governance_sdk_test.sh INFERA_BINARY WORK_DIR
+set -euo pipefail
+infera="$1"
+work="$2"
+here="$(cd "$(dirname "$0")" && pwd)"
+mkdir -p "$work"
+if [[ ! -d "$work/node_modules/openai" ]]; then
+  (cd "$work" && npm init -y >/dev/null 2>&1 && npm install --no-audit --no-fund --silent openai@4 >/dev/null)
+fi
+rm -f "$work"/gov-sdk.db*
+cat > "$work/gov-sdk.yaml" <<YAML
+listen: {host: 127.0.0.1, port: 0}
+admin: {host: 127.0.0.1, port: 0}
+workers: 2
+log_level: warn
+governance:
+  store: sqlite:$work/gov-sdk.db
+  usage_flush_ms: 100
+emulators:
+  local: {models: [llama-3-8b], token_ms: 1, default_max_tokens: 12}
+models:
+  - name: llama-3-8b
+    deployments: [{endpoints: [{emulator: local}]}]
+YAML
+export INFERA_ADMIN_TOKEN="sdk-admin-$$"
+out="$work/gov-serve.out"
+"$infera" serve -c "$work/gov-sdk.yaml" >"$out" 2>&1 &
+pid=$!
+trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null || true' EXIT
+port=""
+for _ in $(seq 1 500); do
+  port=$(sed -n 's|.*data http://127.0.0.1:\([0-9]*\).*|\1|p' "$out")
+  [[ -n "$port" ]] && break
+  kill -0 $pid 2>/dev/null || { cat "$out"; exit 1; }
+  sleep 0.02
+done
+[[ -n "$port" ]] || { echo "gateway did not start"; cat "$out"; exit 1; }
+admin_port=$(sed -n 's|.*admin http://127.0.0.1:\([0-9]*\).*|\1|p' "$out")
+export INFERA_ADMIN_URL="http://127.0.0.1:$admin_port"
+
+"$infera" teams create sdk --models 'llama*' --tpm 100000 >/dev/null
+key=$("$infera" keys create --team sdk --rpm 3 2>/dev/null)
+[[ "$key" == sk-inf-* ]] || { echo "no key from infera keys create: $key"; exit 1; }
+NODE_PATH="$work/node_modules" INFERA_BASE_URL="http://127.0.0.1:$port/v1" INFERA_KEY="$key" \
+  node "$here/governance_sdk_test.mjs"
+
+# Usage by team and model: the three admitted requests (the 429 is recorded with no tokens).
+for _ in $(seq 1 200); do
+  usage=$("$infera" usage --team sdk --granularity total --json)
+  if echo "$usage" | grep -q '"completion_tokens": 10'; then break; fi
+  sleep 0.02
+done
+echo "$usage" | grep -q '"completion_tokens": 10' || { echo "usage not as expected: $usage"; exit 1; }
+echo "$usage" | grep -q '"model": "llama-3-8b"' || { echo "usage has no model row: $usage"; exit 1; }
+"$infera" usage --team sdk --granularity total
+echo "usage ok"
