@@ -71,8 +71,10 @@ std::string urlDecode(std::string_view s) {
   for (size_t i = 0; i < s.size(); ++i) {
     if (s[i] == '+') {
       out += ' ';
-    } else if (s[i] == '%' && i + 2 < s.size()) {
-      out += static_cast<char>(std::stoi(std::string(s.substr(i + 1, 2)), nullptr, 16));
+    } else if (s[i] == '%' && i + 2 < s.size() && std::isxdigit(static_cast<unsigned char>(s[i + 1])) &&
+               std::isxdigit(static_cast<unsigned char>(s[i + 2]))) {
+      auto nibble = [](char c) { return c <= '9' ? c - '0' : (c | 0x20) - 'a' + 10; };
+      out += static_cast<char>(nibble(s[i + 1]) * 16 + nibble(s[i + 2]));
       i += 2;
     } else {
       out += s[i];
@@ -356,7 +358,7 @@ Governance::~Governance() {
 }
 
 void Governance::setPublisher(std::function<void(std::shared_ptr<const GovSnapshot>)> fn) {
-  std::lock_guard<std::mutex> lock(snap_mu_);
+  std::lock_guard<std::mutex> lock(publish_mu_);
   publish_ = std::move(fn);
 }
 
@@ -374,13 +376,13 @@ Status Governance::sync(bool force) {
   auto snap = buildSnapshot(gen, std::move(teams), std::move(keys));
   generation_ = gen;
   seedQuotas(*snap);
-  std::function<void(std::shared_ptr<const GovSnapshot>)> publish;
   {
     std::lock_guard<std::mutex> snap_lock(snap_mu_);
     snapshot_ = snap;
-    publish = publish_;
   }
-  if (publish) publish(snap);
+  // Held while publishing, so setPublisher(nullptr) waits for a publish in progress.
+  std::lock_guard<std::mutex> publish_lock(publish_mu_);
+  if (publish_) publish_(snap);
   INFERA_LOG(log, debug, "governance snapshot generation {} ({} keys)", gen, snap->keys.size());
   return Status::ok();
 }
@@ -739,7 +741,9 @@ net::Task<std::optional<ResponseCache::Entry>> GovWorker::cacheGet(const std::st
   if (local || !redis_ || !g_.config_.cache.redis) co_return local;
   // Shared tier: "content-type\nprompt\ncompletion\nbody", expiring in Redis (PX).
   std::vector<std::string> argv = {"GET", redisCacheKey(key)};
-  auto reply = co_await redis_->command(std::move(argv));
+  // g++ 12: no temporaries with destructors inside a co_await expression (name the task first).
+  auto get = redis_->command(std::move(argv));
+  auto reply = co_await std::move(get);
   if (!reply.ok() || reply->type != store::RedisReply::Type::kString) co_return std::nullopt;
   const std::string& v = reply->str;
   const size_t a = v.find('\n');
@@ -765,7 +769,8 @@ void GovWorker::cachePut(const std::string& key, ResponseCache::Entry e) {
                                      std::to_string(g_.config_.cache.ttl_ms)};
     struct Put {
       static net::Task<void> run(std::shared_ptr<store::AsyncRedis> r, std::vector<std::string> args) {
-        auto ignored = co_await r->command(std::move(args));
+        auto set = r->command(std::move(args));
+        auto ignored = co_await std::move(set);
         (void)ignored;  // best effort: the local tier has it
       }
     };
@@ -889,11 +894,13 @@ net::Task<Admission> GovWorker::reserve(std::span<const Charge> charges) {
   }
   if (redis_) {
     reserveArgs(charges, now, keys_buf_, args_buf_);
-    auto reply = co_await redis_->eval(reserveScript(), keys_buf_, args_buf_);
+    auto call = redis_->eval(reserveScript(), keys_buf_, args_buf_);
+    auto reply = co_await std::move(call);
     if (reply.ok()) {
       auto a = parseReserveReply(*reply, charges);
       if (a.ok()) {
         if (g_.redis_down.exchange(false)) INFERA_LOG(g_.log, info, "Redis rate limiting is back");
+        a->key_ms = now;  // period keys were named with this clock; adjust must use the same
         co_return std::move(*a);
       }
       g_.redis_errors->inc(shard_);
@@ -938,15 +945,17 @@ void GovWorker::adjust(std::span<const Charge> charges, std::span<const int64_t>
   }
   net::spawn(ctx_,
              adjustRemote(redis_, g_.redis_errors, shard_, std::vector<Charge>(charges.begin(), charges.end()),
-                          std::vector<int64_t>(delta.begin(), delta.end()), a.stamp_ms),
+                          std::vector<int64_t>(delta.begin(), delta.end()), a.stamp_ms, a.key_ms),
              "rate-limit adjust");
 }
 
 net::Task<void> GovWorker::adjustRemote(std::shared_ptr<store::AsyncRedis> redis, obs::Counter* errors, int shard,
-                                        std::vector<Charge> charges, std::vector<int64_t> delta, int64_t stamp_ms) {
+                                        std::vector<Charge> charges, std::vector<int64_t> delta, int64_t stamp_ms,
+                                        int64_t key_ms) {
   std::vector<std::string> keys, args;
-  adjustArgs(charges, delta, stamp_ms, keys, args);
-  auto r = co_await redis->eval(adjustScript(), std::move(keys), std::move(args));
+  adjustArgs(charges, delta, stamp_ms, key_ms, keys, args);
+  auto call = redis->eval(adjustScript(), std::move(keys), std::move(args));
+  auto r = co_await std::move(call);
   if (!r.ok() || r->isError()) errors->inc(shard);
 }
 

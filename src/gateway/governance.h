@@ -95,7 +95,12 @@ class GovWorker {
  public:
   GovWorker(Governance& g, int shard, net::asio::io_context& ctx);
   ~GovWorker();
-  void setSnapshot(std::shared_ptr<const GovSnapshot> s) { snapshot_ = std::move(s); token_cache_.clear(); }
+  // Ignores a snapshot older than the one held (posts from two threads may arrive out of order).
+  void setSnapshot(std::shared_ptr<const GovSnapshot> s) {
+    if (snapshot_ && s && s->generation < snapshot_->generation) return;
+    snapshot_ = std::move(s);
+    token_cache_.clear();
+  }
 
   // Who is calling: fills ticket.key/team/user, or an error (401).
   std::optional<GovError> authenticate(std::string_view authorization, std::string_view user_header, GovTicket& t);
@@ -123,7 +128,8 @@ class GovWorker {
   void adjust(std::span<const Charge> charges, std::span<const int64_t> delta, const Admission& a);
   // Spawned: owns what it uses (it may finish after this worker is gone).
   static net::Task<void> adjustRemote(std::shared_ptr<store::AsyncRedis> redis, obs::Counter* errors, int shard,
-                                      std::vector<Charge> charges, std::vector<int64_t> delta, int64_t stamp_ms);
+                                      std::vector<Charge> charges, std::vector<int64_t> delta, int64_t stamp_ms,
+                                      int64_t key_ms);
   GovError refusal(const GovTicket& t, std::span<const Charge> charges, const Admission& a) const;
 
   Governance& g_;
@@ -200,6 +206,7 @@ class Governance {
   std::unique_ptr<MetaStore> admin_store_;    // admin loop only (under admin_mu_)
   std::mutex admin_mu_;
   mutable std::mutex snap_mu_;
+  std::mutex publish_mu_;
   std::shared_ptr<const GovSnapshot> snapshot_;
   std::function<void(std::shared_ptr<const GovSnapshot>)> publish_;
   LocalCounters local_;

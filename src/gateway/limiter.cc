@@ -322,13 +322,13 @@ void reserveArgs(std::span<const Charge> charges, int64_t now_ms, std::vector<st
   }
 }
 
-void adjustArgs(std::span<const Charge> charges, std::span<const int64_t> delta, int64_t stamp_ms,
+void adjustArgs(std::span<const Charge> charges, std::span<const int64_t> delta, int64_t stamp_ms, int64_t key_ms,
                 std::vector<std::string>& keys, std::vector<std::string>& args) {
   keys.clear();
   args.clear();
   args.push_back(std::to_string(stamp_ms / 1000));
   for (size_t i = 0; i < charges.size() && i < delta.size(); ++i) {
-    keys.push_back(redisCounterKey(charges[i], stamp_ms));
+    keys.push_back(redisCounterKey(charges[i], key_ms));
     args.push_back(charges[i].window == Window::kMinute ? "0" : "1");
     args.push_back(std::to_string(delta[i]));
   }

@@ -44,6 +44,7 @@ struct Admission {
   int64_t used = 0;            // on refusal: what that counter had used
   int64_t retry_after_ms = 0;  // on refusal
   int64_t stamp_ms = 0;        // when the reservation was recorded (for adjust)
+  int64_t key_ms = 0;          // Redis: the local time that named the day/month counters
   bool fallback = false;       // decided by the local fallback (Redis down)
   bool skipped = false;        // fail-open: nothing was reserved
   std::vector<int64_t> remaining;  // per charge, after this reservation
@@ -90,7 +91,7 @@ std::string redisCounterKey(const Charge& c, int64_t unix_ms);
 Result<Admission> parseReserveReply(const store::RedisReply& reply, std::span<const Charge> charges);
 void reserveArgs(std::span<const Charge> charges, int64_t now_ms, std::vector<std::string>& keys,
                  std::vector<std::string>& args);
-void adjustArgs(std::span<const Charge> charges, std::span<const int64_t> delta, int64_t stamp_ms,
+void adjustArgs(std::span<const Charge> charges, std::span<const int64_t> delta, int64_t stamp_ms, int64_t key_ms,
                 std::vector<std::string>& keys, std::vector<std::string>& args);
 
 // "1s", "6m0s", "250ms" (the form OpenAI uses in x-ratelimit-reset-*).

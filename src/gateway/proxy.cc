@@ -392,7 +392,8 @@ Task<void> ProxyHandler::forward(Exchange& x, const std::vector<uint32_t>& candi
     const Deployment& dep = *ep.deployment;
     std::shared_ptr<WorkerEndpoint> ws = (*x.state)[static_cast<size_t>(idx)];
     tried_buf[n_tried++] = static_cast<uint32_t>(idx);
-    if (x.ticket && (dep.limits.rpm > 0 || dep.limits.tpm > 0)) {
+    if (x.ticket && (dep.limits.rpm > 0 || dep.limits.tpm > 0 || x.ticket->dep_reserved)) {
+      // (Also when this one has no limits: a retry gives the previous deployment its share back.)
       const bool room = co_await gov_->admitDeployment(*x.ticket, dep.limit_key, dep.limits);
       if (!room) {
         // This deployment is at its own limit: another one may have room (not counted as a try).
@@ -524,7 +525,16 @@ Task<void> ProxyHandler::forward(Exchange& x, const std::vector<uint32_t>& candi
     const bool scan_sse = sse && x.ticket;
     x.capture = !sse && x.ticket && (content_type.starts_with("application/json") || content_type.empty());
     if (x.capture) x.resp_content_type = std::string(content_type);
-    if (!co_await x.w.start(h.status, content_type, out_headers, clen, h.headers)) {
+    std::span<const HttpHeader> relayed = h.headers;
+    std::vector<HttpHeader> own_limits_only;
+    if (x.ticket && !x.extra.empty()) {
+      // The gateway's x-ratelimit-* describe the caller's limits; the backend's would contradict them.
+      for (const auto& hh : h.headers) {
+        if (!hh.name.starts_with("x-ratelimit-")) own_limits_only.push_back(hh);
+      }
+      relayed = own_limits_only;
+    }
+    if (!co_await x.w.start(h.status, content_type, out_headers, clen, relayed)) {
       conn->abort();
       x.current = nullptr;
       x.aborted = true;
@@ -586,6 +596,18 @@ Task<void> ProxyHandler::forward(Exchange& x, const std::vector<uint32_t>& candi
         co_return;
       }
     }
+    if (rewrite_sse && !x.sse_buf.empty()) {
+      // An unterminated last event passes as it came.
+      x.bytes_out += x.sse_buf.size();
+      const bool tail_ok = co_await x.w.writeChunk(x.sse_buf);
+      x.sse_buf.clear();
+      if (!tail_ok) {
+        conn->abort();
+        x.current = nullptr;
+        x.aborted = true;
+        co_return;
+      }
+    }
     co_await x.w.finish();
     x.current = nullptr;
     ws->pool->release(std::move(conn));
@@ -617,8 +639,48 @@ Task<void> ProxyHandler::forward(Exchange& x, const std::vector<uint32_t>& candi
 
 // ---------------- governance ----------------
 
+namespace {
+
+size_t skipJsonSpace(std::string_view s, size_t i) {
+  while (i < s.size() && (s[i] == ' ' || s[i] == '\t' || s[i] == '\r' || s[i] == '\n')) ++i;
+  return i;
+}
+
+// `"key": {` with any spacing (key given with its quotes).
+bool memberIsObject(std::string_view json, std::string_view quoted_key) {
+  size_t pos = 0;
+  while ((pos = json.find(quoted_key, pos)) != std::string_view::npos) {
+    pos += quoted_key.size();
+    size_t i = skipJsonSpace(json, pos);
+    if (i < json.size() && json[i] == ':') {
+      i = skipJsonSpace(json, i + 1);
+      if (i < json.size() && json[i] == '{') return true;
+    }
+  }
+  return false;
+}
+
+// A chunk that carries at least one choice: `"choices": [ {` with any spacing.
+bool hasChoice(std::string_view json) {
+  size_t pos = 0;
+  while ((pos = json.find("\"choices\"", pos)) != std::string_view::npos) {
+    pos += 9;
+    size_t i = skipJsonSpace(json, pos);
+    if (i >= json.size() || json[i] != ':') continue;
+    i = skipJsonSpace(json, i + 1);
+    if (i >= json.size() || json[i] != '[') continue;
+    i = skipJsonSpace(json, i + 1);
+    return i < json.size() && json[i] == '{';
+  }
+  return false;
+}
+
+}  // namespace
+
 Task<bool> ProxyHandler::authenticate(Exchange& x) {
   x.ticket = std::make_unique<GovTicket>();
+  // Usage is read from the answer, so it must come back uncompressed.
+  std::erase_if(x.req.headers, [](const HttpHeader& h) { return h.name == "accept-encoding"; });
   auto err = gov_->authenticate(x.req.header("authorization"), x.req.header(gov_->config().user_header), *x.ticket);
   if (err) {
     x.ticket.reset();  // not identified: no usage record
@@ -781,15 +843,14 @@ void ProxyHandler::scanSse(Exchange& x, std::string_view piece, std::string* out
       if (out) out->append(whole);
       continue;
     }
-    const bool has_choice = data.find("\"choices\":[{") != std::string_view::npos;
+    const bool has_choice = hasChoice(data);
     if (has_choice) ++x.content_events;
     const size_t u = data.find("\"usage\":");
     if (u == std::string_view::npos) {
       if (out) out->append(whole);
       continue;
     }
-    const bool usage_object = data.find("\"usage\":{") != std::string_view::npos ||
-                              data.find("\"usage\": {") != std::string_view::npos;
+    const bool usage_object = memberIsObject(data, "\"usage\"");
     if (usage_object) readUsage(x, data);
     if (!out) continue;
     if (!has_choice && usage_object && x.strip_final_usage) continue;  // the usage-only final chunk

@@ -120,7 +120,7 @@ Result<RequestFields> scanRequest(simdjson::dom::parser& parser, const std::stri
   if (obj["stream"].get(stream) == simdjson::SUCCESS) f.stream = stream;
   int64_t mt = 0;
   if (obj["max_completion_tokens"].get(mt) == simdjson::SUCCESS || obj["max_tokens"].get(mt) == simdjson::SUCCESS) {
-    f.max_tokens = std::max<int64_t>(0, mt);
+    f.max_tokens = std::clamp<int64_t>(mt, 0, int64_t{1} << 31);  // bounded: reservations stay exact integers
   }
   int64_t n = 1;
   if (obj["n"].get(n) == simdjson::SUCCESS) f.n = std::clamp<int64_t>(n, 1, 128);
@@ -130,7 +130,15 @@ Result<RequestFields> scanRequest(simdjson::dom::parser& parser, const std::stri
     f.temperature = temp;
   }
   simdjson::dom::object so;
-  if (obj["stream_options"].get(so) == simdjson::SUCCESS) {
+  simdjson::dom::element so_el;
+  if (obj["stream_options"].get(so_el) == simdjson::SUCCESS && so_el.is_null()) {
+    // "stream_options": null is replaced like an empty object (never a second key).
+    f.has_stream_options = true;
+    int count = 0;
+    if (!findTopLevelValue(body, "stream_options", f.stream_options_begin, f.stream_options_end, &count) || count != 1) {
+      return Status::invalidArgument("the request must have at most one top-level \"stream_options\" field");
+    }
+  } else if (obj["stream_options"].get(so) == simdjson::SUCCESS) {
     f.has_stream_options = true;
     for (auto field : so) {
       bool b = false;
