@@ -407,8 +407,9 @@ void Governance::seedQuotas(const GovSnapshot& s) {
       }
       auto used = control_store_->teamUsageSince(r.name, since);
       if (!used.ok()) return;
+      const std::string name = "t:" + r.name + ":" + suffix;  // as TeamInfo names it
       Charge c;
-      c.counter = "t:" + r.name + ":" + suffix;
+      c.counter = name;
       c.window = w;
       c.scope = scope;
       local_.seed(c, cost ? static_cast<int64_t>(used->second * 1e6) : used->first, now);
@@ -699,7 +700,7 @@ AdminReply Governance::adminLocked(std::string_view method, std::string_view tar
 // ---------------- GovWorker ----------------
 
 GovWorker::GovWorker(Governance& g, int shard, net::asio::io_context& ctx)
-    : g_(g), shard_(shard), ctx_(ctx), snapshot_(g.snapshot()) {
+    : g_(g), shard_(shard), ctx_(ctx), snapshot_(g.snapshot()), flush_timer_(ctx) {
   if (!g_.config_.redis.empty()) {
     auto addr = store::parseRedisUrl(g_.config_.redis);
     if (addr.ok()) {
@@ -712,6 +713,9 @@ GovWorker::GovWorker(Governance& g, int shard, net::asio::io_context& ctx)
 }
 
 GovWorker::~GovWorker() {
+  *alive_ = false;
+  flush_timer_.cancel();
+  flushAdjustments();  // spawned with its own reference to the client, before it closes
   if (redis_) redis_->close();
 }
 
@@ -800,7 +804,7 @@ std::optional<GovError> GovWorker::authenticate(std::string_view authorization, 
                     "invalid_request_error", "missing_api_key"};
   }
   const KeyInfo* key = nullptr;
-  const auto cached = token_cache_.find(std::string(token));
+  const auto cached = token_cache_.find(token);
   if (cached != token_cache_.end()) {
     key = cached->second;
   } else {
@@ -884,7 +888,18 @@ GovError GovWorker::refusal(const GovTicket& t, std::span<const Charge> charges,
   return GovError{429, msg, c.tokens ? "tokens" : "requests", "rate_limit_exceeded"};
 }
 
-net::Task<Admission> GovWorker::reserve(std::span<const Charge> charges) {
+Admission GovWorker::reserveLocal(std::span<const Charge> charges) {
+  const int64_t now = nowMs();
+  if (charges.empty()) {
+    Admission a;
+    a.admitted = true;
+    a.stamp_ms = now;
+    return a;
+  }
+  return g_.local_.reserve(charges, now);
+}
+
+net::Task<Admission> GovWorker::reserveRemote(std::span<const Charge> charges) {
   const int64_t now = nowMs();
   if (charges.empty()) {
     Admission a;
@@ -892,47 +907,45 @@ net::Task<Admission> GovWorker::reserve(std::span<const Charge> charges) {
     a.stamp_ms = now;
     co_return a;
   }
-  if (redis_) {
-    reserveArgs(charges, now, keys_buf_, args_buf_);
-    auto call = redis_->eval(reserveScript(), keys_buf_, args_buf_);
-    auto reply = co_await std::move(call);
-    if (reply.ok()) {
-      auto a = parseReserveReply(*reply, charges);
-      if (a.ok()) {
-        if (g_.redis_down.exchange(false)) INFERA_LOG(g_.log, info, "Redis rate limiting is back");
-        a->key_ms = now;  // period keys were named with this clock; adjust must use the same
-        co_return std::move(*a);
-      }
-      g_.redis_errors->inc(shard_);
-      INFERA_LOG(g_.log, warn, "Redis rate-limit reply: {}", a.status().message());
-    } else {
-      g_.redis_errors->inc(shard_);
+  reserveArgs(charges, now, keys_buf_, args_buf_);
+  // g++ 12: no temporaries with destructors inside a co_await expression (name the task first).
+  auto call = redis_->eval(reserveScript(), keys_buf_, args_buf_);
+  auto reply = co_await std::move(call);
+  if (reply.ok()) {
+    auto a = parseReserveReply(*reply, charges);
+    if (a.ok()) {
+      if (g_.redis_down.exchange(false)) INFERA_LOG(g_.log, info, "Redis rate limiting is back");
+      a->key_ms = now;  // period keys were named with this clock; adjust must use the same
+      co_return std::move(*a);
     }
-    if (!g_.redis_down.exchange(true)) {
-      INFERA_LOG(g_.log, warn, "Redis unreachable for rate limits ({}); fallback: {}",
-                 reply.ok() ? "bad reply" : reply.status().message(), g_.config_.redis_fallback);
-    }
-    g_.redis_fallbacks->inc(shard_);
-    if (g_.config_.redis_fallback == "open") {
-      Admission a;
-      a.admitted = true;
-      a.skipped = true;
-      a.fallback = true;
-      a.stamp_ms = now;
-      a.remaining.assign(charges.size(), 0);
-      a.reset_ms.assign(charges.size(), 0);
-      co_return a;
-    }
-    if (g_.config_.redis_fallback == "closed") {
-      Admission a;
-      a.refused = -2;
-      co_return a;
-    }
-    Admission a = g_.local_.reserve(charges, now, 1.0 / static_cast<double>(g_.config_.replicas));
+    g_.redis_errors->inc(shard_);
+    INFERA_LOG(g_.log, warn, "Redis rate-limit reply: {}", a.status().message());
+  } else {
+    g_.redis_errors->inc(shard_);
+  }
+  if (!g_.redis_down.exchange(true)) {
+    INFERA_LOG(g_.log, warn, "Redis unreachable for rate limits ({}); fallback: {}",
+               reply.ok() ? "bad reply" : reply.status().message(), g_.config_.redis_fallback);
+  }
+  g_.redis_fallbacks->inc(shard_);
+  if (g_.config_.redis_fallback == "open") {
+    Admission a;
+    a.admitted = true;
+    a.skipped = true;
     a.fallback = true;
+    a.stamp_ms = now;
+    a.remaining.assign(charges.size(), 0);
+    a.reset_ms.assign(charges.size(), 0);
     co_return a;
   }
-  co_return g_.local_.reserve(charges, now);
+  if (g_.config_.redis_fallback == "closed") {
+    Admission a;
+    a.refused = -2;
+    co_return a;
+  }
+  Admission a = g_.local_.reserve(charges, now, 1.0 / static_cast<double>(g_.config_.replicas));
+  a.fallback = true;
+  co_return a;
 }
 
 void GovWorker::adjust(std::span<const Charge> charges, std::span<const int64_t> delta, const Admission& a) {
@@ -943,78 +956,97 @@ void GovWorker::adjust(std::span<const Charge> charges, std::span<const int64_t>
     g_.local_.adjust(charges, delta, a.stamp_ms, nowMs());
     return;
   }
-  net::spawn(ctx_,
-             adjustRemote(redis_, g_.redis_errors, shard_, std::vector<Charge>(charges.begin(), charges.end()),
-                          std::vector<int64_t>(delta.begin(), delta.end()), a.stamp_ms, a.key_ms),
+  // Batched: one script call carries the adjustments of every request that ended in the last
+  // kAdjustBatchMs (or kAdjustBatchMax of them).
+  adjustArgs(charges, delta, a.stamp_ms, a.key_ms, pending_keys_, pending_args_);
+  if (pending_keys_.size() >= kAdjustBatchMax) {
+    flushAdjustments();
+  } else if (!flush_scheduled_) {
+    flush_scheduled_ = true;
+    flush_timer_.expires_after(std::chrono::milliseconds(kAdjustBatchMs));
+    flush_timer_.async_wait([this, alive = alive_](const boost::system::error_code& ec) {
+      if (ec || !*alive) return;
+      flush_scheduled_ = false;
+      flushAdjustments();
+    });
+  }
+}
+
+void GovWorker::flushAdjustments() {
+  if (pending_keys_.empty()) return;
+  net::spawn(ctx_, adjustRemote(redis_, g_.redis_errors, shard_, std::move(pending_keys_), std::move(pending_args_)),
              "rate-limit adjust");
+  pending_keys_.clear();
+  pending_args_.clear();
 }
 
 net::Task<void> GovWorker::adjustRemote(std::shared_ptr<store::AsyncRedis> redis, obs::Counter* errors, int shard,
-                                        std::vector<Charge> charges, std::vector<int64_t> delta, int64_t stamp_ms,
-                                        int64_t key_ms) {
-  std::vector<std::string> keys, args;
-  adjustArgs(charges, delta, stamp_ms, key_ms, keys, args);
+                                        std::vector<std::string> keys, std::vector<std::string> args) {
   auto call = redis->eval(adjustScript(), std::move(keys), std::move(args));
   auto r = co_await std::move(call);
   if (!r.ok() || r->isError()) errors->inc(shard);
 }
 
-net::Task<std::optional<GovError>> GovWorker::admit(GovTicket& t, const std::string& model,
-                                                    const LimitConfig& model_limits, const PriceConfig& price,
-                                                    bool count_model) {
+void GovWorker::buildCharges(GovTicket& t, const Route& route, const PriceConfig& price, bool count_model) {
   t.reserved_tokens = t.est_prompt + t.max_completion;
   t.reserved_cost = static_cast<int64_t>(std::ceil(static_cast<double>(t.est_prompt) * price.prompt_per_1m +
                                                    static_cast<double>(t.max_completion) * price.completion_per_1m));
   t.charges.clear();
-  auto add = [&](std::string counter, Window w, Scope s, bool tokens, int64_t limit, int64_t amount) {
+  auto add = [&](std::string_view counter, Window w, Scope s, bool tokens, int64_t limit, int64_t amount) {
     if (limit <= 0) return;
-    t.charges.push_back(Charge{std::move(counter), w, s, tokens, limit, amount});
+    t.charges.push_back(Charge{counter, w, s, tokens, limit, amount});
   };
   if (t.key) {
-    const KeyRecord& k = t.key->rec;
-    const TeamRecord& tm = t.key->team->rec;
-    add("k:" + k.id + ":r", Window::kMinute, Scope::kKey, false, k.rpm, 1);
-    add("k:" + k.id + ":t", Window::kMinute, Scope::kKey, true, k.tpm, t.reserved_tokens);
-    add("t:" + tm.name + ":r", Window::kMinute, Scope::kTeam, false, tm.rpm, 1);
-    add("t:" + tm.name + ":t", Window::kMinute, Scope::kTeam, true, tm.tpm, t.reserved_tokens);
-    add("t:" + tm.name + ":d", Window::kDay, Scope::kDaily, true, tm.daily_tokens, t.reserved_tokens);
-    const Window bw = tm.budget_period == "day" ? Window::kDay : Window::kMonth;
-    add("t:" + tm.name + ":bt", bw, Scope::kBudgetTokens, true, tm.budget_tokens, t.reserved_tokens);
-    add("t:" + tm.name + ":bc", bw, Scope::kBudgetCost, true, static_cast<int64_t>(tm.budget_usd * 1e6),
+    const KeyInfo& k = *t.key;
+    const TeamInfo& tm = *k.team;
+    add(k.c_req, Window::kMinute, Scope::kKey, false, k.rec.rpm, 1);
+    add(k.c_tok, Window::kMinute, Scope::kKey, true, k.rec.tpm, t.reserved_tokens);
+    add(tm.c_req, Window::kMinute, Scope::kTeam, false, tm.rec.rpm, 1);
+    add(tm.c_tok, Window::kMinute, Scope::kTeam, true, tm.rec.tpm, t.reserved_tokens);
+    add(tm.c_day, Window::kDay, Scope::kDaily, true, tm.rec.daily_tokens, t.reserved_tokens);
+    const Window bw = tm.rec.budget_period == "day" ? Window::kDay : Window::kMonth;
+    add(tm.c_budget_tokens, bw, Scope::kBudgetTokens, true, tm.rec.budget_tokens, t.reserved_tokens);
+    add(tm.c_budget_cost, bw, Scope::kBudgetCost, true, static_cast<int64_t>(tm.rec.budget_usd * 1e6),
         t.reserved_cost);
   }
   if (count_model) {
-    add("m:" + model + ":r", Window::kMinute, Scope::kModel, false, model_limits.rpm, 1);
-    add("m:" + model + ":t", Window::kMinute, Scope::kModel, true, model_limits.tpm, t.reserved_tokens);
+    add(route.limit_req, Window::kMinute, Scope::kModel, false, route.limits.rpm, 1);
+    add(route.limit_tok, Window::kMinute, Scope::kModel, true, route.limits.tpm, t.reserved_tokens);
   }
-  t.admission = co_await reserve(t.charges);
-  if (!t.admission.admitted) co_return refusal(t, t.charges, t.admission);
-  t.reserved = true;
-  co_return std::nullopt;
 }
 
-net::Task<bool> GovWorker::admitDeployment(GovTicket& t, const std::string& deployment_key, const LimitConfig& limits) {
+std::optional<GovError> GovWorker::settle(GovTicket& t) {
+  if (!t.admission.admitted) return refusal(t, t.charges, t.admission);
+  t.reserved = true;
+  return std::nullopt;
+}
+
+bool GovWorker::buildDeploymentCharges(GovTicket& t, const Deployment& dep) {
   if (t.dep_reserved) {
-    // A retry on another deployment: give the first one back its request and tokens.
+    // A retry on another deployment: give the previous one back its request and tokens.
     std::vector<int64_t> back;
     for (const auto& c : t.dep_charges) back.push_back(-c.amount);
     adjust(t.dep_charges, back, t.dep_admission);
     t.dep_reserved = false;
   }
   t.dep_charges.clear();
-  if (limits.rpm > 0) t.dep_charges.push_back({"d:" + deployment_key + ":r", Window::kMinute, Scope::kDeployment, false, limits.rpm, 1});
-  if (limits.tpm > 0) {
-    t.dep_charges.push_back(
-        {"d:" + deployment_key + ":t", Window::kMinute, Scope::kDeployment, true, limits.tpm, t.reserved_tokens});
+  if (dep.limits.rpm > 0) {
+    t.dep_charges.push_back({dep.limit_req, Window::kMinute, Scope::kDeployment, false, dep.limits.rpm, 1});
   }
-  if (t.dep_charges.empty()) co_return true;
-  t.dep_admission = co_await reserve(t.dep_charges);
+  if (dep.limits.tpm > 0) {
+    t.dep_charges.push_back(
+        {dep.limit_tok, Window::kMinute, Scope::kDeployment, true, dep.limits.tpm, t.reserved_tokens});
+  }
+  return !t.dep_charges.empty();
+}
+
+bool GovWorker::settleDeployment(GovTicket& t) {
   if (!t.dep_admission.admitted) {
     if (t.dep_admission.refused >= 0) g_.limited->counter({"deployment"})->inc(shard_);
-    co_return false;
+    return false;
   }
   t.dep_reserved = true;
-  co_return true;
+  return true;
 }
 
 void GovWorker::finish(GovTicket& t, UsageRecord&& r, const PriceConfig& price) {
@@ -1043,15 +1075,14 @@ void GovWorker::finish(GovTicket& t, UsageRecord&& r, const PriceConfig& price) 
   r.key_id = t.key ? t.key->rec.id : "";
   r.team = t.team;
   r.user = t.user;
-  std::string ck = r.team;
-  ck += '\0';
-  ck += r.model;
-  auto it = usage_counters_.find(ck);
-  if (it == usage_counters_.end()) {
+  auto team_it = usage_counters_.find(std::string_view(r.team));
+  if (team_it == usage_counters_.end()) team_it = usage_counters_.emplace(r.team, ByModel{}).first;
+  auto it = team_it->second.find(std::string_view(r.model));
+  if (it == team_it->second.end()) {
     UsageCounters c{g_.usage_tokens->counter({r.team, r.model, "prompt"}),
                     g_.usage_tokens->counter({r.team, r.model, "completion"}),
                     g_.usage_requests->counter({r.team, r.model})};
-    it = usage_counters_.emplace(ck, c).first;
+    it = team_it->second.emplace(r.model, c).first;
   }
   it->second.prompt->inc(shard_, static_cast<double>(r.prompt_tokens));
   it->second.completion->inc(shard_, static_cast<double>(r.completion_tokens));

@@ -22,6 +22,7 @@
 #include "gateway/config.h"
 #include "gateway/keys.h"
 #include "gateway/limiter.h"
+#include "gateway/routes.h"
 #include "net/asio.h"
 #include "net/http.h"
 #include "obs/metrics.h"
@@ -106,11 +107,17 @@ class GovWorker {
   std::optional<GovError> authenticate(std::string_view authorization, std::string_view user_header, GovTicket& t);
   // Whether the key and its team may use the model (by requested or canonical name).
   bool allowed(const GovTicket& t, std::string_view requested, std::string_view canonical) const;
-  // Builds the charges for the key, team, quotas, budget and model, then reserves them.
-  net::Task<std::optional<GovError>> admit(GovTicket& t, const std::string& model, const LimitConfig& model_limits,
-                                           const PriceConfig& price, bool count_model);
-  // Reserves a deployment's capacity (false: full; try another).
-  net::Task<bool> admitDeployment(GovTicket& t, const std::string& deployment_key, const LimitConfig& limits);
+  // Admission in three steps so the in-process path needs no coroutine: build the charges (key,
+  // team, quotas, budget, model), reserve them (reserveLocal, or co_await reserveRemote when
+  // remote()), then settle (the refusal to send, if any).
+  void buildCharges(GovTicket& t, const Route& route, const PriceConfig& price, bool count_model);
+  bool remote() const { return redis_ != nullptr; }
+  Admission reserveLocal(std::span<const Charge> charges);
+  net::Task<Admission> reserveRemote(std::span<const Charge> charges);
+  std::optional<GovError> settle(GovTicket& t);
+  // The same for a deployment's own limits (false from build: it has none; from settle: full).
+  bool buildDeploymentCharges(GovTicket& t, const Deployment& dep);
+  bool settleDeployment(GovTicket& t);
   // Reconciles reservations with the actual tokens and writes the usage record.
   void finish(GovTicket& t, UsageRecord&& record, const PriceConfig& price);
   // x-ratelimit-* headers for the ticket's admission.
@@ -124,27 +131,38 @@ class GovWorker {
   const GovernanceConfig& config() const;
 
  private:
-  net::Task<Admission> reserve(std::span<const Charge> charges);
   void adjust(std::span<const Charge> charges, std::span<const int64_t> delta, const Admission& a);
+  void flushAdjustments();
   // Spawned: owns what it uses (it may finish after this worker is gone).
   static net::Task<void> adjustRemote(std::shared_ptr<store::AsyncRedis> redis, obs::Counter* errors, int shard,
-                                      std::vector<Charge> charges, std::vector<int64_t> delta, int64_t stamp_ms,
-                                      int64_t key_ms);
+                                      std::vector<std::string> keys, std::vector<std::string> args);
+  static constexpr int kAdjustBatchMs = 10;
+  static constexpr size_t kAdjustBatchMax = 256;
   GovError refusal(const GovTicket& t, std::span<const Charge> charges, const Admission& a) const;
 
   Governance& g_;
   int shard_;
   net::asio::io_context& ctx_;
   std::shared_ptr<const GovSnapshot> snapshot_;
-  std::unordered_map<std::string, const KeyInfo*> token_cache_;  // verified tokens of this snapshot
+  struct Hash {
+    using is_transparent = void;
+    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+  };
+  // Verified tokens of this snapshot.
+  std::unordered_map<std::string, const KeyInfo*, Hash, std::equal_to<>> token_cache_;
   std::shared_ptr<store::AsyncRedis> redis_;
   std::vector<std::string> keys_buf_, args_buf_;
+  std::vector<std::string> pending_keys_, pending_args_;  // adjustments not yet sent
+  net::asio::steady_timer flush_timer_;
+  bool flush_scheduled_ = false;
+  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
   struct UsageCounters {
     obs::Counter* prompt;
     obs::Counter* completion;
     obs::Counter* requests;
   };
-  std::unordered_map<std::string, UsageCounters> usage_counters_;
+  using ByModel = std::unordered_map<std::string, UsageCounters, Hash, std::equal_to<>>;
+  std::unordered_map<std::string, ByModel, Hash, std::equal_to<>> usage_counters_;
 };
 
 struct AdminReply {

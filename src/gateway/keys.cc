@@ -567,6 +567,12 @@ std::shared_ptr<const GovSnapshot> buildSnapshot(int64_t generation, std::vector
   for (auto& t : teams) {
     auto ti = std::make_unique<TeamInfo>();
     ti->rec = std::move(t);
+    const std::string prefix = "t:" + ti->rec.name + ":";
+    ti->c_req = prefix + "r";
+    ti->c_tok = prefix + "t";
+    ti->c_day = prefix + "d";
+    ti->c_budget_tokens = prefix + "bt";
+    ti->c_budget_cost = prefix + "bc";
     s->by_team[ti->rec.name] = ti.get();
     s->teams.push_back(std::move(ti));
   }
@@ -577,6 +583,8 @@ std::shared_ptr<const GovSnapshot> buildSnapshot(int64_t generation, std::vector
     auto ki = std::make_unique<KeyInfo>();
     ki->rec = std::move(k);
     ki->team = it->second;
+    ki->c_req = "k:" + ki->rec.id + ":r";
+    ki->c_tok = "k:" + ki->rec.id + ":t";
     s->by_id[ki->rec.id] = ki.get();
     s->keys.push_back(std::move(ki));
   }

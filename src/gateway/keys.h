@@ -142,11 +142,14 @@ class MetaStore {
 // What the data plane reads: immutable, rebuilt on each change, swapped into every worker.
 struct TeamInfo {
   TeamRecord rec;
+  // Rate-limit counter names, built once per snapshot.
+  std::string c_req, c_tok, c_day, c_budget_tokens, c_budget_cost;
 };
 
 struct KeyInfo {
   KeyRecord rec;
   const TeamInfo* team = nullptr;
+  std::string c_req, c_tok;
 };
 
 struct GovSnapshot {

@@ -50,8 +50,14 @@ int64_t scaled(int64_t limit, double share) {
 
 }  // namespace
 
-LocalCounters::Shard& LocalCounters::shard(const std::string& key) {
-  return shards_[std::hash<std::string>{}(key) % shards_.size()];
+LocalCounters::Shard& LocalCounters::shard(std::string_view key) {
+  return shards_[std::hash<std::string_view>{}(key) % shards_.size()];
+}
+
+LocalCounters::Counter& LocalCounters::Shard::get(std::string_view key) {
+  const auto it = counters.find(key);
+  if (it != counters.end()) return it->second;
+  return counters.emplace(std::string(key), Counter{}).first->second;
 }
 
 int64_t LocalCounters::usedLocked(Counter& c, Window w, int64_t now_ms) {
@@ -69,7 +75,7 @@ int64_t LocalCounters::usedLocked(Counter& c, Window w, int64_t now_ms) {
 int64_t LocalCounters::used(const Charge& ch, int64_t now_ms) {
   Shard& s = shard(ch.counter);
   std::lock_guard<std::mutex> lock(s.mu);
-  return usedLocked(s.counters[ch.counter], ch.window, now_ms);
+  return usedLocked(s.get(ch.counter), ch.window, now_ms);
 }
 
 Admission LocalCounters::reserve(std::span<const Charge> charges, int64_t now_ms, double share) {
@@ -84,7 +90,7 @@ Admission LocalCounters::reserve(std::span<const Charge> charges, int64_t now_ms
     const int64_t limit = scaled(ch.limit, share);
     Shard& s = shard(ch.counter);
     std::lock_guard<std::mutex> lock(s.mu);
-    Counter& c = s.counters[ch.counter];
+    Counter& c = s.get(ch.counter);
     const int64_t u = usedLocked(c, ch.window, now_ms);
     if (u + ch.amount > limit) {
       a.refused = static_cast<int>(done);
@@ -154,7 +160,7 @@ void LocalCounters::adjust(std::span<const Charge> charges, std::span<const int6
     const Charge& ch = charges[i];
     Shard& s = shard(ch.counter);
     std::lock_guard<std::mutex> lock(s.mu);
-    Counter& c = s.counters[ch.counter];
+    Counter& c = s.get(ch.counter);
     if (ch.window == Window::kMinute) {
       const size_t slot = static_cast<size_t>(stamp % 60);
       if (c.sec[slot] == stamp) {
@@ -177,7 +183,7 @@ void LocalCounters::seed(const Charge& ch, int64_t used, int64_t now_ms) {
   if (ch.window == Window::kMinute) return;
   Shard& s = shard(ch.counter);
   std::lock_guard<std::mutex> lock(s.mu);
-  Counter& c = s.counters[ch.counter];
+  Counter& c = s.get(ch.counter);
   const int64_t p = periodId(ch.window, now_ms);
   if (c.period != p) {
     c.period = p;
@@ -189,6 +195,10 @@ void LocalCounters::seed(const Charge& ch, int64_t used, int64_t now_ms) {
 
 namespace {
 
+// Minute counters are hashes: one field per second ("<unix second>" -> amount) plus "t" (the sum
+// of the live seconds), "c" (the second of the last clean-up) and "o" (the oldest live second).
+// The first admission in a new second drops the seconds that left the window and recounts "t";
+// every other admission reads three fields. Period counters are plain integers.
 constexpr const char* kReserveLua = R"lua(
 local t = redis.call('TIME')
 local now = tonumber(t[1])
@@ -197,41 +207,40 @@ local used = {}
 local reset = {}
 for i = 1, #KEYS do
   local b = (i - 1) * 4
-  local w = tonumber(ARGV[b + 1])
   local lim = tonumber(ARGV[b + 2])
   local amt = tonumber(ARGV[b + 3])
-  local u = 0
-  if w == 0 then
-    local h = redis.call('HGETALL', KEYS[i])
-    local stale = {}
-    local live = {}
-    local oldest = now
-    for j = 1, #h, 2 do
-      local s = tonumber(h[j])
-      if s <= now - 60 then
-        stale[#stale + 1] = h[j]
-      else
-        local v = tonumber(h[j + 1])
-        u = u + v
-        live[#live + 1] = {s, v}
-        if v ~= 0 and s < oldest then oldest = s end
-      end
-    end
-    if #stale > 0 then redis.call('HDEL', KEYS[i], unpack(stale)) end
-    if u + amt > lim then
-      local retry = 60000
-      if amt <= lim then
-        retry = 1000
-        table.sort(live, function(a, b) return a[1] < b[1] end)
-        local freed = 0
-        for _, e in ipairs(live) do
-          freed = freed + e[2]
-          if u - freed + amt <= lim then
-            retry = math.max(1, (e[1] + 60) * 1000 - now_ms)
-            break
+  local u
+  if ARGV[b + 1] == '0' then
+    local oldest
+    local hc = redis.call('HMGET', KEYS[i], 't', 'c', 'o')
+    if tonumber(hc[2]) == now then
+      u = tonumber(hc[1]) or 0
+      oldest = tonumber(hc[3]) or now
+    else
+      local h = redis.call('HGETALL', KEYS[i])
+      local stale = {}
+      u = 0
+      oldest = now
+      for j = 1, #h, 2 do
+        local f = h[j]
+        if f ~= 't' and f ~= 'c' and f ~= 'o' then
+          local s = tonumber(f)
+          if s <= now - 60 then
+            stale[#stale + 1] = f
+          else
+            local v = tonumber(h[j + 1])
+            u = u + v
+            if v ~= 0 and s < oldest then oldest = s end
           end
         end
       end
+      if #stale > 0 then redis.call('HDEL', KEYS[i], unpack(stale)) end
+      redis.call('HSET', KEYS[i], 't', u, 'c', now, 'o', oldest)
+      redis.call('EXPIRE', KEYS[i], 61)
+    end
+    if u + amt > lim then
+      local retry = 60000
+      if amt <= lim then retry = math.max(1, (oldest + 60) * 1000 - now_ms) end
       return {0, i, now_ms, u, retry}
     end
     reset[i] = (oldest + 60) * 1000 - now_ms
@@ -244,12 +253,11 @@ for i = 1, #KEYS do
 end
 for i = 1, #KEYS do
   local b = (i - 1) * 4
-  local amt = tonumber(ARGV[b + 3])
-  if tonumber(ARGV[b + 1]) == 0 then
-    redis.call('HINCRBY', KEYS[i], now, amt)
-    redis.call('EXPIRE', KEYS[i], 61)
+  if ARGV[b + 1] == '0' then
+    redis.call('HINCRBY', KEYS[i], now, ARGV[b + 3])
+    redis.call('HINCRBY', KEYS[i], 't', ARGV[b + 3])
   else
-    redis.call('INCRBY', KEYS[i], amt)
+    redis.call('INCRBY', KEYS[i], ARGV[b + 3])
     redis.call('EXPIRE', KEYS[i], tonumber(ARGV[b + 4]))
   end
 end
@@ -261,24 +269,25 @@ end
 return out
 )lua";
 
+// Adjustments of many requests at once: per key (window, stamp second, delta). A refund goes to
+// the second it was reserved in, if that second is still in the window; usage beyond a
+// reservation goes to the current second.
 constexpr const char* kAdjustLua = R"lua(
-local stamp = ARGV[1]
 local now = tonumber(redis.call('TIME')[1])
 for i = 1, #KEYS do
-  local b = 1 + (i - 1) * 2
-  local w = tonumber(ARGV[b + 1])
-  local d = tonumber(ARGV[b + 2])
-  if d ~= 0 then
-    if w == 0 then
-      if redis.call('HEXISTS', KEYS[i], stamp) == 1 then
-        redis.call('HINCRBY', KEYS[i], stamp, d)
-      elseif d > 0 then
-        redis.call('HINCRBY', KEYS[i], now, d)
-        redis.call('EXPIRE', KEYS[i], 61)
-      end
-    elseif redis.call('EXISTS', KEYS[i]) == 1 then
-      redis.call('INCRBY', KEYS[i], d)
+  local b = (i - 1) * 3
+  local stamp = ARGV[b + 2]
+  local d = tonumber(ARGV[b + 3])
+  if ARGV[b + 1] == '0' then
+    if redis.call('HEXISTS', KEYS[i], stamp) == 1 then
+      redis.call('HINCRBY', KEYS[i], stamp, d)
+      redis.call('HINCRBY', KEYS[i], 't', d)
+    elseif d > 0 and redis.call('EXISTS', KEYS[i]) == 1 then
+      redis.call('HINCRBY', KEYS[i], now, d)
+      redis.call('HINCRBY', KEYS[i], 't', d)
     end
+  elseif redis.call('EXISTS', KEYS[i]) == 1 then
+    redis.call('INCRBY', KEYS[i], d)
   end
 end
 return 1
@@ -324,12 +333,12 @@ void reserveArgs(std::span<const Charge> charges, int64_t now_ms, std::vector<st
 
 void adjustArgs(std::span<const Charge> charges, std::span<const int64_t> delta, int64_t stamp_ms, int64_t key_ms,
                 std::vector<std::string>& keys, std::vector<std::string>& args) {
-  keys.clear();
-  args.clear();
-  args.push_back(std::to_string(stamp_ms / 1000));
+  const std::string stamp = std::to_string(stamp_ms / 1000);
   for (size_t i = 0; i < charges.size() && i < delta.size(); ++i) {
+    if (delta[i] == 0) continue;
     keys.push_back(redisCounterKey(charges[i], key_ms));
     args.push_back(charges[i].window == Window::kMinute ? "0" : "1");
+    args.push_back(stamp);
     args.push_back(std::to_string(delta[i]));
   }
 }
@@ -371,22 +380,23 @@ std::string formatResetDuration(int64_t ms) {
   if (ms <= 0) return "0s";
   if (ms < 1000) return std::to_string(ms) + "ms";
   const int64_t total_s = ms / 1000;
-  const int64_t rem_ms = ms % 1000;
   const int64_t h = total_s / 3600;
   const int64_t m = (total_s % 3600) / 60;
   const int64_t s = total_s % 60;
   std::string out;
   if (h) out += std::to_string(h) + "h";
   if (h || m) out += std::to_string(m) + "m";
-  if (!h && !m && rem_ms) {
-    // "1.5s" for short waits, like OpenAI's headers.
-    char buf[32];
-    std::snprintf(buf, sizeof(buf), "%.3g", static_cast<double>(s) + static_cast<double>(rem_ms) / 1000.0);
-    out += buf;
-    out += "s";
-    return out;
+  out += std::to_string(s);
+  if (!h && !m) {
+    // Under a minute: tenths and hundredths, like OpenAI's "1.5s" (no trailing zeros).
+    int64_t frac = (ms % 1000) / 10;
+    if (frac) {
+      out += '.';
+      out += static_cast<char>('0' + frac / 10);
+      if (frac % 10) out += static_cast<char>('0' + frac % 10);
+    }
   }
-  out += std::to_string(s) + "s";
+  out += 's';
   return out;
 }
 

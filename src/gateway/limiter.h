@@ -30,7 +30,9 @@ enum class Scope : uint8_t { kKey, kTeam, kModel, kDeployment, kDaily, kBudgetTo
 std::string_view scopeName(Scope s);
 
 struct Charge {
-  std::string counter;  // e.g. "k:<id>:t"; the window's period is appended for day/month
+  // e.g. "k:<id>:t"; the window's period is appended for day/month. Points into the key/team
+  // snapshot or the route table, which the request holds while it runs.
+  std::string_view counter;
   Window window = Window::kMinute;
   Scope scope = Scope::kKey;
   bool tokens = false;   // token (or cost) counter rather than a request counter
@@ -73,11 +75,16 @@ class LocalCounters {
     int64_t period_used = 0;
   };
   static int64_t usedLocked(Counter& c, Window w, int64_t now_ms);
+  struct Hash {
+    using is_transparent = void;
+    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+  };
   struct Shard {
     std::mutex mu;
-    std::unordered_map<std::string, Counter> counters;
+    std::unordered_map<std::string, Counter, Hash, std::equal_to<>> counters;
+    Counter& get(std::string_view key);
   };
-  Shard& shard(const std::string& key);
+  Shard& shard(std::string_view key);
   std::array<Shard, 16> shards_;
 };
 
@@ -91,6 +98,8 @@ std::string redisCounterKey(const Charge& c, int64_t unix_ms);
 Result<Admission> parseReserveReply(const store::RedisReply& reply, std::span<const Charge> charges);
 void reserveArgs(std::span<const Charge> charges, int64_t now_ms, std::vector<std::string>& keys,
                  std::vector<std::string>& args);
+// Appends one adjustment per non-zero delta (3 arguments each: window, stamp second, delta), so
+// adjustments of many requests can go to Redis in one script call.
 void adjustArgs(std::span<const Charge> charges, std::span<const int64_t> delta, int64_t stamp_ms, int64_t key_ms,
                 std::vector<std::string>& keys, std::vector<std::string>& args);
 

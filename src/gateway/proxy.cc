@@ -394,7 +394,17 @@ Task<void> ProxyHandler::forward(Exchange& x, const std::vector<uint32_t>& candi
     tried_buf[n_tried++] = static_cast<uint32_t>(idx);
     if (x.ticket && (dep.limits.rpm > 0 || dep.limits.tpm > 0 || x.ticket->dep_reserved)) {
       // (Also when this one has no limits: a retry gives the previous deployment its share back.)
-      const bool room = co_await gov_->admitDeployment(*x.ticket, dep.limit_key, dep.limits);
+      bool room = true;
+      if (gov_->buildDeploymentCharges(*x.ticket, dep)) {
+        GovTicket& t = *x.ticket;
+        if (gov_->remote()) {
+          auto reserve = gov_->reserveRemote(t.dep_charges);
+          t.dep_admission = co_await std::move(reserve);
+        } else {
+          t.dep_admission = gov_->reserveLocal(t.dep_charges);
+        }
+        room = gov_->settleDeployment(t);
+      }
       if (!room) {
         // This deployment is at its own limit: another one may have room (not counted as a try).
         --attempt;
@@ -734,7 +744,14 @@ Task<bool> ProxyHandler::admit(Exchange& x) {
     t.max_completion = hit->completion_tokens;
   }
   const PriceConfig no_price;
-  auto refused = co_await gov_->admit(t, route.model, route.limits, hit ? no_price : route.price, !hit);
+  gov_->buildCharges(t, route, hit ? no_price : route.price, !hit);
+  if (gov_->remote()) {
+    auto reserve = gov_->reserveRemote(t.charges);
+    t.admission = co_await std::move(reserve);
+  } else {
+    t.admission = gov_->reserveLocal(t.charges);
+  }
+  const std::optional<GovError> refused = gov_->settle(t);
   gov_->rateLimitHeaders(t, x.extra);
   if (refused) {
     co_await sendError(x, refused->status, refused->message, refused->type, refused->code);
@@ -802,20 +819,48 @@ void ProxyHandler::buildUpstreamBody(Exchange& x, const Deployment& dep, std::st
 }
 
 void ProxyHandler::readUsage(Exchange& x, std::string_view json) {
-  if (json.find("\"usage\"") == std::string_view::npos) return;
-  simdjson::dom::element doc;
-  if (parser_->parse(json.data(), json.size(), true).get(doc) != simdjson::SUCCESS) return;
-  simdjson::dom::object usage;
-  if (doc["usage"].get(usage) != simdjson::SUCCESS) return;
+  // The usage object of an OpenAI-compatible answer: a flat object of integers (and nested
+  // *_details objects), read in place without parsing the whole answer.
+  size_t begin = 0, end = 0;
+  if (!findTopLevelValue(json, "usage", begin, end) || begin >= end || json[begin] != '{') return;
+  const std::string_view usage = json.substr(begin, end - begin);
+  auto number = [&](std::string_view key, int64_t& out) {
+    // Top-level members of the usage object only (depth 1).
+    int depth = 0;
+    for (size_t i = 0; i < usage.size(); ++i) {
+      const char c = usage[i];
+      if (c == '{') ++depth;
+      if (c == '}') --depth;
+      if (c != '"' || depth != 1) continue;
+      const size_t close = usage.find('"', i + 1);
+      if (close == std::string_view::npos) return false;
+      const std::string_view k = usage.substr(i + 1, close - i - 1);
+      i = close;
+      if (k != key) continue;
+      size_t j = skipJsonSpace(usage, close + 1);
+      if (j >= usage.size() || usage[j] != ':') return false;
+      j = skipJsonSpace(usage, j + 1);
+      int64_t v = 0;
+      size_t digits = 0;
+      while (j < usage.size() && usage[j] >= '0' && usage[j] <= '9' && digits < 15) {
+        v = v * 10 + (usage[j++] - '0');
+        ++digits;
+      }
+      if (digits == 0) return false;
+      out = v;
+      return true;
+    }
+    return false;
+  };
   int64_t prompt = 0, completion = 0, total = 0;
-  const bool has_prompt = usage["prompt_tokens"].get(prompt) == simdjson::SUCCESS;
-  const bool has_completion = usage["completion_tokens"].get(completion) == simdjson::SUCCESS;
-  const bool has_total = usage["total_tokens"].get(total) == simdjson::SUCCESS;
+  const bool has_prompt = number("prompt_tokens", prompt);
+  const bool has_completion = number("completion_tokens", completion);
+  const bool has_total = number("total_tokens", total);
   if (!has_prompt && !has_total) return;
-  if (!has_completion && has_total) completion = total - prompt;
+  if (!has_completion && has_total) completion = std::max<int64_t>(0, total - prompt);
   x.usage_seen = true;
-  x.usage_prompt = std::max<int64_t>(0, prompt);
-  x.usage_completion = std::max<int64_t>(0, completion);
+  x.usage_prompt = prompt;
+  x.usage_completion = completion;
 }
 
 void ProxyHandler::scanSse(Exchange& x, std::string_view piece, std::string* out) {

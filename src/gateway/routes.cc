@@ -78,6 +78,8 @@ Result<std::shared_ptr<const RouteTable>> buildRouteTable(
     auto route = std::make_unique<Route>();
     route->model = mc.name;
     route->limits = mc.limits;
+    route->limit_req = "m:" + mc.name + ":r";
+    route->limit_tok = "m:" + mc.name + ":t";
     route->price = mc.price;
     route->cache = mc.cache;
     route->duration = metrics.duration->histogram({mc.name});
@@ -97,7 +99,8 @@ Result<std::shared_ptr<const RouteTable>> buildRouteTable(
       dep->retry = dc.retry;
       dep->limits = dc.limits;
       dep->continuous_usage = dc.continuous_usage;
-      dep->limit_key = mc.name + "/" + dc.name;
+      dep->limit_req = "d:" + mc.name + "/" + dc.name + ":r";
+      dep->limit_tok = "d:" + mc.name + "/" + dc.name + ":t";
       for (int c = 0; c < kCodeClasses; ++c) {
         const std::string cls = c < 5 ? std::to_string(c + 1) + "xx" : "other";
         dep->requests_by_class[c] = metrics.requests->counter({mc.name, dc.name, cls});
