@@ -899,34 +899,7 @@ Admission GovWorker::reserveLocal(std::span<const Charge> charges) {
   return g_.local_.reserve(charges, now);
 }
 
-net::Task<Admission> GovWorker::reserveRemote(std::span<const Charge> charges) {
-  const int64_t now = nowMs();
-  if (charges.empty()) {
-    Admission a;
-    a.admitted = true;
-    a.stamp_ms = now;
-    co_return a;
-  }
-  reserveArgs(charges, now, keys_buf_, args_buf_);
-  // g++ 12: no temporaries with destructors inside a co_await expression (name the task first).
-  auto call = redis_->eval(reserveScript(), keys_buf_, args_buf_);
-  auto reply = co_await std::move(call);
-  if (reply.ok()) {
-    auto a = parseReserveReply(*reply, charges);
-    if (a.ok()) {
-      if (g_.redis_down.exchange(false)) INFERA_LOG(g_.log, info, "Redis rate limiting is back");
-      a->key_ms = now;  // period keys were named with this clock; adjust must use the same
-      co_return std::move(*a);
-    }
-    g_.redis_errors->inc(shard_);
-    INFERA_LOG(g_.log, warn, "Redis rate-limit reply: {}", a.status().message());
-  } else {
-    g_.redis_errors->inc(shard_);
-  }
-  if (!g_.redis_down.exchange(true)) {
-    INFERA_LOG(g_.log, warn, "Redis unreachable for rate limits ({}); fallback: {}",
-               reply.ok() ? "bad reply" : reply.status().message(), g_.config_.redis_fallback);
-  }
+Admission GovWorker::fallback(std::span<const Charge> charges, int64_t now) {
   g_.redis_fallbacks->inc(shard_);
   if (g_.config_.redis_fallback == "open") {
     Admission a;
@@ -936,16 +909,89 @@ net::Task<Admission> GovWorker::reserveRemote(std::span<const Charge> charges) {
     a.stamp_ms = now;
     a.remaining.assign(charges.size(), 0);
     a.reset_ms.assign(charges.size(), 0);
-    co_return a;
+    return a;
   }
   if (g_.config_.redis_fallback == "closed") {
     Admission a;
     a.refused = -2;
-    co_return a;
+    return a;
   }
   Admission a = g_.local_.reserve(charges, now, 1.0 / static_cast<double>(g_.config_.replicas));
   a.fallback = true;
-  co_return a;
+  return a;
+}
+
+net::Task<Admission> GovWorker::reserveRemote(std::span<const Charge> charges) {
+  if (charges.empty()) {
+    Admission a;
+    a.admitted = true;
+    a.stamp_ms = nowMs();
+    co_return a;
+  }
+  // Joins this turn's batch: every admission queued before the loop gets back to the batch's
+  // posted handler goes to Redis in one script call.
+  PendingAdmission p{charges, {}, false, net::asio::steady_timer(ctx_)};
+  p.timer.expires_at(net::asio::steady_timer::time_point::max());
+  batch_.push_back(&p);
+  if (!batch_posted_) {
+    batch_posted_ = true;
+    net::asio::post(ctx_, [this, alive = alive_] {
+      if (!*alive) return;
+      batch_posted_ = false;
+      std::vector<PendingAdmission*> batch;
+      batch.swap(batch_);
+      net::spawn(ctx_, runBatch(std::move(batch)), "rate-limit admission");
+    });
+  }
+  boost::system::error_code ec;
+  co_await p.timer.async_wait(net::asio::redirect_error(net::asio::use_awaitable, ec));
+  co_return std::move(p.result);
+}
+
+net::Task<void> GovWorker::runBatch(std::vector<PendingAdmission*> batch) {
+  // Each waiter's frame lives until its timer is cancelled below, which only happens here.
+  constexpr size_t kMaxPerCall = 128;
+  for (size_t start = 0; start < batch.size(); start += kMaxPerCall) {
+    const size_t n = std::min(kMaxPerCall, batch.size() - start);
+    const int64_t now = nowMs();
+    std::vector<std::string> keys, args;
+    args.push_back(std::to_string(n));
+    for (size_t i = 0; i < n; ++i) reserveArgs(batch[start + i]->charges, now, keys, args);
+    // g++ 12: no temporaries with destructors inside a co_await expression (name the task first).
+    auto call = redis_->eval(reserveScript(), std::move(keys), std::move(args));
+    auto reply = co_await std::move(call);
+    bool ok = reply.ok() && reply->type == store::RedisReply::Type::kArray && reply->elements.size() == n;
+    std::string why = !reply.ok() ? reply.status().message() : "unexpected reply";
+    for (size_t i = 0; i < n && ok; ++i) {
+      PendingAdmission& p = *batch[start + i];
+      auto a = parseReserveReply(reply->elements[i], p.charges);
+      if (!a.ok()) {
+        ok = false;
+        why = a.status().message();
+        break;
+      }
+      a->key_ms = now;  // period keys were named with this clock; adjust must use the same
+      p.result = std::move(*a);
+      p.done = true;
+    }
+    if (ok) {
+      if (g_.redis_down.exchange(false)) INFERA_LOG(g_.log, info, "Redis rate limiting is back");
+    } else {
+      g_.redis_errors->inc(shard_);
+      if (!g_.redis_down.exchange(true)) {
+        INFERA_LOG(g_.log, warn, "Redis unreachable for rate limits ({}); fallback: {}", why,
+                   g_.config_.redis_fallback);
+      }
+    }
+    for (size_t i = 0; i < n; ++i) {
+      PendingAdmission& p = *batch[start + i];
+      if (!p.done) {
+        p.result = fallback(p.charges, now);
+        p.done = true;
+      }
+      p.timer.cancel();
+    }
+  }
 }
 
 void GovWorker::adjust(std::span<const Charge> charges, std::span<const int64_t> delta, const Admission& a) {

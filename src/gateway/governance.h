@@ -133,6 +133,14 @@ class GovWorker {
  private:
   void adjust(std::span<const Charge> charges, std::span<const int64_t> delta, const Admission& a);
   void flushAdjustments();
+  struct PendingAdmission {
+    std::span<const Charge> charges;
+    Admission result;
+    bool done = false;
+    net::asio::steady_timer timer;  // cancelled when `result` is ready
+  };
+  net::Task<void> runBatch(std::vector<PendingAdmission*> batch);
+  Admission fallback(std::span<const Charge> charges, int64_t now);
   // Spawned: owns what it uses (it may finish after this worker is gone).
   static net::Task<void> adjustRemote(std::shared_ptr<store::AsyncRedis> redis, obs::Counter* errors, int shard,
                                       std::vector<std::string> keys, std::vector<std::string> args);
@@ -151,7 +159,8 @@ class GovWorker {
   // Verified tokens of this snapshot.
   std::unordered_map<std::string, const KeyInfo*, Hash, std::equal_to<>> token_cache_;
   std::shared_ptr<store::AsyncRedis> redis_;
-  std::vector<std::string> keys_buf_, args_buf_;
+  std::vector<PendingAdmission*> batch_;  // admissions waiting for this turn's script call
+  bool batch_posted_ = false;
   std::vector<std::string> pending_keys_, pending_args_;  // adjustments not yet sent
   net::asio::steady_timer flush_timer_;
   bool flush_scheduled_ = false;

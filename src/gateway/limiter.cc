@@ -199,74 +199,98 @@ namespace {
 // of the live seconds), "c" (the second of the last clean-up) and "o" (the oldest live second).
 // The first admission in a new second drops the seconds that left the window and recounts "t";
 // every other admission reads three fields. Period counters are plain integers.
+// Several admissions in one call (a worker sends every admission that arrived in one turn of
+// its event loop together). ARGV[1] = number of admissions; then per admission its number of
+// charges and 4 arguments per charge (window, limit, amount, ttl); KEYS in the same order. Each
+// admission is all-or-nothing; later ones see earlier ones' reservations. Returns one reply per
+// admission: {1, 0, now_ms, used, reset, used, reset, ...} or {0, index, now_ms, used, retry_ms}.
 constexpr const char* kReserveLua = R"lua(
 local t = redis.call('TIME')
 local now = tonumber(t[1])
 local now_ms = now * 1000 + math.floor(tonumber(t[2]) / 1000)
-local used = {}
-local reset = {}
-for i = 1, #KEYS do
-  local b = (i - 1) * 4
-  local lim = tonumber(ARGV[b + 2])
-  local amt = tonumber(ARGV[b + 3])
-  local u
-  if ARGV[b + 1] == '0' then
-    local oldest
-    local hc = redis.call('HMGET', KEYS[i], 't', 'c', 'o')
-    if tonumber(hc[2]) == now then
-      u = tonumber(hc[1]) or 0
-      oldest = tonumber(hc[3]) or now
-    else
-      local h = redis.call('HGETALL', KEYS[i])
-      local stale = {}
-      u = 0
-      oldest = now
-      for j = 1, #h, 2 do
-        local f = h[j]
-        if f ~= 't' and f ~= 'c' and f ~= 'o' then
-          local s = tonumber(f)
-          if s <= now - 60 then
-            stale[#stale + 1] = f
-          else
-            local v = tonumber(h[j + 1])
-            u = u + v
-            if v ~= 0 and s < oldest then oldest = s end
+local results = {}
+local ai = 2
+local ki = 0
+for a = 1, tonumber(ARGV[1]) do
+  local m = tonumber(ARGV[ai])
+  ai = ai + 1
+  local used = {}
+  local reset = {}
+  local refused = nil
+  for i = 1, m do
+    local key = KEYS[ki + i]
+    local b = ai + (i - 1) * 4
+    local lim = tonumber(ARGV[b + 1])
+    local amt = tonumber(ARGV[b + 2])
+    local u
+    if ARGV[b] == '0' then
+      local oldest
+      local hc = redis.call('HMGET', key, 't', 'c', 'o')
+      if tonumber(hc[2]) == now then
+        u = tonumber(hc[1]) or 0
+        oldest = tonumber(hc[3]) or now
+      else
+        local h = redis.call('HGETALL', key)
+        local stale = {}
+        u = 0
+        oldest = now
+        for j = 1, #h, 2 do
+          local f = h[j]
+          if f ~= 't' and f ~= 'c' and f ~= 'o' then
+            local s = tonumber(f)
+            if s <= now - 60 then
+              stale[#stale + 1] = f
+            else
+              local v = tonumber(h[j + 1])
+              u = u + v
+              if v ~= 0 and s < oldest then oldest = s end
+            end
           end
         end
+        if #stale > 0 then redis.call('HDEL', key, unpack(stale)) end
+        redis.call('HSET', key, 't', u, 'c', now, 'o', oldest)
+        redis.call('EXPIRE', key, 61)
       end
-      if #stale > 0 then redis.call('HDEL', KEYS[i], unpack(stale)) end
-      redis.call('HSET', KEYS[i], 't', u, 'c', now, 'o', oldest)
-      redis.call('EXPIRE', KEYS[i], 61)
+      if u + amt > lim then
+        local retry = 60000
+        if amt <= lim then retry = math.max(1, (oldest + 60) * 1000 - now_ms) end
+        refused = {0, i, now_ms, u, retry}
+        break
+      end
+      reset[i] = (oldest + 60) * 1000 - now_ms
+    else
+      u = tonumber(redis.call('GET', key) or '0')
+      if u + amt > lim then
+        refused = {0, i, now_ms, u, 0}
+        break
+      end
+      reset[i] = 0
     end
-    if u + amt > lim then
-      local retry = 60000
-      if amt <= lim then retry = math.max(1, (oldest + 60) * 1000 - now_ms) end
-      return {0, i, now_ms, u, retry}
+    used[i] = u
+  end
+  if refused then
+    results[a] = refused
+  else
+    local out = {1, 0, now_ms}
+    for i = 1, m do
+      local key = KEYS[ki + i]
+      local b = ai + (i - 1) * 4
+      if ARGV[b] == '0' then
+        redis.call('HINCRBY', key, now, ARGV[b + 2])
+        redis.call('HINCRBY', key, 't', ARGV[b + 2])
+      else
+        redis.call('INCRBY', key, ARGV[b + 2])
+        redis.call('EXPIRE', key, tonumber(ARGV[b + 3]))
+      end
+      out[#out + 1] = used[i]
+      out[#out + 1] = reset[i]
     end
-    reset[i] = (oldest + 60) * 1000 - now_ms
-  else
-    u = tonumber(redis.call('GET', KEYS[i]) or '0')
-    if u + amt > lim then return {0, i, now_ms, u, 0} end
-    reset[i] = 0
+    results[a] = out
   end
-  used[i] = u
+  ki = ki + m
+  ai = ai + 4 * m
 end
-for i = 1, #KEYS do
-  local b = (i - 1) * 4
-  if ARGV[b + 1] == '0' then
-    redis.call('HINCRBY', KEYS[i], now, ARGV[b + 3])
-    redis.call('HINCRBY', KEYS[i], 't', ARGV[b + 3])
-  else
-    redis.call('INCRBY', KEYS[i], ARGV[b + 3])
-    redis.call('EXPIRE', KEYS[i], tonumber(ARGV[b + 4]))
-  end
-end
-local out = {1, 0, now_ms}
-for i = 1, #KEYS do
-  out[#out + 1] = used[i]
-  out[#out + 1] = reset[i]
-end
-return out
+return results
 )lua";
 
 // Adjustments of many requests at once: per key (window, stamp second, delta). A refund goes to
@@ -317,8 +341,7 @@ std::string redisCounterKey(const Charge& c, int64_t unix_ms) {
 
 void reserveArgs(std::span<const Charge> charges, int64_t now_ms, std::vector<std::string>& keys,
                  std::vector<std::string>& args) {
-  keys.clear();
-  args.clear();
+  args.push_back(std::to_string(charges.size()));
   for (const Charge& c : charges) {
     keys.push_back(redisCounterKey(c, now_ms));
     args.push_back(c.window == Window::kMinute ? "0" : "1");

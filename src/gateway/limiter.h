@@ -94,8 +94,11 @@ const store::RedisScript& adjustScript();
 // Redis key of a charge's counter at a time (period appended for day/month).
 std::string redisCounterKey(const Charge& c, int64_t unix_ms);
 
-// Turns a reserve script reply into an Admission (kInternal on a malformed reply).
+// Turns one admission's element of the reserve script's reply into an Admission (kInternal on a
+// malformed reply).
 Result<Admission> parseReserveReply(const store::RedisReply& reply, std::span<const Charge> charges);
+// Appends one admission to a reserve script call: its keys, and its charge count and 4 arguments
+// per charge. The caller puts the number of admissions first in `args`.
 void reserveArgs(std::span<const Charge> charges, int64_t now_ms, std::vector<std::string>& keys,
                  std::vector<std::string>& args);
 // Appends one adjustment per non-zero delta (3 arguments each: window, stamp second, delta), so

@@ -129,17 +129,18 @@ TEST(ResetDuration, OpenAiStyle) {
 TEST(RedisScripts, ArgumentsCarryEveryCharge) {
   Charge charges[2] = {Charge{"k:a:r", Window::kMinute, Scope::kKey, false, 10, 1},
                        Charge{"t:b:d", Window::kDay, Scope::kDaily, true, 1000, 50}};
-  std::vector<std::string> keys, args;
+  std::vector<std::string> keys, args = {"1"};  // one admission
   reserveArgs(charges, 1'799'971'200'000, keys, args);
   ASSERT_EQ(keys.size(), 2u);
   EXPECT_EQ(keys[0], "infera:rl:k:a:r");
   EXPECT_EQ(keys[1], "infera:rl:t:b:d:20270115");
-  ASSERT_EQ(args.size(), 8u);
-  EXPECT_EQ(args[0], "0");
-  EXPECT_EQ(args[1], "10");
-  EXPECT_EQ(args[2], "1");
+  ASSERT_EQ(args.size(), 10u);
+  EXPECT_EQ(args[1], "2");  // its charges
+  EXPECT_EQ(args[2], "0");  // minute window
+  EXPECT_EQ(args[3], "10");
   EXPECT_EQ(args[4], "1");
-  EXPECT_EQ(args[6], "50");
+  EXPECT_EQ(args[6], "1");  // day window
+  EXPECT_EQ(args[8], "50");
   EXPECT_EQ(reserveScript().sha1.size(), 40u);
 }
 
