@@ -195,78 +195,118 @@ void LocalCounters::seed(const Charge& ch, int64_t used, int64_t now_ms) {
 
 namespace {
 
-// Minute counters are hashes: one field per second ("<unix second>" -> amount) plus "t" (the sum
-// of the live seconds), "c" (the second of the last clean-up) and "o" (the oldest live second).
-// The first admission in a new second drops the seconds that left the window and recounts "t";
-// every other admission reads three fields. Period counters are plain integers.
+// A minute counter is a hash K of live one-second buckets ("<unix second>" -> amount) plus a
+// summary string K:s = "<total> <oldest live second> <second of the last clean-up>". A script
+// call reads every summary with one MGET; the first call in a new second drops the buckets that
+// left the window (HGETALL/HDEL, once per second per counter) and recounts; each counter then
+// gets one HINCRBY of what the call added and one SET of its summary, however many admissions
+// the call carries. A day/month counter is an integer at K.
+constexpr const char* kCountersLua = R"lua(
+local function summaries(keys, minute_flag)
+  local names = {}
+  for i = 1, #keys do
+    names[i] = minute_flag(i) and (keys[i] .. ':s') or keys[i]
+  end
+  return redis.call('MGET', unpack(names))
+end
+local function load(key, raw, minute, now)
+  if not minute then
+    local n = tonumber(raw or false)
+    return {n = n or 0, exists = n ~= nil}
+  end
+  local s = {exists = raw ~= false and raw ~= nil, total = 0, oldest = now, clean = -1, add = 0}
+  if s.exists then
+    local t, o, c = string.match(raw, '^(%-?%d+) (%d+) (%d+)$')
+    s.total, s.oldest, s.clean = tonumber(t) or 0, tonumber(o) or now, tonumber(c) or -1
+  end
+  if s.clean ~= now then
+    local h = redis.call('HGETALL', key)
+    local stale = {}
+    s.total, s.oldest, s.clean = 0, now, now
+    for j = 1, #h, 2 do
+      local sec = tonumber(h[j])
+      if sec <= now - 60 then
+        stale[#stale + 1] = h[j]
+      else
+        local v = tonumber(h[j + 1])
+        s.total = s.total + v
+        if v ~= 0 and sec < s.oldest then s.oldest = sec end
+      end
+    end
+    if #stale > 0 then redis.call('HDEL', key, unpack(stale)) end
+    if #h > 0 then redis.call('EXPIRE', key, 61) end
+    s.dirty = true
+  end
+  return s
+end
+local function store(key, s, minute, now, ttl)
+  if minute then
+    if s.add ~= 0 then
+      redis.call('HINCRBY', key, now, s.add)
+      redis.call('EXPIRE', key, 61)
+    end
+    redis.call('SET', key .. ':s', s.total .. ' ' .. s.oldest .. ' ' .. s.clean, 'PX', 61000)
+  elseif ttl then
+    redis.call('SET', key, s.n, 'EX', ttl)
+  else
+    redis.call('SET', key, s.n, 'KEEPTTL')
+  end
+end
+)lua";
+
 // Several admissions in one call (a worker sends every admission that arrived in one turn of
 // its event loop together). ARGV[1] = number of admissions; then per admission its number of
 // charges and 4 arguments per charge (window, limit, amount, ttl); KEYS in the same order. Each
 // admission is all-or-nothing; later ones see earlier ones' reservations. Returns one reply per
 // admission: {1, 0, now_ms, used, reset, used, reset, ...} or {0, index, now_ms, used, retry_ms}.
-constexpr const char* kReserveLua = R"lua(
+constexpr const char* kReserveBody = R"lua(
 local t = redis.call('TIME')
 local now = tonumber(t[1])
 local now_ms = now * 1000 + math.floor(tonumber(t[2]) / 1000)
+local minute_at = {}
+do
+  local ai, ki = 2, 0
+  for a = 1, tonumber(ARGV[1]) do
+    local m = tonumber(ARGV[ai])
+    for i = 1, m do minute_at[ki + i] = ARGV[ai + 1 + (i - 1) * 4] == '0' end
+    ki = ki + m
+    ai = ai + 1 + 4 * m
+  end
+end
+local raw = summaries(KEYS, function(i) return minute_at[i] end)
+local state, order, minute_of, ttl_of = {}, {}, {}, {}
 local results = {}
-local ai = 2
-local ki = 0
+local ai, ki = 2, 0
 for a = 1, tonumber(ARGV[1]) do
   local m = tonumber(ARGV[ai])
   ai = ai + 1
-  local used = {}
-  local reset = {}
-  local refused = nil
+  local used, reset, refused = {}, {}, nil
   for i = 1, m do
     local key = KEYS[ki + i]
     local b = ai + (i - 1) * 4
+    local minute = minute_at[ki + i]
+    local s = state[key]
+    if s == nil then
+      s = load(key, raw[ki + i], minute, now)
+      state[key] = s
+      order[#order + 1] = key
+      minute_of[key] = minute
+    end
+    ttl_of[key] = ARGV[b + 3]
     local lim = tonumber(ARGV[b + 1])
     local amt = tonumber(ARGV[b + 2])
-    local u
-    if ARGV[b] == '0' then
-      local oldest
-      local hc = redis.call('HMGET', key, 't', 'c', 'o')
-      if tonumber(hc[2]) == now then
-        u = tonumber(hc[1]) or 0
-        oldest = tonumber(hc[3]) or now
-      else
-        local h = redis.call('HGETALL', key)
-        local stale = {}
-        u = 0
-        oldest = now
-        for j = 1, #h, 2 do
-          local f = h[j]
-          if f ~= 't' and f ~= 'c' and f ~= 'o' then
-            local s = tonumber(f)
-            if s <= now - 60 then
-              stale[#stale + 1] = f
-            else
-              local v = tonumber(h[j + 1])
-              u = u + v
-              if v ~= 0 and s < oldest then oldest = s end
-            end
-          end
-        end
-        if #stale > 0 then redis.call('HDEL', key, unpack(stale)) end
-        redis.call('HSET', key, 't', u, 'c', now, 'o', oldest)
-        redis.call('EXPIRE', key, 61)
+    local u = minute and s.total or s.n
+    if u + amt > lim then
+      local retry = 0
+      if minute then
+        retry = 60000
+        if amt <= lim then retry = math.max(1, (s.oldest + 60) * 1000 - now_ms) end
       end
-      if u + amt > lim then
-        local retry = 60000
-        if amt <= lim then retry = math.max(1, (oldest + 60) * 1000 - now_ms) end
-        refused = {0, i, now_ms, u, retry}
-        break
-      end
-      reset[i] = (oldest + 60) * 1000 - now_ms
-    else
-      u = tonumber(redis.call('GET', key) or '0')
-      if u + amt > lim then
-        refused = {0, i, now_ms, u, 0}
-        break
-      end
-      reset[i] = 0
+      refused = {0, i, now_ms, u, retry}
+      break
     end
     used[i] = u
+    reset[i] = minute and ((s.oldest + 60) * 1000 - now_ms) or 0
   end
   if refused then
     results[a] = refused
@@ -274,14 +314,16 @@ for a = 1, tonumber(ARGV[1]) do
     local out = {1, 0, now_ms}
     for i = 1, m do
       local key = KEYS[ki + i]
-      local b = ai + (i - 1) * 4
-      if ARGV[b] == '0' then
-        redis.call('HINCRBY', key, now, ARGV[b + 2])
-        redis.call('HINCRBY', key, 't', ARGV[b + 2])
+      local amt = tonumber(ARGV[ai + (i - 1) * 4 + 2])
+      local s = state[key]
+      if minute_of[key] then
+        if s.total == 0 then s.oldest = now end
+        s.add = s.add + amt
+        s.total = s.total + amt
       else
-        redis.call('INCRBY', key, ARGV[b + 2])
-        redis.call('EXPIRE', key, tonumber(ARGV[b + 3]))
+        s.n = s.n + amt
       end
+      s.dirty = true
       out[#out + 1] = used[i]
       out[#out + 1] = reset[i]
     end
@@ -290,29 +332,57 @@ for a = 1, tonumber(ARGV[1]) do
   ki = ki + m
   ai = ai + 4 * m
 end
+for _, key in ipairs(order) do
+  local s = state[key]
+  if s.dirty then store(key, s, minute_of[key], now, ttl_of[key]) end
+end
 return results
 )lua";
 
 // Adjustments of many requests at once: per key (window, stamp second, delta). A refund goes to
 // the second it was reserved in, if that second is still in the window; usage beyond a
-// reservation goes to the current second.
-constexpr const char* kAdjustLua = R"lua(
+// reservation goes to the current second. Counters that expired meanwhile are left alone.
+constexpr const char* kAdjustBody = R"lua(
 local now = tonumber(redis.call('TIME')[1])
+local raw = summaries(KEYS, function(i) return ARGV[(i - 1) * 3 + 1] == '0' end)
+local state, order, minute_of = {}, {}, {}
 for i = 1, #KEYS do
+  local key = KEYS[i]
   local b = (i - 1) * 3
-  local stamp = ARGV[b + 2]
-  local d = tonumber(ARGV[b + 3])
-  if ARGV[b + 1] == '0' then
-    if redis.call('HEXISTS', KEYS[i], stamp) == 1 then
-      redis.call('HINCRBY', KEYS[i], stamp, d)
-      redis.call('HINCRBY', KEYS[i], 't', d)
-    elseif d > 0 and redis.call('EXISTS', KEYS[i]) == 1 then
-      redis.call('HINCRBY', KEYS[i], now, d)
-      redis.call('HINCRBY', KEYS[i], 't', d)
-    end
-  elseif redis.call('EXISTS', KEYS[i]) == 1 then
-    redis.call('INCRBY', KEYS[i], d)
+  local minute = ARGV[b + 1] == '0'
+  local s = state[key]
+  if s == nil then
+    s = load(key, raw[i], minute, now)
+    state[key] = s
+    order[#order + 1] = key
+    minute_of[key] = minute
   end
+  if s.exists then
+    local d = tonumber(ARGV[b + 3])
+    if minute then
+      local stamp = tonumber(ARGV[b + 2])
+      if stamp > now - 60 and stamp ~= now then
+        local v = redis.call('HINCRBY', key, stamp, d)
+        if v < 0 then
+          redis.call('HSET', key, stamp, 0)
+          d = d - v
+        end
+        s.total = s.total + d
+        s.dirty = true
+      elseif stamp == now or d > 0 then
+        s.add = s.add + d
+        s.total = s.total + d
+        s.dirty = true
+      end
+    else
+      s.n = math.max(0, s.n + d)
+      s.dirty = true
+    end
+  end
+end
+for _, key in ipairs(order) do
+  local s = state[key]
+  if s.dirty then store(key, s, minute_of[key], now, nil) end
 end
 return 1
 )lua";
@@ -320,12 +390,12 @@ return 1
 }  // namespace
 
 const store::RedisScript& reserveScript() {
-  static const store::RedisScript s(kReserveLua);
+  static const store::RedisScript s(std::string(kCountersLua) + kReserveBody);
   return s;
 }
 
 const store::RedisScript& adjustScript() {
-  static const store::RedisScript s(kAdjustLua);
+  static const store::RedisScript s(std::string(kCountersLua) + kAdjustBody);
   return s;
 }
 

@@ -177,6 +177,57 @@ TEST(GovernanceCluster, RedisDownFallsBackToALocalShareAndComesBack) {
   EXPECT_EQ(gw->metricSum("infera_ratelimit_fallback_total"), fallbacks);
 }
 
+TEST(GovernanceCluster, RedisCountersRefuseAndReconcileLikeInProcessOnes) {
+  auto redis = testing::RedisServer::start();
+  ASSERT_TRUE(redis);
+  auto emu = startEmulator();
+  ASSERT_TRUE(emu);
+  auto gw = startGov(govConfig(emu->url(), "sqlite:" + tempPath("redis-rules.db"),
+                               "  redis: " + redis->url() + "\n  default_max_tokens: 150\n"));
+  ASSERT_TRUE(gw);
+  // Requests per minute: 3 admitted, the 4th refused with OpenAI's headers.
+  const std::string rpm_key = makeKey(*gw, "rpm", json::object(), json{{"rpm", 3}});
+  for (int i = 0; i < 3; ++i) {
+    const auto r = call(*gw, rpm_key, chat("m1", 1));
+    ASSERT_EQ(r.status, 200) << r.body;
+    EXPECT_EQ(r.header("x-ratelimit-remaining-requests"), std::to_string(2 - i));
+  }
+  const auto limited = call(*gw, rpm_key, chat("m1", 1));
+  EXPECT_EQ(limited.status, 429);
+  EXPECT_EQ(errorCode(limited), "rate_limit_exceeded");
+  EXPECT_GE(std::atoi(limited.header("retry-after").c_str()), 1);
+  // Tokens: ~180 reserved, ~21 used; reconciled in Redis, about 10 fit in 400 (2 without refunds).
+  const std::string tpm_key = makeKey(*gw, "tpm", json::object(), json{{"tpm", 400}});
+  const std::string body = R"({"model":"m1","messages":[{"role":"user","content":"hello there, how are you"}]})";
+  int ok = 0;
+  for (int i = 0; i < 30; ++i) {
+    const auto r = call(*gw, tpm_key, body);
+    if (r.status != 200) {
+      EXPECT_EQ(r.status, 429);
+      // Refunds are batched every 10 ms: wait for them once before counting a refusal as final.
+      if (!waitFor([&] { return call(*gw, tpm_key, body).status == 200; }, std::chrono::milliseconds(200))) break;
+    }
+    ++ok;
+  }
+  EXPECT_GE(ok, 6);
+  EXPECT_LT(ok, 30);
+  // Daily token budget (a period counter): refused with insufficient_quota once spent.
+  const std::string budget_key =
+      makeKey(*gw, "budget", json{{"budget_tokens", 100}, {"budget_period", "day"}}, json::object());
+  TestResponse last;
+  int spent = 0;
+  for (int i = 0; i < 30; ++i) {
+    last = call(*gw, budget_key, chat("m1", 10));
+    if (last.status != 200) break;
+    ++spent;
+  }
+  EXPECT_GT(spent, 0);
+  EXPECT_EQ(last.status, 429);
+  EXPECT_EQ(errorCode(last), "budget_exceeded");
+  EXPECT_EQ(gw->metricSum("infera_ratelimit_fallback_total"), 0);
+  EXPECT_EQ(gw->metricSum("infera_ratelimit_redis_errors_total"), 0);
+}
+
 TEST(GovernanceCluster, TheCacheIsSharedThroughRedis) {
   auto redis = testing::RedisServer::start();
   ASSERT_TRUE(redis);
