@@ -8,9 +8,8 @@ infera="$1"
 work="$2"
 here="$(cd "$(dirname "$0")" && pwd)"
 mkdir -p "$work"
-if [[ ! -d "$work/node_modules/openai" ]]; then
-  (cd "$work" && npm init -y >/dev/null 2>&1 && npm install --no-audit --no-fund --silent openai@4 >/dev/null)
-fi
+source "$here/lib.sh"
+install_openai "$work"
 rm -f "$work"/gov-sdk.db*
 cat > "$work/gov-sdk.yaml" <<YAML
 listen: {host: 127.0.0.1, port: 0}
@@ -27,20 +26,9 @@ models:
     deployments: [{endpoints: [{emulator: local}]}]
 YAML
 export INFERA_ADMIN_TOKEN="sdk-admin-$$"
-out="$work/gov-serve.out"
-"$infera" serve -c "$work/gov-sdk.yaml" >"$out" 2>&1 &
-pid=$!
-trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null || true' EXIT
-port=""
-for _ in $(seq 1 500); do
-  port=$(sed -n 's|.*data http://127.0.0.1:\([0-9]*\).*|\1|p' "$out")
-  [[ -n "$port" ]] && break
-  kill -0 $pid 2>/dev/null || { cat "$out"; exit 1; }
-  sleep 0.02
-done
-[[ -n "$port" ]] || { echo "gateway did not start"; cat "$out"; exit 1; }
-admin_port=$(sed -n 's|.*admin http://127.0.0.1:\([0-9]*\).*|\1|p' "$out")
-export INFERA_ADMIN_URL="http://127.0.0.1:$admin_port"
+start_serve "$infera" "$work/gov-sdk.yaml" "$work/gov-serve.out"
+port="$PORT"
+export INFERA_ADMIN_URL="http://127.0.0.1:$ADMIN_PORT"
 
 "$infera" teams create sdk --models 'llama*' --tpm 100000 >/dev/null
 key=$("$infera" keys create --team sdk --rpm 3 2>/dev/null)
