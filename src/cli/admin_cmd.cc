@@ -150,7 +150,7 @@ void registerAdminCommands(CLI::App& app) {
   auto team_fields = [team_body](CLI::App* c) {
     c->add_option_function<std::string>("--models", [team_body](const std::string& v) { (*team_body)["models"] = v; },
                                          "Allowed model patterns, comma-separated ('*' wildcard)");
-    for (const char* f : {"rpm", "tpm", "daily-tokens", "budget-tokens"}) {
+    for (const char* f : {"rpm", "tpm", "daily-tokens", "budget-tokens", "user-rpm", "user-tpm"}) {
       std::string key = f;
       for (auto& ch : key) ch = ch == '-' ? '_' : ch;
       c->add_option_function<int64_t>(std::string("--") + f, [team_body, key](const int64_t& v) { (*team_body)[key] = v; },

@@ -125,6 +125,8 @@ json teamToJson(const TeamRecord& t) {
           {"rpm", t.rpm},
           {"tpm", t.tpm},
           {"daily_tokens", t.daily_tokens},
+          {"user_rpm", t.user_rpm},
+          {"user_tpm", t.user_tpm},
           {"budget_tokens", t.budget_tokens},
           {"budget_usd", t.budget_usd},
           {"budget_period", t.budget_period},
@@ -190,6 +192,8 @@ Status readTeam(const json& j, TeamRecord& t, bool create) {
   r.get("rpm", t.rpm);
   r.get("tpm", t.tpm);
   r.get("daily_tokens", t.daily_tokens);
+  r.get("user_rpm", t.user_rpm);
+  r.get("user_tpm", t.user_tpm);
   r.get("budget_tokens", t.budget_tokens);
   r.get("budget_usd", t.budget_usd);
   r.get("budget_period", t.budget_period);
@@ -197,6 +201,8 @@ Status readTeam(const json& j, TeamRecord& t, bool create) {
   INFERA_RETURN_IF_ERROR(checkNonNegative("rpm", t.rpm));
   INFERA_RETURN_IF_ERROR(checkNonNegative("tpm", t.tpm));
   INFERA_RETURN_IF_ERROR(checkNonNegative("daily_tokens", t.daily_tokens));
+  INFERA_RETURN_IF_ERROR(checkNonNegative("user_rpm", t.user_rpm));
+  INFERA_RETURN_IF_ERROR(checkNonNegative("user_tpm", t.user_tpm));
   INFERA_RETURN_IF_ERROR(checkNonNegative("budget_tokens", t.budget_tokens));
   if (t.budget_usd < 0) return Status::invalidArgument("budget_usd must be >= 0");
   if (t.budget_period != "day" && t.budget_period != "month") {
@@ -862,6 +868,7 @@ GovError GovWorker::refusal(const GovTicket& t, std::span<const Charge> charges,
   std::string who;
   switch (c.scope) {
     case Scope::kKey: who = "key " + (t.key ? t.key->rec.id : std::string("?")); break;
+    case Scope::kUser: who = "user '" + t.user + "' of team '" + t.team + "'"; break;
     case Scope::kModel: who = "model"; break;
     case Scope::kDeployment: who = "deployment"; break;
     default: who = "team '" + t.team + "'"; break;
@@ -1050,6 +1057,13 @@ void GovWorker::buildCharges(GovTicket& t, const Route& route, const PriceConfig
     add(tm.c_req, Window::kMinute, Scope::kTeam, false, tm.rec.rpm, 1);
     add(tm.c_tok, Window::kMinute, Scope::kTeam, true, tm.rec.tpm, t.reserved_tokens);
     add(tm.c_day, Window::kDay, Scope::kDaily, true, tm.rec.daily_tokens, t.reserved_tokens);
+    if (!t.user.empty() && (tm.rec.user_rpm > 0 || tm.rec.user_tpm > 0)) {
+      // Each user of the team has the team's per-user limits (counter names owned by the ticket).
+      t.user_req = tm.c_req + ":u:" + t.user;
+      t.user_tok = tm.c_tok + ":u:" + t.user;
+      add(t.user_req, Window::kMinute, Scope::kUser, false, tm.rec.user_rpm, 1);
+      add(t.user_tok, Window::kMinute, Scope::kUser, true, tm.rec.user_tpm, t.reserved_tokens);
+    }
     const Window bw = tm.rec.budget_period == "day" ? Window::kDay : Window::kMonth;
     add(tm.c_budget_tokens, bw, Scope::kBudgetTokens, true, tm.rec.budget_tokens, t.reserved_tokens);
     add(tm.c_budget_cost, bw, Scope::kBudgetCost, true, static_cast<int64_t>(tm.rec.budget_usd * 1e6),

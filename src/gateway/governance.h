@@ -41,6 +41,7 @@ struct GovTicket {
   const KeyInfo* key = nullptr;                 // null: anonymous (require_keys: false)
   std::string team = "anonymous";
   std::string user;
+  std::string user_req, user_tok;  // the user's counter names (the charges point into them)
   int64_t est_prompt = 0;
   int64_t max_completion = 0;
   int64_t reserved_tokens = 0;

@@ -142,7 +142,8 @@ CREATE TABLE IF NOT EXISTS infera_meta (k TEXT PRIMARY KEY, v BIGINT NOT NULL);
 CREATE TABLE IF NOT EXISTS infera_teams (
   name TEXT PRIMARY KEY, models TEXT NOT NULL, rpm BIGINT NOT NULL, tpm BIGINT NOT NULL,
   daily_tokens BIGINT NOT NULL, budget_tokens BIGINT NOT NULL, budget_usd DOUBLE PRECISION NOT NULL,
-  budget_period TEXT NOT NULL, created_ms BIGINT NOT NULL, updated_ms BIGINT NOT NULL);
+  budget_period TEXT NOT NULL, created_ms BIGINT NOT NULL, updated_ms BIGINT NOT NULL,
+  user_rpm BIGINT NOT NULL DEFAULT 0, user_tpm BIGINT NOT NULL DEFAULT 0);
 CREATE TABLE IF NOT EXISTS infera_keys (
   id TEXT PRIMARY KEY, team TEXT NOT NULL, name TEXT NOT NULL, salt TEXT NOT NULL, hash TEXT NOT NULL,
   models TEXT NOT NULL, rpm BIGINT NOT NULL, tpm BIGINT NOT NULL, allow_user BIGINT NOT NULL,
@@ -200,7 +201,8 @@ namespace {
 nlohmann::json teamJson(const TeamRecord& t) {
   return {{"name", t.name},         {"models", t.models},           {"rpm", t.rpm},
           {"tpm", t.tpm},           {"daily_tokens", t.daily_tokens}, {"budget_tokens", t.budget_tokens},
-          {"budget_usd", t.budget_usd}, {"budget_period", t.budget_period}};
+          {"budget_usd", t.budget_usd}, {"budget_period", t.budget_period}, {"user_rpm", t.user_rpm},
+          {"user_tpm", t.user_tpm}};
 }
 
 nlohmann::json keyJson(const KeyRecord& k) {
@@ -220,11 +222,14 @@ TeamRecord teamFromRow(const SqlResult& r, size_t i) {
   t.budget_period = r.text(i, 7);
   t.created_ms = r.integer(i, 8);
   t.updated_ms = r.integer(i, 9);
+  t.user_rpm = r.integer(i, 10);
+  t.user_tpm = r.integer(i, 11);
   return t;
 }
 
 constexpr const char* kTeamCols =
-    "name, models, rpm, tpm, daily_tokens, budget_tokens, budget_usd, budget_period, created_ms, updated_ms";
+    "name, models, rpm, tpm, daily_tokens, budget_tokens, budget_usd, budget_period, created_ms, updated_ms, "
+    "user_rpm, user_tpm";
 constexpr const char* kKeyCols =
     "id, team, name, salt, hash, models, rpm, tpm, allow_user, created_ms, expires_ms, revoked_ms, rotated_from";
 
@@ -269,10 +274,10 @@ Status MetaStore::createTeam(const TeamRecord& t, const std::string& actor) {
   const int64_t now = SystemClock::instance().unixMillis();
   return mutate(actor, "team.create", t.name, teamJson(t).dump(), [&]() -> Status {
     auto r = db_->exec(std::string("INSERT INTO infera_teams (") + kTeamCols +
-                           ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?9)",
+                           ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?9, ?10, ?11)",
                        {SqlValue(t.name), SqlValue(joinPatterns(t.models)), SqlValue(t.rpm), SqlValue(t.tpm),
                         SqlValue(t.daily_tokens), SqlValue(t.budget_tokens), SqlValue(t.budget_usd),
-                        SqlValue(t.budget_period), SqlValue(now)});
+                        SqlValue(t.budget_period), SqlValue(now), SqlValue(t.user_rpm), SqlValue(t.user_tpm)});
     if (!r.ok() && r.status().code() == StatusCode::kAlreadyExists) {
       return Status::alreadyExists("team '" + t.name + "' already exists");
     }
@@ -286,10 +291,10 @@ Status MetaStore::updateTeam(const TeamRecord& t, const std::string& actor) {
     INFERA_ASSIGN_OR_RETURN(
         SqlResult r,
         db_->exec("UPDATE infera_teams SET models = ?2, rpm = ?3, tpm = ?4, daily_tokens = ?5, budget_tokens = ?6, "
-                  "budget_usd = ?7, budget_period = ?8, updated_ms = ?9 WHERE name = ?1",
+                  "budget_usd = ?7, budget_period = ?8, updated_ms = ?9, user_rpm = ?10, user_tpm = ?11 WHERE name = ?1",
                   {SqlValue(t.name), SqlValue(joinPatterns(t.models)), SqlValue(t.rpm), SqlValue(t.tpm),
                    SqlValue(t.daily_tokens), SqlValue(t.budget_tokens), SqlValue(t.budget_usd),
-                   SqlValue(t.budget_period), SqlValue(now)}));
+                   SqlValue(t.budget_period), SqlValue(now), SqlValue(t.user_rpm), SqlValue(t.user_tpm)}));
     if (r.affected == 0) return Status::notFound("no team '" + t.name + "'");
     return Status::ok();
   });

@@ -26,6 +26,8 @@ struct TeamRecord {
   int64_t rpm = 0;                  // 0 = no limit
   int64_t tpm = 0;
   int64_t daily_tokens = 0;
+  int64_t user_rpm = 0;             // each user of the team (x-infera-user), 0 = none
+  int64_t user_tpm = 0;
   int64_t budget_tokens = 0;        // per budget_period
   double budget_usd = 0;            // per budget_period (needs model prices)
   std::string budget_period = "month";  // day | month

@@ -11,6 +11,7 @@ std::string_view scopeName(Scope s) {
   switch (s) {
     case Scope::kKey: return "key";
     case Scope::kTeam: return "team";
+    case Scope::kUser: return "user";
     case Scope::kModel: return "model";
     case Scope::kDeployment: return "deployment";
     case Scope::kDaily: return "daily quota";

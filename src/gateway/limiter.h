@@ -26,7 +26,7 @@ namespace infera::gateway {
 
 enum class Window : uint8_t { kMinute, kDay, kMonth };
 
-enum class Scope : uint8_t { kKey, kTeam, kModel, kDeployment, kDaily, kBudgetTokens, kBudgetCost };
+enum class Scope : uint8_t { kKey, kTeam, kUser, kModel, kDeployment, kDaily, kBudgetTokens, kBudgetCost };
 std::string_view scopeName(Scope s);
 
 struct Charge {

@@ -421,6 +421,15 @@ TEST_F(GovernanceTest, UsersInsideATeamOnlyWhenTheKeyAllowsIt) {
     const json rows = usageRows(*gw_, "since=1h&granularity=total&group_by=user&user=ann");
     return rows.size() == 1 && rows[0]["requests"] == 1;
   }));
+  // Per-user limits from the team: each user gets 2 requests a minute, independently.
+  ASSERT_EQ(admin(*gw_, "PATCH", "/admin/teams/people", R"({"user_rpm":2})").status, 200);
+  EXPECT_EQ(call(*gw_, with_user, chat("m1", 1), {{"x-infera-user", "bob"}}).status, 200);
+  EXPECT_EQ(call(*gw_, with_user, chat("m1", 1), {{"x-infera-user", "bob"}}).status, 200);
+  const auto third = call(*gw_, with_user, chat("m1", 1), {{"x-infera-user", "bob"}});
+  EXPECT_EQ(third.status, 429);
+  EXPECT_NE(third.body.find("user 'bob'"), std::string::npos) << third.body;
+  EXPECT_EQ(call(*gw_, with_user, chat("m1", 1), {{"x-infera-user", "cy"}}).status, 200);
+  EXPECT_EQ(call(*gw_, with_user, chat("m1", 1)).status, 200);  // no user: only key/team limits
 }
 
 TEST_F(GovernanceTest, KeysSurviveARestartAndTheSecretStaysPrivate) {
