@@ -367,6 +367,44 @@ TEST_F(GovernanceTest, TeamBudgetAnswers429InsufficientQuota) {
   EXPECT_NE(parse(last.body)["error"]["message"].get<std::string>().find("token budget"), std::string::npos);
 }
 
+TEST_F(GovernanceTest, DailyQuotaAndCostBudgetFromModelPrices) {
+  // m1 costs $1 per 1M prompt tokens and $10,000 per 1M completion tokens: 1 cent per token out.
+  start("", "    price: {prompt_per_1m: 1, completion_per_1m: 10000}\n");
+  // A $0.50 daily budget: each request reserves max_tokens x 1 cent (+ prompt), uses 5 cents.
+  const std::string cost_key =
+      makeKey(*gw_, "spender", json{{"budget_usd", 0.5}, {"budget_period", "day"}}, json::object());
+  int ok = 0;
+  TestResponse last;
+  for (int i = 0; i < 30; ++i) {
+    last = call(*gw_, cost_key, chat("m1", 5));
+    if (last.status != 200) break;
+    ++ok;
+  }
+  EXPECT_GE(ok, 8);   // $0.50 / 5 cents = 10, minus the reservation of the one in flight
+  EXPECT_LE(ok, 10);
+  EXPECT_EQ(last.status, 429);
+  EXPECT_EQ(errorCode(last), "budget_exceeded");
+  EXPECT_NE(parse(last.body)["error"]["message"].get<std::string>().find("cost budget"), std::string::npos);
+  // The cost is in the usage rows.
+  ASSERT_TRUE(waitFor([&] {
+    const json rows = usageRows(*gw_, "since=1h&granularity=total&group_by=team&team=spender");
+    return rows.size() == 1 && rows[0]["requests"] == ok + 1 && rows[0]["cost_usd"].get<double>() > 0.05 * ok - 1e-9;
+  }));
+  // Daily token quota.
+  const std::string daily_key = makeKey(*gw_, "daily", json{{"daily_tokens", 60}}, json::object());
+  int daily_ok = 0;
+  for (int i = 0; i < 30; ++i) {
+    last = call(*gw_, daily_key, chat("m1", 5));
+    if (last.status != 200) break;
+    ++daily_ok;
+  }
+  EXPECT_GT(daily_ok, 0);
+  EXPECT_LT(daily_ok, 30);
+  EXPECT_EQ(last.status, 429);
+  EXPECT_EQ(errorCode(last), "daily_quota_exceeded");
+  EXPECT_EQ(parse(last.body)["error"]["type"], "insufficient_quota");
+}
+
 TEST_F(GovernanceTest, ModelAndDeploymentLimitsProtectTheBackend) {
   start("", "    limits: {rpm: 2}\n");
   const std::string a = makeKey(*gw_, "a");
@@ -377,6 +415,18 @@ TEST_F(GovernanceTest, ModelAndDeploymentLimitsProtectTheBackend) {
   EXPECT_EQ(r.status, 429);
   EXPECT_NE(r.body.find("model"), std::string::npos);
   EXPECT_EQ(call(*gw_, a, chat("m2", 1)).status, 200);  // other models are not affected
+}
+
+TEST_F(GovernanceTest, AFullDeploymentAnswers429WhenNoOtherHasRoom) {
+  start("", "", "        limits: {rpm: 2}\n");
+  const std::string key = makeKey(*gw_, "dep");
+  EXPECT_EQ(call(*gw_, key, chat("m1", 1)).status, 200);
+  EXPECT_EQ(call(*gw_, key, chat("m1", 1)).status, 200);
+  const auto full = call(*gw_, key, chat("m1", 1));
+  EXPECT_EQ(full.status, 429);
+  EXPECT_EQ(errorCode(full), "deployment_rate_limited");
+  EXPECT_EQ(emu_->stats().requests.load(), 2u);
+  EXPECT_EQ(call(*gw_, key, chat("m2", 1)).status, 200);  // another model's deployment
 }
 
 TEST_F(GovernanceTest, DeterministicRequestsAreServedFromTheCache) {
