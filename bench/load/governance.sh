@@ -29,19 +29,20 @@ REDIS_PORT="$(free_port)"
 mkdir -p "$BENCH_TMP/redis"
 redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --dir "$BENCH_TMP/redis" --save "" --appendonly no \
   >"$BENCH_TMP/redis.log" 2>&1 &
-BENCH_PIDS+=("$!")
+REDIS_PID=$!
+BENCH_PIDS+=("$REDIS_PID")
 for _ in $(seq 1 200); do redis-cli -p "$REDIS_PORT" ping >/dev/null 2>&1 && break; sleep 0.05; done
 
 export INFERA_ADMIN_TOKEN="bench-admin-token"
 start_emulator emulator "$BACKEND_CPUS" --models m --ttft-ms 0 --token-ms 0 --workers 1
 start_gateway off "$PROXY_CPUS" "$PROXY_WORKERS" "$EMU_PORT"
-OFF_PORT="$GW_PORT"
+OFF_PORT="$GW_PORT" OFF_PID="$GW_PID"
 start_gateway gov "$PROXY_CPUS" "$PROXY_WORKERS" "$EMU_PORT" \
   "governance: {store: \"sqlite:$BENCH_TMP/gov.db\", key_secret: bench-secret-0123456789abcdef0123456789}"
-GOV_PORT="$GW_PORT" GOV_ADMIN="$GW_ADMIN"
+GOV_PORT="$GW_PORT" GOV_ADMIN="$GW_ADMIN" GOV_PID="$GW_PID"
 start_gateway redis "$PROXY_CPUS" "$PROXY_WORKERS" "$EMU_PORT" \
   "governance: {store: \"sqlite:$BENCH_TMP/redis.db\", key_secret: bench-secret-0123456789abcdef0123456789, redis: \"redis://127.0.0.1:$REDIS_PORT\"}"
-REDIS_GW_PORT="$GW_PORT" REDIS_ADMIN="$GW_ADMIN"
+REDIS_GW_PORT="$GW_PORT" REDIS_ADMIN="$GW_ADMIN" REDIS_GW_PID="$GW_PID"
 
 # make_key ADMIN_PORT: a team and a key with per-minute limits no run reaches; prints the key.
 make_key() {
@@ -86,6 +87,10 @@ run_wrk() {  # run_wrk LABEL PORT SECONDS
   fi
   awk '/^Requests\/sec:/ {print $2}' "$out"
 }
+# CPU time (clock ticks, user + system) a process has used so far; with the request counts this
+# gives CPU per request, a steadier figure than req/s on a shared box.
+ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+HZ="$(getconf CLK_TCK)"
 median() { sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
 
 echo "governance cost: wrk -t1 -c$CONNS -d${DURATION}s POST /v1/chat/completions (16 tokens), $ROUNDS rounds;" \
@@ -95,12 +100,19 @@ for t in off gov redis; do
   run_wrk "$t" "$p" 2 >/dev/null
 done
 declare -A RESULTS=([off]="" [gov]="" [redis]="")
+declare -A CPU_TICKS=([off]=0 [gov]=0 [redis]=0) REQS=([off]=0 [gov]=0 [redis]=0)
+REDIS_TICKS=0
 for ((r = 1; r <= ROUNDS; r++)); do
   order=(off gov redis)
   for ((k = 0; k < (r - 1) % 3; k++)); do order=("${order[@]:1}" "${order[0]}"); done
   for t in "${order[@]}"; do
-    case "$t" in off) p="$OFF_PORT" ;; gov) p="$GOV_PORT" ;; redis) p="$REDIS_GW_PORT" ;; esac
+    case "$t" in off) p="$OFF_PORT" pid="$OFF_PID" ;; gov) p="$GOV_PORT" pid="$GOV_PID" ;;
+      redis) p="$REDIS_GW_PORT" pid="$REDIS_GW_PID" ;; esac
+    t0="$(ticks "$pid")" r0="$(ticks "$REDIS_PID")"
     rps="$(run_wrk "$t" "$p" "$DURATION")"
+    CPU_TICKS[$t]=$((CPU_TICKS[$t] + $(ticks "$pid") - t0))
+    [[ "$t" == redis ]] && REDIS_TICKS=$((REDIS_TICKS + $(ticks "$REDIS_PID") - r0))
+    REQS[$t]="$(awk -v a="${REQS[$t]}" -v b="$rps" -v d="$DURATION" 'BEGIN {printf "%.0f", a + b * d}')"
     RESULTS[$t]+="$rps "
     printf '  round %d  %-6s %10.0f req/s\n' "$r" "$t" "$rps"
   done
@@ -116,4 +128,8 @@ printf '  off                  %10.0f req/s\n' "$O"
 printf '  keys+limits+usage    %10.0f req/s   ratio %.3f (target >= 0.9)\n' "$G" "$RG"
 printf '  ... with Redis       %10.0f req/s   ratio %.3f (target >= 0.8)\n' "$R" "$RR"
 echo "  usage records written by the SQLite run: $rows"
+us_per() { awk -v t="$1" -v n="$2" -v hz="$HZ" 'BEGIN {printf "%.1f", (n > 0) ? (t / hz * 1e6 / n) : 0}'; }
+echo "  gateway CPU per request: off $(us_per "${CPU_TICKS[off]}" "${REQS[off]}") us," \
+  "keys+limits+usage $(us_per "${CPU_TICKS[gov]}" "${REQS[gov]}") us," \
+  "with Redis $(us_per "${CPU_TICKS[redis]}" "${REQS[redis]}") us (+ redis-server $(us_per "$REDIS_TICKS" "${REQS[redis]}") us)"
 awk -v a="$RG" -v b="$RR" 'BEGIN {exit !(a >= 0.9 && b >= 0.8)}' && echo "  targets met" || echo "  target NOT met"
