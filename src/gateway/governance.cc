@@ -961,9 +961,11 @@ net::Task<void> GovWorker::runBatch(std::vector<PendingAdmission*> batch) {
   for (size_t start = 0; start < batch.size(); start += kMaxPerCall) {
     const size_t n = std::min(kMaxPerCall, batch.size() - start);
     const int64_t now = nowMs();
+    std::vector<std::span<const Charge>> admissions;
+    admissions.reserve(n);
+    for (size_t i = 0; i < n; ++i) admissions.push_back(batch[start + i]->charges);
     std::vector<std::string> keys, args;
-    args.push_back(std::to_string(n));
-    for (size_t i = 0; i < n; ++i) reserveArgs(batch[start + i]->charges, now, keys, args);
+    reserveCallArgs(admissions, now, keys, args);
     // g++ 12: no temporaries with destructors inside a co_await expression (name the task first).
     auto call = redis_->eval(reserveScript(), std::move(keys), std::move(args));
     auto reply = co_await std::move(call);
@@ -1011,8 +1013,19 @@ void GovWorker::adjust(std::span<const Charge> charges, std::span<const int64_t>
   }
   // Batched: one script call carries the adjustments of every request that ended in the last
   // kAdjustBatchMs (or kAdjustBatchMax of them).
-  adjustArgs(charges, delta, a.stamp_ms, a.key_ms, pending_keys_, pending_args_);
-  if (pending_keys_.size() >= kAdjustBatchMax) {
+  // Adjustments to the same counter and second add up before they are sent.
+  adjust_keys_.clear();
+  adjust_args_.clear();
+  adjustArgs(charges, delta, a.stamp_ms, a.key_ms, adjust_keys_, adjust_args_);
+  for (size_t i = 0; i < adjust_keys_.size(); ++i) {
+    std::string id = adjust_keys_[i];
+    id += '\n';
+    id += adjust_args_[3 * i];  // window
+    id += '\n';
+    id += adjust_args_[3 * i + 1];  // stamp second
+    pending_[std::move(id)] += std::stoll(adjust_args_[3 * i + 2]);
+  }
+  if (pending_.size() >= kAdjustBatchMax) {
     flushAdjustments();
   } else if (!flush_scheduled_) {
     flush_scheduled_ = true;
@@ -1026,11 +1039,23 @@ void GovWorker::adjust(std::span<const Charge> charges, std::span<const int64_t>
 }
 
 void GovWorker::flushAdjustments() {
-  if (pending_keys_.empty()) return;
-  net::spawn(ctx_, adjustRemote(redis_, g_.redis_errors, shard_, std::move(pending_keys_), std::move(pending_args_)),
+  if (pending_.empty()) return;
+  std::vector<std::string> keys, args;
+  keys.reserve(pending_.size());
+  args.reserve(3 * pending_.size());
+  for (const auto& [id, delta] : pending_) {
+    if (delta == 0) continue;
+    const size_t a = id.find('\n');
+    const size_t b = id.find('\n', a + 1);
+    keys.push_back(id.substr(0, a));
+    args.push_back(id.substr(a + 1, b - a - 1));
+    args.push_back(id.substr(b + 1));
+    args.push_back(std::to_string(delta));
+  }
+  pending_.clear();
+  if (keys.empty()) return;
+  net::spawn(ctx_, adjustRemote(redis_, g_.redis_errors, shard_, std::move(keys), std::move(args)),
              "rate-limit adjust");
-  pending_keys_.clear();
-  pending_args_.clear();
 }
 
 net::Task<void> GovWorker::adjustRemote(std::shared_ptr<store::AsyncRedis> redis, obs::Counter* errors, int shard,

@@ -162,7 +162,9 @@ class GovWorker {
   std::shared_ptr<store::AsyncRedis> redis_;
   std::vector<PendingAdmission*> batch_;  // admissions waiting for this turn's script call
   bool batch_posted_ = false;
-  std::vector<std::string> pending_keys_, pending_args_;  // adjustments not yet sent
+  // Adjustments not yet sent, summed per "redis key \n window \n stamp second".
+  std::unordered_map<std::string, int64_t> pending_;
+  std::vector<std::string> adjust_keys_, adjust_args_;  // scratch
   net::asio::steady_timer flush_timer_;
   bool flush_scheduled_ = false;
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);

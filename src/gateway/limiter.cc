@@ -256,68 +256,60 @@ end
 )lua";
 
 // Several admissions in one call (a worker sends every admission that arrived in one turn of
-// its event loop together). ARGV[1] = number of admissions; then per admission its number of
-// charges and 4 arguments per charge (window, limit, amount, ttl); KEYS in the same order. Each
-// admission is all-or-nothing; later ones see earlier ones' reservations. Returns one reply per
-// admission: {1, 0, now_ms, used, reset, used, reset, ...} or {0, index, now_ms, used, retry_ms}.
+// its event loop together). KEYS: the distinct counters. ARGV[1] = their number D, then per
+// counter: window ('0' minute, '1' period), limit, ttl. Then the number of admissions, and per
+// admission its number of charges and per charge: counter index (1-based), amount. Each admission
+// is all-or-nothing; later ones see earlier ones' reservations. Returns one reply per admission:
+// {1, 0, now_ms, used, reset, used, reset, ...} or {0, charge index, now_ms, used, retry_ms}.
 constexpr const char* kReserveBody = R"lua(
 local t = redis.call('TIME')
 local now = tonumber(t[1])
 local now_ms = now * 1000 + math.floor(tonumber(t[2]) / 1000)
-local minute_at = {}
-do
-  local ai, ki = 2, 0
-  for a = 1, tonumber(ARGV[1]) do
-    local m = tonumber(ARGV[ai])
-    for i = 1, m do minute_at[ki + i] = ARGV[ai + 1 + (i - 1) * 4] == '0' end
-    ki = ki + m
-    ai = ai + 1 + 4 * m
-  end
+local d = tonumber(ARGV[1])
+local minute, limit, ttl = {}, {}, {}
+for c = 1, d do
+  local b = 2 + (c - 1) * 3
+  minute[c] = ARGV[b] == '0'
+  limit[c] = tonumber(ARGV[b + 1])
+  ttl[c] = ARGV[b + 2]
 end
-local raw = summaries(KEYS, function(i) return minute_at[i] end)
-local state, order, minute_of, ttl_of = {}, {}, {}, {}
+local raw = summaries(KEYS, function(i) return minute[i] end)
+local state = {}
+for c = 1, d do state[c] = load(KEYS[c], raw[c], minute[c], now) end
 local results = {}
-local ai, ki = 2, 0
-for a = 1, tonumber(ARGV[1]) do
+local ai = 2 + 3 * d
+local n = tonumber(ARGV[ai])
+ai = ai + 1
+for a = 1, n do
   local m = tonumber(ARGV[ai])
   ai = ai + 1
   local used, reset, refused = {}, {}, nil
   for i = 1, m do
-    local key = KEYS[ki + i]
-    local b = ai + (i - 1) * 4
-    local minute = minute_at[ki + i]
-    local s = state[key]
-    if s == nil then
-      s = load(key, raw[ki + i], minute, now)
-      state[key] = s
-      order[#order + 1] = key
-      minute_of[key] = minute
-    end
-    ttl_of[key] = ARGV[b + 3]
-    local lim = tonumber(ARGV[b + 1])
-    local amt = tonumber(ARGV[b + 2])
-    local u = minute and s.total or s.n
-    if u + amt > lim then
+    local c = tonumber(ARGV[ai + (i - 1) * 2])
+    local amt = tonumber(ARGV[ai + (i - 1) * 2 + 1])
+    local s = state[c]
+    local u = minute[c] and s.total or s.n
+    if u + amt > limit[c] then
       local retry = 0
-      if minute then
+      if minute[c] then
         retry = 60000
-        if amt <= lim then retry = math.max(1, (s.oldest + 60) * 1000 - now_ms) end
+        if amt <= limit[c] then retry = math.max(1, (s.oldest + 60) * 1000 - now_ms) end
       end
       refused = {0, i, now_ms, u, retry}
       break
     end
     used[i] = u
-    reset[i] = minute and ((s.oldest + 60) * 1000 - now_ms) or 0
+    reset[i] = minute[c] and ((s.oldest + 60) * 1000 - now_ms) or 0
   end
   if refused then
     results[a] = refused
   else
     local out = {1, 0, now_ms}
     for i = 1, m do
-      local key = KEYS[ki + i]
-      local amt = tonumber(ARGV[ai + (i - 1) * 4 + 2])
-      local s = state[key]
-      if minute_of[key] then
+      local c = tonumber(ARGV[ai + (i - 1) * 2])
+      local amt = tonumber(ARGV[ai + (i - 1) * 2 + 1])
+      local s = state[c]
+      if minute[c] then
         if s.total == 0 then s.oldest = now end
         s.add = s.add + amt
         s.total = s.total + amt
@@ -330,12 +322,10 @@ for a = 1, tonumber(ARGV[1]) do
     end
     results[a] = out
   end
-  ki = ki + m
-  ai = ai + 4 * m
+  ai = ai + 2 * m
 end
-for _, key in ipairs(order) do
-  local s = state[key]
-  if s.dirty then store(key, s, minute_of[key], now, ttl_of[key]) end
+for c = 1, d do
+  if state[c].dirty then store(KEYS[c], state[c], minute[c], now, ttl[c]) end
 end
 return results
 )lua";
@@ -410,18 +400,43 @@ std::string redisCounterKey(const Charge& c, int64_t unix_ms) {
   return k;
 }
 
-void reserveArgs(std::span<const Charge> charges, int64_t now_ms, std::vector<std::string>& keys,
-                 std::vector<std::string>& args) {
-  args.push_back(std::to_string(charges.size()));
-  for (const Charge& c : charges) {
-    keys.push_back(redisCounterKey(c, now_ms));
-    args.push_back(c.window == Window::kMinute ? "0" : "1");
-    args.push_back(std::to_string(c.limit));
-    args.push_back(std::to_string(c.amount));
+void reserveCallArgs(std::span<const std::span<const Charge>> admissions, int64_t now_ms,
+                     std::vector<std::string>& keys, std::vector<std::string>& args) {
+  keys.clear();
+  args.clear();
+  // Distinct counters first (an admission batch mostly repeats one key's and team's counters).
+  std::vector<std::string_view> names;
+  std::vector<const Charge*> first;
+  std::vector<std::vector<size_t>> index(admissions.size());
+  for (size_t a = 0; a < admissions.size(); ++a) {
+    for (const Charge& c : admissions[a]) {
+      size_t i = 0;
+      while (i < names.size() && !(names[i] == c.counter && first[i]->window == c.window)) ++i;
+      if (i == names.size()) {
+        names.push_back(c.counter);
+        first.push_back(&c);
+      }
+      index[a].push_back(i + 1);
+    }
+  }
+  args.reserve(2 + 3 * names.size() + admissions.size() * 9);
+  args.push_back(std::to_string(names.size()));
+  for (const Charge* c : first) {
+    keys.push_back(redisCounterKey(*c, now_ms));
+    args.push_back(c->window == Window::kMinute ? "0" : "1");
+    args.push_back(std::to_string(c->limit));
     // Period counters outlive their period by a day (clock skew between replicas).
     const int64_t ttl_s =
-        c.window == Window::kMinute ? 61 : (periodEndMs(c.window, now_ms) - now_ms) / 1000 + 86'400;
+        c->window == Window::kMinute ? 61 : (periodEndMs(c->window, now_ms) - now_ms) / 1000 + 86'400;
     args.push_back(std::to_string(ttl_s));
+  }
+  args.push_back(std::to_string(admissions.size()));
+  for (size_t a = 0; a < admissions.size(); ++a) {
+    args.push_back(std::to_string(admissions[a].size()));
+    for (size_t i = 0; i < admissions[a].size(); ++i) {
+      args.push_back(std::to_string(index[a][i]));
+      args.push_back(std::to_string(admissions[a][i].amount));
+    }
   }
 }
 

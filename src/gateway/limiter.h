@@ -97,10 +97,10 @@ std::string redisCounterKey(const Charge& c, int64_t unix_ms);
 // Turns one admission's element of the reserve script's reply into an Admission (kInternal on a
 // malformed reply).
 Result<Admission> parseReserveReply(const store::RedisReply& reply, std::span<const Charge> charges);
-// Appends one admission to a reserve script call: its keys, and its charge count and 4 arguments
-// per charge. The caller puts the number of admissions first in `args`.
-void reserveArgs(std::span<const Charge> charges, int64_t now_ms, std::vector<std::string>& keys,
-                 std::vector<std::string>& args);
+// The KEYS and ARGV of one reserve script call deciding several admissions: each distinct counter
+// once (window, limit, ttl), then per admission its charges as (counter index, amount).
+void reserveCallArgs(std::span<const std::span<const Charge>> admissions, int64_t now_ms,
+                     std::vector<std::string>& keys, std::vector<std::string>& args);
 // Appends one adjustment per non-zero delta (3 arguments each: window, stamp second, delta), so
 // adjustments of many requests can go to Redis in one script call.
 void adjustArgs(std::span<const Charge> charges, std::span<const int64_t> delta, int64_t stamp_ms, int64_t key_ms,

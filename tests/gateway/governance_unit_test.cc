@@ -126,21 +126,24 @@ TEST(ResetDuration, OpenAiStyle) {
   EXPECT_EQ(formatResetDuration(3'723'000), "1h2m3s");
 }
 
-TEST(RedisScripts, ArgumentsCarryEveryCharge) {
-  Charge charges[2] = {Charge{"k:a:r", Window::kMinute, Scope::kKey, false, 10, 1},
-                       Charge{"t:b:d", Window::kDay, Scope::kDaily, true, 1000, 50}};
-  std::vector<std::string> keys, args = {"1"};  // one admission
-  reserveArgs(charges, 1'799'971'200'000, keys, args);
+TEST(RedisScripts, ACallSendsEachCounterOnceAndEveryAdmissionsCharges) {
+  Charge first[2] = {Charge{"k:a:r", Window::kMinute, Scope::kKey, false, 10, 1},
+                     Charge{"t:b:d", Window::kDay, Scope::kDaily, true, 1000, 50}};
+  Charge second[1] = {Charge{"t:b:d", Window::kDay, Scope::kDaily, true, 1000, 70}};
+  const std::span<const Charge> admissions[2] = {first, second};
+  std::vector<std::string> keys, args;
+  reserveCallArgs(admissions, 1'799'971'200'000, keys, args);
   ASSERT_EQ(keys.size(), 2u);
   EXPECT_EQ(keys[0], "infera:rl:k:a:r");
   EXPECT_EQ(keys[1], "infera:rl:t:b:d:20270115");
-  ASSERT_EQ(args.size(), 10u);
-  EXPECT_EQ(args[1], "2");  // its charges
-  EXPECT_EQ(args[2], "0");  // minute window
-  EXPECT_EQ(args[3], "10");
-  EXPECT_EQ(args[4], "1");
-  EXPECT_EQ(args[6], "1");  // day window
-  EXPECT_EQ(args[8], "50");
+  const std::vector<std::string> expected = {
+      "2",                                    // distinct counters
+      "0", "10", "61",                        // k:a:r: minute window, limit, ttl
+      "1", "1000", std::to_string(86'400 + 86'400),  // t:b:d: day window, limit, ttl to the day's end + 1 day
+      "2",                                    // admissions
+      "2", "1", "1", "2", "50",               // first: 2 charges (counter 1 x1, counter 2 x50)
+      "1", "2", "70"};                        // second: 1 charge (counter 2 x70)
+  EXPECT_EQ(args, expected);
   EXPECT_EQ(reserveScript().sha1.size(), 40u);
 }
 
