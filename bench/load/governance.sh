@@ -75,29 +75,16 @@ for p in "$OFF_PORT:off" "$GOV_PORT:gov" "$REDIS_GW_PORT:redis"; do
   [[ "$code" == 200 ]] || { echo "$name gateway answered $code" >&2; exit 1; }
 done
 
-run_wrk() {  # run_wrk LABEL PORT SECONDS
-  local label="$1" port="$2" secs="$3" out="$BENCH_TMP/wrk-$1.txt"
-  pin_prefix "$LOAD_CPUS"
-  "${PIN[@]}" timeout $((secs + 30)) wrk -t 1 -c "$CONNS" -d "${secs}s" \
-    -s "$BENCH_TMP/$label.lua" "http://127.0.0.1:$port/v1/chat/completions" >"$out" 2>&1
-  if grep -q 'Non-2xx\|Socket errors' "$out"; then
-    echo "wrk against $label reported errors:" >&2
-    cat "$out" >&2
-    return 1
-  fi
-  awk '/^Requests\/sec:/ {print $2}' "$out"
-}
 # CPU time (clock ticks, user + system) a process has used so far; with the request counts this
 # gives CPU per request, a steadier figure than req/s on a shared box.
 ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 HZ="$(getconf CLK_TCK)"
-median() { sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
 
 echo "governance cost: wrk -t1 -c$CONNS -d${DURATION}s POST /v1/chat/completions (16 tokens), $ROUNDS rounds;" \
   "proxy workers $PROXY_WORKERS, $(bench_env_note)"
 for t in off gov redis; do
   case "$t" in off) p="$OFF_PORT" ;; gov) p="$GOV_PORT" ;; redis) p="$REDIS_GW_PORT" ;; esac
-  run_wrk "$t" "$p" 2 >/dev/null
+  run_wrk "$t" "$p" 2 "$BENCH_TMP/$t.lua" >/dev/null
 done
 declare -A RESULTS=([off]="" [gov]="" [redis]="")
 declare -A CPU_TICKS=([off]=0 [gov]=0 [redis]=0) REQS=([off]=0 [gov]=0 [redis]=0)
@@ -109,7 +96,7 @@ for ((r = 1; r <= ROUNDS; r++)); do
     case "$t" in off) p="$OFF_PORT" pid="$OFF_PID" ;; gov) p="$GOV_PORT" pid="$GOV_PID" ;;
       redis) p="$REDIS_GW_PORT" pid="$REDIS_GW_PID" ;; esac
     t0="$(ticks "$pid")" r0="$(ticks "$REDIS_PID")"
-    rps="$(run_wrk "$t" "$p" "$DURATION")"
+    rps="$(run_wrk "$t" "$p" "$DURATION" "$BENCH_TMP/$t.lua")"
     CPU_TICKS[$t]=$((CPU_TICKS[$t] + $(ticks "$pid") - t0))
     [[ "$t" == redis ]] && REDIS_TICKS=$((REDIS_TICKS + $(ticks "$REDIS_PID") - r0))
     REQS[$t]="$(awk -v a="${REQS[$t]}" -v b="$rps" -v d="$DURATION" 'BEGIN {printf "%.0f", a + b * d}')"

@@ -69,7 +69,6 @@ run_h2load() {
     }'
 }
 
-median() { sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
 
 echo "latency: h2load --h1 -c$CLIENTS --rps $RPS (= $((CLIENTS * RPS)) req/s) -D $DURATION," \
   "$ROUNDS rounds, POST /v1/chat/completions (16 tokens); $(bench_env_note)"

@@ -57,6 +57,25 @@ pin_prefix() {
   if [[ "${BENCH_PIN:-0}" == "1" && -n "$1" ]]; then PIN+=(taskset -c "$1"); fi
 }
 
+# median: the median of the numbers on stdin, one per line.
+median() { sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
+
+# run_wrk LABEL PORT SECONDS LUA: wrk (THREADS threads, default 1; CONNS connections) POSTing to
+# /v1/chat/completions with the Lua script LUA, on LOAD_CPUS; prints req/s and fails on socket
+# errors or non-2xx answers.
+run_wrk() {
+  local label="$1" port="$2" secs="$3" lua="$4" out="$BENCH_TMP/wrk-$1.txt"
+  pin_prefix "${LOAD_CPUS:-}"
+  "${PIN[@]}" timeout $((secs + 30)) wrk -t "${THREADS:-1}" -c "$CONNS" -d "${secs}s" \
+    -s "$lua" "http://127.0.0.1:$port/v1/chat/completions" >"$out" 2>&1
+  if grep -q 'Non-2xx\|Socket errors' "$out"; then
+    echo "wrk against $label reported errors:" >&2
+    cat "$out" >&2
+    return 1
+  fi
+  awk '/^Requests\/sec:/ {print $2}' "$out"
+}
+
 bench_env_note() { echo "pinning ${BENCH_PIN:-0}, priority ${BENCH_PRIO:-normal}"; }
 
 free_port() {

@@ -40,26 +40,11 @@ wrk.headers["Content-Type"] = "application/json"
 wrk.body = '{"model":"m","max_tokens":16,"messages":[{"role":"user","content":"Hello, how are you?"}]}'
 EOF
 
-# run_wrk LABEL PORT SECONDS: prints req/s; fails on socket errors or non-2xx answers.
-run_wrk() {
-  local label="$1" port="$2" secs="$3" out="$BENCH_TMP/wrk-$1.txt"
-  pin_prefix "$LOAD_CPUS"
-  "${PIN[@]}" timeout $((secs + 30)) wrk -t "$THREADS" -c "$CONNS" -d "${secs}s" \
-    -s "$BENCH_TMP/chat.lua" "http://127.0.0.1:$port/v1/chat/completions" >"$out" 2>&1
-  if grep -q 'Non-2xx\|Socket errors' "$out"; then
-    echo "wrk against $label reported errors:" >&2
-    cat "$out" >&2
-    return 1
-  fi
-  awk '/^Requests\/sec:/ {print $2}' "$out"
-}
-
-median() { sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
 
 echo "throughput: wrk -t$THREADS -c$CONNS -d${DURATION}s POST /v1/chat/completions (16 tokens)," \
   "$ROUNDS rounds; proxy workers $PROXY_WORKERS, emulator workers $EMU_WORKERS, $(bench_env_note)"
 # Warm-up: pools, page cache, CPU frequency.
-for p in "$EMU_PORT" "$NGX_PORT" "$GW_PORT"; do run_wrk warmup "$p" 2 >/dev/null; done
+for p in "$EMU_PORT" "$NGX_PORT" "$GW_PORT"; do run_wrk warmup "$p" 2 "$BENCH_TMP/chat.lua" >/dev/null; done
 
 declare -A RESULTS=([direct]="" [nginx]="" [infera]="")
 for ((r = 1; r <= ROUNDS; r++)); do
@@ -68,7 +53,7 @@ for ((r = 1; r <= ROUNDS; r++)); do
   for ((k = 0; k < (r - 1) % 3; k++)); do order=("${order[@]:1}" "${order[0]}"); done
   for t in "${order[@]}"; do
     case "$t" in direct) p="$EMU_PORT" ;; nginx) p="$NGX_PORT" ;; infera) p="$GW_PORT" ;; esac
-    rps="$(run_wrk "$t" "$p" "$DURATION")"
+    rps="$(run_wrk "$t" "$p" "$DURATION" "$BENCH_TMP/chat.lua")"
     RESULTS[$t]+="$rps "
     printf '  round %d  %-7s %10.0f req/s\n' "$r" "$t" "$rps"
   done

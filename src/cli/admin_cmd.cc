@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "core/text.h"
 #include "net/client.h"
 
 namespace infera::cli {
@@ -21,10 +22,6 @@ struct AdminOptions {
   bool raw = false;
 };
 
-std::string envOr(const char* name, const char* fallback) {
-  const char* v = std::getenv(name);
-  return v && *v ? v : fallback;
-}
 
 std::string urlEncode(const std::string& s) {
   std::string out;

@@ -12,6 +12,7 @@
 
 #include "core/clock.h"
 #include "core/log.h"
+#include "core/text.h"
 
 namespace infera::gateway {
 
@@ -21,10 +22,6 @@ namespace {
 
 int64_t nowMs() { return SystemClock::instance().unixMillis(); }
 
-std::string envOr(const char* name, const std::string& fallback) {
-  const char* v = std::getenv(name);
-  return v && *v ? std::string(v) : fallback;
-}
 
 // A per-store secret kept beside the SQLite file (mode 0600), created on first start.
 Result<std::string> fileSecret(const std::string& db_path) {
@@ -66,21 +63,14 @@ std::optional<int64_t> parseDuration(std::string_view s) {
   return v * mult;
 }
 
+// Query-string decoding: '+' is a space; a malformed escape leaves the text as it came.
 std::string urlDecode(std::string_view s) {
-  std::string out;
-  for (size_t i = 0; i < s.size(); ++i) {
-    if (s[i] == '+') {
-      out += ' ';
-    } else if (s[i] == '%' && i + 2 < s.size() && std::isxdigit(static_cast<unsigned char>(s[i + 1])) &&
-               std::isxdigit(static_cast<unsigned char>(s[i + 2]))) {
-      auto nibble = [](char c) { return c <= '9' ? c - '0' : (c | 0x20) - 'a' + 10; };
-      out += static_cast<char>(nibble(s[i + 1]) * 16 + nibble(s[i + 2]));
-      i += 2;
-    } else {
-      out += s[i];
-    }
+  std::string spaced(s);
+  for (char& c : spaced) {
+    if (c == '+') c = ' ';
   }
-  return out;
+  std::string out;
+  return percentDecode(spaced, out) ? out : spaced;
 }
 
 std::unordered_map<std::string, std::string> parseQuery(std::string_view q) {
@@ -734,13 +724,7 @@ namespace {
 std::string redisCacheKey(const std::string& key) {
   unsigned char digest[SHA256_DIGEST_LENGTH];
   SHA256(reinterpret_cast<const unsigned char*>(key.data()), key.size(), digest);
-  static const char* hexd = "0123456789abcdef";
-  std::string out = "infera:cache:";
-  for (unsigned char c : digest) {
-    out += hexd[c >> 4];
-    out += hexd[c & 15];
-  }
-  return out;
+  return "infera:cache:" + toHex(digest, sizeof(digest));
 }
 
 }  // namespace

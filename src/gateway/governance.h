@@ -153,12 +153,8 @@ class GovWorker {
   int shard_;
   net::asio::io_context& ctx_;
   std::shared_ptr<const GovSnapshot> snapshot_;
-  struct Hash {
-    using is_transparent = void;
-    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
-  };
   // Verified tokens of this snapshot.
-  std::unordered_map<std::string, const KeyInfo*, Hash, std::equal_to<>> token_cache_;
+  std::unordered_map<std::string, const KeyInfo*, TransparentStringHash, std::equal_to<>> token_cache_;
   std::shared_ptr<store::AsyncRedis> redis_;
   std::vector<PendingAdmission*> batch_;  // admissions waiting for this turn's script call
   bool batch_posted_ = false;
@@ -173,8 +169,8 @@ class GovWorker {
     obs::Counter* completion;
     obs::Counter* requests;
   };
-  using ByModel = std::unordered_map<std::string, UsageCounters, Hash, std::equal_to<>>;
-  std::unordered_map<std::string, ByModel, Hash, std::equal_to<>> usage_counters_;
+  using ByModel = std::unordered_map<std::string, UsageCounters, TransparentStringHash, std::equal_to<>>;
+  std::unordered_map<std::string, ByModel, TransparentStringHash, std::equal_to<>> usage_counters_;
 };
 
 struct AdminReply {

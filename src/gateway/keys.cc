@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/clock.h"
+#include "core/text.h"
 
 namespace infera::gateway {
 
@@ -61,16 +62,6 @@ std::string joinPatterns(const std::vector<std::string>& v) {
   return s;
 }
 
-std::string hex(const unsigned char* p, size_t n) {
-  static const char* d = "0123456789abcdef";
-  std::string s(n * 2, '0');
-  for (size_t i = 0; i < n; ++i) {
-    s[2 * i] = d[p[i] >> 4];
-    s[2 * i + 1] = d[p[i] & 15];
-  }
-  return s;
-}
-
 constexpr std::string_view kPrefix = "sk-inf-";
 constexpr size_t kIdChars = 12;
 constexpr size_t kSecretChars = 40;
@@ -118,7 +109,7 @@ std::string hashSecret(std::string_view server_secret, std::string_view salt, st
   msg.append(secret);
   HMAC(EVP_sha256(), server_secret.data(), static_cast<int>(server_secret.size()),
        reinterpret_cast<const unsigned char*>(msg.data()), msg.size(), out, &len);
-  return hex(out, len);
+  return toHex(out, len);
 }
 
 bool constantTimeEqual(std::string_view a, std::string_view b) {

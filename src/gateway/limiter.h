@@ -19,6 +19,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/text.h"
 #include "net/asio.h"
 #include "store/redis.h"
 
@@ -75,13 +76,9 @@ class LocalCounters {
     int64_t period_used = 0;
   };
   static int64_t usedLocked(Counter& c, Window w, int64_t now_ms);
-  struct Hash {
-    using is_transparent = void;
-    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
-  };
   struct Shard {
     std::mutex mu;
-    std::unordered_map<std::string, Counter, Hash, std::equal_to<>> counters;
+    std::unordered_map<std::string, Counter, TransparentStringHash, std::equal_to<>> counters;
     Counter& get(std::string_view key);
   };
   Shard& shard(std::string_view key);

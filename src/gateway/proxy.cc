@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <array>
+#include <charconv>
 #include <cmath>
 
 #include "core/clock.h"
@@ -651,38 +652,26 @@ Task<void> ProxyHandler::forward(Exchange& x, const std::vector<uint32_t>& candi
 
 namespace {
 
-size_t skipJsonSpace(std::string_view s, size_t i) {
-  while (i < s.size() && (s[i] == ' ' || s[i] == '\t' || s[i] == '\r' || s[i] == '\n')) ++i;
-  return i;
+// The value of a top-level member starts with `open` ('{' for an object, '[' for an array).
+bool memberStartsWith(std::string_view json, std::string_view key, char open, size_t& begin, size_t& end) {
+  return findTopLevelValue(json, key, begin, end) && begin < end && json[begin] == open;
 }
 
-// `"key": {` with any spacing (key given with its quotes).
-bool memberIsObject(std::string_view json, std::string_view quoted_key) {
-  size_t pos = 0;
-  while ((pos = json.find(quoted_key, pos)) != std::string_view::npos) {
-    pos += quoted_key.size();
-    size_t i = skipJsonSpace(json, pos);
-    if (i < json.size() && json[i] == ':') {
-      i = skipJsonSpace(json, i + 1);
-      if (i < json.size() && json[i] == '{') return true;
-    }
-  }
-  return false;
-}
-
-// A chunk that carries at least one choice: `"choices": [ {` with any spacing.
+// A chunk that carries at least one choice: "choices" is an array whose first element is an object.
 bool hasChoice(std::string_view json) {
-  size_t pos = 0;
-  while ((pos = json.find("\"choices\"", pos)) != std::string_view::npos) {
-    pos += 9;
-    size_t i = skipJsonSpace(json, pos);
-    if (i >= json.size() || json[i] != ':') continue;
-    i = skipJsonSpace(json, i + 1);
-    if (i >= json.size() || json[i] != '[') continue;
-    i = skipJsonSpace(json, i + 1);
-    return i < json.size() && json[i] == '{';
-  }
-  return false;
+  size_t b = 0, e = 0;
+  if (!memberStartsWith(json, "choices", '[', b, e)) return false;
+  ++b;
+  while (b < e && (json[b] == ' ' || json[b] == '\t' || json[b] == '\r' || json[b] == '\n')) ++b;
+  return b < e && json[b] == '{';
+}
+
+// A non-negative integer member of a flat JSON object.
+bool integerMember(std::string_view object, std::string_view key, int64_t& out) {
+  size_t b = 0, e = 0;
+  if (!findTopLevelValue(object, key, b, e) || b >= e) return false;
+  const auto [ptr, ec] = std::from_chars(object.data() + b, object.data() + e, out);
+  return ec == std::errc() && out >= 0;
 }
 
 }  // namespace
@@ -819,43 +808,16 @@ void ProxyHandler::buildUpstreamBody(Exchange& x, const Deployment& dep, std::st
 }
 
 void ProxyHandler::readUsage(Exchange& x, std::string_view json) {
-  // The usage object of an OpenAI-compatible answer: a flat object of integers (and nested
-  // *_details objects), read in place without parsing the whole answer.
+  // The usage object of an OpenAI-compatible answer, read in place without parsing the whole answer.
   size_t begin = 0, end = 0;
-  if (!findTopLevelValue(json, "usage", begin, end) || begin >= end || json[begin] != '{') return;
-  const std::string_view usage = json.substr(begin, end - begin);
-  auto number = [&](std::string_view key, int64_t& out) {
-    // Top-level members of the usage object only (depth 1).
-    int depth = 0;
-    for (size_t i = 0; i < usage.size(); ++i) {
-      const char c = usage[i];
-      if (c == '{') ++depth;
-      if (c == '}') --depth;
-      if (c != '"' || depth != 1) continue;
-      const size_t close = usage.find('"', i + 1);
-      if (close == std::string_view::npos) return false;
-      const std::string_view k = usage.substr(i + 1, close - i - 1);
-      i = close;
-      if (k != key) continue;
-      size_t j = skipJsonSpace(usage, close + 1);
-      if (j >= usage.size() || usage[j] != ':') return false;
-      j = skipJsonSpace(usage, j + 1);
-      int64_t v = 0;
-      size_t digits = 0;
-      while (j < usage.size() && usage[j] >= '0' && usage[j] <= '9' && digits < 15) {
-        v = v * 10 + (usage[j++] - '0');
-        ++digits;
-      }
-      if (digits == 0) return false;
-      out = v;
-      return true;
-    }
-    return false;
-  };
+  if (memberStartsWith(json, "usage", '{', begin, end)) readUsageObject(x, json.substr(begin, end - begin));
+}
+
+void ProxyHandler::readUsageObject(Exchange& x, std::string_view usage) {
   int64_t prompt = 0, completion = 0, total = 0;
-  const bool has_prompt = number("prompt_tokens", prompt);
-  const bool has_completion = number("completion_tokens", completion);
-  const bool has_total = number("total_tokens", total);
+  const bool has_prompt = integerMember(usage, "prompt_tokens", prompt);
+  const bool has_completion = integerMember(usage, "completion_tokens", completion);
+  const bool has_total = integerMember(usage, "total_tokens", total);
   if (!has_prompt && !has_total) return;
   if (!has_completion && has_total) completion = std::max<int64_t>(0, total - prompt);
   x.usage_seen = true;
@@ -890,21 +852,16 @@ void ProxyHandler::scanSse(Exchange& x, std::string_view piece, std::string* out
     }
     const bool has_choice = hasChoice(data);
     if (has_choice) ++x.content_events;
-    const size_t u = data.find("\"usage\":");
-    if (u == std::string_view::npos) {
+    size_t b = 0, e = 0;
+    if (data.find("\"usage\"") == std::string_view::npos || !findTopLevelValue(data, "usage", b, e) || b >= e) {
       if (out) out->append(whole);
       continue;
     }
-    const bool usage_object = memberIsObject(data, "\"usage\"");
-    if (usage_object) readUsage(x, data);
+    const bool usage_object = data[b] == '{';
+    if (usage_object) readUsageObject(x, data.substr(b, e - b));
     if (!out) continue;
     if (!has_choice && usage_object && x.strip_final_usage) continue;  // the usage-only final chunk
     if (!x.strip_final_usage && !x.strip_continuous) {
-      out->append(whole);
-      continue;
-    }
-    size_t b = 0, e = 0;
-    if (!findTopLevelValue(data, "usage", b, e)) {
       out->append(whole);
       continue;
     }

@@ -60,6 +60,7 @@ class ProxyHandler final : public net::HttpHandler {
   // events the client should see (usage the client did not ask for removed).
   void scanSse(Exchange& x, std::string_view piece, std::string* out);
   void readUsage(Exchange& x, std::string_view json);
+  void readUsageObject(Exchange& x, std::string_view usage);
   void buildUpstreamBody(Exchange& x, const Deployment& dep, std::string_view& body);
   std::span<const net::HttpHeader> responseHeaders(Exchange& x, net::HttpHeader& rid);
 

@@ -1,5 +1,7 @@
 #include "store/redis.h"
 
+#include "core/text.h"
+
 #include <hiredis/hiredis.h>
 #include <openssl/evp.h>
 #include <sys/time.h>
@@ -110,22 +112,6 @@ std::vector<std::vector<std::string>> setupCommands(const RedisAddress& a) {
 
 std::string endpointName(const RedisAddress& a) { return a.host + ":" + std::to_string(a.port); }
 
-bool percentDecode(std::string_view in, std::string& out) {
-  out.clear();
-  for (size_t i = 0; i < in.size(); ++i) {
-    if (in[i] != '%') {
-      out += in[i];
-      continue;
-    }
-    unsigned v = 0;
-    if (i + 2 >= in.size()) return false;
-    const auto [ptr, ec] = std::from_chars(in.data() + i + 1, in.data() + i + 3, v, 16);
-    if (ec != std::errc() || ptr != in.data() + i + 3) return false;
-    out += static_cast<char>(v);
-    i += 2;
-  }
-  return true;
-}
 
 // ---------------------------------------------------------------------------------------------
 // Blocking client
@@ -608,12 +594,7 @@ RedisScript::RedisScript(std::string src) : source(std::move(src)) {
   unsigned int len = 0;
   // EVP_Digest with SHA-1: the SHA1() shortcut is deprecated in OpenSSL 3.
   EVP_Digest(source.data(), source.size(), md, &len, EVP_sha1(), nullptr);
-  static constexpr char kHex[] = "0123456789abcdef";
-  sha1.reserve(2 * len);
-  for (unsigned int i = 0; i < len; ++i) {
-    sha1 += kHex[md[i] >> 4];
-    sha1 += kHex[md[i] & 0xf];
-  }
+  sha1 = toHex(md, len);
 }
 
 Result<std::unique_ptr<RedisClient>> RedisClient::connect(const RedisAddress& address,

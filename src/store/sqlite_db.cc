@@ -4,6 +4,7 @@
 #include <string>
 #include <unordered_map>
 
+#include "core/text.h"
 #include "store/sql_internal.h"
 
 namespace infera::store {
@@ -18,11 +19,6 @@ struct StmtDeleter {
 };
 using StmtPtr = std::unique_ptr<sqlite3_stmt, StmtDeleter>;
 
-// Transparent, so a lookup by string_view allocates nothing.
-struct SqlHash {
-  using is_transparent = void;
-  size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
-};
 
 Status sqliteError(sqlite3* db, int rc, std::string_view context) {
   std::string msg(context);
@@ -207,7 +203,7 @@ class SqliteDb final : public SqlDb {
   }
 
   sqlite3* db_;
-  std::unordered_map<std::string, StmtPtr, SqlHash, std::equal_to<>> cache_;
+  std::unordered_map<std::string, StmtPtr, TransparentStringHash, std::equal_to<>> cache_;  // by SQL text
   bool in_txn_ = false;
 };
 

@@ -1,0 +1,26 @@
+#pragma once
+// Small text helpers shared by components: hex encoding, percent-decoding, environment lookups,
+// and a transparent string hash (string_view lookups in string-keyed maps allocate nothing).
+
+#include <cstddef>
+#include <functional>
+#include <string>
+#include <string_view>
+
+namespace infera {
+
+// Lower-case hex of `n` bytes.
+std::string toHex(const unsigned char* data, size_t n);
+
+// "%41" -> "A"; false on a malformed escape ('+' is left as it is).
+bool percentDecode(std::string_view in, std::string& out);
+
+// The environment variable's value, or `fallback` when it is unset or empty.
+std::string envOr(const char* name, std::string_view fallback);
+
+struct TransparentStringHash {
+  using is_transparent = void;
+  size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+};
+
+}  // namespace infera
