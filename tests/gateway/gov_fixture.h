@@ -116,6 +116,14 @@ inline TestResponse call(const Gateway& gw, const std::string& key, const std::s
   return r ? *r : TestResponse{};
 }
 
+// The gateway reconciles a request's reservation just after its last byte is sent, so a client
+// that fires the next request at once can still see the previous reservation. Counting loops
+// that assert how many requests fit wait for the gateway to be idle first.
+inline TestResponse callSettled(const Gateway& gw, const std::string& key, const std::string& body) {
+  EXPECT_TRUE(testing::waitFor([&] { return gw.metricSum("infera_gateway_requests_in_flight") == 0; }));
+  return call(gw, key, body);
+}
+
 inline std::string errorCode(const TestResponse& r) {
   const json j = json::parse(r.body, nullptr, false);
   if (j.is_discarded() || !j.contains("error")) return "";

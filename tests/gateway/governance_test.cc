@@ -153,7 +153,7 @@ TEST_F(GovernanceTest, TokenReservationRefusesUpFrontAndReconcilesToActualUsage)
   int ok = 0;
   TestResponse last;
   for (int i = 0; i < 30; ++i) {
-    last = call(*gw_, key, body);
+    last = callSettled(*gw_, key, body);
     if (last.status != 200) break;
     ++ok;
   }
@@ -355,7 +355,7 @@ TEST_F(GovernanceTest, TeamBudgetAnswers429InsufficientQuota) {
   int ok = 0;
   TestResponse last;
   for (int i = 0; i < 30; ++i) {
-    last = call(*gw_, key, chat("m1", 10));
+    last = callSettled(*gw_, key, chat("m1", 10));
     if (last.status != 200) break;
     ++ok;
   }
@@ -376,7 +376,7 @@ TEST_F(GovernanceTest, DailyQuotaAndCostBudgetFromModelPrices) {
   int ok = 0;
   TestResponse last;
   for (int i = 0; i < 30; ++i) {
-    last = call(*gw_, cost_key, chat("m1", 5));
+    last = callSettled(*gw_, cost_key, chat("m1", 5));
     if (last.status != 200) break;
     ++ok;
   }
@@ -394,7 +394,7 @@ TEST_F(GovernanceTest, DailyQuotaAndCostBudgetFromModelPrices) {
   const std::string daily_key = makeKey(*gw_, "daily", json{{"daily_tokens", 60}}, json::object());
   int daily_ok = 0;
   for (int i = 0; i < 30; ++i) {
-    last = call(*gw_, daily_key, chat("m1", 5));
+    last = callSettled(*gw_, daily_key, chat("m1", 5));
     if (last.status != 200) break;
     ++daily_ok;
   }
