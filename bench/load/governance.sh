@@ -27,7 +27,11 @@ bench_init wrk curl python3 redis-server
 LOAD_CPUS=0 PROXY_CPUS=1 BACKEND_CPUS=0
 REDIS_PORT="$(free_port)"
 mkdir -p "$BENCH_TMP/redis"
-redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --dir "$BENCH_TMP/redis" --save "" --appendonly no \
+# Redis shares the gateway's core when pinned (BENCH_PIN=1): all of governance's CPU, the
+# gateway's and Redis's, then comes out of the gateway's budget, and the load generator's and
+# backend's core is left alone (in production Redis runs on its own machine).
+pin_prefix "$PROXY_CPUS"
+"${PIN[@]}" redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --dir "$BENCH_TMP/redis" --save "" --appendonly no \
   >"$BENCH_TMP/redis.log" 2>&1 &
 REDIS_PID=$!
 BENCH_PIDS+=("$REDIS_PID")

@@ -323,6 +323,16 @@ Status Governance::init(obs::MetricsRegistry& metrics) {
                         ->counter();
   redis_errors = metrics.counterFamily("infera_ratelimit_redis_errors_total", "Failed Redis rate-limit calls.")
                      ->counter();
+  redis_call_seconds = metrics
+                           .histogramFamily("infera_ratelimit_redis_call_seconds",
+                                            "Redis admission script calls: time from send to reply.", {},
+                                            obs::MetricsRegistry::latencyBuckets())
+                           ->histogram();
+  redis_call_admissions = metrics
+                              .histogramFamily("infera_ratelimit_redis_call_admissions",
+                                               "Admissions decided by one Redis script call.", {},
+                                               {1, 2, 4, 8, 16, 32, 64, 128})
+                              ->histogram();
   usage_dropped = metrics.counterFamily("infera_usage_write_failures_total",
                                         "Usage batches that could not be written (kept and retried).")
                       ->counter();
@@ -919,24 +929,30 @@ net::Task<Admission> GovWorker::reserveRemote(std::span<const Charge> charges) {
     a.stamp_ms = nowMs();
     co_return a;
   }
-  // Joins this turn's batch: every admission queued before the loop gets back to the batch's
-  // posted handler goes to Redis in one script call.
+  // Joins the next batch: the admissions queued before the loop gets back to the batch's posted
+  // handler go to Redis in one script call. While kMaxCallsInFlight calls are out, new admissions
+  // wait for one of them to come back (group commit): under load the calls grow instead of
+  // multiplying, which keeps Redis's CPU per admission and its queue short.
   PendingAdmission p{charges, {}, false, net::asio::steady_timer(ctx_)};
   p.timer.expires_at(net::asio::steady_timer::time_point::max());
   batch_.push_back(&p);
-  if (!batch_posted_) {
-    batch_posted_ = true;
-    net::asio::post(ctx_, [this, alive = alive_] {
-      if (!*alive) return;
-      batch_posted_ = false;
-      std::vector<PendingAdmission*> batch;
-      batch.swap(batch_);
-      net::spawn(ctx_, runBatch(std::move(batch)), "rate-limit admission");
-    });
-  }
+  dispatchBatch();
   boost::system::error_code ec;
   co_await p.timer.async_wait(net::asio::redirect_error(net::asio::use_awaitable, ec));
   co_return std::move(p.result);
+}
+
+void GovWorker::dispatchBatch() {
+  if (batch_posted_ || batch_.empty() || calls_in_flight_ >= kMaxCallsInFlight) return;
+  batch_posted_ = true;
+  net::asio::post(ctx_, [this, alive = alive_] {
+    if (!*alive) return;
+    batch_posted_ = false;
+    std::vector<PendingAdmission*> batch;
+    batch.swap(batch_);
+    ++calls_in_flight_;
+    net::spawn(ctx_, runBatch(std::move(batch)), "rate-limit admission");
+  });
 }
 
 net::Task<void> GovWorker::runBatch(std::vector<PendingAdmission*> batch) {
@@ -948,24 +964,26 @@ net::Task<void> GovWorker::runBatch(std::vector<PendingAdmission*> batch) {
     std::vector<std::span<const Charge>> admissions;
     admissions.reserve(n);
     for (size_t i = 0; i < n; ++i) admissions.push_back(batch[start + i]->charges);
-    std::vector<std::string> keys, args;
-    reserveCallArgs(admissions, now, keys, args);
+    ReserveCall rc;
+    buildReserveCall(admissions, now, rc);
     // g++ 12: no temporaries with destructors inside a co_await expression (name the task first).
-    auto call = redis_->eval(reserveScript(), std::move(keys), std::move(args));
+    const auto sent = std::chrono::steady_clock::now();
+    auto call = redis_->eval(reserveScript(), std::move(rc.keys), std::move(rc.args));
     auto reply = co_await std::move(call);
-    bool ok = reply.ok() && reply->type == store::RedisReply::Type::kArray && reply->elements.size() == n;
-    std::string why = !reply.ok() ? reply.status().message() : "unexpected reply";
-    for (size_t i = 0; i < n && ok; ++i) {
-      PendingAdmission& p = *batch[start + i];
-      auto a = parseReserveReply(reply->elements[i], p.charges);
-      if (!a.ok()) {
-        ok = false;
-        why = a.status().message();
-        break;
+    g_.redis_call_seconds->observe(shard_, std::chrono::duration<double>(std::chrono::steady_clock::now() - sent).count());
+    g_.redis_call_admissions->observe(shard_, static_cast<double>(n));
+    bool ok = reply.ok();
+    std::string why = !reply.ok() ? reply.status().message() : std::string();
+    if (ok) {
+      auto decided = parseReserveReply(*reply, admissions, rc);
+      ok = decided.ok();
+      if (!ok) why = decided.status().message();
+      for (size_t i = 0; i < n && ok; ++i) {
+        PendingAdmission& p = *batch[start + i];
+        p.result = std::move((*decided)[i]);
+        p.result.key_ms = now;  // period keys were named with this clock; adjust must use the same
+        p.done = true;
       }
-      a->key_ms = now;  // period keys were named with this clock; adjust must use the same
-      p.result = std::move(*a);
-      p.done = true;
     }
     if (ok) {
       if (g_.redis_down.exchange(false)) INFERA_LOG(g_.log, info, "Redis rate limiting is back");
@@ -985,6 +1003,8 @@ net::Task<void> GovWorker::runBatch(std::vector<PendingAdmission*> batch) {
       p.timer.cancel();
     }
   }
+  --calls_in_flight_;
+  dispatchBatch();
 }
 
 void GovWorker::adjust(std::span<const Charge> charges, std::span<const int64_t> delta, const Admission& a) {

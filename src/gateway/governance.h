@@ -146,6 +146,7 @@ class GovWorker {
   static net::Task<void> adjustRemote(std::shared_ptr<store::AsyncRedis> redis, obs::Counter* errors, int shard,
                                       std::vector<std::string> keys, std::vector<std::string> args);
   static constexpr int kAdjustBatchMs = 10;
+  static constexpr int kMaxCallsInFlight = 1;  // admission script calls out per worker
   static constexpr size_t kAdjustBatchMax = 256;
   GovError refusal(const GovTicket& t, std::span<const Charge> charges, const Admission& a) const;
 
@@ -156,8 +157,10 @@ class GovWorker {
   // Verified tokens of this snapshot.
   std::unordered_map<std::string, const KeyInfo*, TransparentStringHash, std::equal_to<>> token_cache_;
   std::shared_ptr<store::AsyncRedis> redis_;
-  std::vector<PendingAdmission*> batch_;  // admissions waiting for this turn's script call
+  std::vector<PendingAdmission*> batch_;  // admissions waiting for the next script call
   bool batch_posted_ = false;
+  int calls_in_flight_ = 0;
+  void dispatchBatch();
   // Adjustments not yet sent, summed per "redis key \n window \n stamp second".
   std::unordered_map<std::string, int64_t> pending_;
   std::vector<std::string> adjust_keys_, adjust_args_;  // scratch
@@ -209,6 +212,8 @@ class Governance {
   obs::Family* limited = nullptr;         // {scope}
   obs::Counter* redis_fallbacks = nullptr;
   obs::Counter* redis_errors = nullptr;
+  obs::Histogram* redis_call_seconds = nullptr;    // one admission script call, send to reply
+  obs::Histogram* redis_call_admissions = nullptr;  // admissions decided by one call
   obs::Counter* usage_dropped = nullptr;
   obs::Counter* cache_hits = nullptr;
   obs::Counter* cache_misses = nullptr;

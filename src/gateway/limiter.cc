@@ -257,10 +257,12 @@ end
 
 // Several admissions in one call (a worker sends every admission that arrived in one turn of
 // its event loop together). KEYS: the distinct counters. ARGV[1] = their number D, then per
-// counter: window ('0' minute, '1' period), limit, ttl. Then the number of admissions, and per
-// admission its number of charges and per charge: counter index (1-based), amount. Each admission
-// is all-or-nothing; later ones see earlier ones' reservations. Returns one reply per admission:
-// {1, 0, now_ms, used, reset, used, reset, ...} or {0, charge index, now_ms, used, retry_ms}.
+// counter: window ('0' minute, '1' period), limit, ttl. Then the number of shapes, and per shape:
+// its number of charges M, its number of amount slots K, and per charge (counter index, slot),
+// 1-based. Then the number of admissions, and per admission: its shape and its K amounts. Each
+// admission is all or nothing; later ones see earlier ones' reservations. Returns a flat list:
+// now_ms, per counter (use, oldest live second) before the call, per admission 0 if admitted or
+// the 1-based index of the charge that did not fit.
 constexpr const char* kReserveBody = R"lua(
 local t = redis.call('TIME')
 local now = tonumber(t[1])
@@ -274,60 +276,73 @@ for c = 1, d do
   ttl[c] = ARGV[b + 2]
 end
 local raw = summaries(KEYS, function(i) return minute[i] end)
-local state = {}
-for c = 1, d do state[c] = load(KEYS[c], raw[c], minute[c], now) end
-local results = {}
+local state, total, out = {}, {}, {now_ms}
+for c = 1, d do
+  local s = load(KEYS[c], raw[c], minute[c], now)
+  state[c] = s
+  if minute[c] then
+    total[c] = s.total
+    out[#out + 1] = s.total
+    out[#out + 1] = s.oldest
+  else
+    total[c] = s.n
+    out[#out + 1] = s.n
+    out[#out + 1] = 0
+  end
+end
 local ai = 2 + 3 * d
+local shape_c, shape_s, shape_k = {}, {}, {}
+for sh = 1, tonumber(ARGV[ai]) do
+  local m, k = tonumber(ARGV[ai + 1]), tonumber(ARGV[ai + 2])
+  ai = ai + 3
+  local cs, ss = {}, {}
+  for i = 1, m do
+    cs[i] = tonumber(ARGV[ai])
+    ss[i] = tonumber(ARGV[ai + 1])
+    ai = ai + 2
+  end
+  shape_c[sh], shape_s[sh], shape_k[sh] = cs, ss, k
+end
 local n = tonumber(ARGV[ai])
 ai = ai + 1
+local amt = {}
 for a = 1, n do
-  local m = tonumber(ARGV[ai])
-  ai = ai + 1
-  local used, reset, refused = {}, {}, nil
-  for i = 1, m do
-    local c = tonumber(ARGV[ai + (i - 1) * 2])
-    local amt = tonumber(ARGV[ai + (i - 1) * 2 + 1])
-    local s = state[c]
-    local u = minute[c] and s.total or s.n
-    if u + amt > limit[c] then
-      local retry = 0
-      if minute[c] then
-        retry = 60000
-        if amt <= limit[c] then retry = math.max(1, (s.oldest + 60) * 1000 - now_ms) end
-      end
-      refused = {0, i, now_ms, u, retry}
+  local sh = tonumber(ARGV[ai])
+  local cs, ss = shape_c[sh], shape_s[sh]
+  for j = 1, shape_k[sh] do amt[j] = tonumber(ARGV[ai + j]) end
+  ai = ai + 1 + shape_k[sh]
+  local refused = 0
+  for i = 1, #cs do
+    local c = cs[i]
+    if total[c] + amt[ss[i]] > limit[c] then
+      refused = i
       break
     end
-    used[i] = u
-    reset[i] = minute[c] and ((s.oldest + 60) * 1000 - now_ms) or 0
   end
-  if refused then
-    results[a] = refused
-  else
-    local out = {1, 0, now_ms}
-    for i = 1, m do
-      local c = tonumber(ARGV[ai + (i - 1) * 2])
-      local amt = tonumber(ARGV[ai + (i - 1) * 2 + 1])
-      local s = state[c]
-      if minute[c] then
-        if s.total == 0 then s.oldest = now end
-        s.add = s.add + amt
-        s.total = s.total + amt
-      else
-        s.n = s.n + amt
-      end
-      s.dirty = true
-      out[#out + 1] = used[i]
-      out[#out + 1] = reset[i]
+  if refused == 0 then
+    for i = 1, #cs do
+      local c = cs[i]
+      total[c] = total[c] + amt[ss[i]]
     end
-    results[a] = out
   end
-  ai = ai + 2 * m
+  out[#out + 1] = refused
 end
 for c = 1, d do
-  if state[c].dirty then store(KEYS[c], state[c], minute[c], now, ttl[c]) end
+  local s = state[c]
+  if minute[c] then
+    if total[c] ~= s.total then
+      if s.total == 0 then s.oldest = now end
+      s.add = total[c] - s.total
+      s.total = total[c]
+      s.dirty = true
+    end
+  elseif total[c] ~= s.n then
+    s.n = total[c]
+    s.dirty = true
+  end
+  if s.dirty then store(KEYS[c], s, minute[c], now, ttl[c]) end
 end
-return results
+return out
 )lua";
 
 // Adjustments of many requests at once: per key (window, stamp second, delta). A refund goes to
@@ -400,29 +415,43 @@ std::string redisCounterKey(const Charge& c, int64_t unix_ms) {
   return k;
 }
 
-void reserveCallArgs(std::span<const std::span<const Charge>> admissions, int64_t now_ms,
-                     std::vector<std::string>& keys, std::vector<std::string>& args) {
-  keys.clear();
-  args.clear();
-  // Distinct counters first (an admission batch mostly repeats one key's and team's counters).
-  std::vector<std::string_view> names;
+void buildReserveCall(std::span<const std::span<const Charge>> admissions, int64_t now_ms, ReserveCall& call) {
+  call.keys.clear();
+  call.args.clear();
+  call.counter_of.assign(admissions.size(), {});
+  // Distinct counters (a batch mostly repeats one key's and team's counters) and shapes.
   std::vector<const Charge*> first;
-  std::vector<std::vector<size_t>> index(admissions.size());
+  std::vector<std::vector<uint32_t>> shapes;  // {M, K, counter, slot, counter, slot, ...}
+  std::vector<uint32_t> shape_of(admissions.size());
+  std::vector<std::vector<int64_t>> slots(admissions.size());
+  std::vector<uint32_t> shape;
   for (size_t a = 0; a < admissions.size(); ++a) {
+    shape.assign(2, 0);
     for (const Charge& c : admissions[a]) {
-      size_t i = 0;
-      while (i < names.size() && !(names[i] == c.counter && first[i]->window == c.window)) ++i;
-      if (i == names.size()) {
-        names.push_back(c.counter);
-        first.push_back(&c);
-      }
-      index[a].push_back(i + 1);
+      uint32_t i = 0;
+      while (i < first.size() && !(first[i]->counter == c.counter && first[i]->window == c.window)) ++i;
+      if (i == first.size()) first.push_back(&c);
+      call.counter_of[a].push_back(i);
+      auto& sl = slots[a];
+      uint32_t j = 0;
+      while (j < sl.size() && sl[j] != c.amount) ++j;
+      if (j == sl.size()) sl.push_back(c.amount);
+      shape.push_back(i + 1);
+      shape.push_back(j + 1);
     }
+    shape[0] = static_cast<uint32_t>(admissions[a].size());
+    shape[1] = static_cast<uint32_t>(slots[a].size());
+    uint32_t s = 0;
+    while (s < shapes.size() && shapes[s] != shape) ++s;
+    if (s == shapes.size()) shapes.push_back(shape);
+    shape_of[a] = s + 1;
   }
-  args.reserve(2 + 3 * names.size() + admissions.size() * 9);
-  args.push_back(std::to_string(names.size()));
+  call.counters = first.size();
+  auto& args = call.args;
+  args.reserve(3 + 3 * first.size() + 12 * shapes.size() + admissions.size() * 3);
+  args.push_back(std::to_string(first.size()));
   for (const Charge* c : first) {
-    keys.push_back(redisCounterKey(*c, now_ms));
+    call.keys.push_back(redisCounterKey(*c, now_ms));
     args.push_back(c->window == Window::kMinute ? "0" : "1");
     args.push_back(std::to_string(c->limit));
     // Period counters outlive their period by a day (clock skew between replicas).
@@ -430,14 +459,77 @@ void reserveCallArgs(std::span<const std::span<const Charge>> admissions, int64_
         c->window == Window::kMinute ? 61 : (periodEndMs(c->window, now_ms) - now_ms) / 1000 + 86'400;
     args.push_back(std::to_string(ttl_s));
   }
+  args.push_back(std::to_string(shapes.size()));
+  for (const auto& sh : shapes) {
+    for (uint32_t v : sh) args.push_back(std::to_string(v));
+  }
   args.push_back(std::to_string(admissions.size()));
   for (size_t a = 0; a < admissions.size(); ++a) {
-    args.push_back(std::to_string(admissions[a].size()));
-    for (size_t i = 0; i < admissions[a].size(); ++i) {
-      args.push_back(std::to_string(index[a][i]));
-      args.push_back(std::to_string(admissions[a][i].amount));
+    args.push_back(std::to_string(shape_of[a]));
+    for (int64_t v : slots[a]) args.push_back(std::to_string(v));
+  }
+}
+
+Result<std::vector<Admission>> parseReserveReply(const store::RedisReply& r,
+                                                 std::span<const std::span<const Charge>> admissions,
+                                                 const ReserveCall& call) {
+  using T = store::RedisReply::Type;
+  if (r.type == T::kError) return Status::internal("rate-limit script failed: " + r.str);
+  if (r.type != T::kArray || r.elements.size() != 1 + 2 * call.counters + admissions.size() ||
+      call.counter_of.size() != admissions.size()) {
+    return Status::internal("rate-limit script: unexpected reply");
+  }
+  for (const auto& e : r.elements) {
+    if (e.type != T::kInteger) return Status::internal("rate-limit script: non-integer reply element");
+  }
+  const int64_t now_ms = r.elements[0].integer;
+  const int64_t now = now_ms / 1000;
+  // Replays the script's decisions on its counters' starting values to get what each admitted
+  // request saw (the script decides; this only derives the headers' figures).
+  std::vector<int64_t> total(call.counters), oldest(call.counters);
+  for (size_t c = 0; c < call.counters; ++c) {
+    total[c] = r.elements[1 + 2 * c].integer;
+    oldest[c] = r.elements[2 + 2 * c].integer;
+  }
+  std::vector<Admission> out(admissions.size());
+  for (size_t a = 0; a < admissions.size(); ++a) {
+    const auto charges = admissions[a];
+    const auto& idx = call.counter_of[a];
+    Admission& ad = out[a];
+    ad.stamp_ms = now_ms;
+    const int64_t verdict = r.elements[1 + 2 * call.counters + a].integer;
+    if (verdict < 0 || static_cast<size_t>(verdict) > charges.size()) {
+      return Status::internal("rate-limit script: bad index");
+    }
+    if (verdict > 0) {
+      const size_t i = static_cast<size_t>(verdict - 1);
+      const Charge& c = charges[i];
+      ad.refused = static_cast<int>(i);
+      ad.used = total[idx[i]];
+      if (c.window != Window::kMinute) {
+        ad.retry_after_ms = periodEndMs(c.window, now_ms) - now_ms;
+      } else if (c.amount > c.limit) {
+        ad.retry_after_ms = 60'000;
+      } else {
+        ad.retry_after_ms = std::max<int64_t>(1, (oldest[idx[i]] + 60) * 1000 - now_ms);
+      }
+      continue;
+    }
+    ad.admitted = true;
+    ad.remaining.resize(charges.size());
+    ad.reset_ms.resize(charges.size());
+    for (size_t i = 0; i < charges.size(); ++i) {
+      ad.remaining[i] = std::max<int64_t>(0, charges[i].limit - total[idx[i]] - charges[i].amount);
+    }
+    for (size_t i = 0; i < charges.size(); ++i) {
+      const size_t c = idx[i];
+      if (charges[i].window == Window::kMinute && total[c] == 0) oldest[c] = now;
+      total[c] += charges[i].amount;
+      ad.reset_ms[i] = charges[i].window == Window::kMinute ? (oldest[c] + 60) * 1000 - now_ms
+                                                             : periodEndMs(charges[i].window, now_ms) - now_ms;
     }
   }
+  return out;
 }
 
 void adjustArgs(std::span<const Charge> charges, std::span<const int64_t> delta, int64_t stamp_ms, int64_t key_ms,
@@ -450,39 +542,6 @@ void adjustArgs(std::span<const Charge> charges, std::span<const int64_t> delta,
     args.push_back(stamp);
     args.push_back(std::to_string(delta[i]));
   }
-}
-
-Result<Admission> parseReserveReply(const store::RedisReply& r, std::span<const Charge> charges) {
-  using T = store::RedisReply::Type;
-  if (r.type == T::kError) return Status::internal("rate-limit script failed: " + r.str);
-  if (r.type != T::kArray || r.elements.size() < 3) return Status::internal("rate-limit script: unexpected reply");
-  for (const auto& e : r.elements) {
-    if (e.type != T::kInteger) return Status::internal("rate-limit script: non-integer reply element");
-  }
-  Admission a;
-  a.stamp_ms = r.elements[2].integer;
-  a.remaining.resize(charges.size());
-  a.reset_ms.resize(charges.size());
-  if (r.elements[0].integer == 0) {
-    if (r.elements.size() < 5) return Status::internal("rate-limit script: short refusal reply");
-    a.refused = static_cast<int>(r.elements[1].integer) - 1;
-    if (a.refused < 0 || static_cast<size_t>(a.refused) >= charges.size()) {
-      return Status::internal("rate-limit script: bad index");
-    }
-    a.used = r.elements[3].integer;
-    const Charge& c = charges[static_cast<size_t>(a.refused)];
-    a.retry_after_ms = c.window == Window::kMinute ? r.elements[4].integer : periodEndMs(c.window, a.stamp_ms) - a.stamp_ms;
-    return a;
-  }
-  if (r.elements.size() != 3 + 2 * charges.size()) return Status::internal("rate-limit script: wrong reply length");
-  a.admitted = true;
-  for (size_t i = 0; i < charges.size(); ++i) {
-    const int64_t u = r.elements[3 + 2 * i].integer;
-    a.remaining[i] = std::max<int64_t>(0, charges[i].limit - u - charges[i].amount);
-    a.reset_ms[i] = charges[i].window == Window::kMinute ? r.elements[4 + 2 * i].integer
-                                                          : periodEndMs(charges[i].window, a.stamp_ms) - a.stamp_ms;
-  }
-  return a;
 }
 
 std::string formatResetDuration(int64_t ms) {

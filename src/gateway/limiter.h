@@ -91,13 +91,25 @@ const store::RedisScript& adjustScript();
 // Redis key of a charge's counter at a time (period appended for day/month).
 std::string redisCounterKey(const Charge& c, int64_t unix_ms);
 
-// Turns one admission's element of the reserve script's reply into an Admission (kInternal on a
-// malformed reply).
-Result<Admission> parseReserveReply(const store::RedisReply& reply, std::span<const Charge> charges);
-// The KEYS and ARGV of one reserve script call deciding several admissions: each distinct counter
-// once (window, limit, ttl), then per admission its charges as (counter index, amount).
-void reserveCallArgs(std::span<const std::span<const Charge>> admissions, int64_t now_ms,
-                     std::vector<std::string>& keys, std::vector<std::string>& args);
+// One reserve script call deciding several admissions, each all or nothing, in order (later ones
+// see earlier ones' reservations). Its arguments name each distinct counter once (window, limit,
+// ttl), each distinct admission shape once (per charge: counter index and amount slot, where an
+// admission's slots are its distinct amounts, e.g. 1 request and N tokens), and per admission
+// only its shape and amounts, so the script parses a few numbers per admission.
+struct ReserveCall {
+  std::vector<std::string> keys;
+  std::vector<std::string> args;
+  std::vector<std::vector<uint32_t>> counter_of;  // per admission, per charge: distinct counter (0-based)
+  size_t counters = 0;
+};
+void buildReserveCall(std::span<const std::span<const Charge>> admissions, int64_t now_ms, ReserveCall& call);
+// The script answers a flat list: now (ms), per counter its use and oldest live second before the
+// call, then per admission 0 (admitted) or the 1-based index of the charge that did not fit. The
+// remaining/reset of every admitted request are replayed from these in the call's order.
+// kInternal on a malformed reply.
+Result<std::vector<Admission>> parseReserveReply(const store::RedisReply& reply,
+                                                 std::span<const std::span<const Charge>> admissions,
+                                                 const ReserveCall& call);
 // Appends one adjustment per non-zero delta (3 arguments each: window, stamp second, delta), so
 // adjustments of many requests can go to Redis in one script call.
 void adjustArgs(std::span<const Charge> charges, std::span<const int64_t> delta, int64_t stamp_ms, int64_t key_ms,

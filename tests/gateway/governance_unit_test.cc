@@ -126,25 +126,67 @@ TEST(ResetDuration, OpenAiStyle) {
   EXPECT_EQ(formatResetDuration(3'723'000), "1h2m3s");
 }
 
-TEST(RedisScripts, ACallSendsEachCounterOnceAndEveryAdmissionsCharges) {
-  Charge first[2] = {Charge{"k:a:r", Window::kMinute, Scope::kKey, false, 10, 1},
+TEST(RedisScripts, ACallSendsEachCounterAndShapeOnceAndFewNumbersPerAdmission) {
+  Charge first[3] = {Charge{"k:a:r", Window::kMinute, Scope::kKey, false, 10, 1},
+                     Charge{"k:a:t", Window::kMinute, Scope::kKey, true, 100, 50},
                      Charge{"t:b:d", Window::kDay, Scope::kDaily, true, 1000, 50}};
-  Charge second[1] = {Charge{"t:b:d", Window::kDay, Scope::kDaily, true, 1000, 70}};
-  const std::span<const Charge> admissions[2] = {first, second};
-  std::vector<std::string> keys, args;
-  reserveCallArgs(admissions, 1'799'971'200'000, keys, args);
-  ASSERT_EQ(keys.size(), 2u);
-  EXPECT_EQ(keys[0], "infera:rl:k:a:r");
-  EXPECT_EQ(keys[1], "infera:rl:t:b:d:20270115");
+  Charge second[3] = {Charge{"k:a:r", Window::kMinute, Scope::kKey, false, 10, 1},
+                      Charge{"k:a:t", Window::kMinute, Scope::kKey, true, 100, 40},
+                      Charge{"t:b:d", Window::kDay, Scope::kDaily, true, 1000, 40}};
+  Charge third[1] = {Charge{"t:b:d", Window::kDay, Scope::kDaily, true, 1000, 50}};
+  const std::span<const Charge> admissions[3] = {first, second, third};
+  ReserveCall call;
+  buildReserveCall(admissions, 1'799'971'200'000, call);
+  ASSERT_EQ(call.keys.size(), 3u);
+  EXPECT_EQ(call.keys[0], "infera:rl:k:a:r");
+  EXPECT_EQ(call.keys[2], "infera:rl:t:b:d:20270115");
   const std::vector<std::string> expected = {
-      "2",                                    // distinct counters
-      "0", "10", "61",                        // k:a:r: minute window, limit, ttl
-      "1", "1000", std::to_string(86'400 + 86'400),  // t:b:d: day window, limit, ttl to the day's end + 1 day
-      "2",                                    // admissions
-      "2", "1", "1", "2", "50",               // first: 2 charges (counter 1 x1, counter 2 x50)
-      "1", "2", "70"};                        // second: 1 charge (counter 2 x70)
-  EXPECT_EQ(args, expected);
+      "3",                                           // distinct counters
+      "0", "10", "61",                               // k:a:r: minute window, limit, ttl
+      "0", "100", "61",                              // k:a:t
+      "1", "1000", std::to_string(86'400 + 86'400),  // t:b:d: day, ttl to the day's end + 1 day
+      "2",                                           // shapes
+      "3", "2", "1", "1", "2", "2", "3", "2",        // 3 charges, 2 slots: (counter, slot) x3
+      "1", "1", "3", "1",                            // 1 charge, 1 slot: counter 3 slot 1
+      "3",                                           // admissions
+      "1", "1", "50",                                // first: shape 1, amounts 1 and 50
+      "1", "1", "40",                                // second: same shape, 1 and 40
+      "2", "50"};                                    // third: shape 2, amount 50
+  EXPECT_EQ(call.args, expected);
   EXPECT_EQ(reserveScript().sha1.size(), 40u);
+
+  // The reply: now, per counter (use, oldest second), per admission its verdict. Replayed in order:
+  // the first admission sees the counters' starting use, the second sees the first's reservation,
+  // the third (refused at its only charge) sees both.
+  using T = store::RedisReply::Type;
+  store::RedisReply reply;
+  reply.type = T::kArray;
+  for (int64_t v : {int64_t{1'799'971'230'500}, int64_t{3}, int64_t{1'799'971'200}, int64_t{0}, int64_t{0},
+                    int64_t{870}, int64_t{0}, int64_t{0}, int64_t{0}, int64_t{1}}) {
+    store::RedisReply e;
+    e.type = T::kInteger;
+    e.integer = v;
+    reply.elements.push_back(e);
+  }
+  auto decided = parseReserveReply(reply, admissions, call);
+  ASSERT_TRUE(decided.ok()) << decided.status().message();
+  ASSERT_EQ(decided->size(), 3u);
+  const Admission& a = (*decided)[0];
+  ASSERT_TRUE(a.admitted);
+  EXPECT_EQ(a.remaining, (std::vector<int64_t>{6, 50, 80}));
+  EXPECT_EQ(a.reset_ms[0], 29'500);  // oldest live second 1'799'971'200 leaves the window at +60 s
+  EXPECT_EQ(a.reset_ms[1], 59'500);  // was empty: its only bucket, now's second, leaves in 59.5 s
+  const Admission& b = (*decided)[1];
+  ASSERT_TRUE(b.admitted);
+  EXPECT_EQ(b.remaining, (std::vector<int64_t>{5, 10, 40}));
+  const Admission& c = (*decided)[2];
+  EXPECT_FALSE(c.admitted);
+  EXPECT_EQ(c.refused, 0);
+  EXPECT_EQ(c.used, 960);
+  EXPECT_EQ(c.retry_after_ms, 86'400'000 - 30'500);  // the day's end
+
+  reply.elements.pop_back();
+  EXPECT_FALSE(parseReserveReply(reply, admissions, call).ok());
 }
 
 TEST(ResponseCache, LruWithinBytesAndTtl) {
