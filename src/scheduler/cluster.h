@@ -40,8 +40,8 @@ struct NodeState {
   int gpu_free_total = 0;  // milli
   int full_free_gpus = 0;
   int pods = 0;
-  // GPU-clustering bookkeeping: running pods per shape class.
-  std::array<int, 8> shape_count{};
+  // GPU-clustering bookkeeping: running pods per shape class (see shapeClass).
+  std::array<int, kMaxGpusPerNode + 2> shape_count{};
 
   bool typeAllowed(TypeMask m) const {
     return type < 0 ? m == kAnyType : ((m >> type) & 1u) != 0;
@@ -64,17 +64,12 @@ inline bool fits(const NodeState& n, const PodReq& r) {
   return n.cpu_free >= r.cpu_milli && n.mem_free >= r.memory_mib && gpuFits(n, r.num_gpu, r.gpu_milli);
 }
 
-// Shape class for GPU clustering: 0 CPU-only, 1 sharing, 2 one GPU, 3 two, 4 four, 5 eight, 6 other.
+// Shape class for GPU clustering (the FGD simulator's GPU affinity tags): 0 CPU-only (no tag),
+// 1 sharing ("share-gpu"), 1 + n for n whole GPUs ("n-gpu").
 inline int shapeClass(const PodReq& r) {
   if (r.num_gpu == 0) return 0;
   if (r.sharing()) return 1;
-  switch (r.num_gpu) {
-    case 1: return 2;
-    case 2: return 3;
-    case 4: return 4;
-    case 8: return 5;
-    default: return 6;
-  }
+  return 1 + r.num_gpu;
 }
 
 // Applies a placement of `r` on GPUs `gpus` (one index per GPU) with sign +1 (bind) or -1 (free).
@@ -160,6 +155,11 @@ class Policy {
   virtual void nodeChanged(int /*node*/) {}
   // Random-fit ignores scores: every feasible node ties.
   virtual bool isRandom() const { return false; }
+  // How exact ties are broken: false = uniformly at random (kube-scheduler's selectHost); true =
+  // the first node in the engine's node order, a seeded permutation (what the FGD simulator's
+  // scheduler does; its integer scores tie often, so this decides where e.g. CPU-only pods go
+  // under GPU packing).
+  virtual bool firstTie() const { return false; }
 };
 
 std::unique_ptr<Policy> makePolicy(std::string_view name, const ClusterView& view,

@@ -1,6 +1,12 @@
-// Placement policies. Each scores one feasible node; the engine keeps the best (random among
-// exact ties). Formulas follow the FGD paper's simulator where it defines them (see
-// docs/scheduler.md); scores are exact doubles, not the 0-100 integers of kube-scheduler.
+// Placement policies. Each scores one feasible node; the engine keeps the best.
+//
+// The FGD paper's baselines (best-fit, dot-product, gpu-packing, gpu-clustering, fgd) follow its
+// simulator's score plugins as published: integer scores 0-100 with its normalisation constants
+// (128 cores, 8 GPUs), its GPU choice inside a node, and exact ties going to the first node in the
+// engine's node order (firstTie). Integer scores tie often, so the tie rule is part of the policy:
+// under GPU packing, CPU-only pods score 0 everywhere and fill nodes in order instead of landing
+// at random. spread and most-allocated are Kubernetes' own (random ties); infera uses exact
+// doubles (see docs/scheduler.md).
 #include <algorithm>
 #include <cmath>
 
@@ -45,98 +51,80 @@ class MostAllocatedPolicy final : public Policy {
   }
 };
 
-// Lowest weighted leftover of CPU and GPU (normalised by the largest node) wins.
+// The FGD simulator's normalisation constants: the largest node spec (128 cores, 8 GPUs).
+constexpr double kSpecCpu = 128'000;
+constexpr double kSpecGpu = 8'000;
+constexpr int64_t kMaxScore = 100;
+
+// Lowest weighted leftover of CPU and GPU wins: int((1 - (½ CPU left + ½ GPU left)) x 100).
 class BestFitPolicy final : public Policy {
  public:
   std::string_view name() const override { return "best-fit"; }
+  bool firstTie() const override { return true; }
   double score(const ClusterView& v, int node, const PodReq& r, int* gpu) override {
     const NodeState& n = (*v.nodes)[node];
     if (r.sharing()) *gpu = bestFitGpu(n, r.gpu_milli);
-    const double cpu = static_cast<double>(n.cpu_free - r.cpu_milli) / v.max_cpu;
-    const double g = gpuFreeAfter(n, r) / v.max_gpu_milli;
-    return -(0.5 * cpu + 0.5 * g);
+    const double left = 0.5 * static_cast<double>(n.cpu_free - r.cpu_milli) / kSpecCpu +
+                        0.5 * gpuFreeAfter(n, r) / kSpecGpu;
+    return static_cast<double>(static_cast<int64_t>((1.0 - left) * kMaxScore));
   }
 };
 
-// Tetris-style alignment of node free vector and pod demand; the smaller the dot product the
-// better (the FGD simulator's "DotProd", GPU dimension per candidate GPU for sharing pods).
+// Tetris-style dot product of the node's free (CPU, GPU) and the pod's demand, both over the
+// largest spec; the smaller the product the higher the score, int((1 - dot/2) x 100). The GPU
+// dimension is the node's total free GPU (the simulator's "merge" mode); the GPU is best-fit.
 class DotProductPolicy final : public Policy {
  public:
   std::string_view name() const override { return "dot-product"; }
+  bool firstTie() const override { return true; }
   double score(const ClusterView& v, int node, const PodReq& r, int* gpu) override {
     const NodeState& n = (*v.nodes)[node];
-    const double cpu = static_cast<double>(n.cpu_free) / v.max_cpu *
-                       (static_cast<double>(r.cpu_milli) / v.max_cpu);
-    if (!r.sharing()) {
-      return -(cpu + static_cast<double>(n.gpu_free_total) / v.max_gpu_milli *
-                         (static_cast<double>(r.gpuTotalMilli()) / v.max_gpu_milli));
-    }
-    double best = -1e300;
-    for (int g = 0; g < n.gpus; ++g) {
-      if (n.gpu_free[g] < r.gpu_milli) continue;
-      const double s = -(cpu + n.gpu_free[g] / 1000.0 * (r.gpu_milli / 1000.0));
-      if (s > best) {
-        best = s;
-        *gpu = g;
-      }
-    }
-    return best;
+    if (r.sharing()) *gpu = bestFitGpu(n, r.gpu_milli);
+    const double dot = static_cast<double>(n.cpu_free) / kSpecCpu * (static_cast<double>(r.cpu_milli) / kSpecCpu) +
+                       static_cast<double>(n.gpu_free_total) / kSpecGpu *
+                           (static_cast<double>(r.gpuTotalMilli()) / kSpecGpu);
+    return static_cast<double>(static_cast<int64_t>((1.0 - dot / 2) * kMaxScore));
   }
 };
 
-// Packs GPU demand: share an already used GPU, else take free GPUs on a used node, else open an
-// empty node.
+// Packs GPU demand, in three bands: share an already used GPU (91-100, fuller GPUs higher), take
+// free GPUs on a used node (33-50, fewer GPUs higher), open an empty node (up to 32, smaller nodes
+// higher). CPU-only pods score 0 everywhere.
 class GpuPackingPolicy final : public Policy {
  public:
   std::string_view name() const override { return "gpu-packing"; }
+  bool firstTie() const override { return true; }
   double score(const ClusterView& v, int node, const PodReq& r, int* gpu) override {
     const NodeState& n = (*v.nodes)[node];
     if (r.num_gpu == 0) return 0;
-    if (n.full_free_gpus == n.gpus) {
-      return -static_cast<double>(n.gpus) / 100.0;  // empty node: smaller first
+    if (r.sharing()) *gpu = bestFitGpu(n, r.gpu_milli);
+    if (n.full_free_gpus == n.gpus) return std::max(kMaxScore / 3 - n.gpus, int64_t{n.gpus});
+    if (r.sharing() && n.gpu_free[*gpu] < kMilliPerGpu) {
+      const int64_t free_pct = n.gpu_free[*gpu] * 100 / kMilliPerGpu;
+      return std::max(kMaxScore - free_pct / 10, kMaxScore / 2);
     }
-    if (r.sharing()) {
-      // Fullest partially used GPU that fits.
-      int best = -1;
-      for (int g = 0; g < n.gpus; ++g) {
-        if (n.gpu_free[g] >= r.gpu_milli && n.gpu_free[g] < kMilliPerGpu &&
-            (best < 0 || n.gpu_free[g] < n.gpu_free[best])) {
-          best = g;
-        }
-      }
-      if (best >= 0) {
-        *gpu = best;
-        return 2.0 + (kMilliPerGpu - n.gpu_free[best]) / 1000.0;
-      }
-      *gpu = bestFitGpu(n, r.gpu_milli);
-      return 1.0 + (kMaxGpusPerNode - 1) / 100.0;
-    }
-    return 1.0 + (kMaxGpusPerNode - r.num_gpu) / 100.0;
+    return std::max(kMaxScore / 2 - r.num_gpu, kMaxScore / 3);
   }
 };
 
-// Keeps pods of the same GPU shape together (Gandiva-like affinity), preferring fuller nodes
-// within each band: same shape only > mixed incl. same > empty > other shapes.
+// Keeps pods of the same GPU shape together (Gandiva-like affinity), in four bands of 25: only
+// this shape on the node > several shapes including it > no GPU pods > only other shapes; within
+// a band fuller nodes first, 25 x (8 GPUs - free GPU) / 8 GPUs. CPU-only pods score 0 everywhere.
 class GpuClusteringPolicy final : public Policy {
  public:
   std::string_view name() const override { return "gpu-clustering"; }
+  bool firstTie() const override { return true; }
   double score(const ClusterView& v, int node, const PodReq& r, int* gpu) override {
     const NodeState& n = (*v.nodes)[node];
     if (r.num_gpu == 0) return 0;
     if (r.sharing()) *gpu = bestFitGpu(n, r.gpu_milli);
     const int shape = shapeClass(r);
     int shapes_present = 0;
-    for (int s = 1; s < static_cast<int>(n.shape_count.size()); ++s) {
-      shapes_present += n.shape_count[s] > 0;
-    }
-    const double fullness = 1.0 - static_cast<double>(n.gpu_free_total) / v.max_gpu_milli;
-    double band;
-    if (n.shape_count[shape] > 0) {
-      band = shapes_present == 1 ? 3 : 2;
-    } else {
-      band = shapes_present == 0 ? 1 : 0;
-    }
-    return band + fullness;
+    for (size_t s = 1; s < n.shape_count.size(); ++s) shapes_present += n.shape_count[s] > 0;
+    const int64_t base = kMaxScore / 4 * (static_cast<int64_t>(kSpecGpu) - n.gpu_free_total) /
+                         static_cast<int64_t>(kSpecGpu);
+    if (n.shape_count[shape] > 0) return static_cast<double>(base + (shapes_present == 1 ? 75 : 50));
+    return static_cast<double>(base + (shapes_present == 0 ? 25 : 0));
   }
 };
 
@@ -163,57 +151,94 @@ class RandomFitPolicy final : public Policy {
   Rng rng_;
 };
 
-// Fragmentation gradient descent: the node (and GPU) whose fragmentation grows least.
+// Calls f(g) for each GPU that fits `milli`, skipping GPUs with the same free milli as an earlier
+// one (they give the same result; the lowest index stands for them).
+template <class F>
+void forDistinctGpus(const NodeState& n, int milli, F&& f) {
+  int16_t tried[kMaxGpusPerNode];
+  int ntried = 0;
+  for (int g = 0; g < n.gpus; ++g) {
+    if (n.gpu_free[g] < milli) continue;
+    bool dup = false;
+    for (int k = 0; k < ntried; ++k) dup |= tried[k] == n.gpu_free[g];
+    if (dup) continue;
+    tried[ntried++] = n.gpu_free[g];
+    f(g);
+  }
+}
+
+// Fragmentation gradient descent: the node (and GPU) whose fragmentation grows least. The "fgd"
+// policy scores as the FGD simulator does, int(sigmoid(-growth / 1000) x 100), and gives a
+// sharing pod the first GPU with the highest such score; Infera's policy (below) uses the exact
+// growth.
 class FgdPolicy : public Policy {
  public:
-  FgdPolicy(const ClusterView& v, const FragModel* model) : model_(model) {
+  FgdPolicy(const ClusterView& v, const FragModel* model, bool integer_scores)
+      : model_(model), integer_(integer_scores) {
     before_.assign(v.nodes->size(), 0);
     valid_.assign(v.nodes->size(), 0);
   }
   std::string_view name() const override { return "fgd"; }
+  bool firstTie() const override { return integer_; }
   void nodeChanged(int node) override {
     if (static_cast<size_t>(node) < valid_.size()) valid_[node] = 0;
   }
   double score(const ClusterView& v, int node, const PodReq& r, int* gpu) override {
-    return -fragDelta(v, node, r, gpu);
+    return integer_ ? static_cast<double>(integerScore(v, node, r, gpu)) : -fragDelta(v, node, r, gpu);
   }
 
  protected:
-  // Growth of the node's fragmentation if `r` lands there (best GPU for sharing pods).
-  double fragDelta(const ClusterView& v, int node, const PodReq& r, int* gpu) {
-    const NodeState& n = (*v.nodes)[node];
+  double before(const ClusterView& v, int node) {
     if (static_cast<size_t>(node) >= valid_.size()) {
       before_.resize(node + 1, 0);
       valid_.resize(node + 1, 0);
     }
     if (!valid_[node]) {
-      before_[node] = model_->nodeFrag(n);
+      before_[node] = model_->nodeFrag((*v.nodes)[node]);
       valid_[node] = 1;
     }
+    return before_[node];
+  }
+
+  // Growth of the node's fragmentation if `r` lands there (best GPU for sharing pods).
+  double fragDelta(const ClusterView& v, int node, const PodReq& r, int* gpu) {
+    const NodeState& n = (*v.nodes)[node];
+    const double b = before(v, node);
     if (!r.sharing()) {
-      return model_->fragAfter(n, r, -1) - before_[node];
+      return model_->fragAfter(n, r, -1) - b;
     }
     double best = 1e300;
-    int16_t tried[kMaxGpusPerNode];
-    int ntried = 0;
-    for (int g = 0; g < n.gpus; ++g) {
-      if (n.gpu_free[g] < r.gpu_milli) continue;
-      // GPUs with equal free milli give equal results.
-      bool dup = false;
-      for (int k = 0; k < ntried; ++k) dup |= tried[k] == n.gpu_free[g];
-      if (dup) continue;
-      tried[ntried++] = n.gpu_free[g];
+    forDistinctGpus(n, r.gpu_milli, [&](int g) {
       const double after = model_->fragAfter(n, r, g);
       if (after < best) {
         best = after;
         *gpu = g;
       }
-    }
-    return best - before_[node];
+    });
+    return best - b;
   }
 
  private:
+  static int64_t toScore(double growth) {
+    return static_cast<int64_t>(1.0 / (1.0 + std::exp(growth / 1000.0)) * kMaxScore);
+  }
+  int64_t integerScore(const ClusterView& v, int node, const PodReq& r, int* gpu) {
+    const NodeState& n = (*v.nodes)[node];
+    const double b = before(v, node);
+    if (!r.sharing()) return toScore(model_->fragAfter(n, r, -1) - b);
+    int64_t best = -1;
+    forDistinctGpus(n, r.gpu_milli, [&](int g) {
+      const int64_t s = toScore(model_->fragAfter(n, r, g) - b);
+      if (s > best) {
+        best = s;
+        *gpu = g;
+      }
+    });
+    return best;
+  }
+
   const FragModel* model_;
+  bool integer_;
   std::vector<double> before_;
   std::vector<uint8_t> valid_;
 };
@@ -232,7 +257,7 @@ class FgdPolicy : public Policy {
 //    nodes with free CPU keep room for the GPU pods that need it.
 class InferaPolicy final : public FgdPolicy {
  public:
-  InferaPolicy(const ClusterView& v, const FragModel* model) : FgdPolicy(v, model) {
+  InferaPolicy(const ClusterView& v, const FragModel* model) : FgdPolicy(v, model, /*integer_scores=*/false) {
     double cpu = 0;
     double gpu = 0;
     for (const FragModel::Class& c : model->classes()) {
@@ -284,7 +309,7 @@ std::unique_ptr<Policy> makePolicy(std::string_view name, const ClusterView& vie
                                    const FragModel* fgd_model, const FragModel* full_model,
                                    uint64_t seed) {
   if (name == "infera") return std::make_unique<InferaPolicy>(view, full_model);
-  if (name == "fgd") return std::make_unique<FgdPolicy>(view, fgd_model);
+  if (name == "fgd") return std::make_unique<FgdPolicy>(view, fgd_model, /*integer_scores=*/true);
   if (name == "spread") return std::make_unique<SpreadPolicy>();
   if (name == "most-allocated") return std::make_unique<MostAllocatedPolicy>();
   if (name == "best-fit") return std::make_unique<BestFitPolicy>();

@@ -100,7 +100,8 @@ std::vector<std::pair<double, double>> downsample(std::vector<std::pair<double, 
 
 }  // namespace
 
-double paperUnallocatedGpus(const std::string& policy) {
+double paperUnallocatedGpus(const std::string& policy, const std::string& pod_list) {
+  if (pod_list != "default") return -1;
   static const std::map<std::string, double> kPaper = {
       {"random-fit", 778}, {"dot-product", 568}, {"gpu-clustering", 505},
       {"gpu-packing", 497}, {"best-fit", 430},   {"fgd", 286}};
@@ -122,7 +123,7 @@ std::string fgdSummary(const std::vector<FgdResult>& results) {
     }
     failed /= r.runs.size();
     dps /= r.runs.size();
-    const double paper = paperUnallocatedGpus(r.policy);
+    const double paper = paperUnallocatedGpus(r.policy, r.pod_list);
     char line[256];
     std::snprintf(line, sizeof(line), "%-17s %8.1f (±%5.1f)   %5s   %6.2f   %5.1f   %11.0f   %5.0f\n",
                   r.policy.c_str(), r.mean_unallocated, r.stddev_unallocated,
@@ -144,7 +145,7 @@ std::string fgdJson(const std::vector<FgdResult>& results) {
     pj["stddev_unallocated_gpus"] = r.stddev_unallocated;
     pj["mean_alloc_ratio"] = r.mean_alloc_ratio;
     pj["mean_frag_ratio"] = r.mean_frag_ratio;
-    const double paper = paperUnallocatedGpus(r.policy);
+    const double paper = paperUnallocatedGpus(r.policy, r.pod_list);
     if (paper >= 0) pj["paper_unallocated_gpus"] = paper;
     for (const CurvePoint& c : r.mean_curve) {
       pj["curve"].push_back({{"load", c.load}, {"alloc_ratio", c.alloc_ratio},

@@ -10,8 +10,8 @@
 namespace infera::sched {
 
 // Paper figures (mean unallocated GPUs at 130% load, default pod list), keyed by policy name;
-// negative when the paper has none.
-double paperUnallocatedGpus(const std::string& policy);
+// negative when the paper has none or `pod_list` is not "default".
+double paperUnallocatedGpus(const std::string& policy, const std::string& pod_list);
 
 std::string fgdSummary(const std::vector<FgdResult>& results);
 std::string fgdJson(const std::vector<FgdResult>& results);

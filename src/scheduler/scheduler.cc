@@ -40,6 +40,7 @@ struct PodRecord {
   int idle_policy = -1;
   int64_t idle_since = -1;
   bool alive = false;
+  uint32_t generation = 0;  // bumped each time the slot is reused
 };
 
 struct Plan {
@@ -99,7 +100,7 @@ class SchedulerImpl final : public Scheduler {
   }
 
   Status release(PodId id) override {
-    if (id >= pods_.size() || !pods_[id].alive) {
+    if (live(id) == nullptr) {
       return Status::notFound("no running pod with id " + std::to_string(id));
     }
     unbind(id);
@@ -107,10 +108,10 @@ class SchedulerImpl final : public Scheduler {
   }
 
   Result<Eviction> evict(PodId id, std::string reason) override {
-    if (id >= pods_.size() || !pods_[id].alive) {
+    if (live(id) == nullptr) {
       return Status::notFound("no running pod with id " + std::to_string(id));
     }
-    Eviction e{id, pods_[id].name, nodes_[pods_[id].node].name, std::move(reason)};
+    Eviction e{id, rec(id).name, nodes_[rec(id).node].name, std::move(reason)};
     unbind(id);
     return e;
   }
@@ -121,8 +122,9 @@ class SchedulerImpl final : public Scheduler {
   }
 
   void recordUtilization(PodId id, double utilization, int64_t now_s) override {
-    if (id >= pods_.size() || !pods_[id].alive) return;
-    PodRecord& p = pods_[id];
+    PodRecord* live_pod = live(id);
+    if (live_pod == nullptr) return;
+    PodRecord& p = *live_pod;
     if (p.idle_policy < 0) return;
     if (utilization < cfg_.scheduling.idle_reclaim[p.idle_policy].utilization_below) {
       if (p.idle_since < 0) p.idle_since = now_s;
@@ -133,8 +135,9 @@ class SchedulerImpl final : public Scheduler {
 
   std::vector<Eviction> reclaimIdle(int64_t now_s) override {
     std::vector<Eviction> out;
-    for (PodId id = 0; id < pods_.size(); ++id) {
-      const PodRecord& p = pods_[id];
+    for (uint32_t slot = 0; slot < pods_.size(); ++slot) {
+      const PodRecord& p = pods_[slot];
+      const PodId id = idOf(slot);
       if (!p.alive || p.idle_policy < 0 || p.idle_since < 0) continue;
       const IdlePolicy& pol = cfg_.scheduling.idle_reclaim[p.idle_policy];
       const double idle_h = static_cast<double>(now_s - p.idle_since) / 3600.0;
@@ -212,6 +215,12 @@ class SchedulerImpl final : public Scheduler {
       INFERA_RETURN_IF_ERROR(appendNode(n));
     }
     INFERA_RETURN_IF_ERROR(initQueues());
+    // The node order for first-node tie-breaking: a seeded permutation of the initial nodes (the
+    // FGD simulator names its nodes with a random per-seed prefix); later nodes come after them.
+    Rng order(cfg_.seed ^ 0x0de5'0bde'5eedull);
+    for (size_t i = node_rank_.size(); i > 1; --i) {
+      std::swap(node_rank_[i - 1], node_rank_[order.below(i)]);
+    }
 
     std::vector<PodReq> workload;
     for (const PodSpec& p : cfg_.workload) {
@@ -268,6 +277,7 @@ class SchedulerImpl final : public Scheduler {
     n.full_free_gpus = n.gpus;
     const int idx = static_cast<int>(nodes_.size());
     nodes_.push_back(n);
+    node_rank_.push_back(static_cast<uint32_t>(node_rank_.size()));
     node_pods_.emplace_back();
     if (n.type >= 0) {
       by_type_[n.type].push_back(idx);
@@ -392,11 +402,19 @@ class SchedulerImpl final : public Scheduler {
     return Status::ok();
   }
 
-  // Unused tier-0 guarantees of type t: reserved, so tier-1 (never preempted) cannot take them.
+  // Unused tier-0 guarantees of type t (t = kTotal: of every type, plus the "*" guarantees that
+  // any type can serve): reserved, so tier-1 (never preempted) cannot take them.
   int64_t reservedUnused(int t) const {
     int64_t sum = 0;
     for (const QueueState& q : queues_) {
-      if (q.guaranteed[t] > 0) sum += std::max<int64_t>(0, q.guaranteed[t] - q.used_t0[t]);
+      if (t != kTotal) {
+        if (q.guaranteed[t] > 0) sum += std::max<int64_t>(0, q.guaranteed[t] - q.used_t0[t]);
+        continue;
+      }
+      for (size_t ty = 0; ty < type_names_.size(); ++ty) {
+        if (q.guaranteed[ty] > 0) sum += std::max<int64_t>(0, q.guaranteed[ty] - q.used_t0[ty]);
+      }
+      if (q.guaranteed[kTotal] > 0) sum += std::max<int64_t>(0, q.guaranteed[kTotal] - q.used_t0[kTotal]);
     }
     return sum;
   }
@@ -439,6 +457,15 @@ class SchedulerImpl final : public Scheduler {
     } else if (tier == Tier::kShared) {
       if (shared_used_[t] + milli + reservedUnused(t) > capacity_[t]) {
         return "shared " + type_names_[t] + " pool exhausted (rest is reserved for guarantees)";
+      }
+      int64_t shared_all = 0;
+      int64_t capacity_all = 0;
+      for (size_t ty = 0; ty < type_names_.size(); ++ty) {
+        shared_all += shared_used_[ty];
+        capacity_all += capacity_[ty];
+      }
+      if (shared_all + milli + reservedUnused(kTotal) > capacity_all) {
+        return "shared GPU pool exhausted (rest is reserved for guarantees)";
       }
     }
     return {};
@@ -488,6 +515,7 @@ class SchedulerImpl final : public Scheduler {
     uint64_t ties = 0;
     bool found = false;
     const bool random = policy_->isRandom();
+    const bool first_tie = policy_->firstTie();
     auto consider = [&](int n) {
       PodReq eff;
       if (!proportional(nodes_[n], r, &eff) || !fits(nodes_[n], eff)) return;
@@ -498,7 +526,7 @@ class SchedulerImpl final : public Scheduler {
         best = s;
         ties = 1;
       } else if (s >= best - kTieEps) {
-        if (rng_.below(++ties) != 0) return;
+        if (first_tie ? node_rank_[n] > node_rank_[plan->node] : rng_.below(++ties) != 0) return;
       } else {
         return;
       }
@@ -532,13 +560,13 @@ class SchedulerImpl final : public Scheduler {
       if (!proportional(node, r, &eff)) continue;
       std::vector<PodId> cands;
       for (const PodId id : node_pods_[n]) {
-        if (pods_[id].tier == Tier::kBestEffort) cands.push_back(id);
+        if (rec(id).tier == Tier::kBestEffort) cands.push_back(id);
       }
       if (cands.empty()) continue;
       // Lowest tier first, then fewest GPUs, then youngest.
       std::sort(cands.begin(), cands.end(), [&](PodId a, PodId b) {
-        const PodRecord& pa = pods_[a];
-        const PodRecord& pb = pods_[b];
+        const PodRecord& pa = rec(a);
+        const PodRecord& pb = rec(b);
         if (pa.tier != pb.tier) return pa.tier > pb.tier;
         if (pa.req.gpuTotalMilli() != pb.req.gpuTotalMilli()) {
           return pa.req.gpuTotalMilli() < pb.req.gpuTotalMilli();
@@ -550,7 +578,7 @@ class SchedulerImpl final : public Scheduler {
       std::vector<PodId> chosen;
       // One victim is the smallest set there is: take the first (in victim order) that suffices.
       for (const PodId id : cands) {
-        const PodRecord& p = pods_[id];
+        const PodRecord& p = rec(id);
         NodeState trial = node;
         applyToNode(trial, p.cpu, p.mem, p.req.gpu_milli, p.gpus, shapeClass(p.req), -1);
         if (fits(trial, eff)) {
@@ -562,14 +590,14 @@ class SchedulerImpl final : public Scheduler {
       // Otherwise greedily in victim order, then drop the ones not needed.
       for (const PodId id : chosen.empty() ? cands : std::vector<PodId>{}) {
         if (fits(sim, eff)) break;
-        const PodRecord& p = pods_[id];
+        const PodRecord& p = rec(id);
         applyToNode(sim, p.cpu, p.mem, p.req.gpu_milli, p.gpus, shapeClass(p.req), -1);
         chosen.push_back(id);
       }
       if (!fits(sim, eff)) continue;
       // Minimality: give back every victim the pod can do without (last chosen first).
       for (size_t i = chosen.size(); i-- > 0;) {
-        const PodRecord& p = pods_[chosen[i]];
+        const PodRecord& p = rec(chosen[i]);
         NodeState trial = sim;
         applyToNode(trial, p.cpu, p.mem, p.req.gpu_milli, p.gpus, shapeClass(p.req), +1);
         if (fits(trial, eff)) {
@@ -578,7 +606,7 @@ class SchedulerImpl final : public Scheduler {
         }
       }
       int64_t gpu_sum = 0;
-      for (const PodId id : chosen) gpu_sum += pods_[id].req.gpuTotalMilli();
+      for (const PodId id : chosen) gpu_sum += rec(id).req.gpuTotalMilli();
       if (chosen.size() < best_count || (chosen.size() == best_count && gpu_sum < best_gpu)) {
         best_count = chosen.size();
         best_gpu = gpu_sum;
@@ -659,7 +687,7 @@ class SchedulerImpl final : public Scheduler {
   Result<Placement> commit(const PodSpec& pod, const Plan& plan, int64_t now_s) {
     Placement out;
     for (const PodId v : plan.victims) {
-      const PodRecord& victim = pods_[v];
+      const PodRecord& victim = rec(v);
       std::string reason;
       const int t = nodes_[victim.node].type;
       const bool borrowing = victim.queue >= 0 && t >= 0 &&
@@ -675,33 +703,44 @@ class SchedulerImpl final : public Scheduler {
     if (out.gpu_indices.size() != static_cast<size_t>(plan.req.num_gpu)) {
       return Status::internal("pod " + pod.name + ": GPU selection failed on " + out.node_name);
     }
-    PodRecord rec;
-    rec.name = pod.name;
-    rec.req = plan.req;
-    rec.tier = plan.tier;
-    rec.queue = plan.queue;
-    rec.node = plan.node;
-    rec.gpus = out.gpu_indices;
-    rec.cpu = plan.req.cpu_milli;
-    rec.mem = plan.req.memory_mib;
-    rec.creation_s = pod.creation_s != 0 ? pod.creation_s : now_s;
-    rec.alive = true;
+    PodRecord record;
+    record.name = pod.name;
+    record.req = plan.req;
+    record.tier = plan.tier;
+    record.queue = plan.queue;
+    record.node = plan.node;
+    record.gpus = out.gpu_indices;
+    record.cpu = plan.req.cpu_milli;
+    record.mem = plan.req.memory_mib;
+    record.creation_s = pod.creation_s != 0 ? pod.creation_s : now_s;
+    record.alive = true;
     for (size_t i = 0; i < cfg_.scheduling.idle_reclaim.size(); ++i) {
       const auto& pol = cfg_.scheduling.idle_reclaim[i];
       if (!pol.match_labels.empty() && labelsMatch(pol.match_labels, pod)) {
-        rec.idle_policy = static_cast<int>(i);
+        record.idle_policy = static_cast<int>(i);
         break;
       }
     }
-    const auto id = static_cast<PodId>(pods_.size());
-    pods_.push_back(std::move(rec));
+    // Slots of ended pods are reused (a long-running engine does not grow with the pods it has
+    // seen); the generation in the id tells a stale id from the slot's new pod.
+    uint32_t slot;
+    if (!free_slots_.empty()) {
+      slot = free_slots_.back();
+      free_slots_.pop_back();
+      record.generation = pods_[slot].generation + 1;
+      pods_[slot] = std::move(record);
+    } else {
+      slot = static_cast<uint32_t>(pods_.size());
+      pods_.push_back(std::move(record));
+    }
+    const PodId id = idOf(slot);
     bindAccounting(id, +1);
     out.pod = id;
     return out;
   }
 
   void bindAccounting(PodId id, int sign) {
-    PodRecord& p = pods_[id];
+    PodRecord& p = rec(id);
     NodeState& n = nodes_[p.node];
     applyToNode(n, p.cpu, p.mem, p.req.gpu_milli, p.gpus, shapeClass(p.req), sign);
     policy_->nodeChanged(p.node);
@@ -735,14 +774,31 @@ class SchedulerImpl final : public Scheduler {
 
   void unbind(PodId id) {
     bindAccounting(id, -1);
-    pods_[id].alive = false;
-    pods_[id].gpus.clear();
-    pods_[id].gpus.shrink_to_fit();
+    PodRecord& p = rec(id);
+    p.alive = false;
+    p.name.clear();
+    p.name.shrink_to_fit();
+    p.gpus.clear();
+    p.gpus.shrink_to_fit();
+    free_slots_.push_back(static_cast<uint32_t>(id));
+  }
+
+  // A PodId is (generation << 32) | slot.
+  PodId idOf(uint32_t slot) const { return (static_cast<PodId>(pods_[slot].generation) << 32) | slot; }
+  PodRecord& rec(PodId id) { return pods_[static_cast<uint32_t>(id)]; }
+  const PodRecord& rec(PodId id) const { return pods_[static_cast<uint32_t>(id)]; }
+  // The running pod `id` names, or nullptr (unknown, ended, or its slot reused since).
+  PodRecord* live(PodId id) {
+    const auto slot = static_cast<uint32_t>(id);
+    if (slot >= pods_.size()) return nullptr;
+    PodRecord& p = pods_[slot];
+    return p.alive && p.generation == static_cast<uint32_t>(id >> 32) ? &p : nullptr;
   }
 
   SchedulerConfig cfg_;
   Rng rng_;
   std::vector<NodeState> nodes_;
+  std::vector<uint32_t> node_rank_;  // position in the tie-breaking node order
   std::vector<std::vector<PodId>> node_pods_;
   std::array<std::vector<int>, kMaxGpuTypes> by_type_;
   std::array<int64_t, kMaxGpuTypes> capacity_{};
@@ -756,6 +812,7 @@ class SchedulerImpl final : public Scheduler {
   std::vector<QueueState> queues_;
   std::map<std::string, int> queue_index_;
   std::vector<PodRecord> pods_;
+  std::vector<uint32_t> free_slots_;  // slots of ended pods, reused first
   ClusterView view_;
   FragModel fgd_model_;
   FragModel full_model_;

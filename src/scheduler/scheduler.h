@@ -37,7 +37,7 @@ struct SchedulerConfig {
   // workload, and what lands near its figures (0.6, its simulator's default cut, leaves ~640
   // GPUs unallocated on the default list instead of ~330). The infera policy always uses every
   // shape, memory included.
-  double fgd_typical_coverage = 1.0;
+  double fgd_typical_coverage = 0.95;
 };
 
 class Scheduler {

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <queue>
+#include <unordered_map>
 #include <unordered_set>
 
 #include "scheduler/cluster.h"
@@ -209,7 +210,7 @@ Result<ReplayResult> runReplay(const std::vector<NodeSpec>& nodes, const std::ve
   using Dep = std::pair<int64_t, size_t>;  // (time, pod)
   std::priority_queue<Dep, std::vector<Dep>, std::greater<>> departures;
   std::vector<size_t> pending;  // kept ordered by (tier, creation)
-  std::vector<PodId> id_to_pod_index;
+  std::unordered_map<PodId, size_t> id_to_pod_index;  // running pods
   auto record = [&](size_t i, const Placement& p, int64_t now) {
     PodSim& s = sim[i];
     s.id = p.pod;
@@ -221,13 +222,15 @@ Result<ReplayResult> runReplay(const std::vector<NodeSpec>& nodes, const std::ve
       ++out.scheduled;
       out.pending_times_s.push_back(static_cast<double>(now - pods[i].creation_s));
     }
-    if (id_to_pod_index.size() <= p.pod) id_to_pod_index.resize(p.pod + 1, 0);
     id_to_pod_index[p.pod] = i;
     if (s.remaining_s >= 0) departures.push({now + s.remaining_s, i});
     for (const Eviction& e : p.evicted) {
       ++out.preemptions;
       if (out.evictions.size() < cfg.max_evictions_listed) out.evictions.push_back(e);
-      const size_t v = id_to_pod_index[e.pod];
+      const auto victim = id_to_pod_index.find(e.pod);
+      if (victim == id_to_pod_index.end()) continue;
+      const size_t v = victim->second;
+      id_to_pod_index.erase(victim);
       PodSim& vs = sim[v];
       vs.running = false;
       if (vs.remaining_s >= 0) vs.remaining_s = std::max<int64_t>(0, vs.remaining_s - (now - vs.started_s));
@@ -285,6 +288,7 @@ Result<ReplayResult> runReplay(const std::vector<NodeSpec>& nodes, const std::ve
       // Stale entry: the pod was preempted or reclaimed after this departure was scheduled.
       if (!s.running || s.started_s + s.remaining_s != now) continue;
       if (engine->release(s.id).isOk()) freed = true;
+      id_to_pod_index.erase(s.id);
       s.running = false;
       s.done = true;
     }
@@ -303,7 +307,10 @@ Result<ReplayResult> runReplay(const std::vector<NodeSpec>& nodes, const std::ve
         }
       }
       for (const Eviction& e : engine->reclaimIdle(now)) {
-        const size_t i = id_to_pod_index[e.pod];
+        const auto it = id_to_pod_index.find(e.pod);
+        if (it == id_to_pod_index.end()) continue;
+        const size_t i = it->second;
+        id_to_pod_index.erase(it);
         sim[i].running = false;
         sim[i].done = true;
         sim[i].reclaimed = true;

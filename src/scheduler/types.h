@@ -46,7 +46,9 @@ struct PodSpec {
   std::string qos;          // trace QoS class (LS, BE, ...), informational
 };
 
-using PodId = uint32_t;
+// A running pod: (generation << 32) | slot. Slots of ended pods are reused; the generation makes the
+// id of an ended pod unknown to the engine even after its slot holds another pod.
+using PodId = uint64_t;
 
 struct Eviction {
   PodId pod = 0;

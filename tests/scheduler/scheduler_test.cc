@@ -207,6 +207,64 @@ queues:
   EXPECT_EQ(engine->stats().running_pods, 4);
 }
 
+// A "*" guarantee (any GPU type) is reserved against tier 1 as well: here 3 of the 4 GPUs (2 x A10,
+// 2 x V100) are guaranteed to team-a in any type, so team-b's tier-1 pods get only one.
+TEST(SchedulerTest, AnyTypeGuaranteesAreReservedAgainstTierOne) {
+  auto engine = makeEngine({gpuNode("n0", "A10", 2), gpuNode("n1", "V100", 2)}, R"(
+queues:
+  - name: team-a
+    guaranteed: {gpus: {"*": 3}}
+  - name: team-b
+)");
+  PodSpec first = gpuPod("s0", 1);
+  first.queue = "team-b";
+  first.tier = Tier::kShared;
+  ASSERT_TRUE(engine->schedule(first).ok());
+  PodSpec second = gpuPod("s1", 1);
+  second.queue = "team-b";
+  second.tier = Tier::kShared;
+  const auto refused = engine->schedule(second);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(refused.status().message().find("reserved for guarantees"), std::string::npos)
+      << refused.status().message();
+  // team-a's tier-0 pods get all 3 guaranteed GPUs, of either type, without preempting.
+  for (int i = 0; i < 3; ++i) {
+    PodSpec p = gpuPod("g" + std::to_string(i), 1);
+    p.queue = "team-a";
+    p.tier = Tier::kGuaranteed;
+    const auto placed = engine->schedule(p);
+    ASSERT_TRUE(placed.ok()) << placed.status().message();
+    EXPECT_TRUE(placed->evicted.empty());
+  }
+  // Once team-a's guarantee is in use, nothing is reserved any more, but the cluster is full.
+  EXPECT_EQ(engine->stats().running_pods, 4);
+}
+
+// A long-running engine reuses the slots of ended pods, and an ended pod's id stays unknown even
+// after its slot holds another pod.
+TEST(SchedulerTest, EndedPodIdsStayUnknownWhenTheirSlotIsReused) {
+  auto engine = makeEngine({gpuNode("n0", "A10", 2)});
+  const auto first = engine->schedule(gpuPod("first", 1));
+  ASSERT_TRUE(first.ok());
+  ASSERT_TRUE(engine->release(first->pod).isOk());
+  const auto second = engine->schedule(gpuPod("second", 1));
+  ASSERT_TRUE(second.ok());
+  EXPECT_NE(second->pod, first->pod);
+  EXPECT_EQ(static_cast<uint32_t>(second->pod), static_cast<uint32_t>(first->pod));  // same slot
+  EXPECT_EQ(engine->release(first->pod).code(), StatusCode::kNotFound);
+  EXPECT_EQ(engine->evict(first->pod, "stale").status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(engine->stats().running_pods, 1);
+  for (int i = 0; i < 1000; ++i) {  // churn: the engine keeps one slot per running pod
+    const auto p = engine->schedule(gpuPod("churn", 1));
+    ASSERT_TRUE(p.ok());
+    ASSERT_LT(static_cast<uint32_t>(p->pod), 2u);  // never more slots than pods at once
+    ASSERT_TRUE(engine->release(p->pod).isOk());
+  }
+  EXPECT_TRUE(engine->release(second->pod).isOk());
+  EXPECT_EQ(engine->stats().running_pods, 0);
+}
+
 TEST(SchedulerTest, TierZeroNeverPreemptsTierOneEvenWhenNodeIsFull) {
   auto engine = makeEngine({gpuNode("n0", "A10", 2)});  // no queues: no reservation
   PodSpec shared = gpuPod("shared", 2);

@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <map>
 
+#include "scheduler/report.h"
 #include "scheduler/scheduler.h"
 #include "scheduler/simulator.h"
 #include "scheduler/trace.h"
@@ -16,19 +17,22 @@ std::string traceDir() {
   return std::string(s ? s : ".") + "/../shared/data/alibaba-gpu-v2023/csv";
 }
 
-// The real trace: each policy's mean unallocated GPUs at 130% load over 2 seeds must stay within
-// the tolerance of the 10-seed figures recorded in docs/scheduler.md (which also compares them
-// with the paper). 2 seeds keep this under ~10 s in a RelWithDebInfo build.
-TEST(SimulatorTraceTest, PolicyFiguresOnDefaultPodList) {
+// The real trace: the FGD paper's baselines must land near the paper's own figures (mean
+// unallocated GPUs at 130% load, default pod list; ours over 10 seeds are within 3%, see
+// docs/scheduler.md), and Infera's default near its recorded 10-seed figure. 2 seeds keep this
+// under ~15 s in a RelWithDebInfo build; the tolerance covers the 2-seed spread (sd up to ~20).
+TEST(SimulatorTraceTest, PaperBaselinesReproduceAndInferaLeavesFewestOnDefaultPodList) {
   const auto nodes = loadNodeCsv(traceDir() + "/openb_node_list_gpu_node.csv");
   const auto pods = loadPodCsv(traceDir() + "/openb_pod_list_default.csv");
   ASSERT_TRUE(nodes.ok()) << nodes.status().message();
   ASSERT_TRUE(pods.ok()) << pods.status().message();
-  // policy -> (10-seed mean, tolerance)
-  const std::map<std::string, std::pair<double, double>> expected = {
-      {"infera", {254, 20}},      {"fgd", {336, 30}},         {"best-fit", {426, 35}},
-      {"dot-product", {601, 50}}, {"gpu-packing", {673, 50}}, {"gpu-clustering", {702, 70}},
-      {"random-fit", {767, 60}}};
+  // policy -> (expected mean, tolerance): the paper's figure (6%) or, for infera, ours.
+  std::map<std::string, std::pair<double, double>> expected = {{"infera", {254, 15}}};
+  for (const std::string p : {"fgd", "best-fit", "dot-product", "gpu-packing", "gpu-clustering", "random-fit"}) {
+    const double paper = paperUnallocatedGpus(p, "default");
+    ASSERT_GT(paper, 0) << p;
+    expected[p] = {paper, 0.06 * paper};
+  }
   std::map<std::string, double> got;
   for (const auto& [policy, want] : expected) {
     FgdProtocolConfig cfg;
@@ -39,18 +43,22 @@ TEST(SimulatorTraceTest, PolicyFiguresOnDefaultPodList) {
     got[policy] = r->mean_unallocated;
     EXPECT_NEAR(r->mean_unallocated, want.first, want.second) << policy;
   }
-  EXPECT_LT(got["infera"], got["fgd"]);
+  // The paper's order: FGD < BestFit < GpuPacking, GpuClustering < DotProd < Random; Infera first.
+  EXPECT_LT(got["infera"], got["fgd"] - 15);
   EXPECT_LT(got["fgd"], got["best-fit"]);
-  EXPECT_LT(got["best-fit"], got["random-fit"]);
+  EXPECT_LT(got["best-fit"], got["gpu-packing"]);
+  EXPECT_LT(got["best-fit"], got["gpu-clustering"]);
+  EXPECT_LT(got["gpu-packing"], got["dot-product"]);
+  EXPECT_LT(got["dot-product"], got["random-fit"]);
 }
 
 // The lists dominated by shared (fractional) GPUs are where FGD is strongest; Infera's default must
-// leave fewer GPUs unallocated there too, by a clear margin (10 seeds: 511 vs 553 on gpushare60,
-// 642 vs 689 on gpushare80; see docs/scheduler.md). 3 seeds keep this to a few seconds.
+// leave fewer GPUs unallocated there too (10 seeds: 511 vs 540 on gpushare60, 641 vs 668 on
+// gpushare80, 793 vs 816 on gpushare100; see docs/scheduler.md). 3 seeds keep this to seconds.
 TEST(SimulatorTraceTest, InferaBeatsFgdOnGpuShareLists) {
   const auto nodes = loadNodeCsv(traceDir() + "/openb_node_list_gpu_node.csv");
   ASSERT_TRUE(nodes.ok()) << nodes.status().message();
-  for (const std::string list : {"gpushare60", "gpushare80"}) {
+  for (const std::string list : {"gpushare60", "gpushare80", "gpushare100"}) {
     const auto pods = loadPodCsv(traceDir() + "/openb_pod_list_" + list + ".csv");
     ASSERT_TRUE(pods.ok()) << pods.status().message();
     std::map<std::string, double> got;
@@ -62,7 +70,7 @@ TEST(SimulatorTraceTest, InferaBeatsFgdOnGpuShareLists) {
       ASSERT_TRUE(r.ok()) << r.status().message();
       got[policy] = r->mean_unallocated;
     }
-    EXPECT_LT(got["infera"], got["fgd"] - 20) << list;
+    EXPECT_LT(got["infera"], got["fgd"] - 10) << list;
   }
 }
 
