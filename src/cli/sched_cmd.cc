@@ -29,6 +29,8 @@ struct SimulateOptions {
   uint64_t first_seed = 42;
   double load = 1.3;
   double speedup = 1.0;
+  double offered_load = 0;
+  double horizon_h = 24;
   int64_t sample_s = 3600;
   std::string config;
   std::string out_dir = "sched-report";
@@ -120,6 +122,8 @@ int runSimulate(const SimulateOptions& o) {
     cfg.policy = policy;
     cfg.seed = o.first_seed;
     cfg.arrival_speedup = o.speedup;
+    cfg.offered_load = o.offered_load;
+    cfg.horizon_s = static_cast<int64_t>(o.horizon_h * 3600);
     cfg.sample_interval_s = o.sample_s;
     cfg.progress = [&bar](double f) { bar.update(f); };
     auto r = runReplay(*nodes, *pods, cfg);
@@ -176,6 +180,13 @@ void registerSchedCommands(CLI::App& app) {
       ->capture_default_str();
   sim->add_option("--speedup", opts->speedup, "divide arrival times by this (replay mode)")
       ->check(CLI::Range(0.001, 1e6))
+      ->capture_default_str();
+  sim->add_option("--offered-load", opts->offered_load,
+                  "replay mode: synthetic arrivals drawn from the pod list (trace durations) at this "
+                  "offered GPU load, instead of the trace's own times")
+      ->check(CLI::Range(0.0, 10.0));
+  sim->add_option("--horizon", opts->horizon_h, "replay mode with --offered-load: hours of arrivals")
+      ->check(CLI::Range(1.0, 24.0 * 365))
       ->capture_default_str();
   sim->add_option("--sample", opts->sample_s, "sampling interval in seconds (replay mode)")
       ->check(CLI::Range(1, 86400 * 30))

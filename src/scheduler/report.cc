@@ -194,6 +194,12 @@ std::string replaySummary(const ReplayResult& r) {
   std::ostringstream s;
   s << "Time replay (" << r.policy << "): " << r.pods << " pods, " << r.scheduled << " started, "
     << r.never_scheduled << " never started\n";
+  if (r.offered_load > 0) {
+    s << "  synthetic arrivals: " << r.arrivals << " pods drawn from the list, Poisson at an offered GPU load of "
+      << fmt("%.2f", r.offered_load) << " x capacity\n";
+  } else {
+    s << "  trace times, arrivals sped up " << fmt("%g", r.arrival_speedup) << "x\n";
+  }
   s << "  pending time: mean " << fmt("%.0f", r.mean_pending_s) << " s, p99 "
     << fmt("%.0f", r.p99_pending_s) << " s; " << fmt("%.1f", 100 * r.waited_share)
     << "% of started pods waited\n";
@@ -212,6 +218,9 @@ std::string replayJson(const ReplayResult& r) {
   nlohmann::json j;
   j["mode"] = "replay";
   j["policy"] = r.policy;
+  j["arrival_speedup"] = r.arrival_speedup;
+  j["offered_load"] = r.offered_load;
+  j["arrivals"] = r.arrivals;
   j["pods"] = r.pods;
   j["scheduled"] = r.scheduled;
   j["never_scheduled"] = r.never_scheduled;

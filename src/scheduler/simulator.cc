@@ -172,6 +172,35 @@ struct PodSim {
   std::string kind;
 };
 
+// Trace-driven synthetic arrivals (ReplayConfig::offered_load).
+std::vector<PodSpec> syntheticArrivals(const std::vector<PodSpec>& list, int64_t capacity_milli,
+                                       const ReplayConfig& cfg) {
+  const auto horizon = static_cast<double>(cfg.horizon_s);
+  auto duration = [&](const PodSpec& p) {
+    return p.deletion_s > p.creation_s ? std::min(horizon, static_cast<double>(p.deletion_s - p.creation_s))
+                                       : horizon;
+  };
+  double mean_gd = 0;  // milli-GPU x seconds per drawn pod
+  for (const PodSpec& p : list) mean_gd += static_cast<double>(gpuDemand(p)) * duration(p);
+  mean_gd /= static_cast<double>(list.size());
+  std::vector<PodSpec> out;
+  if (mean_gd <= 0) return out;
+  const double rate = cfg.offered_load * static_cast<double>(capacity_milli) / mean_gd;  // pods/s
+  Rng rng(mix(cfg.seed, 0x10AD));
+  double t = 0;
+  for (int k = 0;; ++k) {
+    t += -std::log(1.0 - rng.uniform()) / rate;
+    if (t >= horizon) break;
+    const PodSpec& src = list[rng.below(list.size())];
+    PodSpec p = src;
+    p.name = src.name + "#" + std::to_string(k);
+    p.creation_s = static_cast<int64_t>(t);
+    p.deletion_s = src.deletion_s > src.creation_s ? p.creation_s + static_cast<int64_t>(duration(src)) : -1;
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
 }  // namespace
 
 Result<ReplayResult> runReplay(const std::vector<NodeSpec>& nodes, const std::vector<PodSpec>& in,
@@ -179,10 +208,18 @@ Result<ReplayResult> runReplay(const std::vector<NodeSpec>& nodes, const std::ve
   ReplayResult out;
   out.policy = cfg.policy;
   if (cfg.arrival_speedup <= 0) return Status::invalidArgument("arrival_speedup must be > 0");
-  std::vector<PodSpec> pods = in;
+  if (cfg.offered_load < 0) return Status::invalidArgument("offered_load must be >= 0");
+  if (cfg.offered_load > 0 && cfg.horizon_s <= 0) return Status::invalidArgument("horizon_s must be > 0");
+  if (in.empty()) return Status::invalidArgument("no pods");
+  int64_t capacity_milli = 0;
+  for (const NodeSpec& n : nodes) capacity_milli += static_cast<int64_t>(n.gpus) * kMilliPerGpu;
+  out.offered_load = cfg.offered_load;
+  out.arrival_speedup = cfg.offered_load > 0 ? 1.0 : cfg.arrival_speedup;
+  std::vector<PodSpec> pods = cfg.offered_load > 0 ? syntheticArrivals(in, capacity_milli, cfg) : in;
+  out.arrivals = static_cast<int>(pods.size());
   for (PodSpec& p : pods) {
     const int64_t duration = p.deletion_s > p.creation_s ? p.deletion_s - p.creation_s : -1;
-    p.creation_s = static_cast<int64_t>(static_cast<double>(p.creation_s) / cfg.arrival_speedup);
+    p.creation_s = static_cast<int64_t>(static_cast<double>(p.creation_s) / out.arrival_speedup);
     p.deletion_s = duration >= 0 ? p.creation_s + duration : -1;
   }
   std::stable_sort(pods.begin(), pods.end(),
@@ -276,10 +313,26 @@ Result<ReplayResult> runReplay(const std::vector<NodeSpec>& nodes, const std::ve
   size_t next_arrival = 0;
   int64_t next_sample = 0;
   double ratio_sum = 0, empty_sum = 0;
+  // Pending pods are retried when capacity frees, at most once per kRetryIntervalS of simulated
+  // time (as kube-scheduler moves unschedulable pods back on cluster events, with back-off).
+  constexpr int64_t kRetryIntervalS = 10;
+  bool retry_due = false;
+  int64_t next_retry = 0;
+  auto retrySoon = [&](int64_t now) {
+    if (pending.empty()) return;
+    if (now >= next_retry) {
+      retryPending(now);
+      retry_due = false;
+      next_retry = now + kRetryIntervalS;
+    } else {
+      retry_due = true;
+    }
+  };
   while (next_arrival < pods.size() || next_sample <= end_s) {
     int64_t now = next_sample;
     if (next_arrival < pods.size()) now = std::min(now, pods[next_arrival].creation_s);
     if (!departures.empty()) now = std::min(now, departures.top().first);
+    if (retry_due) now = std::min(now, next_retry);
     bool freed = false;
     while (!departures.empty() && departures.top().first <= now) {
       const size_t i = departures.top().second;
@@ -292,7 +345,7 @@ Result<ReplayResult> runReplay(const std::vector<NodeSpec>& nodes, const std::ve
       s.running = false;
       s.done = true;
     }
-    if (freed && !pending.empty()) retryPending(now);
+    if (freed || (retry_due && now >= next_retry)) retrySoon(now);
     while (next_arrival < pods.size() && pods[next_arrival].creation_s <= now) {
       const size_t i = next_arrival++;
       sim[i].pending = true;
@@ -319,7 +372,7 @@ Result<ReplayResult> runReplay(const std::vector<NodeSpec>& nodes, const std::ve
         if (out.evictions.size() < cfg.max_evictions_listed) out.evictions.push_back(e);
         freed = true;
       }
-      if (freed && !pending.empty()) retryPending(now);
+      if (freed) retrySoon(now);
       const ClusterStats st = engine->stats();
       SeriesPoint sp;
       sp.t = now;

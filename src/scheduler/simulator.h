@@ -68,6 +68,13 @@ struct ReplayConfig {
   // Arrival times are divided by this (durations kept): the trace's pods mostly live under an
   // hour but arrive over ~150 days, so at speed 1 the cluster is nearly idle.
   double arrival_speedup = 1.0;
+  // > 0: trace-driven synthetic arrivals instead of the trace's own times (which, at any speed-up,
+  // never load this trace's cluster: its pods mostly live minutes and arrive over ~150 days).
+  // Pods are drawn uniformly (seeded) from the list, keep their trace duration (capped at the
+  // horizon; none = runs to the end) and arrive as a Poisson process at the rate that offers this
+  // share of GPU capacity: rate = offered_load x capacity / mean(GPU x duration).
+  double offered_load = 0;
+  int64_t horizon_s = 24 * 3600;  // synthetic arrivals: how long they keep coming
   // Synthetic utilisation model for idle reclaim (see docs/scheduler.md).
   bool utilization_model = true;
   size_t max_evictions_listed = 200;
@@ -84,6 +91,9 @@ struct SeriesPoint {
 
 struct ReplayResult {
   std::string policy;
+  double arrival_speedup = 1;  // trace times: the speed-up used
+  double offered_load = 0;     // synthetic arrivals: the offered GPU load asked for (0 = trace times)
+  int arrivals = 0;            // pods that arrived (synthetic arrivals: drawn from the list)
   int pods = 0;
   int scheduled = 0;        // started at least once
   int never_scheduled = 0;  // still pending at the end of the trace (or refused)

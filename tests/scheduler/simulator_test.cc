@@ -134,5 +134,35 @@ TEST(SimulatorTest, ReplayReportsPendingPreemptionAndWritesCharts) {
   std::filesystem::remove_all(dir);
 }
 
+// Synthetic arrivals: pods drawn from the list, with their trace durations, arriving at the rate
+// that offers the asked GPU load. Five times the load brings about five times the pods, fills the
+// cluster more and makes pods wait; the same seed gives the same report.
+TEST(SimulatorTest, SyntheticArrivalsOfferTheAskedLoad) {
+  const auto nodes = loadNodeCsv(testdata("nodes_small.csv"));
+  const auto pods = loadPodCsv(testdata("pods_small.csv"));
+  ASSERT_TRUE(nodes.ok() && pods.ok());
+  ReplayConfig low;
+  low.offered_load = 0.3;
+  low.horizon_s = 7 * 24 * 3600;
+  low.sample_interval_s = 600;
+  ReplayConfig high = low;
+  high.offered_load = 1.5;
+  auto a = runReplay(*nodes, *pods, low);
+  auto b = runReplay(*nodes, *pods, high);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(a->pods, a->arrivals);
+  EXPECT_GT(a->arrivals, 50);
+  EXPECT_NEAR(static_cast<double>(b->arrivals) / a->arrivals, 5.0, 1.0);
+  EXPECT_GT(b->mean_gpu_alloc_ratio, a->mean_gpu_alloc_ratio + 0.2);
+  EXPECT_GT(b->waited_share, a->waited_share);
+  auto again = runReplay(*nodes, *pods, high);
+  ASSERT_TRUE(again.ok());
+  b->seconds = again->seconds = 0;
+  EXPECT_EQ(replayJson(*b), replayJson(*again));
+  ReplayConfig bad = low;
+  bad.offered_load = -1;
+  EXPECT_EQ(runReplay(*nodes, *pods, bad).status().code(), StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace infera::sched
