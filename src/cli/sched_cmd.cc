@@ -183,7 +183,7 @@ void registerSchedCommands(CLI::App& app) {
       ->capture_default_str();
   sim->add_option("--offered-load", opts->offered_load,
                   "replay mode: synthetic arrivals drawn from the pod list (trace durations) at this "
-                  "offered GPU load, instead of the trace's own times")
+                  "offered GPU load, instead of the trace's own times (--speedup is then unused)")
       ->check(CLI::Range(0.0, 10.0));
   sim->add_option("--horizon", opts->horizon_h, "replay mode with --offered-load: hours of arrivals")
       ->check(CLI::Range(1.0, 24.0 * 365))

@@ -956,7 +956,27 @@ void GovWorker::dispatchBatch() {
 }
 
 net::Task<void> GovWorker::runBatch(std::vector<PendingAdmission*> batch) {
-  // Each waiter's frame lives until its timer is cancelled below, which only happens here.
+  // Each waiter's frame lives until its timer is cancelled, which only happens here. However this
+  // coroutine ends (even by an exception), the waiters not yet answered get the local fallback and
+  // the next batch is dispatched, so a failure cannot stall this worker's admissions.
+  struct Finish {
+    GovWorker* w;
+    const std::vector<PendingAdmission*>* batch;
+    size_t answered = 0;  // batch[0, answered) may be gone already
+    ~Finish() {
+      const int64_t now = nowMs();
+      for (size_t i = answered; i < batch->size(); ++i) {
+        PendingAdmission& p = *(*batch)[i];
+        if (!p.done) {
+          p.result = w->fallback(p.charges, now);
+          p.done = true;
+        }
+        p.timer.cancel();
+      }
+      --w->calls_in_flight_;
+      w->dispatchBatch();
+    }
+  } finish{this, &batch};
   constexpr size_t kMaxPerCall = 128;
   for (size_t start = 0; start < batch.size(); start += kMaxPerCall) {
     const size_t n = std::min(kMaxPerCall, batch.size() - start);
@@ -1002,9 +1022,8 @@ net::Task<void> GovWorker::runBatch(std::vector<PendingAdmission*> batch) {
       }
       p.timer.cancel();
     }
+    finish.answered = start + n;
   }
-  --calls_in_flight_;
-  dispatchBatch();
 }
 
 void GovWorker::adjust(std::span<const Charge> charges, std::span<const int64_t> delta, const Admission& a) {

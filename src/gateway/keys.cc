@@ -243,8 +243,9 @@ KeyRecord keyFromRow(const SqlResult& r, size_t i) {
 }
 
 Status checkKeyWithinTeam(const KeyRecord& k, const TeamRecord& t) {
-  if (t.rpm > 0 && (k.rpm == 0 || k.rpm > t.rpm)) {
-    if (k.rpm > t.rpm) return Status::invalidArgument("key rpm " + std::to_string(k.rpm) + " exceeds team rpm " + std::to_string(t.rpm));
+  // A key without its own limit (0) is held to the team's at request time.
+  if (t.rpm > 0 && k.rpm > t.rpm) {
+    return Status::invalidArgument("key rpm " + std::to_string(k.rpm) + " exceeds team rpm " + std::to_string(t.rpm));
   }
   if (t.tpm > 0 && k.tpm > t.tpm) {
     return Status::invalidArgument("key tpm " + std::to_string(k.tpm) + " exceeds team tpm " + std::to_string(t.tpm));
@@ -257,6 +258,40 @@ Status checkKeyWithinTeam(const KeyRecord& k, const TeamRecord& t) {
     }
   }
   return Status::ok();
+}
+
+// Lowers a key's limits and models to what its team allows now, so a rotation (often urgent) does
+// not fail because the team's limits went down after the key was made. Returns what changed;
+// kFailedPrecondition when none of the key's model patterns is left (an empty list would widen
+// the key to all of the team's models).
+Result<std::vector<std::string>> clampKeyToTeam(KeyRecord& k, const TeamRecord& t) {
+  std::vector<std::string> changed;
+  if (t.rpm > 0 && k.rpm > t.rpm) {
+    changed.push_back("rpm " + std::to_string(k.rpm) + " -> " + std::to_string(t.rpm));
+    k.rpm = t.rpm;
+  }
+  if (t.tpm > 0 && k.tpm > t.tpm) {
+    changed.push_back("tpm " + std::to_string(k.tpm) + " -> " + std::to_string(t.tpm));
+    k.tpm = t.tpm;
+  }
+  if (!t.models.empty() && !k.models.empty()) {
+    std::vector<std::string> kept;
+    for (const auto& p : k.models) {
+      bool covered = false;
+      for (const auto& tp : t.models) covered = covered || globMatch(tp, p);
+      if (covered) {
+        kept.push_back(p);
+      } else {
+        changed.push_back("model pattern '" + p + "' dropped");
+      }
+    }
+    if (kept.empty()) {
+      return Status::failedPrecondition("none of the key's model patterns is within team '" + t.name +
+                                        "''s models any more; update the key's models first");
+    }
+    k.models = std::move(kept);
+  }
+  return changed;
 }
 
 }  // namespace
@@ -378,10 +413,18 @@ Result<std::string> MetaStore::rotateKey(const std::string& id, int64_t grace_ms
   created.hash = hashSecret(server_secret, created.salt, secret);
   created.created_ms = SystemClock::instance().unixMillis();
   const int64_t old_expiry = created.created_ms + grace_ms;
+  // The new key gets at most what the team allows now (checked again inside the transaction).
+  INFERA_ASSIGN_OR_RETURN(auto team_now, team(created.team));
+  if (!team_now) return Status::notFound("no team '" + created.team + "'");
+  INFERA_ASSIGN_OR_RETURN(const std::vector<std::string> clamped, clampKeyToTeam(created, *team_now));
   nlohmann::json detail = keyJson(created);
   detail["rotated_from"] = id;
   detail["grace_ms"] = grace_ms;
+  if (!clamped.empty()) detail["clamped_to_team"] = clamped;
   Status s = mutate(actor, "key.rotate", id, detail.dump(), [&]() -> Status {
+    INFERA_ASSIGN_OR_RETURN(auto team_in_tx, this->team(created.team));
+    if (!team_in_tx) return Status::notFound("no team '" + created.team + "'");
+    INFERA_RETURN_IF_ERROR(checkKeyWithinTeam(created, *team_in_tx));
     auto r = db_->exec(std::string("INSERT INTO infera_keys (") + kKeyCols +
                            ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, 0, ?12)",
                        {SqlValue(created.id), SqlValue(created.team), SqlValue(created.name), SqlValue(created.salt),

@@ -255,8 +255,8 @@ local function store(key, s, minute, now, ttl)
 end
 )lua";
 
-// Several admissions in one call (a worker sends every admission that arrived in one turn of
-// its event loop together). KEYS: the distinct counters. ARGV[1] = their number D, then per
+// Several admissions in one call (a worker sends the admissions that queued while its previous
+// call was out together). KEYS: the distinct counters. ARGV[1] = their number D, then per
 // counter: window ('0' minute, '1' period), limit, ttl. Then the number of shapes, and per shape:
 // its number of charges M, its number of amount slots K, and per charge (counter index, slot),
 // 1-based. Then the number of admissions, and per admission: its shape and its K amounts. Each
@@ -292,9 +292,11 @@ for c = 1, d do
 end
 local ai = 2 + 3 * d
 local shape_c, shape_s, shape_k = {}, {}, {}
-for sh = 1, tonumber(ARGV[ai]) do
-  local m, k = tonumber(ARGV[ai + 1]), tonumber(ARGV[ai + 2])
-  ai = ai + 3
+local ns = tonumber(ARGV[ai])
+ai = ai + 1
+for sh = 1, ns do
+  local m, k = tonumber(ARGV[ai]), tonumber(ARGV[ai + 1])
+  ai = ai + 2
   local cs, ss = {}, {}
   for i = 1, m do
     cs[i] = tonumber(ARGV[ai])
@@ -311,6 +313,7 @@ for a = 1, n do
   local cs, ss = shape_c[sh], shape_s[sh]
   for j = 1, shape_k[sh] do amt[j] = tonumber(ARGV[ai + j]) end
   ai = ai + 1 + shape_k[sh]
+  if ai > #ARGV + 1 then return redis.error_reply('infera reserve: arguments end early') end
   local refused = 0
   for i = 1, #cs do
     local c = cs[i]
@@ -327,6 +330,7 @@ for a = 1, n do
   end
   out[#out + 1] = refused
 end
+if ai ~= #ARGV + 1 then return redis.error_reply('infera reserve: ' .. (#ARGV + 1 - ai) .. ' arguments left over') end
 for c = 1, d do
   local s = state[c]
   if minute[c] then

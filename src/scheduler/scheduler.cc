@@ -22,7 +22,9 @@ struct QueueState {
   int64_t cpu_max = -1;
   int64_t mem_max = -1;
   std::array<int64_t, kMaxGpuTypes + 1> used{};     // all tiers
-  std::array<int64_t, kMaxGpuTypes + 1> used_t0{};  // tier 0
+  // Tier-0 use per type; at kTotal, the tier-0 use charged to the "*" guarantee (types without a
+  // guarantee of their own).
+  std::array<int64_t, kMaxGpuTypes + 1> used_t0{};
   int64_t cpu_used = 0;
   int64_t mem_used = 0;
 };
@@ -402,19 +404,15 @@ class SchedulerImpl final : public Scheduler {
     return Status::ok();
   }
 
-  // Unused tier-0 guarantees of type t (t = kTotal: of every type, plus the "*" guarantees that
-  // any type can serve): reserved, so tier-1 (never preempted) cannot take them.
+  // Unused tier-0 guarantees of type t, or (t = kTotal) of the "*" guarantees: reserved, so tier-1
+  // (never preempted) cannot take them. Tier 0 runs on leaf queues, so only theirs count.
   int64_t reservedUnused(int t) const {
     int64_t sum = 0;
-    for (const QueueState& q : queues_) {
-      if (t != kTotal) {
-        if (q.guaranteed[t] > 0) sum += std::max<int64_t>(0, q.guaranteed[t] - q.used_t0[t]);
-        continue;
+    for (size_t q = 0; q < queues_.size(); ++q) {
+      const QueueState& s = queues_[q];
+      if (s.guaranteed[t] > 0 && !isParent(static_cast<int>(q))) {
+        sum += std::max<int64_t>(0, s.guaranteed[t] - s.used_t0[t]);
       }
-      for (size_t ty = 0; ty < type_names_.size(); ++ty) {
-        if (q.guaranteed[ty] > 0) sum += std::max<int64_t>(0, q.guaranteed[ty] - q.used_t0[ty]);
-      }
-      if (q.guaranteed[kTotal] > 0) sum += std::max<int64_t>(0, q.guaranteed[kTotal] - q.used_t0[kTotal]);
     }
     return sum;
   }
@@ -458,13 +456,13 @@ class SchedulerImpl final : public Scheduler {
       if (shared_used_[t] + milli + reservedUnused(t) > capacity_[t]) {
         return "shared " + type_names_[t] + " pool exhausted (rest is reserved for guarantees)";
       }
-      int64_t shared_all = 0;
-      int64_t capacity_all = 0;
+      // The "*" guarantees must still fit in what the per-type reservations leave of every type.
+      int64_t left_after_types = 0;
       for (size_t ty = 0; ty < type_names_.size(); ++ty) {
-        shared_all += shared_used_[ty];
-        capacity_all += capacity_[ty];
+        left_after_types += std::max<int64_t>(
+            0, capacity_[ty] - shared_used_[ty] - reservedUnused(static_cast<int>(ty)));
       }
-      if (shared_all + milli + reservedUnused(kTotal) > capacity_all) {
+      if (milli + reservedUnused(kTotal) > left_after_types) {
         return "shared GPU pool exhausted (rest is reserved for guarantees)";
       }
     }
@@ -764,7 +762,7 @@ class SchedulerImpl final : public Scheduler {
         q.used[kTotal] += sign * milli;
         if (p.tier == Tier::kGuaranteed && a == p.queue) {
           q.used_t0[t] += sign * milli;
-          q.used_t0[kTotal] += sign * milli;
+          if (q.guaranteed[t] < 0) q.used_t0[kTotal] += sign * milli;  // served by "*"
         }
       }
       q.cpu_used += sign * p.cpu;

@@ -209,6 +209,7 @@ Result<ReplayResult> runReplay(const std::vector<NodeSpec>& nodes, const std::ve
   out.policy = cfg.policy;
   if (cfg.arrival_speedup <= 0) return Status::invalidArgument("arrival_speedup must be > 0");
   if (cfg.offered_load < 0) return Status::invalidArgument("offered_load must be >= 0");
+  if (cfg.sample_interval_s <= 0) return Status::invalidArgument("sample_interval_s must be > 0");
   if (cfg.offered_load > 0 && cfg.horizon_s <= 0) return Status::invalidArgument("horizon_s must be > 0");
   if (in.empty()) return Status::invalidArgument("no pods");
   int64_t capacity_milli = 0;
@@ -216,6 +217,7 @@ Result<ReplayResult> runReplay(const std::vector<NodeSpec>& nodes, const std::ve
   out.offered_load = cfg.offered_load;
   out.arrival_speedup = cfg.offered_load > 0 ? 1.0 : cfg.arrival_speedup;
   std::vector<PodSpec> pods = cfg.offered_load > 0 ? syntheticArrivals(in, capacity_milli, cfg) : in;
+  if (pods.empty()) return Status::invalidArgument("no arrivals: the pod list asks for no GPUs to offer a load with");
   out.arrivals = static_cast<int>(pods.size());
   for (PodSpec& p : pods) {
     const int64_t duration = p.deletion_s > p.creation_s ? p.deletion_s - p.creation_s : -1;
@@ -294,7 +296,10 @@ Result<ReplayResult> runReplay(const std::vector<NodeSpec>& nodes, const std::ve
     });
     std::unordered_set<uint64_t> failed_shapes;
     std::vector<size_t> still;
-    for (const size_t i : pending) {
+    // Placements below can preempt, which appends the victims to `pending`: walk a moved-out list.
+    std::vector<size_t> work;
+    work.swap(pending);
+    for (const size_t i : work) {
       if (sim[i].done || !sim[i].pending) continue;
       const PodSpec& p = pods[i];
       uint64_t key = mix(static_cast<uint64_t>(p.cpu_milli), static_cast<uint64_t>(p.memory_mib));
@@ -307,6 +312,7 @@ Result<ReplayResult> runReplay(const std::vector<NodeSpec>& nodes, const std::ve
         if (!sim[i].done) still.push_back(i);
       }
     }
+    still.insert(still.end(), pending.begin(), pending.end());  // victims preempted meanwhile
     pending.swap(still);
   };
 
@@ -359,6 +365,7 @@ Result<ReplayResult> runReplay(const std::vector<NodeSpec>& nodes, const std::ve
           engine->recordUtilization(s.id, syntheticUtil(s.kind, s.hash, now - s.started_s), now);
         }
       }
+      bool reclaimed = false;
       for (const Eviction& e : engine->reclaimIdle(now)) {
         const auto it = id_to_pod_index.find(e.pod);
         if (it == id_to_pod_index.end()) continue;
@@ -370,9 +377,9 @@ Result<ReplayResult> runReplay(const std::vector<NodeSpec>& nodes, const std::ve
         ++out.idle_reclaimed_pods;
         out.idle_reclaimed_gpus += static_cast<double>(gpuDemand(pods[i])) / kMilliPerGpu;
         if (out.evictions.size() < cfg.max_evictions_listed) out.evictions.push_back(e);
-        freed = true;
+        reclaimed = true;
       }
-      if (freed) retrySoon(now);
+      if (reclaimed) retrySoon(now);
       const ClusterStats st = engine->stats();
       SeriesPoint sp;
       sp.t = now;

@@ -10,7 +10,9 @@
 
 #include "fakes/http_test_client.h"
 #include "fakes/servers.h"
+#include "core/clock.h"
 #include "gateway/gov_fixture.h"
+#include "gateway/limiter.h"
 #include "store/redis.h"
 #include "store/sql.h"
 
@@ -123,6 +125,61 @@ TEST(GovernanceCluster, ThreeReplicasSharingRedisAdmitTheTpmOnceNotThreeTimes) {
   double fallbacks = 0;
   for (auto& g : replicas) fallbacks += g->metricSum("infera_ratelimit_fallback_total");
   EXPECT_EQ(fallbacks, 0);
+}
+
+// The reserve script straight against a real Redis: one call deciding admissions of two keys
+// (three shapes: amounts repeat within an admission, and one admission's amounts are all 1), each
+// all or nothing and in order; Redis then holds exactly the admitted amounts, and a call with
+// malformed arguments is refused without writing anything.
+TEST(GovernanceCluster, ReserveScriptDecidesSeveralShapesInOneCall) {
+  auto redis = testing::RedisServer::start();
+  ASSERT_TRUE(redis);
+  auto rc = store::RedisClient::connect(*store::parseRedisUrl(redis->url()));
+  ASSERT_TRUE(rc.ok()) << rc.status().message();
+  const auto m = Window::kMinute;
+  Charge a1[2] = {{"k:a:r", m, Scope::kKey, false, 10, 1}, {"k:a:t", m, Scope::kKey, true, 100, 60}};
+  Charge b1[3] = {{"k:b:r", m, Scope::kKey, false, 10, 1},
+                  {"k:b:t", m, Scope::kKey, true, 100, 30},
+                  {"t:x:d", Window::kDay, Scope::kDaily, true, 1000, 30}};
+  Charge a2[2] = {{"k:a:r", m, Scope::kKey, false, 10, 1}, {"k:a:t", m, Scope::kKey, true, 100, 50}};
+  Charge b2[3] = {{"k:b:r", m, Scope::kKey, false, 10, 1},
+                  {"k:b:t", m, Scope::kKey, true, 100, 1},
+                  {"t:x:d", Window::kDay, Scope::kDaily, true, 1000, 1}};
+  const std::span<const Charge> admissions[4] = {a1, b1, a2, b2};
+  const int64_t now_ms = SystemClock::instance().unixMillis();
+  ReserveCall call;
+  buildReserveCall(admissions, now_ms, call);
+  auto reply = (*rc)->eval(reserveScript(), call.keys, call.args);
+  ASSERT_TRUE(reply.ok()) << reply.status().message();
+  ASSERT_FALSE(reply->isError()) << reply->str;
+  auto decided = parseReserveReply(*reply, admissions, call);
+  ASSERT_TRUE(decided.ok()) << decided.status().message();
+  const auto& d = *decided;
+  EXPECT_TRUE(d[0].admitted);
+  EXPECT_TRUE(d[1].admitted);
+  EXPECT_FALSE(d[2].admitted);  // 60 + 50 tokens > 100
+  EXPECT_EQ(d[2].refused, 1);
+  EXPECT_EQ(d[2].used, 60);
+  ASSERT_TRUE(d[3].admitted);
+  EXPECT_EQ(d[3].remaining, (std::vector<int64_t>{8, 69, 969}));
+
+  auto totals = [&] {
+    std::vector<std::string> names = {"MGET"};
+    for (const char* k : {"k:a:r", "k:a:t", "k:b:r", "k:b:t"}) names.push_back(std::string("infera:rl:") + k + ":s");
+    names.push_back(redisCounterKey(b1[2], now_ms));
+    auto r = (*rc)->command(names);
+    std::vector<std::string> out;
+    if (!r.ok()) return out;
+    for (const auto& e : r->elements) out.push_back(e.str.substr(0, e.str.find(' ')));
+    return out;
+  };
+  const std::vector<std::string> expected = {"1", "60", "2", "31", "31"};
+  EXPECT_EQ(totals(), expected);
+
+  call.args.pop_back();
+  auto bad = (*rc)->eval(reserveScript(), call.keys, call.args);
+  EXPECT_TRUE(!bad.ok() || bad->isError());
+  EXPECT_EQ(totals(), expected);
 }
 
 TEST(GovernanceCluster, RedisDownFallsBackToALocalShareAndComesBack) {

@@ -259,6 +259,45 @@ TEST_F(MetaStoreTest, EveryChangeBumpsTheGenerationAndIsAudited) {
   EXPECT_TRUE(snap->by_id.empty());
 }
 
+// A rotation must not fail because the team's limits went down after the key was made: the new
+// key is clamped to what the team allows now, and the audit row says what changed.
+TEST_F(MetaStoreTest, RotationClampsTheNewKeyToTheTeamsLimitsNow) {
+  TeamRecord t;
+  t.name = "ml";
+  t.rpm = 100;
+  t.tpm = 1000;
+  t.models = {"llama-*", "gpt-*"};
+  ASSERT_TRUE(store_->createTeam(t, "alice").isOk());
+  KeyRecord k;
+  k.team = "ml";
+  k.rpm = 80;
+  k.tpm = 900;
+  k.models = {"llama-*", "gpt-*"};
+  ASSERT_TRUE(store_->createKey(k, "secret", "alice").ok());
+  t.rpm = 50;
+  t.models = {"llama-*"};
+  ASSERT_TRUE(store_->updateTeam(t, "alice").isOk());
+  KeyRecord rotated;
+  auto token = store_->rotateKey(k.id, 60'000, "secret", "bob", rotated);
+  ASSERT_TRUE(token.ok()) << token.status().message();
+  EXPECT_EQ(rotated.rpm, 50);
+  EXPECT_EQ(rotated.tpm, 900);  // within the team's 1000: unchanged
+  EXPECT_EQ(rotated.models, (std::vector<std::string>{"llama-*"}));
+  auto stored = store_->key(rotated.id);
+  ASSERT_TRUE(stored.ok() && stored->has_value());
+  EXPECT_EQ((*stored)->rpm, 50);
+  auto audit = store_->audit(0, 1);
+  ASSERT_TRUE(audit.ok() && !audit->empty());
+  EXPECT_EQ((*audit)[0].action, "key.rotate");
+  EXPECT_NE((*audit)[0].detail.find("rpm 80 -> 50"), std::string::npos) << (*audit)[0].detail;
+  // A key none of whose models the team allows any more is not widened to all of the team's.
+  t.models = {"mistral-*"};
+  ASSERT_TRUE(store_->updateTeam(t, "alice").isOk());
+  KeyRecord again;
+  EXPECT_EQ(store_->rotateKey(rotated.id, 0, "secret", "bob", again).status().code(),
+            StatusCode::kFailedPrecondition);
+}
+
 TEST_F(MetaStoreTest, UsageRollsUpByMinuteHourAndDay) {
   std::vector<UsageRecord> batch;
   const int64_t base = 1'800'000'000'000 - (1'800'000'000'000 % 86'400'000);  // a UTC midnight

@@ -243,6 +243,39 @@ queues:
 
 // A long-running engine reuses the slots of ended pods, and an ended pod's id stays unknown even
 // after its slot holds another pod.
+// Per-type and "*" guarantees side by side: the "*" part serves only types without their own
+// guarantee, so A10 tier-0 use does not eat it, and it stays reserved against tier 1.
+TEST(SchedulerTest, AnyTypeGuaranteeServesOtherTypesAndStaysReserved) {
+  auto engine = makeEngine({gpuNode("n0", "A10", 4), gpuNode("n1", "V100", 4)}, R"(
+queues:
+  - name: team-a
+    guaranteed: {gpus: {A10: 4, "*": 2}}
+  - name: team-b
+)");
+  auto pod = [](const std::string& name, const std::string& type, const std::string& queue, Tier tier) {
+    PodSpec p = gpuPod(name, 1);
+    p.gpu_types = {type};
+    p.queue = queue;
+    p.tier = tier;
+    return p;
+  };
+  for (int i = 0; i < 4; ++i) {
+    ASSERT_TRUE(engine->schedule(pod("a" + std::to_string(i), "A10", "team-a", Tier::kGuaranteed)).ok());
+  }
+  // Tier 1 gets the V100s the "*" guarantee does not hold: 4 - 2.
+  ASSERT_TRUE(engine->schedule(pod("s0", "V100", "team-b", Tier::kShared)).ok());
+  ASSERT_TRUE(engine->schedule(pod("s1", "V100", "team-b", Tier::kShared)).ok());
+  EXPECT_EQ(engine->schedule(pod("s2", "V100", "team-b", Tier::kShared)).status().code(),
+            StatusCode::kFailedPrecondition);
+  // The "*" guarantee is intact after 4 A10s at tier 0: two V100 tier-0 pods start at once.
+  ASSERT_TRUE(engine->schedule(pod("v0", "V100", "team-a", Tier::kGuaranteed)).ok());
+  ASSERT_TRUE(engine->schedule(pod("v1", "V100", "team-a", Tier::kGuaranteed)).ok());
+  const auto over = engine->schedule(pod("v2", "V100", "team-a", Tier::kGuaranteed));
+  ASSERT_FALSE(over.ok());
+  EXPECT_NE(over.status().message().find("guaranteed GPUs"), std::string::npos) << over.status().message();
+  EXPECT_EQ(engine->stats().running_pods, 8);
+}
+
 TEST(SchedulerTest, EndedPodIdsStayUnknownWhenTheirSlotIsReused) {
   auto engine = makeEngine({gpuNode("n0", "A10", 2)});
   const auto first = engine->schedule(gpuPod("first", 1));
