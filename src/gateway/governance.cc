@@ -7,6 +7,7 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <random>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -323,6 +324,11 @@ Status Governance::init(obs::MetricsRegistry& metrics) {
                         ->counter();
   redis_errors = metrics.counterFamily("infera_ratelimit_redis_errors_total", "Failed Redis rate-limit calls.")
                      ->counter();
+  redis_cancelled = metrics
+                        .counterFamily("infera_ratelimit_redis_cancelled_calls_total",
+                                       "Admission calls whose answer never came, undone in Redis (refunded if "
+                                       "they ran, else cancelled before they could).")
+                        ->counter();
   redis_call_seconds = metrics
                            .histogramFamily("infera_ratelimit_redis_call_seconds",
                                             "Redis admission script calls: time from send to reply.", {},
@@ -707,6 +713,8 @@ AdminReply Governance::adminLocked(std::string_view method, std::string_view tar
 
 GovWorker::GovWorker(Governance& g, int shard, net::asio::io_context& ctx)
     : g_(g), shard_(shard), ctx_(ctx), snapshot_(g.snapshot()), flush_timer_(ctx) {
+  std::random_device rd;
+  call_prefix_ = std::to_string((static_cast<uint64_t>(rd()) << 32) | rd()) + "-" + std::to_string(shard) + "-";
   if (!g_.config_.redis.empty()) {
     auto addr = store::parseRedisUrl(g_.config_.redis);
     if (addr.ok()) {
@@ -985,7 +993,10 @@ net::Task<void> GovWorker::runBatch(std::vector<PendingAdmission*> batch) {
     admissions.reserve(n);
     for (size_t i = 0; i < n; ++i) admissions.push_back(batch[start + i]->charges);
     ReserveCall rc;
-    buildReserveCall(admissions, now, rc);
+    buildReserveCall(admissions, now, call_prefix_ + std::to_string(++call_seq_), rc);
+    // Kept to undo the call if its answer never comes (it may still have run).
+    std::vector<std::string> sent_keys = rc.keys;
+    std::vector<std::string> sent_args = rc.args;
     // g++ 12: no temporaries with destructors inside a co_await expression (name the task first).
     const auto sent = std::chrono::steady_clock::now();
     auto call = redis_->eval(reserveScript(), std::move(rc.keys), std::move(rc.args));
@@ -1009,6 +1020,11 @@ net::Task<void> GovWorker::runBatch(std::vector<PendingAdmission*> batch) {
       if (g_.redis_down.exchange(false)) INFERA_LOG(g_.log, info, "Redis rate limiting is back");
     } else {
       g_.redis_errors->inc(shard_);
+      // These admissions are decided locally below; whatever the call did in Redis is undone.
+      net::spawn(ctx_,
+                 cancelRemote(ctx_, redis_, g_.redis_cancelled, g_.redis_errors, shard_, std::move(sent_keys),
+                              std::move(sent_args)),
+                 "rate-limit cancel");
       if (!g_.redis_down.exchange(true)) {
         INFERA_LOG(g_.log, warn, "Redis unreachable for rate limits ({}); fallback: {}", why,
                    g_.config_.redis_fallback);
@@ -1079,6 +1095,29 @@ void GovWorker::flushAdjustments() {
   if (keys.empty()) return;
   net::spawn(ctx_, adjustRemote(redis_, g_.redis_errors, shard_, std::move(keys), std::move(args)),
              "rate-limit adjust");
+}
+
+net::Task<void> GovWorker::cancelRemote(net::asio::io_context& ctx, std::shared_ptr<store::AsyncRedis> redis,
+                                        obs::Counter* cancelled, obs::Counter* errors, int shard,
+                                        std::vector<std::string> keys, std::vector<std::string> args) {
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(100);
+  net::asio::steady_timer wait(ctx);
+  for (;;) {
+    auto call = redis->eval(cancelScript(), keys, args);
+    auto r = co_await std::move(call);
+    if (r.ok() && !r->isError()) {
+      cancelled->inc(shard);
+      co_return;
+    }
+    if (r.ok() || std::chrono::steady_clock::now() >= give_up) {  // refused by the script, or too late
+      errors->inc(shard);
+      co_return;
+    }
+    wait.expires_after(std::chrono::milliseconds(500));
+    boost::system::error_code ec;
+    co_await wait.async_wait(net::asio::redirect_error(net::asio::use_awaitable, ec));
+    if (ec) co_return;
+  }
 }
 
 net::Task<void> GovWorker::adjustRemote(std::shared_ptr<store::AsyncRedis> redis, obs::Counter* errors, int shard,

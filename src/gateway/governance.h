@@ -143,6 +143,11 @@ class GovWorker {
   net::Task<void> runBatch(std::vector<PendingAdmission*> batch);
   Admission fallback(std::span<const Charge> charges, int64_t now);
   // Spawned: owns what it uses (it may finish after this worker is gone).
+  // Undoes an admission call whose answer never came (it may have run): retried every 500 ms for up
+  // to 100 s, within the two minutes the call's marker lives.
+  static net::Task<void> cancelRemote(net::asio::io_context& ctx, std::shared_ptr<store::AsyncRedis> redis,
+                                      obs::Counter* cancelled, obs::Counter* errors, int shard,
+                                      std::vector<std::string> keys, std::vector<std::string> args);
   static net::Task<void> adjustRemote(std::shared_ptr<store::AsyncRedis> redis, obs::Counter* errors, int shard,
                                       std::vector<std::string> keys, std::vector<std::string> args);
   static constexpr int kAdjustBatchMs = 10;
@@ -160,6 +165,8 @@ class GovWorker {
   std::vector<PendingAdmission*> batch_;  // admissions waiting for the next script call
   bool batch_posted_ = false;
   int calls_in_flight_ = 0;
+  std::string call_prefix_;  // unique per worker and process: admission call ids
+  uint64_t call_seq_ = 0;
   void dispatchBatch();
   // Adjustments not yet sent, summed per "redis key \n window \n stamp second".
   std::unordered_map<std::string, int64_t> pending_;
@@ -212,6 +219,7 @@ class Governance {
   obs::Family* limited = nullptr;         // {scope}
   obs::Counter* redis_fallbacks = nullptr;
   obs::Counter* redis_errors = nullptr;
+  obs::Counter* redis_cancelled = nullptr;
   obs::Histogram* redis_call_seconds = nullptr;    // one admission script call, send to reply
   obs::Histogram* redis_call_admissions = nullptr;  // admissions decided by one call
   obs::Counter* usage_dropped = nullptr;

@@ -253,28 +253,111 @@ local function store(key, s, minute, now, ttl)
     redis.call('SET', key, s.n, 'KEEPTTL')
   end
 end
+-- Adds deltas[i] to counter keys[i] (minute[i]: a minute counter) for a reservation made in
+-- second stamps[i]: a refund goes to that second while it is in the window; usage beyond a
+-- reservation goes to the current second. Counters that expired meanwhile are left alone.
+local function apply(keys, minute_of_i, stamps, deltas, now)
+  local raw = summaries(keys, function(i) return minute_of_i[i] end)
+  local state, order, minute_of = {}, {}, {}
+  for i = 1, #keys do
+    local key = keys[i]
+    local minute = minute_of_i[i]
+    local s = state[key]
+    if s == nil then
+      s = load(key, raw[i], minute, now)
+      state[key] = s
+      order[#order + 1] = key
+      minute_of[key] = minute
+    end
+    if s.exists then
+      local d = deltas[i]
+      if minute then
+        local stamp = stamps[i]
+        if stamp > now - 60 and stamp ~= now then
+          local v = redis.call('HINCRBY', key, stamp, d)
+          if v < 0 then
+            redis.call('HSET', key, stamp, 0)
+            d = d - v
+          end
+          s.total = s.total + d
+          s.dirty = true
+        elseif stamp == now or d > 0 then
+          s.add = s.add + d
+          s.total = s.total + d
+          s.dirty = true
+        end
+      else
+        s.n = math.max(0, s.n + d)
+        s.dirty = true
+      end
+    end
+  end
+  for _, key in ipairs(order) do
+    local s = state[key]
+    if s.dirty then store(key, s, minute_of[key], now, nil) end
+  end
+end
+-- A reserve call's arguments (layout at kReserveBody), checked to add up: nil if they do not.
+local function parse_call()
+  local d = tonumber(ARGV[2])
+  if not d then return nil end
+  local p = {d = d, minute = {}, limit = {}, ttl = {}, shape_c = {}, shape_s = {}, shape_k = {}, adm = {}}
+  for c = 1, d do
+    local b = 3 + (c - 1) * 3
+    p.minute[c] = ARGV[b] == '0'
+    p.limit[c] = tonumber(ARGV[b + 1])
+    p.ttl[c] = ARGV[b + 2]
+  end
+  local ai = 3 + 3 * d
+  local ns = tonumber(ARGV[ai]) or 0
+  ai = ai + 1
+  for sh = 1, ns do
+    local m, k = tonumber(ARGV[ai]) or 0, tonumber(ARGV[ai + 1]) or 0
+    ai = ai + 2
+    local cs, ss = {}, {}
+    for i = 1, m do
+      cs[i] = tonumber(ARGV[ai])
+      ss[i] = tonumber(ARGV[ai + 1])
+      if not cs[i] or cs[i] < 1 or cs[i] > d or not ss[i] or ss[i] < 1 or ss[i] > k then return nil end
+      ai = ai + 2
+    end
+    p.shape_c[sh], p.shape_s[sh], p.shape_k[sh] = cs, ss, k
+  end
+  p.n = tonumber(ARGV[ai]) or 0
+  ai = ai + 1
+  for a = 1, p.n do
+    local sh = tonumber(ARGV[ai])
+    if not sh or not p.shape_k[sh] then return nil end
+    p.adm[2 * a - 1] = sh
+    p.adm[2 * a] = ai + 1
+    ai = ai + 1 + p.shape_k[sh]
+  end
+  if ai ~= #ARGV + 1 then return nil end
+  return p
+end
 )lua";
 
 // Several admissions in one call (a worker sends the admissions that queued while its previous
-// call was out together). KEYS: the distinct counters. ARGV[1] = their number D, then per
-// counter: window ('0' minute, '1' period), limit, ttl. Then the number of shapes, and per shape:
-// its number of charges M, its number of amount slots K, and per charge (counter index, slot),
-// 1-based. Then the number of admissions, and per admission: its shape and its K amounts. Each
-// admission is all or nothing; later ones see earlier ones' reservations. Returns a flat list:
-// now_ms, per counter (use, oldest live second) before the call, per admission 0 if admitted or
-// the 1-based index of the charge that did not fit.
+// call was out together). KEYS: the distinct counters. ARGV[1] = the call's id; ARGV[2] = the
+// number of counters D, then per counter: window ('0' minute, '1' period), limit, ttl. Then the
+// number of shapes, and per shape: its number of charges M, its number of amount slots K, and per
+// charge (counter index, slot), 1-based. Then the number of admissions, and per admission: its
+// shape and its K amounts. Each admission is all or nothing; later ones see earlier ones'
+// reservations. Returns a flat list: now_ms, per counter (use, oldest live second) before the
+// call, per admission 0 if admitted or the 1-based index of the charge that did not fit. The call
+// leaves a marker infera:rl:call:<id> = "<second>:<1 per admitted admission, else 0>" for two
+// minutes, so a caller that timed out can undo it (kCancelBody); a call cancelled before it ran
+// does nothing.
 constexpr const char* kReserveBody = R"lua(
+local call_key = 'infera:rl:call:' .. ARGV[1]
+if redis.call('EXISTS', call_key) == 1 then return redis.error_reply('infera reserve: call cancelled') end
+local p = parse_call()
+if not p then return redis.error_reply('infera reserve: arguments do not add up') end
 local t = redis.call('TIME')
 local now = tonumber(t[1])
 local now_ms = now * 1000 + math.floor(tonumber(t[2]) / 1000)
-local d = tonumber(ARGV[1])
-local minute, limit, ttl = {}, {}, {}
-for c = 1, d do
-  local b = 2 + (c - 1) * 3
-  minute[c] = ARGV[b] == '0'
-  limit[c] = tonumber(ARGV[b + 1])
-  ttl[c] = ARGV[b + 2]
-end
+local d = p.d
+local minute, limit = p.minute, p.limit
 local raw = summaries(KEYS, function(i) return minute[i] end)
 local state, total, out = {}, {}, {now_ms}
 for c = 1, d do
@@ -290,30 +373,11 @@ for c = 1, d do
     out[#out + 1] = 0
   end
 end
-local ai = 2 + 3 * d
-local shape_c, shape_s, shape_k = {}, {}, {}
-local ns = tonumber(ARGV[ai])
-ai = ai + 1
-for sh = 1, ns do
-  local m, k = tonumber(ARGV[ai]), tonumber(ARGV[ai + 1])
-  ai = ai + 2
-  local cs, ss = {}, {}
-  for i = 1, m do
-    cs[i] = tonumber(ARGV[ai])
-    ss[i] = tonumber(ARGV[ai + 1])
-    ai = ai + 2
-  end
-  shape_c[sh], shape_s[sh], shape_k[sh] = cs, ss, k
-end
-local n = tonumber(ARGV[ai])
-ai = ai + 1
-local amt = {}
-for a = 1, n do
-  local sh = tonumber(ARGV[ai])
-  local cs, ss = shape_c[sh], shape_s[sh]
-  for j = 1, shape_k[sh] do amt[j] = tonumber(ARGV[ai + j]) end
-  ai = ai + 1 + shape_k[sh]
-  if ai > #ARGV + 1 then return redis.error_reply('infera reserve: arguments end early') end
+local amt, flags = {}, {}
+for a = 1, p.n do
+  local sh, first = p.adm[2 * a - 1], p.adm[2 * a]
+  local cs, ss = p.shape_c[sh], p.shape_s[sh]
+  for j = 1, p.shape_k[sh] do amt[j] = tonumber(ARGV[first + j - 1]) end
   local refused = 0
   for i = 1, #cs do
     local c = cs[i]
@@ -329,8 +393,8 @@ for a = 1, n do
     end
   end
   out[#out + 1] = refused
+  flags[a] = refused == 0 and '1' or '0'
 end
-if ai ~= #ARGV + 1 then return redis.error_reply('infera reserve: ' .. (#ARGV + 1 - ai) .. ' arguments left over') end
 for c = 1, d do
   local s = state[c]
   if minute[c] then
@@ -344,56 +408,62 @@ for c = 1, d do
     s.n = total[c]
     s.dirty = true
   end
-  if s.dirty then store(KEYS[c], s, minute[c], now, ttl[c]) end
+  if s.dirty then store(KEYS[c], s, minute[c], now, p.ttl[c]) end
 end
+redis.call('SET', call_key, now .. ':' .. table.concat(flags), 'PX', 120000)
 return out
 )lua";
 
-// Adjustments of many requests at once: per key (window, stamp second, delta). A refund goes to
-// the second it was reserved in, if that second is still in the window; usage beyond a
-// reservation goes to the current second. Counters that expired meanwhile are left alone.
+// Adjustments of many requests at once: per key (window, stamp second, delta); see apply().
 constexpr const char* kAdjustBody = R"lua(
 local now = tonumber(redis.call('TIME')[1])
-local raw = summaries(KEYS, function(i) return ARGV[(i - 1) * 3 + 1] == '0' end)
-local state, order, minute_of = {}, {}, {}
+local minute, stamps, deltas = {}, {}, {}
 for i = 1, #KEYS do
-  local key = KEYS[i]
   local b = (i - 1) * 3
-  local minute = ARGV[b + 1] == '0'
-  local s = state[key]
-  if s == nil then
-    s = load(key, raw[i], minute, now)
-    state[key] = s
-    order[#order + 1] = key
-    minute_of[key] = minute
-  end
-  if s.exists then
-    local d = tonumber(ARGV[b + 3])
-    if minute then
-      local stamp = tonumber(ARGV[b + 2])
-      if stamp > now - 60 and stamp ~= now then
-        local v = redis.call('HINCRBY', key, stamp, d)
-        if v < 0 then
-          redis.call('HSET', key, stamp, 0)
-          d = d - v
-        end
-        s.total = s.total + d
-        s.dirty = true
-      elseif stamp == now or d > 0 then
-        s.add = s.add + d
-        s.total = s.total + d
-        s.dirty = true
-      end
-    else
-      s.n = math.max(0, s.n + d)
-      s.dirty = true
-    end
+  minute[i] = ARGV[b + 1] == '0'
+  stamps[i] = tonumber(ARGV[b + 2])
+  deltas[i] = tonumber(ARGV[b + 3])
+end
+apply(KEYS, minute, stamps, deltas, now)
+return 1
+)lua";
+
+// Undoes a reserve call whose answer never came back (a timeout after the call ran): same KEYS and
+// ARGV as the call. If the call ran, its admitted amounts are refunded (once); if it has not run,
+// it is marked cancelled so that it never will. Returns 1 if something was refunded, else 0.
+constexpr const char* kCancelBody = R"lua(
+local call_key = 'infera:rl:call:' .. ARGV[1]
+local v = redis.call('GET', call_key)
+if not v then
+  redis.call('SET', call_key, 'cancelled', 'PX', 120000)
+  return 0
+end
+if v == 'cancelled' or v == 'refunded' then return 0 end
+local p = parse_call()
+if not p then return redis.error_reply('infera cancel: arguments do not add up') end
+local sep = string.find(v, ':', 1, true)
+local stamp = tonumber(string.sub(v, 1, sep - 1))
+local flags = string.sub(v, sep + 1)
+local refund = {}
+for c = 1, p.d do refund[c] = 0 end
+for a = 1, p.n do
+  if string.sub(flags, a, a) == '1' then
+    local sh, first = p.adm[2 * a - 1], p.adm[2 * a]
+    local cs, ss = p.shape_c[sh], p.shape_s[sh]
+    for i = 1, #cs do refund[cs[i]] = refund[cs[i]] - tonumber(ARGV[first + ss[i] - 1]) end
   end
 end
-for _, key in ipairs(order) do
-  local s = state[key]
-  if s.dirty then store(key, s, minute_of[key], now, nil) end
+local keys, minute, stamps, deltas = {}, {}, {}, {}
+for c = 1, p.d do
+  if refund[c] ~= 0 then
+    keys[#keys + 1] = KEYS[c]
+    minute[#minute + 1] = p.minute[c]
+    stamps[#stamps + 1] = stamp
+    deltas[#deltas + 1] = refund[c]
+  end
 end
+if #keys > 0 then apply(keys, minute, stamps, deltas, tonumber(redis.call('TIME')[1])) end
+redis.call('SET', call_key, 'refunded', 'PX', 120000)
 return 1
 )lua";
 
@@ -409,6 +479,11 @@ const store::RedisScript& adjustScript() {
   return s;
 }
 
+const store::RedisScript& cancelScript() {
+  static const store::RedisScript s(std::string(kCountersLua) + kCancelBody);
+  return s;
+}
+
 std::string redisCounterKey(const Charge& c, int64_t unix_ms) {
   std::string k = "infera:rl:";
   k += c.counter;
@@ -419,9 +494,11 @@ std::string redisCounterKey(const Charge& c, int64_t unix_ms) {
   return k;
 }
 
-void buildReserveCall(std::span<const std::span<const Charge>> admissions, int64_t now_ms, ReserveCall& call) {
+void buildReserveCall(std::span<const std::span<const Charge>> admissions, int64_t now_ms, std::string_view call_id,
+                      ReserveCall& call) {
   call.keys.clear();
   call.args.clear();
+  call.args.emplace_back(call_id);
   call.counter_of.assign(admissions.size(), {});
   // Distinct counters (a batch mostly repeats one key's and team's counters) and shapes.
   std::vector<const Charge*> first;
@@ -452,7 +529,7 @@ void buildReserveCall(std::span<const std::span<const Charge>> admissions, int64
   }
   call.counters = first.size();
   auto& args = call.args;
-  args.reserve(3 + 3 * first.size() + 12 * shapes.size() + admissions.size() * 3);
+  args.reserve(4 + 3 * first.size() + 12 * shapes.size() + admissions.size() * 3);
   args.push_back(std::to_string(first.size()));
   for (const Charge* c : first) {
     call.keys.push_back(redisCounterKey(*c, now_ms));

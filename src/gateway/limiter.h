@@ -88,6 +88,8 @@ class LocalCounters {
 // The Lua scripts and their argument layout (shared by the data plane and tests).
 const store::RedisScript& reserveScript();
 const store::RedisScript& adjustScript();
+// Undoes a reserve call that may have run although its answer never came (same KEYS and ARGV).
+const store::RedisScript& cancelScript();
 // Redis key of a charge's counter at a time (period appended for day/month).
 std::string redisCounterKey(const Charge& c, int64_t unix_ms);
 
@@ -102,7 +104,9 @@ struct ReserveCall {
   std::vector<std::vector<uint32_t>> counter_of;  // per admission, per charge: distinct counter (0-based)
   size_t counters = 0;
 };
-void buildReserveCall(std::span<const std::span<const Charge>> admissions, int64_t now_ms, ReserveCall& call);
+// `call_id` names the call (unique per call; the script leaves a marker under it for cancelScript).
+void buildReserveCall(std::span<const std::span<const Charge>> admissions, int64_t now_ms, std::string_view call_id,
+                      ReserveCall& call);
 // The script answers a flat list: now (ms), per counter its use and oldest live second before the
 // call, then per admission 0 (admitted) or the 1-based index of the charge that did not fit. The
 // remaining/reset of every admitted request are replayed from these in the call's order.

@@ -129,8 +129,9 @@ TEST(GovernanceCluster, ThreeReplicasSharingRedisAdmitTheTpmOnceNotThreeTimes) {
 
 // The reserve script straight against a real Redis: one call deciding admissions of two keys
 // (three shapes: amounts repeat within an admission, and one admission's amounts are all 1), each
-// all or nothing and in order; Redis then holds exactly the admitted amounts, and a call with
-// malformed arguments is refused without writing anything.
+// all or nothing and in order; Redis then holds exactly the admitted amounts; the cancel script
+// refunds them once, or stops a call that has not run yet; a call with malformed arguments is
+// refused without writing anything.
 TEST(GovernanceCluster, ReserveScriptDecidesSeveralShapesInOneCall) {
   auto redis = testing::RedisServer::start();
   ASSERT_TRUE(redis);
@@ -148,7 +149,7 @@ TEST(GovernanceCluster, ReserveScriptDecidesSeveralShapesInOneCall) {
   const std::span<const Charge> admissions[4] = {a1, b1, a2, b2};
   const int64_t now_ms = SystemClock::instance().unixMillis();
   ReserveCall call;
-  buildReserveCall(admissions, now_ms, call);
+  buildReserveCall(admissions, now_ms, "test-1", call);
   auto reply = (*rc)->eval(reserveScript(), call.keys, call.args);
   ASSERT_TRUE(reply.ok()) << reply.status().message();
   ASSERT_FALSE(reply->isError()) << reply->str;
@@ -176,10 +177,72 @@ TEST(GovernanceCluster, ReserveScriptDecidesSeveralShapesInOneCall) {
   const std::vector<std::string> expected = {"1", "60", "2", "31", "31"};
   EXPECT_EQ(totals(), expected);
 
-  call.args.pop_back();
-  auto bad = (*rc)->eval(reserveScript(), call.keys, call.args);
-  EXPECT_TRUE(!bad.ok() || bad->isError());
-  EXPECT_EQ(totals(), expected);
+  // Undoing the call (as a gateway does when the answer never came) refunds exactly what it
+  // admitted, once.
+  const std::vector<std::string> zero = {"0", "0", "0", "0", "0"};
+  auto undo = (*rc)->eval(cancelScript(), call.keys, call.args);
+  ASSERT_TRUE(undo.ok() && !undo->isError()) << (undo.ok() ? undo->str : undo.status().message());
+  EXPECT_EQ(undo->integer, 1);
+  EXPECT_EQ(totals(), zero);
+  auto again = (*rc)->eval(cancelScript(), call.keys, call.args);
+  ASSERT_TRUE(again.ok() && !again->isError());
+  EXPECT_EQ(again->integer, 0);
+  EXPECT_EQ(totals(), zero);
+  // A call cancelled before it reaches Redis never runs.
+  ReserveCall late;
+  buildReserveCall(admissions, now_ms, "test-2", late);
+  auto pre = (*rc)->eval(cancelScript(), late.keys, late.args);
+  ASSERT_TRUE(pre.ok() && !pre->isError());
+  EXPECT_EQ(pre->integer, 0);
+  auto stale = (*rc)->eval(reserveScript(), late.keys, late.args);
+  EXPECT_TRUE(!stale.ok() || stale->isError());
+  EXPECT_EQ(totals(), zero);
+
+  ReserveCall broken;
+  buildReserveCall(admissions, now_ms, "test-3", broken);
+  broken.args.pop_back();
+  auto bad = (*rc)->eval(reserveScript(), broken.keys, broken.args);
+  ASSERT_TRUE(!bad.ok() || bad->isError());
+  if (bad.ok()) {
+    EXPECT_NE(bad->str.find("do not add up"), std::string::npos) << bad->str;
+  }
+  EXPECT_EQ(totals(), zero);
+}
+
+// An admission call that times out may still run in Redis later (the server was stuck, not gone).
+// The gateway decides that request locally and undoes the call in Redis, so the team's daily quota
+// there is not also charged the request's worst case.
+TEST(GovernanceCluster, TimedOutAdmissionCallIsUndoneInRedis) {
+  auto redis = testing::RedisServer::start();
+  ASSERT_TRUE(redis);
+  auto emu = startEmulator();
+  ASSERT_TRUE(emu);
+  auto gw = startGov(govConfig(emu->url(), "sqlite:" + tempPath("undo.db"),
+                               "  redis: " + redis->url() + "\n  redis_timeout_ms: 200\n"));
+  ASSERT_TRUE(gw);
+  const std::string key = makeKey(*gw, "undo", json{{"daily_tokens", 1000000}});
+  auto rc = store::RedisClient::connect(*store::parseRedisUrl(redis->url()));
+  ASSERT_TRUE(rc.ok());
+  const std::string day_key =
+      "infera:rl:t:undo:d:" + std::to_string(periodId(Window::kDay, SystemClock::instance().unixMillis()));
+  auto day = [&]() -> std::string {
+    auto r = (*rc)->command({"GET", day_key});
+    return r.ok() ? r->str : "?";
+  };
+  const auto first = call(*gw, key, chat("m1", 5));
+  ASSERT_EQ(first.status, 200) << first.body;
+  const std::string used = std::to_string(parse(first.body)["usage"]["total_tokens"].get<int64_t>());
+  ASSERT_TRUE(waitFor([&] { return day() == used; })) << day() << " vs " << used;  // reconciled
+
+  redis->pause();
+  const auto second = call(*gw, key, chat("m1", 500));  // its call times out: decided locally
+  redis->resume();
+  EXPECT_EQ(second.status, 200) << second.body;
+  EXPECT_GE(gw->metricSum("infera_ratelimit_fallback_total"), 1);
+  ASSERT_TRUE(waitFor([&] { return gw->metricSum("infera_ratelimit_redis_cancelled_calls_total") >= 1; }));
+  // The stale call, if Redis ran it after resuming (it does: redis-server executes what it had
+  // read before it sees the gateway's close), was refunded; if not, it was cancelled first.
+  EXPECT_EQ(day(), used);
 }
 
 TEST(GovernanceCluster, RedisDownFallsBackToALocalShareAndComesBack) {

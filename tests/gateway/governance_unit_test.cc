@@ -136,11 +136,12 @@ TEST(RedisScripts, ACallSendsEachCounterAndShapeOnceAndFewNumbersPerAdmission) {
   Charge third[1] = {Charge{"t:b:d", Window::kDay, Scope::kDaily, true, 1000, 50}};
   const std::span<const Charge> admissions[3] = {first, second, third};
   ReserveCall call;
-  buildReserveCall(admissions, 1'799'971'200'000, call);
+  buildReserveCall(admissions, 1'799'971'200'000, "w1-7", call);
   ASSERT_EQ(call.keys.size(), 3u);
   EXPECT_EQ(call.keys[0], "infera:rl:k:a:r");
   EXPECT_EQ(call.keys[2], "infera:rl:t:b:d:20270115");
   const std::vector<std::string> expected = {
+      "w1-7",                                        // the call's id
       "3",                                           // distinct counters
       "0", "10", "61",                               // k:a:r: minute window, limit, ttl
       "0", "100", "61",                              // k:a:t
