@@ -1005,10 +1005,14 @@ net::Task<void> GovWorker::runBatch(std::vector<PendingAdmission*> batch) {
     g_.redis_call_admissions->observe(shard_, static_cast<double>(n));
     bool ok = reply.ok();
     std::string why = !reply.ok() ? reply.status().message() : std::string();
+    // The call may have run although no usable answer came: it timed out after being sent, or
+    // Redis answered something else than a decision.
+    bool may_have_run = !reply.ok() && reply.status().code() == StatusCode::kDeadlineExceeded;
     if (ok) {
       auto decided = parseReserveReply(*reply, admissions, rc);
       ok = decided.ok();
       if (!ok) why = decided.status().message();
+      may_have_run = !ok;
       for (size_t i = 0; i < n && ok; ++i) {
         PendingAdmission& p = *batch[start + i];
         p.result = std::move((*decided)[i]);
@@ -1020,11 +1024,19 @@ net::Task<void> GovWorker::runBatch(std::vector<PendingAdmission*> batch) {
       if (g_.redis_down.exchange(false)) INFERA_LOG(g_.log, info, "Redis rate limiting is back");
     } else {
       g_.redis_errors->inc(shard_);
-      // These admissions are decided locally below; whatever the call did in Redis is undone.
-      net::spawn(ctx_,
-                 cancelRemote(ctx_, redis_, g_.redis_cancelled, g_.redis_errors, shard_, std::move(sent_keys),
-                              std::move(sent_args)),
-                 "rate-limit cancel");
+      // These admissions are decided locally below; whatever the call did in Redis is undone (at
+      // most kMaxCancels undo tasks per worker at a time: a long outage must not pile them up).
+      if (may_have_run) {
+        if (*cancels_ < kMaxCancels) {
+          ++*cancels_;  // the task lowers it when it ends
+          net::spawn(ctx_,
+                     cancelRemote(ctx_, redis_, g_.redis_cancelled, g_.redis_errors, shard_, cancels_,
+                                  std::move(sent_keys), std::move(sent_args)),
+                     "rate-limit cancel");
+        } else {
+          g_.redis_errors->inc(shard_);
+        }
+      }
       if (!g_.redis_down.exchange(true)) {
         INFERA_LOG(g_.log, warn, "Redis unreachable for rate limits ({}); fallback: {}", why,
                    g_.config_.redis_fallback);
@@ -1099,7 +1111,12 @@ void GovWorker::flushAdjustments() {
 
 net::Task<void> GovWorker::cancelRemote(net::asio::io_context& ctx, std::shared_ptr<store::AsyncRedis> redis,
                                         obs::Counter* cancelled, obs::Counter* errors, int shard,
-                                        std::vector<std::string> keys, std::vector<std::string> args) {
+                                        std::shared_ptr<int> running, std::vector<std::string> keys,
+                                        std::vector<std::string> args) {
+  struct Done {
+    std::shared_ptr<int> n;
+    ~Done() { --*n; }
+  } done{running};
   const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(100);
   net::asio::steady_timer wait(ctx);
   for (;;) {

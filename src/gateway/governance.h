@@ -147,7 +147,8 @@ class GovWorker {
   // to 100 s, within the two minutes the call's marker lives.
   static net::Task<void> cancelRemote(net::asio::io_context& ctx, std::shared_ptr<store::AsyncRedis> redis,
                                       obs::Counter* cancelled, obs::Counter* errors, int shard,
-                                      std::vector<std::string> keys, std::vector<std::string> args);
+                                      std::shared_ptr<int> running, std::vector<std::string> keys,
+                                      std::vector<std::string> args);
   static net::Task<void> adjustRemote(std::shared_ptr<store::AsyncRedis> redis, obs::Counter* errors, int shard,
                                       std::vector<std::string> keys, std::vector<std::string> args);
   static constexpr int kAdjustBatchMs = 10;
@@ -167,6 +168,8 @@ class GovWorker {
   int calls_in_flight_ = 0;
   std::string call_prefix_;  // unique per worker and process: admission call ids
   uint64_t call_seq_ = 0;
+  static constexpr int kMaxCancels = 64;
+  std::shared_ptr<int> cancels_ = std::make_shared<int>(0);  // undo tasks running
   void dispatchBatch();
   // Adjustments not yet sent, summed per "redis key \n window \n stamp second".
   std::unordered_map<std::string, int64_t> pending_;
