@@ -6,11 +6,14 @@
 # reconciliation and a usage record. Prints req/s per round, medians and the ratios
 # (targets: keys+limits+usage >= 0.9x off; with Redis >= 0.8x).
 #
-#   bench/load/governance.sh [--connections N] [--duration S] [--rounds N] [--proxy-workers N]
+# --keys N spreads the requests over N keys of the team (each request picks one at random), so a
+# Redis call carries admissions of several keys (several shapes) as in production.
+#
+#   bench/load/governance.sh [--connections N] [--duration S] [--rounds N] [--proxy-workers N] [--keys N]
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-CONNS=64 DURATION=10 ROUNDS=3 PROXY_WORKERS=1
+CONNS=64 DURATION=10 ROUNDS=3 PROXY_WORKERS=1 KEYS=1
 while [[ $# -gt 0 ]]; do
   case "$1" in
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed -n 's/^# \{0,1\}//p'; exit 0 ;;
@@ -18,6 +21,7 @@ while [[ $# -gt 0 ]]; do
     --duration) DURATION="$2"; shift 2 ;;
     --rounds) ROUNDS="$2"; shift 2 ;;
     --proxy-workers) PROXY_WORKERS="$2"; shift 2 ;;
+    --keys) KEYS="$2"; shift 2 ;;
     *) echo "unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -48,28 +52,44 @@ start_gateway redis "$PROXY_CPUS" "$PROXY_WORKERS" "$EMU_PORT" \
   "governance: {store: \"sqlite:$BENCH_TMP/redis.db\", key_secret: bench-secret-0123456789abcdef0123456789, redis: \"redis://127.0.0.1:$REDIS_PORT\"}"
 REDIS_GW_PORT="$GW_PORT" REDIS_ADMIN="$GW_ADMIN" REDIS_GW_PID="$GW_PID"
 
-# make_key ADMIN_PORT: a team and a key with per-minute limits no run reaches; prints the key.
-make_key() {
+# make_keys ADMIN_PORT: a team and $KEYS keys with per-minute limits no run reaches; prints the
+# keys, one per line.
+make_keys() {
   local admin="$1" auth="authorization: Bearer $INFERA_ADMIN_TOKEN"
   curl -sf -H "$auth" -d '{"name":"bench","rpm":1000000000,"tpm":1000000000000}' \
     "http://127.0.0.1:$admin/admin/teams" >/dev/null
-  curl -sf -H "$auth" -d '{"team":"bench","rpm":1000000000,"tpm":1000000000000}' \
-    "http://127.0.0.1:$admin/admin/keys" | python3 -c 'import json,sys; print(json.load(sys.stdin)["key"])'
+  for ((i = 0; i < KEYS; i++)); do
+    curl -sf -H "$auth" -d '{"team":"bench","rpm":1000000000,"tpm":1000000000000}' \
+      "http://127.0.0.1:$admin/admin/keys" | python3 -c 'import json,sys; print(json.load(sys.stdin)["key"])'
+  done
 }
-GOV_KEY="$(make_key "$GOV_ADMIN")"
-REDIS_KEY="$(make_key "$REDIS_ADMIN")"
+GOV_KEYS="$(make_keys "$GOV_ADMIN")"
+REDIS_KEYS="$(make_keys "$REDIS_ADMIN")"
+GOV_KEY="$(head -1 <<<"$GOV_KEYS")"
+REDIS_KEY="$(head -1 <<<"$REDIS_KEYS")"
 
-lua() {  # lua FILE KEY
-  cat >"$1" <<EOF
-wrk.method = "POST"
-wrk.headers["Content-Type"] = "application/json"
-wrk.headers["Authorization"] = "Bearer $2"
-wrk.body = '{"model":"m","max_tokens":16,"messages":[{"role":"user","content":"Hello, how are you?"}]}'
-EOF
+lua() {  # lua FILE KEYS (one per line): with several keys, each request uses one at random
+  {
+    echo 'wrk.method = "POST"'
+    echo 'wrk.headers["Content-Type"] = "application/json"'
+    echo "wrk.body = '{\"model\":\"m\",\"max_tokens\":16,\"messages\":[{\"role\":\"user\",\"content\":\"Hello, how are you?\"}]}'"
+    if [[ "$KEYS" -le 1 ]]; then
+      echo "wrk.headers[\"Authorization\"] = \"Bearer $2\""
+    else
+      # Every target (off too) pays the same per-request Lua in wrk.
+      echo 'local keys = {'
+      while read -r k; do echo "  \"Bearer $k\","; done <<<"$2"
+      echo '}'
+      echo 'request = function()'
+      echo '  wrk.headers["Authorization"] = keys[math.random(#keys)]'
+      echo '  return wrk.format()'
+      echo 'end'
+    fi
+  } >"$1"
 }
 lua "$BENCH_TMP/off.lua" "unused"
-lua "$BENCH_TMP/gov.lua" "$GOV_KEY"
-lua "$BENCH_TMP/redis.lua" "$REDIS_KEY"
+lua "$BENCH_TMP/gov.lua" "$GOV_KEYS"
+lua "$BENCH_TMP/redis.lua" "$REDIS_KEYS"
 for p in "$OFF_PORT:off" "$GOV_PORT:gov" "$REDIS_GW_PORT:redis"; do
   port="${p%%:*}" name="${p##*:}" key=""
   [[ "$name" == gov ]] && key="$GOV_KEY"
@@ -84,7 +104,7 @@ done
 ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 HZ="$(getconf CLK_TCK)"
 
-echo "governance cost: wrk -t1 -c$CONNS -d${DURATION}s POST /v1/chat/completions (16 tokens), $ROUNDS rounds;" \
+echo "governance cost: wrk -t1 -c$CONNS -d${DURATION}s POST /v1/chat/completions (16 tokens), $ROUNDS rounds, $KEYS key(s);" \
   "proxy workers $PROXY_WORKERS, $(bench_env_note)"
 for t in off gov redis; do
   case "$t" in off) p="$OFF_PORT" ;; gov) p="$GOV_PORT" ;; redis) p="$REDIS_GW_PORT" ;; esac

@@ -197,11 +197,12 @@ void LocalCounters::seed(const Charge& ch, int64_t used, int64_t now_ms) {
 namespace {
 
 // A minute counter is a hash K of live one-second buckets ("<unix second>" -> amount) plus a
-// summary string K:s = "<total> <oldest live second> <second of the last clean-up>". A script
+// summary string K:s = "<total> <oldest live second> <second of the last clean-up> <second the
+// hash's TTL was last renewed>". A script
 // call reads every summary with one MGET; the first call in a new second drops the buckets that
 // left the window (HGETALL/HDEL, once per second per counter) and recounts; each counter then
 // gets one HINCRBY of what the call added and one SET of its summary, however many admissions
-// the call carries. A day/month counter is an integer at K.
+// the call carries (and an EXPIRE of the hash at most once a second). A day/month counter is an integer at K.
 constexpr const char* kCountersLua = R"lua(
 local function summaries(keys, minute_flag)
   local names = {}
@@ -215,10 +216,10 @@ local function load(key, raw, minute, now)
     local n = tonumber(raw or false)
     return {n = n or 0, exists = n ~= nil}
   end
-  local s = {exists = raw ~= false and raw ~= nil, total = 0, oldest = now, clean = -1, add = 0}
+  local s = {exists = raw ~= false and raw ~= nil, total = 0, oldest = now, clean = -1, add = 0, ttl = -1}
   if s.exists then
-    local t, o, c = string.match(raw, '^(%-?%d+) (%d+) (%d+)$')
-    s.total, s.oldest, s.clean = tonumber(t) or 0, tonumber(o) or now, tonumber(c) or -1
+    local t, o, c, e = string.match(raw, '^(%-?%d+) (%d+) (%d+) ?(%d*)$')
+    s.total, s.oldest, s.clean, s.ttl = tonumber(t) or 0, tonumber(o) or now, tonumber(c) or -1, tonumber(e) or -1
   end
   if s.clean ~= now then
     local h = redis.call('HGETALL', key)
@@ -235,18 +236,19 @@ local function load(key, raw, minute, now)
       end
     end
     if #stale > 0 then redis.call('HDEL', key, unpack(stale)) end
-    if #h > 0 then redis.call('EXPIRE', key, 61) end
     s.dirty = true
   end
   return s
 end
 local function store(key, s, minute, now, ttl)
   if minute then
-    if s.add ~= 0 then
-      redis.call('HINCRBY', key, now, s.add)
+    if s.add ~= 0 then redis.call('HINCRBY', key, now, s.add) end
+    -- The hash's TTL is renewed at most once a second, in every second it is written to.
+    if (s.add ~= 0 or s.touched) and s.ttl ~= now then
       redis.call('EXPIRE', key, 61)
+      s.ttl = now
     end
-    redis.call('SET', key .. ':s', s.total .. ' ' .. s.oldest .. ' ' .. s.clean, 'PX', 61000)
+    redis.call('SET', key .. ':s', s.total .. ' ' .. s.oldest .. ' ' .. s.clean .. ' ' .. s.ttl, 'PX', 61000)
   elseif ttl then
     redis.call('SET', key, s.n, 'EX', ttl)
   else
@@ -280,6 +282,7 @@ local function apply(keys, minute_of_i, stamps, deltas, now)
             d = d - v
           end
           s.total = s.total + d
+          s.touched = true
           s.dirty = true
         elseif stamp == now or d > 0 then
           s.add = s.add + d

@@ -176,6 +176,12 @@ TEST(GovernanceCluster, ReserveScriptDecidesSeveralShapesInOneCall) {
   };
   const std::vector<std::string> expected = {"1", "60", "2", "31", "31"};
   EXPECT_EQ(totals(), expected);
+  for (const char* k : {"k:a:r", "k:a:t", "k:b:r", "k:b:t"}) {  // every bucket hash expires
+    auto ttl = (*rc)->command({"PTTL", std::string("infera:rl:") + k});
+    ASSERT_TRUE(ttl.ok());
+    EXPECT_GT(ttl->integer, 0) << k;
+    EXPECT_LE(ttl->integer, 61'000) << k;
+  }
 
   // Undoing the call (as a gateway does when the answer never came) refunds exactly what it
   // admitted, once.
