@@ -972,15 +972,7 @@ net::Task<void> GovWorker::runBatch(std::vector<PendingAdmission*> batch) {
     const std::vector<PendingAdmission*>* batch;
     size_t answered = 0;  // batch[0, answered) may be gone already
     ~Finish() {
-      const int64_t now = nowMs();
-      for (size_t i = answered; i < batch->size(); ++i) {
-        PendingAdmission& p = *(*batch)[i];
-        if (!p.done) {
-          p.result = w->fallback(p.charges, now);
-          p.done = true;
-        }
-        p.timer.cancel();
-      }
+      w->answer(std::span(*batch).subspan(answered), nowMs());
       --w->calls_in_flight_;
       w->dispatchBatch();
     }
@@ -993,10 +985,8 @@ net::Task<void> GovWorker::runBatch(std::vector<PendingAdmission*> batch) {
     admissions.reserve(n);
     for (size_t i = 0; i < n; ++i) admissions.push_back(batch[start + i]->charges);
     ReserveCall rc;
-    buildReserveCall(admissions, now, call_prefix_ + std::to_string(++call_seq_), rc);
-    // Kept to undo the call if its answer never comes (it may still have run).
-    std::vector<std::string> sent_keys = rc.keys;
-    std::vector<std::string> sent_args = rc.args;
+    const std::string call_id = call_prefix_ + std::to_string(++call_seq_);
+    buildReserveCall(admissions, now, call_id, rc);
     // g++ 12: no temporaries with destructors inside a co_await expression (name the task first).
     const auto sent = std::chrono::steady_clock::now();
     auto call = redis_->eval(reserveScript(), std::move(rc.keys), std::move(rc.args));
@@ -1029,9 +1019,11 @@ net::Task<void> GovWorker::runBatch(std::vector<PendingAdmission*> batch) {
       if (may_have_run) {
         if (*cancels_ < kMaxCancels) {
           ++*cancels_;  // the task lowers it when it ends
+          ReserveCall undo;  // the same arguments again (rebuilt here rather than kept for every call)
+          buildReserveCall(admissions, now, call_id, undo);
           net::spawn(ctx_,
                      cancelRemote(ctx_, redis_, g_.redis_cancelled, g_.redis_errors, shard_, cancels_,
-                                  std::move(sent_keys), std::move(sent_args)),
+                                  std::move(undo.keys), std::move(undo.args)),
                      "rate-limit cancel");
         } else {
           g_.redis_errors->inc(shard_);
@@ -1042,15 +1034,18 @@ net::Task<void> GovWorker::runBatch(std::vector<PendingAdmission*> batch) {
                    g_.config_.redis_fallback);
       }
     }
-    for (size_t i = 0; i < n; ++i) {
-      PendingAdmission& p = *batch[start + i];
-      if (!p.done) {
-        p.result = fallback(p.charges, now);
-        p.done = true;
-      }
-      p.timer.cancel();
-    }
+    answer(std::span(batch).subspan(start, n), now);
     finish.answered = start + n;
+  }
+}
+
+void GovWorker::answer(std::span<PendingAdmission* const> waiters, int64_t now) {
+  for (PendingAdmission* p : waiters) {
+    if (!p->done) {
+      p->result = fallback(p->charges, now);
+      p->done = true;
+    }
+    p->timer.cancel();
   }
 }
 
@@ -1064,18 +1059,7 @@ void GovWorker::adjust(std::span<const Charge> charges, std::span<const int64_t>
   }
   // Batched: one script call carries the adjustments of every request that ended in the last
   // kAdjustBatchMs (or kAdjustBatchMax of them).
-  // Adjustments to the same counter and second add up before they are sent.
-  adjust_keys_.clear();
-  adjust_args_.clear();
-  adjustArgs(charges, delta, a.stamp_ms, a.key_ms, adjust_keys_, adjust_args_);
-  for (size_t i = 0; i < adjust_keys_.size(); ++i) {
-    std::string id = adjust_keys_[i];
-    id += '\n';
-    id += adjust_args_[3 * i];  // window
-    id += '\n';
-    id += adjust_args_[3 * i + 1];  // stamp second
-    pending_[std::move(id)] += std::stoll(adjust_args_[3 * i + 2]);
-  }
+  pending_.add(charges, delta, a.stamp_ms, a.key_ms);
   if (pending_.size() >= kAdjustBatchMax) {
     flushAdjustments();
   } else if (!flush_scheduled_) {
@@ -1090,20 +1074,8 @@ void GovWorker::adjust(std::span<const Charge> charges, std::span<const int64_t>
 }
 
 void GovWorker::flushAdjustments() {
-  if (pending_.empty()) return;
   std::vector<std::string> keys, args;
-  keys.reserve(pending_.size());
-  args.reserve(3 * pending_.size());
-  for (const auto& [id, delta] : pending_) {
-    if (delta == 0) continue;
-    const size_t a = id.find('\n');
-    const size_t b = id.find('\n', a + 1);
-    keys.push_back(id.substr(0, a));
-    args.push_back(id.substr(a + 1, b - a - 1));
-    args.push_back(id.substr(b + 1));
-    args.push_back(std::to_string(delta));
-  }
-  pending_.clear();
+  pending_.take(keys, args);
   if (keys.empty()) return;
   net::spawn(ctx_, adjustRemote(redis_, g_.redis_errors, shard_, std::move(keys), std::move(args)),
              "rate-limit adjust");

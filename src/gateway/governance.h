@@ -141,6 +141,8 @@ class GovWorker {
     net::asio::steady_timer timer;  // cancelled when `result` is ready
   };
   net::Task<void> runBatch(std::vector<PendingAdmission*> batch);
+  // Wakes the waiters; those without a decision get the local fallback.
+  void answer(std::span<PendingAdmission* const> waiters, int64_t now);
   Admission fallback(std::span<const Charge> charges, int64_t now);
   // Spawned: owns what it uses (it may finish after this worker is gone).
   // Undoes an admission call whose answer never came (it may have run): retried every 500 ms for up
@@ -171,9 +173,7 @@ class GovWorker {
   static constexpr int kMaxCancels = 64;
   std::shared_ptr<int> cancels_ = std::make_shared<int>(0);  // undo tasks running
   void dispatchBatch();
-  // Adjustments not yet sent, summed per "redis key \n window \n stamp second".
-  std::unordered_map<std::string, int64_t> pending_;
-  std::vector<std::string> adjust_keys_, adjust_args_;  // scratch
+  PendingAdjustments pending_;  // adjustments not yet sent
   net::asio::steady_timer flush_timer_;
   bool flush_scheduled_ = false;
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);

@@ -616,16 +616,25 @@ Result<std::vector<Admission>> parseReserveReply(const store::RedisReply& r,
   return out;
 }
 
-void adjustArgs(std::span<const Charge> charges, std::span<const int64_t> delta, int64_t stamp_ms, int64_t key_ms,
-                std::vector<std::string>& keys, std::vector<std::string>& args) {
-  const std::string stamp = std::to_string(stamp_ms / 1000);
+void PendingAdjustments::add(std::span<const Charge> charges, std::span<const int64_t> delta, int64_t stamp_ms,
+                             int64_t key_ms) {
   for (size_t i = 0; i < charges.size() && i < delta.size(); ++i) {
     if (delta[i] == 0) continue;
-    keys.push_back(redisCounterKey(charges[i], key_ms));
-    args.push_back(charges[i].window == Window::kMinute ? "0" : "1");
-    args.push_back(stamp);
-    args.push_back(std::to_string(delta[i]));
+    sums_[Id{redisCounterKey(charges[i], key_ms), charges[i].window == Window::kMinute, stamp_ms / 1000}] += delta[i];
   }
+}
+
+void PendingAdjustments::take(std::vector<std::string>& keys, std::vector<std::string>& args) {
+  keys.reserve(keys.size() + sums_.size());
+  args.reserve(args.size() + 3 * sums_.size());
+  for (auto& [id, sum] : sums_) {
+    if (sum == 0) continue;
+    keys.push_back(id.key);
+    args.push_back(id.minute ? "0" : "1");
+    args.push_back(std::to_string(id.stamp_s));
+    args.push_back(std::to_string(sum));
+  }
+  sums_.clear();
 }
 
 std::string formatResetDuration(int64_t ms) {

@@ -114,10 +114,30 @@ void buildReserveCall(std::span<const std::span<const Charge>> admissions, int64
 Result<std::vector<Admission>> parseReserveReply(const store::RedisReply& reply,
                                                  std::span<const std::span<const Charge>> admissions,
                                                  const ReserveCall& call);
-// Appends one adjustment per non-zero delta (3 arguments each: window, stamp second, delta), so
-// adjustments of many requests can go to Redis in one script call.
-void adjustArgs(std::span<const Charge> charges, std::span<const int64_t> delta, int64_t stamp_ms, int64_t key_ms,
-                std::vector<std::string>& keys, std::vector<std::string>& args);
+// Adjustments of many requests waiting to go to Redis in one adjust script call, summed per
+// counter and reservation second.
+class PendingAdjustments {
+ public:
+  // Adds delta[i] for charges[i], reserved at stamp_ms (period counters named at key_ms).
+  void add(std::span<const Charge> charges, std::span<const int64_t> delta, int64_t stamp_ms, int64_t key_ms);
+  size_t size() const { return sums_.size(); }
+  // Moves the non-zero sums into the script's KEYS and ARGV (window, stamp second, delta each).
+  void take(std::vector<std::string>& keys, std::vector<std::string>& args);
+
+ private:
+  struct Id {
+    std::string key;
+    bool minute;
+    int64_t stamp_s;
+    bool operator==(const Id&) const = default;
+  };
+  struct IdHash {
+    size_t operator()(const Id& id) const {
+      return std::hash<std::string>{}(id.key) ^ (static_cast<size_t>(id.stamp_s) * 31 + id.minute);
+    }
+  };
+  std::unordered_map<Id, int64_t, IdHash> sums_;
+};
 
 // "1s", "6m0s", "250ms" (the form OpenAI uses in x-ratelimit-reset-*).
 std::string formatResetDuration(int64_t ms);

@@ -17,6 +17,7 @@ constexpr double kTieEps = 1e-9;
 struct QueueState {
   std::string name;
   int parent = -1;
+  bool has_children = false;
   std::array<int64_t, kMaxGpuTypes + 1> guaranteed;  // -1 = unset
   std::array<int64_t, kMaxGpuTypes + 1> max;
   int64_t cpu_max = -1;
@@ -322,6 +323,9 @@ class SchedulerImpl final : public Scheduler {
       queues_.push_back(s);
     }
     queue_index_ = std::move(index);
+    for (QueueState& q : queues_) {
+      if (q.parent >= 0) queues_[q.parent].has_children = true;
+    }
     for (const PlacementRule& r : cfg_.scheduling.placement) {
       for (const std::string& q : r.spread) {
         if (!queue_index_.count(q)) return Status::invalidArgument("placement: unknown queue " + q);
@@ -333,12 +337,7 @@ class SchedulerImpl final : public Scheduler {
     return Status::ok();
   }
 
-  bool isParent(int q) const {
-    for (const QueueState& s : queues_) {
-      if (s.parent == q) return true;
-    }
-    return false;
-  }
+  bool isParent(int q) const { return queues_[q].has_children; }
 
   Result<PodReq> toReq(const PodSpec& p) {
     PodReq r;
