@@ -1,9 +1,15 @@
-// Micro-benchmarks of the gateway's per-request pieces: request field scan, balancer pick, and a
-// metric increment. End-to-end figures come from bench/load/*.sh.
+// Micro-benchmarks of the gateway's per-request pieces: request field scan, balancer pick, a
+// metric increment, local rate-limit counters and the usage writer. End-to-end figures come from
+// bench/load/*.sh.
 #include <benchmark/benchmark.h>
 #include <simdjson.h>
+#include <unistd.h>
+
+#include <filesystem>
 
 #include "gateway/balancer.h"
+#include "gateway/keys.h"
+#include "gateway/limiter.h"
 #include "gateway/request_scan.h"
 #include "obs/metrics.h"
 
@@ -39,6 +45,64 @@ void BM_CounterInc_Sharded(benchmark::State& state) {
   benchmark::DoNotOptimize(c->value());
 }
 BENCHMARK(BM_CounterInc_Sharded);
+
+// A request's local admission and reconciliation: key and team request/token counters.
+void BM_LocalCounters_ReserveAdjust(benchmark::State& state) {
+  LocalCounters counters;
+  const std::string names[4] = {"k:key1:r", "k:key1:t", "t:team:r", "t:team:t"};
+  Charge charges[4];
+  for (size_t i = 0; i < 4; ++i) {
+    charges[i].counter = names[i];
+    charges[i].tokens = i % 2 == 1;
+    charges[i].limit = int64_t{1} << 50;
+    charges[i].amount = charges[i].tokens ? 40 : 1;
+  }
+  const int64_t delta[4] = {0, -20, 0, -20};
+  int64_t now_ms = 1'700'000'000'000;
+  for (auto _ : state) {
+    now_ms += 1;  // ~1,000 requests per second of counter time: every slot is live
+    Admission a = counters.reserve(charges, now_ms);
+    counters.adjust(charges, delta, a.stamp_ms, now_ms);
+    benchmark::DoNotOptimize(a);
+  }
+}
+BENCHMARK(BM_LocalCounters_ReserveAdjust);
+
+// The usage writer: batches of 1,000 records (what 1 s of a busy worker gives) into a SQLite file.
+// Reported per record.
+void BM_UsageInsert_SQLite(benchmark::State& state) {
+  const auto dir = std::filesystem::temp_directory_path() / ("infera-bench-usage-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  auto store = MetaStore::open("sqlite:" + (dir / "usage.db").string());
+  if (!store.ok()) {
+    state.SkipWithError(store.status().message().c_str());
+    return;
+  }
+  std::vector<UsageRecord> batch(1000);
+  const std::string keys[4] = {"key-aaaaaaaa", "key-bbbbbbbb", "key-cccccccc", "key-dddddddd"};
+  int64_t ts = 1'700'000'000'000, n = 0;
+  for (auto _ : state) {
+    for (auto& u : batch) {
+      u.ts_ms = ts++;
+      u.request_id = "req-" + std::to_string(n++);
+      u.key_id = keys[n % 4];
+      u.team = n % 2 ? "search" : "ads";
+      u.model = "llama-3-8b";
+      u.deployment = "vllm-a10";
+      u.region = "eu-west";
+      u.prompt_tokens = 12;
+      u.completion_tokens = 16;
+      u.latency_ms = 3.5;
+      u.status = 200;
+    }
+    const Status s = (*store)->insertUsage(batch);
+    if (!s.isOk()) state.SkipWithError(s.message().c_str());
+  }
+  state.SetItemsProcessed(static_cast<int64_t>(state.iterations() * batch.size()));
+  store->reset();
+  std::filesystem::remove_all(dir);
+}
+BENCHMARK(BM_UsageInsert_SQLite)->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace infera::gateway

@@ -52,6 +52,8 @@ void readGovernance(ConfigReader& g, GovernanceConfig& gc) {
   g.optional("key_secret", gc.key_secret);
   g.optional("sync_interval_ms", gc.sync_interval_ms, 10, 60'000);
   g.optional("usage_flush_ms", gc.usage_flush_ms, 10, 60'000);
+  g.optional("usage_retention_days", gc.usage_retention_days, 0, 36'500);
+  g.optional("usage_rollup_retention_days", gc.usage_rollup_retention_days, 0, 36'500);
   g.optional("default_max_tokens", gc.default_max_tokens, 1, 10'000'000);
   g.optional("redis", gc.redis);
   if (!gc.redis.empty() && gc.redis.rfind("redis://", 0) != 0) {

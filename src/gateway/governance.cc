@@ -438,6 +438,7 @@ void Governance::controlLoop() {
   const auto flush_every = std::chrono::milliseconds(config_.usage_flush_ms);
   auto next_sync = std::chrono::steady_clock::now() + sync_every;
   auto next_flush = std::chrono::steady_clock::now() + flush_every;
+  auto next_prune = std::chrono::steady_clock::now() + std::chrono::minutes(1);
   bool store_down = false;
   for (;;) {
     bool poked = false;
@@ -460,8 +461,33 @@ void Governance::controlLoop() {
       next_flush = now + flush_every;
       (void)flushUsage();
     }
+    if (now >= next_prune) {
+      next_prune = now + std::chrono::hours(1);
+      const auto removed = pruneUsage();
+      if (!removed.ok()) INFERA_LOG(log, warn, "usage retention: {}", removed.status().message());
+      if (removed.ok() && *removed > 0) INFERA_LOG(log, info, "usage retention removed {} rows", *removed);
+    }
   }
   (void)flushUsage();
+}
+
+Result<int64_t> Governance::pruneUsage() {
+  constexpr int64_t kDay = 86'400'000;
+  const int64_t now = nowMs();
+  const int64_t records = config_.usage_retention_days > 0 ? now - config_.usage_retention_days * kDay : 0;
+  const int64_t rollups =
+      config_.usage_rollup_retention_days > 0 ? now - config_.usage_rollup_retention_days * kDay : 0;
+  int64_t total = 0;
+  for (;;) {
+    int64_t removed = 0;
+    {
+      // A step at a time, so usage flushes (which take the same lock) are not held up for long.
+      std::lock_guard<std::mutex> lock(store_mu_);
+      INFERA_ASSIGN_OR_RETURN(removed, control_store_->pruneUsage(records, rollups));
+    }
+    if (removed == 0) return total;
+    total += removed;
+  }
 }
 
 void Governance::recordUsage(int shard, UsageRecord&& r) {

@@ -212,6 +212,9 @@ class Governance {
   void recordUsage(int shard, UsageRecord&& r);
   // Writes buffered records now (tests; shutdown).
   Status flushUsage();
+  // Deletes usage records and roll-ups past their retention (the control thread does it hourly).
+  // Returns the rows removed.
+  Result<int64_t> pruneUsage();
 
   const std::string& keySecret() const { return key_secret_; }
   LocalCounters& localCounters() { return local_; }

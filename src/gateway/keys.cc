@@ -5,6 +5,8 @@
 #include <openssl/hmac.h>
 #include <openssl/rand.h>
 
+#include <map>
+
 #include <nlohmann/json.hpp>
 
 #include "core/clock.h"
@@ -149,12 +151,36 @@ CREATE TABLE IF NOT EXISTS infera_usage (
   ttft_ms DOUBLE PRECISION NOT NULL, status BIGINT NOT NULL, cached BIGINT NOT NULL, stream BIGINT NOT NULL,
   aborted BIGINT NOT NULL, estimated BIGINT NOT NULL, cost_usd DOUBLE PRECISION NOT NULL);
 CREATE INDEX IF NOT EXISTS infera_usage_ts ON infera_usage (ts_ms);
-CREATE INDEX IF NOT EXISTS infera_usage_team_ts ON infera_usage (team, ts_ms);
+CREATE TABLE IF NOT EXISTS infera_usage_minute (
+  minute_ms BIGINT NOT NULL, team TEXT NOT NULL, key_id TEXT NOT NULL, user_id TEXT NOT NULL, model TEXT NOT NULL,
+  deployment TEXT NOT NULL, requests BIGINT NOT NULL, prompt_tokens BIGINT NOT NULL, completion_tokens BIGINT NOT NULL,
+  cached BIGINT NOT NULL, aborted BIGINT NOT NULL, errors BIGINT NOT NULL, cost_usd DOUBLE PRECISION NOT NULL,
+  latency_ms_sum DOUBLE PRECISION NOT NULL,
+  PRIMARY KEY (minute_ms, team, key_id, user_id, model, deployment));
+CREATE INDEX IF NOT EXISTS infera_usage_minute_team ON infera_usage_minute (team, minute_ms);
+DROP INDEX IF EXISTS infera_usage_team_ts;
 CREATE INDEX IF NOT EXISTS infera_keys_team ON infera_keys (team)
 )sql";
   INFERA_RETURN_IF_ERROR(db_->execScript(schema));
   auto r = db_->exec("INSERT INTO infera_meta (k, v) VALUES ('generation', 1) ON CONFLICT (k) DO NOTHING");
-  return r.ok() ? Status::ok() : r.status();
+  if (!r.ok()) return r.status();
+  // Stores written before the per-minute roll-ups existed get them from their raw records, once:
+  // the replica whose insert of the marker lands does it, in the same transaction (on PostgreSQL
+  // the others wait on the marker's row and then find it there).
+  INFERA_RETURN_IF_ERROR(db_->begin());
+  auto mark = db_->exec("INSERT INTO infera_meta (k, v) VALUES ('usage_rollups', 1) ON CONFLICT (k) DO NOTHING");
+  if (mark.ok() && mark->affected == 1) {
+    mark = db_->exec(
+        "INSERT INTO infera_usage_minute SELECT (ts_ms / 60000) * 60000, team, key_id, user_id, model, deployment, "
+        "COUNT(*), SUM(prompt_tokens), SUM(completion_tokens), SUM(cached), SUM(aborted), "
+        "SUM(CASE WHEN status >= 400 THEN 1 ELSE 0 END), SUM(cost_usd), SUM(latency_ms) FROM infera_usage "
+        "GROUP BY (ts_ms / 60000) * 60000, team, key_id, user_id, model, deployment");
+  }
+  if (!mark.ok()) {
+    (void)db_->rollback();
+    return mark.status();
+  }
+  return db_->commit();
 }
 
 Result<int64_t> MetaStore::generation() {
@@ -472,28 +498,76 @@ Result<std::vector<AuditRecord>> MetaStore::audit(int64_t since_ms, int limit) {
   return out;
 }
 
+namespace {
+
+// "INSERT INTO <head> VALUES (?1, ..., ?cols), (...) x rows <tail>"
+std::string multiRowInsert(std::string_view head, size_t cols, size_t rows, std::string_view tail) {
+  std::string sql = "INSERT INTO ";
+  sql += head;
+  sql += " VALUES ";
+  for (size_t i = 0; i < rows; ++i) {
+    if (i) sql += ", ";
+    sql += '(';
+    for (size_t c = 0; c < cols; ++c) {
+      if (c) sql += ", ";
+      sql += '?';
+      sql += std::to_string(i * cols + c + 1);
+    }
+    sql += ')';
+  }
+  sql += tail;
+  return sql;
+}
+
+// A per-minute roll-up row: the sums of one minute's records with the same team, key, user, model
+// and deployment.
+struct RollupId {
+  int64_t minute_ms;
+  std::string_view team, key_id, user, model, deployment;
+  auto operator<=>(const RollupId&) const = default;
+};
+struct RollupSums {
+  int64_t requests = 0, prompt_tokens = 0, completion_tokens = 0, cached = 0, aborted = 0, errors = 0;
+  double cost_usd = 0, latency_ms = 0;
+};
+
+}  // namespace
+
 Status MetaStore::insertUsage(const std::vector<UsageRecord>& batch) {
   if (batch.empty()) return Status::ok();
   constexpr size_t kCols = 18;
+  constexpr size_t kRollupCols = 14;
   constexpr size_t kRowsPerStatement = 50;
+  // Ordered, so that replicas sharing a PostgreSQL store lock roll-up rows in the same order.
+  std::map<RollupId, RollupSums> rollups;
+  for (const UsageRecord& u : batch) {
+    RollupSums& r = rollups[{u.ts_ms - u.ts_ms % 60'000, u.team, u.key_id, u.user, u.model, u.deployment}];
+    ++r.requests;
+    r.prompt_tokens += u.prompt_tokens;
+    r.completion_tokens += u.completion_tokens;
+    r.cached += u.cached ? 1 : 0;
+    r.aborted += u.aborted ? 1 : 0;
+    r.errors += u.status >= 400 ? 1 : 0;
+    r.cost_usd += u.cost_usd;
+    r.latency_ms += u.latency_ms;
+  }
   INFERA_RETURN_IF_ERROR(db_->begin());
+  auto run = [&](const std::string& sql, const std::vector<SqlValue>& params) {
+    auto r = db_->exec(sql, std::span<const SqlValue>(params));
+    if (!r.ok()) (void)db_->rollback();
+    return r.status();
+  };
+  std::vector<SqlValue> params;
   for (size_t start = 0; start < batch.size(); start += kRowsPerStatement) {
     const size_t n = std::min(kRowsPerStatement, batch.size() - start);
-    std::string sql =
-        "INSERT INTO infera_usage (ts_ms, request_id, key_id, team, user_id, model, deployment, region, "
-        "prompt_tokens, completion_tokens, latency_ms, ttft_ms, status, cached, stream, aborted, estimated, cost_usd) "
-        "VALUES ";
-    std::vector<SqlValue> params;
+    const std::string sql = multiRowInsert(
+        "infera_usage (ts_ms, request_id, key_id, team, user_id, model, deployment, region, prompt_tokens, "
+        "completion_tokens, latency_ms, ttft_ms, status, cached, stream, aborted, estimated, cost_usd)",
+        kCols, n, "");
+    params.clear();
     params.reserve(n * kCols);
     for (size_t i = 0; i < n; ++i) {
       const UsageRecord& u = batch[start + i];
-      if (i) sql += ", ";
-      sql += '(';
-      for (size_t c = 0; c < kCols; ++c) {
-        if (c) sql += ", ";
-        sql += '?' + std::to_string(i * kCols + c + 1);
-      }
-      sql += ')';
       params.emplace_back(u.ts_ms);
       params.emplace_back(u.request_id);
       params.emplace_back(u.key_id);
@@ -513,13 +587,65 @@ Status MetaStore::insertUsage(const std::vector<UsageRecord>& batch) {
       params.emplace_back(int64_t{u.estimated ? 1 : 0});
       params.emplace_back(u.cost_usd);
     }
-    auto r = db_->exec(sql, std::span<const SqlValue>(params));
-    if (!r.ok()) {
-      (void)db_->rollback();
-      return r.status();
+    INFERA_RETURN_IF_ERROR(run(sql, params));
+  }
+  for (auto it = rollups.begin(); it != rollups.end();) {
+    const size_t n = std::min<size_t>(kRowsPerStatement, static_cast<size_t>(std::distance(it, rollups.end())));
+    const std::string sql = multiRowInsert(
+        "infera_usage_minute (minute_ms, team, key_id, user_id, model, deployment, requests, prompt_tokens, "
+        "completion_tokens, cached, aborted, errors, cost_usd, latency_ms_sum)",
+        kRollupCols, n,
+        " ON CONFLICT (minute_ms, team, key_id, user_id, model, deployment) DO UPDATE SET "
+        "requests = infera_usage_minute.requests + excluded.requests, "
+        "prompt_tokens = infera_usage_minute.prompt_tokens + excluded.prompt_tokens, "
+        "completion_tokens = infera_usage_minute.completion_tokens + excluded.completion_tokens, "
+        "cached = infera_usage_minute.cached + excluded.cached, "
+        "aborted = infera_usage_minute.aborted + excluded.aborted, "
+        "errors = infera_usage_minute.errors + excluded.errors, "
+        "cost_usd = infera_usage_minute.cost_usd + excluded.cost_usd, "
+        "latency_ms_sum = infera_usage_minute.latency_ms_sum + excluded.latency_ms_sum");
+    params.clear();
+    params.reserve(n * kRollupCols);
+    for (size_t i = 0; i < n; ++i, ++it) {
+      const auto& [id, sum] = *it;
+      params.emplace_back(id.minute_ms);
+      params.emplace_back(std::string(id.team));
+      params.emplace_back(std::string(id.key_id));
+      params.emplace_back(std::string(id.user));
+      params.emplace_back(std::string(id.model));
+      params.emplace_back(std::string(id.deployment));
+      params.emplace_back(sum.requests);
+      params.emplace_back(sum.prompt_tokens);
+      params.emplace_back(sum.completion_tokens);
+      params.emplace_back(sum.cached);
+      params.emplace_back(sum.aborted);
+      params.emplace_back(sum.errors);
+      params.emplace_back(sum.cost_usd);
+      params.emplace_back(sum.latency_ms);
     }
+    INFERA_RETURN_IF_ERROR(run(sql, params));
   }
   return db_->commit();
+}
+
+Result<int64_t> MetaStore::pruneUsage(int64_t records_before_ms, int64_t rollups_before_ms) {
+  // At most an hour of records (a day of roll-ups) per call: each DELETE is short, and the caller
+  // lets the usage writer in between calls.
+  int64_t removed = 0;
+  auto prune = [&](const char* table, const char* column, int64_t before, int64_t span) -> Status {
+    if (before <= 0) return Status::ok();
+    INFERA_ASSIGN_OR_RETURN(SqlResult oldest, db_->exec(std::string("SELECT MIN(") + column + ") FROM " + table));
+    if (oldest.rows.empty() || oldest.isNull(0, 0) || oldest.integer(0, 0) >= before) return Status::ok();
+    const int64_t end = std::min(before, oldest.integer(0, 0) + span);
+    INFERA_ASSIGN_OR_RETURN(
+        SqlResult r,
+        db_->exec(std::string("DELETE FROM ") + table + " WHERE " + column + " < ?1", {SqlValue(end)}));
+    removed += r.affected;
+    return Status::ok();
+  };
+  INFERA_RETURN_IF_ERROR(prune("infera_usage", "ts_ms", records_before_ms, 3'600'000));
+  INFERA_RETURN_IF_ERROR(prune("infera_usage_minute", "minute_ms", rollups_before_ms, 86'400'000));
+  return removed;
 }
 
 Result<std::string> MetaStore::queryUsage(const UsageQuery& q) {
@@ -548,13 +674,16 @@ Result<std::string> MetaStore::queryUsage(const UsageQuery& q) {
     }
     if (!found) return Status::invalidArgument("cannot group usage by '" + g + "' (use team, key, model, user, deployment)");
   }
-  std::string select = bucket ? "(ts_ms / " + std::to_string(bucket) + ") * " + std::to_string(bucket) : "0";
+  // Read from the per-minute roll-ups: a minute counts when it starts in [from rounded down to its
+  // minute, to).
+  std::string select = bucket ? "(minute_ms / " + std::to_string(bucket) + ") * " + std::to_string(bucket) : "0";
   std::string sql = "SELECT " + select + " AS bucket";
   for (const auto& c : cols) sql += ", " + c;
   sql +=
-      ", COUNT(*), SUM(prompt_tokens), SUM(completion_tokens), SUM(cached), SUM(aborted), SUM(cost_usd), "
-      "AVG(latency_ms), SUM(CASE WHEN status >= 400 THEN 1 ELSE 0 END) FROM infera_usage WHERE ts_ms >= ?1 AND ts_ms < ?2";
-  std::vector<SqlValue> params = {SqlValue(q.from_ms),
+      ", SUM(requests), SUM(prompt_tokens), SUM(completion_tokens), SUM(cached), SUM(aborted), SUM(cost_usd), "
+      "SUM(latency_ms_sum), SUM(errors) FROM infera_usage_minute WHERE minute_ms >= ?1 AND minute_ms < ?2";
+  const int64_t from = q.from_ms - ((q.from_ms % 60'000) + 60'000) % 60'000;
+  std::vector<SqlValue> params = {SqlValue(from),
                                   SqlValue(q.to_ms > 0 ? q.to_ms : SystemClock::instance().unixMillis() + 1)};
   auto filter = [&](const std::string& col, const std::string& v) {
     if (v.empty()) return;
@@ -583,7 +712,8 @@ Result<std::string> MetaStore::queryUsage(const UsageQuery& q) {
     row["cached"] = r.integer(i, c++);
     row["aborted"] = r.integer(i, c++);
     row["cost_usd"] = r.real(i, c++);
-    row["avg_latency_ms"] = r.real(i, c++);
+    const int64_t requests = row["requests"].get<int64_t>();
+    row["avg_latency_ms"] = requests > 0 ? r.real(i, c++) / static_cast<double>(requests) : 0.0;
     row["errors"] = r.integer(i, c++);
     rows.push_back(std::move(row));
   }
@@ -593,7 +723,8 @@ Result<std::string> MetaStore::queryUsage(const UsageQuery& q) {
 Result<std::pair<int64_t, double>> MetaStore::teamUsageSince(const std::string& team, int64_t since_ms) {
   INFERA_ASSIGN_OR_RETURN(
       SqlResult r,
-      db_->exec("SELECT SUM(prompt_tokens + completion_tokens), SUM(cost_usd) FROM infera_usage WHERE team = ?1 AND ts_ms >= ?2",
+      db_->exec("SELECT SUM(prompt_tokens + completion_tokens), SUM(cost_usd) FROM infera_usage_minute "
+                "WHERE team = ?1 AND minute_ms >= ?2",
                 {SqlValue(team), SqlValue(since_ms)}));
   if (r.rows.empty()) return std::pair<int64_t, double>{0, 0};
   return std::pair<int64_t, double>{r.integer(0, 0), r.real(0, 1)};

@@ -127,7 +127,13 @@ class MetaStore {
 
   Result<std::vector<AuditRecord>> audit(int64_t since_ms, int limit);
 
+  // Writes the records and adds them to the per-minute roll-ups (infera_usage_minute) in one
+  // transaction: all or nothing.
   Status insertUsage(const std::vector<UsageRecord>& batch);
+  // Deletes records older than records_before_ms and roll-ups of minutes before rollups_before_ms
+  // (0: keep), at most the oldest hour of records and day of roll-ups per call: call it until it
+  // returns 0. Returns the rows removed.
+  Result<int64_t> pruneUsage(int64_t records_before_ms, int64_t rollups_before_ms);
   // JSON rows: [{"bucket_ms":..,"team":..,"model":..,"requests":..,"prompt_tokens":..,...}]
   Result<std::string> queryUsage(const UsageQuery& q);
   // Tokens (and cost) used by a team since a time: for budgets and daily quotas after a restart.

@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <filesystem>
+
 #include <nlohmann/json.hpp>
 
 #include "gateway/governance.h"
@@ -225,9 +227,33 @@ class MetaStoreTest : public ::testing::Test {
     ASSERT_TRUE(s.ok()) << s.status().message();
     store_ = std::move(*s);
   }
+  void TearDown() override {
+    store_.reset();
+    std::filesystem::remove_all(dir_);
+  }
   std::string dir_;
   std::unique_ptr<MetaStore> store_;
 };
+
+// Not inlined: g++ 12 reports a false -Wrestrict on the inlined string assignments.
+[[gnu::noinline]] UsageRecord usageAt(int64_t ts_ms, std::string team, std::string key, int64_t completion, int status = 200) {
+  UsageRecord r;
+  r.ts_ms = ts_ms;
+  r.request_id = std::string("r").append(std::to_string(ts_ms));
+  r.team = std::move(team);
+  r.key_id = std::move(key);
+  r.model = "m";
+  r.prompt_tokens = 10;
+  r.completion_tokens = completion;
+  r.latency_ms = static_cast<double>(completion);
+  r.status = status;
+  return r;
+}
+
+int64_t rowCount(MetaStore& s, const std::string& table) {
+  auto r = s.db().exec("SELECT COUNT(*) FROM " + table);
+  return r.ok() ? r->integer(0, 0) : -1;
+}
 
 TEST_F(MetaStoreTest, EveryChangeBumpsTheGenerationAndIsAudited) {
   const int64_t g0 = *store_->generation();
@@ -305,7 +331,7 @@ TEST_F(MetaStoreTest, UsageRollsUpByMinuteHourAndDay) {
   for (int i = 0; i < 120; ++i) {
     UsageRecord r;
     r.ts_ms = base + i * 30'000;  // one every 30 s for an hour
-    r.request_id = "r" + std::to_string(i);
+    r.request_id = std::string("r").append(std::to_string(i));
     r.team = i % 2 ? "a" : "b";
     r.model = "m";
     r.prompt_tokens = 10;
@@ -338,6 +364,111 @@ TEST_F(MetaStoreTest, UsageRollsUpByMinuteHourAndDay) {
   int64_t expect = 0;
   for (int i = 0; i < 120; i += 2) expect += 10 + i;
   EXPECT_EQ(since->first, expect);
+}
+
+TEST_F(MetaStoreTest, RollupsAddUpAcrossBatchesAndAgreeWithTheRecords) {
+  const int64_t base = 1'800'000'000'000 - (1'800'000'000'000 % 3'600'000);  // on the hour
+  // Three batches; the same minute and key appear in several (the roll-up row is added to).
+  for (int b = 0; b < 3; ++b) {
+    std::vector<UsageRecord> batch;
+    for (int i = 0; i < 50; ++i) {
+      const int64_t ts = base + (b * 50 + i) * 1'000;  // one a second: minutes 0, 1 and 2
+      batch.push_back(usageAt(ts, i % 3 ? "a" : "b", i % 2 ? "k1" : "k2", i, i % 10 == 0 ? 500 : 200));
+    }
+    ASSERT_TRUE(store_->insertUsage(batch).isOk());
+  }
+  EXPECT_EQ(rowCount(*store_, "infera_usage"), 150);
+  EXPECT_LE(rowCount(*store_, "infera_usage_minute"), 3 * 2 * 2);  // minutes x teams x keys
+  // What the queries read (roll-ups) equals the raw records' own sums.
+  auto raw = store_->db().exec(
+      "SELECT team, key_id, COUNT(*), SUM(completion_tokens), SUM(CASE WHEN status >= 400 THEN 1 ELSE 0 END), "
+      "AVG(latency_ms) FROM infera_usage GROUP BY team, key_id ORDER BY team, key_id");
+  ASSERT_TRUE(raw.ok());
+  UsageQuery q;
+  q.granularity = "total";
+  q.group_by = {"team", "key"};
+  q.to_ms = base + 3'600'000;
+  auto rows = nlohmann::json::parse(*store_->queryUsage(q));
+  ASSERT_EQ(rows.size(), raw->rows.size());
+  for (size_t i = 0; i < rows.size(); ++i) {
+    EXPECT_EQ(rows[i]["team"], raw->text(i, 0));
+    EXPECT_EQ(rows[i]["key"], raw->text(i, 1));
+    EXPECT_EQ(rows[i]["requests"], raw->integer(i, 2));
+    EXPECT_EQ(rows[i]["completion_tokens"], raw->integer(i, 3));
+    EXPECT_EQ(rows[i]["errors"], raw->integer(i, 4));
+    EXPECT_NEAR(rows[i]["avg_latency_ms"].get<double>(), raw->real(i, 5), 1e-9);
+  }
+  // A range resolves to whole minutes: from inside minute 1 counts all of minutes 1 and 2.
+  q.group_by.clear();
+  q.from_ms = base + 60'000 + 30'000;
+  q.to_ms = base + 3 * 60'000;
+  auto later = nlohmann::json::parse(*store_->queryUsage(q));
+  ASSERT_EQ(later.size(), 1u);
+  EXPECT_EQ(later[0]["requests"], 90);
+}
+
+TEST_F(MetaStoreTest, AStoreWithoutRollupsGetsThemFromItsRecordsOnce) {
+  // A store as the gateway wrote it before roll-ups: raw records and the old team index only.
+  const std::string path = dir_ + "/old.db";
+  {
+    auto db = store::SqlDb::open("sqlite:" + path);
+    ASSERT_TRUE(db.ok());
+    ASSERT_TRUE((*db)->execScript(R"sql(
+CREATE TABLE infera_meta (k TEXT PRIMARY KEY, v BIGINT NOT NULL);
+INSERT INTO infera_meta (k, v) VALUES ('generation', 7);
+CREATE TABLE infera_usage (
+  ts_ms BIGINT NOT NULL, request_id TEXT NOT NULL, key_id TEXT NOT NULL, team TEXT NOT NULL,
+  user_id TEXT NOT NULL, model TEXT NOT NULL, deployment TEXT NOT NULL, region TEXT NOT NULL,
+  prompt_tokens BIGINT NOT NULL, completion_tokens BIGINT NOT NULL, latency_ms DOUBLE PRECISION NOT NULL,
+  ttft_ms DOUBLE PRECISION NOT NULL, status BIGINT NOT NULL, cached BIGINT NOT NULL, stream BIGINT NOT NULL,
+  aborted BIGINT NOT NULL, estimated BIGINT NOT NULL, cost_usd DOUBLE PRECISION NOT NULL);
+CREATE INDEX infera_usage_team_ts ON infera_usage (team, ts_ms);
+INSERT INTO infera_usage VALUES (60000, 'a', 'k', 't', '', 'm', 'd', 'r', 5, 7, 1.0, 0, 200, 0, 0, 0, 0, 0.5);
+INSERT INTO infera_usage VALUES (61000, 'b', 'k', 't', '', 'm', 'd', 'r', 5, 3, 3.0, 0, 429, 0, 0, 0, 0, 0.25);
+INSERT INTO infera_usage VALUES (180000, 'c', 'k', 't', '', 'm', 'd', 'r', 1, 1, 1.0, 0, 200, 1, 0, 0, 0, 0)
+)sql").isOk());
+  }
+  for (int open = 0; open < 2; ++open) {  // the second open must not add them again
+    auto s = MetaStore::open("sqlite:" + path);
+    ASSERT_TRUE(s.ok()) << s.status().message();
+    EXPECT_EQ(*(*s)->generation(), 7);
+    EXPECT_EQ(rowCount(**s, "infera_usage_minute"), 2);
+    auto since = (*s)->teamUsageSince("t", 0);
+    ASSERT_TRUE(since.ok());
+    EXPECT_EQ(since->first, 5 + 7 + 5 + 3 + 1 + 1);
+    EXPECT_DOUBLE_EQ(since->second, 0.75);
+    auto idx = (*s)->db().exec("SELECT COUNT(*) FROM sqlite_master WHERE name = 'infera_usage_team_ts'");
+    ASSERT_TRUE(idx.ok());
+    EXPECT_EQ(idx->integer(0, 0), 0);  // dropped: the roll-ups serve the per-team reads
+  }
+}
+
+TEST_F(MetaStoreTest, RetentionDeletesOldRecordsAndRollupsAnHourAtATime) {
+  const int64_t day = 86'400'000, now = 1'800'000'000'000;
+  std::vector<UsageRecord> batch;
+  for (int h = 0; h < 72; ++h) batch.push_back(usageAt(now - h * 3'600'000 - 1, "t", "k", 1));  // 3 days, hourly
+  ASSERT_TRUE(store_->insertUsage(batch).isOk());
+  // Records older than a day go (an hour of them per call); roll-ups are kept.
+  int calls = 0;
+  int64_t removed = 0;
+  for (;;) {
+    auto r = store_->pruneUsage(now - day, 0);
+    ASSERT_TRUE(r.ok()) << r.status().message();
+    if (*r == 0) break;
+    removed += *r;
+    ++calls;
+  }
+  EXPECT_EQ(removed, 72 - 24);
+  EXPECT_EQ(calls, 72 - 24);  // one hour of records (here one record) per call
+  EXPECT_EQ(rowCount(*store_, "infera_usage"), 24);
+  EXPECT_EQ(rowCount(*store_, "infera_usage_minute"), 72);
+  // Roll-ups older than two days go too.
+  while (*store_->pruneUsage(0, now - 2 * day) > 0) {
+  }
+  EXPECT_EQ(rowCount(*store_, "infera_usage_minute"), 48);
+  auto since = store_->teamUsageSince("t", 0);
+  ASSERT_TRUE(since.ok());
+  EXPECT_EQ(since->first, 48 * 11);
 }
 
 }  // namespace

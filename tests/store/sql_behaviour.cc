@@ -83,7 +83,7 @@ TEST_P(SqlBehaviourTest, CountsAffectedRowsOfWritesOnly) {
   ASSERT_TRUE(db_->execScript(kSchema).isOk());
   for (int64_t i = 1; i <= 3; ++i) {
     auto r = db_->exec("INSERT INTO items (id, name, score) VALUES (?1, ?2, ?3)",
-                       {i, "n" + std::to_string(i), static_cast<double>(i)});
+                       {i, std::string("n").append(std::to_string(i)), static_cast<double>(i)});
     ASSERT_TRUE(r.ok()) << r.status().toString();
     EXPECT_EQ(r->affected, 1);
   }
@@ -104,7 +104,7 @@ TEST_P(SqlBehaviourTest, AggregatesReadAsNumbers) {
   ASSERT_TRUE(db_->execScript(kSchema).isOk());
   for (int64_t i = 1; i <= 4; ++i) {
     ASSERT_TRUE(db_->exec("INSERT INTO items (id, name, score) VALUES (?1, ?2, ?3)",
-                          {i, "n" + std::to_string(i), static_cast<double>(i) / 2})
+                          {i, std::string("n").append(std::to_string(i)), static_cast<double>(i) / 2})
                     .ok());
   }
   // SUM(BIGINT) is numeric on PostgreSQL and an integer on SQLite: the typed reads agree.
