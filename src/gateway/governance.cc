@@ -1218,22 +1218,23 @@ void GovWorker::finish(GovTicket& t, UsageRecord&& r, const PriceConfig& price) 
                            static_cast<double>(r.completion_tokens) * price.completion_per_1m) /
                               1e6;
   const int64_t cost_micro = static_cast<int64_t>(std::llround(r.cost_usd * 1e6));
-  auto deltas = [&](const std::vector<Charge>& charges) {
-    std::vector<int64_t> d(charges.size(), 0);
+  auto reconcile = [&](const std::vector<Charge>& charges, const Admission& a) {
+    // What each charge over-reserved (negative) or under-reserved; requests count as reserved.
+    std::array<int64_t, 16> small{};
+    std::vector<int64_t> large;
+    std::span<int64_t> d(small.data(), charges.size());
+    if (charges.size() > small.size()) {
+      large.assign(charges.size(), 0);
+      d = large;
+    }
     for (size_t i = 0; i < charges.size(); ++i) {
       if (!charges[i].tokens) continue;
       d[i] = (charges[i].scope == Scope::kBudgetCost ? cost_micro : actual) - charges[i].amount;
     }
-    return d;
+    adjust(charges, d, a);
   };
-  if (t.reserved) {
-    const auto d = deltas(t.charges);
-    adjust(t.charges, d, t.admission);
-  }
-  if (t.dep_reserved) {
-    const auto d = deltas(t.dep_charges);
-    adjust(t.dep_charges, d, t.dep_admission);
-  }
+  if (t.reserved) reconcile(t.charges, t.admission);
+  if (t.dep_reserved) reconcile(t.dep_charges, t.dep_admission);
   r.key_id = t.key ? t.key->rec.id : "";
   r.team = t.team;
   r.user = t.user;
@@ -1262,15 +1263,20 @@ void GovWorker::rateLimitHeaders(const GovTicket& t, std::vector<net::HttpHeader
     int& slot = c.tokens ? tok : req;
     if (slot < 0 || a.remaining[i] < a.remaining[static_cast<size_t>(slot)]) slot = static_cast<int>(i);
   }
-  auto emit = [&](int idx, const char* what) {
+  // Names per kind (0 requests, 1 tokens): limit, remaining, reset.
+  static const std::string kNames[2][3] = {
+      {"x-ratelimit-limit-requests", "x-ratelimit-remaining-requests", "x-ratelimit-reset-requests"},
+      {"x-ratelimit-limit-tokens", "x-ratelimit-remaining-tokens", "x-ratelimit-reset-tokens"}};
+  out.reserve(out.size() + 9);
+  auto emit = [&](int idx, int kind) {
     if (idx < 0) return;
     const Charge& c = t.charges[static_cast<size_t>(idx)];
     const bool refused = a.refused == idx;
     const int64_t remaining = refused ? std::max<int64_t>(0, c.limit - a.used) : a.remaining[static_cast<size_t>(idx)];
     const int64_t reset = refused ? a.retry_after_ms : a.reset_ms[static_cast<size_t>(idx)];
-    out.push_back({std::string("x-ratelimit-limit-") + what, std::to_string(c.limit)});
-    out.push_back({std::string("x-ratelimit-remaining-") + what, std::to_string(remaining)});
-    out.push_back({std::string("x-ratelimit-reset-") + what, formatResetDuration(reset)});
+    out.push_back({kNames[kind][0], std::to_string(c.limit)});
+    out.push_back({kNames[kind][1], std::to_string(remaining)});
+    out.push_back({kNames[kind][2], formatResetDuration(reset)});
   };
   // On a refusal only the refused counter is reported (the others were not reserved).
   if (a.refused >= 0) {
@@ -1280,8 +1286,8 @@ void GovWorker::rateLimitHeaders(const GovTicket& t, std::vector<net::HttpHeader
       (t.charges[static_cast<size_t>(a.refused)].tokens ? tok : req) = a.refused;
     }
   }
-  emit(req, "requests");
-  emit(tok, "tokens");
+  emit(req, 0);
+  emit(tok, 1);
   if (a.refused >= 0) {
     const int64_t secs = std::max<int64_t>(1, (a.retry_after_ms + 999) / 1000);
     out.push_back({"retry-after", std::to_string(secs)});

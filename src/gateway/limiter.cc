@@ -61,16 +61,51 @@ LocalCounters::Counter& LocalCounters::Shard::get(std::string_view key) {
   return counters.emplace(std::string(key), Counter{}).first->second;
 }
 
+void LocalCounters::Counter::advance(int64_t now) {
+  if (now <= latest) return;
+  if (now - latest >= 60) {
+    latest = now;
+    sum = 0;
+    for (size_t i = 0; i < 60; ++i) {
+      if (live(sec[i])) sum += val[i];
+    }
+    return;
+  }
+  // Seconds latest-59 .. now-60 leave the window.
+  for (int64_t t = latest - 59; t <= now - 60; ++t) {
+    const size_t slot = static_cast<size_t>(t % 60);
+    if (sec[slot] == t) sum -= val[slot];
+  }
+  latest = now;
+}
+
+void LocalCounters::Counter::add(int64_t s, int64_t amount) {
+  const size_t slot = static_cast<size_t>(s % 60);
+  if (sec[slot] != s) {
+    if (live(sec[slot])) sum -= val[slot];
+    sec[slot] = s;
+    val[slot] = 0;
+  }
+  // Amounts never go below zero (a refund larger than what the second holds stops at zero).
+  const int64_t next = std::max<int64_t>(0, val[slot] + amount);
+  if (live(s)) sum += next - val[slot];
+  val[slot] = next;
+}
+
+int64_t LocalCounters::Counter::oldestLive() const {
+  for (int64_t t = latest - 59; t < latest; ++t) {
+    const size_t slot = static_cast<size_t>(t % 60);
+    if (sec[slot] == t && val[slot] != 0) return t;
+  }
+  return latest;
+}
+
 int64_t LocalCounters::usedLocked(Counter& c, Window w, int64_t now_ms) {
   if (w != Window::kMinute) {
     return c.period == periodId(w, now_ms) ? c.period_used : 0;
   }
-  const int64_t now = now_ms / 1000;
-  int64_t u = 0;
-  for (size_t i = 0; i < 60; ++i) {
-    if (c.sec[i] > now - 60 && c.sec[i] <= now) u += c.val[i];
-  }
-  return u;
+  c.advance(now_ms / 1000);
+  return c.sum;
 }
 
 int64_t LocalCounters::used(const Charge& ch, int64_t now_ms) {
@@ -103,7 +138,7 @@ Admission LocalCounters::reserve(std::span<const Charge> charges, int64_t now_ms
       } else {
         std::vector<std::pair<int64_t, int64_t>> live;
         for (size_t i = 0; i < 60; ++i) {
-          if (c.sec[i] > now - 60 && c.sec[i] <= now && c.val[i] != 0) live.emplace_back(c.sec[i], c.val[i]);
+          if (c.live(c.sec[i]) && c.val[i] != 0) live.emplace_back(c.sec[i], c.val[i]);
         }
         std::sort(live.begin(), live.end());
         int64_t freed = 0;
@@ -119,17 +154,8 @@ Admission LocalCounters::reserve(std::span<const Charge> charges, int64_t now_ms
       break;
     }
     if (ch.window == Window::kMinute) {
-      const size_t slot = static_cast<size_t>(now % 60);
-      if (c.sec[slot] != now) {
-        c.sec[slot] = now;
-        c.val[slot] = 0;
-      }
-      c.val[slot] += ch.amount;
-      int64_t oldest = now;
-      for (size_t i = 0; i < 60; ++i) {
-        if (c.sec[i] > now - 60 && c.sec[i] < oldest && c.val[i] != 0) oldest = c.sec[i];
-      }
-      a.reset_ms[done] = (oldest + 60) * 1000 - now_ms;
+      c.add(now, ch.amount);
+      a.reset_ms[done] = (std::min(now, c.oldestLive()) + 60) * 1000 - now_ms;
     } else {
       const int64_t p = periodId(ch.window, now_ms);
       if (c.period != p) {
@@ -163,16 +189,12 @@ void LocalCounters::adjust(std::span<const Charge> charges, std::span<const int6
     std::lock_guard<std::mutex> lock(s.mu);
     Counter& c = s.get(ch.counter);
     if (ch.window == Window::kMinute) {
+      c.advance(now);
       const size_t slot = static_cast<size_t>(stamp % 60);
       if (c.sec[slot] == stamp) {
-        c.val[slot] = std::max<int64_t>(0, c.val[slot] + delta[i]);
+        c.add(stamp, delta[i]);
       } else if (delta[i] > 0) {
-        const size_t cur = static_cast<size_t>(now % 60);
-        if (c.sec[cur] != now) {
-          c.sec[cur] = now;
-          c.val[cur] = 0;
-        }
-        c.val[cur] += delta[i];
+        c.add(now, delta[i]);
       }
     } else if (c.period == periodId(ch.window, stamp_ms)) {
       c.period_used = std::max<int64_t>(0, c.period_used + delta[i]);

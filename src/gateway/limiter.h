@@ -69,11 +69,19 @@ class LocalCounters {
   int64_t used(const Charge& c, int64_t now_ms);
 
  private:
+  // A minute counter's live seconds are (latest - 60, latest]; `sum` is their total, kept as
+  // amounts come and go so that a reservation reads it without scanning the 60 slots.
   struct Counter {
     std::array<int64_t, 60> sec{};  // second held by each slot
     std::array<int64_t, 60> val{};
+    int64_t latest = 0;
+    int64_t sum = 0;
     int64_t period = 0;
     int64_t period_used = 0;
+    bool live(int64_t s) const { return s > latest - 60 && s <= latest; }
+    void advance(int64_t now);         // moves `latest` up to now, dropping what left the window
+    void add(int64_t s, int64_t amount);  // into second s's slot (restarted if it held another second)
+    int64_t oldestLive() const;       // oldest live second holding something (latest if none)
   };
   static int64_t usedLocked(Counter& c, Window w, int64_t now_ms);
   struct Shard {

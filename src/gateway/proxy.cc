@@ -538,7 +538,8 @@ Task<void> ProxyHandler::forward(Exchange& x, const std::vector<uint32_t>& candi
     if (x.capture) x.resp_content_type = std::string(content_type);
     std::span<const HttpHeader> relayed = h.headers;
     std::vector<HttpHeader> own_limits_only;
-    if (x.ticket && !x.extra.empty()) {
+    auto backend_limit = [](const HttpHeader& hh) { return hh.name.starts_with("x-ratelimit-"); };
+    if (x.ticket && !x.extra.empty() && std::any_of(h.headers.begin(), h.headers.end(), backend_limit)) {
       // The gateway's x-ratelimit-* describe the caller's limits; the backend's would contradict them.
       for (const auto& hh : h.headers) {
         if (!hh.name.starts_with("x-ratelimit-")) own_limits_only.push_back(hh);

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 
 #include <filesystem>
+#include <random>
 
 #include <nlohmann/json.hpp>
 
@@ -99,6 +100,37 @@ TEST(LocalCounters, AdjustReturnsWhatWasNotUsed) {
   c.adjust(std::span<const Charge>(&ch, 1), std::span<const int64_t>(&delta, 1), a.stamp_ms, t0 + 5'000);
   EXPECT_EQ(c.used(ch, t0 + 5'000), 10);
   EXPECT_TRUE(c.reserve(std::span<const Charge>(&ch, 1), t0 + 5'000).admitted);
+}
+
+TEST(LocalCounters, RunningMinuteTotalsMatchARecountUnderRandomTraffic) {
+  // The counter keeps its 60 s total as amounts come and go; here every read is checked against a
+  // recount of what the test itself reserved and refunded, over random steps (many within a
+  // second, some of several seconds, a few jumps past the whole window).
+  LocalCounters c;
+  std::mt19937_64 rng(7);
+  const Charge ch = minuteCharge(int64_t{1} << 40, 0);
+  std::vector<std::pair<int64_t, int64_t>> book;  // (second, amount) as the test did them
+  int64_t now_ms = 1'800'000'000'000;
+  for (int i = 0; i < 20'000; ++i) {
+    const int r = static_cast<int>(rng() % 1000);
+    now_ms += r < 900 ? static_cast<int64_t>(rng() % 50) : r < 995 ? static_cast<int64_t>(rng() % 5'000) : 70'000;
+    Charge one = ch;
+    one.amount = 1 + static_cast<int64_t>(rng() % 100);
+    const Admission a = c.reserve(std::span<const Charge>(&one, 1), now_ms);
+    ASSERT_TRUE(a.admitted);
+    book.emplace_back(now_ms / 1000, one.amount);
+    if (rng() % 2) {  // refund part of a recent reservation (still in its slot)
+      const int64_t back = -static_cast<int64_t>(rng() % static_cast<uint64_t>(one.amount + 1));
+      c.adjust(std::span<const Charge>(&one, 1), std::span<const int64_t>(&back, 1), a.stamp_ms, now_ms);
+      book.emplace_back(now_ms / 1000, back);
+    }
+    int64_t expect = 0;
+    for (const auto& [sec, amount] : book) {
+      if (sec > now_ms / 1000 - 60) expect += amount;
+    }
+    ASSERT_EQ(c.used(ch, now_ms), expect) << "step " << i;
+    while (!book.empty() && book.front().first <= now_ms / 1000 - 60) book.erase(book.begin());
+  }
 }
 
 TEST(LocalCounters, DailyPeriodsResetAtUtcMidnightAndShareScalesLimits) {
