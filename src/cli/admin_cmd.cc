@@ -114,6 +114,24 @@ void printTeam(const json& t) {
               joined(t["models"]).c_str());
 }
 
+void printUser(const json& u) {
+  std::string budget = "-";
+  if (u.value("budget_tokens", int64_t{0}) > 0) {
+    budget = std::to_string(u.value("budget_tokens", int64_t{0})) + " tok";
+  } else if (u.value("budget_usd", 0.0) > 0) {
+    char buf[64];
+    std::snprintf(buf, sizeof(buf), "$%.2f", u.value("budget_usd", 0.0));
+    budget = buf;
+  }
+  std::printf("%-16s %-20s %-10s %-10s %-12s %-16s %s\n", u.value("team", "").c_str(), u.value("name", "").c_str(),
+              limitText(u, "rpm").c_str(), limitText(u, "tpm").c_str(), limitText(u, "daily_tokens").c_str(),
+              budget.c_str(), joined(u["models"]).c_str());
+}
+
+void printUserHeader() {
+  std::printf("%-16s %-20s %-10s %-10s %-12s %-16s %s\n", "TEAM", "USER", "RPM", "TPM", "DAILY", "BUDGET", "MODELS");
+}
+
 void printTeamHeader() {
   std::printf("%-16s %-10s %-10s %-12s %-22s %s\n", "TEAM", "RPM", "TPM", "DAILY", "BUDGET", "MODELS");
 }
@@ -208,6 +226,70 @@ void registerAdminCommands(CLI::App& app) {
   tdelete->callback([opts, team_name] {
     const json j = call(*opts, "DELETE", "/admin/teams/" + urlEncode(*team_name));
     output(*opts, j, [&] { std::printf("deleted team %s\n", team_name->c_str()); });
+  });
+
+  // ---- users ----
+  auto* users = app.add_subcommand("users", "Users inside a team: their own limits, quotas, budgets, models");
+  users->require_subcommand(1);
+  auto user_body = std::make_shared<json>(json::object());
+  auto user_fields = [user_body](CLI::App* c) {
+    c->add_option_function<std::string>("--models", [user_body](const std::string& v) { (*user_body)["models"] = v; },
+                                        "Model patterns, within the team's (comma-separated, '*' wildcard)");
+    for (const char* f : {"rpm", "tpm", "daily-tokens", "budget-tokens"}) {
+      std::string key = f;
+      for (auto& ch : key) ch = ch == '-' ? '_' : ch;
+      c->add_option_function<int64_t>(std::string("--") + f, [user_body, key](const int64_t& v) { (*user_body)[key] = v; },
+                                      "Limit (0 = the team's per-user default, or none)");
+    }
+    c->add_option_function<double>("--budget-usd", [user_body](const double& v) { (*user_body)["budget_usd"] = v; },
+                                   "Cost budget per the team's budget period");
+  };
+  auto user_team = std::make_shared<std::string>();
+  auto user_name = std::make_shared<std::string>();
+  auto userPath = [user_team, user_name] { return "/admin/users/" + urlEncode(*user_team) + "/" + urlEncode(*user_name); };
+  auto* ucreate = users->add_subcommand("create", "Give a user of a team its own limits");
+  ucreate->add_option("--team", *user_team, "Team")->required();
+  ucreate->add_option("name", *user_name, "User (as the key sends it in x-infera-user)")->required();
+  user_fields(ucreate);
+  common(ucreate);
+  ucreate->callback([opts, user_body, user_team, user_name] {
+    (*user_body)["team"] = *user_team;
+    (*user_body)["name"] = *user_name;
+    const json u = call(*opts, "POST", "/admin/users", *user_body);
+    output(*opts, u, [&] {
+      printUserHeader();
+      printUser(u);
+    });
+  });
+  auto* uupdate = users->add_subcommand("update", "Change a user's limits or models");
+  uupdate->add_option("--team", *user_team, "Team")->required();
+  uupdate->add_option("name", *user_name, "User")->required();
+  user_fields(uupdate);
+  common(uupdate);
+  uupdate->callback([opts, user_body, userPath] {
+    const json u = call(*opts, "PATCH", userPath(), *user_body);
+    output(*opts, u, [&] {
+      printUserHeader();
+      printUser(u);
+    });
+  });
+  auto* ulist = users->add_subcommand("list", "List users with their own limits");
+  ulist->add_option("--team", *user_team, "Only this team");
+  common(ulist);
+  ulist->callback([opts, user_team] {
+    const json j = call(*opts, "GET", "/admin/users" + (user_team->empty() ? "" : "?team=" + urlEncode(*user_team)));
+    output(*opts, j, [&] {
+      printUserHeader();
+      for (const auto& u : j["users"]) printUser(u);
+    });
+  });
+  auto* udelete = users->add_subcommand("delete", "Remove a user's own limits (back to the team's defaults)");
+  udelete->add_option("--team", *user_team, "Team")->required();
+  udelete->add_option("name", *user_name, "User")->required();
+  common(udelete);
+  udelete->callback([opts, userPath, user_team, user_name] {
+    const json j = call(*opts, "DELETE", userPath());
+    output(*opts, j, [&] { std::printf("deleted user %s of team %s\n", user_name->c_str(), user_team->c_str()); });
   });
 
   // ---- keys ----

@@ -125,6 +125,19 @@ json teamToJson(const TeamRecord& t) {
           {"updated_ms", t.updated_ms}};
 }
 
+json userToJson(const UserRecord& u) {
+  return {{"team", u.team},
+          {"name", u.name},
+          {"models", u.models},
+          {"rpm", u.rpm},
+          {"tpm", u.tpm},
+          {"daily_tokens", u.daily_tokens},
+          {"budget_tokens", u.budget_tokens},
+          {"budget_usd", u.budget_usd},
+          {"created_ms", u.created_ms},
+          {"updated_ms", u.updated_ms}};
+}
+
 json keyToJson(const KeyRecord& k) {
   // Never the secret, salt or hash.
   const int64_t now = nowMs();
@@ -199,6 +212,28 @@ Status readTeam(const json& j, TeamRecord& t, bool create) {
   if (t.budget_period != "day" && t.budget_period != "month") {
     return Status::invalidArgument("budget_period must be 'day' or 'month'");
   }
+  return Status::ok();
+}
+
+Status readUser(const json& j, UserRecord& u, bool create) {
+  BodyReader r{j, {}};
+  if (create && !r.get("team", u.team)) return Status::invalidArgument("field 'team' is required");
+  if (create && !r.get("name", u.name)) return Status::invalidArgument("field 'name' is required");
+  if (create && (u.name.empty() || u.name.size() > 128 || u.name.find_first_of("\n/") != std::string::npos)) {
+    return Status::invalidArgument("user name must be 1-128 characters without slashes or newlines");
+  }
+  r.models(u.models);
+  r.get("rpm", u.rpm);
+  r.get("tpm", u.tpm);
+  r.get("daily_tokens", u.daily_tokens);
+  r.get("budget_tokens", u.budget_tokens);
+  r.get("budget_usd", u.budget_usd);
+  if (!r.error.empty()) return Status::invalidArgument(r.error);
+  INFERA_RETURN_IF_ERROR(checkNonNegative("rpm", u.rpm));
+  INFERA_RETURN_IF_ERROR(checkNonNegative("tpm", u.tpm));
+  INFERA_RETURN_IF_ERROR(checkNonNegative("daily_tokens", u.daily_tokens));
+  INFERA_RETURN_IF_ERROR(checkNonNegative("budget_tokens", u.budget_tokens));
+  if (u.budget_usd < 0) return Status::invalidArgument("budget_usd must be >= 0");
   return Status::ok();
 }
 
@@ -385,7 +420,8 @@ Status Governance::sync(bool force) {
   if (!force && gen == generation_) return Status::ok();
   INFERA_ASSIGN_OR_RETURN(auto teams, control_store_->teams());
   INFERA_ASSIGN_OR_RETURN(auto keys, control_store_->keys());
-  auto snap = buildSnapshot(gen, std::move(teams), std::move(keys));
+  INFERA_ASSIGN_OR_RETURN(auto users, control_store_->users());
+  auto snap = buildSnapshot(gen, std::move(teams), std::move(keys), std::move(users));
   generation_ = gen;
   seedQuotas(*snap);
   {
@@ -404,32 +440,39 @@ void Governance::seedQuotas(const GovSnapshot& s) {
   // or a budget (Redis keeps its own counters).
   if (!config_.redis.empty()) return;
   const int64_t now = nowMs();
+  auto periodStart = [&](Window w) {
+    if (w == Window::kDay) return periodEndMs(w, now) - 86'400'000;
+    const time_t secs = static_cast<time_t>(now / 1000);
+    struct tm tm {};
+    gmtime_r(&secs, &tm);
+    tm.tm_mday = 1;
+    tm.tm_hour = tm.tm_min = tm.tm_sec = 0;
+    return static_cast<int64_t>(timegm(&tm)) * 1000;
+  };
+  // Seeds counter `name` (as the snapshot names it) with the tokens, or the cost in micro-USD, that
+  // `team` (or one user of it) used since the period began.
+  auto seed = [&](const std::string& name, Window w, bool cost, const std::string& team, const std::string* user) {
+    const int64_t since = periodStart(w);
+    auto used = user ? control_store_->userUsageSince(team, *user, since) : control_store_->teamUsageSince(team, since);
+    if (!used.ok()) return;
+    Charge c;
+    c.counter = name;
+    c.window = w;
+    local_.seed(c, cost ? static_cast<int64_t>(used->second * 1e6) : used->first, now);
+  };
   for (const auto& t : s.teams) {
     const TeamRecord& r = t->rec;
-    auto seedOne = [&](Window w, Scope scope, const std::string& suffix, bool cost) {
-      const int64_t start = periodEndMs(w, now) - (w == Window::kDay ? 86'400'000 : 0);
-      int64_t since = start;
-      if (w == Window::kMonth) {
-        const time_t secs = static_cast<time_t>(now / 1000);
-        struct tm tm {};
-        gmtime_r(&secs, &tm);
-        tm.tm_mday = 1;
-        tm.tm_hour = tm.tm_min = tm.tm_sec = 0;
-        since = static_cast<int64_t>(timegm(&tm)) * 1000;
-      }
-      auto used = control_store_->teamUsageSince(r.name, since);
-      if (!used.ok()) return;
-      const std::string name = "t:" + r.name + ":" + suffix;  // as TeamInfo names it
-      Charge c;
-      c.counter = name;
-      c.window = w;
-      c.scope = scope;
-      local_.seed(c, cost ? static_cast<int64_t>(used->second * 1e6) : used->first, now);
-    };
-    if (r.daily_tokens > 0) seedOne(Window::kDay, Scope::kDaily, "d", false);
     const Window bw = r.budget_period == "day" ? Window::kDay : Window::kMonth;
-    if (r.budget_tokens > 0) seedOne(bw, Scope::kBudgetTokens, "bt", false);
-    if (r.budget_usd > 0) seedOne(bw, Scope::kBudgetCost, "bc", true);
+    if (r.daily_tokens > 0) seed(t->c_day, Window::kDay, false, r.name, nullptr);
+    if (r.budget_tokens > 0) seed(t->c_budget_tokens, bw, false, r.name, nullptr);
+    if (r.budget_usd > 0) seed(t->c_budget_cost, bw, true, r.name, nullptr);
+  }
+  for (const auto& u : s.users) {
+    const UserRecord& r = u->rec;
+    const Window bw = u->team->rec.budget_period == "day" ? Window::kDay : Window::kMonth;
+    if (r.daily_tokens > 0) seed(u->c_day, Window::kDay, false, r.team, &r.name);
+    if (r.budget_tokens > 0) seed(u->c_budget_tokens, bw, false, r.team, &r.name);
+    if (r.budget_usd > 0) seed(u->c_budget_cost, bw, true, r.team, &r.name);
   }
 }
 
@@ -529,8 +572,8 @@ Status Governance::flushUsage() {
 }
 
 bool Governance::isGovernancePath(std::string_view path) {
-  return path.starts_with("/admin/teams") || path.starts_with("/admin/keys") || path.starts_with("/admin/usage") ||
-         path.starts_with("/admin/audit");
+  return path.starts_with("/admin/teams") || path.starts_with("/admin/keys") || path.starts_with("/admin/users") ||
+         path.starts_with("/admin/usage") || path.starts_with("/admin/audit");
 }
 
 AdminReply Governance::admin(std::string_view method, std::string_view target, std::string_view body,
@@ -617,6 +660,47 @@ AdminReply Governance::adminLocked(std::string_view method, std::string_view tar
       if (method == "DELETE") {
         if (Status s = st.deleteTeam(id, actor); !s.isOk()) return statusReply(s);
         return {200, json{{"deleted", id}}.dump()};
+      }
+    }
+    return errorReply(405, "unsupported method for " + std::string(path), "method_not_allowed");
+  }
+  if (res == "users") {
+    // /admin/users[?team=T] (GET list, POST create), /admin/users/<team>/<name> (GET, PATCH, DELETE).
+    if (id.empty() && method == "GET") {
+      const auto it = query.find("team");
+      auto users = st.users(it == query.end() ? "" : it->second);
+      if (!users.ok()) return statusReply(users.status());
+      json arr = json::array();
+      for (const auto& u : *users) arr.push_back(userToJson(u));
+      return {200, json{{"users", arr}}.dump()};
+    }
+    if (id.empty() && method == "POST") {
+      json j;
+      if (auto e = parseBody(j)) return *e;
+      UserRecord u;
+      if (Status s = readUser(j, u, true); !s.isOk()) return statusReply(s);
+      if (Status s = st.createUser(u, actor); !s.isOk()) return statusReply(s);
+      auto created = st.user(u.team, u.name);
+      return {201, userToJson(created.ok() && *created ? **created : u).dump()};
+    }
+    if (!id.empty() && !verb.empty()) {
+      const std::string name = urlDecode(verb);
+      auto cur = st.user(id, name);
+      if (!cur.ok()) return statusReply(cur.status());
+      if (!*cur) return errorReply(404, "no user '" + name + "' in team '" + id + "'", "not_found");
+      if (method == "GET") return {200, userToJson(**cur).dump()};
+      if (method == "PATCH") {
+        json j;
+        if (auto e = parseBody(j)) return *e;
+        UserRecord u = **cur;
+        if (Status s = readUser(j, u, false); !s.isOk()) return statusReply(s);
+        if (Status s = st.updateUser(u, actor); !s.isOk()) return statusReply(s);
+        auto updated = st.user(id, name);
+        return {200, userToJson(updated.ok() && *updated ? **updated : u).dump()};
+      }
+      if (method == "DELETE") {
+        if (Status s = st.deleteUser(id, name, actor); !s.isOk()) return statusReply(s);
+        return {200, json{{"deleted", id + "/" + name}}.dump()};
       }
     }
     return errorReply(405, "unsupported method for " + std::string(path), "method_not_allowed");
@@ -870,6 +954,10 @@ std::optional<GovError> GovWorker::authenticate(std::string_view authorization, 
                       "user_header_not_allowed"};
     }
     t.user = std::string(user_header.substr(0, 128));
+    if (snapshot_) {
+      const auto it = snapshot_->by_user.find(userMapKey(t.team, t.user));
+      if (it != snapshot_->by_user.end()) t.user_info = it->second;
+    }
   }
   return std::nullopt;
 }
@@ -883,7 +971,8 @@ bool GovWorker::allowed(const GovTicket& t, std::string_view requested, std::str
     }
     return false;
   };
-  return matchAny(t.key->team->rec.models) && matchAny(t.key->rec.models);
+  return matchAny(t.key->team->rec.models) && matchAny(t.key->rec.models) &&
+         (!t.user_info || matchAny(t.user_info->rec.models));
 }
 
 GovError GovWorker::refusal(const GovTicket& t, std::span<const Charge> charges, const Admission& a) const {
@@ -903,14 +992,19 @@ GovError GovWorker::refusal(const GovTicket& t, std::span<const Charge> charges,
   }
   char wait[32];
   std::snprintf(wait, sizeof(wait), "%.3gs", static_cast<double>(a.retry_after_ms) / 1000.0);
-  if (c.scope == Scope::kBudgetTokens || c.scope == Scope::kBudgetCost || c.scope == Scope::kDaily) {
-    const bool cost = c.scope == Scope::kBudgetCost;
-    const std::string unit = cost ? " micro-USD" : " tokens";
+  if (isQuotaScope(c.scope)) {
+    const bool user = c.scope == Scope::kUserDaily || c.scope == Scope::kUserBudgetTokens ||
+                      c.scope == Scope::kUserBudgetCost;
+    const bool daily = c.scope == Scope::kDaily || c.scope == Scope::kUserDaily;
+    const std::string unit = isCostScope(c.scope) ? " micro-USD" : " tokens";
+    std::string what = std::string(scopeName(c.scope));
+    if (user) what.erase(0, 5);  // "user daily quota" -> "daily quota"
     return GovError{429,
-                    "Team '" + t.team + "' is over its " + std::string(scopeName(c.scope)) + ": limit " +
-                        std::to_string(c.limit) + unit + ", used " + std::to_string(a.used) + ", this request needs up to " +
-                        std::to_string(c.amount) + ". It resets in " + formatResetDuration(a.retry_after_ms) + ".",
-                    "insufficient_quota", c.scope == Scope::kDaily ? "daily_quota_exceeded" : "budget_exceeded"};
+                    (user ? "User '" + t.user + "' of team '" + t.team + "'" : "Team '" + t.team + "'") +
+                        " is over its " + what + ": limit " + std::to_string(c.limit) + unit + ", used " +
+                        std::to_string(a.used) + ", this request needs up to " + std::to_string(c.amount) +
+                        ". It resets in " + formatResetDuration(a.retry_after_ms) + ".",
+                    "insufficient_quota", daily ? "daily_quota_exceeded" : "budget_exceeded"};
   }
   const std::string what = c.tokens ? "tokens per min (TPM)" : "requests per min (RPM)";
   std::string msg = "Rate limit reached for " + who + " on " + what + ": Limit " + std::to_string(c.limit) + ", Used " +
@@ -1159,14 +1253,24 @@ void GovWorker::buildCharges(GovTicket& t, const Route& route, const PriceConfig
     add(tm.c_req, Window::kMinute, Scope::kTeam, false, tm.rec.rpm, 1);
     add(tm.c_tok, Window::kMinute, Scope::kTeam, true, tm.rec.tpm, t.reserved_tokens);
     add(tm.c_day, Window::kDay, Scope::kDaily, true, tm.rec.daily_tokens, t.reserved_tokens);
-    if (!t.user.empty() && (tm.rec.user_rpm > 0 || tm.rec.user_tpm > 0)) {
-      // Each user of the team has the team's per-user limits (counter names owned by the ticket).
-      t.user_req = tm.c_req + ":u:" + t.user;
-      t.user_tok = tm.c_tok + ":u:" + t.user;
+    const Window bw = tm.rec.budget_period == "day" ? Window::kDay : Window::kMonth;
+    if (const UserInfo* u = t.user_info) {
+      // A user with a record: its own limits (the team's per-user ones where it sets none),
+      // daily quota and budgets.
+      add(u->c_req, Window::kMinute, Scope::kUser, false, u->rec.rpm > 0 ? u->rec.rpm : tm.rec.user_rpm, 1);
+      add(u->c_tok, Window::kMinute, Scope::kUser, true, u->rec.tpm > 0 ? u->rec.tpm : tm.rec.user_tpm,
+          t.reserved_tokens);
+      add(u->c_day, Window::kDay, Scope::kUserDaily, true, u->rec.daily_tokens, t.reserved_tokens);
+      add(u->c_budget_tokens, bw, Scope::kUserBudgetTokens, true, u->rec.budget_tokens, t.reserved_tokens);
+      add(u->c_budget_cost, bw, Scope::kUserBudgetCost, true, static_cast<int64_t>(u->rec.budget_usd * 1e6),
+          t.reserved_cost);
+    } else if (!t.user.empty() && (tm.rec.user_rpm > 0 || tm.rec.user_tpm > 0)) {
+      // Any other user of the team has the team's per-user limits (counter names owned by the ticket).
+      t.user_req = userCounter(tm.c_req, t.user);
+      t.user_tok = userCounter(tm.c_tok, t.user);
       add(t.user_req, Window::kMinute, Scope::kUser, false, tm.rec.user_rpm, 1);
       add(t.user_tok, Window::kMinute, Scope::kUser, true, tm.rec.user_tpm, t.reserved_tokens);
     }
-    const Window bw = tm.rec.budget_period == "day" ? Window::kDay : Window::kMonth;
     add(tm.c_budget_tokens, bw, Scope::kBudgetTokens, true, tm.rec.budget_tokens, t.reserved_tokens);
     add(tm.c_budget_cost, bw, Scope::kBudgetCost, true, static_cast<int64_t>(tm.rec.budget_usd * 1e6),
         t.reserved_cost);
@@ -1229,7 +1333,7 @@ void GovWorker::finish(GovTicket& t, UsageRecord&& r, const PriceConfig& price) 
     }
     for (size_t i = 0; i < charges.size(); ++i) {
       if (!charges[i].tokens) continue;
-      d[i] = (charges[i].scope == Scope::kBudgetCost ? cost_micro : actual) - charges[i].amount;
+      d[i] = (isCostScope(charges[i].scope) ? cost_micro : actual) - charges[i].amount;
     }
     adjust(charges, d, a);
   };

@@ -41,7 +41,8 @@ struct GovTicket {
   const KeyInfo* key = nullptr;                 // null: anonymous (require_keys: false)
   std::string team = "anonymous";
   std::string user;
-  std::string user_req, user_tok;  // the user's counter names (the charges point into them)
+  const UserInfo* user_info = nullptr;  // the user's record, if it has one
+  std::string user_req, user_tok;  // counter names of a user without a record (the charges point into them)
   int64_t est_prompt = 0;
   int64_t max_completion = 0;
   int64_t reserved_tokens = 0;

@@ -141,6 +141,10 @@ CREATE TABLE IF NOT EXISTS infera_keys (
   id TEXT PRIMARY KEY, team TEXT NOT NULL, name TEXT NOT NULL, salt TEXT NOT NULL, hash TEXT NOT NULL,
   models TEXT NOT NULL, rpm BIGINT NOT NULL, tpm BIGINT NOT NULL, allow_user BIGINT NOT NULL,
   created_ms BIGINT NOT NULL, expires_ms BIGINT NOT NULL, revoked_ms BIGINT NOT NULL, rotated_from TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS infera_users (
+  team TEXT NOT NULL, name TEXT NOT NULL, models TEXT NOT NULL, rpm BIGINT NOT NULL, tpm BIGINT NOT NULL,
+  daily_tokens BIGINT NOT NULL, budget_tokens BIGINT NOT NULL, budget_usd DOUBLE PRECISION NOT NULL,
+  created_ms BIGINT NOT NULL, updated_ms BIGINT NOT NULL, PRIMARY KEY (team, name));
 CREATE TABLE IF NOT EXISTS infera_audit (
   ts_ms BIGINT NOT NULL, seq BIGINT NOT NULL, actor TEXT NOT NULL, action TEXT NOT NULL, target TEXT NOT NULL,
   detail TEXT NOT NULL);
@@ -220,6 +224,62 @@ nlohmann::json teamJson(const TeamRecord& t) {
           {"tpm", t.tpm},           {"daily_tokens", t.daily_tokens}, {"budget_tokens", t.budget_tokens},
           {"budget_usd", t.budget_usd}, {"budget_period", t.budget_period}, {"user_rpm", t.user_rpm},
           {"user_tpm", t.user_tpm}};
+}
+
+nlohmann::json userJson(const UserRecord& u) {
+  return {{"team", u.team},
+          {"name", u.name},
+          {"models", u.models},
+          {"rpm", u.rpm},
+          {"tpm", u.tpm},
+          {"daily_tokens", u.daily_tokens},
+          {"budget_tokens", u.budget_tokens},
+          {"budget_usd", u.budget_usd}};
+}
+
+constexpr const char* kUserCols =
+    "team, name, models, rpm, tpm, daily_tokens, budget_tokens, budget_usd, created_ms, updated_ms";
+
+UserRecord userFromRow(const SqlResult& r, size_t i) {
+  UserRecord u;
+  u.team = r.text(i, 0);
+  u.name = r.text(i, 1);
+  u.models = splitPatterns(r.text(i, 2));
+  u.rpm = r.integer(i, 3);
+  u.tpm = r.integer(i, 4);
+  u.daily_tokens = r.integer(i, 5);
+  u.budget_tokens = r.integer(i, 6);
+  u.budget_usd = r.real(i, 7);
+  u.created_ms = r.integer(i, 8);
+  u.updated_ms = r.integer(i, 9);
+  return u;
+}
+
+// A user's limits are at most the team's, its models within the team's.
+Status checkUserWithinTeam(const UserRecord& u, const TeamRecord& t) {
+  if (t.rpm > 0 && u.rpm > t.rpm) {
+    return Status::invalidArgument("user rpm " + std::to_string(u.rpm) + " exceeds team rpm " + std::to_string(t.rpm));
+  }
+  if (t.tpm > 0 && u.tpm > t.tpm) {
+    return Status::invalidArgument("user tpm " + std::to_string(u.tpm) + " exceeds team tpm " + std::to_string(t.tpm));
+  }
+  if (t.daily_tokens > 0 && u.daily_tokens > t.daily_tokens) {
+    return Status::invalidArgument("user daily_tokens exceeds the team's daily_tokens");
+  }
+  if (t.budget_tokens > 0 && u.budget_tokens > t.budget_tokens) {
+    return Status::invalidArgument("user budget_tokens exceeds the team's budget_tokens");
+  }
+  if (t.budget_usd > 0 && u.budget_usd > t.budget_usd) {
+    return Status::invalidArgument("user budget_usd exceeds the team's budget_usd");
+  }
+  if (!t.models.empty()) {
+    for (const auto& p : u.models) {
+      bool covered = false;
+      for (const auto& tp : t.models) covered = covered || globMatch(tp, p);
+      if (!covered) return Status::invalidArgument("user model pattern '" + p + "' is outside team '" + t.name + "''s models");
+    }
+  }
+  return Status::ok();
 }
 
 nlohmann::json keyJson(const KeyRecord& k) {
@@ -363,8 +423,73 @@ Status MetaStore::deleteTeam(const std::string& name, const std::string& actor) 
     }
     INFERA_ASSIGN_OR_RETURN(SqlResult r, db_->exec("DELETE FROM infera_teams WHERE name = ?1", {SqlValue(name)}));
     if (r.affected == 0) return Status::notFound("no team '" + name + "'");
+    // Its users go with it (their usage records stay).
+    INFERA_ASSIGN_OR_RETURN(SqlResult users, db_->exec("DELETE FROM infera_users WHERE team = ?1", {SqlValue(name)}));
+    (void)users;
     return Status::ok();
   });
+}
+
+Status MetaStore::createUser(const UserRecord& u, const std::string& actor) {
+  const int64_t now = SystemClock::instance().unixMillis();
+  return mutate(actor, "user.create", u.team + "/" + u.name, userJson(u).dump(), [&]() -> Status {
+    INFERA_ASSIGN_OR_RETURN(auto team, this->team(u.team));
+    if (!team) return Status::notFound("no team '" + u.team + "'");
+    INFERA_RETURN_IF_ERROR(checkUserWithinTeam(u, *team));
+    auto r = db_->exec(std::string("INSERT INTO infera_users (") + kUserCols +
+                           ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?9)",
+                       {SqlValue(u.team), SqlValue(u.name), SqlValue(joinPatterns(u.models)), SqlValue(u.rpm),
+                        SqlValue(u.tpm), SqlValue(u.daily_tokens), SqlValue(u.budget_tokens), SqlValue(u.budget_usd),
+                        SqlValue(now)});
+    if (!r.ok() && r.status().code() == StatusCode::kAlreadyExists) {
+      return Status::alreadyExists("user '" + u.name + "' of team '" + u.team + "' already exists");
+    }
+    return r.ok() ? Status::ok() : r.status();
+  });
+}
+
+Status MetaStore::updateUser(const UserRecord& u, const std::string& actor) {
+  const int64_t now = SystemClock::instance().unixMillis();
+  return mutate(actor, "user.update", u.team + "/" + u.name, userJson(u).dump(), [&]() -> Status {
+    INFERA_ASSIGN_OR_RETURN(auto team, this->team(u.team));
+    if (!team) return Status::notFound("no team '" + u.team + "'");
+    INFERA_RETURN_IF_ERROR(checkUserWithinTeam(u, *team));
+    INFERA_ASSIGN_OR_RETURN(
+        SqlResult r,
+        db_->exec("UPDATE infera_users SET models = ?3, rpm = ?4, tpm = ?5, daily_tokens = ?6, budget_tokens = ?7, "
+                  "budget_usd = ?8, updated_ms = ?9 WHERE team = ?1 AND name = ?2",
+                  {SqlValue(u.team), SqlValue(u.name), SqlValue(joinPatterns(u.models)), SqlValue(u.rpm),
+                   SqlValue(u.tpm), SqlValue(u.daily_tokens), SqlValue(u.budget_tokens), SqlValue(u.budget_usd),
+                   SqlValue(now)}));
+    if (r.affected == 0) return Status::notFound("no user '" + u.name + "' in team '" + u.team + "'");
+    return Status::ok();
+  });
+}
+
+Status MetaStore::deleteUser(const std::string& team, const std::string& name, const std::string& actor) {
+  return mutate(actor, "user.delete", team + "/" + name, "{}", [&]() -> Status {
+    INFERA_ASSIGN_OR_RETURN(SqlResult r, db_->exec("DELETE FROM infera_users WHERE team = ?1 AND name = ?2",
+                                                   {SqlValue(team), SqlValue(name)}));
+    if (r.affected == 0) return Status::notFound("no user '" + name + "' in team '" + team + "'");
+    return Status::ok();
+  });
+}
+
+Result<std::vector<UserRecord>> MetaStore::users(const std::string& team) {
+  const std::string sql = std::string("SELECT ") + kUserCols + " FROM infera_users" +
+                          (team.empty() ? "" : " WHERE team = ?1") + " ORDER BY team, name";
+  INFERA_ASSIGN_OR_RETURN(SqlResult r, team.empty() ? db_->exec(sql) : db_->exec(sql, {SqlValue(team)}));
+  std::vector<UserRecord> out;
+  for (size_t i = 0; i < r.rows.size(); ++i) out.push_back(userFromRow(r, i));
+  return out;
+}
+
+Result<std::optional<UserRecord>> MetaStore::user(const std::string& team, const std::string& name) {
+  INFERA_ASSIGN_OR_RETURN(SqlResult r, db_->exec(std::string("SELECT ") + kUserCols +
+                                                     " FROM infera_users WHERE team = ?1 AND name = ?2",
+                                                 {SqlValue(team), SqlValue(name)}));
+  if (r.rows.empty()) return std::optional<UserRecord>();
+  return std::optional<UserRecord>(userFromRow(r, 0));
 }
 
 Result<std::vector<TeamRecord>> MetaStore::teams() {
@@ -730,8 +855,37 @@ Result<std::pair<int64_t, double>> MetaStore::teamUsageSince(const std::string& 
   return std::pair<int64_t, double>{r.integer(0, 0), r.real(0, 1)};
 }
 
+Result<std::pair<int64_t, double>> MetaStore::userUsageSince(const std::string& team, const std::string& user,
+                                                             int64_t since_ms) {
+  INFERA_ASSIGN_OR_RETURN(
+      SqlResult r,
+      db_->exec("SELECT SUM(prompt_tokens + completion_tokens), SUM(cost_usd) FROM infera_usage_minute "
+                "WHERE team = ?1 AND user_id = ?2 AND minute_ms >= ?3",
+                {SqlValue(team), SqlValue(user), SqlValue(since_ms)}));
+  if (r.rows.empty()) return std::pair<int64_t, double>{0, 0};
+  return std::pair<int64_t, double>{r.integer(0, 0), r.real(0, 1)};
+}
+
+std::string userCounter(const std::string& team_counter, std::string_view user) {
+  std::string c;
+  c.reserve(team_counter.size() + 3 + user.size());
+  c += team_counter;
+  c += ":u:";
+  c += user;
+  return c;
+}
+
+std::string userMapKey(std::string_view team, std::string_view user) {
+  std::string k;
+  k.reserve(team.size() + 1 + user.size());
+  k += team;
+  k += '\n';
+  k += user;
+  return k;
+}
+
 std::shared_ptr<const GovSnapshot> buildSnapshot(int64_t generation, std::vector<TeamRecord> teams,
-                                                 std::vector<KeyRecord> keys) {
+                                                 std::vector<KeyRecord> keys, std::vector<UserRecord> users) {
   auto s = std::make_shared<GovSnapshot>();
   s->generation = generation;
   for (auto& t : teams) {
@@ -757,6 +911,21 @@ std::shared_ptr<const GovSnapshot> buildSnapshot(int64_t generation, std::vector
     ki->c_tok = "k:" + ki->rec.id + ":t";
     s->by_id[ki->rec.id] = ki.get();
     s->keys.push_back(std::move(ki));
+  }
+  for (auto& u : users) {
+    const auto it = s->by_team.find(u.team);
+    if (it == s->by_team.end()) continue;
+    auto ui = std::make_unique<UserInfo>();
+    ui->rec = std::move(u);
+    ui->team = it->second;
+    const TeamInfo& tm = *it->second;
+    ui->c_req = userCounter(tm.c_req, ui->rec.name);
+    ui->c_tok = userCounter(tm.c_tok, ui->rec.name);
+    ui->c_day = userCounter(tm.c_day, ui->rec.name);
+    ui->c_budget_tokens = userCounter(tm.c_budget_tokens, ui->rec.name);
+    ui->c_budget_cost = userCounter(tm.c_budget_cost, ui->rec.name);
+    s->by_user[userMapKey(ui->rec.team, ui->rec.name)] = ui.get();
+    s->users.push_back(std::move(ui));
   }
   return s;
 }

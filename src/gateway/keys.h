@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "core/text.h"
 #include "store/sql.h"
 
 namespace infera::gateway {
@@ -31,6 +32,22 @@ struct TeamRecord {
   int64_t budget_tokens = 0;        // per budget_period
   double budget_usd = 0;            // per budget_period (needs model prices)
   std::string budget_period = "month";  // day | month
+  int64_t created_ms = 0;
+  int64_t updated_ms = 0;
+};
+
+// A user inside a team (named by the user header of a key allowed to set it). Users without a
+// record get the team's per-user defaults (user_rpm, user_tpm); a record sets the user's own
+// limits, daily quota, budgets (over the team's budget_period) and a narrower model list.
+struct UserRecord {
+  std::string team;
+  std::string name;
+  std::vector<std::string> models;  // further restricts the team's list; empty = the team's
+  int64_t rpm = 0;                  // 0 = the team's user_rpm
+  int64_t tpm = 0;                  // 0 = the team's user_tpm
+  int64_t daily_tokens = 0;         // 0 = none
+  int64_t budget_tokens = 0;        // per the team's budget_period; 0 = none
+  double budget_usd = 0;
   int64_t created_ms = 0;
   int64_t updated_ms = 0;
 };
@@ -125,6 +142,12 @@ class MetaStore {
   Result<std::vector<KeyRecord>> keys(const std::string& team = {});
   Result<std::optional<KeyRecord>> key(const std::string& id);
 
+  Status createUser(const UserRecord& u, const std::string& actor);
+  Status updateUser(const UserRecord& u, const std::string& actor);
+  Status deleteUser(const std::string& team, const std::string& name, const std::string& actor);
+  Result<std::vector<UserRecord>> users(const std::string& team = {});
+  Result<std::optional<UserRecord>> user(const std::string& team, const std::string& name);
+
   Result<std::vector<AuditRecord>> audit(int64_t since_ms, int limit);
 
   // Writes the records and adds them to the per-minute roll-ups (infera_usage_minute) in one
@@ -136,8 +159,10 @@ class MetaStore {
   Result<int64_t> pruneUsage(int64_t records_before_ms, int64_t rollups_before_ms);
   // JSON rows: [{"bucket_ms":..,"team":..,"model":..,"requests":..,"prompt_tokens":..,...}]
   Result<std::string> queryUsage(const UsageQuery& q);
-  // Tokens (and cost) used by a team since a time: for budgets and daily quotas after a restart.
+  // Tokens (and cost) used by a team, or by one user of it, since a time: for budgets and daily
+  // quotas after a restart.
   Result<std::pair<int64_t, double>> teamUsageSince(const std::string& team, int64_t since_ms);
+  Result<std::pair<int64_t, double>> userUsageSince(const std::string& team, const std::string& user, int64_t since_ms);
 
  private:
   explicit MetaStore(std::unique_ptr<store::SqlDb> db) : db_(std::move(db)) {}
@@ -160,15 +185,30 @@ struct KeyInfo {
   std::string c_req, c_tok;
 };
 
+struct UserInfo {
+  UserRecord rec;
+  const TeamInfo* team = nullptr;
+  std::string c_req, c_tok, c_day, c_budget_tokens, c_budget_cost;
+};
+
+// Counter names of a team's user (what UserInfo holds; built per request for users without a
+// record): "<team counter>:u:<user>".
+std::string userCounter(const std::string& team_counter, std::string_view user);
+
 struct GovSnapshot {
   int64_t generation = 0;
   std::vector<std::unique_ptr<TeamInfo>> teams;
   std::vector<std::unique_ptr<KeyInfo>> keys;
   std::unordered_map<std::string, const KeyInfo*> by_id;
   std::unordered_map<std::string, const TeamInfo*> by_team;
+  std::vector<std::unique_ptr<UserInfo>> users;
+  std::unordered_map<std::string, const UserInfo*, TransparentStringHash, std::equal_to<>> by_user;  // userMapKey
 };
 
+// "<team>\n<user>" (names cannot hold a newline).
+std::string userMapKey(std::string_view team, std::string_view user);
+
 std::shared_ptr<const GovSnapshot> buildSnapshot(int64_t generation, std::vector<TeamRecord> teams,
-                                                 std::vector<KeyRecord> keys);
+                                                 std::vector<KeyRecord> keys, std::vector<UserRecord> users = {});
 
 }  // namespace infera::gateway

@@ -17,6 +17,9 @@ std::string_view scopeName(Scope s) {
     case Scope::kDaily: return "daily quota";
     case Scope::kBudgetTokens: return "token budget";
     case Scope::kBudgetCost: return "cost budget";
+    case Scope::kUserDaily: return "user daily quota";
+    case Scope::kUserBudgetTokens: return "user token budget";
+    case Scope::kUserBudgetCost: return "user cost budget";
   }
   return "?";
 }

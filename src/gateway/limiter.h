@@ -27,8 +27,18 @@ namespace infera::gateway {
 
 enum class Window : uint8_t { kMinute, kDay, kMonth };
 
-enum class Scope : uint8_t { kKey, kTeam, kUser, kModel, kDeployment, kDaily, kBudgetTokens, kBudgetCost };
+enum class Scope : uint8_t {
+  kKey, kTeam, kUser, kModel, kDeployment, kDaily, kBudgetTokens, kBudgetCost,
+  kUserDaily, kUserBudgetTokens, kUserBudgetCost
+};
 std::string_view scopeName(Scope s);
+// Counted in micro-USD rather than tokens.
+inline bool isCostScope(Scope s) { return s == Scope::kBudgetCost || s == Scope::kUserBudgetCost; }
+// A daily quota or a budget (refused as insufficient_quota).
+inline bool isQuotaScope(Scope s) {
+  return s == Scope::kDaily || s == Scope::kBudgetTokens || s == Scope::kBudgetCost || s == Scope::kUserDaily ||
+         s == Scope::kUserBudgetTokens || s == Scope::kUserBudgetCost;
+}
 
 struct Charge {
   // e.g. "k:<id>:t"; the window's period is appended for day/month. Points into the key/team

@@ -482,6 +482,82 @@ TEST_F(GovernanceTest, UsersInsideATeamOnlyWhenTheKeyAllowsIt) {
   EXPECT_EQ(call(*gw_, with_user, chat("m1", 1)).status, 200);  // no user: only key/team limits
 }
 
+TEST_F(GovernanceTest, AUsersOwnRecordSetsItsLimitsQuotaBudgetAndModels) {
+  start();
+  makeKey(*gw_, "lab", json{{"models", "m1,m2"}, {"user_rpm", 100}, {"daily_tokens", 100000}});
+  const auto kr = admin(*gw_, "POST", "/admin/keys", R"({"team":"lab","allow_user":true})");
+  ASSERT_EQ(kr.status, 201) << kr.body;
+  const std::string key = parse(kr.body)["key"].get<std::string>();
+  auto as = [&](const std::string& user, const std::string& model, int max_tokens = 1) {
+    EXPECT_TRUE(waitFor([&] { return gw_->metricSum("infera_gateway_requests_in_flight") == 0; }));
+    return call(*gw_, key, chat(model, max_tokens), {{"x-infera-user", user}});
+  };
+  // A user is at most its team: models outside the team's, limits above it, or an unknown team
+  // are refused and nothing is written.
+  EXPECT_EQ(admin(*gw_, "POST", "/admin/users", R"({"team":"lab","name":"dana","models":"m3"})").status, 400);
+  EXPECT_EQ(admin(*gw_, "POST", "/admin/users", R"({"team":"lab","name":"dana","daily_tokens":200000})").status, 400);
+  EXPECT_EQ(admin(*gw_, "POST", "/admin/users", R"({"team":"nope","name":"dana"})").status, 404);
+  EXPECT_EQ(admin(*gw_, "POST", "/admin/users", R"({"team":"lab","name":"a/b"})").status, 400);
+  EXPECT_EQ(parse(admin(*gw_, "GET", "/admin/users?team=lab").body)["users"].size(), 0u);
+  // dana: 2 requests a minute, m1 only.
+  const auto created = admin(*gw_, "POST", "/admin/users", R"({"team":"lab","name":"dana","rpm":2,"models":"m1"})");
+  ASSERT_EQ(created.status, 201) << created.body;
+  EXPECT_EQ(parse(created.body)["rpm"], 2);
+  EXPECT_EQ(admin(*gw_, "POST", "/admin/users", R"({"team":"lab","name":"dana"})").status, 409);
+  const auto m2 = as("dana", "m2");
+  EXPECT_EQ(m2.status, 403);
+  EXPECT_EQ(errorCode(m2), "model_not_allowed");
+  EXPECT_EQ(as("dana", "m1").status, 200);
+  EXPECT_EQ(as("dana", "m1").status, 200);
+  const auto third = as("dana", "m1");
+  EXPECT_EQ(third.status, 429);
+  EXPECT_NE(third.body.find("user 'dana' of team 'lab'"), std::string::npos) << third.body;
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(as("eve", "m2").status, 200);  // no record: the team's defaults
+  // A daily quota of the user's own (its rpm back to the team's default of 100).
+  ASSERT_EQ(admin(*gw_, "PATCH", "/admin/users/lab/dana", R"({"rpm":0,"daily_tokens":60})").status, 200);
+  int ok = 0;
+  TestResponse last;
+  for (int i = 0; i < 30; ++i) {
+    last = as("dana", "m1", 5);
+    if (last.status != 200) break;
+    ++ok;
+  }
+  EXPECT_GT(ok, 0);
+  EXPECT_LT(ok, 30);
+  EXPECT_EQ(last.status, 429);
+  EXPECT_EQ(errorCode(last), "daily_quota_exceeded");
+  EXPECT_NE(last.body.find("User 'dana' of team 'lab' is over its daily quota"), std::string::npos) << last.body;
+  EXPECT_EQ(as("eve", "m1", 5).status, 200);  // the team's quota is far from used
+  // A token budget of the user's own, which a restart does not reset (seeded from the usage).
+  ASSERT_EQ(admin(*gw_, "POST", "/admin/users", R"({"team":"lab","name":"fay","budget_tokens":100})").status, 201);
+  int fay_ok = 0;
+  for (int i = 0; i < 30; ++i) {
+    last = as("fay", "m1", 10);
+    if (last.status != 200) break;
+    ++fay_ok;
+  }
+  EXPECT_GT(fay_ok, 0);
+  EXPECT_EQ(errorCode(last), "budget_exceeded");
+  ASSERT_TRUE(waitFor([&] {
+    const json rows = usageRows(*gw_, "since=1h&granularity=total&group_by=user&user=fay");
+    return rows.size() == 1 && rows[0]["requests"] == fay_ok + 1;
+  }));
+  const json users = parse(admin(*gw_, "GET", "/admin/users?team=lab").body)["users"];
+  ASSERT_EQ(users.size(), 2u);
+  EXPECT_EQ(users[0]["name"], "dana");
+  EXPECT_EQ(users[0]["daily_tokens"], 60);
+  const json audit = parse(admin(*gw_, "GET", "/admin/audit?since=1h").body);
+  EXPECT_NE(audit.dump().find("user.update"), std::string::npos);
+  gw_.reset();
+  gw_ = startGov(govConfig(emu_->url(), "sqlite:" + db_path_));
+  ASSERT_TRUE(gw_);
+  EXPECT_EQ(errorCode(as("fay", "m1", 10)), "budget_exceeded");
+  // Without its record a user is back on the team's defaults.
+  ASSERT_EQ(admin(*gw_, "DELETE", "/admin/users/lab/dana").status, 200);
+  EXPECT_EQ(as("dana", "m2").status, 200);
+  EXPECT_EQ(admin(*gw_, "DELETE", "/admin/users/lab/dana").status, 404);
+}
+
 TEST_F(GovernanceTest, KeysSurviveARestartAndTheSecretStaysPrivate) {
   start();
   const std::string key = makeKey(*gw_, "persist");
