@@ -364,6 +364,11 @@ Status Governance::init(obs::MetricsRegistry& metrics) {
                                        "Admission calls whose answer never came, undone in Redis (refunded if "
                                        "they ran, else cancelled before they could).")
                         ->counter();
+  redis_adjust_retries = metrics
+                             .counterFamily("infera_ratelimit_redis_adjust_retries_total",
+                                            "Reconciliation calls re-sent because Redis did not answer (each applies "
+                                            "once: the script records the call's id).")
+                             ->counter();
   redis_call_seconds = metrics
                            .histogramFamily("infera_ratelimit_redis_call_seconds",
                                             "Redis admission script calls: time from send to reply.", {},
@@ -1195,10 +1200,30 @@ void GovWorker::adjust(std::span<const Charge> charges, std::span<const int64_t>
 
 void GovWorker::flushAdjustments() {
   std::vector<std::string> keys, args;
-  pending_.take(keys, args);
+  pending_.take(call_prefix_ + "a" + std::to_string(++adjust_seq_), keys, args);
   if (keys.empty()) return;
-  net::spawn(ctx_, adjustRemote(redis_, g_.redis_errors, shard_, std::move(keys), std::move(args)),
+  net::spawn(ctx_,
+             adjustRemote(ctx_, redis_, g_.redis_adjust_retries, g_.redis_errors, shard_, adjust_retrying_,
+                          std::move(keys), std::move(args)),
              "rate-limit adjust");
+}
+
+net::Task<Result<store::RedisReply>> GovWorker::callUntilAnswered(net::asio::io_context& ctx,
+                                                                   std::shared_ptr<store::AsyncRedis> redis,
+                                                                   const store::RedisScript& script,
+                                                                   const std::vector<std::string>& keys,
+                                                                   const std::vector<std::string>& args,
+                                                                   std::chrono::steady_clock::time_point give_up) {
+  net::asio::steady_timer wait(ctx);
+  for (;;) {
+    auto call = redis->eval(script, keys, args);
+    auto r = co_await std::move(call);
+    if (r.ok() || std::chrono::steady_clock::now() >= give_up) co_return r;
+    wait.expires_after(std::chrono::milliseconds(500));
+    boost::system::error_code ec;
+    co_await wait.async_wait(net::asio::redirect_error(net::asio::use_awaitable, ec));
+    if (ec) co_return Status::cancelled("stopped");
+  }
 }
 
 net::Task<void> GovWorker::cancelRemote(net::asio::io_context& ctx, std::shared_ptr<store::AsyncRedis> redis,
@@ -1209,30 +1234,33 @@ net::Task<void> GovWorker::cancelRemote(net::asio::io_context& ctx, std::shared_
     std::shared_ptr<int> n;
     ~Done() { --*n; }
   } done{running};
-  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(100);
-  net::asio::steady_timer wait(ctx);
-  for (;;) {
-    auto call = redis->eval(cancelScript(), keys, args);
-    auto r = co_await std::move(call);
-    if (r.ok() && !r->isError()) {
-      cancelled->inc(shard);
-      co_return;
-    }
-    if (r.ok() || std::chrono::steady_clock::now() >= give_up) {  // refused by the script, or too late
-      errors->inc(shard);
-      co_return;
-    }
-    wait.expires_after(std::chrono::milliseconds(500));
-    boost::system::error_code ec;
-    co_await wait.async_wait(net::asio::redirect_error(net::asio::use_awaitable, ec));
-    if (ec) co_return;
+  auto call = callUntilAnswered(ctx, redis, cancelScript(), keys, args,
+                                std::chrono::steady_clock::now() + std::chrono::seconds(100));
+  auto r = co_await std::move(call);
+  if (r.ok() && !r->isError()) {
+    cancelled->inc(shard);
+  } else {
+    errors->inc(shard);  // refused by the script, or never answered
   }
 }
 
-net::Task<void> GovWorker::adjustRemote(std::shared_ptr<store::AsyncRedis> redis, obs::Counter* errors, int shard,
-                                        std::vector<std::string> keys, std::vector<std::string> args) {
-  auto call = redis->eval(adjustScript(), std::move(keys), std::move(args));
-  auto r = co_await std::move(call);
+net::Task<void> GovWorker::adjustRemote(net::asio::io_context& ctx, std::shared_ptr<store::AsyncRedis> redis,
+                                        obs::Counter* retried, obs::Counter* errors, int shard,
+                                        std::shared_ptr<int> retrying, std::vector<std::string> keys,
+                                        std::vector<std::string> args) {
+  auto first = redis->eval(adjustScript(), keys, args);
+  auto r = co_await std::move(first);
+  if (!r.ok() && *retrying < kMaxRetrying) {
+    ++*retrying;
+    struct Done {
+      std::shared_ptr<int> n;
+      ~Done() { --*n; }
+    } done{retrying};
+    retried->inc(shard);
+    auto again = callUntilAnswered(ctx, redis, adjustScript(), keys, args,
+                                   std::chrono::steady_clock::now() + std::chrono::seconds(100));
+    r = co_await std::move(again);
+  }
   if (!r.ok() || r->isError()) errors->inc(shard);
 }
 

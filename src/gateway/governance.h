@@ -152,8 +152,21 @@ class GovWorker {
                                       obs::Counter* cancelled, obs::Counter* errors, int shard,
                                       std::shared_ptr<int> running, std::vector<std::string> keys,
                                       std::vector<std::string> args);
-  static net::Task<void> adjustRemote(std::shared_ptr<store::AsyncRedis> redis, obs::Counter* errors, int shard,
-                                      std::vector<std::string> keys, std::vector<std::string> args);
+  // Reconciles in Redis. The call carries an id its script records, so it applies once however
+  // often it is sent: one Redis did not answer is re-sent every 500 ms for up to 100 s (at most
+  // kMaxRetrying such calls per worker at a time).
+  static net::Task<void> adjustRemote(net::asio::io_context& ctx, std::shared_ptr<store::AsyncRedis> redis,
+                                      obs::Counter* retried, obs::Counter* errors, int shard,
+                                      std::shared_ptr<int> retrying, std::vector<std::string> keys,
+                                      std::vector<std::string> args);
+  // Sends a script call until Redis answers it (a reply, even an error reply), every 500 ms until
+  // `give_up`; the last transport error otherwise. Only for calls that are safe to repeat.
+  static net::Task<Result<store::RedisReply>> callUntilAnswered(net::asio::io_context& ctx,
+                                                                 std::shared_ptr<store::AsyncRedis> redis,
+                                                                 const store::RedisScript& script,
+                                                                 const std::vector<std::string>& keys,
+                                                                 const std::vector<std::string>& args,
+                                                                 std::chrono::steady_clock::time_point give_up);
   static constexpr int kAdjustBatchMs = 10;
   static constexpr int kMaxCallsInFlight = 1;  // admission script calls out per worker
   static constexpr size_t kAdjustBatchMax = 256;
@@ -173,6 +186,9 @@ class GovWorker {
   uint64_t call_seq_ = 0;
   static constexpr int kMaxCancels = 64;
   std::shared_ptr<int> cancels_ = std::make_shared<int>(0);  // undo tasks running
+  static constexpr int kMaxRetrying = 64;
+  std::shared_ptr<int> adjust_retrying_ = std::make_shared<int>(0);  // reconciliations being re-sent
+  uint64_t adjust_seq_ = 0;
   void dispatchBatch();
   PendingAdjustments pending_;  // adjustments not yet sent
   net::asio::steady_timer flush_timer_;
@@ -227,6 +243,7 @@ class Governance {
   obs::Counter* redis_fallbacks = nullptr;
   obs::Counter* redis_errors = nullptr;
   obs::Counter* redis_cancelled = nullptr;
+  obs::Counter* redis_adjust_retries = nullptr;
   obs::Histogram* redis_call_seconds = nullptr;    // one admission script call, send to reply
   obs::Histogram* redis_call_admissions = nullptr;  // admissions decided by one call
   obs::Counter* usage_dropped = nullptr;

@@ -442,12 +442,17 @@ redis.call('SET', call_key, now .. ':' .. table.concat(flags), 'PX', 120000)
 return out
 )lua";
 
-// Adjustments of many requests at once: per key (window, stamp second, delta); see apply().
+// Adjustments of many requests at once: ARGV[1] the call's id, then per key (window, stamp second,
+// delta); see apply(). Applied once per id (a marker lives two minutes): a call re-sent because
+// its answer was lost is harmless. Returns 1 if applied, 0 if it had been already.
 constexpr const char* kAdjustBody = R"lua(
+if #ARGV ~= 1 + 3 * #KEYS then return redis.error_reply('infera adjust: arguments do not add up') end
+-- A call re-sent after its answer was lost finds its id and does nothing.
+if not redis.call('SET', 'infera:rl:adj:' .. ARGV[1], 1, 'NX', 'PX', 120000) then return 0 end
 local now = tonumber(redis.call('TIME')[1])
 local minute, stamps, deltas = {}, {}, {}
 for i = 1, #KEYS do
-  local b = (i - 1) * 3
+  local b = 1 + (i - 1) * 3
   minute[i] = ARGV[b + 1] == '0'
   stamps[i] = tonumber(ARGV[b + 2])
   deltas[i] = tonumber(ARGV[b + 3])
@@ -649,9 +654,11 @@ void PendingAdjustments::add(std::span<const Charge> charges, std::span<const in
   }
 }
 
-void PendingAdjustments::take(std::vector<std::string>& keys, std::vector<std::string>& args) {
+void PendingAdjustments::take(std::string_view call_id, std::vector<std::string>& keys,
+                              std::vector<std::string>& args) {
   keys.reserve(keys.size() + sums_.size());
-  args.reserve(args.size() + 3 * sums_.size());
+  args.reserve(args.size() + 1 + 3 * sums_.size());
+  args.emplace_back(call_id);
   for (auto& [id, sum] : sums_) {
     if (sum == 0) continue;
     keys.push_back(id.key);
@@ -660,6 +667,7 @@ void PendingAdjustments::take(std::vector<std::string>& keys, std::vector<std::s
     args.push_back(std::to_string(sum));
   }
   sums_.clear();
+  if (keys.empty()) args.clear();
 }
 
 std::string formatResetDuration(int64_t ms) {

@@ -139,8 +139,10 @@ class PendingAdjustments {
   // Adds delta[i] for charges[i], reserved at stamp_ms (period counters named at key_ms).
   void add(std::span<const Charge> charges, std::span<const int64_t> delta, int64_t stamp_ms, int64_t key_ms);
   size_t size() const { return sums_.size(); }
-  // Moves the non-zero sums into the script's KEYS and ARGV (window, stamp second, delta each).
-  void take(std::vector<std::string>& keys, std::vector<std::string>& args);
+  // Moves the non-zero sums into the script's KEYS and ARGV: ARGV[1] the call's id (unique per
+  // call: the script applies a call once), then per key its window, stamp second and delta.
+  // Leaves both empty when nothing is to be sent.
+  void take(std::string_view call_id, std::vector<std::string>& keys, std::vector<std::string>& args);
 
  private:
   struct Id {

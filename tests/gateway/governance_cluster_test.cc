@@ -251,6 +251,68 @@ TEST(GovernanceCluster, TimedOutAdmissionCallIsUndoneInRedis) {
   EXPECT_EQ(day(), used);
 }
 
+TEST(GovernanceCluster, AReconciliationRedisMissedIsResentAndAppliedOnce) {
+  auto redis = testing::RedisServer::start();
+  ASSERT_TRUE(redis);
+  auto emu = startEmulator(25);  // 25 ms a token: a 40-token answer takes ~1 s
+  ASSERT_TRUE(emu);
+  auto gw = startGov(govConfig(emu->url(), "sqlite:" + tempPath("recon.db"),
+                               "  redis: " + redis->url() + "\n  redis_timeout_ms: 200\n"));
+  ASSERT_TRUE(gw);
+  const std::string key = makeKey(*gw, "recon", json{{"daily_tokens", 1000000}});
+  auto rc = store::RedisClient::connect(*store::parseRedisUrl(redis->url()));
+  ASSERT_TRUE(rc.ok());
+  const std::string day_key =
+      "infera:rl:t:recon:d:" + std::to_string(periodId(Window::kDay, SystemClock::instance().unixMillis()));
+  auto day = [&]() -> std::string {
+    auto r = (*rc)->command({"GET", day_key});
+    return r.ok() ? r->str : "?";
+  };
+  // A slow request is admitted through Redis: its worst case is reserved there.
+  TestResponse slow;
+  std::thread slow_call([&] { slow = call(*gw, key, chat("m1", 40)); });
+  ASSERT_TRUE(waitFor([&] { return !day().empty() && day() != "?"; }));
+  const std::string reserved = day();
+  // Redis stops answering. A second request's admission call times out (decided locally, its
+  // call undone later), which breaks the connection: when the slow answer ends, its
+  // reconciliation cannot even be sent. It is re-sent until Redis is back.
+  redis->pause();
+  EXPECT_EQ(call(*gw, key, chat("m1", 1)).status, 200);
+  slow_call.join();
+  ASSERT_EQ(slow.status, 200) << slow.body;
+  ASSERT_TRUE(waitFor([&] { return gw->metricSum("infera_ratelimit_redis_adjust_retries_total") >= 1; }));
+  redis->resume();
+  const std::string used = std::to_string(parse(slow.body)["usage"]["total_tokens"].get<int64_t>());
+  ASSERT_NE(used, reserved);
+  // Applied exactly once: the daily counter ends at the slow request's usage (twice would take it
+  // below; never would leave the reservation).
+  ASSERT_TRUE(waitFor([&] { return day() == used; }, std::chrono::seconds(10))) << day() << " vs " << used;
+  ASSERT_TRUE(waitFor([&] { return gw->metricSum("infera_ratelimit_redis_cancelled_calls_total") >= 1; }));
+  EXPECT_EQ(day(), used);
+}
+
+// The reconciliation script applies a call once per id, whatever the number of times it is sent.
+TEST(GovernanceCluster, AdjustScriptAppliesACallOnce) {
+  auto redis = testing::RedisServer::start();
+  ASSERT_TRUE(redis);
+  auto rc = store::RedisClient::connect(*store::parseRedisUrl(redis->url()));
+  ASSERT_TRUE(rc.ok());
+  ASSERT_TRUE((*rc)->command({"SET", "infera:rl:t:x:d:1", "100"}).ok());
+  const std::vector<std::string> keys = {"infera:rl:t:x:d:1"};
+  const std::vector<std::string> args = {"call-1", "1", "0", "-30"};
+  for (int i = 0; i < 3; ++i) {
+    auto r = (*rc)->eval(adjustScript(), keys, args);
+    ASSERT_TRUE(r.ok() && !r->isError()) << (r.ok() ? r->str : r.status().message());
+    EXPECT_EQ(r->integer, i == 0 ? 1 : 0);
+  }
+  EXPECT_EQ((*rc)->command({"GET", "infera:rl:t:x:d:1"})->str, "70");
+  // Arguments that do not add up are refused and write nothing.
+  auto bad = (*rc)->eval(adjustScript(), keys, {"call-2", "1", "0"});
+  ASSERT_TRUE(bad.ok());
+  EXPECT_TRUE(bad->isError());
+  EXPECT_EQ((*rc)->command({"GET", "infera:rl:t:x:d:1"})->str, "70");
+}
+
 TEST(GovernanceCluster, RedisDownFallsBackToALocalShareAndComesBack) {
   auto redis = testing::RedisServer::start();
   ASSERT_TRUE(redis);
