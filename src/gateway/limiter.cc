@@ -1,6 +1,7 @@
 #include "gateway/limiter.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <ctime>
 #include <functional>
@@ -325,57 +326,81 @@ local function apply(keys, minute_of_i, stamps, deltas, now)
     if s.dirty then store(key, s, minute_of[key], now, nil) end
   end
 end
--- A reserve call's arguments (layout at kReserveBody), checked to add up: nil if they do not.
+-- A reserve call's arguments (layout at kReserveBody): the counters, checked to add up (nil if
+-- they do not). The admissions, packed in one string, are read only when needed (parse_tail).
 local function parse_call()
   local d = tonumber(ARGV[2])
-  if not d then return nil end
-  local p = {d = d, minute = {}, limit = {}, ttl = {}, shape_c = {}, shape_s = {}, shape_k = {}, adm = {}}
+  if not d or #ARGV ~= 4 + 4 * d then return nil end
+  local p = {d = d, minute = {}, limit = {}, ttl = {}, sum = {}}
   for c = 1, d do
-    local b = 3 + (c - 1) * 3
+    local b = 3 + (c - 1) * 4
     p.minute[c] = ARGV[b] == '0'
     p.limit[c] = tonumber(ARGV[b + 1])
     p.ttl[c] = ARGV[b + 2]
+    p.sum[c] = tonumber(ARGV[b + 3])
+    if not p.limit[c] or not p.sum[c] or p.sum[c] < 0 then return nil end
   end
-  local ai = 3 + 3 * d
-  local ns = tonumber(ARGV[ai]) or 0
-  ai = ai + 1
+  p.n = tonumber(ARGV[3 + 4 * d])
+  if not p.n or p.n < 1 then return nil end
+  return p
+end
+-- The packed admissions: the number of shapes, per shape its charges M, its amount slots K and
+-- per charge (counter, slot), then per admission its shape and K amounts; space-separated.
+-- Fills p.shape_c/shape_s/shape_k, p.adm (per admission: shape, index of its first amount in p.q)
+-- and checks that the amounts add up to the counters' sums. False if malformed.
+local function parse_tail(p)
+  local q = {}
+  for v in string.gmatch(ARGV[4 + 4 * p.d], '%S+') do q[#q + 1] = tonumber(v) end
+  p.q, p.shape_c, p.shape_s, p.shape_k, p.adm = q, {}, {}, {}, {}
+  local ns = q[1] or 0
+  local ai = 2
   for sh = 1, ns do
-    local m, k = tonumber(ARGV[ai]) or 0, tonumber(ARGV[ai + 1]) or 0
+    local m, k = q[ai] or 0, q[ai + 1] or 0
     ai = ai + 2
     local cs, ss = {}, {}
     for i = 1, m do
-      cs[i] = tonumber(ARGV[ai])
-      ss[i] = tonumber(ARGV[ai + 1])
-      if not cs[i] or cs[i] < 1 or cs[i] > d or not ss[i] or ss[i] < 1 or ss[i] > k then return nil end
+      cs[i], ss[i] = q[ai], q[ai + 1]
+      if not cs[i] or cs[i] < 1 or cs[i] > p.d or not ss[i] or ss[i] < 1 or ss[i] > k then return false end
       ai = ai + 2
     end
     p.shape_c[sh], p.shape_s[sh], p.shape_k[sh] = cs, ss, k
   end
-  p.n = tonumber(ARGV[ai]) or 0
-  ai = ai + 1
+  local sum = {}
+  for c = 1, p.d do sum[c] = 0 end
   for a = 1, p.n do
-    local sh = tonumber(ARGV[ai])
-    if not sh or not p.shape_k[sh] then return nil end
+    local sh = q[ai]
+    if not sh or not p.shape_k[sh] then return false end
     p.adm[2 * a - 1] = sh
     p.adm[2 * a] = ai + 1
+    local cs, ss = p.shape_c[sh], p.shape_s[sh]
+    for i = 1, #cs do
+      local v = q[ai + ss[i]]
+      if not v then return false end
+      sum[cs[i]] = sum[cs[i]] + v
+    end
     ai = ai + 1 + p.shape_k[sh]
   end
-  if ai ~= #ARGV + 1 then return nil end
-  return p
+  if ai ~= #q + 1 then return false end
+  for c = 1, p.d do
+    if sum[c] ~= p.sum[c] then return false end
+  end
+  return true
 end
 )lua";
 
 // Several admissions in one call (a worker sends the admissions that queued while its previous
 // call was out together). KEYS: the distinct counters. ARGV[1] = the call's id; ARGV[2] = the
-// number of counters D, then per counter: window ('0' minute, '1' period), limit, ttl. Then the
-// number of shapes, and per shape: its number of charges M, its number of amount slots K, and per
-// charge (counter index, slot), 1-based. Then the number of admissions, and per admission: its
-// shape and its K amounts. Each admission is all or nothing; later ones see earlier ones'
-// reservations. Returns a flat list: now_ms, per counter (use, oldest live second) before the
-// call, per admission 0 if admitted or the 1-based index of the charge that did not fit. The call
-// leaves a marker infera:rl:call:<id> = "<second>:<1 per admitted admission, else 0>" for two
-// minutes, so a caller that timed out can undo it (kCancelBody); a call cancelled before it ran
-// does nothing.
+// number of counters D, then per counter: window ('0' minute, '1' period), limit, ttl, and the sum
+// of the amounts every admission of the call puts on it. Then the number of admissions and, in one
+// string, the admissions (see parse_tail). Each admission is all or nothing; later ones see
+// earlier ones' reservations. When every counter has room for its sum, all are admitted without
+// reading them one by one (the common case: away from the limits a call costs the script O(D),
+// not O(admissions)); otherwise they are decided in order. Returns a flat list: now_ms, per
+// counter (use, oldest live second) before the call, then -1 if all were admitted, else per
+// admission 0 if admitted or the 1-based index of the charge that did not fit. The call leaves a
+// marker infera:rl:call:<id> = "<second>:A" (all admitted) or "<second>:<1 per admitted
+// admission, else 0>" for two minutes, so a caller that timed out can undo it (kCancelBody); a
+// call cancelled before it ran does nothing.
 constexpr const char* kReserveBody = R"lua(
 local call_key = 'infera:rl:call:' .. ARGV[1]
 if redis.call('EXISTS', call_key) == 1 then return redis.error_reply('infera reserve: call cancelled') end
@@ -401,27 +426,43 @@ for c = 1, d do
     out[#out + 1] = 0
   end
 end
-local amt, flags = {}, {}
-for a = 1, p.n do
-  local sh, first = p.adm[2 * a - 1], p.adm[2 * a]
-  local cs, ss = p.shape_c[sh], p.shape_s[sh]
-  for j = 1, p.shape_k[sh] do amt[j] = tonumber(ARGV[first + j - 1]) end
-  local refused = 0
-  for i = 1, #cs do
-    local c = cs[i]
-    if total[c] + amt[ss[i]] > limit[c] then
-      refused = i
-      break
-    end
+local fits = true
+for c = 1, d do
+  if total[c] + p.sum[c] > limit[c] then
+    fits = false
+    break
   end
-  if refused == 0 then
+end
+local marker
+if fits then
+  for c = 1, d do total[c] = total[c] + p.sum[c] end
+  out[#out + 1] = -1
+  marker = 'A'
+else
+  if not parse_tail(p) then return redis.error_reply('infera reserve: arguments do not add up') end
+  local amt, flags, q = {}, {}, p.q
+  for a = 1, p.n do
+    local sh, first = p.adm[2 * a - 1], p.adm[2 * a]
+    local cs, ss = p.shape_c[sh], p.shape_s[sh]
+    for j = 1, p.shape_k[sh] do amt[j] = q[first + j - 1] end
+    local refused = 0
     for i = 1, #cs do
       local c = cs[i]
-      total[c] = total[c] + amt[ss[i]]
+      if total[c] + amt[ss[i]] > limit[c] then
+        refused = i
+        break
+      end
     end
+    if refused == 0 then
+      for i = 1, #cs do
+        local c = cs[i]
+        total[c] = total[c] + amt[ss[i]]
+      end
+    end
+    out[#out + 1] = refused
+    flags[a] = refused == 0 and '1' or '0'
   end
-  out[#out + 1] = refused
-  flags[a] = refused == 0 and '1' or '0'
+  marker = table.concat(flags)
 end
 for c = 1, d do
   local s = state[c]
@@ -438,7 +479,7 @@ for c = 1, d do
   end
   if s.dirty then store(KEYS[c], s, minute[c], now, p.ttl[c]) end
 end
-redis.call('SET', call_key, now .. ':' .. table.concat(flags), 'PX', 120000)
+redis.call('SET', call_key, now .. ':' .. marker, 'PX', 120000)
 return out
 )lua";
 
@@ -478,12 +519,17 @@ local sep = string.find(v, ':', 1, true)
 local stamp = tonumber(string.sub(v, 1, sep - 1))
 local flags = string.sub(v, sep + 1)
 local refund = {}
-for c = 1, p.d do refund[c] = 0 end
-for a = 1, p.n do
-  if string.sub(flags, a, a) == '1' then
-    local sh, first = p.adm[2 * a - 1], p.adm[2 * a]
-    local cs, ss = p.shape_c[sh], p.shape_s[sh]
-    for i = 1, #cs do refund[cs[i]] = refund[cs[i]] - tonumber(ARGV[first + ss[i] - 1]) end
+if flags == 'A' then
+  for c = 1, p.d do refund[c] = -p.sum[c] end
+else
+  if not parse_tail(p) then return redis.error_reply('infera cancel: arguments do not add up') end
+  for c = 1, p.d do refund[c] = 0 end
+  for a = 1, p.n do
+    if string.sub(flags, a, a) == '1' then
+      local sh, first = p.adm[2 * a - 1], p.adm[2 * a]
+      local cs, ss = p.shape_c[sh], p.shape_s[sh]
+      for i = 1, #cs do refund[cs[i]] = refund[cs[i]] - p.q[first + ss[i] - 1] end
+    end
   end
 end
 local keys, minute, stamps, deltas = {}, {}, {}, {}
@@ -561,10 +607,15 @@ void buildReserveCall(std::span<const std::span<const Charge>> admissions, int64
     shape_of[a] = s + 1;
   }
   call.counters = first.size();
+  std::vector<int64_t> sums(first.size(), 0);
+  for (size_t a = 0; a < admissions.size(); ++a) {
+    for (size_t i = 0; i < admissions[a].size(); ++i) sums[call.counter_of[a][i]] += admissions[a][i].amount;
+  }
   auto& args = call.args;
-  args.reserve(4 + 3 * first.size() + 12 * shapes.size() + admissions.size() * 3);
+  args.reserve(4 + 4 * first.size());
   args.push_back(std::to_string(first.size()));
-  for (const Charge* c : first) {
+  for (size_t i = 0; i < first.size(); ++i) {
+    const Charge* c = first[i];
     call.keys.push_back(redisCounterKey(*c, now_ms));
     args.push_back(c->window == Window::kMinute ? "0" : "1");
     args.push_back(std::to_string(c->limit));
@@ -572,16 +623,26 @@ void buildReserveCall(std::span<const std::span<const Charge>> admissions, int64
     const int64_t ttl_s =
         c->window == Window::kMinute ? 61 : (periodEndMs(c->window, now_ms) - now_ms) / 1000 + 86'400;
     args.push_back(std::to_string(ttl_s));
-  }
-  args.push_back(std::to_string(shapes.size()));
-  for (const auto& sh : shapes) {
-    for (uint32_t v : sh) args.push_back(std::to_string(v));
+    args.push_back(std::to_string(sums[i]));
   }
   args.push_back(std::to_string(admissions.size()));
-  for (size_t a = 0; a < admissions.size(); ++a) {
-    args.push_back(std::to_string(shape_of[a]));
-    for (int64_t v : slots[a]) args.push_back(std::to_string(v));
+  // The shapes and admissions, space-separated in one argument.
+  std::string packed;
+  packed.reserve(8 + 12 * shapes.size() + 16 * admissions.size());
+  char num[24];
+  auto put = [&](int64_t v) {
+    if (!packed.empty()) packed += ' ';
+    packed.append(num, std::to_chars(num, num + sizeof(num), v).ptr);
+  };
+  put(static_cast<int64_t>(shapes.size()));
+  for (const auto& sh : shapes) {
+    for (uint32_t v : sh) put(v);
   }
+  for (size_t a = 0; a < admissions.size(); ++a) {
+    put(shape_of[a]);
+    for (int64_t v : slots[a]) put(v);
+  }
+  args.push_back(std::move(packed));
 }
 
 Result<std::vector<Admission>> parseReserveReply(const store::RedisReply& r,
@@ -589,7 +650,11 @@ Result<std::vector<Admission>> parseReserveReply(const store::RedisReply& r,
                                                  const ReserveCall& call) {
   using T = store::RedisReply::Type;
   if (r.type == T::kError) return Status::internal("rate-limit script failed: " + r.str);
-  if (r.type != T::kArray || r.elements.size() != 1 + 2 * call.counters + admissions.size() ||
+  // After the counters: -1 (all admitted), or one verdict per admission.
+  const size_t head = 1 + 2 * call.counters;
+  const bool all = r.type == T::kArray && r.elements.size() == head + 1 && r.elements[head].type == T::kInteger &&
+                   r.elements[head].integer == -1;
+  if (r.type != T::kArray || (!all && r.elements.size() != head + admissions.size()) ||
       call.counter_of.size() != admissions.size()) {
     return Status::internal("rate-limit script: unexpected reply");
   }
@@ -611,7 +676,7 @@ Result<std::vector<Admission>> parseReserveReply(const store::RedisReply& r,
     const auto& idx = call.counter_of[a];
     Admission& ad = out[a];
     ad.stamp_ms = now_ms;
-    const int64_t verdict = r.elements[1 + 2 * call.counters + a].integer;
+    const int64_t verdict = all ? 0 : r.elements[head + a].integer;
     if (verdict < 0 || static_cast<size_t>(verdict) > charges.size()) {
       return Status::internal("rate-limit script: bad index");
     }

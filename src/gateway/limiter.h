@@ -113,9 +113,11 @@ std::string redisCounterKey(const Charge& c, int64_t unix_ms);
 
 // One reserve script call deciding several admissions, each all or nothing, in order (later ones
 // see earlier ones' reservations). Its arguments name each distinct counter once (window, limit,
-// ttl), each distinct admission shape once (per charge: counter index and amount slot, where an
-// admission's slots are its distinct amounts, e.g. 1 request and N tokens), and per admission
-// only its shape and amounts, so the script parses a few numbers per admission.
+// ttl, and the sum of what all the admissions put on it), then in one packed argument each
+// distinct admission shape once (per charge: counter index and amount slot, where an admission's
+// slots are its distinct amounts, e.g. 1 request and N tokens) and per admission only its shape
+// and amounts. When every counter has room for its sum the script admits all without reading the
+// packed part; only near a limit does it decide them one by one.
 struct ReserveCall {
   std::vector<std::string> keys;
   std::vector<std::string> args;
@@ -126,8 +128,9 @@ struct ReserveCall {
 void buildReserveCall(std::span<const std::span<const Charge>> admissions, int64_t now_ms, std::string_view call_id,
                       ReserveCall& call);
 // The script answers a flat list: now (ms), per counter its use and oldest live second before the
-// call, then per admission 0 (admitted) or the 1-based index of the charge that did not fit. The
-// remaining/reset of every admitted request are replayed from these in the call's order.
+// call, then -1 (all admitted) or per admission 0 (admitted) or the 1-based index of the charge
+// that did not fit. The remaining/reset of every admitted request are replayed from these in the
+// call's order.
 // kInternal on a malformed reply.
 Result<std::vector<Admission>> parseReserveReply(const store::RedisReply& reply,
                                                  std::span<const std::span<const Charge>> admissions,

@@ -213,6 +213,34 @@ TEST(GovernanceCluster, ReserveScriptDecidesSeveralShapesInOneCall) {
     EXPECT_NE(bad->str.find("do not add up"), std::string::npos) << bad->str;
   }
   EXPECT_EQ(totals(), zero);
+  // Packed admissions that do not match the counters' sums are refused when the script reads
+  // them (here: a2 does not fit, so it must), writing nothing.
+  ReserveCall mismatch;
+  buildReserveCall(admissions, now_ms, "test-4", mismatch);
+  mismatch.args.back() += " 7";
+  auto mis = (*rc)->eval(reserveScript(), mismatch.keys, mismatch.args);
+  ASSERT_TRUE(mis.ok());
+  EXPECT_TRUE(mis->isError());
+  EXPECT_EQ(totals(), zero);
+
+  // Away from the limits the script admits the whole call from the counters' sums (one -1 for
+  // all), and an undo refunds those sums.
+  const std::span<const Charge> fitting[2] = {a1, b1};
+  ReserveCall fast;
+  buildReserveCall(fitting, now_ms, "test-5", fast);
+  auto fr = (*rc)->eval(reserveScript(), fast.keys, fast.args);
+  ASSERT_TRUE(fr.ok() && !fr->isError()) << (fr.ok() ? fr->str : fr.status().message());
+  ASSERT_FALSE(fr->elements.empty());
+  EXPECT_EQ(fr->elements.back().integer, -1);
+  auto fd = parseReserveReply(*fr, fitting, fast);
+  ASSERT_TRUE(fd.ok()) << fd.status().message();
+  EXPECT_TRUE((*fd)[0].admitted && (*fd)[1].admitted);
+  EXPECT_EQ((*fd)[1].remaining, (std::vector<int64_t>{9, 70, 970}));
+  EXPECT_EQ(totals(), (std::vector<std::string>{"1", "60", "1", "30", "30"}));
+  auto fundo = (*rc)->eval(cancelScript(), fast.keys, fast.args);
+  ASSERT_TRUE(fundo.ok() && !fundo->isError());
+  EXPECT_EQ(fundo->integer, 1);
+  EXPECT_EQ(totals(), zero);
 }
 
 // An admission call that times out may still run in Redis later (the server was stuck, not gone).

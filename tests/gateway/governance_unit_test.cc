@@ -175,18 +175,15 @@ TEST(RedisScripts, ACallSendsEachCounterAndShapeOnceAndFewNumbersPerAdmission) {
   EXPECT_EQ(call.keys[0], "infera:rl:k:a:r");
   EXPECT_EQ(call.keys[2], "infera:rl:t:b:d:20270115");
   const std::vector<std::string> expected = {
-      "w1-7",                                        // the call's id
-      "3",                                           // distinct counters
-      "0", "10", "61",                               // k:a:r: minute window, limit, ttl
-      "0", "100", "61",                              // k:a:t
-      "1", "1000", std::to_string(86'400 + 86'400),  // t:b:d: day, ttl to the day's end + 1 day
-      "2",                                           // shapes
-      "3", "2", "1", "1", "2", "2", "3", "2",        // 3 charges, 2 slots: (counter, slot) x3
-      "1", "1", "3", "1",                            // 1 charge, 1 slot: counter 3 slot 1
-      "3",                                           // admissions
-      "1", "1", "50",                                // first: shape 1, amounts 1 and 50
-      "1", "1", "40",                                // second: same shape, 1 and 40
-      "2", "50"};                                    // third: shape 2, amount 50
+      "w1-7",                                               // the call's id
+      "3",                                                  // distinct counters
+      "0", "10", "61", "2",                                 // k:a:r: minute window, limit, ttl, sum
+      "0", "100", "61", "90",                               // k:a:t: 50 + 40
+      "1", "1000", std::to_string(86'400 + 86'400), "140",  // t:b:d: day, ttl to the day's end + 1 day
+      "3",                                                  // admissions
+      // packed: 2 shapes — 3 charges, 2 slots, (counter, slot) x3; 1 charge, 1 slot: counter 3
+      // slot 1 — then per admission its shape and amounts: (1: 1, 50), (1: 1, 40), (2: 50)
+      "2 3 2 1 1 2 2 3 2 1 1 3 1 1 1 50 1 1 40 2 50"};
   EXPECT_EQ(call.args, expected);
   EXPECT_EQ(reserveScript().sha1.size(), 40u);
 
@@ -221,6 +218,19 @@ TEST(RedisScripts, ACallSendsEachCounterAndShapeOnceAndFewNumbersPerAdmission) {
   EXPECT_EQ(c.retry_after_ms, 86'400'000 - 30'500);  // the day's end
 
   reply.elements.pop_back();
+  EXPECT_FALSE(parseReserveReply(reply, admissions, call).ok());
+
+  // When every counter has room for its sum the script answers -1 for the whole call: all
+  // admitted, replayed in order as above.
+  reply.elements.resize(8);
+  reply.elements[5].integer = 800;  // the day counter has room for all three (800 + 140 <= 1000)
+  reply.elements[7].integer = -1;
+  auto all = parseReserveReply(reply, admissions, call);
+  ASSERT_TRUE(all.ok()) << all.status().message();
+  for (const Admission& ad : *all) EXPECT_TRUE(ad.admitted);
+  EXPECT_EQ((*all)[1].remaining, (std::vector<int64_t>{5, 10, 1000 - 800 - 50 - 40}));
+  EXPECT_EQ((*all)[2].remaining, (std::vector<int64_t>{1000 - 800 - 50 - 40 - 50}));
+  reply.elements[7].integer = -2;
   EXPECT_FALSE(parseReserveReply(reply, admissions, call).ok());
 }
 

@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# Usage records survive a kill -9: `infera serve` with governance (SQLite store, usage flushed every
+# 200 ms) takes a stream of requests; the process is killed with SIGKILL mid-stream and started
+# again on the same store. Every request acknowledged at least 1 s (five flush intervals) before the
+# kill must be in the usage, and nothing that was not sent.
+# Usage: usage_durability_test.sh INFERA_BINARY
+set -uo pipefail
+infera="$1"
+work=$(mktemp -d)
+pid=""
+loader=""
+cleanup() {
+  [[ -n "$loader" ]] && kill "$loader" 2>/dev/null
+  [[ -n "$pid" ]] && kill -9 "$pid" 2>/dev/null
+  rm -rf "$work"
+}
+trap cleanup EXIT
+passed=0
+failed=0
+check() {  # check NAME CONDITION...
+  local name="$1"; shift
+  if "$@"; then passed=$((passed + 1)); echo "ok - $name"; else failed=$((failed + 1)); echo "FAIL - $name"; fi
+}
+export INFERA_ADMIN_TOKEN=durability-test-token
+auth="authorization: Bearer $INFERA_ADMIN_TOKEN"
+
+cat >"$work/gw.yaml" <<YAML
+listen: {port: 0}
+admin: {port: 0}
+workers: 2
+governance: {store: "sqlite:$work/gov.db", usage_flush_ms: 200}
+emulators:
+  e: {models: [m]}
+models:
+  - name: m
+    deployments: [{endpoints: [{emulator: e}]}]
+YAML
+
+start() {  # starts serve; sets pid, port, admin
+  "$infera" serve -c "$work/gw.yaml" >"$work/serve.out" 2>&1 &
+  pid=$!
+  port=""; admin=""
+  for _ in $(seq 1 500); do
+    port=$(sed -n 's|.*data http://127.0.0.1:\([0-9]*\).*|\1|p' "$work/serve.out")
+    admin=$(sed -n 's|.*admin http://127.0.0.1:\([0-9]*\).*|\1|p' "$work/serve.out")
+    [[ -n "$port" && -n "$admin" ]] && break
+    sleep 0.02
+  done
+}
+start
+check "serve starts" test -n "$port"
+curl -sf -H "$auth" -d '{"name":"dur"}' "http://127.0.0.1:$admin/admin/teams" >/dev/null
+key=$(curl -sf -H "$auth" -d '{"team":"dur"}' "http://127.0.0.1:$admin/admin/keys" | sed -n 's/.*"key":"\([^"]*\)".*/\1/p')
+check "a key is created" test -n "$key"
+
+# The load: one request at a time; each acknowledged (200) request's time, in ns.
+body='{"model":"m","max_tokens":2,"messages":[{"role":"user","content":"hi"}]}'
+(
+  while :; do
+    code=$(curl -s -o /dev/null -w '%{http_code}' -H "authorization: Bearer $key" \
+      -H 'content-type: application/json' -d "$body" "http://127.0.0.1:$port/v1/chat/completions")
+    [[ "$code" == 200 ]] && date +%s%N >>"$work/acks"
+  done
+) &
+loader=$!
+# Kill once 3 s of load have been acknowledged (and the first flushes have run).
+for _ in $(seq 1 1000); do
+  if [[ -s "$work/acks" ]]; then
+    first=$(head -1 "$work/acks")
+    (( $(date +%s%N) - first > 3000000000 )) && break
+  fi
+  sleep 0.02
+done
+kill -9 "$pid"
+killed_at=$(date +%s%N)
+wait "$pid" 2>/dev/null
+pid=""
+kill "$loader" 2>/dev/null
+wait "$loader" 2>/dev/null
+loader=""
+acked=$(wc -l <"$work/acks")
+old=$(awk -v k="$killed_at" '$1 < k - 1000000000 {n++} END {print n + 0}' "$work/acks")
+check "requests were acknowledged before the kill ($acked, $old of them 1 s before it)" test "$old" -ge 10
+
+start
+check "serve starts again on the same store" test -n "$port"
+usage=$(curl -sf -H "$auth" "http://127.0.0.1:$admin/admin/usage?granularity=total&group_by=team&team=dur&since=1h")
+recorded=$(sed -n 's/.*"requests":\([0-9]*\).*/\1/p' <<<"$usage")
+echo "acknowledged $acked, of which $old at least 1 s before the kill; recorded $recorded"
+check "every request acknowledged 1 s before the kill is recorded" test "${recorded:-0}" -ge "$old"
+check "nothing is recorded that was not sent" test "${recorded:-0}" -le $((acked + 1))
+# The key still works after the restart (its record and the server secret beside the store persist).
+code=$(curl -s -o /dev/null -w '%{http_code}' -H "authorization: Bearer $key" -H 'content-type: application/json' \
+  -d "$body" "http://127.0.0.1:$port/v1/chat/completions")
+check "the key still works after the restart" test "$code" = 200
+
+echo "$passed passed, $failed failed"
+[[ $failed -eq 0 ]]
