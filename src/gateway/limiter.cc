@@ -222,13 +222,14 @@ void LocalCounters::seed(const Charge& ch, int64_t used, int64_t now_ms) {
 
 namespace {
 
-// A minute counter is a hash K of live one-second buckets ("<unix second>" -> amount) plus a
-// summary string K:s = "<total> <oldest live second> <second of the last clean-up> <second the
-// hash's TTL was last renewed>". A script
-// call reads every summary with one MGET; the first call in a new second drops the buckets that
-// left the window (HGETALL/HDEL, once per second per counter) and recounts; each counter then
-// gets one HINCRBY of what the call added and one SET of its summary, however many admissions
-// the call carries (and an EXPIRE of the hash at most once a second). A day/month counter is an integer at K.
+// A minute counter is a hash K of one-second buckets ("<unix second>" -> amount) plus a summary
+// string K:s = "<total> <oldest live second> <current second> <second the hash's TTL was last
+// renewed> <current second's amount>". The current second's bucket lives in the summary; it goes
+// into the hash when the second is over. A script call reads every summary with one MGET; the
+// first call in a new second moves the finished second into the hash, drops the buckets that
+// left the window and recounts (HINCRBY, HGETALL, HDEL, EXPIRE: once per second per counter);
+// otherwise a counter costs one SET of its summary per call, however many admissions the call
+// carries. A day/month counter is an integer at K.
 constexpr const char* kCountersLua = R"lua(
 local function summaries(keys, minute_flag)
   local names = {}
@@ -242,12 +243,19 @@ local function load(key, raw, minute, now)
     local n = tonumber(raw or false)
     return {n = n or 0, exists = n ~= nil}
   end
-  local s = {exists = raw ~= false and raw ~= nil, total = 0, oldest = now, clean = -1, add = 0, ttl = -1}
+  local s = {exists = raw ~= false and raw ~= nil, total = 0, oldest = now, clean = -1, add = 0, ttl = -1, cur = 0}
   if s.exists then
-    local t, o, c, e = string.match(raw, '^(%-?%d+) (%d+) (%d+) ?(%d*)$')
+    local t, o, c, e, v = string.match(raw, '^(%-?%d+) (%d+) (%d+) ?(%-?%d*) ?(%-?%d*)$')
     s.total, s.oldest, s.clean, s.ttl = tonumber(t) or 0, tonumber(o) or now, tonumber(c) or -1, tonumber(e) or -1
+    s.cur = tonumber(v) or 0
   end
   if s.clean ~= now then
+    -- The finished second's amount goes into the hash, then the live buckets are recounted.
+    if s.cur ~= 0 and s.clean > now - 60 then
+      redis.call('HINCRBY', key, s.clean, s.cur)
+      s.touched = true
+    end
+    s.cur = 0
     local h = redis.call('HGETALL', key)
     local stale = {}
     s.total, s.oldest, s.clean = 0, now, now
@@ -268,13 +276,14 @@ local function load(key, raw, minute, now)
 end
 local function store(key, s, minute, now, ttl)
   if minute then
-    if s.add ~= 0 then redis.call('HINCRBY', key, now, s.add) end
+    s.cur = s.cur + s.add
     -- The hash's TTL is renewed at most once a second, in every second it is written to.
-    if (s.add ~= 0 or s.touched) and s.ttl ~= now then
+    if s.touched and s.ttl ~= now then
       redis.call('EXPIRE', key, 61)
       s.ttl = now
     end
-    redis.call('SET', key .. ':s', s.total .. ' ' .. s.oldest .. ' ' .. s.clean .. ' ' .. s.ttl, 'PX', 61000)
+    redis.call('SET', key .. ':s', s.total .. ' ' .. s.oldest .. ' ' .. s.clean .. ' ' .. s.ttl .. ' ' .. s.cur,
+               'PX', 61000)
   elseif ttl then
     redis.call('SET', key, s.n, 'EX', ttl)
   else
@@ -301,7 +310,14 @@ local function apply(keys, minute_of_i, stamps, deltas, now)
       local d = deltas[i]
       if minute then
         local stamp = stamps[i]
-        if stamp > now - 60 and stamp ~= now then
+        if stamp == now then
+          -- The current second, in the summary (never below zero).
+          if s.cur + s.add + d < 0 then d = -(s.cur + s.add) end
+          s.add = s.add + d
+          s.total = s.total + d
+          s.dirty = true
+        elseif stamp > now - 60 then
+          -- A finished second, in the hash (load moved the last one there).
           local v = redis.call('HINCRBY', key, stamp, d)
           if v < 0 then
             redis.call('HSET', key, stamp, 0)
@@ -310,7 +326,7 @@ local function apply(keys, minute_of_i, stamps, deltas, now)
           s.total = s.total + d
           s.touched = true
           s.dirty = true
-        elseif stamp == now or d > 0 then
+        elseif d > 0 then
           s.add = s.add + d
           s.total = s.total + d
           s.dirty = true

@@ -176,20 +176,37 @@ TEST(GovernanceCluster, ReserveScriptDecidesSeveralShapesInOneCall) {
   };
   const std::vector<std::string> expected = {"1", "60", "2", "31", "31"};
   EXPECT_EQ(totals(), expected);
-  for (const char* k : {"k:a:r", "k:a:t", "k:b:r", "k:b:t"}) {  // every bucket hash expires
-    auto ttl = (*rc)->command({"PTTL", std::string("infera:rl:") + k});
-    ASSERT_TRUE(ttl.ok());
-    EXPECT_GT(ttl->integer, 0) << k;
-    EXPECT_LE(ttl->integer, 61'000) << k;
+  auto ttl = [&](const std::string& name) {
+    auto r = (*rc)->command({"PTTL", "infera:rl:" + name});
+    return r.ok() ? r->integer : -3;
+  };
+  for (const char* k : {"k:a:r", "k:a:t", "k:b:r", "k:b:t"}) {  // every summary expires
+    EXPECT_GT(ttl(std::string(k) + ":s"), 0) << k;
+    EXPECT_LE(ttl(std::string(k) + ":s"), 61'000) << k;
   }
+  // The call's second, once over, goes from the summaries into the bucket hashes.
+  auto second = [&] {
+    auto r = (*rc)->command({"TIME"});
+    return r.ok() && !r->elements.empty() ? r->elements[0].str : std::string("?");
+  };
+  const std::string call_second = second();
+  ASSERT_TRUE(waitFor([&] { return second() != call_second; }));
 
   // Undoing the call (as a gateway does when the answer never came) refunds exactly what it
-  // admitted, once.
+  // admitted, once: here from the finished second's buckets, which the undo first moves into the
+  // hashes (which then expire too).
   const std::vector<std::string> zero = {"0", "0", "0", "0", "0"};
   auto undo = (*rc)->eval(cancelScript(), call.keys, call.args);
   ASSERT_TRUE(undo.ok() && !undo->isError()) << (undo.ok() ? undo->str : undo.status().message());
   EXPECT_EQ(undo->integer, 1);
   EXPECT_EQ(totals(), zero);
+  for (const char* k : {"k:a:r", "k:a:t", "k:b:r", "k:b:t"}) {
+    auto bucket = (*rc)->command({"HGET", std::string("infera:rl:") + k, call_second});
+    ASSERT_TRUE(bucket.ok());
+    EXPECT_EQ(bucket->str, "0") << k;  // moved into the hash, then refunded
+    EXPECT_GT(ttl(k), 0) << k;
+    EXPECT_LE(ttl(k), 61'000) << k;
+  }
   auto again = (*rc)->eval(cancelScript(), call.keys, call.args);
   ASSERT_TRUE(again.ok() && !again->isError());
   EXPECT_EQ(again->integer, 0);
@@ -354,7 +371,7 @@ TEST(GovernanceCluster, RedisDownFallsBackToALocalShareAndComesBack) {
   ASSERT_EQ(call(*gw, key, chat("m1", 1)).status, 200);
   auto rc = store::RedisClient::connect(*store::parseRedisUrl(redis->url()));
   ASSERT_TRUE(rc.ok());
-  auto exists = (*rc)->command({"EXISTS", "infera:rl:k:" + id + ":r"});
+  auto exists = (*rc)->command({"EXISTS", "infera:rl:k:" + id + ":r:s"});
   ASSERT_TRUE(exists.ok());
   EXPECT_EQ(exists->integer, 1);  // the counter lives in Redis
 
@@ -385,7 +402,7 @@ TEST(GovernanceCluster, RedisDownFallsBackToALocalShareAndComesBack) {
       std::chrono::seconds(10)));
   auto rc2 = store::RedisClient::connect(*store::parseRedisUrl(redis->url()));
   ASSERT_TRUE(rc2.ok());
-  auto back = (*rc2)->command({"EXISTS", "infera:rl:k:" + id + ":r"});
+  auto back = (*rc2)->command({"EXISTS", "infera:rl:k:" + id + ":r:s"});
   ASSERT_TRUE(back.ok());
   EXPECT_EQ(back->integer, 1);
   const double fallbacks = gw->metricSum("infera_ratelimit_fallback_total");
