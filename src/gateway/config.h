@@ -112,7 +112,7 @@ struct GovernanceConfig {
   std::string key_secret;   // server secret keying the key hashes; env INFERA_KEY_SECRET wins
   int64_t sync_interval_ms = 500;   // how often the key/team snapshot is checked for changes
   int64_t usage_flush_ms = 1'000;   // usage records reach the store at least this often
-  int64_t usage_retention_days = 90;         // raw usage records older than this are deleted; 0 = keep
+  int64_t usage_retention_days = 0;          // raw usage records older than this are deleted; 0 = keep
   int64_t usage_rollup_retention_days = 0;   // per-minute roll-ups (what queries read); 0 = keep
   int64_t default_max_tokens = 1'024;  // completion tokens reserved when a request sets none
   std::string redis;                 // redis://host:port shared counters; "" = this process only

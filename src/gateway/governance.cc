@@ -189,8 +189,9 @@ Status checkNonNegative(const char* name, int64_t v) {
 Status readTeam(const json& j, TeamRecord& t, bool create) {
   BodyReader r{j, {}};
   if (create && !r.get("name", t.name)) return Status::invalidArgument("field 'name' is required");
-  if (create && (t.name.empty() || t.name.size() > 128 || t.name.find_first_of(" ,/\"") != std::string::npos)) {
-    return Status::invalidArgument("team name must be 1-128 characters without spaces, commas, slashes or quotes");
+  if (create && (t.name.empty() || t.name.size() > 128 || t.name.find_first_of(" ,/\":") != std::string::npos)) {
+    return Status::invalidArgument(
+        "team name must be 1-128 characters without spaces, commas, slashes, colons or quotes");
   }
   r.models(t.models);
   r.get("rpm", t.rpm);
@@ -492,7 +493,7 @@ void Governance::controlLoop() {
     bool poked = false;
     {
       std::unique_lock<std::mutex> lock(control_mu_);
-      control_cv_.wait_until(lock, std::min(next_sync, next_flush), [&] { return stop_ || poke_; });
+      control_cv_.wait_until(lock, std::min({next_sync, next_flush, next_prune}), [&] { return stop_ || poke_; });
       if (stop_) break;
       poked = poke_;
       poke_ = false;
@@ -510,29 +511,33 @@ void Governance::controlLoop() {
       (void)flushUsage();
     }
     if (now >= next_prune) {
-      next_prune = now + std::chrono::hours(1);
-      const auto removed = pruneUsage();
+      // One bounded step (an hour of records) per pass, so flushes and snapshot syncs keep their
+      // pace; while there is more to remove the next step follows shortly.
+      const auto removed = pruneUsageStep();
       if (!removed.ok()) INFERA_LOG(log, warn, "usage retention: {}", removed.status().message());
-      if (removed.ok() && *removed > 0) INFERA_LOG(log, info, "usage retention removed {} rows", *removed);
+      if (removed.ok() && *removed > 0) INFERA_LOG(log, debug, "usage retention removed {} rows", *removed);
+      next_prune = now + (removed.ok() && *removed > 0 ? std::chrono::milliseconds(100)
+                                                        : std::chrono::milliseconds(3'600'000));
     }
   }
   (void)flushUsage();
 }
 
-Result<int64_t> Governance::pruneUsage() {
+Result<int64_t> Governance::pruneUsageStep() {
   constexpr int64_t kDay = 86'400'000;
   const int64_t now = nowMs();
   const int64_t records = config_.usage_retention_days > 0 ? now - config_.usage_retention_days * kDay : 0;
   const int64_t rollups =
       config_.usage_rollup_retention_days > 0 ? now - config_.usage_rollup_retention_days * kDay : 0;
+  if (records == 0 && rollups == 0) return int64_t{0};
+  std::lock_guard<std::mutex> lock(store_mu_);
+  return control_store_->pruneUsage(records, rollups);
+}
+
+Result<int64_t> Governance::pruneUsage() {
   int64_t total = 0;
   for (;;) {
-    int64_t removed = 0;
-    {
-      // A step at a time, so usage flushes (which take the same lock) are not held up for long.
-      std::lock_guard<std::mutex> lock(store_mu_);
-      INFERA_ASSIGN_OR_RETURN(removed, control_store_->pruneUsage(records, rollups));
-    }
+    INFERA_ASSIGN_OR_RETURN(const int64_t removed, pruneUsageStep());
     if (removed == 0) return total;
     total += removed;
   }

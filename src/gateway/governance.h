@@ -229,9 +229,10 @@ class Governance {
   void recordUsage(int shard, UsageRecord&& r);
   // Writes buffered records now (tests; shutdown).
   Status flushUsage();
-  // Deletes usage records and roll-ups past their retention (the control thread does it hourly).
-  // Returns the rows removed.
+  // Deletes usage records and roll-ups past their retention, all of them (tests, tools); the
+  // control thread does it a step (an hour of records) at a time, hourly. Returns the rows removed.
   Result<int64_t> pruneUsage();
+  Result<int64_t> pruneUsageStep();
 
   const std::string& keySecret() const { return key_secret_; }
   LocalCounters& localCounters() { return local_; }

@@ -838,7 +838,8 @@ Result<std::string> MetaStore::queryUsage(const UsageQuery& q) {
     row["aborted"] = r.integer(i, c++);
     row["cost_usd"] = r.real(i, c++);
     const int64_t requests = row["requests"].get<int64_t>();
-    row["avg_latency_ms"] = requests > 0 ? r.real(i, c++) / static_cast<double>(requests) : 0.0;
+    const double latency_sum = r.real(i, c++);
+    row["avg_latency_ms"] = requests > 0 ? latency_sum / static_cast<double>(requests) : 0.0;
     row["errors"] = r.integer(i, c++);
     rows.push_back(std::move(row));
   }
@@ -871,7 +872,17 @@ std::string userCounter(const std::string& team_counter, std::string_view user) 
   c.reserve(team_counter.size() + 3 + user.size());
   c += team_counter;
   c += ":u:";
-  c += user;
+  // A user name comes from a request header: ':' and '%' are escaped so that no name can spell
+  // another counter's name (e.g. "bob:s", the summary key of user bob's counter in Redis).
+  for (char ch : user) {
+    if (ch == ':') {
+      c += "%3A";
+    } else if (ch == '%') {
+      c += "%25";
+    } else {
+      c += ch;
+    }
+  }
   return c;
 }
 

@@ -192,7 +192,7 @@ struct UserInfo {
 };
 
 // Counter names of a team's user (what UserInfo holds; built per request for users without a
-// record): "<team counter>:u:<user>".
+// record): "<team counter>:u:<user>", with ':' and '%' in the user name escaped (%3A, %25).
 std::string userCounter(const std::string& team_counter, std::string_view user);
 
 struct GovSnapshot {

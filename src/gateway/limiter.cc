@@ -65,9 +65,16 @@ LocalCounters::Counter& LocalCounters::Shard::get(std::string_view key) {
   return counters.emplace(std::string(key), Counter{}).first->second;
 }
 
+namespace {
+size_t slotOf(int64_t second) { return static_cast<size_t>(((second % 60) + 60) % 60); }
+}  // namespace
+
 void LocalCounters::Counter::advance(int64_t now) {
-  if (now <= latest) return;
-  if (now - latest >= 60) {
+  // A little behind `latest` (another thread read the clock first): the window stays. A jump of
+  // a minute or more either way (idle counter; the wall clock stepped back) re-anchors it at now
+  // and recounts (seconds after now do not count).
+  if (now <= latest && latest - now < 60) return;
+  if (now - latest >= 60 || now < latest) {
     latest = now;
     sum = 0;
     for (size_t i = 0; i < 60; ++i) {
@@ -77,14 +84,14 @@ void LocalCounters::Counter::advance(int64_t now) {
   }
   // Seconds latest-59 .. now-60 leave the window.
   for (int64_t t = latest - 59; t <= now - 60; ++t) {
-    const size_t slot = static_cast<size_t>(t % 60);
+    const size_t slot = slotOf(t);
     if (sec[slot] == t) sum -= val[slot];
   }
   latest = now;
 }
 
 void LocalCounters::Counter::add(int64_t s, int64_t amount) {
-  const size_t slot = static_cast<size_t>(s % 60);
+  const size_t slot = slotOf(s);
   if (sec[slot] != s) {
     if (live(sec[slot])) sum -= val[slot];
     sec[slot] = s;
@@ -98,7 +105,7 @@ void LocalCounters::Counter::add(int64_t s, int64_t amount) {
 
 int64_t LocalCounters::Counter::oldestLive() const {
   for (int64_t t = latest - 59; t < latest; ++t) {
-    const size_t slot = static_cast<size_t>(t % 60);
+    const size_t slot = slotOf(t);
     if (sec[slot] == t && val[slot] != 0) return t;
   }
   return latest;
@@ -194,11 +201,10 @@ void LocalCounters::adjust(std::span<const Charge> charges, std::span<const int6
     Counter& c = s.get(ch.counter);
     if (ch.window == Window::kMinute) {
       c.advance(now);
-      const size_t slot = static_cast<size_t>(stamp % 60);
-      if (c.sec[slot] == stamp) {
-        c.add(stamp, delta[i]);
+      if (c.live(stamp) && c.sec[slotOf(stamp)] == stamp) {
+        c.add(stamp, delta[i]);  // back to (or more on) the second it was reserved in
       } else if (delta[i] > 0) {
-        c.add(now, delta[i]);
+        c.add(now, delta[i]);  // that second has left the window: use beyond it counts now
       }
     } else if (c.period == periodId(ch.window, stamp_ms)) {
       c.period_used = std::max<int64_t>(0, c.period_used + delta[i]);
@@ -250,15 +256,12 @@ local function load(key, raw, minute, now)
     s.cur = tonumber(v) or 0
   end
   if s.clean ~= now then
-    -- The finished second's amount goes into the hash, then the live buckets are recounted.
-    if s.cur ~= 0 and s.clean > now - 60 then
-      redis.call('HINCRBY', key, s.clean, s.cur)
-      s.touched = true
-    end
-    s.cur = 0
+    -- A new second: recount the live buckets, plus the finished second's amount, which store()
+    -- moves into the hash (load writes nothing: a script that stops later leaves no trace).
     local h = redis.call('HGETALL', key)
     local stale = {}
-    s.total, s.oldest, s.clean = 0, now, now
+    local fsec, fval = s.clean, s.cur
+    s.total, s.oldest, s.clean, s.cur = 0, now, now, 0
     for j = 1, #h, 2 do
       local sec = tonumber(h[j])
       if sec <= now - 60 then
@@ -269,13 +272,23 @@ local function load(key, raw, minute, now)
         if v ~= 0 and sec < s.oldest then s.oldest = sec end
       end
     end
-    if #stale > 0 then redis.call('HDEL', key, unpack(stale)) end
+    if fval ~= 0 and fsec > now - 60 then
+      s.flush_sec, s.flush_val = fsec, fval
+      s.total = s.total + fval
+      if fsec < s.oldest then s.oldest = fsec end
+    end
+    if #stale > 0 then s.stale = stale end
     s.dirty = true
   end
   return s
 end
 local function store(key, s, minute, now, ttl)
   if minute then
+    if s.stale then redis.call('HDEL', key, unpack(s.stale)) end
+    if s.flush_sec and s.flush_val ~= 0 then
+      redis.call('HINCRBY', key, s.flush_sec, s.flush_val)
+      s.touched = true
+    end
     s.cur = s.cur + s.add
     -- The hash's TTL is renewed at most once a second, in every second it is written to.
     if s.touched and s.ttl ~= now then
@@ -316,8 +329,14 @@ local function apply(keys, minute_of_i, stamps, deltas, now)
           s.add = s.add + d
           s.total = s.total + d
           s.dirty = true
+        elseif stamp == s.flush_sec then
+          -- The second that just finished, on its way into the hash (never below zero).
+          if s.flush_val + d < 0 then d = -s.flush_val end
+          s.flush_val = s.flush_val + d
+          s.total = s.total + d
+          s.dirty = true
         elseif stamp > now - 60 then
-          -- A finished second, in the hash (load moved the last one there).
+          -- An earlier finished second, in the hash.
           local v = redis.call('HINCRBY', key, stamp, d)
           if v < 0 then
             redis.call('HSET', key, stamp, 0)

@@ -189,23 +189,36 @@ TEST(GovernanceCluster, ReserveScriptDecidesSeveralShapesInOneCall) {
     auto r = (*rc)->command({"TIME"});
     return r.ok() && !r->elements.empty() ? r->elements[0].str : std::string("?");
   };
-  const std::string call_second = second();
+  const std::string call_second = std::to_string(reply->elements[0].integer / 1000);  // the script's clock
   ASSERT_TRUE(waitFor([&] { return second() != call_second; }));
+  // The first call of the new second fails after reading the counters (a2 does not fit, so the
+  // script reads the packed admissions, which do not add up): it writes nothing, not even the
+  // finished second's move into the hashes.
+  ReserveCall failing;
+  buildReserveCall(admissions, now_ms, "test-0b", failing);
+  failing.args.back() += " 7";
+  auto failed = (*rc)->eval(reserveScript(), failing.keys, failing.args);
+  ASSERT_TRUE(failed.ok());
+  EXPECT_TRUE(failed->isError());
+  EXPECT_EQ(totals(), expected);
+  for (const char* k : {"k:a:r", "k:a:t", "k:b:r", "k:b:t"}) {
+    auto len = (*rc)->command({"HLEN", std::string("infera:rl:") + k});
+    ASSERT_TRUE(len.ok());
+    EXPECT_EQ(len->integer, 0) << k;
+  }
 
   // Undoing the call (as a gateway does when the answer never came) refunds exactly what it
-  // admitted, once: here from the finished second's buckets, which the undo first moves into the
-  // hashes (which then expire too).
+  // admitted, once: here the finished second's amounts, refunded on their way into the hashes (so
+  // nothing is left to move there).
   const std::vector<std::string> zero = {"0", "0", "0", "0", "0"};
   auto undo = (*rc)->eval(cancelScript(), call.keys, call.args);
   ASSERT_TRUE(undo.ok() && !undo->isError()) << (undo.ok() ? undo->str : undo.status().message());
   EXPECT_EQ(undo->integer, 1);
   EXPECT_EQ(totals(), zero);
   for (const char* k : {"k:a:r", "k:a:t", "k:b:r", "k:b:t"}) {
-    auto bucket = (*rc)->command({"HGET", std::string("infera:rl:") + k, call_second});
-    ASSERT_TRUE(bucket.ok());
-    EXPECT_EQ(bucket->str, "0") << k;  // moved into the hash, then refunded
-    EXPECT_GT(ttl(k), 0) << k;
-    EXPECT_LE(ttl(k), 61'000) << k;
+    auto len = (*rc)->command({"HLEN", std::string("infera:rl:") + k});
+    ASSERT_TRUE(len.ok());
+    EXPECT_EQ(len->integer, 0) << k;
   }
   auto again = (*rc)->eval(cancelScript(), call.keys, call.args);
   ASSERT_TRUE(again.ok() && !again->isError());
@@ -254,9 +267,29 @@ TEST(GovernanceCluster, ReserveScriptDecidesSeveralShapesInOneCall) {
   EXPECT_TRUE((*fd)[0].admitted && (*fd)[1].admitted);
   EXPECT_EQ((*fd)[1].remaining, (std::vector<int64_t>{9, 70, 970}));
   EXPECT_EQ(totals(), (std::vector<std::string>{"1", "60", "1", "30", "30"}));
+  // The next second's first call moves the finished second into the bucket hashes (which expire).
+  const std::string fast_second = std::to_string(fr->elements[0].integer / 1000);
+  ASSERT_TRUE(waitFor([&] { return second() != fast_second; }));
+  const std::span<const Charge> small[1] = {b2};
+  ReserveCall next;
+  buildReserveCall(small, now_ms, "test-6", next);
+  auto nr = (*rc)->eval(reserveScript(), next.keys, next.args);
+  ASSERT_TRUE(nr.ok() && !nr->isError()) << (nr.ok() ? nr->str : nr.status().message());
+  EXPECT_EQ(totals(), (std::vector<std::string>{"1", "60", "2", "31", "31"}));
+  for (const char* k : {"k:b:r", "k:b:t"}) {
+    auto bucket = (*rc)->command({"HGET", std::string("infera:rl:") + k, fast_second});
+    ASSERT_TRUE(bucket.ok());
+    EXPECT_EQ(bucket->str, std::string(k) == "k:b:r" ? "1" : "30") << k;
+    EXPECT_GT(ttl(k), 0) << k;
+    EXPECT_LE(ttl(k), 61'000) << k;
+  }
+  // Undoing the fast call refunds its sums: from the hash for the finished second.
   auto fundo = (*rc)->eval(cancelScript(), fast.keys, fast.args);
   ASSERT_TRUE(fundo.ok() && !fundo->isError());
   EXPECT_EQ(fundo->integer, 1);
+  EXPECT_EQ(totals(), (std::vector<std::string>{"0", "0", "1", "1", "1"}));
+  auto nundo = (*rc)->eval(cancelScript(), next.keys, next.args);
+  ASSERT_TRUE(nundo.ok() && !nundo->isError());
   EXPECT_EQ(totals(), zero);
 }
 

@@ -104,33 +104,76 @@ TEST(LocalCounters, AdjustReturnsWhatWasNotUsed) {
 
 TEST(LocalCounters, RunningMinuteTotalsMatchARecountUnderRandomTraffic) {
   // The counter keeps its 60 s total as amounts come and go; here every read is checked against a
-  // recount of what the test itself reserved and refunded, over random steps (many within a
-  // second, some of several seconds, a few jumps past the whole window).
+  // recount of what the test itself reserved, refunded and added, over random steps (many within
+  // a second, some of several seconds, a few jumps past the whole window). Reconciliations go to
+  // reservations of earlier seconds too: refunds (at most what the reservation has left) to its
+  // second while it is in the window; use beyond the reservation to its second, or to the current
+  // one once its second has left the window.
   LocalCounters c;
   std::mt19937_64 rng(7);
   const Charge ch = minuteCharge(int64_t{1} << 40, 0);
+  struct Reservation {
+    int64_t stamp_ms, left;
+  };
+  std::vector<Reservation> made;
   std::vector<std::pair<int64_t, int64_t>> book;  // (second, amount) as the test did them
   int64_t now_ms = 1'800'000'000'000;
   for (int i = 0; i < 20'000; ++i) {
     const int r = static_cast<int>(rng() % 1000);
     now_ms += r < 900 ? static_cast<int64_t>(rng() % 50) : r < 995 ? static_cast<int64_t>(rng() % 5'000) : 70'000;
+    const int64_t now_s = now_ms / 1000;
     Charge one = ch;
     one.amount = 1 + static_cast<int64_t>(rng() % 100);
     const Admission a = c.reserve(std::span<const Charge>(&one, 1), now_ms);
     ASSERT_TRUE(a.admitted);
-    book.emplace_back(now_ms / 1000, one.amount);
-    if (rng() % 2) {  // refund part of a recent reservation (still in its slot)
-      const int64_t back = -static_cast<int64_t>(rng() % static_cast<uint64_t>(one.amount + 1));
-      c.adjust(std::span<const Charge>(&one, 1), std::span<const int64_t>(&back, 1), a.stamp_ms, now_ms);
-      book.emplace_back(now_ms / 1000, back);
+    book.emplace_back(now_s, one.amount);
+    made.push_back({a.stamp_ms, one.amount});
+    if (made.size() > 200) made.erase(made.begin());
+    // Reconcile a random recent reservation (up to ~200 requests back, some outside the window).
+    Reservation& old = made[rng() % made.size()];
+    const int64_t old_s = old.stamp_ms / 1000;
+    const bool live = old_s > now_s - 60;
+    int64_t delta = 0;
+    if (rng() % 3 == 0) {
+      delta = static_cast<int64_t>(rng() % 20);  // used more than reserved
+    } else if (live && old.left > 0) {
+      delta = -static_cast<int64_t>(rng() % static_cast<uint64_t>(old.left + 1));  // used less
+    }
+    if (delta != 0) {
+      c.adjust(std::span<const Charge>(&one, 1), std::span<const int64_t>(&delta, 1), old.stamp_ms, now_ms);
+      if (delta < 0) {
+        book.emplace_back(old_s, delta);
+        old.left += delta;
+      } else {
+        book.emplace_back(live ? old_s : now_s, delta);
+        if (live) old.left += delta;
+      }
     }
     int64_t expect = 0;
     for (const auto& [sec, amount] : book) {
-      if (sec > now_ms / 1000 - 60) expect += amount;
+      if (sec > now_s - 60) expect += amount;
     }
     ASSERT_EQ(c.used(ch, now_ms), expect) << "step " << i;
-    while (!book.empty() && book.front().first <= now_ms / 1000 - 60) book.erase(book.begin());
+    std::erase_if(book, [&](const auto& e) { return e.first <= now_s - 60; });
   }
+}
+
+TEST(LocalCounters, AClockSteppedBackAMinuteStillEnforcesTheLimit) {
+  LocalCounters c;
+  const Charge ch = minuteCharge(10, 10);
+  const int64_t t = 1'800'000'000'000;
+  ASSERT_TRUE(c.reserve(std::span<const Charge>(&ch, 1), t).admitted);
+  EXPECT_FALSE(c.reserve(std::span<const Charge>(&ch, 1), t + 1'000).admitted);
+  // The wall clock steps back 100 s: the window is re-anchored there (what was counted "in the
+  // future" does not count), and the limit holds again from that point.
+  ASSERT_TRUE(c.reserve(std::span<const Charge>(&ch, 1), t - 100'000).admitted);
+  EXPECT_FALSE(c.reserve(std::span<const Charge>(&ch, 1), t - 99'000).admitted);
+  EXPECT_EQ(c.used(ch, t - 99'000), 10);
+  // Small timestamps (under a minute) index slots safely.
+  LocalCounters early;
+  const Charge one = minuteCharge(5, 1);
+  for (int64_t ms = 0; ms < 5'000; ms += 1'000) ASSERT_TRUE(early.reserve(std::span<const Charge>(&one, 1), ms).admitted);
+  EXPECT_FALSE(early.reserve(std::span<const Charge>(&one, 1), 5'000).admitted);
 }
 
 TEST(LocalCounters, DailyPeriodsResetAtUtcMidnightAndShareScalesLimits) {
