@@ -255,14 +255,32 @@ UserRecord userFromRow(const SqlResult& r, size_t i) {
   return u;
 }
 
-// A user's limits are at most the team's, its models within the team's.
+// A key's or user's (`what`) limits are at most the team's, its model patterns within the team's.
+// One without its own limit (0) is held to the team's at request time.
+Status checkWithinTeam(const char* what, int64_t rpm, int64_t tpm, const std::vector<std::string>& models,
+                       const TeamRecord& t) {
+  const std::string w = what;
+  if (t.rpm > 0 && rpm > t.rpm) {
+    return Status::invalidArgument(w + " rpm " + std::to_string(rpm) + " exceeds team rpm " + std::to_string(t.rpm));
+  }
+  if (t.tpm > 0 && tpm > t.tpm) {
+    return Status::invalidArgument(w + " tpm " + std::to_string(tpm) + " exceeds team tpm " + std::to_string(t.tpm));
+  }
+  if (!t.models.empty()) {
+    for (const auto& p : models) {
+      bool covered = false;
+      for (const auto& tp : t.models) covered = covered || globMatch(tp, p);
+      if (!covered) {
+        return Status::invalidArgument(w + " model pattern '" + p + "' is outside team '" + t.name + "''s models");
+      }
+    }
+  }
+  return Status::ok();
+}
+
+// A user's quota and budgets are not above the team's either.
 Status checkUserWithinTeam(const UserRecord& u, const TeamRecord& t) {
-  if (t.rpm > 0 && u.rpm > t.rpm) {
-    return Status::invalidArgument("user rpm " + std::to_string(u.rpm) + " exceeds team rpm " + std::to_string(t.rpm));
-  }
-  if (t.tpm > 0 && u.tpm > t.tpm) {
-    return Status::invalidArgument("user tpm " + std::to_string(u.tpm) + " exceeds team tpm " + std::to_string(t.tpm));
-  }
+  INFERA_RETURN_IF_ERROR(checkWithinTeam("user", u.rpm, u.tpm, u.models, t));
   if (t.daily_tokens > 0 && u.daily_tokens > t.daily_tokens) {
     return Status::invalidArgument("user daily_tokens exceeds the team's daily_tokens");
   }
@@ -271,13 +289,6 @@ Status checkUserWithinTeam(const UserRecord& u, const TeamRecord& t) {
   }
   if (t.budget_usd > 0 && u.budget_usd > t.budget_usd) {
     return Status::invalidArgument("user budget_usd exceeds the team's budget_usd");
-  }
-  if (!t.models.empty()) {
-    for (const auto& p : u.models) {
-      bool covered = false;
-      for (const auto& tp : t.models) covered = covered || globMatch(tp, p);
-      if (!covered) return Status::invalidArgument("user model pattern '" + p + "' is outside team '" + t.name + "''s models");
-    }
   }
   return Status::ok();
 }
@@ -329,21 +340,7 @@ KeyRecord keyFromRow(const SqlResult& r, size_t i) {
 }
 
 Status checkKeyWithinTeam(const KeyRecord& k, const TeamRecord& t) {
-  // A key without its own limit (0) is held to the team's at request time.
-  if (t.rpm > 0 && k.rpm > t.rpm) {
-    return Status::invalidArgument("key rpm " + std::to_string(k.rpm) + " exceeds team rpm " + std::to_string(t.rpm));
-  }
-  if (t.tpm > 0 && k.tpm > t.tpm) {
-    return Status::invalidArgument("key tpm " + std::to_string(k.tpm) + " exceeds team tpm " + std::to_string(t.tpm));
-  }
-  if (!t.models.empty()) {
-    for (const auto& p : k.models) {
-      bool covered = false;
-      for (const auto& tp : t.models) covered = covered || globMatch(tp, p);
-      if (!covered) return Status::invalidArgument("key model pattern '" + p + "' is outside team '" + t.name + "''s models");
-    }
-  }
-  return Status::ok();
+  return checkWithinTeam("key", k.rpm, k.tpm, k.models, t);
 }
 
 // Lowers a key's limits and models to what its team allows now, so a rotation (often urgent) does
