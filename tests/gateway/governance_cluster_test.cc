@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstring>
 #include <thread>
 
 #include "fakes/http_test_client.h"
@@ -132,6 +133,17 @@ TEST(GovernanceCluster, ThreeReplicasSharingRedisAdmitTheTpmOnceNotThreeTimes) {
 // all or nothing and in order; Redis then holds exactly the admitted amounts; the cancel script
 // refunds them once, or stops a call that has not run yet; a call with malformed arguments is
 // refused without writing anything.
+// A counter's total as Redis holds it: a minute counter's summary ('B' and five little-endian
+// doubles, the total first) or a period counter's integer.
+std::string summaryTotal(const std::string& raw) {
+  if (raw.size() == 41 && raw[0] == 'B') {
+    double total = 0;
+    std::memcpy(&total, raw.data() + 1, sizeof total);
+    return std::to_string(static_cast<int64_t>(total));
+  }
+  return raw.substr(0, raw.find(' '));
+}
+
 TEST(GovernanceCluster, ReserveScriptDecidesSeveralShapesInOneCall) {
   auto redis = testing::RedisServer::start();
   ASSERT_TRUE(redis);
@@ -171,7 +183,7 @@ TEST(GovernanceCluster, ReserveScriptDecidesSeveralShapesInOneCall) {
     auto r = (*rc)->command(names);
     std::vector<std::string> out;
     if (!r.ok()) return out;
-    for (const auto& e : r->elements) out.push_back(e.str.substr(0, e.str.find(' ')));
+    for (const auto& e : r->elements) out.push_back(summaryTotal(e.str));
     return out;
   };
   const std::vector<std::string> expected = {"1", "60", "2", "31", "31"};
@@ -367,6 +379,33 @@ TEST(GovernanceCluster, AReconciliationRedisMissedIsResentAndAppliedOnce) {
   ASSERT_TRUE(waitFor([&] { return day() == used; }, std::chrono::seconds(10))) << day() << " vs " << used;
   ASSERT_TRUE(waitFor([&] { return gw->metricSum("infera_ratelimit_redis_cancelled_calls_total") >= 1; }));
   EXPECT_EQ(day(), used);
+}
+
+// A summary an earlier version wrote as text is still read (and rewritten in the binary form).
+TEST(GovernanceCluster, AnEarlierVersionsTextSummaryIsStillRead) {
+  auto redis = testing::RedisServer::start();
+  ASSERT_TRUE(redis);
+  auto rc = store::RedisClient::connect(*store::parseRedisUrl(redis->url()));
+  ASSERT_TRUE(rc.ok());
+  auto time = (*rc)->command({"TIME"});
+  ASSERT_TRUE(time.ok() && !time->elements.empty());
+  const std::string sec = time->elements[0].str;
+  // 5 requests this second, all still in the current-second amount.
+  ASSERT_TRUE((*rc)->command({"SET", "infera:rl:k:old:r:s", "5 " + sec + " " + sec + " -1 5", "PX", "61000"}).ok());
+  Charge one[1] = {{"k:old:r", Window::kMinute, Scope::kKey, false, 6, 1}};
+  const std::span<const Charge> two[2] = {one, one};
+  ReserveCall call;
+  buildReserveCall(two, SystemClock::instance().unixMillis(), "old-1", call);
+  auto reply = (*rc)->eval(reserveScript(), call.keys, call.args);
+  ASSERT_TRUE(reply.ok() && !reply->isError()) << (reply.ok() ? reply->str : reply.status().message());
+  auto decided = parseReserveReply(*reply, two, call);
+  ASSERT_TRUE(decided.ok()) << decided.status().message();
+  EXPECT_TRUE((*decided)[0].admitted);   // 5 + 1 <= 6
+  EXPECT_FALSE((*decided)[1].admitted);  // 7 > 6
+  auto now = (*rc)->command({"GET", "infera:rl:k:old:r:s"});
+  ASSERT_TRUE(now.ok());
+  EXPECT_EQ(now->str.size(), 41u);
+  EXPECT_EQ(summaryTotal(now->str), "6");
 }
 
 // The reconciliation script applies a call once per id, whatever the number of times it is sent.
