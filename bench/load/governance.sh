@@ -138,6 +138,10 @@ echo "== governance summary (median of $ROUNDS rounds) =="
 printf '  off                  %10.0f req/s\n' "$O"
 printf '  keys+limits+usage    %10.0f req/s   ratio %.3f (target >= 0.9)\n' "$G" "$RG"
 printf '  ... with Redis       %10.0f req/s   ratio %.3f (target >= 0.8)\n' "$R" "$RR"
+# The per-round ratios show how much of the spread is the box (each round measures all three).
+rounds() { paste -d' ' <(tr ' ' '\n' <<<"${RESULTS[$1]}" | grep .) <(tr ' ' '\n' <<<"${RESULTS[off]}" | grep .) \
+  | awk '{printf "%.3f ", $1 / $2}'; }
+echo "  per-round ratios: keys+limits+usage $(rounds gov)| with Redis $(rounds redis)"
 echo "  usage records written by the SQLite run: $rows"
 us_per() { awk -v t="$1" -v n="$2" -v hz="$HZ" 'BEGIN {printf "%.1f", (n > 0) ? (t / hz * 1e6 / n) : 0}'; }
 echo "  gateway CPU per request: off $(us_per "${CPU_TICKS[off]}" "${REQS[off]}") us," \
