@@ -111,49 +111,27 @@ AdminReply statusReply(const Status& s) {
 }
 
 json teamToJson(const TeamRecord& t) {
-  return {{"name", t.name},
-          {"models", t.models},
-          {"rpm", t.rpm},
-          {"tpm", t.tpm},
-          {"daily_tokens", t.daily_tokens},
-          {"user_rpm", t.user_rpm},
-          {"user_tpm", t.user_tpm},
-          {"budget_tokens", t.budget_tokens},
-          {"budget_usd", t.budget_usd},
-          {"budget_period", t.budget_period},
-          {"created_ms", t.created_ms},
-          {"updated_ms", t.updated_ms}};
+  json j = fieldsJson(t);
+  j["created_ms"] = t.created_ms;
+  j["updated_ms"] = t.updated_ms;
+  return j;
 }
 
 json userToJson(const UserRecord& u) {
-  return {{"team", u.team},
-          {"name", u.name},
-          {"models", u.models},
-          {"rpm", u.rpm},
-          {"tpm", u.tpm},
-          {"daily_tokens", u.daily_tokens},
-          {"budget_tokens", u.budget_tokens},
-          {"budget_usd", u.budget_usd},
-          {"created_ms", u.created_ms},
-          {"updated_ms", u.updated_ms}};
+  json j = fieldsJson(u);
+  j["created_ms"] = u.created_ms;
+  j["updated_ms"] = u.updated_ms;
+  return j;
 }
 
 json keyToJson(const KeyRecord& k) {
-  // Never the secret, salt or hash.
+  json j = fieldsJson(k);  // never the secret, salt or hash
   const int64_t now = nowMs();
-  const char* state = k.revoked_ms ? "revoked" : (k.expires_ms && k.expires_ms <= now) ? "expired" : "active";
-  return {{"id", k.id},
-          {"team", k.team},
-          {"name", k.name},
-          {"models", k.models},
-          {"rpm", k.rpm},
-          {"tpm", k.tpm},
-          {"allow_user", k.allow_user},
-          {"created_ms", k.created_ms},
-          {"expires_ms", k.expires_ms},
-          {"revoked_ms", k.revoked_ms},
-          {"rotated_from", k.rotated_from},
-          {"state", state}};
+  j["created_ms"] = k.created_ms;
+  j["revoked_ms"] = k.revoked_ms;
+  j["rotated_from"] = k.rotated_from;
+  j["state"] = k.revoked_ms ? "revoked" : (k.expires_ms && k.expires_ms <= now) ? "expired" : "active";
+  return j;
 }
 
 // Reads typed fields from a JSON body with clear errors.
@@ -964,10 +942,7 @@ std::optional<GovError> GovWorker::authenticate(std::string_view authorization, 
                       "user_header_not_allowed"};
     }
     t.user = std::string(user_header.substr(0, 128));
-    if (snapshot_) {
-      const auto it = snapshot_->by_user.find(userMapKey(t.team, t.user));
-      if (it != snapshot_->by_user.end()) t.user_info = it->second;
-    }
+    if (snapshot_) t.user_info = snapshot_->user(t.team, t.user);
   }
   return std::nullopt;
 }

@@ -119,6 +119,29 @@ bool constantTimeEqual(std::string_view a, std::string_view b) {
   return CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
 }
 
+nlohmann::json fieldsJson(const TeamRecord& t) {
+  return {{"name", t.name},         {"models", t.models},           {"rpm", t.rpm},
+          {"tpm", t.tpm},           {"daily_tokens", t.daily_tokens}, {"budget_tokens", t.budget_tokens},
+          {"budget_usd", t.budget_usd}, {"budget_period", t.budget_period}, {"user_rpm", t.user_rpm},
+          {"user_tpm", t.user_tpm}};
+}
+
+nlohmann::json fieldsJson(const UserRecord& u) {
+  return {{"team", u.team},
+          {"name", u.name},
+          {"models", u.models},
+          {"rpm", u.rpm},
+          {"tpm", u.tpm},
+          {"daily_tokens", u.daily_tokens},
+          {"budget_tokens", u.budget_tokens},
+          {"budget_usd", u.budget_usd}};
+}
+
+nlohmann::json fieldsJson(const KeyRecord& k) {
+  return {{"id", k.id},     {"team", k.team}, {"name", k.name}, {"models", k.models},
+          {"rpm", k.rpm},   {"tpm", k.tpm},   {"allow_user", k.allow_user}, {"expires_ms", k.expires_ms}};
+}
+
 // ---- MetaStore ----
 
 Result<std::unique_ptr<MetaStore>> MetaStore::open(const std::string& url) {
@@ -219,23 +242,6 @@ Status MetaStore::mutate(const std::string& actor, const std::string& action, co
 
 namespace {
 
-nlohmann::json teamJson(const TeamRecord& t) {
-  return {{"name", t.name},         {"models", t.models},           {"rpm", t.rpm},
-          {"tpm", t.tpm},           {"daily_tokens", t.daily_tokens}, {"budget_tokens", t.budget_tokens},
-          {"budget_usd", t.budget_usd}, {"budget_period", t.budget_period}, {"user_rpm", t.user_rpm},
-          {"user_tpm", t.user_tpm}};
-}
-
-nlohmann::json userJson(const UserRecord& u) {
-  return {{"team", u.team},
-          {"name", u.name},
-          {"models", u.models},
-          {"rpm", u.rpm},
-          {"tpm", u.tpm},
-          {"daily_tokens", u.daily_tokens},
-          {"budget_tokens", u.budget_tokens},
-          {"budget_usd", u.budget_usd}};
-}
 
 constexpr const char* kUserCols =
     "team, name, models, rpm, tpm, daily_tokens, budget_tokens, budget_usd, created_ms, updated_ms";
@@ -293,10 +299,6 @@ Status checkUserWithinTeam(const UserRecord& u, const TeamRecord& t) {
   return Status::ok();
 }
 
-nlohmann::json keyJson(const KeyRecord& k) {
-  return {{"id", k.id},     {"team", k.team}, {"name", k.name}, {"models", k.models},
-          {"rpm", k.rpm},   {"tpm", k.tpm},   {"allow_user", k.allow_user}, {"expires_ms", k.expires_ms}};
-}
 
 TeamRecord teamFromRow(const SqlResult& r, size_t i) {
   TeamRecord t;
@@ -381,7 +383,7 @@ Result<std::vector<std::string>> clampKeyToTeam(KeyRecord& k, const TeamRecord& 
 
 Status MetaStore::createTeam(const TeamRecord& t, const std::string& actor) {
   const int64_t now = SystemClock::instance().unixMillis();
-  return mutate(actor, "team.create", t.name, teamJson(t).dump(), [&]() -> Status {
+  return mutate(actor, "team.create", t.name, fieldsJson(t).dump(), [&]() -> Status {
     auto r = db_->exec(std::string("INSERT INTO infera_teams (") + kTeamCols +
                            ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?9, ?10, ?11)",
                        {SqlValue(t.name), SqlValue(joinPatterns(t.models)), SqlValue(t.rpm), SqlValue(t.tpm),
@@ -396,7 +398,7 @@ Status MetaStore::createTeam(const TeamRecord& t, const std::string& actor) {
 
 Status MetaStore::updateTeam(const TeamRecord& t, const std::string& actor) {
   const int64_t now = SystemClock::instance().unixMillis();
-  return mutate(actor, "team.update", t.name, teamJson(t).dump(), [&]() -> Status {
+  return mutate(actor, "team.update", t.name, fieldsJson(t).dump(), [&]() -> Status {
     INFERA_ASSIGN_OR_RETURN(
         SqlResult r,
         db_->exec("UPDATE infera_teams SET models = ?2, rpm = ?3, tpm = ?4, daily_tokens = ?5, budget_tokens = ?6, "
@@ -429,7 +431,7 @@ Status MetaStore::deleteTeam(const std::string& name, const std::string& actor) 
 
 Status MetaStore::createUser(const UserRecord& u, const std::string& actor) {
   const int64_t now = SystemClock::instance().unixMillis();
-  return mutate(actor, "user.create", u.team + "/" + u.name, userJson(u).dump(), [&]() -> Status {
+  return mutate(actor, "user.create", u.team + "/" + u.name, fieldsJson(u).dump(), [&]() -> Status {
     INFERA_ASSIGN_OR_RETURN(auto team, this->team(u.team));
     if (!team) return Status::notFound("no team '" + u.team + "'");
     INFERA_RETURN_IF_ERROR(checkUserWithinTeam(u, *team));
@@ -447,7 +449,7 @@ Status MetaStore::createUser(const UserRecord& u, const std::string& actor) {
 
 Status MetaStore::updateUser(const UserRecord& u, const std::string& actor) {
   const int64_t now = SystemClock::instance().unixMillis();
-  return mutate(actor, "user.update", u.team + "/" + u.name, userJson(u).dump(), [&]() -> Status {
+  return mutate(actor, "user.update", u.team + "/" + u.name, fieldsJson(u).dump(), [&]() -> Status {
     INFERA_ASSIGN_OR_RETURN(auto team, this->team(u.team));
     if (!team) return Status::notFound("no team '" + u.team + "'");
     INFERA_RETURN_IF_ERROR(checkUserWithinTeam(u, *team));
@@ -509,7 +511,7 @@ Result<std::string> MetaStore::createKey(KeyRecord& k, const std::string& server
   const std::string secret = randomToken(kSecretChars);
   k.hash = hashSecret(server_secret, k.salt, secret);
   k.created_ms = SystemClock::instance().unixMillis();
-  Status s = mutate(actor, "key.create", k.id, keyJson(k).dump(), [&]() -> Status {
+  Status s = mutate(actor, "key.create", k.id, fieldsJson(k).dump(), [&]() -> Status {
     INFERA_ASSIGN_OR_RETURN(auto team, this->team(k.team));
     if (!team) return Status::notFound("no team '" + k.team + "'");
     INFERA_RETURN_IF_ERROR(checkKeyWithinTeam(k, *team));
@@ -526,7 +528,7 @@ Result<std::string> MetaStore::createKey(KeyRecord& k, const std::string& server
 }
 
 Status MetaStore::updateKey(const KeyRecord& k, const std::string& actor) {
-  return mutate(actor, "key.update", k.id, keyJson(k).dump(), [&]() -> Status {
+  return mutate(actor, "key.update", k.id, fieldsJson(k).dump(), [&]() -> Status {
     INFERA_ASSIGN_OR_RETURN(auto team, this->team(k.team));
     if (!team) return Status::notFound("no team '" + k.team + "'");
     INFERA_RETURN_IF_ERROR(checkKeyWithinTeam(k, *team));
@@ -565,7 +567,7 @@ Result<std::string> MetaStore::rotateKey(const std::string& id, int64_t grace_ms
   INFERA_ASSIGN_OR_RETURN(auto team_now, team(created.team));
   if (!team_now) return Status::notFound("no team '" + created.team + "'");
   INFERA_ASSIGN_OR_RETURN(const std::vector<std::string> clamped, clampKeyToTeam(created, *team_now));
-  nlohmann::json detail = keyJson(created);
+  nlohmann::json detail = fieldsJson(created);
   detail["rotated_from"] = id;
   detail["grace_ms"] = grace_ms;
   if (!clamped.empty()) detail["clamped_to_team"] = clamped;
@@ -883,13 +885,11 @@ std::string userCounter(const std::string& team_counter, std::string_view user) 
   return c;
 }
 
-std::string userMapKey(std::string_view team, std::string_view user) {
-  std::string k;
-  k.reserve(team.size() + 1 + user.size());
-  k += team;
-  k += '\n';
-  k += user;
-  return k;
+const UserInfo* GovSnapshot::user(std::string_view team, std::string_view name) const {
+  const auto t = by_user.find(team);
+  if (t == by_user.end()) return nullptr;
+  const auto u = t->second.find(name);
+  return u == t->second.end() ? nullptr : u->second;
 }
 
 std::shared_ptr<const GovSnapshot> buildSnapshot(int64_t generation, std::vector<TeamRecord> teams,
@@ -932,7 +932,7 @@ std::shared_ptr<const GovSnapshot> buildSnapshot(int64_t generation, std::vector
     ui->c_day = userCounter(tm.c_day, ui->rec.name);
     ui->c_budget_tokens = userCounter(tm.c_budget_tokens, ui->rec.name);
     ui->c_budget_cost = userCounter(tm.c_budget_cost, ui->rec.name);
-    s->by_user[userMapKey(ui->rec.team, ui->rec.name)] = ui.get();
+    s->by_user[ui->rec.team][ui->rec.name] = ui.get();
     s->users.push_back(std::move(ui));
   }
   return s;

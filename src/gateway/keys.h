@@ -15,6 +15,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include "core/status.h"
 #include "core/text.h"
 #include "store/sql.h"
@@ -110,6 +112,12 @@ struct UsageQuery {
 bool globMatch(std::string_view pattern, std::string_view text);
 std::vector<std::string> splitPatterns(std::string_view csv);
 
+// A record's settable fields as JSON: the audit log's detail, and the core of the admin API's
+// answers (which add timestamps and state). Never a key's secret, salt or hash.
+nlohmann::json fieldsJson(const TeamRecord& t);
+nlohmann::json fieldsJson(const UserRecord& u);
+nlohmann::json fieldsJson(const KeyRecord& k);
+
 // Key material. The token parser accepts only well-formed tokens.
 std::string randomToken(size_t chars);  // [A-Za-z0-9], from the OS CSPRNG
 std::string keyToken(std::string_view id, std::string_view secret);
@@ -202,11 +210,11 @@ struct GovSnapshot {
   std::unordered_map<std::string, const KeyInfo*> by_id;
   std::unordered_map<std::string, const TeamInfo*> by_team;
   std::vector<std::unique_ptr<UserInfo>> users;
-  std::unordered_map<std::string, const UserInfo*, TransparentStringHash, std::equal_to<>> by_user;  // userMapKey
+  // By team, then user name (looked up with string_views: no key is built per request).
+  using UsersByName = std::unordered_map<std::string, const UserInfo*, TransparentStringHash, std::equal_to<>>;
+  std::unordered_map<std::string, UsersByName, TransparentStringHash, std::equal_to<>> by_user;
+  const UserInfo* user(std::string_view team, std::string_view name) const;
 };
-
-// "<team>\n<user>" (names cannot hold a newline).
-std::string userMapKey(std::string_view team, std::string_view user);
 
 std::shared_ptr<const GovSnapshot> buildSnapshot(int64_t generation, std::vector<TeamRecord> teams,
                                                  std::vector<KeyRecord> keys, std::vector<UserRecord> users = {});

@@ -9,12 +9,7 @@ work=$(mktemp -d)
 pid=""
 cleanup() { [[ -n "$pid" ]] && kill -9 "$pid" 2>/dev/null; rm -rf "$work"; }
 trap cleanup EXIT
-passed=0
-failed=0
-check() {  # check NAME CONDITION...
-  local name="$1"; shift
-  if "$@"; then passed=$((passed + 1)); echo "ok - $name"; else failed=$((failed + 1)); echo "FAIL - $name"; fi
-}
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 "$infera" config validate "$src/examples/quickstart.yaml" >"$work/v.out" 2>&1
 check "validate accepts the quickstart" test $? -eq 0
@@ -35,15 +30,7 @@ models:
   - name: m
     deployments: [{endpoints: [{emulator: e}]}]
 YAML
-"$infera" serve -c "$work/gw.yaml" >"$work/serve.out" 2>&1 &
-pid=$!
-port=""; admin=""
-for _ in $(seq 1 500); do
-  port=$(sed -n 's|.*data http://127.0.0.1:\([0-9]*\).*|\1|p' "$work/serve.out")
-  admin=$(sed -n 's|.*admin http://127.0.0.1:\([0-9]*\).*|\1|p' "$work/serve.out")
-  [[ -n "$port" ]] && break
-  sleep 0.02
-done
+start_serve "$infera" "$work/gw.yaml" "$work/serve.out"
 check "serve starts and prints its ports" test -n "$port"
 body='{"model":"m","max_tokens":3,"messages":[{"role":"user","content":"hi"}]}'
 code=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/v1/chat/completions" -d "$body")
@@ -78,5 +65,4 @@ pid=""
 check "serve exits 0 after SIGTERM" test $rc -eq 0
 check "serve reports the drain" grep -q "shutdown: drained" "$work/serve.out"
 
-echo "$passed passed, $failed failed"
-test "$failed" -eq 0
+finish

@@ -15,12 +15,7 @@ cleanup() {
   rm -rf "$work"
 }
 trap cleanup EXIT
-passed=0
-failed=0
-check() {  # check NAME CONDITION...
-  local name="$1"; shift
-  if "$@"; then passed=$((passed + 1)); echo "ok - $name"; else failed=$((failed + 1)); echo "FAIL - $name"; fi
-}
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 export INFERA_ADMIN_TOKEN=durability-test-token
 auth="authorization: Bearer $INFERA_ADMIN_TOKEN"
 
@@ -36,17 +31,7 @@ models:
     deployments: [{endpoints: [{emulator: e}]}]
 YAML
 
-start() {  # starts serve; sets pid, port, admin
-  "$infera" serve -c "$work/gw.yaml" >"$work/serve.out" 2>&1 &
-  pid=$!
-  port=""; admin=""
-  for _ in $(seq 1 500); do
-    port=$(sed -n 's|.*data http://127.0.0.1:\([0-9]*\).*|\1|p' "$work/serve.out")
-    admin=$(sed -n 's|.*admin http://127.0.0.1:\([0-9]*\).*|\1|p' "$work/serve.out")
-    [[ -n "$port" && -n "$admin" ]] && break
-    sleep 0.02
-  done
-}
+start() { start_serve "$infera" "$work/gw.yaml" "$work/serve.out"; }
 start
 check "serve starts" test -n "$port"
 curl -sf -H "$auth" -d '{"name":"dur"}' "http://127.0.0.1:$admin/admin/teams" >/dev/null
@@ -94,5 +79,4 @@ code=$(curl -s -o /dev/null -w '%{http_code}' -H "authorization: Bearer $key" -H
   -d "$body" "http://127.0.0.1:$port/v1/chat/completions")
 check "the key still works after the restart" test "$code" = 200
 
-echo "$passed passed, $failed failed"
-[[ $failed -eq 0 ]]
+finish

@@ -1,0 +1,25 @@
+# Shared by the CLI end-to-end scripts (sourced): named checks with a tally, and starting
+# `infera serve` in the background until it prints its ports.
+passed=0
+failed=0
+check() {  # check NAME CONDITION...
+  local name="$1"; shift
+  if "$@"; then passed=$((passed + 1)); echo "ok - $name"; else failed=$((failed + 1)); echo "FAIL - $name"; fi
+}
+# finish: prints the tally; the script's status is whether every check passed.
+finish() {
+  echo "$passed passed, $failed failed"
+  [[ "$failed" -eq 0 ]]
+}
+# start_serve INFERA CONFIG OUT: sets pid, port, admin (empty if it did not come up within 10 s).
+start_serve() {
+  "$1" serve -c "$2" >"$3" 2>&1 &
+  pid=$!
+  port=""; admin=""
+  for _ in $(seq 1 500); do
+    port=$(sed -n 's|.*data http://127.0.0.1:\([0-9]*\).*|\1|p' "$3")
+    admin=$(sed -n 's|.*admin http://127.0.0.1:\([0-9]*\).*|\1|p' "$3")
+    [[ -n "$port" && -n "$admin" ]] && break
+    sleep 0.02
+  done
+}
