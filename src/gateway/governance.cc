@@ -366,6 +366,10 @@ Status Governance::init(obs::MetricsRegistry& metrics) {
   metrics.gaugeFamily("infera_cache_bytes", "Bytes held by the response cache.")->setCallback([this] {
     return cache_ ? static_cast<double>(cache_->bytes()) : 0.0;
   });
+  metrics
+      .gaugeFamily("infera_ratelimit_local_counters",
+                   "In-process rate-limit counters held (those of names seen only in requests go once idle).")
+      ->setCallback([this] { return static_cast<double>(local_.size()); });
   metrics.gaugeFamily("infera_governance_generation", "Key/team snapshot generation in use.")->setCallback([this] {
     auto s = snapshot();
     return s ? static_cast<double>(s->generation) : 0.0;
@@ -435,13 +439,14 @@ void Governance::seedQuotas(const GovSnapshot& s) {
   };
   // Seeds counter `name` (as the snapshot names it) with the tokens, or the cost in micro-USD, that
   // `team` (or one user of it) used since the period began.
-  auto seed = [&](const std::string& name, Window w, bool cost, const std::string& team, const std::string* user) {
+  auto seed = [&](const CounterName& name, Window w, bool cost, const std::string& team, const std::string* user) {
     const int64_t since = periodStart(w);
     auto used = user ? control_store_->userUsageSince(team, *user, since) : control_store_->teamUsageSince(team, since);
     if (!used.ok()) return;
     Charge c;
     c.counter = name;
     c.window = w;
+    c.local = &name.local;
     local_.seed(c, cost ? static_cast<int64_t>(used->second * 1e6) : used->first, now);
   };
   for (const auto& t : s.teams) {
@@ -466,12 +471,13 @@ void Governance::controlLoop() {
   auto next_sync = std::chrono::steady_clock::now() + sync_every;
   auto next_flush = std::chrono::steady_clock::now() + flush_every;
   auto next_prune = std::chrono::steady_clock::now() + std::chrono::minutes(1);
+  auto next_sweep = std::chrono::steady_clock::now() + std::chrono::minutes(1);
   bool store_down = false;
   for (;;) {
     bool poked = false;
     {
       std::unique_lock<std::mutex> lock(control_mu_);
-      control_cv_.wait_until(lock, std::min({next_sync, next_flush, next_prune}), [&] { return stop_ || poke_; });
+      control_cv_.wait_until(lock, std::min({next_sync, next_flush, next_prune, next_sweep}), [&] { return stop_ || poke_; });
       if (stop_) break;
       poked = poke_;
       poke_ = false;
@@ -487,6 +493,12 @@ void Governance::controlLoop() {
     if (now >= next_flush) {
       next_flush = now + flush_every;
       (void)flushUsage();
+    }
+    if (now >= next_sweep) {
+      // In-process counters of names seen only in requests (users without a record) go once idle.
+      next_sweep = now + std::chrono::minutes(1);
+      const size_t swept = local_.sweep(nowMs());
+      if (swept > 0) INFERA_LOG(log, debug, "removed {} idle rate-limit counters", swept);
     }
     if (now >= next_prune) {
       // One bounded step (an hour of records) per pass, so flushes and snapshot syncs keep their
@@ -1244,14 +1256,19 @@ net::Task<void> GovWorker::adjustRemote(net::asio::io_context& ctx, std::shared_
   if (!r.ok() || r->isError()) errors->inc(shard);
 }
 
+namespace {
+std::atomic<LocalCounterEntry*>* localMemo(const CounterName& c) { return &c.local; }
+std::atomic<LocalCounterEntry*>* localMemo(const std::string&) { return nullptr; }  // named per request
+}  // namespace
+
 void GovWorker::buildCharges(GovTicket& t, const Route& route, const PriceConfig& price, bool count_model) {
   t.reserved_tokens = t.est_prompt + t.max_completion;
   t.reserved_cost = static_cast<int64_t>(std::ceil(static_cast<double>(t.est_prompt) * price.prompt_per_1m +
                                                    static_cast<double>(t.max_completion) * price.completion_per_1m));
   t.charges.clear();
-  auto add = [&](std::string_view counter, Window w, Scope s, bool tokens, int64_t limit, int64_t amount) {
+  auto add = [&](const auto& counter, Window w, Scope s, bool tokens, int64_t limit, int64_t amount) {
     if (limit <= 0) return;
-    t.charges.push_back(Charge{counter, w, s, tokens, limit, amount});
+    t.charges.push_back(Charge{counter, w, s, tokens, limit, amount, localMemo(counter)});
   };
   if (t.key) {
     const KeyInfo& k = *t.key;
@@ -1305,11 +1322,13 @@ bool GovWorker::buildDeploymentCharges(GovTicket& t, const Deployment& dep) {
   }
   t.dep_charges.clear();
   if (dep.limits.rpm > 0) {
-    t.dep_charges.push_back({dep.limit_req, Window::kMinute, Scope::kDeployment, false, dep.limits.rpm, 1});
+    t.dep_charges.push_back(
+        {dep.limit_req, Window::kMinute, Scope::kDeployment, false, dep.limits.rpm, 1, &dep.limit_req.local});
   }
   if (dep.limits.tpm > 0) {
     t.dep_charges.push_back(
-        {dep.limit_tok, Window::kMinute, Scope::kDeployment, true, dep.limits.tpm, t.reserved_tokens});
+        {dep.limit_tok, Window::kMinute, Scope::kDeployment, true, dep.limits.tpm, t.reserved_tokens,
+         &dep.limit_tok.local});
   }
   return !t.dep_charges.empty();
 }

@@ -866,7 +866,7 @@ Result<std::pair<int64_t, double>> MetaStore::userUsageSince(const std::string& 
   return std::pair<int64_t, double>{r.integer(0, 0), r.real(0, 1)};
 }
 
-std::string userCounter(const std::string& team_counter, std::string_view user) {
+std::string userCounter(std::string_view team_counter, std::string_view user) {
   std::string c;
   c.reserve(team_counter.size() + 3 + user.size());
   c += team_counter;

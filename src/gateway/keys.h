@@ -19,6 +19,7 @@
 
 #include "core/status.h"
 #include "core/text.h"
+#include "gateway/counter_name.h"
 #include "store/sql.h"
 
 namespace infera::gateway {
@@ -184,24 +185,24 @@ class MetaStore {
 struct TeamInfo {
   TeamRecord rec;
   // Rate-limit counter names, built once per snapshot.
-  std::string c_req, c_tok, c_day, c_budget_tokens, c_budget_cost;
+  CounterName c_req, c_tok, c_day, c_budget_tokens, c_budget_cost;
 };
 
 struct KeyInfo {
   KeyRecord rec;
   const TeamInfo* team = nullptr;
-  std::string c_req, c_tok;
+  CounterName c_req, c_tok;
 };
 
 struct UserInfo {
   UserRecord rec;
   const TeamInfo* team = nullptr;
-  std::string c_req, c_tok, c_day, c_budget_tokens, c_budget_cost;
+  CounterName c_req, c_tok, c_day, c_budget_tokens, c_budget_cost;
 };
 
 // Counter names of a team's user (what UserInfo holds; built per request for users without a
 // record): "<team counter>:u:<user>", with ':' and '%' in the user name escaped (%3A, %25).
-std::string userCounter(const std::string& team_counter, std::string_view user);
+std::string userCounter(std::string_view team_counter, std::string_view user);
 
 struct GovSnapshot {
   int64_t generation = 0;

@@ -59,17 +59,43 @@ LocalCounters::Shard& LocalCounters::shard(std::string_view key) {
   return shards_[std::hash<std::string_view>{}(key) % shards_.size()];
 }
 
-LocalCounters::Counter& LocalCounters::Shard::get(std::string_view key) {
-  const auto it = counters.find(key);
-  if (it != counters.end()) return it->second;
-  return counters.emplace(std::string(key), Counter{}).first->second;
+LocalCounterEntry& LocalCounters::entryLocked(Shard& s, std::string_view key) {
+  const auto it = s.counters.find(key);
+  if (it != s.counters.end()) return *it->second;
+  auto e = std::make_unique<LocalCounterEntry>();
+  e->owner = this;
+  return *s.counters.emplace(std::string(key), std::move(e)).first->second;
+}
+
+template <class F>
+auto LocalCounters::with(const Charge& ch, F&& fn) {
+  if (ch.local) {
+    // Remembered by the snapshot or route table: no lookup; such counters are never removed, so
+    // the entry outlives the shard lock. (A memo of another LocalCounters is replaced.)
+    LocalCounterEntry* e = ch.local->load(std::memory_order_acquire);
+    if (!e || e->owner != this) {
+      Shard& s = shard(ch.counter);
+      std::lock_guard<std::mutex> lock(s.mu);
+      e = &entryLocked(s, ch.counter);
+      e->pinned = true;
+      ch.local->store(e, std::memory_order_release);
+    }
+    std::lock_guard<std::mutex> lock(e->mu);
+    return fn(e->c);
+  }
+  // Known by name only: the shard lock is held throughout, so sweep() cannot remove it meanwhile.
+  Shard& s = shard(ch.counter);
+  std::lock_guard<std::mutex> lock(s.mu);
+  LocalCounterEntry& e = entryLocked(s, ch.counter);
+  std::lock_guard<std::mutex> entry_lock(e.mu);
+  return fn(e.c);
 }
 
 namespace {
 size_t slotOf(int64_t second) { return static_cast<size_t>(((second % 60) + 60) % 60); }
 }  // namespace
 
-void LocalCounters::Counter::advance(int64_t now) {
+void LocalCounter::advance(int64_t now) {
   // A little behind `latest` (another thread read the clock first): the window stays. A jump of
   // a minute or more either way (idle counter; the wall clock stepped back) re-anchors it at now
   // and recounts (seconds after now do not count).
@@ -77,41 +103,41 @@ void LocalCounters::Counter::advance(int64_t now) {
   if (now - latest >= 60 || now < latest) {
     latest = now;
     sum = 0;
-    for (size_t i = 0; i < 60; ++i) {
-      if (live(sec[i])) sum += val[i];
+    for (const Slot& sl : slots) {
+      if (live(sl.sec)) sum += sl.val;
     }
     return;
   }
   // Seconds latest-59 .. now-60 leave the window.
   for (int64_t t = latest - 59; t <= now - 60; ++t) {
-    const size_t slot = slotOf(t);
-    if (sec[slot] == t) sum -= val[slot];
+    const Slot& sl = slots[slotOf(t)];
+    if (sl.sec == t) sum -= sl.val;
   }
   latest = now;
 }
 
-void LocalCounters::Counter::add(int64_t s, int64_t amount) {
-  const size_t slot = slotOf(s);
-  if (sec[slot] != s) {
-    if (live(sec[slot])) sum -= val[slot];
-    sec[slot] = s;
-    val[slot] = 0;
+void LocalCounter::add(int64_t s, int64_t amount) {
+  Slot& sl = slots[slotOf(s)];
+  if (sl.sec != s) {
+    if (live(sl.sec)) sum -= sl.val;
+    sl.sec = s;
+    sl.val = 0;
   }
   // Amounts never go below zero (a refund larger than what the second holds stops at zero).
-  const int64_t next = std::max<int64_t>(0, val[slot] + amount);
-  if (live(s)) sum += next - val[slot];
-  val[slot] = next;
+  const int64_t next = std::max<int64_t>(0, sl.val + amount);
+  if (live(s)) sum += next - sl.val;
+  sl.val = next;
 }
 
-int64_t LocalCounters::Counter::oldestLive() const {
+int64_t LocalCounter::oldestLive() const {
   for (int64_t t = latest - 59; t < latest; ++t) {
-    const size_t slot = slotOf(t);
-    if (sec[slot] == t && val[slot] != 0) return t;
+    const Slot& sl = slots[slotOf(t)];
+    if (sl.sec == t && sl.val != 0) return t;
   }
   return latest;
 }
 
-int64_t LocalCounters::usedLocked(Counter& c, Window w, int64_t now_ms) {
+int64_t LocalCounters::usedLocked(LocalCounter& c, Window w, int64_t now_ms) {
   if (w != Window::kMinute) {
     return c.period == periodId(w, now_ms) ? c.period_used : 0;
   }
@@ -120,9 +146,7 @@ int64_t LocalCounters::usedLocked(Counter& c, Window w, int64_t now_ms) {
 }
 
 int64_t LocalCounters::used(const Charge& ch, int64_t now_ms) {
-  Shard& s = shard(ch.counter);
-  std::lock_guard<std::mutex> lock(s.mu);
-  return usedLocked(s.get(ch.counter), ch.window, now_ms);
+  return with(ch, [&](LocalCounter& c) { return usedLocked(c, ch.window, now_ms); });
 }
 
 Admission LocalCounters::reserve(std::span<const Charge> charges, int64_t now_ms, double share) {
@@ -135,48 +159,49 @@ Admission LocalCounters::reserve(std::span<const Charge> charges, int64_t now_ms
   for (; done < charges.size(); ++done) {
     const Charge& ch = charges[done];
     const int64_t limit = scaled(ch.limit, share);
-    Shard& s = shard(ch.counter);
-    std::lock_guard<std::mutex> lock(s.mu);
-    Counter& c = s.get(ch.counter);
-    const int64_t u = usedLocked(c, ch.window, now_ms);
-    if (u + ch.amount > limit) {
-      a.refused = static_cast<int>(done);
-      a.used = u;
-      if (ch.window != Window::kMinute) {
-        a.retry_after_ms = periodEndMs(ch.window, now_ms) - now_ms;
-      } else if (ch.amount > limit) {
-        a.retry_after_ms = 60'000;
-      } else {
-        std::vector<std::pair<int64_t, int64_t>> live;
-        for (size_t i = 0; i < 60; ++i) {
-          if (c.live(c.sec[i]) && c.val[i] != 0) live.emplace_back(c.sec[i], c.val[i]);
-        }
-        std::sort(live.begin(), live.end());
-        int64_t freed = 0;
-        a.retry_after_ms = 1000;
-        for (const auto& [sec, val] : live) {
-          freed += val;
-          if (u - freed + ch.amount <= limit) {
-            a.retry_after_ms = std::max<int64_t>(1, (sec + 60) * 1000 - now_ms);
-            break;
+    const bool fits = with(ch, [&](LocalCounter& c) {
+      const int64_t u = usedLocked(c, ch.window, now_ms);
+      if (u + ch.amount > limit) {
+        a.refused = static_cast<int>(done);
+        a.used = u;
+        if (ch.window != Window::kMinute) {
+          a.retry_after_ms = periodEndMs(ch.window, now_ms) - now_ms;
+        } else if (ch.amount > limit) {
+          a.retry_after_ms = 60'000;
+        } else {
+          std::vector<std::pair<int64_t, int64_t>> live;
+          for (const LocalCounter::Slot& sl : c.slots) {
+            if (c.live(sl.sec) && sl.val != 0) live.emplace_back(sl.sec, sl.val);
+          }
+          std::sort(live.begin(), live.end());
+          int64_t freed = 0;
+          a.retry_after_ms = 1000;
+          for (const auto& [sec, val] : live) {
+            freed += val;
+            if (u - freed + ch.amount <= limit) {
+              a.retry_after_ms = std::max<int64_t>(1, (sec + 60) * 1000 - now_ms);
+              break;
+            }
           }
         }
+        return false;
       }
-      break;
-    }
-    if (ch.window == Window::kMinute) {
-      c.add(now, ch.amount);
-      a.reset_ms[done] = (std::min(now, c.oldestLive()) + 60) * 1000 - now_ms;
-    } else {
-      const int64_t p = periodId(ch.window, now_ms);
-      if (c.period != p) {
-        c.period = p;
-        c.period_used = 0;
+      if (ch.window == Window::kMinute) {
+        c.add(now, ch.amount);
+        a.reset_ms[done] = (std::min(now, c.oldestLive()) + 60) * 1000 - now_ms;
+      } else {
+        const int64_t p = periodId(ch.window, now_ms);
+        if (c.period != p) {
+          c.period = p;
+          c.period_used = 0;
+        }
+        c.period_used += ch.amount;
+        a.reset_ms[done] = periodEndMs(ch.window, now_ms) - now_ms;
       }
-      c.period_used += ch.amount;
-      a.reset_ms[done] = periodEndMs(ch.window, now_ms) - now_ms;
-    }
-    a.remaining[done] = std::max<int64_t>(0, limit - u - ch.amount);
+      a.remaining[done] = std::max<int64_t>(0, limit - u - ch.amount);
+      return true;
+    });
+    if (!fits) break;
   }
   if (a.refused >= 0) {
     // Undo what was reserved before the refusal.
@@ -196,32 +221,60 @@ void LocalCounters::adjust(std::span<const Charge> charges, std::span<const int6
   for (size_t i = 0; i < charges.size() && i < delta.size(); ++i) {
     if (delta[i] == 0) continue;
     const Charge& ch = charges[i];
-    Shard& s = shard(ch.counter);
-    std::lock_guard<std::mutex> lock(s.mu);
-    Counter& c = s.get(ch.counter);
-    if (ch.window == Window::kMinute) {
-      c.advance(now);
-      if (c.live(stamp) && c.sec[slotOf(stamp)] == stamp) {
-        c.add(stamp, delta[i]);  // back to (or more on) the second it was reserved in
-      } else if (delta[i] > 0) {
-        c.add(now, delta[i]);  // that second has left the window: use beyond it counts now
+    with(ch, [&](LocalCounter& c) {
+      if (ch.window == Window::kMinute) {
+        c.advance(now);
+        if (c.live(stamp) && c.slots[slotOf(stamp)].sec == stamp) {
+          c.add(stamp, delta[i]);  // back to (or more on) the second it was reserved in
+        } else if (delta[i] > 0) {
+          c.add(now, delta[i]);  // that second has left the window: use beyond it counts now
+        }
+      } else if (c.period == periodId(ch.window, stamp_ms)) {
+        c.period_used = std::max<int64_t>(0, c.period_used + delta[i]);
       }
-    } else if (c.period == periodId(ch.window, stamp_ms)) {
-      c.period_used = std::max<int64_t>(0, c.period_used + delta[i]);
-    }
+    });
   }
 }
 
 void LocalCounters::seed(const Charge& ch, int64_t used, int64_t now_ms) {
   if (ch.window == Window::kMinute) return;
-  Shard& s = shard(ch.counter);
-  std::lock_guard<std::mutex> lock(s.mu);
-  Counter& c = s.get(ch.counter);
-  const int64_t p = periodId(ch.window, now_ms);
-  if (c.period != p) {
-    c.period = p;
-    c.period_used = used;
+  with(ch, [&](LocalCounter& c) {
+    const int64_t p = periodId(ch.window, now_ms);
+    if (c.period != p) {
+      c.period = p;
+      c.period_used = used;
+    }
+  });
+}
+
+size_t LocalCounters::sweep(int64_t now_ms) {
+  const int64_t now = now_ms / 1000;
+  const int64_t day = periodId(Window::kDay, now_ms);
+  const int64_t month = periodId(Window::kMonth, now_ms);
+  size_t removed = 0;
+  for (Shard& s : shards_) {
+    std::lock_guard<std::mutex> lock(s.mu);
+    std::erase_if(s.counters, [&](auto& kv) {
+      LocalCounterEntry& e = *kv.second;
+      if (e.pinned) return false;
+      std::lock_guard<std::mutex> entry_lock(e.mu);
+      e.c.advance(now);
+      const bool period_live = e.c.period_used != 0 && (e.c.period == day || e.c.period == month);
+      const bool idle = e.c.sum == 0 && !period_live;
+      removed += idle ? 1 : 0;
+      return idle;
+    });
   }
+  return removed;
+}
+
+size_t LocalCounters::size() {
+  size_t n = 0;
+  for (Shard& s : shards_) {
+    std::lock_guard<std::mutex> lock(s.mu);
+    n += s.counters.size();
+  }
+  return n;
 }
 
 // ---- Redis ----

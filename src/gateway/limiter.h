@@ -11,6 +11,7 @@
 // per admission, see RedisCounters), with LocalCounters as the fallback while Redis is down.
 
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -20,6 +21,7 @@
 #include <vector>
 
 #include "core/text.h"
+#include "gateway/counter_name.h"
 #include "net/asio.h"
 #include "store/redis.h"
 
@@ -49,6 +51,9 @@ struct Charge {
   bool tokens = false;   // token (or cost) counter rather than a request counter
   int64_t limit = 0;     // > 0
   int64_t amount = 0;    // reserved
+  // The snapshot's or route table's memo of the in-process counter (null for names built per
+  // request: those are looked up by name each time, and removed once idle).
+  std::atomic<LocalCounterEntry*>* local = nullptr;
 };
 
 struct Admission {
@@ -68,6 +73,33 @@ struct Admission {
 int64_t periodId(Window w, int64_t unix_ms);
 int64_t periodEndMs(Window w, int64_t unix_ms);
 
+// One in-process counter. A minute counter's live seconds are (latest - 60, latest]; `sum` is
+// their total, kept as amounts come and go so that a reservation reads it without scanning the
+// 60 slots (each slot holds its second and amount side by side: one cache line per update).
+struct LocalCounter {
+  struct Slot {
+    int64_t sec = 0;
+    int64_t val = 0;
+  };
+  std::array<Slot, 60> slots{};
+  int64_t latest = 0;
+  int64_t sum = 0;
+  int64_t period = 0;
+  int64_t period_used = 0;
+  bool live(int64_t s) const { return s > latest - 60 && s <= latest; }
+  void advance(int64_t now);            // moves `latest` up to now, dropping what left the window
+  void add(int64_t s, int64_t amount);  // into second s's slot (restarted if it held another second)
+  int64_t oldestLive() const;           // oldest live second holding something (latest if none)
+};
+
+class LocalCounters;
+struct LocalCounterEntry {
+  std::mutex mu;
+  const LocalCounters* owner = nullptr;
+  bool pinned = false;  // remembered by a CounterName: never removed (under the shard's mutex)
+  LocalCounter c;       // under mu
+};
+
 class LocalCounters {
  public:
   // `share` scales every limit (the local share of a limit while Redis is down).
@@ -77,29 +109,24 @@ class LocalCounters {
   // Sets a period counter if it has no value yet (usage since the period began, after a restart).
   void seed(const Charge& c, int64_t used, int64_t now_ms);
   int64_t used(const Charge& c, int64_t now_ms);
+  // Removes the counters only known by name (e.g. those of users without a record, named by a
+  // request header) that hold nothing any more, so that arbitrary names cannot grow memory
+  // without bound. Returns how many were removed.
+  size_t sweep(int64_t now_ms);
+  size_t size();
 
  private:
-  // A minute counter's live seconds are (latest - 60, latest]; `sum` is their total, kept as
-  // amounts come and go so that a reservation reads it without scanning the 60 slots.
-  struct Counter {
-    std::array<int64_t, 60> sec{};  // second held by each slot
-    std::array<int64_t, 60> val{};
-    int64_t latest = 0;
-    int64_t sum = 0;
-    int64_t period = 0;
-    int64_t period_used = 0;
-    bool live(int64_t s) const { return s > latest - 60 && s <= latest; }
-    void advance(int64_t now);         // moves `latest` up to now, dropping what left the window
-    void add(int64_t s, int64_t amount);  // into second s's slot (restarted if it held another second)
-    int64_t oldestLive() const;       // oldest live second holding something (latest if none)
-  };
-  static int64_t usedLocked(Counter& c, Window w, int64_t now_ms);
+  static int64_t usedLocked(LocalCounter& c, Window w, int64_t now_ms);
   struct Shard {
     std::mutex mu;
-    std::unordered_map<std::string, Counter, TransparentStringHash, std::equal_to<>> counters;
-    Counter& get(std::string_view key);
+    std::unordered_map<std::string, std::unique_ptr<LocalCounterEntry>, TransparentStringHash, std::equal_to<>>
+        counters;
   };
   Shard& shard(std::string_view key);
+  LocalCounterEntry& entryLocked(Shard& s, std::string_view key);
+  // Runs fn(counter) with the counter's mutex held.
+  template <class F>
+  auto with(const Charge& ch, F&& fn);
   std::array<Shard, 16> shards_;
 };
 

@@ -1,6 +1,7 @@
 #include "gateway/request_scan.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "net/http.h"
 
@@ -8,15 +9,18 @@ namespace infera::gateway {
 
 namespace {
 size_t skipString(std::string_view s, size_t i) {
-  // s[i] == '"'; returns the index after the closing quote.
+  // s[i] == '"'; returns the index after the closing quote. Finds quotes with memchr (strings are
+  // most of a completion's bytes); a quote after an odd run of backslashes is escaped.
+  const size_t open = i;
   ++i;
   while (i < s.size()) {
-    if (s[i] == '\\') {
-      i += 2;
-      continue;
-    }
-    if (s[i] == '"') return i + 1;
-    ++i;
+    const void* q = std::memchr(s.data() + i, '"', s.size() - i);
+    if (!q) return s.size();
+    const size_t at = static_cast<size_t>(static_cast<const char*>(q) - s.data());
+    size_t backslashes = 0;
+    while (at - backslashes > open + 1 && s[at - backslashes - 1] == '\\') ++backslashes;
+    if (backslashes % 2 == 0) return at + 1;
+    i = at + 1;
   }
   return s.size();
 }

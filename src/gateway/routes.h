@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "gateway/config.h"
+#include "gateway/counter_name.h"
 #include "net/client.h"
 #include "obs/metrics.h"
 
@@ -75,7 +76,7 @@ struct Deployment {
   RetryConfig retry;
   LimitConfig limits;
   bool continuous_usage = false;
-  std::string limit_req, limit_tok;  // its rate-limit counters ("d:model/deployment:r|t")
+  CounterName limit_req, limit_tok;  // its rate-limit counters ("d:model/deployment:r|t")
   std::vector<uint32_t> endpoints;
   obs::Counter* requests_by_class[kCodeClasses] = {};
   obs::Histogram* upstream_latency = nullptr;
@@ -89,7 +90,7 @@ struct Route {
   std::vector<uint32_t> kserve_endpoints;
   const Deployment* first_deployment = nullptr;
   LimitConfig limits;
-  std::string limit_req, limit_tok;  // "m:model:r|t"
+  CounterName limit_req, limit_tok;  // "m:model:r|t"
   PriceConfig price;
   bool cache = false;
   obs::Histogram* duration = nullptr;

@@ -195,6 +195,68 @@ TEST(LocalCounters, DailyPeriodsResetAtUtcMidnightAndShareScalesLimits) {
   EXPECT_FALSE(c.reserve(std::span<const Charge>(&ch, 1), midnight, 1.0 / 3).admitted);
 }
 
+TEST(LocalCounters, MemoisedCountersAreTheNamedOnesAndBelongToTheirOwner) {
+  LocalCounters a, b;
+  const CounterName name("k:memo:t");
+  const int64_t now = 1'799'971'200'000;
+  Charge memo{name.name, Window::kMinute, Scope::kKey, true, 100, 30};
+  memo.local = &name.local;
+  const Charge by_name{"k:memo:t", Window::kMinute, Scope::kKey, true, 100, 30};
+  EXPECT_TRUE(a.reserve(std::span<const Charge>(&memo, 1), now).admitted);
+  ASSERT_NE(name.local.load(), nullptr);
+  EXPECT_TRUE(a.reserve(std::span<const Charge>(&by_name, 1), now).admitted);
+  EXPECT_EQ(a.used(memo, now), 60);
+  EXPECT_EQ(a.used(by_name, now), 60);
+  // Another LocalCounters (another gateway in this process) keeps its own count for the name.
+  EXPECT_TRUE(b.reserve(std::span<const Charge>(&memo, 1), now).admitted);
+  EXPECT_EQ(b.used(memo, now), 30);
+  EXPECT_EQ(a.used(by_name, now), 60);
+  EXPECT_EQ(a.used(memo, now), 60);
+  // A copied name starts unresolved.
+  const CounterName copy = name;
+  EXPECT_EQ(copy.local.load(), nullptr);
+}
+
+TEST(LocalCounters, SweepRemovesIdleCountersKnownOnlyByName) {
+  LocalCounters c;
+  const CounterName team("t:sweep:t");
+  const int64_t now = 1'799'971'200'000;
+  Charge pinned{team.name, Window::kMinute, Scope::kTeam, true, 1'000'000, 5};
+  pinned.local = &team.local;
+  // Request-header user names: each makes a counter of its own.
+  std::vector<std::string> names;
+  for (int i = 0; i < 500; ++i) names.push_back("t:sweep:t:u:user" + std::to_string(i));
+  for (const auto& n : names) {
+    const Charge user{n, Window::kMinute, Scope::kUser, true, 1000, 5};
+    ASSERT_TRUE(c.reserve(std::span<const Charge>(&user, 1), now).admitted);
+  }
+  ASSERT_TRUE(c.reserve(std::span<const Charge>(&pinned, 1), now).admitted);
+  EXPECT_EQ(c.size(), 501u);
+  // Still inside the minute: everything holds tokens, nothing goes.
+  EXPECT_EQ(c.sweep(now + 30'000), 0u);
+  // One user refunded to zero is idle at once.
+  const Charge first{names[0], Window::kMinute, Scope::kUser, true, 1000, 5};
+  const int64_t refund = -5;
+  c.adjust(std::span<const Charge>(&first, 1), std::span<const int64_t>(&refund, 1), now, now + 30'000);
+  EXPECT_EQ(c.sweep(now + 30'000), 1u);
+  // A minute later the rest are idle; the memoised one stays (its memo must stay valid).
+  EXPECT_EQ(c.sweep(now + 61'000), 499u);
+  EXPECT_EQ(c.size(), 1u);
+  EXPECT_EQ(c.used(pinned, now + 61'000), 0);
+  ASSERT_TRUE(c.reserve(std::span<const Charge>(&pinned, 1), now + 61'000).admitted);
+  EXPECT_EQ(c.used(pinned, now + 61'000), 5);
+  // A swept name starts again from nothing.
+  const Charge again{names[1], Window::kMinute, Scope::kUser, true, 1000, 5};
+  EXPECT_EQ(c.used(again, now + 61'000), 0);
+  // A live daily quota known by name is kept; one of a past day is not.
+  const Charge day{"t:sweep:d:u:x", Window::kDay, Scope::kUserDaily, true, 1000, 5};
+  ASSERT_TRUE(c.reserve(std::span<const Charge>(&day, 1), now + 61'000).admitted);
+  EXPECT_EQ(c.sweep(now + 62'000), 1u);  // `again`, which only read
+  EXPECT_EQ(c.size(), 2u);
+  EXPECT_EQ(c.sweep(now + 2 * 86'400'000), 1u);
+  EXPECT_EQ(c.size(), 1u);
+}
+
 TEST(ResetDuration, OpenAiStyle) {
   EXPECT_EQ(formatResetDuration(0), "0s");
   EXPECT_EQ(formatResetDuration(250), "250ms");

@@ -51,3 +51,27 @@ TEST(RequestScanTest, RejectsDuplicateOrEscapedModelKeys) {
 
 }  // namespace
 }  // namespace infera::gateway
+
+TEST(RequestScanTest, FindTopLevelValueSkipsStringsWithEscapedQuotesAndBackslashRuns) {
+  auto value = [](std::string_view json, std::string_view key) {
+    size_t b = 0, e = 0;
+    if (!infera::gateway::findTopLevelValue(json, key, b, e)) return std::string("<absent>");
+    return std::string(json.substr(b, e - b));
+  };
+  // A completion whose content holds quotes, escaped quotes, backslash runs and a decoy "usage".
+  const std::string body =
+      R"({"id":"c1","choices":[{"message":{"content":"say \"usage\": {\"x\":1} \\\\","usage":{"prompt_tokens":99}}}],)"
+      R"("note":"ends with a backslash \\","usage":{"prompt_tokens":7,"completion_tokens":3}})";
+  EXPECT_EQ(value(body, "usage"), R"({"prompt_tokens":7,"completion_tokens":3})");
+  EXPECT_EQ(value(body, "note"), R"("ends with a backslash \\")");
+  EXPECT_EQ(value(body, "id"), R"("c1")");
+  // An escaped quote right after the opening one, and one preceded by an odd run of backslashes.
+  EXPECT_EQ(value(R"({"a":"\"","b":1})", "b"), "1");
+  EXPECT_EQ(value(R"({"a":"x\\\"y","b":2})", "b"), "2");
+  EXPECT_EQ(value(R"({"a":"x\\\\","b":3})", "b"), "3");
+  // The key itself must match unescaped, at the top level only.
+  EXPECT_EQ(value(R"({"x":{"b":1},"b":4})", "b"), "4");
+  EXPECT_EQ(value(R"({"x":{"b":1}})", "b"), "<absent>");
+  // An unterminated string ends the scan without reading past the text.
+  EXPECT_EQ(value(R"({"a":"never closed \" ,"b":5)", "b"), "<absent>");
+}
