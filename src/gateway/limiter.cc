@@ -656,8 +656,12 @@ const store::RedisScript& cancelScript() {
   return s;
 }
 
+namespace {
+constexpr std::string_view kCounterPrefix = "infera:rl:";
+}  // namespace
+
 std::string redisCounterKey(const Charge& c, int64_t unix_ms) {
-  std::string k = "infera:rl:";
+  std::string k(kCounterPrefix);
   k += c.counter;
   if (c.window != Window::kMinute) {
     k += ':';
@@ -808,7 +812,22 @@ void PendingAdjustments::add(std::span<const Charge> charges, std::span<const in
                              int64_t key_ms) {
   for (size_t i = 0; i < charges.size() && i < delta.size(); ++i) {
     if (delta[i] == 0) continue;
-    sums_[Id{redisCounterKey(charges[i], key_ms), charges[i].window == Window::kMinute, stamp_ms / 1000}] += delta[i];
+    const bool minute = charges[i].window == Window::kMinute;
+    // Kept without redisCounterKey's prefix (take() adds it): a minute counter's name as it is, a
+    // period counter's with its period appended.
+    std::string period_key;
+    if (!minute) {
+      period_key.assign(charges[i].counter);
+      period_key += ':';
+      period_key += std::to_string(periodId(charges[i].window, key_ms));
+    }
+    const IdView id{minute ? charges[i].counter : std::string_view(period_key), minute, stamp_ms / 1000};
+    const auto it = sums_.find(id);
+    if (it != sums_.end()) {
+      it->second += delta[i];
+    } else {
+      sums_.emplace(Id{std::string(id.key), minute, id.stamp_s}, delta[i]);
+    }
   }
 }
 
@@ -819,7 +838,7 @@ void PendingAdjustments::take(std::string_view call_id, std::vector<std::string>
   args.emplace_back(call_id);
   for (auto& [id, sum] : sums_) {
     if (sum == 0) continue;
-    keys.push_back(id.key);
+    keys.push_back(std::string(kCounterPrefix).append(id.key));
     args.push_back(id.minute ? "0" : "1");
     args.push_back(std::to_string(id.stamp_s));
     args.push_back(std::to_string(sum));

@@ -179,14 +179,31 @@ class PendingAdjustments {
     std::string key;
     bool minute;
     int64_t stamp_s;
-    bool operator==(const Id&) const = default;
   };
+  struct IdView {
+    std::string_view key;
+    bool minute;
+    int64_t stamp_s;
+  };
+  // Looked up by IdView (no string is built for a sum that exists already).
   struct IdHash {
-    size_t operator()(const Id& id) const {
-      return std::hash<std::string>{}(id.key) ^ (static_cast<size_t>(id.stamp_s) * 31 + id.minute);
+    using is_transparent = void;
+    size_t operator()(const IdView& id) const {
+      return std::hash<std::string_view>{}(id.key) ^ (static_cast<size_t>(id.stamp_s) * 31 + id.minute);
+    }
+    size_t operator()(const Id& id) const { return (*this)(IdView{id.key, id.minute, id.stamp_s}); }
+  };
+  struct IdEq {
+    using is_transparent = void;
+    static IdView view(const Id& id) { return {id.key, id.minute, id.stamp_s}; }
+    static IdView view(const IdView& id) { return id; }
+    template <class A, class B>
+    bool operator()(const A& a, const B& b) const {
+      const IdView x = view(a), y = view(b);
+      return x.key == y.key && x.minute == y.minute && x.stamp_s == y.stamp_s;
     }
   };
-  std::unordered_map<Id, int64_t, IdHash> sums_;
+  std::unordered_map<Id, int64_t, IdHash, IdEq> sums_;
 };
 
 // "1s", "6m0s", "250ms" (the form OpenAI uses in x-ratelimit-reset-*).

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 
 #include <filesystem>
+#include <map>
 #include <random>
 
 #include <nlohmann/json.hpp>
@@ -255,6 +256,45 @@ TEST(LocalCounters, SweepRemovesIdleCountersKnownOnlyByName) {
   EXPECT_EQ(c.size(), 2u);
   EXPECT_EQ(c.sweep(now + 2 * 86'400'000), 1u);
   EXPECT_EQ(c.size(), 1u);
+}
+
+TEST(PendingAdjustments, SumsPerCounterAndSecondUnderTheCountersRedisKeys) {
+  PendingAdjustments p;
+  const int64_t t0 = 1'799'971'200'000;  // 2027-01-15 00:00:00 UTC
+  const Charge charges[2] = {Charge{"k:a:t", Window::kMinute, Scope::kKey, true, 100, 10},
+                             Charge{"t:b:d", Window::kDay, Scope::kDaily, true, 1000, 10}};
+  const int64_t first[2] = {-4, -4}, second[2] = {-3, 0}, third[2] = {4, 2};
+  p.add(charges, first, t0, t0);
+  p.add(charges, second, t0 + 500, t0 + 500);  // the same second: summed
+  p.add(charges, third, t0 + 1'000, t0 + 1'000);  // the next second: apart (the minute -4+4 too)
+  EXPECT_EQ(p.size(), 4u);
+  std::vector<std::string> keys, args;
+  p.take("call-1", keys, args);
+  EXPECT_EQ(p.size(), 0u);
+  ASSERT_EQ(args.size(), 1 + 3 * keys.size());
+  EXPECT_EQ(args[0], "call-1");
+  std::map<std::string, std::string> got;  // key|window|second -> delta
+  for (size_t i = 0; i < keys.size(); ++i) {
+    got[keys[i] + "|" + args[1 + 3 * i] + "|" + args[2 + 3 * i]] = args[3 + 3 * i];
+  }
+  const std::string minute_key = redisCounterKey(charges[0], t0);
+  const std::string day_key = redisCounterKey(charges[1], t0);
+  EXPECT_EQ(minute_key, "infera:rl:k:a:t");
+  EXPECT_EQ(day_key, "infera:rl:t:b:d:20270115");
+  const std::string s0 = std::to_string(t0 / 1000), s1 = std::to_string(t0 / 1000 + 1);
+  EXPECT_EQ(got, (std::map<std::string, std::string>{{minute_key + "|0|" + s0, "-7"},
+                                                     {day_key + "|1|" + s0, "-4"},
+                                                     {minute_key + "|0|" + s1, "4"},
+                                                     {day_key + "|1|" + s1, "2"}}));
+  // Sums that came back to zero are not sent; nothing at all leaves both lists empty.
+  const int64_t up[2] = {5, 0}, down[2] = {-5, 0};
+  p.add(charges, up, t0, t0);
+  p.add(charges, down, t0, t0);
+  keys.clear();
+  args.clear();
+  p.take("call-2", keys, args);
+  EXPECT_TRUE(keys.empty());
+  EXPECT_TRUE(args.empty());
 }
 
 TEST(ResetDuration, OpenAiStyle) {
