@@ -14,7 +14,8 @@ struct LocalCounterEntry;  // LocalCounters' state of one counter (limiter.h)
 struct CounterName {
   std::string name;
   // Set by LocalCounters at first use; a copy starts unresolved. Must not outlive that
-  // LocalCounters (a gateway's snapshots and route tables do not outlive its governance).
+  // LocalCounters: another LocalCounters finding the memo reads the entry's owner to re-resolve
+  // (a gateway's snapshots and route tables do not outlive its governance).
   mutable std::atomic<LocalCounterEntry*> local{nullptr};
 
   CounterName() = default;

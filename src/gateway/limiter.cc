@@ -259,7 +259,7 @@ size_t LocalCounters::sweep(int64_t now_ms) {
       if (e.pinned) return false;
       std::lock_guard<std::mutex> entry_lock(e.mu);
       e.c.advance(now);
-      const bool period_live = e.c.period_used != 0 && (e.c.period == day || e.c.period == month);
+      const bool period_live = e.c.period == day || e.c.period == month;  // kept while its period runs
       const bool idle = e.c.sum == 0 && !period_live;
       removed += idle ? 1 : 0;
       return idle;

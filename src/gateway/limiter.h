@@ -110,8 +110,9 @@ class LocalCounters {
   void seed(const Charge& c, int64_t used, int64_t now_ms);
   int64_t used(const Charge& c, int64_t now_ms);
   // Removes the counters only known by name (e.g. those of users without a record, named by a
-  // request header) that hold nothing any more, so that arbitrary names cannot grow memory
-  // without bound. Returns how many were removed.
+  // request header) that hold nothing any more (an empty minute window, and no day or month
+  // period still running), so that arbitrary names cannot grow memory without bound. Returns
+  // how many were removed.
   size_t sweep(int64_t now_ms);
   size_t size();
 

@@ -4,9 +4,11 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <atomic>
 #include <filesystem>
 #include <map>
 #include <random>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -255,6 +257,46 @@ TEST(LocalCounters, SweepRemovesIdleCountersKnownOnlyByName) {
   EXPECT_EQ(c.sweep(now + 62'000), 1u);  // `again`, which only read
   EXPECT_EQ(c.size(), 2u);
   EXPECT_EQ(c.sweep(now + 2 * 86'400'000), 1u);
+  EXPECT_EQ(c.size(), 1u);
+}
+
+TEST(LocalCounters, ThreadsReservingWhileTheControlThreadSweepsLoseNothing) {
+  // Workers reserve and refund on memoised counters (team) and on counters known only by name
+  // (header users, refunded to zero so that the sweeper removes them under the workers' feet).
+  LocalCounters c;
+  const CounterName team("t:race:r");
+  const int64_t now = 1'799'971'200'000;
+  constexpr int kThreads = 4, kRounds = 20'000;
+  std::atomic<bool> stop{false};
+  std::atomic<size_t> swept{0};
+  std::thread sweeper([&] {
+    while (!stop.load()) swept += c.sweep(now);
+  });
+  std::vector<std::thread> workers;
+  for (int w = 0; w < kThreads; ++w) {
+    workers.emplace_back([&, w] {
+      for (int i = 0; i < kRounds; ++i) {
+        const std::string user = "t:race:r:u:" + std::to_string(w) + "-" + std::to_string(i % 7);
+        Charge charges[2] = {Charge{team.name, Window::kMinute, Scope::kTeam, false, 1'000'000, 1},
+                             Charge{user, Window::kMinute, Scope::kUser, false, 1'000'000, 3}};
+        charges[0].local = &team.local;
+        const Admission a = c.reserve(charges, now);
+        ASSERT_TRUE(a.admitted);
+        const int64_t back[2] = {0, -3};  // the user's share goes back: that counter is idle again
+        c.adjust(charges, back, a.stamp_ms, now);
+      }
+    });
+  }
+  for (auto& t : workers) t.join();
+  stop = true;
+  sweeper.join();
+  Charge total{team.name, Window::kMinute, Scope::kTeam, false, 1'000'000, 1};
+  total.local = &team.local;
+  EXPECT_EQ(c.used(total, now), int64_t{kThreads} * kRounds);
+  EXPECT_GT(swept.load(), 0u);
+  const size_t held = c.size();
+  EXPECT_GE(held, 1u);
+  EXPECT_EQ(c.sweep(now), held - 1);  // every user counter left is idle; the team's stays
   EXPECT_EQ(c.size(), 1u);
 }
 

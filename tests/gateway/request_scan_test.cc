@@ -72,6 +72,9 @@ TEST(RequestScanTest, FindTopLevelValueSkipsStringsWithEscapedQuotesAndBackslash
   // The key itself must match unescaped, at the top level only.
   EXPECT_EQ(value(R"({"x":{"b":1},"b":4})", "b"), "4");
   EXPECT_EQ(value(R"({"x":{"b":1}})", "b"), "<absent>");
-  // An unterminated string ends the scan without reading past the text.
-  EXPECT_EQ(value(R"({"a":"never closed \" ,"b":5)", "b"), "<absent>");
+  // A string of an even backslash run only; an escaped quote as the very last byte (the string
+  // never ends: the scan stops at the end of the text).
+  EXPECT_EQ(value(R"({"a":"\\\\","b":6})", "b"), "6");
+  EXPECT_EQ(value(R"({"a":"x\")", "a"), R"("x\")");
+  EXPECT_EQ(value(R"({"b":"x\")", "c"), "<absent>");
 }
