@@ -46,13 +46,17 @@ void BM_CounterInc_Sharded(benchmark::State& state) {
 }
 BENCHMARK(BM_CounterInc_Sharded);
 
-// A request's local admission and reconciliation: key and team request/token counters.
+// A request's local admission and reconciliation: key and team request/token counters, found by
+// name (arg 0, as for users named by a header) or through the snapshot's memo (arg 1, as for keys,
+// teams, models and deployments).
 void BM_LocalCounters_ReserveAdjust(benchmark::State& state) {
   LocalCounters counters;
-  const std::string names[4] = {"k:key1:r", "k:key1:t", "t:team:r", "t:team:t"};
+  const CounterName names[4] = {std::string("k:key1:r"), std::string("k:key1:t"), std::string("t:team:r"),
+                                std::string("t:team:t")};
   Charge charges[4];
   for (size_t i = 0; i < 4; ++i) {
-    charges[i].counter = names[i];
+    charges[i].counter = names[i].name;
+    if (state.range(0) == 1) charges[i].local = &names[i].local;
     charges[i].tokens = i % 2 == 1;
     charges[i].limit = int64_t{1} << 50;
     charges[i].amount = charges[i].tokens ? 40 : 1;
@@ -66,7 +70,7 @@ void BM_LocalCounters_ReserveAdjust(benchmark::State& state) {
     benchmark::DoNotOptimize(a);
   }
 }
-BENCHMARK(BM_LocalCounters_ReserveAdjust);
+BENCHMARK(BM_LocalCounters_ReserveAdjust)->Arg(0)->Arg(1);
 
 // The usage writer: batches of 1,000 records (what 1 s of a busy worker gives) into a SQLite file.
 // Reported per record.
