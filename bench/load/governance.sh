@@ -9,11 +9,15 @@
 # --keys N spreads the requests over N keys of the team (each request picks one at random), so a
 # Redis call carries admissions of several keys (several shapes) as in production.
 #
+# Defaults: 30 rounds of 2 s per target. On a shared box whose speed drifts from second to second,
+# many short interleaved rounds (each ratio taken within one round) give steadier medians than a
+# few long ones.
+#
 #   bench/load/governance.sh [--connections N] [--duration S] [--rounds N] [--proxy-workers N] [--keys N]
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-CONNS=64 DURATION=10 ROUNDS=3 PROXY_WORKERS=1 KEYS=1
+CONNS=64 DURATION=2 ROUNDS=30 PROXY_WORKERS=1 KEYS=1
 while [[ $# -gt 0 ]]; do
   case "$1" in
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed -n 's/^# \{0,1\}//p'; exit 0 ;;
