@@ -480,6 +480,8 @@ TEST_F(GovernanceTest, UsersInsideATeamOnlyWhenTheKeyAllowsIt) {
   EXPECT_NE(third.body.find("user 'bob'"), std::string::npos) << third.body;
   EXPECT_EQ(call(*gw_, with_user, chat("m1", 1), {{"x-infera-user", "cy"}}).status, 200);
   EXPECT_EQ(call(*gw_, with_user, chat("m1", 1)).status, 200);  // no user: only key/team limits
+  // bob's and cy's request counters are held in the process (and swept once idle).
+  EXPECT_GE(gw_->metricSum("infera_ratelimit_local_counters"), 2);
 }
 
 TEST_F(GovernanceTest, AUsersOwnRecordSetsItsLimitsQuotaBudgetAndModels) {
