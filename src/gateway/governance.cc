@@ -477,7 +477,8 @@ void Governance::controlLoop() {
     bool poked = false;
     {
       std::unique_lock<std::mutex> lock(control_mu_);
-      control_cv_.wait_until(lock, std::min({next_sync, next_flush, next_prune, next_sweep}), [&] { return stop_ || poke_; });
+      control_cv_.wait_until(lock, std::min({next_sync, next_flush, next_prune, next_sweep}),
+                             [&] { return stop_ || poke_; });
       if (stop_) break;
       poked = poke_;
       poke_ = false;
