@@ -1267,6 +1267,7 @@ void GovWorker::buildCharges(GovTicket& t, const Route& route, const PriceConfig
   t.reserved_cost = static_cast<int64_t>(std::ceil(static_cast<double>(t.est_prompt) * price.prompt_per_1m +
                                                    static_cast<double>(t.max_completion) * price.completion_per_1m));
   t.charges.clear();
+  t.charges.reserve(8);  // one allocation for the usual key, team, user and model charges
   auto add = [&](const auto& counter, Window w, Scope s, bool tokens, int64_t limit, int64_t amount) {
     if (limit <= 0) return;
     t.charges.push_back(Charge{counter, w, s, tokens, limit, amount, localMemo(counter)});
