@@ -428,20 +428,10 @@ void Governance::seedQuotas(const GovSnapshot& s) {
   // or a budget (Redis keeps its own counters).
   if (!config_.redis.empty()) return;
   const int64_t now = nowMs();
-  auto periodStart = [&](Window w) {
-    if (w == Window::kDay) return periodEndMs(w, now) - 86'400'000;
-    const time_t secs = static_cast<time_t>(now / 1000);
-    struct tm tm {};
-    gmtime_r(&secs, &tm);
-    tm.tm_mday = 1;
-    tm.tm_hour = tm.tm_min = tm.tm_sec = 0;
-    return static_cast<int64_t>(timegm(&tm)) * 1000;
-  };
   // Seeds counter `name` (as the snapshot names it) with the tokens, or the cost in micro-USD, that
   // `team` (or one user of it) used since the period began.
   auto seed = [&](const CounterName& name, Window w, bool cost, const std::string& team, const std::string* user) {
-    const int64_t since = periodStart(w);
-    auto used = user ? control_store_->userUsageSince(team, *user, since) : control_store_->teamUsageSince(team, since);
+    auto used = control_store_->teamUsageSince(team, periodStartMs(w, now), user);
     if (!used.ok()) return;
     Charge c;
     c.counter = name;
@@ -1325,12 +1315,12 @@ bool GovWorker::buildDeploymentCharges(GovTicket& t, const Deployment& dep) {
   t.dep_charges.clear();
   if (dep.limits.rpm > 0) {
     t.dep_charges.push_back(
-        {dep.limit_req, Window::kMinute, Scope::kDeployment, false, dep.limits.rpm, 1, &dep.limit_req.local});
+        {dep.limit_req, Window::kMinute, Scope::kDeployment, false, dep.limits.rpm, 1, localMemo(dep.limit_req)});
   }
   if (dep.limits.tpm > 0) {
     t.dep_charges.push_back(
         {dep.limit_tok, Window::kMinute, Scope::kDeployment, true, dep.limits.tpm, t.reserved_tokens,
-         &dep.limit_tok.local});
+         localMemo(dep.limit_tok)});
   }
   return !t.dep_charges.empty();
 }

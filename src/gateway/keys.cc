@@ -242,7 +242,6 @@ Status MetaStore::mutate(const std::string& actor, const std::string& action, co
 
 namespace {
 
-
 constexpr const char* kUserCols =
     "team, name, models, rpm, tpm, daily_tokens, budget_tokens, budget_usd, created_ms, updated_ms";
 
@@ -298,7 +297,6 @@ Status checkUserWithinTeam(const UserRecord& u, const TeamRecord& t) {
   }
   return Status::ok();
 }
-
 
 TeamRecord teamFromRow(const SqlResult& r, size_t i) {
   TeamRecord t;
@@ -423,9 +421,7 @@ Status MetaStore::deleteTeam(const std::string& name, const std::string& actor) 
     INFERA_ASSIGN_OR_RETURN(SqlResult r, db_->exec("DELETE FROM infera_teams WHERE name = ?1", {SqlValue(name)}));
     if (r.affected == 0) return Status::notFound("no team '" + name + "'");
     // Its users go with it (their usage records stay).
-    INFERA_ASSIGN_OR_RETURN(SqlResult users, db_->exec("DELETE FROM infera_users WHERE team = ?1", {SqlValue(name)}));
-    (void)users;
-    return Status::ok();
+    return db_->exec("DELETE FROM infera_users WHERE team = ?1", {SqlValue(name)}).status();
   });
 }
 
@@ -845,23 +841,14 @@ Result<std::string> MetaStore::queryUsage(const UsageQuery& q) {
   return rows.dump();
 }
 
-Result<std::pair<int64_t, double>> MetaStore::teamUsageSince(const std::string& team, int64_t since_ms) {
-  INFERA_ASSIGN_OR_RETURN(
-      SqlResult r,
-      db_->exec("SELECT SUM(prompt_tokens + completion_tokens), SUM(cost_usd) FROM infera_usage_minute "
-                "WHERE team = ?1 AND minute_ms >= ?2",
-                {SqlValue(team), SqlValue(since_ms)}));
-  if (r.rows.empty()) return std::pair<int64_t, double>{0, 0};
-  return std::pair<int64_t, double>{r.integer(0, 0), r.real(0, 1)};
-}
-
-Result<std::pair<int64_t, double>> MetaStore::userUsageSince(const std::string& team, const std::string& user,
-                                                             int64_t since_ms) {
-  INFERA_ASSIGN_OR_RETURN(
-      SqlResult r,
-      db_->exec("SELECT SUM(prompt_tokens + completion_tokens), SUM(cost_usd) FROM infera_usage_minute "
-                "WHERE team = ?1 AND user_id = ?2 AND minute_ms >= ?3",
-                {SqlValue(team), SqlValue(user), SqlValue(since_ms)}));
+Result<std::pair<int64_t, double>> MetaStore::teamUsageSince(const std::string& team, int64_t since_ms,
+                                                             const std::string* user) {
+  const std::string sql = std::string(
+                              "SELECT SUM(prompt_tokens + completion_tokens), SUM(cost_usd) FROM infera_usage_minute "
+                              "WHERE team = ?1 AND minute_ms >= ?2") +
+                          (user ? " AND user_id = ?3" : "");
+  INFERA_ASSIGN_OR_RETURN(SqlResult r, user ? db_->exec(sql, {SqlValue(team), SqlValue(since_ms), SqlValue(*user)})
+                                            : db_->exec(sql, {SqlValue(team), SqlValue(since_ms)}));
   if (r.rows.empty()) return std::pair<int64_t, double>{0, 0};
   return std::pair<int64_t, double>{r.integer(0, 0), r.real(0, 1)};
 }

@@ -170,8 +170,9 @@ class MetaStore {
   Result<std::string> queryUsage(const UsageQuery& q);
   // Tokens (and cost) used by a team, or by one user of it, since a time: for budgets and daily
   // quotas after a restart.
-  Result<std::pair<int64_t, double>> teamUsageSince(const std::string& team, int64_t since_ms);
-  Result<std::pair<int64_t, double>> userUsageSince(const std::string& team, const std::string& user, int64_t since_ms);
+  // Tokens and cost a team (or, given `user`, one user of it) used since since_ms (roll-ups).
+  Result<std::pair<int64_t, double>> teamUsageSince(const std::string& team, int64_t since_ms,
+                                                     const std::string* user = nullptr);
 
  private:
   explicit MetaStore(std::unique_ptr<store::SqlDb> db) : db_(std::move(db)) {}

@@ -33,6 +33,19 @@ int64_t periodId(Window w, int64_t unix_ms) {
   return w == Window::kMonth ? ym : ym * 100 + tm.tm_mday;
 }
 
+int64_t periodStartMs(Window w, int64_t unix_ms) {
+  if (w == Window::kMinute) return unix_ms - 60'000;
+  if (w == Window::kDay) return unix_ms / 86'400'000 * 86'400'000;
+  const time_t secs = static_cast<time_t>(unix_ms / 1000);
+  struct tm tm {};
+  gmtime_r(&secs, &tm);
+  struct tm first {};
+  first.tm_year = tm.tm_year;
+  first.tm_mon = tm.tm_mon;
+  first.tm_mday = 1;
+  return static_cast<int64_t>(timegm(&first)) * 1000;
+}
+
 int64_t periodEndMs(Window w, int64_t unix_ms) {
   if (w == Window::kMinute) return unix_ms + 60'000;
   if (w == Window::kDay) return (unix_ms / 86'400'000 + 1) * 86'400'000;
@@ -284,8 +297,8 @@ namespace {
 // A minute counter is a hash K of one-second buckets ("<unix second>" -> amount) plus a summary
 // K:s = 'B' and five little-endian doubles: total, oldest live second, current second, second the
 // hash's TTL was last renewed, current second's amount (integers, exact as doubles; an earlier
-// version's text form "<total> <oldest> <current> <ttl> [<amount>]" is still read). The current second's bucket lives in the summary; it goes
-// into the hash when the second is over. A script call reads every summary with one MGET; the
+// version's text form "<total> <oldest> <current> <ttl> [<amount>]" is still read). The current
+// second's bucket lives in the summary; it goes into the hash when the second is over. A script call reads every summary with one MGET; the
 // first call in a new second moves the finished second into the hash, drops the buckets that
 // left the window and recounts (HINCRBY, HGETALL, HDEL, EXPIRE: once per second per counter);
 // otherwise a counter costs one SET of its summary per call, however many admissions the call
@@ -658,15 +671,20 @@ const store::RedisScript& cancelScript() {
 
 namespace {
 constexpr std::string_view kCounterPrefix = "infera:rl:";
+
+// A counter's name in Redis without the prefix: a day/month counter has its period appended.
+void appendPeriodName(std::string& out, const Charge& c, int64_t unix_ms) {
+  out += c.counter;
+  if (c.window != Window::kMinute) {
+    out += ':';
+    out += std::to_string(periodId(c.window, unix_ms));
+  }
+}
 }  // namespace
 
 std::string redisCounterKey(const Charge& c, int64_t unix_ms) {
   std::string k(kCounterPrefix);
-  k += c.counter;
-  if (c.window != Window::kMinute) {
-    k += ':';
-    k += std::to_string(periodId(c.window, unix_ms));
-  }
+  appendPeriodName(k, c, unix_ms);
   return k;
 }
 
@@ -813,14 +831,9 @@ void PendingAdjustments::add(std::span<const Charge> charges, std::span<const in
   for (size_t i = 0; i < charges.size() && i < delta.size(); ++i) {
     if (delta[i] == 0) continue;
     const bool minute = charges[i].window == Window::kMinute;
-    // Kept without redisCounterKey's prefix (take() adds it): a minute counter's name as it is, a
-    // period counter's with its period appended.
+    // Kept without redisCounterKey's prefix (take() adds it); a minute counter's is its name.
     std::string period_key;
-    if (!minute) {
-      period_key.assign(charges[i].counter);
-      period_key += ':';
-      period_key += std::to_string(periodId(charges[i].window, key_ms));
-    }
+    if (!minute) appendPeriodName(period_key, charges[i], key_ms);
     const IdView id{minute ? charges[i].counter : std::string_view(period_key), minute, stamp_ms / 1000};
     const auto it = sums_.find(id);
     if (it != sums_.end()) {

@@ -71,6 +71,7 @@ struct Admission {
 
 // UTC period ids: yyyymmdd for days, yyyymm for months.
 int64_t periodId(Window w, int64_t unix_ms);
+int64_t periodStartMs(Window w, int64_t unix_ms);  // day/month: when the period began
 int64_t periodEndMs(Window w, int64_t unix_ms);
 
 // One in-process counter. A minute counter's live seconds are (latest - 60, latest]; `sum` is
