@@ -205,9 +205,9 @@ class RedisClientImpl final : public RedisClient {
 // ---------------------------------------------------------------------------------------------
 // Pipelined client
 //
-// hiredis formats commands and parses replies; Asio does the I/O. Per connection, one writer
-// coroutine sends whatever is queued in one write, and one reader coroutine hands replies to the
-// in-flight commands in order. A caller sleeps on its own timer set to its deadline; the reader
+// hiredis formats commands and parses replies; Asio does the I/O. Per connection, the command
+// that queues starts a write of everything queued unless one is out (startWrite), and one reader
+// coroutine hands replies to the in-flight commands in order. A caller sleeps on its own timer set to its deadline; the reader
 // cancels the timer to wake it early. All state lives in shared_ptrs that the coroutines hold,
 // so destroying the client while they are suspended leaves nothing dangling.
 
@@ -225,12 +225,9 @@ struct Pending {
 
 struct Conn {
   explicit Conn(asio::io_context& ctx)
-      : socket(ctx), writer_wake(ctx), reader(redisReaderCreate()) {
-    writer_wake.expires_at(Deadline::max());  // never fires; cancel() wakes the writer
-  }
+      : socket(ctx), reader(redisReaderCreate()) {}
   tcp::socket socket;
   std::optional<tcp::resolver> resolver;
-  asio::steady_timer writer_wake;
   std::unique_ptr<redisReader, ReaderDeleter> reader;
   std::deque<std::shared_ptr<Pending>> to_write;   // queued, not yet handed to the socket
   std::deque<std::shared_ptr<Pending>> in_flight;  // written, awaiting replies in this order
@@ -239,6 +236,7 @@ struct Conn {
   bool handshake_done = false;
   bool connect_timed_out = false;
   bool broken = false;
+  bool writing = false;  // a write is out: what queues meanwhile goes when it completes
 };
 
 struct AsyncState {
@@ -277,7 +275,6 @@ void breakConn(AsyncState& s, std::shared_ptr<Conn> c, const Status& why) {
   if (c->broken) return;
   c->broken = true;
   closeSocket(*c);
-  c->writer_wake.cancel();
   if (s.conn == c) {
     s.conn.reset();
     s.last_error = why.message();
@@ -374,29 +371,27 @@ Task<void> readLoop(std::shared_ptr<AsyncState> s, std::shared_ptr<Conn> c) {
   }
 }
 
-Task<void> writeLoop(std::shared_ptr<AsyncState> s, std::shared_ptr<Conn> c) {
-  while (!c->broken) {
-    if (c->to_write.empty()) {
-      error_code ec;
-      co_await c->writer_wake.async_wait(asio::redirect_error(asio::use_awaitable, ec));
-      continue;
-    }
-    // Everything queued since the last write goes out in one.
-    c->write_buf.clear();
-    while (!c->to_write.empty()) {
-      c->write_buf += c->to_write.front()->payload;
-      c->in_flight.push_back(std::move(c->to_write.front()));
-      c->to_write.pop_front();
-    }
-    error_code ec;
-    co_await asio::async_write(c->socket, asio::buffer(c->write_buf),
-                               asio::redirect_error(asio::use_awaitable, ec));
-    if (c->broken) co_return;
+// Hands everything queued to the socket in one write, unless a write is out already (its
+// completion sends what queued meanwhile). The command that queues calls it, so the bytes leave at
+// once (Asio tries the send before returning) instead of after a trip through the loop's queue.
+void startWrite(std::shared_ptr<AsyncState> s, std::shared_ptr<Conn> c) {
+  if (c->writing || c->broken || c->to_write.empty()) return;
+  c->write_buf.clear();
+  while (!c->to_write.empty()) {
+    c->write_buf += c->to_write.front()->payload;
+    c->in_flight.push_back(std::move(c->to_write.front()));
+    c->to_write.pop_front();
+  }
+  c->writing = true;
+  asio::async_write(c->socket, asio::buffer(c->write_buf), [s, c](const error_code& ec, size_t) {
+    c->writing = false;
+    if (c->broken) return;
     if (ec) {
       breakConn(*s, c, s->error("writing: " + ec.message()));
-      co_return;
+      return;
     }
-  }
+    startWrite(s, c);
+  });
 }
 
 // One connection attempt, bounded by connect_timeout; wakes everyone waiting on it.
@@ -424,7 +419,6 @@ Task<void> connectOnce(std::shared_ptr<AsyncState> s) {
   if (st.isOk()) {
     s->conn = c;
     net::spawn(s->ctx, readLoop(s, c), "redis reader");
-    net::spawn(s->ctx, writeLoop(s, c), "redis writer");
     INFERA_LOG(s->log, info, "redis {}: connected", endpointName(s->address));
   } else {
     closeSocket(*c);
@@ -464,7 +458,7 @@ Task<Result<RedisReply>> runCommand(std::shared_ptr<AsyncState> s, std::vector<s
   const Deadline deadline = SteadyClock::now() + s->options.command_timeout;
   p->timer.expires_at(deadline);
   c->to_write.push_back(p);
-  c->writer_wake.cancel();
+  startWrite(s, c);
   while (!p->result) {
     error_code ec;
     co_await p->timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));
