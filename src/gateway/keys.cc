@@ -5,6 +5,8 @@
 #include <openssl/hmac.h>
 #include <openssl/rand.h>
 
+#include <array>
+#include <bit>
 #include <map>
 
 #include <nlohmann/json.hpp>
@@ -620,24 +622,40 @@ Result<std::vector<AuditRecord>> MetaStore::audit(int64_t since_ms, int limit) {
 
 namespace {
 
-// "INSERT INTO <head> VALUES (?1, ..., ?cols), (...) x rows <tail>"
-std::string multiRowInsert(std::string_view head, size_t cols, size_t rows, std::string_view tail) {
-  std::string sql = "INSERT INTO ";
-  sql += head;
-  sql += " VALUES ";
-  for (size_t i = 0; i < rows; ++i) {
-    if (i) sql += ", ";
-    sql += '(';
-    for (size_t c = 0; c < cols; ++c) {
-      if (c) sql += ", ";
-      sql += '?';
-      sql += std::to_string(i * cols + c + 1);
+// Multi-row INSERTs of 1, 2, 4, ..., 64 rows, their text built once: a batch goes in statements of
+// 64 rows, then its remainder in powers of two, so a store prepares at most seven statements per
+// table however batch sizes vary, and its statement cache keeps them all.
+class MultiRowInsert {
+ public:
+  static constexpr size_t kMaxRows = 64;
+  // "INSERT INTO <head> VALUES (?1, ..., ?cols), (...) x rows <tail>"
+  MultiRowInsert(std::string_view head, size_t cols, std::string_view tail) {
+    for (size_t i = 0; i < sql_.size(); ++i) {
+      const size_t rows = size_t{1} << i;
+      std::string& sql = sql_[i];
+      sql = "INSERT INTO ";
+      sql += head;
+      sql += " VALUES ";
+      for (size_t r = 0; r < rows; ++r) {
+        if (r) sql += ", ";
+        sql += '(';
+        for (size_t c = 0; c < cols; ++c) {
+          if (c) sql += ", ";
+          sql += '?';
+          sql += std::to_string(r * cols + c + 1);
+        }
+        sql += ')';
+      }
+      sql += tail;
     }
-    sql += ')';
   }
-  sql += tail;
-  return sql;
-}
+  // Rows for the next statement when `left` (> 0) remain.
+  static size_t rowsFor(size_t left) { return std::min(kMaxRows, std::bit_floor(left)); }
+  const std::string& sql(size_t rows) const { return sql_[static_cast<size_t>(std::countr_zero(rows))]; }
+
+ private:
+  std::array<std::string, 7> sql_;  // sql_[i]: 2^i rows
+};
 
 // A per-minute roll-up row: the sums of one minute's records with the same team, key, user, model
 // and deployment.
@@ -657,7 +675,23 @@ Status MetaStore::insertUsage(const std::vector<UsageRecord>& batch) {
   if (batch.empty()) return Status::ok();
   constexpr size_t kCols = 18;
   constexpr size_t kRollupCols = 14;
-  constexpr size_t kRowsPerStatement = 50;
+  static const MultiRowInsert kInsertRecords(
+      "infera_usage (ts_ms, request_id, key_id, team, user_id, model, deployment, region, prompt_tokens, "
+      "completion_tokens, latency_ms, ttft_ms, status, cached, stream, aborted, estimated, cost_usd)",
+      kCols, "");
+  static const MultiRowInsert kUpsertRollups(
+      "infera_usage_minute (minute_ms, team, key_id, user_id, model, deployment, requests, prompt_tokens, "
+      "completion_tokens, cached, aborted, errors, cost_usd, latency_ms_sum)",
+      kRollupCols,
+      " ON CONFLICT (minute_ms, team, key_id, user_id, model, deployment) DO UPDATE SET "
+      "requests = infera_usage_minute.requests + excluded.requests, "
+      "prompt_tokens = infera_usage_minute.prompt_tokens + excluded.prompt_tokens, "
+      "completion_tokens = infera_usage_minute.completion_tokens + excluded.completion_tokens, "
+      "cached = infera_usage_minute.cached + excluded.cached, "
+      "aborted = infera_usage_minute.aborted + excluded.aborted, "
+      "errors = infera_usage_minute.errors + excluded.errors, "
+      "cost_usd = infera_usage_minute.cost_usd + excluded.cost_usd, "
+      "latency_ms_sum = infera_usage_minute.latency_ms_sum + excluded.latency_ms_sum");
   // Ordered, so that replicas sharing a PostgreSQL store lock roll-up rows in the same order.
   std::map<RollupId, RollupSums> rollups;
   for (const UsageRecord& u : batch) {
@@ -678,12 +712,8 @@ Status MetaStore::insertUsage(const std::vector<UsageRecord>& batch) {
     return r.status();
   };
   std::vector<SqlValue> params;
-  for (size_t start = 0; start < batch.size(); start += kRowsPerStatement) {
-    const size_t n = std::min(kRowsPerStatement, batch.size() - start);
-    const std::string sql = multiRowInsert(
-        "infera_usage (ts_ms, request_id, key_id, team, user_id, model, deployment, region, prompt_tokens, "
-        "completion_tokens, latency_ms, ttft_ms, status, cached, stream, aborted, estimated, cost_usd)",
-        kCols, n, "");
+  for (size_t start = 0, n = 0; start < batch.size(); start += n) {
+    n = MultiRowInsert::rowsFor(batch.size() - start);
     params.clear();
     params.reserve(n * kCols);
     for (size_t i = 0; i < n; ++i) {
@@ -707,23 +737,10 @@ Status MetaStore::insertUsage(const std::vector<UsageRecord>& batch) {
       params.emplace_back(int64_t{u.estimated ? 1 : 0});
       params.emplace_back(u.cost_usd);
     }
-    INFERA_RETURN_IF_ERROR(run(sql, params));
+    INFERA_RETURN_IF_ERROR(run(kInsertRecords.sql(n), params));
   }
   for (auto it = rollups.begin(); it != rollups.end();) {
-    const size_t n = std::min<size_t>(kRowsPerStatement, static_cast<size_t>(std::distance(it, rollups.end())));
-    const std::string sql = multiRowInsert(
-        "infera_usage_minute (minute_ms, team, key_id, user_id, model, deployment, requests, prompt_tokens, "
-        "completion_tokens, cached, aborted, errors, cost_usd, latency_ms_sum)",
-        kRollupCols, n,
-        " ON CONFLICT (minute_ms, team, key_id, user_id, model, deployment) DO UPDATE SET "
-        "requests = infera_usage_minute.requests + excluded.requests, "
-        "prompt_tokens = infera_usage_minute.prompt_tokens + excluded.prompt_tokens, "
-        "completion_tokens = infera_usage_minute.completion_tokens + excluded.completion_tokens, "
-        "cached = infera_usage_minute.cached + excluded.cached, "
-        "aborted = infera_usage_minute.aborted + excluded.aborted, "
-        "errors = infera_usage_minute.errors + excluded.errors, "
-        "cost_usd = infera_usage_minute.cost_usd + excluded.cost_usd, "
-        "latency_ms_sum = infera_usage_minute.latency_ms_sum + excluded.latency_ms_sum");
+    const size_t n = MultiRowInsert::rowsFor(static_cast<size_t>(std::distance(it, rollups.end())));
     params.clear();
     params.reserve(n * kRollupCols);
     for (size_t i = 0; i < n; ++i, ++it) {
@@ -743,7 +760,7 @@ Status MetaStore::insertUsage(const std::vector<UsageRecord>& batch) {
       params.emplace_back(sum.cost_usd);
       params.emplace_back(sum.latency_ms);
     }
-    INFERA_RETURN_IF_ERROR(run(sql, params));
+    INFERA_RETURN_IF_ERROR(run(kUpsertRollups.sql(n), params));
   }
   return db_->commit();
 }

@@ -636,6 +636,30 @@ TEST_F(MetaStoreTest, RollupsAddUpAcrossBatchesAndAgreeWithTheRecords) {
   EXPECT_EQ(later[0]["requests"], 90);
 }
 
+TEST_F(MetaStoreTest, BatchesOfEverySizeWriteEveryRecordAndRollup) {
+  // Records go in statements of 64 rows and then powers of two: sizes around those edges, with as
+  // many distinct roll-up rows as records (each record its own key).
+  const int64_t base = 1'800'000'000'000 - (1'800'000'000'000 % 3'600'000);
+  int64_t written = 0, tokens = 0;
+  for (const int size : {1, 2, 3, 63, 64, 65, 127, 128, 200}) {
+    std::vector<UsageRecord> batch;
+    for (int i = 0; i < size; ++i) {
+      const int64_t n = written + i;
+      batch.push_back(usageAt(base + n, "t", std::string("k").append(std::to_string(n)), n));
+      tokens += n;
+    }
+    ASSERT_TRUE(store_->insertUsage(batch).isOk()) << size;
+    written += size;
+    ASSERT_EQ(rowCount(*store_, "infera_usage"), written) << size;
+    ASSERT_EQ(rowCount(*store_, "infera_usage_minute"), written) << size;
+  }
+  for (const char* table : {"infera_usage", "infera_usage_minute"}) {
+    auto sum = store_->db().exec(std::string("SELECT SUM(completion_tokens) FROM ") + table);
+    ASSERT_TRUE(sum.ok());
+    EXPECT_EQ(sum->integer(0, 0), tokens) << table;
+  }
+}
+
 TEST_F(MetaStoreTest, AStoreWithoutRollupsGetsThemFromItsRecordsOnce) {
   // A store as the gateway wrote it before roll-ups: raw records and the old team index only.
   const std::string path = dir_ + "/old.db";
