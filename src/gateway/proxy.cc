@@ -127,6 +127,9 @@ void ProxyHandler::setTable(std::shared_ptr<const RouteTable> table) {
         slot = std::make_shared<WorkerEndpoint>();
         net::PoolConfig pc;
         pc.connect_timeout = std::chrono::milliseconds(ep.deployment->timeouts.connect_ms);
+        // Room for every connection this worker may have in flight to the endpoint: a smaller
+        // cap closes connections after their request and opens new ones under load.
+        pc.max_idle = static_cast<size_t>(ep.max_inflight_per_worker);
         slot->pool = net::ConnectionPool::create(ctx_, ep.address.endpoint, pc);
       }
     }

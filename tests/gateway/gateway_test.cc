@@ -631,3 +631,61 @@ TEST_F(GatewayTest, RetryAfterAReloadUsesTheRequestsOwnSnapshot) {
 
 }  // namespace
 }  // namespace infera::gateway
+
+namespace infera::gateway {
+namespace {
+
+// Answers once `target` requests have arrived in all, so that they are all in flight at once.
+class GateBackend final : public net::HttpHandler {
+ public:
+  GateBackend(std::atomic<int>& arrived, std::atomic<int>& target) : arrived_(arrived), target_(target) {}
+  net::Task<void> handle(net::HttpRequest&, net::ResponseWriter& w) override {
+    ++arrived_;
+    while (arrived_.load() < target_.load()) {
+      co_await net::sleepUntil(net::SteadyClock::now() + std::chrono::milliseconds(1));
+    }
+    co_await w.send(200, "application/json", R"({"object":"chat.completion","choices":[]})");
+  }
+
+ private:
+  std::atomic<int>& arrived_;
+  std::atomic<int>& target_;
+};
+
+TEST_F(GatewayTest, KeepsAConnectionPerRequestInFlightForTheNextWave) {
+  // 150 requests in flight on 2 workers: each worker's pool must keep all of its connections after
+  // the wave (a pool that keeps fewer opens new connections for the next one).
+  constexpr int kInFlight = 150;
+  std::atomic<int> arrived{0}, target{kInFlight};
+  net::EventLoops loops(1);
+  loops.start();
+  auto backend = net::HttpServer::create(loops, net::ServerConfig{}, [&](int, net::asio::io_context&) {
+    return std::make_unique<GateBackend>(arrived, target);
+  });
+  ASSERT_TRUE(backend.ok());
+  const std::string url = "http://127.0.0.1:" + std::to_string((*backend)->port());
+  startGateway(std::string(kNoHealth) + "models:\n  - name: m1\n    deployments:\n      - endpoints:\n"
+               "          - {url: \"" + url + "\"}\n");
+  std::vector<std::unique_ptr<TestClient>> clients;
+  for (int i = 0; i < kInFlight; ++i) clients.push_back(std::make_unique<TestClient>(gw_->port()));
+  for (int wave = 1; wave <= 2; ++wave) {
+    SCOPED_TRACE("wave " + std::to_string(wave));
+    target = wave * kInFlight;
+    for (auto& c : clients) ASSERT_TRUE(c->send("POST", "/v1/chat/completions", chatBody("m1")));
+    for (auto& c : clients) {
+      TestResponse head;
+      ASSERT_TRUE(c->readHead(head));
+      EXPECT_EQ(head.status, 200);
+      while (c->readPiece()) {
+      }
+    }
+  }
+  EXPECT_EQ(arrived.load(), 2 * kInFlight);
+  EXPECT_EQ((*backend)->stats().connections_total.load(), static_cast<uint64_t>(kInFlight));
+  gw_.reset();
+  backend->reset();
+  loops.stop();
+}
+
+}  // namespace
+}  // namespace infera::gateway
