@@ -72,6 +72,46 @@ void BM_LocalCounters_ReserveAdjust(benchmark::State& state) {
 }
 BENCHMARK(BM_LocalCounters_ReserveAdjust)->Arg(0)->Arg(1);
 
+// The gateway's side of one Redis admission call for N admissions of one key (key and team request
+// and token counters): the call's arguments, then the admissions read back from an all-admitted
+// reply. Reported per admission (Redis's own time is not in it).
+void BM_RedisReserveCall_BuildAndParse(benchmark::State& state) {
+  const size_t n = static_cast<size_t>(state.range(0));
+  const std::string names[4] = {"k:key1:r", "k:key1:t", "t:team:r", "t:team:t"};
+  Charge charges[4];
+  for (size_t i = 0; i < 4; ++i) {
+    charges[i].counter = names[i];
+    charges[i].tokens = i % 2 == 1;
+    charges[i].limit = int64_t{1} << 50;
+    charges[i].amount = charges[i].tokens ? 40 : 1;
+  }
+  const std::vector<std::span<const Charge>> admissions(n, std::span<const Charge>(charges));
+  store::RedisReply reply;
+  reply.type = store::RedisReply::Type::kArray;
+  auto integer = [](int64_t v) {
+    store::RedisReply e;
+    e.type = store::RedisReply::Type::kInteger;
+    e.integer = v;
+    return e;
+  };
+  const int64_t now_ms = 1'700'000'000'000;
+  reply.elements.push_back(integer(now_ms));
+  for (size_t i = 0; i < 4; ++i) {
+    reply.elements.push_back(integer(1000));
+    reply.elements.push_back(integer(now_ms / 1000 - 30));
+  }
+  reply.elements.push_back(integer(-1));
+  ReserveCall call;
+  for (auto _ : state) {
+    buildReserveCall(admissions, now_ms, "worker-1-42", call);
+    auto decided = parseReserveReply(reply, admissions, call);
+    if (!decided.ok()) state.SkipWithError(decided.status().message().c_str());
+    benchmark::DoNotOptimize(decided);
+  }
+  state.SetItemsProcessed(static_cast<int64_t>(state.iterations() * n));
+}
+BENCHMARK(BM_RedisReserveCall_BuildAndParse)->Arg(1)->Arg(20);
+
 // The usage writer: batches of 1,000 records (what 1 s of a busy worker gives) into a SQLite file.
 // Reported per record.
 void BM_UsageInsert_SQLite(benchmark::State& state) {
