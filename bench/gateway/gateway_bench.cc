@@ -105,7 +105,10 @@ void BM_RedisReserveCall_BuildAndParse(benchmark::State& state) {
   for (auto _ : state) {
     buildReserveCall(admissions, now_ms, "worker-1-42", call);
     auto decided = parseReserveReply(reply, admissions, call);
-    if (!decided.ok()) state.SkipWithError(decided.status().message().c_str());
+    if (!decided.ok()) {
+      state.SkipWithError(decided.status().message().c_str());
+      break;
+    }
     benchmark::DoNotOptimize(decided);
   }
   state.SetItemsProcessed(static_cast<int64_t>(state.iterations() * n));

@@ -622,12 +622,13 @@ Result<std::vector<AuditRecord>> MetaStore::audit(int64_t since_ms, int limit) {
 
 namespace {
 
-// Multi-row INSERTs of 1, 2, 4, ..., 64 rows, their text built once: a batch goes in statements of
-// 64 rows, then its remainder in powers of two, so a store prepares at most seven statements per
-// table however batch sizes vary, and its statement cache keeps them all.
+// Multi-row INSERTs of 1, 2, 4, ..., 32 rows, their text built once: a batch goes in statements of
+// 32 rows, then its remainder in powers of two, so a store prepares at most six statements per
+// table however batch sizes vary, and its statement cache keeps them all. (32 rows of 18 columns
+// stay under the 999 parameters SQLite allowed before 3.32.)
 class MultiRowInsert {
  public:
-  static constexpr size_t kMaxRows = 64;
+  static constexpr size_t kMaxRows = 32;
   // "INSERT INTO <head> VALUES (?1, ..., ?cols), (...) x rows <tail>"
   MultiRowInsert(std::string_view head, size_t cols, std::string_view tail) {
     for (size_t i = 0; i < sql_.size(); ++i) {
@@ -654,7 +655,7 @@ class MultiRowInsert {
   const std::string& sql(size_t rows) const { return sql_[static_cast<size_t>(std::countr_zero(rows))]; }
 
  private:
-  std::array<std::string, 7> sql_;  // sql_[i]: 2^i rows
+  std::array<std::string, 6> sql_;  // sql_[i]: 2^i rows
 };
 
 // A per-minute roll-up row: the sums of one minute's records with the same team, key, user, model

@@ -120,16 +120,17 @@ void ProxyHandler::setTable(std::shared_ptr<const RouteTable> table) {
   for (const auto& ep : table->endpoints) {
     auto& slot = by_key[ep.key];
     if (!slot) {
+      net::PoolConfig pc;
+      pc.connect_timeout = std::chrono::milliseconds(ep.deployment->timeouts.connect_ms);
+      // Room for every connection this worker may have in flight to the endpoint: a smaller cap
+      // closes connections after their request and opens new ones under load.
+      pc.max_idle = static_cast<size_t>(ep.max_inflight_per_worker);
       const auto it = state_by_key_.find(ep.key);
       if (it != state_by_key_.end()) {
         slot = it->second;
+        slot->pool->configure(pc);  // a reload may have changed the limits
       } else {
         slot = std::make_shared<WorkerEndpoint>();
-        net::PoolConfig pc;
-        pc.connect_timeout = std::chrono::milliseconds(ep.deployment->timeouts.connect_ms);
-        // Room for every connection this worker may have in flight to the endpoint: a smaller
-        // cap closes connections after their request and opens new ones under load.
-        pc.max_idle = static_cast<size_t>(ep.max_inflight_per_worker);
         slot->pool = net::ConnectionPool::create(ctx_, ep.address.endpoint, pc);
       }
     }

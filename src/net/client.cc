@@ -11,6 +11,7 @@
 #include <boost/beast/http/parser.hpp>
 #include <boost/beast/http/read.hpp>
 #include <charconv>
+#include <deque>
 #include <limits>
 
 #include "net/watchdog.h"
@@ -212,7 +213,12 @@ Task<Result<std::unique_ptr<UpstreamConnectionImpl>>> connectTo(asio::io_context
 class ConnectionPoolImpl final : public ConnectionPool {
  public:
   ConnectionPoolImpl(asio::io_context& ctx, tcp::endpoint ep, PoolConfig cfg)
-      : ctx_(ctx), endpoint_(std::move(ep)), config_(cfg) {}
+      : ctx_(ctx), endpoint_(std::move(ep)), config_(cfg), sweep_timer_(ctx) {}
+
+  void configure(const PoolConfig& config) override {
+    config_ = config;
+    trim(SteadyClock::now());
+  }
 
   Task<Result<std::unique_ptr<UpstreamConnection>>> acquire(Deadline deadline, bool fresh) override {
     const auto now = SteadyClock::now();
@@ -233,9 +239,12 @@ class ConnectionPoolImpl final : public ConnectionPool {
   }
 
   void release(std::unique_ptr<UpstreamConnection> conn) override {
+    const auto now = SteadyClock::now();
+    trim(now);
     if (!conn || !conn->reusable() || idle_.size() >= config_.max_idle) return;
     auto* impl = static_cast<UpstreamConnectionImpl*>(conn.release());
-    idle_.push_back(Idle{std::unique_ptr<UpstreamConnectionImpl>(impl), SteadyClock::now()});
+    idle_.push_back(Idle{std::unique_ptr<UpstreamConnectionImpl>(impl), now});
+    armSweep();
   }
 
  private:
@@ -243,10 +252,33 @@ class ConnectionPoolImpl final : public ConnectionPool {
     std::unique_ptr<UpstreamConnectionImpl> conn;
     SteadyClock::time_point since;
   };
+  // Closes the connections idle for longer than idle_timeout and those beyond max_idle. The
+  // oldest are at the front (connections are reused from the back).
+  void trim(SteadyClock::time_point now) {
+    while (!idle_.empty() &&
+           (idle_.size() > config_.max_idle || now - idle_.front().since > config_.idle_timeout)) {
+      idle_.pop_front();
+    }
+  }
+  // While connections are idle, a timer trims them every idle_timeout: a connection is closed
+  // between one and two idle_timeouts after its last use even when no request comes.
+  void armSweep() {
+    if (sweep_armed_ || idle_.empty()) return;
+    sweep_armed_ = true;
+    sweep_timer_.expires_after(config_.idle_timeout);
+    sweep_timer_.async_wait([this](const boost::system::error_code& ec) {
+      if (ec) return;  // cancelled: the pool is being destroyed
+      sweep_armed_ = false;
+      trim(SteadyClock::now());
+      armSweep();
+    });
+  }
   asio::io_context& ctx_;
   tcp::endpoint endpoint_;
   PoolConfig config_;
-  std::vector<Idle> idle_;
+  std::deque<Idle> idle_;
+  asio::steady_timer sweep_timer_;
+  bool sweep_armed_ = false;
 };
 
 }  // namespace

@@ -70,6 +70,8 @@ class UpstreamConnection {
   virtual bool closedBeforeResponse() const = 0;
 };
 
+// Idle connections are reused newest first; one idle for longer than idle_timeout is closed
+// within another idle_timeout (a timer runs while any are idle).
 struct PoolConfig {
   size_t max_idle = 64;
   std::chrono::milliseconds connect_timeout{2'000};
@@ -85,6 +87,8 @@ class ConnectionPool {
   virtual Task<Result<std::unique_ptr<UpstreamConnection>>> acquire(Deadline deadline, bool fresh = false) = 0;
   // Returns a connection; kept if reusable and the pool has room.
   virtual void release(std::unique_ptr<UpstreamConnection> conn) = 0;
+  // New limits (a config reload); idle connections beyond them are closed now.
+  virtual void configure(const PoolConfig& config) = 0;
 };
 
 struct SimpleResponse {

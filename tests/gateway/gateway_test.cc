@@ -635,13 +635,15 @@ TEST_F(GatewayTest, RetryAfterAReloadUsesTheRequestsOwnSnapshot) {
 namespace infera::gateway {
 namespace {
 
-// Answers once `target` requests have arrived in all, so that they are all in flight at once.
+// Answers once `target` requests have arrived in all, so that they are all in flight at once (or
+// after 10 s, so that a request lost on the way fails the test instead of hanging it).
 class GateBackend final : public net::HttpHandler {
  public:
   GateBackend(std::atomic<int>& arrived, std::atomic<int>& target) : arrived_(arrived), target_(target) {}
   net::Task<void> handle(net::HttpRequest&, net::ResponseWriter& w) override {
     ++arrived_;
-    while (arrived_.load() < target_.load()) {
+    const auto give_up = net::SteadyClock::now() + std::chrono::seconds(10);
+    while (arrived_.load() < target_.load() && net::SteadyClock::now() < give_up) {
       co_await net::sleepUntil(net::SteadyClock::now() + std::chrono::milliseconds(1));
     }
     co_await w.send(200, "application/json", R"({"object":"chat.completion","choices":[]})");

@@ -637,11 +637,11 @@ TEST_F(MetaStoreTest, RollupsAddUpAcrossBatchesAndAgreeWithTheRecords) {
 }
 
 TEST_F(MetaStoreTest, BatchesOfEverySizeWriteEveryRecordAndRollup) {
-  // Records go in statements of 64 rows and then powers of two: sizes around those edges, with as
+  // Records go in statements of 32 rows and then powers of two: sizes around those edges, with as
   // many distinct roll-up rows as records (each record its own key).
   const int64_t base = 1'800'000'000'000 - (1'800'000'000'000 % 3'600'000);
   int64_t written = 0, tokens = 0;
-  for (const int size : {1, 2, 3, 63, 64, 65, 127, 128, 200}) {
+  for (const int size : {1, 2, 3, 31, 32, 33, 63, 64, 65, 200}) {
     std::vector<UsageRecord> batch;
     for (int i = 0; i < size; ++i) {
       const int64_t n = written + i;

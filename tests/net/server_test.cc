@@ -113,6 +113,89 @@ TEST_F(ServerTest, BlockingClientFetchesThroughThePool) {
   EXPECT_EQ(r->body, "POST /x?y=1  abc");
 }
 
+// One GET on `conn`, read to the end (so that the pool may keep the connection).
+Task<bool> exchange(UpstreamConnection& conn, Deadline deadline) {
+  ClientRequest req;
+  req.method = "GET";
+  req.target = "/echo";
+  req.host = "127.0.0.1";
+  auto send = conn.send(req, deadline);
+  const Status sent = co_await std::move(send);
+  if (!sent.isOk()) co_return false;
+  auto read_head = conn.readHead(deadline);
+  auto head = co_await std::move(read_head);
+  if (!head.ok() || (*head)->status != 200) co_return false;
+  for (;;) {
+    auto read_body = conn.readBody(deadline);
+    auto piece = co_await std::move(read_body);
+    if (!piece.ok()) co_return false;
+    if (piece->empty()) co_return conn.reusable();
+  }
+}
+
+TEST_F(ServerTest, PoolKeepsAtMostMaxIdleAndClosesIdleConnections) {
+  asio::io_context ctx;
+  const auto address = resolveUrl("http://127.0.0.1:" + std::to_string(server_->port()));
+  ASSERT_TRUE(address.ok());
+  PoolConfig config;
+  config.max_idle = 2;
+  config.idle_timeout = std::chrono::milliseconds(200);
+  auto pool = ConnectionPool::create(ctx, address->endpoint, config);
+  const ServerStats& stats = server_->stats();
+  auto openAtServer = [&](int64_t n) {
+    return testing::waitFor([&] { return stats.connections_open.load() == n; });
+  };
+  bool done = false;
+  asio::co_spawn(
+      ctx,
+      [&]() -> Task<void> {
+        const Deadline deadline = SteadyClock::now() + std::chrono::seconds(10);
+        // Three in use at once, all returned: the pool keeps two.
+        std::vector<std::unique_ptr<UpstreamConnection>> conns;
+        for (int i = 0; i < 3; ++i) {
+          auto acquire = pool->acquire(deadline);
+          auto c = co_await std::move(acquire);
+          EXPECT_TRUE(c.ok());
+          if (!c.ok()) co_return;
+          auto ex = exchange(**c, deadline);
+          const bool ok = co_await std::move(ex);
+          EXPECT_TRUE(ok);
+          conns.push_back(std::move(*c));
+        }
+        for (auto& c : conns) pool->release(std::move(c));
+        EXPECT_TRUE(openAtServer(2));
+        // The next three reuse the two kept and open one.
+        for (int i = 0; i < 3; ++i) {
+          auto acquire = pool->acquire(deadline);
+          auto c = co_await std::move(acquire);
+          EXPECT_TRUE(c.ok());
+          if (!c.ok()) co_return;
+          auto ex = exchange(**c, deadline);
+          const bool ok = co_await std::move(ex);
+          EXPECT_TRUE(ok);
+          conns[static_cast<size_t>(i)] = std::move(*c);
+        }
+        EXPECT_EQ(stats.connections_total.load(), 4u);
+        for (auto& c : conns) pool->release(std::move(c));
+        // A smaller cap closes the extra one at once.
+        config.max_idle = 1;
+        pool->configure(config);
+        EXPECT_TRUE(openAtServer(1));
+        // With no request at all, the last one is closed once idle for longer than idle_timeout.
+        while (stats.connections_open.load() != 0 && SteadyClock::now() < deadline) {
+          co_await sleepUntil(SteadyClock::now() + std::chrono::milliseconds(10));
+        }
+        EXPECT_EQ(stats.connections_open.load(), 0);
+        done = true;
+      },
+      [](std::exception_ptr e) {
+        if (e) std::rethrow_exception(e);
+      });
+  ctx.run();
+  EXPECT_TRUE(done);
+  EXPECT_EQ(stats.connections_total.load(), 4u);
+}
+
 TEST(ResolveUrlTest, ParsesHostPortAndPrefix) {
   const auto a = resolveUrl("http://127.0.0.1:8123/base/");
   ASSERT_TRUE(a.ok()) << a.status().message();
