@@ -133,6 +133,18 @@ Task<bool> exchange(UpstreamConnection& conn, Deadline deadline) {
   }
 }
 
+// A connection from the pool after one exchange on it (null, with a test failure, if either failed).
+Task<std::unique_ptr<UpstreamConnection>> acquireAndUse(ConnectionPool& pool, Deadline deadline) {
+  auto acquire = pool.acquire(deadline);
+  auto c = co_await std::move(acquire);
+  EXPECT_TRUE(c.ok());
+  if (!c.ok()) co_return nullptr;
+  auto ex = exchange(**c, deadline);
+  const bool ok = co_await std::move(ex);
+  EXPECT_TRUE(ok);
+  co_return ok ? std::move(*c) : nullptr;
+}
+
 TEST_F(ServerTest, PoolKeepsAtMostMaxIdleAndClosesIdleConnections) {
   asio::io_context ctx;
   const auto address = resolveUrl("http://127.0.0.1:" + std::to_string(server_->port()));
@@ -153,27 +165,17 @@ TEST_F(ServerTest, PoolKeepsAtMostMaxIdleAndClosesIdleConnections) {
         // Three in use at once, all returned: the pool keeps two.
         std::vector<std::unique_ptr<UpstreamConnection>> conns;
         for (int i = 0; i < 3; ++i) {
-          auto acquire = pool->acquire(deadline);
-          auto c = co_await std::move(acquire);
-          EXPECT_TRUE(c.ok());
-          if (!c.ok()) co_return;
-          auto ex = exchange(**c, deadline);
-          const bool ok = co_await std::move(ex);
-          EXPECT_TRUE(ok);
-          conns.push_back(std::move(*c));
+          auto use = acquireAndUse(*pool, deadline);
+          conns.push_back(co_await std::move(use));
+          if (!conns.back()) co_return;
         }
         for (auto& c : conns) pool->release(std::move(c));
         EXPECT_TRUE(openAtServer(2));
         // The next three reuse the two kept and open one.
         for (int i = 0; i < 3; ++i) {
-          auto acquire = pool->acquire(deadline);
-          auto c = co_await std::move(acquire);
-          EXPECT_TRUE(c.ok());
-          if (!c.ok()) co_return;
-          auto ex = exchange(**c, deadline);
-          const bool ok = co_await std::move(ex);
-          EXPECT_TRUE(ok);
-          conns[static_cast<size_t>(i)] = std::move(*c);
+          auto use = acquireAndUse(*pool, deadline);
+          conns[static_cast<size_t>(i)] = co_await std::move(use);
+          if (!conns[static_cast<size_t>(i)]) co_return;
         }
         EXPECT_EQ(stats.connections_total.load(), 4u);
         for (auto& c : conns) pool->release(std::move(c));
