@@ -294,22 +294,60 @@ size_t LocalCounters::size() {
 
 namespace {
 
-// A minute counter is a hash K of one-second buckets ("<unix second>" -> amount) plus a summary
-// K:s = 'B' and five little-endian doubles: total, oldest live second, current second, second the
-// hash's TTL was last renewed, current second's amount (integers, exact as doubles; an earlier
-// version's text form "<total> <oldest> <current> <ttl> [<amount>]" is still read). The current
-// second's bucket lives in the summary; it goes into the hash when the second is over. A script call reads every summary with one MGET; the
-// first call in a new second moves the finished second into the hash, drops the buckets that
-// left the window and recounts (HINCRBY, HGETALL, HDEL, EXPIRE: once per second per counter);
-// otherwise a counter costs one SET of its summary per call, however many admissions the call
-// carries. A day/month counter is an integer at K.
+// A minute counter is a hash K of one-second buckets ("<unix second>" -> amount) plus a summary:
+// 'B' and five little-endian doubles (total, oldest live second, current second, second the hash's
+// TTL was last renewed, current second's amount; integers, exact as doubles). The current second's
+// bucket lives in the summary; it goes into the hash when the second is over. Summaries are fields
+// (named K) of one hash per minute, infera:rl:sum:<unix minute>, kept two minutes after its last
+// write: a call reads its counters' summaries with one HMGET (a second one, of the previous
+// minute's hash, for counters not written yet this minute) and writes them with one HSET, however
+// many counters and admissions it carries. (An earlier version kept each summary at K:s, in binary
+// or as text "<total> <oldest> <current> <ttl> [<amount>]"; a counter found in neither hash is
+// still read from there.) The first call in a new second moves the finished second into the hash,
+// drops the buckets that left the window and recounts (HINCRBY, HGETALL, HDEL, EXPIRE: once per
+// second per counter). A day/month counter is an integer at K.
 constexpr const char* kCountersLua = R"lua(
-local function summaries(keys, minute_flag)
-  local names = {}
+local function summary_hash(minute)
+  return 'infera:rl:sum:' .. minute
+end
+-- Each counter's raw value (false if none): a minute counter's summary from this minute's hash, else
+-- the previous minute's, else an earlier version's K:s key; a period counter's integer.
+local function summaries(keys, minute_flag, now)
+  local out, names, at, fields, fat = {}, {}, {}, {}, {}
   for i = 1, #keys do
-    names[i] = minute_flag(i) and (keys[i] .. ':s') or keys[i]
+    out[i] = false
+    if minute_flag(i) then
+      fields[#fields + 1] = keys[i]
+      fat[#fat + 1] = i
+    else
+      names[#names + 1] = keys[i]
+      at[#at + 1] = i
+    end
   end
-  return redis.call('MGET', unpack(names))
+  local minute = math.floor(now / 60)
+  for back = 0, 1 do
+    if #fields == 0 then break end
+    local got = redis.call('HMGET', summary_hash(minute - back), unpack(fields))
+    local missed, mat = {}, {}
+    for j = 1, #fields do
+      if got[j] then
+        out[fat[j]] = got[j]
+      else
+        missed[#missed + 1] = fields[j]
+        mat[#mat + 1] = fat[j]
+      end
+    end
+    fields, fat = missed, mat
+  end
+  for j = 1, #fields do
+    names[#names + 1] = fields[j] .. ':s'
+    at[#at + 1] = fat[j]
+  end
+  if #names > 0 then
+    local got = redis.call('MGET', unpack(names))
+    for j = 1, #names do out[at[j]] = got[j] end
+  end
+  return out
 end
 local function load(key, raw, minute, now)
   if not minute then
@@ -353,6 +391,15 @@ local function load(key, raw, minute, now)
   end
   return s
 end
+-- Minute counters' summaries written by store(), sent in one HSET by flush_summaries().
+local pending_summaries = {}
+local function flush_summaries(now)
+  if #pending_summaries == 0 then return end
+  local h = summary_hash(math.floor(now / 60))
+  redis.call('HSET', h, unpack(pending_summaries))
+  redis.call('PEXPIRE', h, 120000)
+  pending_summaries = {}
+end
 local function store(key, s, minute, now, ttl)
   if minute then
     if s.stale then redis.call('HDEL', key, unpack(s.stale)) end
@@ -367,7 +414,8 @@ local function store(key, s, minute, now, ttl)
       s.ttl = now
     end
     -- Binary: unpacking five doubles costs the script far less than matching and converting text.
-    redis.call('SET', key .. ':s', 'B' .. struct.pack('<ddddd', s.total, s.oldest, s.clean, s.ttl, s.cur), 'PX', 61000)
+    pending_summaries[#pending_summaries + 1] = key
+    pending_summaries[#pending_summaries + 1] = 'B' .. struct.pack('<ddddd', s.total, s.oldest, s.clean, s.ttl, s.cur)
   elseif ttl then
     redis.call('SET', key, s.n, 'EX', ttl)
   else
@@ -378,7 +426,7 @@ end
 -- second stamps[i]: a refund goes to that second while it is in the window; usage beyond a
 -- reservation goes to the current second. Counters that expired meanwhile are left alone.
 local function apply(keys, minute_of_i, stamps, deltas, now)
-  local raw = summaries(keys, function(i) return minute_of_i[i] end)
+  local raw = summaries(keys, function(i) return minute_of_i[i] end, now)
   local state, order, minute_of = {}, {}, {}
   for i = 1, #keys do
     local key = keys[i]
@@ -431,6 +479,7 @@ local function apply(keys, minute_of_i, stamps, deltas, now)
     local s = state[key]
     if s.dirty then store(key, s, minute_of[key], now, nil) end
   end
+  flush_summaries(now)
 end
 -- A reserve call's arguments (layout at kReserveBody): the counters, checked to add up (nil if
 -- they do not). The admissions, packed in one string, are read only when needed (parse_tail).
@@ -517,7 +566,7 @@ local now = tonumber(t[1])
 local now_ms = now * 1000 + math.floor(tonumber(t[2]) / 1000)
 local d = p.d
 local minute, limit = p.minute, p.limit
-local raw = summaries(KEYS, function(i) return minute[i] end)
+local raw = summaries(KEYS, function(i) return minute[i] end, now)
 local state, total, out = {}, {}, {now_ms}
 for c = 1, d do
   local s = load(KEYS[c], raw[c], minute[c], now)
@@ -585,6 +634,7 @@ for c = 1, d do
   end
   if s.dirty then store(KEYS[c], s, minute[c], now, p.ttl[c]) end
 end
+flush_summaries(now)
 redis.call('SET', call_key, now .. ':' .. marker, 'PX', 120000)
 return out
 )lua";
