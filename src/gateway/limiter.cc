@@ -310,8 +310,8 @@ constexpr const char* kCountersLua = R"lua(
 local function summary_hash(minute)
   return 'infera:rl:sum:' .. minute
 end
--- Each counter's raw value (false if none): a minute counter's summary from this minute's hash, else
--- the previous minute's, else an earlier version's K:s key; a period counter's integer.
+-- Each counter's raw value (false if none): a minute counter's summary from this minute's hash,
+-- else the previous minute's, else an earlier version's K:s key; a period counter's integer.
 local function summaries(keys, minute_flag, now)
   local out, names, at, fields, fat = {}, {}, {}, {}, {}
   for i = 1, #keys do
@@ -414,8 +414,9 @@ local function store(key, s, minute, now, ttl)
       s.ttl = now
     end
     -- Binary: unpacking five doubles costs the script far less than matching and converting text.
+    local packed = struct.pack('<ddddd', s.total, s.oldest, s.clean, s.ttl, s.cur)
     pending_summaries[#pending_summaries + 1] = key
-    pending_summaries[#pending_summaries + 1] = 'B' .. struct.pack('<ddddd', s.total, s.oldest, s.clean, s.ttl, s.cur)
+    pending_summaries[#pending_summaries + 1] = 'B' .. packed
   elseif ttl then
     redis.call('SET', key, s.n, 'EX', ttl)
   else

@@ -214,6 +214,7 @@ class ConnectionPoolImpl final : public ConnectionPool {
  public:
   ConnectionPoolImpl(asio::io_context& ctx, tcp::endpoint ep, PoolConfig cfg)
       : ctx_(ctx), endpoint_(std::move(ep)), config_(cfg), sweep_timer_(ctx) {}
+  ~ConnectionPoolImpl() override { *alive_ = false; }
 
   void configure(const PoolConfig& config) override {
     config_ = config;
@@ -266,8 +267,10 @@ class ConnectionPoolImpl final : public ConnectionPool {
     if (sweep_armed_ || idle_.empty()) return;
     sweep_armed_ = true;
     sweep_timer_.expires_after(config_.idle_timeout);
-    sweep_timer_.async_wait([this](const boost::system::error_code& ec) {
-      if (ec) return;  // cancelled: the pool is being destroyed
+    // The flag, not only the error code: a sweep that was already due when the pool went away
+    // still runs, with success.
+    sweep_timer_.async_wait([this, alive = alive_](const boost::system::error_code& ec) {
+      if (ec || !*alive) return;
       sweep_armed_ = false;
       trim(SteadyClock::now());
       armSweep();
@@ -279,6 +282,7 @@ class ConnectionPoolImpl final : public ConnectionPool {
   std::deque<Idle> idle_;
   asio::steady_timer sweep_timer_;
   bool sweep_armed_ = false;
+  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 };
 
 }  // namespace

@@ -207,9 +207,10 @@ class RedisClientImpl final : public RedisClient {
 //
 // hiredis formats commands and parses replies; Asio does the I/O. Per connection, the command
 // that queues starts a write of everything queued unless one is out (startWrite), and one reader
-// coroutine hands replies to the in-flight commands in order. A caller sleeps on its own timer set to its deadline; the reader
-// cancels the timer to wake it early. All state lives in shared_ptrs that the coroutines hold,
-// so destroying the client while they are suspended leaves nothing dangling.
+// coroutine hands replies to the in-flight commands in order. A caller sleeps on its own timer
+// set to its deadline; the reader cancels the timer to wake it early. All state lives in
+// shared_ptrs that the coroutines and the write's handler hold, so destroying the client while
+// they are suspended leaves nothing dangling.
 
 struct Pending {
   explicit Pending(asio::io_context& ctx) : timer(ctx) {}
