@@ -240,11 +240,11 @@ class ConnectionPoolImpl final : public ConnectionPool {
   }
 
   void release(std::unique_ptr<UpstreamConnection> conn) override {
-    const auto now = SteadyClock::now();
-    trim(now);
+    // No trim here (this runs per request): the sweep closes expired connections, configure()
+    // those beyond a lowered cap.
     if (!conn || !conn->reusable() || idle_.size() >= config_.max_idle) return;
     auto* impl = static_cast<UpstreamConnectionImpl*>(conn.release());
-    idle_.push_back(Idle{std::unique_ptr<UpstreamConnectionImpl>(impl), now});
+    idle_.push_back(Idle{std::unique_ptr<UpstreamConnectionImpl>(impl), SteadyClock::now()});
     armSweep();
   }
 
