@@ -298,21 +298,28 @@ namespace {
 // 'B' and five little-endian doubles (total, oldest live second, current second, second the hash's
 // TTL was last renewed, current second's amount; integers, exact as doubles). The current second's
 // bucket lives in the summary; it goes into the hash when the second is over. Summaries are fields
-// (named K) of one hash per minute, infera:rl:sum:<unix minute>, kept two minutes after its last
-// write: a call reads its counters' summaries with one HMGET (a second one, of the previous
-// minute's hash, for counters not written yet this minute) and writes them with one HSET, however
-// many counters and admissions it carries. (An earlier version kept each summary at K:s, in binary
-// or as text "<total> <oldest> <current> <ttl> [<amount>]"; a counter found in neither hash is
-// still read from there.) The first call in a new second moves the finished second into the hash,
-// drops the buckets that left the window and recounts (HINCRBY, HGETALL, HDEL, EXPIRE: once per
-// second per counter). A day/month counter is an integer at K.
+// (named K) of one hash per minute, infera:rl:sum:<unix minute>: a call reads its counters'
+// summaries with one HMGET (a second one, of the previous minute's hash, for counters not written
+// yet this minute) and writes them with one HSET, however many counters and admissions it carries.
+// The same hash holds the markers of the reserve calls made in its minute (field
+// infera:rl:call:<id>, see kReserveBody), read and written by those same two commands. A minute's
+// hash is needed until the end of the next minute: the call that creates it sets it to expire at
+// the end of the minute after that and unlinks the hash of two minutes before (Redis frees a big
+// unlinked hash in the background, where an expiry would free it in its main thread). (An earlier
+// version kept each summary at K:s, in binary or as text "<total> <oldest> <current> <ttl>
+// [<amount>]"; a counter found in neither hash is still read from there.) The first call in a new
+// second moves the finished second into the hash, drops the buckets that left the window and
+// recounts (HINCRBY, HGETALL, HDEL, EXPIRE: once per second per counter). A day/month counter is an
+// integer at K.
 constexpr const char* kCountersLua = R"lua(
 local function summary_hash(minute)
   return 'infera:rl:sum:' .. minute
 end
 -- Each counter's raw value (false if none): a minute counter's summary from this minute's hash,
 -- else the previous minute's, else an earlier version's K:s key; a period counter's integer.
-local function summaries(keys, minute_flag, now)
+-- With `extra` (a field name), also that field of this minute's hash (false if none). The third
+-- result is true when this minute's hash lacked one of the fields (so it may not exist yet).
+local function summaries(keys, minute_flag, now, extra)
   local out, names, at, fields, fat = {}, {}, {}, {}, {}
   for i = 1, #keys do
     out[i] = false
@@ -325,18 +332,27 @@ local function summaries(keys, minute_flag, now)
     end
   end
   local minute = math.floor(now / 60)
+  local extra_value, fresh = false, false
+  if extra then
+    fields[#fields + 1] = extra
+    fat[#fat + 1] = 0
+  end
   for back = 0, 1 do
     if #fields == 0 then break end
     local got = redis.call('HMGET', summary_hash(minute - back), unpack(fields))
     local missed, mat = {}, {}
     for j = 1, #fields do
-      if got[j] then
+      if fat[j] == 0 then
+        extra_value = got[j]
+      elseif got[j] then
         out[fat[j]] = got[j]
       else
         missed[#missed + 1] = fields[j]
         mat[#mat + 1] = fat[j]
       end
     end
+    -- Nothing found: this minute's hash may not exist yet (the call's marker is never found).
+    if back == 0 then fresh = #missed == #fields - (extra and 1 or 0) end
     fields, fat = missed, mat
   end
   for j = 1, #fields do
@@ -347,7 +363,7 @@ local function summaries(keys, minute_flag, now)
     local got = redis.call('MGET', unpack(names))
     for j = 1, #names do out[at[j]] = got[j] end
   end
-  return out
+  return out, extra_value, fresh
 end
 local function load(key, raw, minute, now)
   if not minute then
@@ -393,11 +409,23 @@ local function load(key, raw, minute, now)
 end
 -- Minute counters' summaries written by store(), sent in one HSET by flush_summaries().
 local pending_summaries = {}
-local function flush_summaries(now)
+-- The lifetime of minute m's hash (see the top): expires at the end of minute m + 2. Its creator,
+-- in minute m, unlinks minute m - 2's (`current`: m is the current minute).
+local function keep_summary_hash(minute, current)
+  redis.call('EXPIREAT', summary_hash(minute), (minute + 3) * 60)
+  if current then redis.call('UNLINK', summary_hash(minute - 2)) end
+end
+-- Writes the pending summaries, and the field/value pair `field`, `value` if given, to this
+-- minute's hash. `fresh`: the hash may be new (summaries() said so).
+local function flush_summaries(now, fresh, field, value)
+  if field then
+    pending_summaries[#pending_summaries + 1] = field
+    pending_summaries[#pending_summaries + 1] = value
+  end
   if #pending_summaries == 0 then return end
-  local h = summary_hash(math.floor(now / 60))
-  redis.call('HSET', h, unpack(pending_summaries))
-  redis.call('PEXPIRE', h, 120000)
+  local minute = math.floor(now / 60)
+  redis.call('HSET', summary_hash(minute), unpack(pending_summaries))
+  if fresh then keep_summary_hash(minute, true) end
   pending_summaries = {}
 end
 local function store(key, s, minute, now, ttl)
@@ -427,7 +455,7 @@ end
 -- second stamps[i]: a refund goes to that second while it is in the window; usage beyond a
 -- reservation goes to the current second. Counters that expired meanwhile are left alone.
 local function apply(keys, minute_of_i, stamps, deltas, now)
-  local raw = summaries(keys, function(i) return minute_of_i[i] end, now)
+  local raw, _, fresh = summaries(keys, function(i) return minute_of_i[i] end, now)
   local state, order, minute_of = {}, {}, {}
   for i = 1, #keys do
     local key = keys[i]
@@ -480,7 +508,7 @@ local function apply(keys, minute_of_i, stamps, deltas, now)
     local s = state[key]
     if s.dirty then store(key, s, minute_of[key], now, nil) end
   end
-  flush_summaries(now)
+  flush_summaries(now, fresh)
 end
 -- A reserve call's arguments (layout at kReserveBody): the counters, checked to add up (nil if
 -- they do not). The admissions, packed in one string, are read only when needed (parse_tail).
@@ -554,12 +582,11 @@ end
 // not O(admissions)); otherwise they are decided in order. Returns a flat list: now_ms, per
 // counter (use, oldest live second) before the call, then -1 if all were admitted, else per
 // admission 0 if admitted or the 1-based index of the charge that did not fit. The call leaves a
-// marker infera:rl:call:<id> = "<second>:A" (all admitted) or "<second>:<1 per admitted
-// admission, else 0>" for two minutes, so a caller that timed out can undo it (kCancelBody); a
-// call cancelled before it ran does nothing.
+// marker, field infera:rl:call:<id> of its minute's summary hash = "<second>:A" (all admitted) or
+// "<second>:<1 per admitted admission, else 0>", so a caller that timed out can undo it
+// (kCancelBody); a call cancelled before it ran finds its marker there and does nothing. (The
+// marker goes in with the summaries: the call costs Redis no command of its own.)
 constexpr const char* kReserveBody = R"lua(
-local call_key = 'infera:rl:call:' .. ARGV[1]
-if redis.call('EXISTS', call_key) == 1 then return redis.error_reply('infera reserve: call cancelled') end
 local p = parse_call()
 if not p then return redis.error_reply('infera reserve: arguments do not add up') end
 local t = redis.call('TIME')
@@ -567,7 +594,9 @@ local now = tonumber(t[1])
 local now_ms = now * 1000 + math.floor(tonumber(t[2]) / 1000)
 local d = p.d
 local minute, limit = p.minute, p.limit
-local raw = summaries(KEYS, function(i) return minute[i] end, now)
+local call_field = 'infera:rl:call:' .. ARGV[1]
+local raw, seen, fresh = summaries(KEYS, function(i) return minute[i] end, now, call_field)
+if seen then return redis.error_reply('infera reserve: call cancelled') end
 local state, total, out = {}, {}, {now_ms}
 for c = 1, d do
   local s = load(KEYS[c], raw[c], minute[c], now)
@@ -635,8 +664,7 @@ for c = 1, d do
   end
   if s.dirty then store(KEYS[c], s, minute[c], now, p.ttl[c]) end
 end
-flush_summaries(now)
-redis.call('SET', call_key, now .. ':' .. marker, 'PX', 120000)
+flush_summaries(now, fresh, call_field, now .. ':' .. marker)
 return out
 )lua";
 
@@ -661,12 +689,23 @@ return 1
 
 // Undoes a reserve call whose answer never came back (a timeout after the call ran): same KEYS and
 // ARGV as the call. If the call ran, its admitted amounts are refunded (once); if it has not run,
-// it is marked cancelled so that it never will. Returns 1 if something was refunded, else 0.
+// it is marked cancelled so that it never will. Returns 1 if something was refunded, else 0. The
+// call's marker is in this minute's summary hash or the previous one's (a cancel follows its call
+// by seconds); "cancelled" goes into this minute's and the next one's, where the call would look if
+// it ran now; "refunded" into this minute's.
 constexpr const char* kCancelBody = R"lua(
-local call_key = 'infera:rl:call:' .. ARGV[1]
-local v = redis.call('GET', call_key)
+local call_field = 'infera:rl:call:' .. ARGV[1]
+local now = tonumber(redis.call('TIME')[1])
+local minute = math.floor(now / 60)
+local v = redis.call('HGET', summary_hash(minute), call_field)
+  or redis.call('HGET', summary_hash(minute - 1), call_field)
+local function mark(m, value)
+  redis.call('HSET', summary_hash(m), call_field, value)
+  keep_summary_hash(m, m == minute)
+end
 if not v then
-  redis.call('SET', call_key, 'cancelled', 'PX', 120000)
+  mark(minute, 'cancelled')
+  mark(minute + 1, 'cancelled')
   return 0
 end
 if v == 'cancelled' or v == 'refunded' then return 0 end
@@ -689,17 +728,17 @@ else
     end
   end
 end
-local keys, minute, stamps, deltas = {}, {}, {}, {}
+local keys, minute_of, stamps, deltas = {}, {}, {}, {}
 for c = 1, p.d do
   if refund[c] ~= 0 then
     keys[#keys + 1] = KEYS[c]
-    minute[#minute + 1] = p.minute[c]
+    minute_of[#minute_of + 1] = p.minute[c]
     stamps[#stamps + 1] = stamp
     deltas[#deltas + 1] = refund[c]
   end
 end
-if #keys > 0 then apply(keys, minute, stamps, deltas, tonumber(redis.call('TIME')[1])) end
-redis.call('SET', call_key, 'refunded', 'PX', 120000)
+if #keys > 0 then apply(keys, minute_of, stamps, deltas, now) end
+mark(minute, 'refunded')
 return 1
 )lua";
 

@@ -205,13 +205,16 @@ TEST(GovernanceCluster, ReserveScriptDecidesSeveralShapesInOneCall) {
     auto r = (*rc)->command({"PTTL", "infera:rl:" + name});
     return r.ok() ? r->integer : -3;
   };
-  // The summaries' hash expires two minutes after its last write.
-  const int64_t minute = redisMinute(**rc);
-  auto pttl = (*rc)->command({"PTTL", "infera:rl:sum:" + std::to_string(minute)});
-  if (pttl.ok() && pttl->integer == -2) pttl = (*rc)->command({"PTTL", "infera:rl:sum:" + std::to_string(minute - 1)});
-  ASSERT_TRUE(pttl.ok());
-  EXPECT_GT(pttl->integer, 0);
-  EXPECT_LE(pttl->integer, 120'000);
+  // The call's minute's summary hash expires at the end of the minute after next, and holds the
+  // call's marker: its second and which admissions it admitted.
+  const int64_t call_minute = reply->elements[0].integer / 60'000;
+  const std::string call_hash = "infera:rl:sum:" + std::to_string(call_minute);
+  auto expires = (*rc)->command({"EXPIRETIME", call_hash});
+  ASSERT_TRUE(expires.ok());
+  EXPECT_EQ(expires->integer, (call_minute + 3) * 60);
+  auto marker = (*rc)->command({"HGET", call_hash, "infera:rl:call:test-1"});
+  ASSERT_TRUE(marker.ok());
+  EXPECT_EQ(marker->str, std::to_string(reply->elements[0].integer / 1000) + ":1101");
   // The call's second, once over, goes from the summaries into the bucket hashes.
   auto second = [&] {
     auto r = (*rc)->command({"TIME"});
@@ -319,6 +322,93 @@ TEST(GovernanceCluster, ReserveScriptDecidesSeveralShapesInOneCall) {
   auto nundo = (*rc)->eval(cancelScript(), next.keys, next.args);
   ASSERT_TRUE(nundo.ok() && !nundo->isError());
   EXPECT_EQ(totals(), zero);
+}
+
+// A minute's summary hash: the call that creates it sets it to expire at the end of the minute
+// after next and unlinks the one of two minutes before (later calls of the minute touch neither).
+// It holds the minute's call markers, which the cancel script finds there or in the previous
+// minute's hash; a cancel of a call that has not run marks this minute's and the next one's.
+TEST(GovernanceCluster, SummaryHashesLiveThreeMinutesAndHoldCallMarkers) {
+  auto redis = testing::RedisServer::start();
+  ASSERT_TRUE(redis);
+  auto rc = store::RedisClient::connect(*store::parseRedisUrl(redis->url()));
+  ASSERT_TRUE(rc.ok()) << rc.status().message();
+  auto hash = [](int64_t minute) { return "infera:rl:sum:" + std::to_string(minute); };
+  auto exists = [&](int64_t minute) {
+    auto r = (*rc)->command({"EXISTS", hash(minute)});
+    return r.ok() ? r->integer : -1;
+  };
+  auto field = [&](int64_t minute, const std::string& f) {
+    auto r = (*rc)->command({"HGET", hash(minute), f});
+    return r.ok() ? r->str : std::string("?");
+  };
+  auto expiry = [&](int64_t minute) {
+    auto r = (*rc)->command({"EXPIRETIME", hash(minute)});
+    return r.ok() ? r->integer : -3;
+  };
+  const int64_t before = redisMinute(**rc);
+  for (int64_t m = before - 3; m <= before; ++m) ASSERT_TRUE((*rc)->command({"HSET", hash(m), "x", "1"}).ok());
+  Charge a[2] = {{"k:a:r", Window::kMinute, Scope::kKey, false, 10, 1},
+                 {"k:a:t", Window::kMinute, Scope::kKey, true, 1000, 60}};
+  const std::span<const Charge> one[1] = {a};
+  const int64_t now_ms = SystemClock::instance().unixMillis();
+  auto reserve = [&](const std::string& id, ReserveCall& call) {
+    buildReserveCall(one, now_ms, id, call);
+    return (*rc)->eval(reserveScript(), call.keys, call.args);
+  };
+  ReserveCall first;
+  auto r1 = reserve("lt-1", first);
+  ASSERT_TRUE(r1.ok() && !r1->isError()) << (r1.ok() ? r1->str : r1.status().message());
+  const int64_t c = r1->elements[0].integer / 60'000;
+  EXPECT_EQ(exists(c - 2), 0);
+  EXPECT_EQ(exists(c - 1), 1);
+  EXPECT_EQ(expiry(c), (c + 3) * 60);
+  EXPECT_EQ(field(c, "infera:rl:call:lt-1"), std::to_string(r1->elements[0].integer / 1000) + ":A");
+  ASSERT_TRUE((*rc)->command({"HSET", hash(c - 2), "x", "1"}).ok());
+  ReserveCall second;
+  auto r2 = reserve("lt-2", second);
+  ASSERT_TRUE(r2.ok() && !r2->isError());
+  if (r2->elements[0].integer / 60'000 == c) {
+    EXPECT_EQ(exists(c - 2), 1);  // not the minute's first call
+  }
+  EXPECT_EQ(summaryTotal(summaryOf(**rc, "k:a:t")), "120");
+
+  // lt-1's marker as if the call had run in the previous minute: the cancel finds it there,
+  // refunds once and marks it refunded in this minute's hash.
+  const std::string m1 = "infera:rl:call:lt-1";
+  const std::string v1 = field(c, m1);
+  ASSERT_TRUE((*rc)->command({"HDEL", hash(c), m1}).ok());
+  ASSERT_TRUE((*rc)->command({"HSET", hash(c - 1), m1, v1}).ok());
+  auto u1 = (*rc)->eval(cancelScript(), first.keys, first.args);
+  ASSERT_TRUE(u1.ok() && !u1->isError()) << (u1.ok() ? u1->str : u1.status().message());
+  EXPECT_EQ(u1->integer, 1);
+  EXPECT_EQ(summaryTotal(summaryOf(**rc, "k:a:t")), "60");
+  const int64_t n = redisMinute(**rc);
+  EXPECT_EQ(field(n, m1), "refunded");
+  auto u1again = (*rc)->eval(cancelScript(), first.keys, first.args);
+  ASSERT_TRUE(u1again.ok() && !u1again->isError());
+  EXPECT_EQ(u1again->integer, 0);
+  EXPECT_EQ(summaryTotal(summaryOf(**rc, "k:a:t")), "60");
+
+  // A call cancelled before it runs: marked in this minute's hash and the next one's (which
+  // expires at the end of the minute after it, and does not unlink anything).
+  ReserveCall third;
+  buildReserveCall(one, now_ms, "lt-3", third);
+  auto u3 = (*rc)->eval(cancelScript(), third.keys, third.args);
+  ASSERT_TRUE(u3.ok() && !u3->isError());
+  EXPECT_EQ(u3->integer, 0);
+  const int64_t k = redisMinute(**rc);
+  const int64_t marked = field(k, "infera:rl:call:lt-3") == "cancelled" ? k : k - 1;  // the minute may have turned
+  EXPECT_EQ(field(marked, "infera:rl:call:lt-3"), "cancelled");
+  EXPECT_EQ(field(marked + 1, "infera:rl:call:lt-3"), "cancelled");
+  EXPECT_EQ(expiry(marked + 1), (marked + 4) * 60);
+  if (marked == c) {
+    EXPECT_EQ(exists(c - 1), 1);
+  }
+  auto late = (*rc)->eval(reserveScript(), third.keys, third.args);
+  ASSERT_TRUE(late.ok());
+  EXPECT_TRUE(late->isError());
+  EXPECT_EQ(summaryTotal(summaryOf(**rc, "k:a:t")), "60");
 }
 
 // An admission call that times out may still run in Redis later (the server was stuck, not gone).
