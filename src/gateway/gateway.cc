@@ -219,6 +219,8 @@ class GatewayImpl final : public Gateway {
 
   bool draining() const { return draining_.load(); }
   Governance* governance() { return governance_.get(); }
+  const std::string& configPath() const { return path_; }
+  spdlog::logger* log() const { return log_; }
   std::shared_ptr<const RouteTable> table() {
     std::lock_guard<std::mutex> lock(control_mu_);
     return current_;
@@ -306,6 +308,32 @@ class GatewayImpl final : public Gateway {
   std::unique_ptr<net::asio::steady_timer> health_timer_;
 };
 
+// GET /admin/endpoints: every endpoint of the current route table with its state.
+std::string endpointsJson(GatewayImpl& g) {
+  auto t = g.table();
+  std::string body = "{\"generation\":" + std::to_string(t->generation) + ",\"endpoints\":[";
+  const int64_t now = monoNanos();
+  for (size_t i = 0; i < t->endpoints.size(); ++i) {
+    const auto& ep = t->endpoints[i];
+    if (i) body += ",";
+    body += "{\"model\":";
+    net::appendJsonString(body, ep.deployment->model);
+    body += ",\"deployment\":";
+    net::appendJsonString(body, ep.deployment->name);
+    body += ",\"endpoint\":";
+    net::appendJsonString(body, ep.label);
+    body += ",\"region\":";
+    net::appendJsonString(body, ep.region);
+    body += ",\"protocol\":\"" + std::string(protocolName(ep.protocol)) + "\"";
+    body += ",\"weight\":" + std::to_string(ep.weight);
+    body += std::string(",\"healthy\":") + (ep.shared->healthy.load() ? "true" : "false");
+    body += std::string(",\"ejected\":") + (ep.shared->ejected_until_ns.load() > now ? "true" : "false");
+    body += "}";
+  }
+  body += "]}";
+  return body;
+}
+
 Task<void> AdminHandler::handle(net::HttpRequest& req, net::ResponseWriter& w) {
   const std::string_view path = req.path();
   if (path == "/metrics") {
@@ -319,13 +347,38 @@ Task<void> AdminHandler::handle(net::HttpRequest& req, net::ResponseWriter& w) {
     } else {
       co_await w.send(200, "text/plain", "ready\n");
     }
-  } else if (path == "/admin/reload") {
+  } else if (path == "/admin/reload" || path == "/admin/endpoints") {
+    // With governance on, the admin token guards these too (without it there is no token: the
+    // admin port is for trusted networks only).
+    Governance* gov = g_.governance();
+    if (gov) {
+      if (auto refused = gov->refuseAdmin(req.header("authorization"))) {
+        co_await w.send(refused->status, "application/json", refused->body);
+        co_return;
+      }
+    }
+    if (path == "/admin/endpoints") {
+      const std::string body = endpointsJson(g_);
+      co_await w.send(200, "application/json", body);
+      co_return;
+    }
     if (req.method != "POST") {
       const std::string body = net::errorJson("use POST /admin/reload", "invalid_request_error", "method_not_allowed");
       co_await w.send(405, "application/json", body);
       co_return;
     }
     const Status s = g_.reload();
+    if (gov) {
+      std::string detail = std::string("{\"ok\":") + (s.isOk() ? "true" : "false") +
+                           ",\"generation\":" + std::to_string(g_.configGeneration());
+      if (!s.isOk()) {
+        detail += ",\"error\":";
+        net::appendJsonString(detail, s.message());
+      }
+      detail += "}";
+      const Status a = gov->auditEvent(req.header("x-infera-actor"), "config.reload", g_.configPath(), detail);
+      if (!a.isOk()) INFERA_LOG(g_.log(), warn, "audit of a config reload failed: {}", a.message());
+    }
     if (s.isOk()) {
       const std::string body = "{\"status\":\"ok\",\"generation\":" + std::to_string(g_.configGeneration()) + "}";
       co_await w.send(200, "application/json", body);
@@ -345,29 +398,6 @@ Task<void> AdminHandler::handle(net::HttpRequest& req, net::ResponseWriter& w) {
     const AdminReply reply = gov->admin(req.method, req.target, req.body, req.header("authorization"),
                                         req.header("x-infera-actor"));
     co_await w.send(reply.status, "application/json", reply.body);
-  } else if (path == "/admin/endpoints") {
-    auto t = g_.table();
-    std::string body = "{\"generation\":" + std::to_string(t->generation) + ",\"endpoints\":[";
-    const int64_t now = monoNanos();
-    for (size_t i = 0; i < t->endpoints.size(); ++i) {
-      const auto& ep = t->endpoints[i];
-      if (i) body += ",";
-      body += "{\"model\":";
-      net::appendJsonString(body, ep.deployment->model);
-      body += ",\"deployment\":";
-      net::appendJsonString(body, ep.deployment->name);
-      body += ",\"endpoint\":";
-      net::appendJsonString(body, ep.label);
-      body += ",\"region\":";
-      net::appendJsonString(body, ep.region);
-      body += ",\"protocol\":\"" + std::string(protocolName(ep.protocol)) + "\"";
-      body += ",\"weight\":" + std::to_string(ep.weight);
-      body += std::string(",\"healthy\":") + (ep.shared->healthy.load() ? "true" : "false");
-      body += std::string(",\"ejected\":") + (ep.shared->ejected_until_ns.load() > now ? "true" : "false");
-      body += "}";
-    }
-    body += "]}";
-    co_await w.send(200, "application/json", body);
   } else {
     const std::string body = net::errorJson("unknown admin path", "invalid_request_error", "not_found");
     co_await w.send(404, "application/json", body);

@@ -567,8 +567,7 @@ bool Governance::isGovernancePath(std::string_view path) {
          path.starts_with("/admin/usage") || path.starts_with("/admin/audit");
 }
 
-AdminReply Governance::admin(std::string_view method, std::string_view target, std::string_view body,
-                             std::string_view authorization, std::string_view actor) {
+std::optional<AdminReply> Governance::refuseAdmin(std::string_view authorization) const {
   if (admin_token_.empty()) {
     return errorReply(403, "the admin API is disabled: set INFERA_ADMIN_TOKEN or governance.admin_token",
                       "admin_disabled");
@@ -578,6 +577,18 @@ AdminReply Governance::admin(std::string_view method, std::string_view target, s
   if (!constantTimeEqual(given, admin_token_)) {
     return errorReply(401, "missing or wrong admin token (Authorization: Bearer <token>)", "invalid_admin_token");
   }
+  return std::nullopt;
+}
+
+Status Governance::auditEvent(std::string_view actor, const std::string& action, const std::string& target,
+                              const std::string& detail) {
+  std::lock_guard<std::mutex> lock(admin_mu_);
+  return admin_store_->recordEvent(actor.empty() ? "admin" : std::string(actor), action, target, detail);
+}
+
+AdminReply Governance::admin(std::string_view method, std::string_view target, std::string_view body,
+                             std::string_view authorization, std::string_view actor) {
+  if (auto refused = refuseAdmin(authorization)) return std::move(*refused);
   std::lock_guard<std::mutex> lock(admin_mu_);
   AdminReply r = adminLocked(method, target, body, actor.empty() ? "admin" : actor);
   if ((method == "POST" || method == "PATCH" || method == "DELETE") && r.status < 300) {

@@ -224,6 +224,13 @@ class Governance {
   static bool isGovernancePath(std::string_view path);
   AdminReply admin(std::string_view method, std::string_view target, std::string_view body,
                    std::string_view authorization, std::string_view actor);
+  // The admin token check every admin path but /metrics, /healthz and /readyz passes: an error
+  // reply (401, or 403 when no token is set), or nothing when `authorization` carries the token.
+  std::optional<AdminReply> refuseAdmin(std::string_view authorization) const;
+  // An audit row for an admin action outside the governance store (e.g. "config.reload");
+  // `detail` is a JSON object. Blocking, like admin().
+  Status auditEvent(std::string_view actor, const std::string& action, const std::string& target,
+                    const std::string& detail);
 
   // Usage records from the workers (buffered, written by the control thread).
   void recordUsage(int shard, UsageRecord&& r);

@@ -242,6 +242,11 @@ Status MetaStore::mutate(const std::string& actor, const std::string& action, co
   return db_->commit();
 }
 
+Status MetaStore::recordEvent(const std::string& actor, const std::string& action, const std::string& target,
+                              const std::string& detail) {
+  return mutate(actor, action, target, detail, [] { return Status::ok(); });
+}
+
 namespace {
 
 constexpr const char* kUserCols =

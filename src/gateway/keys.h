@@ -158,6 +158,9 @@ class MetaStore {
   Result<std::optional<UserRecord>> user(const std::string& team, const std::string& name);
 
   Result<std::vector<AuditRecord>> audit(int64_t since_ms, int limit);
+  // An audit row for an action that changes nothing in this store (a config reload).
+  Status recordEvent(const std::string& actor, const std::string& action, const std::string& target,
+                     const std::string& detail);
 
   // Writes the records and adds them to the per-minute roll-ups (infera_usage_minute) in one
   // transaction: all or nothing.

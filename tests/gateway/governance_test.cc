@@ -65,6 +65,21 @@ TEST_F(GovernanceTest, AdminApiNeedsTheAdminToken) {
   EXPECT_NE(bad.body.find("rpm"), std::string::npos);
   EXPECT_EQ(parse(admin(*gw_, "GET", "/admin/teams").body)["teams"].size(), 0u);
   EXPECT_EQ(admin(*gw_, "POST", "/admin/keys", R"({"team":"nope"})").status, 404);
+  // The other admin paths need the token too (probes and metrics do not), and a reload is
+  // audited, refused or not (this gateway has no config file to re-read).
+  EXPECT_EQ(admin(*gw_, "GET", "/admin/endpoints", "", "").status, 401);
+  EXPECT_EQ(admin(*gw_, "POST", "/admin/reload", "", "wrong").status, 401);
+  EXPECT_EQ(admin(*gw_, "GET", "/admin/endpoints").status, 200);
+  EXPECT_EQ(admin(*gw_, "GET", "/metrics", "", "").status, 200);
+  EXPECT_EQ(admin(*gw_, "GET", "/readyz", "", "").status, 200);
+  const auto reload = admin(*gw_, "POST", "/admin/reload");
+  EXPECT_EQ(reload.status, 400);
+  EXPECT_NE(reload.body.find("config file"), std::string::npos) << reload.body;
+  const json audit = parse(admin(*gw_, "GET", "/admin/audit?since=1h").body)["audit"];
+  ASSERT_EQ(audit.size(), 1u) << audit.dump();  // the refused changes above wrote nothing
+  EXPECT_EQ(audit[0]["action"], "config.reload");
+  EXPECT_EQ(audit[0]["actor"], "admin");
+  EXPECT_EQ(audit[0]["detail"]["ok"], false);
 }
 
 TEST_F(GovernanceTest, KeysAuthenticateAndAreNeverShownAgain) {
