@@ -1362,7 +1362,10 @@ void GovWorker::finish(GovTicket& t, UsageRecord&& r, const PriceConfig& price) 
       d = large;
     }
     for (size_t i = 0; i < charges.size(); ++i) {
-      if (!charges[i].tokens) continue;
+      if (!charges[i].tokens) {
+        if (t.refused_by_deployments) d[i] = -charges[i].amount;
+        continue;
+      }
       d[i] = (isCostScope(charges[i].scope) ? cost_micro : actual) - charges[i].amount;
     }
     adjust(charges, d, a);
@@ -1388,14 +1391,22 @@ void GovWorker::finish(GovTicket& t, UsageRecord&& r, const PriceConfig& price) 
 }
 
 void GovWorker::rateLimitHeaders(const GovTicket& t, std::vector<net::HttpHeader>& out) const {
-  if (!t.reserved && t.admission.refused < 0) return;
   const Admission& a = t.admission;
+  // Fail-open skipped the counters: there is nothing true to report.
+  if ((!t.reserved && a.refused < 0) || a.skipped) return;
+  // Per kind, the minute counter with the least left; on a refusal by a minute counter, that one
+  // for its kind. (On a refusal `remaining` is what each counter has without this request.)
+  const size_t n = std::min({t.charges.size(), a.remaining.size(), a.reset_ms.size()});
   int req = -1, tok = -1;
-  for (size_t i = 0; i < t.charges.size() && i < a.remaining.size(); ++i) {
+  for (size_t i = 0; i < n; ++i) {
     const Charge& c = t.charges[i];
     if (c.window != Window::kMinute) continue;
     int& slot = c.tokens ? tok : req;
     if (slot < 0 || a.remaining[i] < a.remaining[static_cast<size_t>(slot)]) slot = static_cast<int>(i);
+  }
+  if (a.refused >= 0 && static_cast<size_t>(a.refused) < n &&
+      t.charges[static_cast<size_t>(a.refused)].window == Window::kMinute) {
+    (t.charges[static_cast<size_t>(a.refused)].tokens ? tok : req) = a.refused;
   }
   // Names per kind (0 requests, 1 tokens): limit, remaining, reset.
   static const std::string kNames[2][3] = {
@@ -1404,22 +1415,11 @@ void GovWorker::rateLimitHeaders(const GovTicket& t, std::vector<net::HttpHeader
   out.reserve(out.size() + 9);
   auto emit = [&](int idx, int kind) {
     if (idx < 0) return;
-    const Charge& c = t.charges[static_cast<size_t>(idx)];
-    const bool refused = a.refused == idx;
-    const int64_t remaining = refused ? std::max<int64_t>(0, c.limit - a.used) : a.remaining[static_cast<size_t>(idx)];
-    const int64_t reset = refused ? a.retry_after_ms : a.reset_ms[static_cast<size_t>(idx)];
-    out.push_back({kNames[kind][0], std::to_string(c.limit)});
-    out.push_back({kNames[kind][1], std::to_string(remaining)});
-    out.push_back({kNames[kind][2], formatResetDuration(reset)});
+    const size_t i = static_cast<size_t>(idx);
+    out.push_back({kNames[kind][0], std::to_string(t.charges[i].limit)});
+    out.push_back({kNames[kind][1], std::to_string(a.remaining[i])});
+    out.push_back({kNames[kind][2], formatResetDuration(a.reset_ms[i])});
   };
-  // On a refusal only the refused counter is reported (the others were not reserved).
-  if (a.refused >= 0) {
-    req = tok = -1;
-    if (static_cast<size_t>(a.refused) < t.charges.size() &&
-        t.charges[static_cast<size_t>(a.refused)].window == Window::kMinute) {
-      (t.charges[static_cast<size_t>(a.refused)].tokens ? tok : req) = a.refused;
-    }
-  }
   emit(req, 0);
   emit(tok, 1);
   if (a.refused >= 0) {

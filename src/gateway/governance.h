@@ -53,6 +53,9 @@ struct GovTicket {
   std::vector<Charge> dep_charges;  // the deployment's, reserved when it is picked
   Admission dep_admission;
   bool dep_reserved = false;
+  // Every deployment was at its own limit: the gateway refused the request, so it gives the key's
+  // and team's counters their request back too (the tokens come back with the reconciliation).
+  bool refused_by_deployments = false;
 };
 
 struct GovError {

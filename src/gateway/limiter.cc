@@ -221,6 +221,20 @@ Admission LocalCounters::reserve(std::span<const Charge> charges, int64_t now_ms
     std::vector<int64_t> undo(done);
     for (size_t i = 0; i < done; ++i) undo[i] = -charges[i].amount;
     adjust(charges.first(done), undo, now_ms, now_ms);
+    // What every counter has left without this request (for the x-ratelimit-* headers).
+    for (size_t i = 0; i < charges.size(); ++i) {
+      const Charge& ch = charges[i];
+      if (static_cast<int>(i) == a.refused) {
+        a.remaining[i] = std::max<int64_t>(0, scaled(ch.limit, share) - a.used);
+        a.reset_ms[i] = a.retry_after_ms;
+        continue;
+      }
+      with(ch, [&](LocalCounter& c) {
+        a.remaining[i] = std::max<int64_t>(0, scaled(ch.limit, share) - usedLocked(c, ch.window, now_ms));
+        a.reset_ms[i] = ch.window == Window::kMinute ? (std::min(now, c.oldestLive()) + 60) * 1000 - now_ms
+                                                     : periodEndMs(ch.window, now_ms) - now_ms;
+      });
+    }
     return a;
   }
   a.admitted = true;
@@ -896,6 +910,20 @@ Result<std::vector<Admission>> parseReserveReply(const store::RedisReply& r,
         ad.retry_after_ms = 60'000;
       } else {
         ad.retry_after_ms = std::max<int64_t>(1, (oldest[idx[i]] + 60) * 1000 - now_ms);
+      }
+      // What every counter has left without this request (for the x-ratelimit-* headers).
+      ad.remaining.resize(charges.size());
+      ad.reset_ms.resize(charges.size());
+      for (size_t j = 0; j < charges.size(); ++j) {
+        const size_t cj = idx[j];
+        ad.remaining[j] = std::max<int64_t>(0, charges[j].limit - total[cj]);
+        if (j == i) {
+          ad.reset_ms[j] = ad.retry_after_ms;
+        } else if (charges[j].window == Window::kMinute) {
+          ad.reset_ms[j] = total[cj] == 0 ? 60'000 : (oldest[cj] + 60) * 1000 - now_ms;
+        } else {
+          ad.reset_ms[j] = periodEndMs(charges[j].window, now_ms) - now_ms;
+        }
       }
       continue;
     }

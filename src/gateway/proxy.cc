@@ -389,6 +389,8 @@ Task<void> ProxyHandler::forward(Exchange& x, const std::vector<uint32_t>& candi
   int last_status = 503;
   std::string last_message;  // built only on failure
   std::string_view last_code = "no_healthy_endpoint";
+  std::string_view limit_type = "requests";  // of the last deployment refusal
+  int64_t dep_retry_ms = -1;                 // the soonest a refusing deployment has room again
   for (int attempt = 0; attempt < max_attempts && !x.client_gone && n_tried < tried_buf.size(); ++attempt) {
     const int64_t now_ns = monoNanos();
     const int idx = pick(table, *x.state, candidates, std::span<const uint32_t>(tried_buf.data(), n_tried), now_ns);
@@ -413,6 +415,11 @@ Task<void> ProxyHandler::forward(Exchange& x, const std::vector<uint32_t>& candi
       if (!room) {
         // This deployment is at its own limit: another one may have room (not counted as a try).
         --attempt;
+        const Admission& da = x.ticket->dep_admission;
+        if (da.refused >= 0 && static_cast<size_t>(da.refused) < x.ticket->dep_charges.size()) {
+          limit_type = x.ticket->dep_charges[static_cast<size_t>(da.refused)].tokens ? "tokens" : "requests";
+          dep_retry_ms = dep_retry_ms < 0 ? da.retry_after_ms : std::min(dep_retry_ms, da.retry_after_ms);
+        }
         last_status = 429;
         last_code = "deployment_rate_limited";
         last_message = "deployment " + dep.name + " of model " + dep.model + " is at its rate limit";
@@ -650,7 +657,14 @@ Task<void> ProxyHandler::forward(Exchange& x, const std::vector<uint32_t>& candi
     co_return;
   }
   if (last_message.empty()) last_message = "no healthy endpoint for model " + x.route->model;
-  co_await sendError(x, last_status, last_message, last_status == 429 ? "requests" : "server_error", last_code);
+  if (last_status == 429) {
+    if (x.ticket) x.ticket->refused_by_deployments = true;
+    if (dep_retry_ms >= 0) {
+      x.extra.push_back({"retry-after", std::to_string(std::max<int64_t>(1, (dep_retry_ms + 999) / 1000))});
+      x.extra.push_back({"retry-after-ms", std::to_string(std::max<int64_t>(1, dep_retry_ms))});
+    }
+  }
+  co_await sendError(x, last_status, last_message, last_status == 429 ? limit_type : "server_error", last_code);
 }
 
 // ---------------- governance ----------------

@@ -189,6 +189,7 @@ TEST(GovernanceCluster, ReserveScriptDecidesSeveralShapesInOneCall) {
   EXPECT_FALSE(d[2].admitted);  // 60 + 50 tokens > 100
   EXPECT_EQ(d[2].refused, 1);
   EXPECT_EQ(d[2].used, 60);
+  EXPECT_EQ(d[2].remaining, (std::vector<int64_t>{9, 40}));  // each counter without a2
   ASSERT_TRUE(d[3].admitted);
   EXPECT_EQ(d[3].remaining, (std::vector<int64_t>{8, 69, 969}));
 
@@ -603,6 +604,9 @@ TEST(GovernanceCluster, RedisCountersRefuseAndReconcileLikeInProcessOnes) {
   EXPECT_EQ(limited.status, 429);
   EXPECT_EQ(errorCode(limited), "rate_limit_exceeded");
   EXPECT_GE(std::atoi(limited.header("retry-after").c_str()), 1);
+  EXPECT_EQ(limited.header("x-ratelimit-limit-requests"), "3");
+  EXPECT_EQ(limited.header("x-ratelimit-remaining-requests"), "0");
+  EXPECT_FALSE(limited.header("x-ratelimit-reset-requests").empty());
   // Tokens: ~180 reserved, ~21 used; reconciled in Redis, about 10 fit in 400 (2 without refunds).
   const std::string tpm_key = makeKey(*gw, "tpm", json::object(), json{{"tpm", 400}});
   const std::string body = R"({"model":"m1","messages":[{"role":"user","content":"hello there, how are you"}]})";

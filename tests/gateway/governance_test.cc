@@ -150,6 +150,13 @@ TEST_F(GovernanceTest, RequestLimitAnswers429WithOpenAiHeaders) {
   EXPECT_GE(retry, 1);
   EXPECT_LE(retry, 60);
   EXPECT_EQ(limited.header("x-ratelimit-remaining-requests"), "0");
+  EXPECT_EQ(limited.header("x-ratelimit-limit-requests"), "3");
+  EXPECT_FALSE(limited.header("x-ratelimit-reset-requests").empty());
+  // The tokens' figures too, although tokens did not refuse it (what is left without this request).
+  EXPECT_EQ(limited.header("x-ratelimit-limit-tokens"), "100000");
+  const int64_t tokens_left = std::atoll(limited.header("x-ratelimit-remaining-tokens").c_str());
+  EXPECT_GT(tokens_left, 99'000);
+  EXPECT_LT(tokens_left, 100'000);
   EXPECT_NE(parse(limited.body)["error"]["message"].get<std::string>().find("requests per min"), std::string::npos);
   EXPECT_EQ(emu_->stats().requests.load(), 3u);  // the refused request never reached the backend
 }
@@ -434,14 +441,20 @@ TEST_F(GovernanceTest, ModelAndDeploymentLimitsProtectTheBackend) {
 
 TEST_F(GovernanceTest, AFullDeploymentAnswers429WhenNoOtherHasRoom) {
   start("", "", "        limits: {rpm: 2}\n");
-  const std::string key = makeKey(*gw_, "dep");
+  const std::string key = makeKey(*gw_, "dep", {{"rpm", 10}});
   EXPECT_EQ(call(*gw_, key, chat("m1", 1)).status, 200);
-  EXPECT_EQ(call(*gw_, key, chat("m1", 1)).status, 200);
+  EXPECT_EQ(call(*gw_, key, chat("m1", 1)).header("x-ratelimit-remaining-requests"), "8");
   const auto full = call(*gw_, key, chat("m1", 1));
   EXPECT_EQ(full.status, 429);
   EXPECT_EQ(errorCode(full), "deployment_rate_limited");
+  EXPECT_EQ(parse(full.body)["error"]["type"], "requests");
+  // When the deployment has room again (its first request leaves the window within a minute).
+  ASSERT_FALSE(full.header("retry-after").empty());
+  EXPECT_GE(std::stoi(full.header("retry-after")), 1);
+  EXPECT_LE(std::stoi(full.header("retry-after")), 60);
   EXPECT_EQ(emu_->stats().requests.load(), 2u);
-  EXPECT_EQ(call(*gw_, key, chat("m2", 1)).status, 200);  // another model's deployment
+  // The gateway refused that request: it does not count against the team's requests per minute.
+  EXPECT_EQ(call(*gw_, key, chat("m2", 1)).header("x-ratelimit-remaining-requests"), "7");  // another model's deployment
 }
 
 TEST_F(GovernanceTest, DeterministicRequestsAreServedFromTheCache) {
