@@ -537,6 +537,39 @@ TEST(GovernanceCluster, AdjustScriptAppliesACallOnce) {
   EXPECT_EQ((*rc)->command({"GET", "infera:rl:t:x:d:1"})->str, "70");
 }
 
+// The two other fallbacks while Redis is down: `open` admits without counting (and reports no
+// x-ratelimit-* figures), `closed` answers 503; both count the fallback.
+TEST(GovernanceCluster, RedisDownFailsOpenOrClosedAsConfigured) {
+  auto redis = testing::RedisServer::start();
+  ASSERT_TRUE(redis);
+  auto emu = startEmulator();
+  ASSERT_TRUE(emu);
+  const std::string url = redis->url();
+  redis->kill();
+  for (const std::string mode : {"open", "closed"}) {
+    auto gw = startGov(govConfig(emu->url(), "sqlite:" + tempPath("failmode-" + mode + ".db"),
+                                 "  redis: " + url + "\n  redis_fallback: " + mode + "\n  redis_timeout_ms: 200\n"));
+    ASSERT_TRUE(gw) << mode;
+    const std::string key = makeKey(*gw, "fm", json::object(), json{{"rpm", 2}});
+    int ok = 0, unavailable = 0, other = 0;
+    for (int i = 0; i < 5; ++i) {
+      const auto r = call(*gw, key, chat("m1", 1));
+      ok += r.status == 200;
+      unavailable += r.status == 503;
+      other += r.status != 200 && r.status != 503;
+      if (r.status == 200) {
+        EXPECT_EQ(r.header("x-ratelimit-remaining-requests"), "") << mode;
+      } else if (r.status == 503) {
+        EXPECT_EQ(parse(r.body)["error"]["code"], "rate_limiter_unavailable") << r.body;
+      }
+    }
+    EXPECT_EQ(other, 0) << mode;
+    EXPECT_EQ(ok, mode == "open" ? 5 : 0) << mode;  // beyond the key's 2 per minute: nothing counts
+    EXPECT_EQ(unavailable, mode == "closed" ? 5 : 0) << mode;
+    EXPECT_GE(gw->metricSum("infera_ratelimit_fallback_total"), 5) << mode;
+  }
+}
+
 TEST(GovernanceCluster, RedisDownFallsBackToALocalShareAndComesBack) {
   auto redis = testing::RedisServer::start();
   ASSERT_TRUE(redis);
