@@ -37,4 +37,20 @@ std::string envOr(const char* name, std::string_view fallback) {
   return v && *v ? std::string(v) : std::string(fallback);
 }
 
+std::string redactUrl(std::string_view url) {
+  const size_t scheme = url.find("://");
+  if (scheme == std::string_view::npos) return std::string(url);
+  const size_t start = scheme + 3;
+  const size_t end = url.find_first_of("/?#", start);
+  const std::string_view authority = url.substr(start, end == std::string_view::npos ? url.npos : end - start);
+  const size_t at = authority.rfind('@');
+  if (at == std::string_view::npos) return std::string(url);
+  const size_t colon = authority.find(':');
+  if (colon == std::string_view::npos || colon > at) return std::string(url);
+  std::string out(url.substr(0, start + colon + 1));
+  out += "***";
+  out += url.substr(start + at);
+  return out;
+}
+
 }  // namespace infera

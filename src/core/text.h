@@ -18,6 +18,10 @@ bool percentDecode(std::string_view in, std::string& out);
 // The environment variable's value, or `fallback` when it is unset or empty.
 std::string envOr(const char* name, std::string_view fallback);
 
+// `url` fit for a log or an error message: a password in its authority
+// ("scheme://user:secret@host" or "scheme://:secret@host") becomes "***".
+std::string redactUrl(std::string_view url);
+
 struct TransparentStringHash {
   using is_transparent = void;
   size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }

@@ -317,10 +317,10 @@ Status Governance::init(obs::MetricsRegistry& metrics) {
   }
   admin_token_ = envOr("INFERA_ADMIN_TOKEN", config_.admin_token);
   auto cs = MetaStore::open(config_.store);
-  if (!cs.ok()) return cs.status().withContext("opening governance store " + config_.store);
+  if (!cs.ok()) return cs.status().withContext("opening governance store " + redactUrl(config_.store));
   control_store_ = std::move(*cs);
   auto as = MetaStore::open(config_.store);
-  if (!as.ok()) return as.status().withContext("opening governance store " + config_.store);
+  if (!as.ok()) return as.status().withContext("opening governance store " + redactUrl(config_.store));
   admin_store_ = std::move(*as);
   if (config_.cache.enabled) {
     cache_ = std::make_unique<ResponseCache>(config_.cache.max_bytes, config_.cache.max_entry_bytes);

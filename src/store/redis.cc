@@ -517,14 +517,12 @@ Result<RedisAddress> parseRedisUrl(std::string_view url) {
   constexpr std::string_view kScheme = "redis://";
   if (url.substr(0, kScheme.size()) != kScheme) {
     if (url.substr(0, 9) == "rediss://") {
-      return Status::unimplemented("TLS to redis (rediss://) is not supported: '" +
-                                   std::string(url) + "'");
+      return Status::unimplemented("TLS to redis (rediss://) is not supported: '" + redactUrl(url) + "'");
     }
-    return Status::invalidArgument("redis URL must start with redis://, got '" + std::string(url) +
-                                   "'");
+    return Status::invalidArgument("redis URL must start with redis://, got '" + redactUrl(url) + "'");
   }
   const auto bad = [&](std::string_view why) {
-    return Status::invalidArgument("bad redis URL '" + std::string(url) + "': " + std::string(why));
+    return Status::invalidArgument("bad redis URL '" + redactUrl(url) + "': " + std::string(why));
   };
   std::string_view rest = url.substr(kScheme.size());
   const size_t authority_end = rest.find_first_of("/?#");

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "core/text.h"
 #include "store/sql_internal.h"
 
 namespace infera::store {
@@ -124,7 +125,7 @@ Result<std::unique_ptr<SqlDb>> SqlDb::open(const std::string& url) {
   }
   if (endsWith(u, ".db") || endsWith(u, ".sqlite")) return openSqlite(url);
   return Status::invalidArgument(
-      "unsupported database URL '" + url +
+      "unsupported database URL '" + redactUrl(url) +
       "' (want sqlite:PATH, sqlite::memory:, PATH.db or postgresql://...)");
 }
 

@@ -3,10 +3,15 @@
 // records (exact for streams, completed and aborted), budgets, revocation, rotation, the cache.
 
 #include <gtest/gtest.h>
+#include <spdlog/sinks/ostream_sink.h>
 
+#include <algorithm>
 #include <chrono>
+#include <fstream>
+#include <sstream>
 #include <thread>
 
+#include "core/log.h"
 #include "fakes/http_test_client.h"
 #include "gateway/gov_fixture.h"
 #include "store/sql.h"
@@ -80,6 +85,69 @@ TEST_F(GovernanceTest, AdminApiNeedsTheAdminToken) {
   EXPECT_EQ(audit[0]["action"], "config.reload");
   EXPECT_EQ(audit[0]["actor"], "admin");
   EXPECT_EQ(audit[0]["detail"]["ok"], false);
+}
+
+// Keys (good, wrong, revoked), the admin token, prompts and completions appear in neither the
+// process log (every component at debug level; Release builds compile debug lines out, the dev
+// and asan builds run them) nor the access log.
+TEST_F(GovernanceTest, KeysPromptsAndCompletionsStayOutOfTheLogs) {
+  std::ostringstream captured;
+  auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(captured);
+  // The loggers exist before the gateway starts: their sinks are not changed while it logs.
+  std::vector<spdlog::logger*> loggers;
+  for (const char* c : {"gateway", "governance", "net", "store"}) loggers.push_back(componentLogger(c));
+  for (auto* l : loggers) l->sinks().push_back(sink);
+  const spdlog::level::level_enum level = spdlog::get_level();
+  setLogLevel("debug");
+  struct Restore {
+    std::vector<spdlog::logger*>& loggers;
+    std::shared_ptr<spdlog::sinks::sink> sink;
+    spdlog::level::level_enum level;
+    ~Restore() {
+      for (auto* l : loggers) std::erase(l->sinks(), sink);
+      setLogLevel(spdlog::level::to_string_view(level).data());
+    }
+  } restore{loggers, sink, level};
+
+  emu_ = startEmulator();
+  ASSERT_TRUE(emu_);
+  db_path_ = tempPath("logs.db");
+  const std::string access = tempPath("logs-access.jsonl");
+  gw_ = startGov("access_log: " + access + "\n" + govConfig(emu_->url(), "sqlite:" + db_path_));
+  ASSERT_TRUE(gw_);
+  const std::string key = makeKey(*gw_, "logs", json{{"rpm", 3}});
+  const std::string secret_part = key.substr(key.size() - 16);
+  const std::string prompt = "zebra quartz marmalade prompt";
+  const std::string body =
+      R"({"model":"m1","max_tokens":6,"messages":[{"role":"user","content":")" + prompt + R"("}]})";
+  const auto ok = call(*gw_, key, body);
+  ASSERT_EQ(ok.status, 200) << ok.body;
+  const std::string completion = parse(ok.body)["choices"][0]["message"]["content"].get<std::string>();
+  ASSERT_GE(completion.size(), 12u) << completion;  // long enough to be told apart from other text
+  EXPECT_EQ(call(*gw_, key, chat("m1", 4, true)).status, 200);
+  std::string wrong = key;
+  wrong.back() = wrong.back() == 'a' ? 'b' : 'a';
+  EXPECT_EQ(call(*gw_, wrong, body).status, 401);
+  EXPECT_EQ(call(*gw_, key, body).status, 200);
+  EXPECT_EQ(call(*gw_, key, body).status, 429);
+  const std::string id = parse(admin(*gw_, "GET", "/admin/keys?team=logs").body)["keys"][0]["id"];
+  EXPECT_EQ(admin(*gw_, "POST", "/admin/keys/" + id + "/revoke").status, 200);
+  EXPECT_EQ(call(*gw_, key, body).status, 401);
+  EXPECT_EQ(admin(*gw_, "GET", "/admin/teams", "", "not-the-token").status, 401);
+  gw_.reset();  // flushes the access log
+
+  std::ifstream in(access);
+  std::stringstream access_text;
+  access_text << in.rdbuf();
+  ASSERT_NE(access_text.str().find("\"status\":429"), std::string::npos) << access_text.str();
+  const std::string process = captured.str();
+  ASSERT_NE(process.find("governance on: store"), std::string::npos) << "the capture saw nothing: " << process;
+  for (const std::string& text : {process, access_text.str()}) {
+    for (const std::string& secret : {key, secret_part, wrong.substr(wrong.size() - 16), std::string(kAdminToken),
+                                      std::string("not-the-token"), prompt, completion}) {
+      EXPECT_EQ(text.find(secret), std::string::npos) << "'" << secret << "' is in a log:\n" << text;
+    }
+  }
 }
 
 TEST_F(GovernanceTest, KeysAuthenticateAndAreNeverShownAgain) {
