@@ -1,9 +1,11 @@
 #include "cli/admin_cmd.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
 #include <memory>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -73,6 +75,43 @@ std::string timeText(int64_t ms) {
   char buf[32];
   std::strftime(buf, sizeof(buf), "%Y-%m-%d %H:%M:%SZ", &tm);
   return buf;
+}
+
+// A time given on the command line, as unix milliseconds: digits are milliseconds already; else
+// UTC "YYYY-MM-DD", "YYYY-MM-DDTHH:MM" or "YYYY-MM-DDTHH:MM:SS" (a space for the T, a trailing Z
+// allowed). Nothing for anything else.
+std::optional<int64_t> parseTimeArg(const std::string& s) {
+  if (!s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+    return s.size() <= 18 ? std::optional<int64_t>(std::stoll(s)) : std::nullopt;
+  }
+  std::string t = s;
+  if (!t.empty() && (t.back() == 'Z' || t.back() == 'z')) t.pop_back();
+  if (t.size() > 10 && (t[10] == 'T' || t[10] == 't')) t[10] = ' ';
+  struct tm tm {};
+  int n = 0;
+  const size_t len = t.size();
+  if (len == 10) {
+    if (std::sscanf(t.c_str(), "%4d-%2d-%2d%n", &tm.tm_year, &tm.tm_mon, &tm.tm_mday, &n) != 3) return std::nullopt;
+  } else if (len == 16) {
+    if (std::sscanf(t.c_str(), "%4d-%2d-%2d %2d:%2d%n", &tm.tm_year, &tm.tm_mon, &tm.tm_mday, &tm.tm_hour, &tm.tm_min,
+                    &n) != 5) {
+      return std::nullopt;
+    }
+  } else if (len == 19) {
+    if (std::sscanf(t.c_str(), "%4d-%2d-%2d %2d:%2d:%2d%n", &tm.tm_year, &tm.tm_mon, &tm.tm_mday, &tm.tm_hour,
+                    &tm.tm_min, &tm.tm_sec, &n) != 6) {
+      return std::nullopt;
+    }
+  } else {
+    return std::nullopt;
+  }
+  if (static_cast<size_t>(n) != len || tm.tm_mon < 1 || tm.tm_mon > 12 || tm.tm_mday < 1 || tm.tm_mday > 31 ||
+      tm.tm_hour > 23 || tm.tm_min > 59 || tm.tm_sec > 60) {
+    return std::nullopt;
+  }
+  tm.tm_year -= 1900;
+  tm.tm_mon -= 1;
+  return static_cast<int64_t>(timegm(&tm)) * 1000;
 }
 
 std::string joined(const json& arr) {
@@ -379,7 +418,7 @@ void registerAdminCommands(CLI::App& app) {
 
   // ---- usage ----
   struct UsageArgs {
-    std::string team, key, model, user, since = "24h", granularity = "hour", group_by = "team,model";
+    std::string team, key, model, user, since = "24h", from, to, granularity = "hour", group_by = "team,model";
   };
   auto ua = std::make_shared<UsageArgs>();
   auto* usage = app.add_subcommand("usage", "Token usage by team/key/model/user over time");
@@ -387,13 +426,24 @@ void registerAdminCommands(CLI::App& app) {
   usage->add_option("--key", ua->key, "Only this key id");
   usage->add_option("--model", ua->model, "Only this model");
   usage->add_option("--user", ua->user, "Only this user");
-  usage->add_option("--since", ua->since, "How far back (e.g. 1h, 7d)");
+  usage->add_option("--since", ua->since, "How far back (e.g. 1h, 7d; default 24h unless --from is given)");
+  usage->add_option("--from", ua->from, "Start (UTC 2026-11-30, 2026-11-30T08:00[:00][Z], or unix ms)");
+  usage->add_option("--to", ua->to, "End, exclusive (same forms; default now)");
   usage->add_option("--granularity", ua->granularity, "minute | hour | day | total");
   usage->add_option("--group-by", ua->group_by, "Comma-separated: team,key,model,user,deployment (or none)");
   common(usage);
   usage->callback([opts, ua] {
-    std::string q = "/admin/usage?since=" + urlEncode(ua->since) + "&granularity=" + urlEncode(ua->granularity) +
-                    "&group_by=" + urlEncode(ua->group_by);
+    std::string q = "/admin/usage?granularity=" + urlEncode(ua->granularity) + "&group_by=" + urlEncode(ua->group_by);
+    for (const auto& [name, value] : {std::pair<const char*, const std::string*>{"from", &ua->from}, {"to", &ua->to}}) {
+      if (value->empty()) continue;
+      const auto ms = parseTimeArg(*value);
+      if (!ms) {
+        throw CLI::ValidationError(std::string("--") + name,
+                                   "'" + *value + "' is not a time (want 2026-11-30, 2026-11-30T08:00:00Z or unix ms)");
+      }
+      q += std::string("&") + name + "=" + std::to_string(*ms);
+    }
+    if (ua->from.empty()) q += "&since=" + urlEncode(ua->since);
     if (!ua->team.empty()) q += "&team=" + urlEncode(ua->team);
     if (!ua->key.empty()) q += "&key=" + urlEncode(ua->key);
     if (!ua->model.empty()) q += "&model=" + urlEncode(ua->model);
