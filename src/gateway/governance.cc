@@ -924,18 +924,18 @@ std::optional<GovError> GovWorker::authenticate(std::string_view authorization, 
                     "invalid_request_error", "missing_api_key"};
   }
   const KeyInfo* key = nullptr;
-  const auto cached = token_cache_.find(token);
-  if (cached != token_cache_.end()) {
-    key = cached->second;
-  } else {
-    std::string_view id, secret;
-    if (parseKeyToken(token, id, secret) && snapshot_) {
+  std::string_view id, secret;
+  if (parseKeyToken(token, id, secret)) {
+    const auto cached = token_cache_.find(id);
+    if (cached != token_cache_.end() && constantTimeEqual(secret, cached->second.secret)) {
+      key = cached->second.key;
+    } else if (snapshot_) {
       const auto it = snapshot_->by_id.find(std::string(id));
       if (it != snapshot_->by_id.end() &&
           constantTimeEqual(hashSecret(g_.key_secret_, it->second->rec.salt, secret), it->second->rec.hash)) {
         key = it->second;
         if (token_cache_.size() > 4096) token_cache_.clear();
-        token_cache_.emplace(std::string(token), key);
+        token_cache_.insert_or_assign(std::string(id), VerifiedKey{key, std::string(secret)});
       }
     }
   }

@@ -179,8 +179,13 @@ class GovWorker {
   int shard_;
   net::asio::io_context& ctx_;
   std::shared_ptr<const GovSnapshot> snapshot_;
-  // Verified tokens of this snapshot.
-  std::unordered_map<std::string, const KeyInfo*, TransparentStringHash, std::equal_to<>> token_cache_;
+  // Keys verified under this snapshot, by key id, with the secret that verified (a token's secret
+  // is compared with it in constant time: the cache is no shortcut around that).
+  struct VerifiedKey {
+    const KeyInfo* key;
+    std::string secret;
+  };
+  std::unordered_map<std::string, VerifiedKey, TransparentStringHash, std::equal_to<>> token_cache_;
   std::shared_ptr<store::AsyncRedis> redis_;
   std::vector<PendingAdmission*> batch_;  // admissions waiting for the next script call
   bool batch_posted_ = false;

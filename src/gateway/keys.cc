@@ -558,6 +558,9 @@ Result<std::string> MetaStore::rotateKey(const std::string& id, int64_t grace_ms
                                          const std::string& actor, KeyRecord& created) {
   INFERA_ASSIGN_OR_RETURN(auto old, key(id));
   if (!old || old->revoked_ms != 0) return Status::notFound("no active key '" + id + "'");
+  if (old->expires_ms != 0 && old->expires_ms <= SystemClock::instance().unixMillis()) {
+    return Status::failedPrecondition("key '" + id + "' has expired: create a new key instead");
+  }
   created = *old;
   created.rotated_from = id;
   created.id = randomToken(kIdChars);
@@ -575,6 +578,14 @@ Result<std::string> MetaStore::rotateKey(const std::string& id, int64_t grace_ms
   detail["grace_ms"] = grace_ms;
   if (!clamped.empty()) detail["clamped_to_team"] = clamped;
   Status s = mutate(actor, "key.rotate", id, detail.dump(), [&]() -> Status {
+    // A key rotated already is in its grace period: a second successor would inherit that end.
+    INFERA_ASSIGN_OR_RETURN(
+        SqlResult successor,
+        db_->exec("SELECT id FROM infera_keys WHERE rotated_from = ?1 AND revoked_ms = 0 LIMIT 1", {SqlValue(id)}));
+    if (!successor.rows.empty()) {
+      return Status::failedPrecondition("key '" + id + "' was already rotated to '" + successor.text(0, 0) +
+                                        "': rotate that one");
+    }
     INFERA_ASSIGN_OR_RETURN(auto team_in_tx, this->team(created.team));
     if (!team_in_tx) return Status::notFound("no team '" + created.team + "'");
     INFERA_RETURN_IF_ERROR(checkKeyWithinTeam(created, *team_in_tx));

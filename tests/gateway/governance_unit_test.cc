@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/clock.h"
 #include "gateway/governance.h"
 #include "gateway/keys.h"
 #include "gateway/limiter.h"
@@ -546,6 +547,19 @@ TEST_F(MetaStoreTest, RotationClampsTheNewKeyToTheTeamsLimitsNow) {
   ASSERT_TRUE(audit.ok() && !audit->empty());
   EXPECT_EQ((*audit)[0].action, "key.rotate");
   EXPECT_NE((*audit)[0].detail.find("rpm 80 -> 50"), std::string::npos) << (*audit)[0].detail;
+  // The old key, in its grace period, is not rotated again (its successor would inherit the
+  // grace period's end); an expired key is not rotated at all.
+  KeyRecord twice;
+  const auto second = store_->rotateKey(k.id, 60'000, "secret", "bob", twice);
+  EXPECT_EQ(second.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(second.status().message().find(rotated.id), std::string::npos) << second.status().message();
+  KeyRecord short_lived;
+  short_lived.team = "ml";
+  short_lived.expires_ms = infera::SystemClock::instance().unixMillis() - 1;
+  ASSERT_TRUE(store_->createKey(short_lived, "secret", "alice").ok());
+  KeyRecord from_expired;
+  EXPECT_EQ(store_->rotateKey(short_lived.id, 0, "secret", "bob", from_expired).status().code(),
+            StatusCode::kFailedPrecondition);
   // A key none of whose models the team allows any more is not widened to all of the team's.
   t.models = {"mistral-*"};
   ASSERT_TRUE(store_->updateTeam(t, "alice").isOk());
