@@ -651,6 +651,7 @@ Task<void> ProxyHandler::forward(Exchange& x, const std::vector<uint32_t>& candi
   x.current = nullptr;
   if (x.client_gone) {
     x.status = 499;
+    x.aborted = true;
     if (x.route) x.route->client_aborts->inc(shard_);
     x.w.closeAfterResponse();
     co_await x.w.send(499, "application/json", "{}");
@@ -932,6 +933,11 @@ void ProxyHandler::finishGovernance(Exchange& x) {
     r.estimated = true;
     r.prompt_tokens = t.est_prompt;
     r.completion_tokens = x.stream ? x.content_events : t.max_completion;
+  } else if (x.aborted && t.reserved && x.attempts > 0) {
+    // The client left before any answer came back, after the request went to a backend, which may
+    // have read the prompt: bill the prompt estimate (the backend stops when the gateway hangs up).
+    r.estimated = true;
+    r.prompt_tokens = t.est_prompt;
   }
   gov_->finish(t, std::move(r), x.route ? x.route->price : PriceConfig{});
 }

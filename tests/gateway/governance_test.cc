@@ -327,6 +327,33 @@ TEST_F(GovernanceTest, StreamsAreBilledExactlyAndUsageTheClientDidNotAskForIsStr
   }
 }
 
+// A client that leaves before any answer byte, once its request reached a backend, is billed the
+// prompt estimate (aborted, estimated), not nothing.
+TEST_F(GovernanceTest, AClientLeavingBeforeTheAnswerIsBilledThePromptEstimate) {
+  emu_ = startEmulator(0, /*ttft_ms=*/5000);
+  ASSERT_TRUE(emu_);
+  db_path_ = tempPath("early-abort.db");
+  gw_ = startGov(govConfig(emu_->url(), "sqlite:" + db_path_));
+  ASSERT_TRUE(gw_);
+  const std::string key = makeKey(*gw_, "early");
+  const std::string body = chat("m1", 20);
+  TestClient c(gw_->port());
+  ASSERT_TRUE(c.send("POST", "/v1/chat/completions", body,
+                     {{"authorization", "Bearer " + key}, {"content-type", "application/json"}, {"x-request-id", "early-1"}}));
+  ASSERT_TRUE(waitFor([&] { return emu_->stats().requests.load() == 1; }));
+  c.close();
+  json usage;
+  ASSERT_TRUE(waitFor([&] {
+    usage = usageByRequest();
+    return usage.contains("early-1");
+  }));
+  EXPECT_EQ(usage["early-1"]["aborted"], 1);
+  EXPECT_EQ(usage["early-1"]["estimated"], 1);
+  EXPECT_EQ(usage["early-1"]["status"], 499);
+  EXPECT_EQ(usage["early-1"]["prompt"], static_cast<int64_t>(body.size() / 4 + 1));  // the byte-based estimate
+  EXPECT_EQ(usage["early-1"]["completion"], 0);
+}
+
 TEST_F(GovernanceTest, EveryCompletedAndAbortedStreamIsRecordedWithTheBackendsCounts) {
   start("", "", "        continuous_usage: true\n", /*token_ms=*/15);
   const std::string key = makeKey(*gw_, "streams");
