@@ -425,10 +425,28 @@ Status Governance::sync(bool force) {
 
 void Governance::seedQuotas(const GovSnapshot& s) {
   // Local period counters start from the store's usage so a restart does not reset a daily quota
-  // or a budget (Redis keeps its own counters).
-  if (!config_.redis.empty()) return;
+  // or a budget. Redis keeps its own counters, and gets the store's figures for those it lost.
+  if (!config_.redis.empty()) {
+    refreshQuotaSeeds(s);
+    return;
+  }
   const int64_t now = nowMs();
-  // Seeds counter `name` (as the snapshot names it) with the tokens, or the cost in micro-USD, that
+  eachQuotaUse(s, [&](const Charge& c, int64_t used) { local_.seed(c, used, now); });
+}
+
+void Governance::refreshQuotaSeeds(const GovSnapshot& s) {
+  const int64_t now = nowMs();
+  auto seeds = std::make_shared<QuotaSeeds>();
+  eachQuotaUse(s, [&](const Charge& c, int64_t used) {
+    if (used > 0) seeds->emplace(redisCounterKey(c, now), used);
+  });
+  std::lock_guard<std::mutex> lock(seeds_mu_);
+  quota_seeds_ = std::move(seeds);
+}
+
+void Governance::eachQuotaUse(const GovSnapshot& s, const std::function<void(const Charge&, int64_t used)>& fn) {
+  const int64_t now = nowMs();
+  // Counter `name` (as the snapshot names it) with the tokens, or the cost in micro-USD, that
   // `team` (or one user of it) used since the period began.
   auto seed = [&](const CounterName& name, Window w, bool cost, const std::string& team, const std::string* user) {
     auto used = control_store_->teamUsageSince(team, periodStartMs(w, now), user);
@@ -437,7 +455,7 @@ void Governance::seedQuotas(const GovSnapshot& s) {
     c.counter = name;
     c.window = w;
     c.local = &name.local;
-    local_.seed(c, cost ? static_cast<int64_t>(used->second * 1e6) : used->first, now);
+    fn(c, cost ? static_cast<int64_t>(used->second * 1e6) : used->first);
   };
   for (const auto& t : s.teams) {
     const TeamRecord& r = t->rec;
@@ -490,6 +508,12 @@ void Governance::controlLoop() {
       next_sweep = now + std::chrono::minutes(1);
       const size_t swept = local_.sweep(nowMs());
       if (swept > 0) INFERA_LOG(log, debug, "removed {} idle rate-limit counters", swept);
+      if (!config_.redis.empty()) {
+        // The figures a day/month counter Redis lost starts from, kept within a minute of the store.
+        std::shared_ptr<const GovSnapshot> snap = snapshot();
+        std::lock_guard<std::mutex> lock(store_mu_);
+        if (snap) refreshQuotaSeeds(*snap);
+      }
     }
     if (now >= next_prune) {
       // One bounded step (an hour of records) per pass, so flushes and snapshot syncs keep their
@@ -1044,7 +1068,12 @@ Admission GovWorker::fallback(std::span<const Charge> charges, int64_t now) {
     a.refused = -2;
     return a;
   }
-  Admission a = g_.local_.reserve(charges, now, 1.0 / static_cast<double>(g_.config_.replicas));
+  // Day/month counters start this period from this replica's share of the store's figures.
+  const int64_t replicas = std::max(1, g_.config_.replicas);
+  for (const Charge& c : charges) {
+    if (c.window != Window::kMinute && c.seed > 0) g_.local_.seed(c, c.seed / replicas, now);
+  }
+  Admission a = g_.local_.reserve(charges, now, 1.0 / static_cast<double>(replicas));
   a.fallback = true;
   return a;
 }
@@ -1302,6 +1331,21 @@ void GovWorker::buildCharges(GovTicket& t, const Route& route, const PriceConfig
     add(tm.c_budget_tokens, bw, Scope::kBudgetTokens, true, tm.rec.budget_tokens, t.reserved_tokens);
     add(tm.c_budget_cost, bw, Scope::kBudgetCost, true, static_cast<int64_t>(tm.rec.budget_usd * 1e6),
         t.reserved_cost);
+    if (remote()) {
+      // Day/month counters Redis may have lost start from the store's figures.
+      std::shared_ptr<const Governance::QuotaSeeds> seeds;
+      const int64_t now = nowMs();
+      for (Charge& c : t.charges) {
+        if (c.window == Window::kMinute) continue;
+        if (!seeds) {
+          std::lock_guard<std::mutex> lock(g_.seeds_mu_);
+          seeds = g_.quota_seeds_;
+          if (!seeds) break;
+        }
+        const auto it = seeds->find(redisCounterKey(c, now));
+        if (it != seeds->end()) c.seed = it->second;
+      }
+    }
   }
   if (count_model) {
     add(route.limit_req, Window::kMinute, Scope::kModel, false, route.limits.rpm, 1);

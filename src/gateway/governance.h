@@ -274,12 +274,22 @@ class Governance {
   void controlLoop();
   Status sync(bool force);
   void seedQuotas(const GovSnapshot& s);
+  // Calls fn for every day/month quota or budget counter of the snapshot's teams and users, with
+  // the tokens (or micro-USD) the store says were used since its period began.
+  void eachQuotaUse(const GovSnapshot& s, const std::function<void(const Charge&, int64_t used)>& fn);
+  // Redis: rebuilds quota_seeds_ from the store (control thread; at each snapshot and every minute).
+  void refreshQuotaSeeds(const GovSnapshot& s);
   AdminReply adminLocked(std::string_view method, std::string_view target, std::string_view body,
                          std::string_view actor);
 
   GovernanceConfig config_;
   std::string key_secret_;
   std::string admin_token_;
+  // Redis: the store's use of each day/month counter by Redis key (period included), for counters
+  // Redis does not hold (Charge::seed).
+  using QuotaSeeds = std::unordered_map<std::string, int64_t, TransparentStringHash, std::equal_to<>>;
+  mutable std::mutex seeds_mu_;
+  std::shared_ptr<const QuotaSeeds> quota_seeds_;
   std::unique_ptr<MetaStore> control_store_;  // under store_mu_ (control thread; admin after a change)
   std::mutex store_mu_;
   std::unique_ptr<MetaStore> admin_store_;    // admin loop only (under admin_mu_)

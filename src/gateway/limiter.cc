@@ -332,7 +332,7 @@ end
 -- Each counter's raw value (false if none): a minute counter's summary from this minute's hash,
 -- else the previous minute's, else an earlier version's K:s key; a period counter's integer.
 -- With `extra` (a field name), also that field of this minute's hash (false if none). The third
--- result is true when this minute's hash lacked one of the fields (so it may not exist yet).
+-- result is true when this minute's hash held none of the counters (so it may not exist yet).
 local function summaries(keys, minute_flag, now, extra)
   local out, names, at, fields, fat = {}, {}, {}, {}, {}
   for i = 1, #keys do
@@ -528,17 +528,18 @@ end
 -- they do not). The admissions, packed in one string, are read only when needed (parse_tail).
 local function parse_call()
   local d = tonumber(ARGV[2])
-  if not d or #ARGV ~= 4 + 4 * d then return nil end
-  local p = {d = d, minute = {}, limit = {}, ttl = {}, sum = {}}
+  if not d or #ARGV ~= 4 + 5 * d then return nil end
+  local p = {d = d, minute = {}, limit = {}, ttl = {}, sum = {}, seed = {}}
   for c = 1, d do
-    local b = 3 + (c - 1) * 4
+    local b = 3 + (c - 1) * 5
     p.minute[c] = ARGV[b] == '0'
     p.limit[c] = tonumber(ARGV[b + 1])
     p.ttl[c] = ARGV[b + 2]
     p.sum[c] = tonumber(ARGV[b + 3])
-    if not p.limit[c] or not p.sum[c] or p.sum[c] < 0 then return nil end
+    p.seed[c] = tonumber(ARGV[b + 4])
+    if not p.limit[c] or not p.sum[c] or p.sum[c] < 0 or not p.seed[c] then return nil end
   end
-  p.n = tonumber(ARGV[3 + 4 * d])
+  p.n = tonumber(ARGV[3 + 5 * d])
   if not p.n or p.n < 1 then return nil end
   return p
 end
@@ -548,7 +549,7 @@ end
 -- and checks that the amounts add up to the counters' sums. False if malformed.
 local function parse_tail(p)
   local q = {}
-  for v in string.gmatch(ARGV[4 + 4 * p.d], '%S+') do q[#q + 1] = tonumber(v) end
+  for v in string.gmatch(ARGV[4 + 5 * p.d], '%S+') do q[#q + 1] = tonumber(v) end
   p.q, p.shape_c, p.shape_s, p.shape_k, p.adm = q, {}, {}, {}, {}
   local ns = q[1] or 0
   local ai = 2
@@ -588,8 +589,9 @@ end
 
 // Several admissions in one call (a worker sends the admissions that queued while its previous
 // call was out together). KEYS: the distinct counters. ARGV[1] = the call's id; ARGV[2] = the
-// number of counters D, then per counter: window ('0' minute, '1' period), limit, ttl, and the sum
-// of the amounts every admission of the call puts on it. Then the number of admissions and, in one
+// number of counters D, then per counter: window ('0' minute, '1' period), limit, ttl, the sum of
+// the amounts every admission of the call puts on it, and where a period counter starts if Redis
+// does not hold it (Charge::seed; '0' for minute counters). Then the number of admissions and, in one
 // string, the admissions (see parse_tail). Each admission is all or nothing; later ones see
 // earlier ones' reservations. When every counter has room for its sum, all are admitted without
 // reading them one by one (the common case: away from the limits a call costs the script O(D),
@@ -615,6 +617,11 @@ local state, total, out = {}, {}, {now_ms}
 for c = 1, d do
   local s = load(KEYS[c], raw[c], minute[c], now)
   state[c] = s
+  if not minute[c] and not s.exists and p.seed[c] > 0 then
+    -- A day/month counter Redis does not hold (it lost its data): the store's figure.
+    s.n = p.seed[c]
+    s.dirty = true
+  end
   if minute[c] then
     total[c] = s.total
     out[#out + 1] = s.total
@@ -831,7 +838,7 @@ void buildReserveCall(std::span<const std::span<const Charge>> admissions, int64
     for (size_t i = 0; i < admissions[a].size(); ++i) sums[call.counter_of[a][i]] += admissions[a][i].amount;
   }
   auto& args = call.args;
-  args.reserve(4 + 4 * first.size());
+  args.reserve(4 + 5 * first.size());
   args.push_back(std::to_string(first.size()));
   for (size_t i = 0; i < first.size(); ++i) {
     const Charge* c = first[i];
@@ -843,6 +850,7 @@ void buildReserveCall(std::span<const std::span<const Charge>> admissions, int64
         c->window == Window::kMinute ? 61 : (periodEndMs(c->window, now_ms) - now_ms) / 1000 + 86'400;
     args.push_back(std::to_string(ttl_s));
     args.push_back(std::to_string(sums[i]));
+    args.push_back(c->window == Window::kMinute ? "0" : std::to_string(std::max<int64_t>(0, c->seed)));
   }
   args.push_back(std::to_string(admissions.size()));
   // The shapes and admissions, space-separated in one argument.

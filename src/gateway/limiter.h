@@ -54,6 +54,9 @@ struct Charge {
   // The snapshot's or route table's memo of the in-process counter (null for names built per
   // request: those are looked up by name each time, and removed once idle).
   std::atomic<LocalCounterEntry*>* local = nullptr;
+  // Redis, day/month counters: where the counter starts if Redis does not hold it (Redis lost its
+  // data): the store's usage since the period began.
+  int64_t seed = 0;
 };
 
 struct Admission {

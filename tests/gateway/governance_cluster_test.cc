@@ -537,6 +537,57 @@ TEST(GovernanceCluster, AdjustScriptAppliesACallOnce) {
   EXPECT_EQ((*rc)->command({"GET", "infera:rl:t:x:d:1"})->str, "70");
 }
 
+// Redis loses its data (a restart without persistence): a team's daily quota in Redis starts again
+// from what the store recorded today, not from zero.
+TEST(GovernanceCluster, ADailyQuotaRedisLostStartsFromTheStoresUsage) {
+  auto redis = testing::RedisServer::start();
+  ASSERT_TRUE(redis);
+  auto emu = startEmulator();
+  ASSERT_TRUE(emu);
+  auto gw = startGov(govConfig(emu->url(), "sqlite:" + tempPath("reseed.db"), "  redis: " + redis->url() + "\n"));
+  ASSERT_TRUE(gw);
+  const std::string key = makeKey(*gw, "reseed", json{{"daily_tokens", 1'000'000}});
+  for (int i = 0; i < 3; ++i) ASSERT_EQ(call(*gw, key, chat("m1", 8)).status, 200);
+  int64_t recorded = 0;
+  ASSERT_TRUE(waitFor([&] {
+    const json rows = usageRows(*gw, "since=1h&granularity=total&group_by=team&team=reseed");
+    if (rows.empty() || rows[0]["requests"] != 3) return false;
+    recorded = rows[0]["total_tokens"].get<int64_t>();
+    return true;
+  }));
+  ASSERT_GT(recorded, 24);
+  auto rc = store::RedisClient::connect(*store::parseRedisUrl(redis->url()));
+  ASSERT_TRUE(rc.ok());
+  const std::string day_key =
+      "infera:rl:t:reseed:d:" + std::to_string(periodId(Window::kDay, SystemClock::instance().unixMillis()));
+  auto before = (*rc)->command({"GET", day_key});
+  ASSERT_TRUE(before.ok());
+  ASSERT_GE(std::atoll(before->str.c_str()), recorded);  // Redis counted them
+  ASSERT_TRUE((*rc)->command({"FLUSHALL"}).ok());
+  // Any admin change refreshes the store's figures at once (else within a minute).
+  ASSERT_EQ(admin(*gw, "PATCH", "/admin/teams/reseed", R"({"rpm":1000})").status, 200);
+  ASSERT_EQ(call(*gw, key, chat("m1", 8)).status, 200);
+  auto after = (*rc)->command({"GET", day_key});
+  ASSERT_TRUE(after.ok());
+  // The store's tokens plus this request's (its reservation, or its usage once reconciled).
+  EXPECT_GT(std::atoll(after->str.c_str()), recorded) << after->str;
+
+  // Redis down: the local fallback's day counter starts from the store's figures too. With the
+  // quota set 10 tokens above today's use, the next request (~30 tokens reserved) does not fit.
+  ASSERT_TRUE(waitFor([&] {
+    const json rows = usageRows(*gw, "since=1h&granularity=total&group_by=team&team=reseed");
+    if (rows.empty() || rows[0]["requests"] != 4) return false;
+    recorded = rows[0]["total_tokens"].get<int64_t>();
+    return true;
+  }));
+  ASSERT_EQ(admin(*gw, "PATCH", "/admin/teams/reseed", json{{"daily_tokens", recorded + 10}}.dump()).status, 200);
+  redis->kill();
+  const auto refused = call(*gw, key, chat("m1", 8));
+  EXPECT_EQ(refused.status, 429) << refused.body;
+  EXPECT_EQ(errorCode(refused), "daily_quota_exceeded");
+  EXPECT_GE(gw->metricSum("infera_ratelimit_fallback_total"), 1);
+}
+
 // The two other fallbacks while Redis is down: `open` admits without counting (and reports no
 // x-ratelimit-* figures), `closed` answers 503; both count the fallback.
 TEST(GovernanceCluster, RedisDownFailsOpenOrClosedAsConfigured) {

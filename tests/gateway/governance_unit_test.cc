@@ -356,6 +356,7 @@ TEST(RedisScripts, ACallSendsEachCounterAndShapeOnceAndFewNumbersPerAdmission) {
                       Charge{"k:a:t", Window::kMinute, Scope::kKey, true, 100, 40},
                       Charge{"t:b:d", Window::kDay, Scope::kDaily, true, 1000, 40}};
   Charge third[1] = {Charge{"t:b:d", Window::kDay, Scope::kDaily, true, 1000, 50}};
+  first[2].seed = second[2].seed = third[0].seed = 321;  // the store's use, if Redis lost the counter
   const std::span<const Charge> admissions[3] = {first, second, third};
   ReserveCall call;
   buildReserveCall(admissions, 1'799'971'200'000, "w1-7", call);
@@ -365,9 +366,9 @@ TEST(RedisScripts, ACallSendsEachCounterAndShapeOnceAndFewNumbersPerAdmission) {
   const std::vector<std::string> expected = {
       "w1-7",                                               // the call's id
       "3",                                                  // distinct counters
-      "0", "10", "61", "2",                                 // k:a:r: minute window, limit, ttl, sum
-      "0", "100", "61", "90",                               // k:a:t: 50 + 40
-      "1", "1000", std::to_string(86'400 + 86'400), "140",  // t:b:d: day, ttl to the day's end + 1 day
+      "0", "10", "61", "2", "0",                                   // k:a:r: minute window, limit, ttl, sum, seed
+      "0", "100", "61", "90", "0",                                 // k:a:t: 50 + 40
+      "1", "1000", std::to_string(86'400 + 86'400), "140", "321",  // t:b:d: day, ttl to the day's end + 1 day
       "3",                                                  // admissions
       // packed: 2 shapes — 3 charges, 2 slots, (counter, slot) x3; 1 charge, 1 slot: counter 3
       // slot 1 — then per admission its shape and amounts: (1: 1, 50), (1: 1, 40), (2: 50)
