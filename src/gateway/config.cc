@@ -3,6 +3,7 @@
 #include <set>
 
 #include "core/config.h"
+#include "core/text.h"
 
 namespace infera::gateway {
 namespace {
@@ -46,18 +47,19 @@ void readGovernance(ConfigReader& g, GovernanceConfig& gc) {
   g.optional("store", gc.store);
   if (!(gc.store.rfind("sqlite:", 0) == 0 || gc.store.rfind("postgresql://", 0) == 0 ||
         gc.store.rfind("postgres://", 0) == 0)) {
-    g.error("store", "must be sqlite:PATH or a postgresql:// URL (got '" + gc.store + "')");
+    g.error("store", "must be sqlite:PATH or a postgresql:// URL (got '" + redactUrl(gc.store) + "')");
   }
   g.optional("admin_token", gc.admin_token);
   g.optional("key_secret", gc.key_secret);
-  g.optional("sync_interval_ms", gc.sync_interval_ms, 10, 60'000);
+  // At most 4 s: changes reach every replica within 5 s (the poll plus the snapshot's rebuild).
+  g.optional("sync_interval_ms", gc.sync_interval_ms, 10, 4'000);
   g.optional("usage_flush_ms", gc.usage_flush_ms, 10, 60'000);
   g.optional("usage_retention_days", gc.usage_retention_days, 0, 36'500);
   g.optional("usage_rollup_retention_days", gc.usage_rollup_retention_days, 0, 36'500);
   g.optional("default_max_tokens", gc.default_max_tokens, 1, 10'000'000);
   g.optional("redis", gc.redis);
   if (!gc.redis.empty() && gc.redis.rfind("redis://", 0) != 0) {
-    g.error("redis", "must be a redis://host:port URL (got '" + gc.redis + "')");
+    g.error("redis", "must be a redis://host:port URL (got '" + redactUrl(gc.redis) + "')");
   }
   g.optional("redis_timeout_ms", gc.redis_timeout_ms, 1, 10'000);
   g.optionalEnum("redis_fallback", gc.redis_fallback, {"local", "open", "closed"});

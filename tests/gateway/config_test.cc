@@ -60,6 +60,28 @@ models:
   }
 }
 
+// Governance settings: errors name the key path and line, and never echo a password of a URL.
+TEST(GatewayConfigTest, GovernanceErrorsNameTheKeyAndHideUrlPasswords) {
+  const auto cfg = loadGatewayConfigString(R"(governance:
+  store: "mysql://infera:hunter2@db/x"
+  sync_interval_ms: 10000
+  redis: "rediss://:hunter2@cache:6380"
+  redis_fallback: maybe
+models: [{name: m, deployments: [{endpoints: [{url: "http://127.0.0.1:1"}]}]}]
+)");
+  ASSERT_FALSE(cfg.ok());
+  const std::string& m = cfg.status().message();
+  for (const char* expected : {
+           "governance.store (line 2): must be sqlite:PATH or a postgresql:// URL (got 'mysql://infera:***@db/x')",
+           "governance.sync_interval_ms (line 3): must be in [10, 4000], got 10000",
+           "governance.redis (line 4): must be a redis://host:port URL (got 'rediss://:***@cache:6380')",
+           "governance.redis_fallback (line 5)",
+       }) {
+    EXPECT_NE(m.find(expected), std::string::npos) << "missing: " << expected << "\nin:\n" << m;
+  }
+  EXPECT_EQ(m.find("hunter2"), std::string::npos) << m;
+}
+
 TEST(GatewayConfigTest, MissingFileAndSyntaxErrorsAreClear) {
   EXPECT_EQ(loadGatewayConfig("/nonexistent/infera.yaml").status().code(), StatusCode::kNotFound);
   const auto bad = loadGatewayConfigString("models: [\n");
