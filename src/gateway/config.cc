@@ -72,6 +72,7 @@ void readGovernance(ConfigReader& g, GovernanceConfig& gc) {
     c.optional("max_bytes", gc.cache.max_bytes, 1024, 1LL << 40);
     c.optional("max_entry_bytes", gc.cache.max_entry_bytes, 16, 1LL << 30);
     c.optional("redis", gc.cache.redis);
+    c.optionalEnum("scope", gc.cache.scope, {"team", "global"});
   });
   if (gc.cache.redis && gc.redis.empty()) g.error("cache", "redis: true needs governance.redis");
 }

@@ -101,6 +101,9 @@ struct CacheConfig {
   int64_t max_bytes = 64 << 20;  // per process, LRU beyond it
   int64_t max_entry_bytes = 1 << 20;
   bool redis = false;  // also share entries through governance.redis
+  // "team": a team's requests hit only its own entries (a hit would tell another team what was
+  // asked); "global": one entry serves every team.
+  std::string scope = "team";
 };
 
 // Keys, teams, limits, usage, budgets, cache. Off unless the `governance` section is present.

@@ -281,7 +281,7 @@ size_t ResponseCache::size() {
   return lru_.size();
 }
 
-std::string cacheKey(std::string_view model, std::string_view body) {
+std::string cacheKey(std::string_view model, std::string_view body, std::string_view team) {
   json j = json::parse(body, nullptr, false);
   if (j.is_discarded() || !j.is_object()) return {};
   j.erase("model");
@@ -290,6 +290,11 @@ std::string cacheKey(std::string_view model, std::string_view body) {
   // nlohmann's object is a std::map: dump() writes keys sorted and without whitespace.
   std::string key(model);
   key += '\n';
+  if (!team.empty()) {
+    key += "team ";
+    key += team;
+    key += '\n';
+  }
   key += j.dump();
   return key;
 }
@@ -878,7 +883,8 @@ namespace {
 std::string redisCacheKey(const std::string& key) {
   unsigned char digest[SHA256_DIGEST_LENGTH];
   SHA256(reinterpret_cast<const unsigned char*>(key.data()), key.size(), digest);
-  return "infera:cache:" + toHex(digest, sizeof(digest));
+  // "cache2": entries carry their expiry first (an earlier version's "infera:cache:" entries did not).
+  return "infera:cache2:" + toHex(digest, sizeof(digest));
 }
 
 }  // namespace
@@ -887,23 +893,26 @@ net::Task<std::optional<ResponseCache::Entry>> GovWorker::cacheGet(const std::st
   const int64_t now = nowMs();
   auto local = g_.cache_->get(key, now);
   if (local || !redis_ || !g_.config_.cache.redis) co_return local;
-  // Shared tier: "content-type\nprompt\ncompletion\nbody", expiring in Redis (PX).
+  // Shared tier: "expires_ms\ncontent-type\nprompt\ncompletion\nbody", expiring in Redis too (PX):
+  // the local copy keeps the entry's own expiry, so it never outlives the first answer's TTL.
   std::vector<std::string> argv = {"GET", redisCacheKey(key)};
   // g++ 12: no temporaries with destructors inside a co_await expression (name the task first).
   auto get = redis_->command(std::move(argv));
   auto reply = co_await std::move(get);
   if (!reply.ok() || reply->type != store::RedisReply::Type::kString) co_return std::nullopt;
   const std::string& v = reply->str;
-  const size_t a = v.find('\n');
+  const size_t x = v.find('\n');
+  const size_t a = x == std::string::npos ? x : v.find('\n', x + 1);
   const size_t b = a == std::string::npos ? a : v.find('\n', a + 1);
   const size_t c = b == std::string::npos ? b : v.find('\n', b + 1);
   if (c == std::string::npos) co_return std::nullopt;
   ResponseCache::Entry e;
-  e.content_type = v.substr(0, a);
+  e.expires_ms = std::atoll(v.c_str());
+  if (e.expires_ms <= now) co_return std::nullopt;
+  e.content_type = v.substr(x + 1, a - x - 1);
   e.prompt_tokens = std::atoll(v.c_str() + a + 1);
   e.completion_tokens = std::atoll(v.c_str() + b + 1);
   e.body = v.substr(c + 1);
-  e.expires_ms = now + g_.config_.cache.ttl_ms;
   g_.cache_->put(key, e);
   std::optional<ResponseCache::Entry> out(std::move(e));
   co_return out;
@@ -911,10 +920,10 @@ net::Task<std::optional<ResponseCache::Entry>> GovWorker::cacheGet(const std::st
 
 void GovWorker::cachePut(const std::string& key, ResponseCache::Entry e) {
   if (redis_ && g_.config_.cache.redis && static_cast<int64_t>(e.body.size()) <= g_.config_.cache.max_entry_bytes) {
-    std::string v = e.content_type + "\n" + std::to_string(e.prompt_tokens) + "\n" +
-                    std::to_string(e.completion_tokens) + "\n" + e.body;
-    std::vector<std::string> argv = {"SET", redisCacheKey(key), std::move(v), "PX",
-                                     std::to_string(g_.config_.cache.ttl_ms)};
+    std::string v = std::to_string(e.expires_ms) + "\n" + e.content_type + "\n" + std::to_string(e.prompt_tokens) +
+                    "\n" + std::to_string(e.completion_tokens) + "\n" + e.body;
+    const int64_t ttl = std::max<int64_t>(1, e.expires_ms - nowMs());
+    std::vector<std::string> argv = {"SET", redisCacheKey(key), std::move(v), "PX", std::to_string(ttl)};
     struct Put {
       static net::Task<void> run(std::shared_ptr<store::AsyncRedis> r, std::vector<std::string> args) {
         auto set = r->command(std::move(args));

@@ -95,7 +95,8 @@ class ResponseCache {
 
 // Cache key over the model and the body with object keys sorted and whitespace removed; empty
 // when the body cannot be normalised.
-std::string cacheKey(std::string_view model, std::string_view body);
+// `team`: empty for a cache shared by all teams.
+std::string cacheKey(std::string_view model, std::string_view body, std::string_view team = {});
 
 class GovWorker {
  public:

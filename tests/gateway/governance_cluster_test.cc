@@ -742,7 +742,7 @@ TEST(GovernanceCluster, TheCacheIsSharedThroughRedis) {
   auto rc = store::RedisClient::connect(*store::parseRedisUrl(redis->url()));
   ASSERT_TRUE(rc.ok());
   ASSERT_TRUE(waitFor([&] {
-    auto keys = (*rc)->command({"KEYS", "infera:cache:*"});
+    auto keys = (*rc)->command({"KEYS", "infera:cache2:*"});
     return keys.ok() && keys->elements.size() == 1;
   }));
   const uint64_t before = emu->stats().requests.load();
@@ -751,6 +751,34 @@ TEST(GovernanceCluster, TheCacheIsSharedThroughRedis) {
   EXPECT_EQ(second.header("x-infera-cache"), "hit");
   EXPECT_EQ(second.body, first.body);
   EXPECT_EQ(emu->stats().requests.load(), before);
+}
+
+// An entry taken from Redis keeps its first answer's expiry in the local tier: it does not live a
+// TTL again from the moment another replica read it.
+TEST(GovernanceCluster, ACachedAnswerExpiresOnceAcrossReplicas) {
+  auto redis = testing::RedisServer::start();
+  ASSERT_TRUE(redis);
+  auto emu = startEmulator();
+  ASSERT_TRUE(emu);
+  const std::string db = "sqlite:" + tempPath("cache-ttl.db");
+  const std::string extra = "  redis: " + redis->url() + "\n  cache: {ttl_ms: 1500, redis: true}\n";
+  auto a = startGov(govConfig(emu->url(), db, extra));
+  auto b = startGov(govConfig(emu->url(), db, extra));
+  ASSERT_TRUE(a && b);
+  const std::string key = makeKey(*a, "cache-ttl");
+  ASSERT_TRUE(waitFor([&] { return call(*b, key, chat("m1", 0)).status == 200; }));
+  const std::string body = chat("m1", 4, false, R"(,"temperature":0)");
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_EQ(call(*a, key, body).header("x-infera-cache"), "miss");
+  auto since = [&] { return std::chrono::steady_clock::now() - t0; };
+  // Read by b well into the entry's life (the answer reaches Redis just after it was relayed).
+  ASSERT_TRUE(waitFor([&] { return since() > std::chrono::milliseconds(700); }, std::chrono::seconds(2)));
+  const auto hit = call(*b, key, body);
+  ASSERT_LT(since(), std::chrono::milliseconds(1400));
+  ASSERT_EQ(hit.header("x-infera-cache"), "hit");
+  // Past the first answer's TTL (plus the time it took to be stored): a miss on b too.
+  ASSERT_TRUE(waitFor([&] { return since() > std::chrono::milliseconds(1800); }, std::chrono::seconds(3)));
+  EXPECT_EQ(call(*b, key, body).header("x-infera-cache"), "miss");
 }
 
 TEST(GovernanceCluster, PostgresSharesKeysRevocationsAndUsageAcrossReplicas) {

@@ -581,6 +581,30 @@ TEST_F(GovernanceTest, DeterministicRequestsAreServedFromTheCache) {
   }));
   EXPECT_EQ(usage[second.header("x-request-id")]["cached"], 1);
   EXPECT_EQ(usage[second.header("x-request-id")]["completion"], 3);
+  // Entries are per team: another team's identical request is a miss (a hit would tell it what
+  // this team asked).
+  const std::string other = makeKey(*gw_, "cache-other");
+  EXPECT_EQ(call(*gw_, other, reordered).header("x-infera-cache"), "miss");
+}
+
+// A hit does not count against the model's (or a deployment's) limits: the backend did no work.
+// With `scope: global` one entry serves every team.
+TEST_F(GovernanceTest, CacheHitsSpareTheModelsLimitsAndGlobalScopeSharesEntries) {
+  start("  cache: {ttl_ms: 60000, scope: global}\n", "    limits: {rpm: 1}\n");
+  const std::string a = makeKey(*gw_, "ga");
+  const std::string b = makeKey(*gw_, "gb");
+  const std::string body = chat("m1", 3, false, R"(,"temperature":0)");
+  ASSERT_EQ(call(*gw_, a, body).header("x-infera-cache"), "miss");
+  ASSERT_TRUE(waitFor([&] { return gw_->metricSum("infera_cache_bytes") > 0; }));
+  for (int i = 0; i < 3; ++i) {
+    const auto hit = call(*gw_, i % 2 ? a : b, body);
+    EXPECT_EQ(hit.status, 200) << hit.body;
+    EXPECT_EQ(hit.header("x-infera-cache"), "hit");
+  }
+  // The model's one request per minute went to the first answer.
+  const auto refused = call(*gw_, a, chat("m1", 3));
+  EXPECT_EQ(refused.status, 429);
+  EXPECT_EQ(errorCode(refused), "rate_limit_exceeded");
 }
 
 TEST_F(GovernanceTest, UsersInsideATeamOnlyWhenTheKeyAllowsIt) {
