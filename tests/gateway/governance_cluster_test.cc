@@ -787,8 +787,12 @@ TEST(GovernanceCluster, PostgresSharesKeysRevocationsAndUsageAcrossReplicas) {
   ASSERT_TRUE(pg->createDatabase("infera"));
   auto emu = startEmulator();
   ASSERT_TRUE(emu);
-  // Replicas poll every 1 s (the default is 500 ms): revocation must still land within 5 s.
-  const std::string cfg_a = govConfig(emu->url(), pg->url("infera"));
+  // Replicas poll the store at the default interval (500 ms; the fixture's is 100 ms): revocation
+  // must land within 5 s.
+  std::string cfg_a = govConfig(emu->url(), pg->url("infera"));
+  const size_t poll = cfg_a.find("  sync_interval_ms: 100\n");
+  ASSERT_NE(poll, std::string::npos);
+  cfg_a.erase(poll, std::string("  sync_interval_ms: 100\n").size());
   auto a = startGov(cfg_a);
   ASSERT_TRUE(a);
   auto b = startGov(cfg_a);

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <chrono>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <thread>
 
@@ -550,6 +551,43 @@ TEST_F(GovernanceTest, AFullDeploymentAnswers429WhenNoOtherHasRoom) {
   EXPECT_EQ(emu_->stats().requests.load(), 2u);
   // The gateway refused that request: it does not count against the team's requests per minute.
   EXPECT_EQ(call(*gw_, key, chat("m2", 1)).header("x-ratelimit-remaining-requests"), "7");  // another model's deployment
+}
+
+// A deployment at its own limit is skipped for another deployment of the model that has room.
+TEST_F(GovernanceTest, AFullDeploymentSpillsToAnotherOfTheSameModel) {
+  emu_ = startEmulator();
+  ASSERT_TRUE(emu_);
+  db_path_ = tempPath("spill.db");
+  std::string yaml = govConfig(emu_->url(), "sqlite:" + db_path_, "", "", "        limits: {rpm: 1}\n");
+  const size_t m2 = yaml.find("  - name: m2\n");
+  ASSERT_NE(m2, std::string::npos);
+  yaml.insert(m2, "      - name: d1b\n        endpoints: [{url: " + emu_->url() + "}]\n");
+  gw_ = startGov(yaml);
+  ASSERT_TRUE(gw_);
+  const std::string key = makeKey(*gw_, "spill");
+  // Until the balancer has picked the full d1 at least once more (it picks among both at random).
+  int sent = 0;
+  while (sent < 60 && gw_->metricSum("infera_rate_limited_total") < 1) {
+    EXPECT_EQ(call(*gw_, key, chat("m1", 1)).status, 200) << sent;
+    ++sent;
+  }
+  ASSERT_GE(gw_->metricSum("infera_rate_limited_total"), 1);  // d1 refused one, and it still got 200
+  std::map<std::string, int64_t> by_deployment;
+  ASSERT_TRUE(waitFor([&] {
+    auto db = store::SqlDb::open("sqlite:" + db_path_);
+    if (!db.ok()) return false;
+    auto r = (*db)->exec("SELECT deployment, COUNT(*) FROM infera_usage GROUP BY deployment");
+    if (!r.ok()) return false;
+    by_deployment.clear();
+    int64_t n = 0;
+    for (size_t i = 0; i < r->rows.size(); ++i) {
+      by_deployment[r->text(i, 0)] = r->integer(i, 1);
+      n += r->integer(i, 1);
+    }
+    return n == sent;
+  }));
+  EXPECT_EQ(by_deployment["d1"], 1);  // its one request per minute
+  EXPECT_EQ(by_deployment["d1b"], sent - 1);
 }
 
 TEST_F(GovernanceTest, DeterministicRequestsAreServedFromTheCache) {
