@@ -111,7 +111,11 @@ std::optional<int64_t> parseTimeArg(const std::string& s) {
   }
   tm.tm_year -= 1900;
   tm.tm_mon -= 1;
-  return static_cast<int64_t>(timegm(&tm)) * 1000;
+  struct tm given = tm;
+  const time_t t_s = timegm(&tm);
+  // timegm rolls 2026-02-31 over to March: such a date is not a time.
+  if (tm.tm_mday != given.tm_mday || tm.tm_mon != given.tm_mon) return std::nullopt;
+  return static_cast<int64_t>(t_s) * 1000;
 }
 
 std::string joined(const json& arr) {
@@ -426,7 +430,7 @@ void registerAdminCommands(CLI::App& app) {
   usage->add_option("--key", ua->key, "Only this key id");
   usage->add_option("--model", ua->model, "Only this model");
   usage->add_option("--user", ua->user, "Only this user");
-  usage->add_option("--since", ua->since, "How far back (e.g. 1h, 7d; default 24h unless --from is given)");
+  usage->add_option("--since", ua->since, "How far back (e.g. 1h, 7d; default 24h unless --from or --to is given)");
   usage->add_option("--from", ua->from, "Start (UTC 2026-11-30, 2026-11-30T08:00[:00][Z], or unix ms)");
   usage->add_option("--to", ua->to, "End, exclusive (same forms; default now)");
   usage->add_option("--granularity", ua->granularity, "minute | hour | day | total");
@@ -443,7 +447,7 @@ void registerAdminCommands(CLI::App& app) {
       }
       q += std::string("&") + name + "=" + std::to_string(*ms);
     }
-    if (ua->from.empty()) q += "&since=" + urlEncode(ua->since);
+    if (ua->from.empty() && ua->to.empty()) q += "&since=" + urlEncode(ua->since);
     if (!ua->team.empty()) q += "&team=" + urlEncode(ua->team);
     if (!ua->key.empty()) q += "&key=" + urlEncode(ua->key);
     if (!ua->model.empty()) q += "&model=" + urlEncode(ua->model);

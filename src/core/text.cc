@@ -38,18 +38,25 @@ std::string envOr(const char* name, std::string_view fallback) {
 }
 
 std::string redactUrl(std::string_view url) {
-  const size_t scheme = url.find("://");
-  if (scheme == std::string_view::npos) return std::string(url);
-  const size_t start = scheme + 3;
-  const size_t end = url.find_first_of("/?#", start);
-  const std::string_view authority = url.substr(start, end == std::string_view::npos ? url.npos : end - start);
-  const size_t at = authority.rfind('@');
-  if (at == std::string_view::npos) return std::string(url);
-  const size_t colon = authority.find(':');
-  if (colon == std::string_view::npos || colon > at) return std::string(url);
-  std::string out(url.substr(0, start + colon + 1));
-  out += "***";
-  out += url.substr(start + at);
+  std::string out(url);
+  const size_t scheme = out.find("://");
+  if (scheme != std::string::npos) {
+    // The password runs from the first ':' after the user name to the last '@' (a password may
+    // hold '?', '#', '/' or '@' that a lenient parser accepts); over-hiding is the safe mistake.
+    const size_t start = scheme + 3;
+    const size_t at = out.rfind('@');
+    const size_t colon = out.find(':', start);
+    if (at != std::string::npos && at > start && colon != std::string::npos && colon < at &&
+        out.find('/', start) > colon) {
+      out.replace(colon + 1, at - colon - 1, "***");
+    }
+  }
+  // A password given as a parameter (libpq's ?password=..., or key=value connection strings).
+  for (size_t p = out.find("password="); p != std::string::npos; p = out.find("password=", p + 1)) {
+    const size_t v = p + 9;
+    const size_t e = out.find_first_of("& ", v);
+    out.replace(v, (e == std::string::npos ? out.size() : e) - v, "***");
+  }
   return out;
 }
 

@@ -19,7 +19,8 @@ bool percentDecode(std::string_view in, std::string& out);
 std::string envOr(const char* name, std::string_view fallback);
 
 // `url` fit for a log or an error message: a password in its authority
-// ("scheme://user:secret@host" or "scheme://:secret@host") becomes "***".
+// ("scheme://user:secret@host" or "scheme://:secret@host") or in a password= parameter becomes
+// "***".
 std::string redactUrl(std::string_view url);
 
 struct TransparentStringHash {

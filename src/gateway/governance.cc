@@ -348,6 +348,11 @@ Status Governance::init(obs::MetricsRegistry& metrics) {
                                        "Admission calls whose answer never came, undone in Redis (refunded if "
                                        "they ran, else cancelled before they could).")
                         ->counter();
+  seed_refreshes = metrics
+                       .counterFamily("infera_ratelimit_quota_refreshes_total",
+                                      "Times the store's day/month quota figures (where a counter Redis lost "
+                                      "starts) were rebuilt.")
+                       ->counter();
   redis_adjust_retries = metrics
                              .counterFamily("infera_ratelimit_redis_adjust_retries_total",
                                             "Reconciliation calls re-sent because Redis did not answer (each applies "
@@ -432,7 +437,8 @@ void Governance::seedQuotas(const GovSnapshot& s) {
   // Local period counters start from the store's usage so a restart does not reset a daily quota
   // or a budget. Redis keeps its own counters, and gets the store's figures for those it lost.
   if (!config_.redis.empty()) {
-    refreshQuotaSeeds(s);
+    // Off the admin path: the control thread refreshes them on its next pass.
+    seeds_stale_ = true;
     return;
   }
   const int64_t now = nowMs();
@@ -442,20 +448,31 @@ void Governance::seedQuotas(const GovSnapshot& s) {
 void Governance::refreshQuotaSeeds(const GovSnapshot& s) {
   const int64_t now = nowMs();
   auto seeds = std::make_shared<QuotaSeeds>();
-  eachQuotaUse(s, [&](const Charge& c, int64_t used) {
+  const bool complete = eachQuotaUse(s, [&](const Charge& c, int64_t used) {
     if (used > 0) seeds->emplace(redisCounterKey(c, now), used);
   });
-  std::lock_guard<std::mutex> lock(seeds_mu_);
-  quota_seeds_ = std::move(seeds);
+  if (!complete) {
+    INFERA_LOG(log, warn, "quota figures for Redis not refreshed: a usage query failed (keeping the last ones)");
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> lock(seeds_mu_);
+    quota_seeds_ = std::move(seeds);
+  }
+  seed_refreshes->inc(0);
 }
 
-void Governance::eachQuotaUse(const GovSnapshot& s, const std::function<void(const Charge&, int64_t used)>& fn) {
+bool Governance::eachQuotaUse(const GovSnapshot& s, const std::function<void(const Charge&, int64_t used)>& fn) {
   const int64_t now = nowMs();
+  bool complete = true;
   // Counter `name` (as the snapshot names it) with the tokens, or the cost in micro-USD, that
   // `team` (or one user of it) used since the period began.
   auto seed = [&](const CounterName& name, Window w, bool cost, const std::string& team, const std::string* user) {
     auto used = control_store_->teamUsageSince(team, periodStartMs(w, now), user);
-    if (!used.ok()) return;
+    if (!used.ok()) {
+      complete = false;
+      return;
+    }
     Charge c;
     c.counter = name;
     c.window = w;
@@ -476,6 +493,7 @@ void Governance::eachQuotaUse(const GovSnapshot& s, const std::function<void(con
     if (r.budget_tokens > 0) seed(u->c_budget_tokens, bw, false, r.team, &r.name);
     if (r.budget_usd > 0) seed(u->c_budget_cost, bw, true, r.team, &r.name);
   }
+  return complete;
 }
 
 void Governance::controlLoop() {
@@ -513,12 +531,13 @@ void Governance::controlLoop() {
       next_sweep = now + std::chrono::minutes(1);
       const size_t swept = local_.sweep(nowMs());
       if (swept > 0) INFERA_LOG(log, debug, "removed {} idle rate-limit counters", swept);
-      if (!config_.redis.empty()) {
-        // The figures a day/month counter Redis lost starts from, kept within a minute of the store.
-        std::shared_ptr<const GovSnapshot> snap = snapshot();
-        std::lock_guard<std::mutex> lock(store_mu_);
-        if (snap) refreshQuotaSeeds(*snap);
-      }
+      seeds_stale_ = true;  // kept within a minute of the store
+    }
+    if (!config_.redis.empty() && seeds_stale_.exchange(false)) {
+      // The figures a day/month counter Redis lost starts from.
+      std::shared_ptr<const GovSnapshot> snap = snapshot();
+      std::lock_guard<std::mutex> lock(store_mu_);
+      if (snap) refreshQuotaSeeds(*snap);
     }
     if (now >= next_prune) {
       // One bounded step (an hour of records) per pass, so flushes and snapshot syncs keep their
@@ -1080,7 +1099,9 @@ Admission GovWorker::fallback(std::span<const Charge> charges, int64_t now) {
   // Day/month counters start this period from this replica's share of the store's figures.
   const int64_t replicas = std::max(1, g_.config_.replicas);
   for (const Charge& c : charges) {
-    if (c.window != Window::kMinute && c.seed > 0) g_.local_.seed(c, c.seed / replicas, now);
+    if (c.window != Window::kMinute && c.seed > 0 && c.seed_period == periodId(c.window, now)) {
+      g_.local_.raiseTo(c, c.seed / replicas, now);
+    }
   }
   Admission a = g_.local_.reserve(charges, now, 1.0 / static_cast<double>(replicas));
   a.fallback = true;
@@ -1352,7 +1373,10 @@ void GovWorker::buildCharges(GovTicket& t, const Route& route, const PriceConfig
           if (!seeds) break;
         }
         const auto it = seeds->find(redisCounterKey(c, now));
-        if (it != seeds->end()) c.seed = it->second;
+        if (it != seeds->end()) {
+          c.seed = it->second;
+          c.seed_period = periodId(c.window, now);
+        }
       }
     }
   }

@@ -261,6 +261,7 @@ class Governance {
   obs::Counter* redis_errors = nullptr;
   obs::Counter* redis_cancelled = nullptr;
   obs::Counter* redis_adjust_retries = nullptr;
+  obs::Counter* seed_refreshes = nullptr;  // the store's quota figures for Redis, rebuilt
   obs::Histogram* redis_call_seconds = nullptr;    // one admission script call, send to reply
   obs::Histogram* redis_call_admissions = nullptr;  // admissions decided by one call
   obs::Counter* usage_dropped = nullptr;
@@ -277,8 +278,10 @@ class Governance {
   void seedQuotas(const GovSnapshot& s);
   // Calls fn for every day/month quota or budget counter of the snapshot's teams and users, with
   // the tokens (or micro-USD) the store says were used since its period began.
-  void eachQuotaUse(const GovSnapshot& s, const std::function<void(const Charge&, int64_t used)>& fn);
-  // Redis: rebuilds quota_seeds_ from the store (control thread; at each snapshot and every minute).
+  // False if a query failed (fn was not called for that counter).
+  bool eachQuotaUse(const GovSnapshot& s, const std::function<void(const Charge&, int64_t used)>& fn);
+  // Redis: rebuilds quota_seeds_ from the store (control thread, under store_mu_: after a new
+  // snapshot and every minute); keeps the previous figures if a query fails.
   void refreshQuotaSeeds(const GovSnapshot& s);
   AdminReply adminLocked(std::string_view method, std::string_view target, std::string_view body,
                          std::string_view actor);
@@ -291,6 +294,7 @@ class Governance {
   using QuotaSeeds = std::unordered_map<std::string, int64_t, TransparentStringHash, std::equal_to<>>;
   mutable std::mutex seeds_mu_;
   std::shared_ptr<const QuotaSeeds> quota_seeds_;
+  std::atomic<bool> seeds_stale_{true};  // a new snapshot: the control thread refreshes the seeds
   std::unique_ptr<MetaStore> control_store_;  // under store_mu_ (control thread; admin after a change)
   std::mutex store_mu_;
   std::unique_ptr<MetaStore> admin_store_;    // admin loop only (under admin_mu_)

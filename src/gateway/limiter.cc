@@ -274,6 +274,18 @@ void LocalCounters::seed(const Charge& ch, int64_t used, int64_t now_ms) {
   });
 }
 
+void LocalCounters::raiseTo(const Charge& ch, int64_t used, int64_t now_ms) {
+  if (ch.window == Window::kMinute) return;
+  with(ch, [&](LocalCounter& c) {
+    const int64_t p = periodId(ch.window, now_ms);
+    if (c.period != p) {
+      c.period = p;
+      c.period_used = 0;
+    }
+    c.period_used = std::max(c.period_used, used);
+  });
+}
+
 size_t LocalCounters::sweep(int64_t now_ms) {
   const int64_t now = now_ms / 1000;
   const int64_t day = periodId(Window::kDay, now_ms);
@@ -317,9 +329,10 @@ namespace {
 // yet this minute) and writes them with one HSET, however many counters and admissions it carries.
 // The same hash holds the markers of the reserve calls made in its minute (field
 // infera:rl:call:<id>, see kReserveBody), read and written by those same two commands. A minute's
-// hash is needed until the end of the next minute: the call that creates it sets it to expire at
-// the end of the minute after that and unlinks the hash of two minutes before (Redis frees a big
-// unlinked hash in the background, where an expiry would free it in its main thread). (An earlier
+// summaries are read until the end of the next minute, its markers by cancels for two minutes
+// more (a cancel is retried for up to 100 s): the call that creates it sets it to expire at the
+// end of minute m + 3 and unlinks the hash of minute m - 3 (Redis frees a big unlinked hash in the
+// background, where an expiry would free it in its main thread). (An earlier
 // version kept each summary at K:s, in binary or as text "<total> <oldest> <current> <ttl>
 // [<amount>]"; a counter found in neither hash is still read from there.) The first call in a new
 // second moves the finished second into the hash, drops the buckets that left the window and
@@ -423,11 +436,11 @@ local function load(key, raw, minute, now)
 end
 -- Minute counters' summaries written by store(), sent in one HSET by flush_summaries().
 local pending_summaries = {}
--- The lifetime of minute m's hash (see the top): expires at the end of minute m + 2. Its creator,
--- in minute m, unlinks minute m - 2's (`current`: m is the current minute).
+-- The lifetime of minute m's hash (see the top): expires at the end of minute m + 3. Its creator,
+-- in minute m, unlinks minute m - 3's (`current`: m is the current minute).
 local function keep_summary_hash(minute, current)
-  redis.call('EXPIREAT', summary_hash(minute), (minute + 3) * 60)
-  if current then redis.call('UNLINK', summary_hash(minute - 2)) end
+  redis.call('EXPIREAT', summary_hash(minute), (minute + 4) * 60)
+  if current then redis.call('UNLINK', summary_hash(minute - 3)) end
 end
 -- Writes the pending summaries, and the field/value pair `field`, `value` if given, to this
 -- minute's hash. `fresh`: the hash may be new (summaries() said so).
@@ -711,22 +724,22 @@ return 1
 // Undoes a reserve call whose answer never came back (a timeout after the call ran): same KEYS and
 // ARGV as the call. If the call ran, its admitted amounts are refunded (once); if it has not run,
 // it is marked cancelled so that it never will. Returns 1 if something was refunded, else 0. The
-// call's marker is in this minute's summary hash or the previous one's (a cancel follows its call
-// by seconds); "cancelled" goes into this minute's and the next one's, where the call would look if
-// it ran now; "refunded" into this minute's.
+// call's marker is in the summary hash of this minute or one of the two before (a cancel is retried
+// for up to 100 s after its call); "cancelled" goes into this minute's and the next two, where the
+// call would look if it ran within two minutes; "refunded" into this minute's.
 constexpr const char* kCancelBody = R"lua(
 local call_field = 'infera:rl:call:' .. ARGV[1]
 local now = tonumber(redis.call('TIME')[1])
 local minute = math.floor(now / 60)
 local v = redis.call('HGET', summary_hash(minute), call_field)
   or redis.call('HGET', summary_hash(minute - 1), call_field)
+  or redis.call('HGET', summary_hash(minute - 2), call_field)
 local function mark(m, value)
   redis.call('HSET', summary_hash(m), call_field, value)
   keep_summary_hash(m, m == minute)
 end
 if not v then
-  mark(minute, 'cancelled')
-  mark(minute + 1, 'cancelled')
+  for m = minute, minute + 2 do mark(m, 'cancelled') end
   return 0
 end
 if v == 'cancelled' or v == 'refunded' then return 0 end
@@ -850,7 +863,9 @@ void buildReserveCall(std::span<const std::span<const Charge>> admissions, int64
         c->window == Window::kMinute ? 61 : (periodEndMs(c->window, now_ms) - now_ms) / 1000 + 86'400;
     args.push_back(std::to_string(ttl_s));
     args.push_back(std::to_string(sums[i]));
-    args.push_back(c->window == Window::kMinute ? "0" : std::to_string(std::max<int64_t>(0, c->seed)));
+    // A seed of another period (the request was built before midnight) is no figure for this one.
+    const bool seeded = c->window != Window::kMinute && c->seed > 0 && c->seed_period == periodId(c->window, now_ms);
+    args.push_back(seeded ? std::to_string(c->seed) : "0");
   }
   args.push_back(std::to_string(admissions.size()));
   // The shapes and admissions, space-separated in one argument.

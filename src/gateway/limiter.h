@@ -55,8 +55,9 @@ struct Charge {
   // request: those are looked up by name each time, and removed once idle).
   std::atomic<LocalCounterEntry*>* local = nullptr;
   // Redis, day/month counters: where the counter starts if Redis does not hold it (Redis lost its
-  // data): the store's usage since the period began.
+  // data): the store's usage since period `seed_period` (periodId) began; used only in that period.
   int64_t seed = 0;
+  int64_t seed_period = 0;
 };
 
 struct Admission {
@@ -112,6 +113,9 @@ class LocalCounters {
   void adjust(std::span<const Charge> charges, std::span<const int64_t> delta, int64_t stamp_ms, int64_t now_ms);
   // Sets a period counter if it has no value yet (usage since the period began, after a restart).
   void seed(const Charge& c, int64_t used, int64_t now_ms);
+  // Raises a period counter to at least `used` for the current period (Redis down: the store's
+  // figures, which moved on since an earlier outage left this counter behind).
+  void raiseTo(const Charge& c, int64_t used, int64_t now_ms);
   int64_t used(const Charge& c, int64_t now_ms);
   // Removes the counters only known by name (e.g. those of users without a record, named by a
   // request header) that hold nothing any more (an empty minute window, and no day or month

@@ -50,6 +50,7 @@ struct ProxyHandler::Exchange {
   bool client_gone = false;
   int status = 0;
   int attempts = 0;
+  bool sent_upstream = false;  // a backend got the whole request (it may have read the prompt)
   bool stream = false;
   uint64_t bytes_out = 0;
   double ttfb_s = 0;
@@ -479,6 +480,7 @@ Task<void> ProxyHandler::forward(Exchange& x, const std::vector<uint32_t>& candi
       if (send_failed) {
         head = std::move(sent);
       } else {
+        x.sent_upstream = true;
         head = co_await conn->readHead(try_deadline);
       }
       const bool stale = conn->reused() && (send_failed || conn->closedBeforeResponse());
@@ -659,7 +661,8 @@ Task<void> ProxyHandler::forward(Exchange& x, const std::vector<uint32_t>& candi
   }
   if (last_message.empty()) last_message = "no healthy endpoint for model " + x.route->model;
   if (last_status == 429) {
-    if (x.ticket) x.ticket->refused_by_deployments = true;
+    // Only when no backend got the request (an earlier attempt that did was work done).
+    if (x.ticket && !x.sent_upstream) x.ticket->refused_by_deployments = true;
     if (dep_retry_ms >= 0) {
       x.extra.push_back({"retry-after", std::to_string(std::max<int64_t>(1, (dep_retry_ms + 999) / 1000))});
       x.extra.push_back({"retry-after-ms", std::to_string(std::max<int64_t>(1, dep_retry_ms))});
@@ -933,7 +936,7 @@ void ProxyHandler::finishGovernance(Exchange& x) {
     r.estimated = true;
     r.prompt_tokens = t.est_prompt;
     r.completion_tokens = x.stream ? x.content_events : t.max_completion;
-  } else if (x.aborted && t.reserved && x.attempts > 0) {
+  } else if (x.aborted && t.reserved && x.sent_upstream) {
     // The client left before any answer came back, after the request went to a backend, which may
     // have read the prompt: bill the prompt estimate (the backend stops when the gateway hangs up).
     r.estimated = true;

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Usage records survive a kill -9: `infera serve` with governance (SQLite store, usage flushed every
 # 200 ms) takes a stream of requests; the process is killed with SIGKILL mid-stream and started
-# again on the same store. Every request acknowledged at least 400 ms (the 200 ms flush interval plus
-# as much again for the write itself) before the kill must be in the usage, and nothing that was not
+# again on the same store. Every request acknowledged at least 500 ms (the 200 ms flush interval, plus
+# the write itself on a busy box) before the kill must be in the usage, and nothing that was not
 # sent. Then `infera usage` over a --from/--to range counts the same requests.
 # Usage: usage_durability_test.sh INFERA_BINARY
 set -uo pipefail
@@ -65,15 +65,15 @@ kill "$loader" 2>/dev/null
 wait "$loader" 2>/dev/null
 loader=""
 acked=$(wc -l <"$work/acks")
-old=$(awk -v k="$killed_at" '$1 < k - 400000000 {n++} END {print n + 0}' "$work/acks")
-check "requests were acknowledged before the kill ($acked, $old of them 400 ms before it)" test "$old" -ge 10
+old=$(awk -v k="$killed_at" '$1 < k - 500000000 {n++} END {print n + 0}' "$work/acks")
+check "requests were acknowledged before the kill ($acked, $old of them 500 ms before it)" test "$old" -ge 10
 
 start
 check "serve starts again on the same store" test -n "$port"
 usage=$(curl -sf -H "$auth" "http://127.0.0.1:$admin/admin/usage?granularity=total&group_by=team&team=dur&since=1h")
 recorded=$(sed -n 's/.*"requests":\([0-9]*\).*/\1/p' <<<"$usage")
-echo "acknowledged $acked, of which $old at least 400 ms before the kill; recorded $recorded"
-check "every request acknowledged 400 ms before the kill is recorded" test "${recorded:-0}" -ge "$old"
+echo "acknowledged $acked, of which $old at least 500 ms before the kill; recorded $recorded"
+check "every request acknowledged 500 ms before the kill is recorded" test "${recorded:-0}" -ge "$old"
 check "nothing is recorded that was not sent" test "${recorded:-0}" -le $((acked + 1))
 
 # The CLI over an explicit range: UTC times (whole minutes around the load) and unix ms agree with
@@ -91,6 +91,8 @@ check "infera usage --from/--to (unix ms) counts the recorded requests" \
 check "infera usage over a range before the load is empty" grep -q '"rows": \[\]' "$work/empty.out"
 "$infera" usage --from yesterday >"$work/bad-from.out" 2>&1
 check "infera usage refuses a --from that is not a time" grep -q "not a time" "$work/bad-from.out"
+"$infera" usage --to 2026-02-31 >"$work/bad-to.out" 2>&1
+check "infera usage refuses a date that does not exist" grep -q "not a time" "$work/bad-to.out"
 # The key still works after the restart (its record and the server secret beside the store persist).
 code=$(curl -s -o /dev/null -w '%{http_code}' -H "authorization: Bearer $key" -H 'content-type: application/json' \
   -d "$body" "http://127.0.0.1:$port/v1/chat/completions")

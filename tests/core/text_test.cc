@@ -13,8 +13,12 @@ TEST(RedactUrl, HidesThePasswordAndKeepsTheRest) {
   EXPECT_EQ(redactUrl("redis://127.0.0.1:6379"), "redis://127.0.0.1:6379");
   EXPECT_EQ(redactUrl("postgresql://infera@db/x"), "postgresql://infera@db/x");
   EXPECT_EQ(redactUrl("sqlite:/var/lib/infera/gov.db"), "sqlite:/var/lib/infera/gov.db");
-  // An '@' or ':' after the authority is not a password.
-  EXPECT_EQ(redactUrl("postgresql://db/x?user=a:b@c"), "postgresql://db/x?user=a:b@c");
+  // Characters a lenient parser accepts inside a password.
+  EXPECT_EQ(redactUrl("redis://:pa?ss#w/rd@cache:6379"), "redis://:***@cache:6379");
+  // A password parameter.
+  EXPECT_EQ(redactUrl("postgresql://db/x?sslmode=require&password=s3cret&user=a"),
+            "postgresql://db/x?sslmode=require&password=***&user=a");
+  EXPECT_EQ(redactUrl("host=db password=s3cret dbname=x"), "host=db password=*** dbname=x");
 }
 
 }  // namespace

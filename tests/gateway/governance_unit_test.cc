@@ -357,6 +357,7 @@ TEST(RedisScripts, ACallSendsEachCounterAndShapeOnceAndFewNumbersPerAdmission) {
                       Charge{"t:b:d", Window::kDay, Scope::kDaily, true, 1000, 40}};
   Charge third[1] = {Charge{"t:b:d", Window::kDay, Scope::kDaily, true, 1000, 50}};
   first[2].seed = second[2].seed = third[0].seed = 321;  // the store's use, if Redis lost the counter
+  first[2].seed_period = second[2].seed_period = third[0].seed_period = periodId(Window::kDay, 1'799'971'200'000);
   const std::span<const Charge> admissions[3] = {first, second, third};
   ReserveCall call;
   buildReserveCall(admissions, 1'799'971'200'000, "w1-7", call);
@@ -375,6 +376,11 @@ TEST(RedisScripts, ACallSendsEachCounterAndShapeOnceAndFewNumbersPerAdmission) {
       "2 3 2 1 1 2 2 3 2 1 1 3 1 1 1 50 1 1 40 2 50"};
   EXPECT_EQ(call.args, expected);
   EXPECT_EQ(reserveScript().sha1.size(), 40u);
+  // A seed of the day before (a request built before midnight, sent after it) is not sent.
+  ReserveCall next_day;
+  buildReserveCall(admissions, 1'799'971'200'000 + 86'400'000, "w1-8", next_day);
+  ASSERT_EQ(next_day.args.size(), expected.size());
+  EXPECT_EQ(next_day.args[16], "0");
 
   // The reply: now, per counter (use, oldest second), per admission its verdict. Replayed in order:
   // the first admission sees the counters' starting use, the second sees the first's reservation,
