@@ -35,8 +35,9 @@ declare -A QUICK_ARGS=(
   [latency]="--duration 3 --rounds 1"
   [streams]="--streams 200 --rounds 1 --idle-connections 200"
   [governance]="--duration 3 --rounds 1"
+  [redis_script]="--calls 2000 --rounds 1"
 )
-for script in throughput latency streams governance; do
+for script in throughput latency streams governance redis_script; do
   section "bench/load/$script.sh"
   quick=()
   [[ "${BENCH_QUICK:-0}" == "1" ]] && read -ra quick <<<"${QUICK_ARGS[$script]}"
