@@ -1493,7 +1493,7 @@ void GovWorker::rateLimitHeaders(const GovTicket& t, std::vector<net::HttpHeader
   auto emit = [&](int idx, int kind) {
     if (idx < 0) return;
     const size_t i = static_cast<size_t>(idx);
-    out.push_back({kNames[kind][0], std::to_string(t.charges[i].limit)});
+    out.push_back({kNames[kind][0], std::to_string(scaledLimit(t.charges[i].limit, a.share))});
     out.push_back({kNames[kind][1], std::to_string(a.remaining[i])});
     out.push_back({kNames[kind][2], formatResetDuration(a.reset_ms[i])});
   };

@@ -59,14 +59,10 @@ int64_t periodEndMs(Window w, int64_t unix_ms) {
   return static_cast<int64_t>(timegm(&next)) * 1000;
 }
 
-namespace {
-
-int64_t scaled(int64_t limit, double share) {
+int64_t scaledLimit(int64_t limit, double share) {
   if (share >= 1.0) return limit;
   return std::max<int64_t>(1, static_cast<int64_t>(std::floor(static_cast<double>(limit) * share)));
 }
-
-}  // namespace
 
 LocalCounters::Shard& LocalCounters::shard(std::string_view key) {
   return shards_[std::hash<std::string_view>{}(key) % shards_.size()];
@@ -165,13 +161,14 @@ int64_t LocalCounters::used(const Charge& ch, int64_t now_ms) {
 Admission LocalCounters::reserve(std::span<const Charge> charges, int64_t now_ms, double share) {
   Admission a;
   a.stamp_ms = now_ms;
+  a.share = share;
   a.remaining.resize(charges.size());
   a.reset_ms.resize(charges.size());
   const int64_t now = now_ms / 1000;
   size_t done = 0;
   for (; done < charges.size(); ++done) {
     const Charge& ch = charges[done];
-    const int64_t limit = scaled(ch.limit, share);
+    const int64_t limit = scaledLimit(ch.limit, share);
     const bool fits = with(ch, [&](LocalCounter& c) {
       const int64_t u = usedLocked(c, ch.window, now_ms);
       if (u + ch.amount > limit) {
@@ -225,12 +222,12 @@ Admission LocalCounters::reserve(std::span<const Charge> charges, int64_t now_ms
     for (size_t i = 0; i < charges.size(); ++i) {
       const Charge& ch = charges[i];
       if (static_cast<int>(i) == a.refused) {
-        a.remaining[i] = std::max<int64_t>(0, scaled(ch.limit, share) - a.used);
+        a.remaining[i] = std::max<int64_t>(0, scaledLimit(ch.limit, share) - a.used);
         a.reset_ms[i] = a.retry_after_ms;
         continue;
       }
       with(ch, [&](LocalCounter& c) {
-        a.remaining[i] = std::max<int64_t>(0, scaled(ch.limit, share) - usedLocked(c, ch.window, now_ms));
+        a.remaining[i] = std::max<int64_t>(0, scaledLimit(ch.limit, share) - usedLocked(c, ch.window, now_ms));
         a.reset_ms[i] = ch.window == Window::kMinute ? (std::min(now, c.oldestLive()) + 60) * 1000 - now_ms
                                                      : periodEndMs(ch.window, now_ms) - now_ms;
       });

@@ -71,7 +71,11 @@ struct Admission {
   bool skipped = false;        // fail-open: nothing was reserved
   std::vector<int64_t> remaining;  // per charge, after this reservation
   std::vector<int64_t> reset_ms;   // per charge: until capacity starts to come back
+  double share = 1.0;              // the part of each limit that applied (the local fallback's 1/replicas)
 };
+
+// `limit` times `share` (at least 1), as in-process counters enforce a share of a limit.
+int64_t scaledLimit(int64_t limit, double share);
 
 // UTC period ids: yyyymmdd for days, yyyymm for months.
 int64_t periodId(Window w, int64_t unix_ms);

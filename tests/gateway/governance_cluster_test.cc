@@ -640,13 +640,16 @@ TEST(GovernanceCluster, RedisDownFallsBackToALocalShareAndComesBack) {
   EXPECT_EQ(summaryTotal(summaryOf(**rc, "k:" + id + ":r")), "1");  // the counter lives in Redis
 
   redis->kill();
-  // Still serving, now on a third of the limit (10 per minute), and saying so in metrics.
+  // Still serving, now on a third of the limit (10 per minute), and saying so in metrics and in
+  // the headers (the limit that applies is the share).
   int ok = 0, limited = 0, other = 0;
   for (int i = 0; i < 20; ++i) {
-    const int s = call(*gw, key, chat("m1", 1)).status;
+    const auto r = call(*gw, key, chat("m1", 1));
+    const int s = r.status;
     ok += s == 200;
     limited += s == 429;
     other += s != 200 && s != 429;
+    EXPECT_EQ(r.header("x-ratelimit-limit-requests"), "10") << i;
   }
   EXPECT_EQ(other, 0);
   EXPECT_EQ(ok, 10);
