@@ -1,6 +1,7 @@
 #include "gateway/limiter.h"
 
 #include <algorithm>
+#include <bit>
 #include <charconv>
 #include <cmath>
 #include <ctime>
@@ -81,14 +82,7 @@ auto LocalCounters::with(const Charge& ch, F&& fn) {
   if (ch.local) {
     // Remembered by the snapshot or route table: no lookup; such counters are never removed, so
     // the entry outlives the shard lock. (A memo of another LocalCounters is replaced.)
-    LocalCounterEntry* e = ch.local->load(std::memory_order_acquire);
-    if (!e || e->owner != this) {
-      Shard& s = shard(ch.counter);
-      std::lock_guard<std::mutex> lock(s.mu);
-      e = &entryLocked(s, ch.counter);
-      e->pinned = true;
-      ch.local->store(e, std::memory_order_release);
-    }
+    LocalCounterEntry* e = pinnedEntry(ch);
     std::lock_guard<std::mutex> lock(e->mu);
     return fn(e->c);
   }
@@ -158,6 +152,18 @@ int64_t LocalCounters::used(const Charge& ch, int64_t now_ms) {
   return with(ch, [&](LocalCounter& c) { return usedLocked(c, ch.window, now_ms); });
 }
 
+LocalCounterEntry* LocalCounters::pinnedEntry(const Charge& ch) {
+  LocalCounterEntry* e = ch.local->load(std::memory_order_acquire);
+  if (!e || e->owner != this) {
+    Shard& s = shard(ch.counter);
+    std::lock_guard<std::mutex> lock(s.mu);
+    e = &entryLocked(s, ch.counter);
+    e->pinned = true;
+    ch.local->store(e, std::memory_order_release);
+  }
+  return e;
+}
+
 Admission LocalCounters::reserve(std::span<const Charge> charges, int64_t now_ms, double share) {
   Admission a;
   a.stamp_ms = now_ms;
@@ -165,74 +171,125 @@ Admission LocalCounters::reserve(std::span<const Charge> charges, int64_t now_ms
   a.remaining.resize(charges.size());
   a.reset_ms.resize(charges.size());
   const int64_t now = now_ms / 1000;
-  size_t done = 0;
-  for (; done < charges.size(); ++done) {
-    const Charge& ch = charges[done];
+  const size_t n = charges.size();
+  // Every counter's lock at once, taken in one order (shards by index, then entries by address;
+  // single-counter paths take a shard before an entry too), so checking and reserving are one
+  // step: no request sees a reservation that is then taken back.
+  std::array<LocalCounterEntry*, 16> small{};
+  std::vector<LocalCounterEntry*> large;
+  std::span<LocalCounterEntry*> entry(small.data(), std::min(n, small.size()));
+  if (n > small.size()) {
+    large.assign(n, nullptr);
+    entry = large;
+  }
+  uint32_t shards = 0;  // of counters known by name only: held throughout (sweep() may remove them)
+  for (size_t i = 0; i < n; ++i) {
+    if (charges[i].local) {
+      entry[i] = pinnedEntry(charges[i]);
+    } else {
+      shards |= 1u << static_cast<uint32_t>(&shard(charges[i].counter) - shards_.data());
+    }
+  }
+  for (uint32_t m = shards; m != 0; m &= m - 1) shards_[static_cast<size_t>(std::countr_zero(m))].mu.lock();
+  for (size_t i = 0; i < n; ++i) {
+    if (!entry[i]) entry[i] = &entryLocked(shard(charges[i].counter), charges[i].counter);
+  }
+  std::array<LocalCounterEntry*, 16> order_small{};
+  std::vector<LocalCounterEntry*> order_large;
+  std::span<LocalCounterEntry*> order(order_small.data(), entry.size());
+  if (n > order_small.size()) {
+    order_large.assign(entry.begin(), entry.end());
+    order = order_large;
+  } else {
+    std::copy(entry.begin(), entry.end(), order.begin());
+  }
+  // Insertion sort: a request has a handful of counters.
+  for (size_t i = 1; i < order.size(); ++i) {
+    for (size_t j = i; j > 0 && order[j] < order[j - 1]; --j) std::swap(order[j], order[j - 1]);
+  }
+  const auto locked_end = std::unique(order.begin(), order.end());
+  for (auto it = order.begin(); it != locked_end; ++it) (*it)->mu.lock();
+  struct Unlock {
+    std::span<LocalCounterEntry*> entries;
+    LocalCounters* self;
+    uint32_t shards;
+    ~Unlock() {
+      for (LocalCounterEntry* e : entries) e->mu.unlock();
+      for (uint32_t m = shards; m != 0; m &= m - 1) self->shards_[static_cast<size_t>(std::countr_zero(m))].mu.unlock();
+    }
+  } unlock{std::span<LocalCounterEntry*>(order.begin(), locked_end), this, shards};
+
+  // What each counter holds, plus what earlier charges of this request on the same counter add.
+  std::array<int64_t, 16> used_small{};
+  std::vector<int64_t> used_large;
+  std::span<int64_t> used(used_small.data(), entry.size());
+  if (n > used_small.size()) {
+    used_large.assign(n, 0);
+    used = used_large;
+  }
+  for (size_t i = 0; i < n && a.refused < 0; ++i) {
+    const Charge& ch = charges[i];
     const int64_t limit = scaledLimit(ch.limit, share);
-    const bool fits = with(ch, [&](LocalCounter& c) {
-      const int64_t u = usedLocked(c, ch.window, now_ms);
-      if (u + ch.amount > limit) {
-        a.refused = static_cast<int>(done);
-        a.used = u;
-        if (ch.window != Window::kMinute) {
-          a.retry_after_ms = periodEndMs(ch.window, now_ms) - now_ms;
-        } else if (ch.amount > limit) {
-          a.retry_after_ms = 60'000;
-        } else {
-          std::vector<std::pair<int64_t, int64_t>> live;
-          for (const LocalCounter::Slot& sl : c.slots) {
-            if (c.live(sl.sec) && sl.val != 0) live.emplace_back(sl.sec, sl.val);
-          }
-          std::sort(live.begin(), live.end());
-          int64_t freed = 0;
-          a.retry_after_ms = 1000;
-          for (const auto& [sec, val] : live) {
-            freed += val;
-            if (u - freed + ch.amount <= limit) {
-              a.retry_after_ms = std::max<int64_t>(1, (sec + 60) * 1000 - now_ms);
-              break;
-            }
-          }
-        }
-        return false;
+    int64_t u = usedLocked(entry[i]->c, ch.window, now_ms);
+    for (size_t j = 0; j < i; ++j) {
+      if (entry[j] == entry[i]) u += charges[j].amount;
+    }
+    used[i] = u;
+    if (u + ch.amount <= limit) continue;
+    a.refused = static_cast<int>(i);
+    a.used = u;
+    if (ch.window != Window::kMinute) {
+      a.retry_after_ms = periodEndMs(ch.window, now_ms) - now_ms;
+    } else if (ch.amount > limit) {
+      a.retry_after_ms = 60'000;
+    } else {
+      // When enough of the window's seconds have left it for this request to fit.
+      const LocalCounter& c = entry[i]->c;
+      std::vector<std::pair<int64_t, int64_t>> live;
+      for (const LocalCounter::Slot& sl : c.slots) {
+        if (c.live(sl.sec) && sl.val != 0) live.emplace_back(sl.sec, sl.val);
       }
-      if (ch.window == Window::kMinute) {
-        c.add(now, ch.amount);
-        a.reset_ms[done] = (std::min(now, c.oldestLive()) + 60) * 1000 - now_ms;
-      } else {
-        const int64_t p = periodId(ch.window, now_ms);
-        if (c.period != p) {
-          c.period = p;
-          c.period_used = 0;
+      std::sort(live.begin(), live.end());
+      int64_t freed = 0;
+      a.retry_after_ms = 1000;
+      for (const auto& [sec, val] : live) {
+        freed += val;
+        if (u - freed + ch.amount <= limit) {
+          a.retry_after_ms = std::max<int64_t>(1, (sec + 60) * 1000 - now_ms);
+          break;
         }
-        c.period_used += ch.amount;
-        a.reset_ms[done] = periodEndMs(ch.window, now_ms) - now_ms;
       }
-      a.remaining[done] = std::max<int64_t>(0, limit - u - ch.amount);
-      return true;
-    });
-    if (!fits) break;
+    }
   }
   if (a.refused >= 0) {
-    // Undo what was reserved before the refusal.
-    std::vector<int64_t> undo(done);
-    for (size_t i = 0; i < done; ++i) undo[i] = -charges[i].amount;
-    adjust(charges.first(done), undo, now_ms, now_ms);
-    // What every counter has left without this request (for the x-ratelimit-* headers).
-    for (size_t i = 0; i < charges.size(); ++i) {
+    // Nothing reserved; what every counter has left without this request (for the headers).
+    for (size_t i = 0; i < n; ++i) {
       const Charge& ch = charges[i];
-      if (static_cast<int>(i) == a.refused) {
-        a.remaining[i] = std::max<int64_t>(0, scaledLimit(ch.limit, share) - a.used);
-        a.reset_ms[i] = a.retry_after_ms;
-        continue;
-      }
-      with(ch, [&](LocalCounter& c) {
-        a.remaining[i] = std::max<int64_t>(0, scaledLimit(ch.limit, share) - usedLocked(c, ch.window, now_ms));
-        a.reset_ms[i] = ch.window == Window::kMinute ? (std::min(now, c.oldestLive()) + 60) * 1000 - now_ms
-                                                     : periodEndMs(ch.window, now_ms) - now_ms;
-      });
+      const LocalCounter& c = entry[i]->c;
+      a.remaining[i] = std::max<int64_t>(0, scaledLimit(ch.limit, share) - usedLocked(entry[i]->c, ch.window, now_ms));
+      a.reset_ms[i] = static_cast<int>(i) == a.refused ? a.retry_after_ms
+                      : ch.window == Window::kMinute   ? (std::min(now, c.oldestLive()) + 60) * 1000 - now_ms
+                                                       : periodEndMs(ch.window, now_ms) - now_ms;
     }
     return a;
+  }
+  for (size_t i = 0; i < n; ++i) {
+    const Charge& ch = charges[i];
+    LocalCounter& c = entry[i]->c;
+    const int64_t u = used[i];  // the window was advanced to now by the check
+    if (ch.window == Window::kMinute) {
+      c.add(now, ch.amount);
+      a.reset_ms[i] = (std::min(now, c.oldestLive()) + 60) * 1000 - now_ms;
+    } else {
+      const int64_t p = periodId(ch.window, now_ms);
+      if (c.period != p) {
+        c.period = p;
+        c.period_used = 0;
+      }
+      c.period_used += ch.amount;
+      a.reset_ms[i] = periodEndMs(ch.window, now_ms) - now_ms;
+    }
+    a.remaining[i] = std::max<int64_t>(0, scaledLimit(ch.limit, share) - u - ch.amount);
   }
   a.admitted = true;
   return a;

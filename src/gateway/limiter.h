@@ -137,6 +137,8 @@ class LocalCounters {
   };
   Shard& shard(std::string_view key);
   LocalCounterEntry& entryLocked(Shard& s, std::string_view key);
+  // The entry a charge's memo names (resolved and pinned on first use; no lock held after).
+  LocalCounterEntry* pinnedEntry(const Charge& ch);
   // Runs fn(counter) with the counter's mutex held.
   template <class F>
   auto with(const Charge& ch, F&& fn);

@@ -76,6 +76,40 @@ TEST(LocalCounters, RollingMinuteNeverAdmitsMoreThanTheLimitInAnyWindow) {
   }
 }
 
+// A reservation is one step over all its counters: a request refused by its second counter never
+// shows its first counter as taken to a concurrent request (which would be refused for nothing).
+TEST(LocalCounters, ARefusedRequestNeverHoldsACounterAnotherRequestNeeds) {
+  LocalCounters c;
+  const int64_t now = 1'800'000'000'000;
+  const CounterName shared_name("t:atom:r"), full_name("k:atom:t");
+  Charge full{full_name.name, Window::kMinute, Scope::kKey, true, 10, 10};
+  full.local = &full_name.local;
+  ASSERT_TRUE(c.reserve(std::span<const Charge>(&full, 1), now).admitted);  // now at its limit
+  // One request a time fits the shared counter (limit 1).
+  Charge shared{shared_name.name, Window::kMinute, Scope::kTeam, false, 1, 1};
+  shared.local = &shared_name.local;
+  const Charge refused_pair[2] = {shared, Charge{full_name.name, Window::kMinute, Scope::kKey, true, 10, 1, &full_name.local}};
+  constexpr int kRounds = 100'000;
+  std::atomic<bool> stop{false};
+  std::thread refused_requests([&] {
+    while (!stop.load(std::memory_order_relaxed)) ASSERT_FALSE(c.reserve(refused_pair, now).admitted);
+  });
+  int spurious = 0;
+  for (int i = 0; i < kRounds; ++i) {
+    const Admission a = c.reserve(std::span<const Charge>(&shared, 1), now);
+    if (!a.admitted) {
+      ++spurious;
+      continue;
+    }
+    const int64_t back = -1;
+    c.adjust(std::span<const Charge>(&shared, 1), std::span<const int64_t>(&back, 1), a.stamp_ms, now);
+  }
+  stop = true;
+  refused_requests.join();
+  EXPECT_EQ(spurious, 0);
+  EXPECT_EQ(c.used(shared, now), 0);
+}
+
 TEST(LocalCounters, RefusalSaysWhenToRetryAndUndoesPartialReservations) {
   LocalCounters c;
   const int64_t t0 = 1'800'000'000'000;
