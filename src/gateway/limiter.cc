@@ -174,13 +174,24 @@ Admission LocalCounters::reserve(std::span<const Charge> charges, int64_t now_ms
   const size_t n = charges.size();
   // Every counter's lock at once, taken in one order (shards by index, then entries by address;
   // single-counter paths take a shard before an entry too), so checking and reserving are one
-  // step: no request sees a reservation that is then taken back.
-  std::array<LocalCounterEntry*, 16> small{};
-  std::vector<LocalCounterEntry*> large;
-  std::span<LocalCounterEntry*> entry(small.data(), std::min(n, small.size()));
-  if (n > small.size()) {
-    large.assign(n, nullptr);
-    entry = large;
+  // step: no request sees a reservation that is then taken back. Everything that allocates is
+  // done before a lock is taken or under the guard that releases them.
+  constexpr size_t kInline = 16;
+  static_assert(std::tuple_size_v<decltype(shards_)> <= 32, "shards are a 32-bit mask");
+  std::array<LocalCounterEntry*, kInline> entry_small{}, order_small{};
+  std::array<int64_t, kInline> used_small{};
+  std::vector<LocalCounterEntry*> entry_large, order_large;
+  std::vector<int64_t> used_large;
+  const size_t inline_n = std::min(n, kInline);
+  std::span<LocalCounterEntry*> entry(entry_small.data(), inline_n), order(order_small.data(), inline_n);
+  std::span<int64_t> used(used_small.data(), inline_n);
+  if (n > kInline) {
+    entry_large.assign(n, nullptr);
+    order_large.assign(n, nullptr);
+    used_large.assign(n, 0);
+    entry = entry_large;
+    order = order_large;
+    used = used_large;
   }
   uint32_t shards = 0;  // of counters known by name only: held throughout (sweep() may remove them)
   for (size_t i = 0; i < n; ++i) {
@@ -190,43 +201,36 @@ Admission LocalCounters::reserve(std::span<const Charge> charges, int64_t now_ms
       shards |= 1u << static_cast<uint32_t>(&shard(charges[i].counter) - shards_.data());
     }
   }
-  for (uint32_t m = shards; m != 0; m &= m - 1) shards_[static_cast<size_t>(std::countr_zero(m))].mu.lock();
+  struct Unlock {
+    LocalCounters* self;
+    uint32_t shards = 0;                 // locked
+    std::span<LocalCounterEntry*> held;  // locked entries
+    ~Unlock() {
+      for (LocalCounterEntry* e : held) e->mu.unlock();
+      for (uint32_t m = shards; m != 0; m &= m - 1) self->shards_[static_cast<size_t>(std::countr_zero(m))].mu.unlock();
+    }
+  } unlock{this, 0, {}};
+  for (uint32_t m = shards; m != 0; m &= m - 1) {
+    const uint32_t k = static_cast<uint32_t>(std::countr_zero(m));
+    shards_[k].mu.lock();
+    unlock.shards |= 1u << k;
+  }
   for (size_t i = 0; i < n; ++i) {
     if (!entry[i]) entry[i] = &entryLocked(shard(charges[i].counter), charges[i].counter);
   }
-  std::array<LocalCounterEntry*, 16> order_small{};
-  std::vector<LocalCounterEntry*> order_large;
-  std::span<LocalCounterEntry*> order(order_small.data(), entry.size());
-  if (n > order_small.size()) {
-    order_large.assign(entry.begin(), entry.end());
-    order = order_large;
-  } else {
-    std::copy(entry.begin(), entry.end(), order.begin());
-  }
-  // Insertion sort: a request has a handful of counters.
+  std::copy(entry.begin(), entry.end(), order.begin());
+  // Insertion sort (a request has a handful of counters), by std::less: a total order of pointers.
+  const std::less<LocalCounterEntry*> before;
   for (size_t i = 1; i < order.size(); ++i) {
-    for (size_t j = i; j > 0 && order[j] < order[j - 1]; --j) std::swap(order[j], order[j - 1]);
+    for (size_t j = i; j > 0 && before(order[j], order[j - 1]); --j) std::swap(order[j], order[j - 1]);
   }
-  const auto locked_end = std::unique(order.begin(), order.end());
-  for (auto it = order.begin(); it != locked_end; ++it) (*it)->mu.lock();
-  struct Unlock {
-    std::span<LocalCounterEntry*> entries;
-    LocalCounters* self;
-    uint32_t shards;
-    ~Unlock() {
-      for (LocalCounterEntry* e : entries) e->mu.unlock();
-      for (uint32_t m = shards; m != 0; m &= m - 1) self->shards_[static_cast<size_t>(std::countr_zero(m))].mu.unlock();
-    }
-  } unlock{std::span<LocalCounterEntry*>(order.begin(), locked_end), this, shards};
+  const size_t distinct = static_cast<size_t>(std::unique(order.begin(), order.end()) - order.begin());
+  for (size_t i = 0; i < distinct; ++i) {
+    order[i]->mu.lock();
+    unlock.held = order.first(i + 1);
+  }
 
   // What each counter holds, plus what earlier charges of this request on the same counter add.
-  std::array<int64_t, 16> used_small{};
-  std::vector<int64_t> used_large;
-  std::span<int64_t> used(used_small.data(), entry.size());
-  if (n > used_small.size()) {
-    used_large.assign(n, 0);
-    used = used_large;
-  }
   for (size_t i = 0; i < n && a.refused < 0; ++i) {
     const Charge& ch = charges[i];
     const int64_t limit = scaledLimit(ch.limit, share);

@@ -110,7 +110,29 @@ TEST(LocalCounters, ARefusedRequestNeverHoldsACounterAnotherRequestNeeds) {
   EXPECT_EQ(c.used(shared, now), 0);
 }
 
-TEST(LocalCounters, RefusalSaysWhenToRetryAndUndoesPartialReservations) {
+// Many counters (more than are held inline), known by name, one of them charged twice: the
+// charges on one counter add up, and a refusal reserves nothing on any of them.
+TEST(LocalCounters, ManyCountersAndACounterChargedTwiceAreOneStep) {
+  LocalCounters c;
+  const int64_t now = 1'800'000'000'000;
+  std::vector<std::string> names;
+  for (int i = 0; i < 20; ++i) names.push_back("u:many:" + std::to_string(i));
+  std::vector<Charge> charges;
+  for (const auto& name : names) charges.push_back(Charge{name, Window::kMinute, Scope::kUser, true, 100, 30});
+  charges.push_back(Charge{names[3], Window::kMinute, Scope::kUser, true, 100, 30});  // u:many:3 again: 60
+  ASSERT_TRUE(c.reserve(charges, now).admitted);
+  EXPECT_EQ(c.used(charges[3], now), 60);
+  EXPECT_EQ(c.used(charges[19], now), 30);
+  const Admission second = c.reserve(charges, now);  // u:many:3 would reach 120, at its second charge
+  ASSERT_FALSE(second.admitted);
+  EXPECT_EQ(second.refused, 20);
+  EXPECT_EQ(second.used, 90);  // 60 held + the 30 of its first charge in this request
+  EXPECT_EQ(second.remaining[3], 40);
+  EXPECT_EQ(second.remaining[20], 40);
+  for (size_t i = 0; i < names.size(); ++i) EXPECT_EQ(c.used(charges[i], now), i == 3 ? 60 : 30) << i;
+}
+
+TEST(LocalCounters, RefusalSaysWhenToRetryAndReservesNothing) {
   LocalCounters c;
   const int64_t t0 = 1'800'000'000'000;
   Charge both[2] = {Charge{"k:a:r", Window::kMinute, Scope::kKey, false, 100, 1}, minuteCharge(50, 40)};
@@ -120,7 +142,7 @@ TEST(LocalCounters, RefusalSaysWhenToRetryAndUndoesPartialReservations) {
   EXPECT_EQ(refused.refused, 1);
   EXPECT_EQ(refused.used, 40);
   EXPECT_EQ(refused.retry_after_ms, 50'000);  // when the t0 bucket leaves the window
-  // The request counter (index 0) was rolled back: one request used, not two.
+  // Nothing of the refused request stays on the request counter (index 0): one request, not two.
   EXPECT_EQ(c.used(both[0], t0 + 10'000), 1);
   // Past the window everything fits again.
   EXPECT_TRUE(c.reserve(both, t0 + 61'000).admitted);
