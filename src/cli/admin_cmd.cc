@@ -87,30 +87,16 @@ std::optional<int64_t> parseTimeArg(const std::string& s) {
   std::string t = s;
   if (!t.empty() && (t.back() == 'Z' || t.back() == 'z')) t.pop_back();
   if (t.size() > 10 && (t[10] == 'T' || t[10] == 't')) t[10] = ' ';
+  static constexpr std::pair<size_t, const char*> kForms[] = {
+      {10, "%Y-%m-%d"}, {16, "%Y-%m-%d %H:%M"}, {19, "%Y-%m-%d %H:%M:%S"}};
   struct tm tm {};
-  int n = 0;
-  const size_t len = t.size();
-  if (len == 10) {
-    if (std::sscanf(t.c_str(), "%4d-%2d-%2d%n", &tm.tm_year, &tm.tm_mon, &tm.tm_mday, &n) != 3) return std::nullopt;
-  } else if (len == 16) {
-    if (std::sscanf(t.c_str(), "%4d-%2d-%2d %2d:%2d%n", &tm.tm_year, &tm.tm_mon, &tm.tm_mday, &tm.tm_hour, &tm.tm_min,
-                    &n) != 5) {
-      return std::nullopt;
-    }
-  } else if (len == 19) {
-    if (std::sscanf(t.c_str(), "%4d-%2d-%2d %2d:%2d:%2d%n", &tm.tm_year, &tm.tm_mon, &tm.tm_mday, &tm.tm_hour,
-                    &tm.tm_min, &tm.tm_sec, &n) != 6) {
-      return std::nullopt;
-    }
-  } else {
-    return std::nullopt;
+  bool parsed = false;
+  for (const auto& [len, format] : kForms) {
+    if (t.size() != len) continue;
+    const char* end = strptime(t.c_str(), format, &tm);
+    parsed = end != nullptr && *end == '\0';
   }
-  if (static_cast<size_t>(n) != len || tm.tm_mon < 1 || tm.tm_mon > 12 || tm.tm_mday < 1 || tm.tm_mday > 31 ||
-      tm.tm_hour > 23 || tm.tm_min > 59 || tm.tm_sec > 60) {
-    return std::nullopt;
-  }
-  tm.tm_year -= 1900;
-  tm.tm_mon -= 1;
+  if (!parsed) return std::nullopt;
   struct tm given = tm;
   const time_t t_s = timegm(&tm);
   // timegm rolls 2026-02-31 over to March: such a date is not a time.

@@ -1499,11 +1499,12 @@ void GovWorker::rateLimitHeaders(const GovTicket& t, std::vector<net::HttpHeader
   };
   emit(req, 0);
   emit(tok, 1);
-  if (a.refused >= 0) {
-    const int64_t secs = std::max<int64_t>(1, (a.retry_after_ms + 999) / 1000);
-    out.push_back({"retry-after", std::to_string(secs)});
-    out.push_back({"retry-after-ms", std::to_string(std::max<int64_t>(1, a.retry_after_ms))});
-  }
+  if (a.refused >= 0) appendRetryAfter(out, a.retry_after_ms);
+}
+
+void appendRetryAfter(std::vector<net::HttpHeader>& out, int64_t retry_after_ms) {
+  out.push_back({"retry-after", std::to_string(std::max<int64_t>(1, (retry_after_ms + 999) / 1000))});
+  out.push_back({"retry-after-ms", std::to_string(std::max<int64_t>(1, retry_after_ms))});
 }
 
 }  // namespace infera::gateway

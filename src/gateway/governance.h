@@ -95,6 +95,9 @@ class ResponseCache {
 
 // Cache key over the model and the body with object keys sorted and whitespace removed; empty
 // when the body cannot be normalised.
+// retry-after (whole seconds, rounded up) and retry-after-ms, as OpenAI sends them on a 429.
+void appendRetryAfter(std::vector<net::HttpHeader>& out, int64_t retry_after_ms);
+
 // `team`: empty for a cache shared by all teams.
 std::string cacheKey(std::string_view model, std::string_view body, std::string_view team = {});
 

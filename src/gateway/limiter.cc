@@ -285,12 +285,7 @@ Admission LocalCounters::reserve(std::span<const Charge> charges, int64_t now_ms
       c.add(now, ch.amount);
       a.reset_ms[i] = (std::min(now, c.oldestLive()) + 60) * 1000 - now_ms;
     } else {
-      const int64_t p = periodId(ch.window, now_ms);
-      if (c.period != p) {
-        c.period = p;
-        c.period_used = 0;
-      }
-      c.period_used += ch.amount;
+      c.periodUse(periodId(ch.window, now_ms)) += ch.amount;
       a.reset_ms[i] = periodEndMs(ch.window, now_ms) - now_ms;
     }
     a.remaining[i] = std::max<int64_t>(0, scaledLimit(ch.limit, share) - u - ch.amount);
@@ -325,22 +320,15 @@ void LocalCounters::seed(const Charge& ch, int64_t used, int64_t now_ms) {
   if (ch.window == Window::kMinute) return;
   with(ch, [&](LocalCounter& c) {
     const int64_t p = periodId(ch.window, now_ms);
-    if (c.period != p) {
-      c.period = p;
-      c.period_used = used;
-    }
+    if (c.period != p) c.periodUse(p) = used;
   });
 }
 
 void LocalCounters::raiseTo(const Charge& ch, int64_t used, int64_t now_ms) {
   if (ch.window == Window::kMinute) return;
   with(ch, [&](LocalCounter& c) {
-    const int64_t p = periodId(ch.window, now_ms);
-    if (c.period != p) {
-      c.period = p;
-      c.period_used = 0;
-    }
-    c.period_used = std::max(c.period_used, used);
+    int64_t& u = c.periodUse(periodId(ch.window, now_ms));
+    u = std::max(u, used);
   });
 }
 

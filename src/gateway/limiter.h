@@ -99,6 +99,14 @@ struct LocalCounter {
   void advance(int64_t now);            // moves `latest` up to now, dropping what left the window
   void add(int64_t s, int64_t amount);  // into second s's slot (restarted if it held another second)
   int64_t oldestLive() const;           // oldest live second holding something (latest if none)
+  // A day/month counter's use in period p (periodId): restarted at 0 when p is a new period.
+  int64_t& periodUse(int64_t p) {
+    if (period != p) {
+      period = p;
+      period_used = 0;
+    }
+    return period_used;
+  }
 };
 
 class LocalCounters;

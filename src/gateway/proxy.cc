@@ -663,10 +663,7 @@ Task<void> ProxyHandler::forward(Exchange& x, const std::vector<uint32_t>& candi
   if (last_status == 429) {
     // Only when no backend got the request (an earlier attempt that did was work done).
     if (x.ticket && !x.sent_upstream) x.ticket->refused_by_deployments = true;
-    if (dep_retry_ms >= 0) {
-      x.extra.push_back({"retry-after", std::to_string(std::max<int64_t>(1, (dep_retry_ms + 999) / 1000))});
-      x.extra.push_back({"retry-after-ms", std::to_string(std::max<int64_t>(1, dep_retry_ms))});
-    }
+    if (dep_retry_ms >= 0) appendRetryAfter(x.extra, dep_retry_ms);
   }
   co_await sendError(x, last_status, last_message, last_status == 429 ? limit_type : "server_error", last_code);
 }
