@@ -64,6 +64,7 @@ void readGovernance(ConfigReader& g, GovernanceConfig& gc) {
   g.optional("redis_timeout_ms", gc.redis_timeout_ms, 1, 10'000);
   g.optionalEnum("redis_fallback", gc.redis_fallback, {"local", "open", "closed"});
   g.optional("replicas", gc.replicas, 1, 10'000);
+  g.optional("redis_lease_ms", gc.redis_lease_ms, 0, 1'000);
   g.optional("user_header", gc.user_header);
   g.object("cache", [&](ConfigReader& c) {
     gc.cache.enabled = true;

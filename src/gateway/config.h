@@ -122,6 +122,9 @@ struct GovernanceConfig {
   int64_t redis_timeout_ms = 50;
   std::string redis_fallback = "local";  // local (a 1/replicas share) | open | closed
   int replicas = 1;                      // replicas sharing the limits (for the local share)
+  // Leases (RedisLeases): each worker reserves ~this much of its traffic ahead in Redis; 0 = one
+  // Redis decision per admission.
+  int64_t redis_lease_ms = 100;
   std::string user_header = "x-infera-user";
   CacheConfig cache;
 };

@@ -368,6 +368,14 @@ Status Governance::init(obs::MetricsRegistry& metrics) {
                                                "Admissions decided by one Redis script call.", {},
                                                {1, 2, 4, 8, 16, 32, 64, 128})
                               ->histogram();
+  redis_leases = metrics
+                     .counterFamily("infera_ratelimit_redis_leases_total",
+                                    "Leases granted: capacity a worker reserved in Redis ahead of its requests.")
+                     ->counter();
+  redis_lease_admissions = metrics
+                               .counterFamily("infera_ratelimit_redis_lease_admissions_total",
+                                              "Admissions decided from a lease, without a Redis call.")
+                               ->counter();
   usage_dropped = metrics.counterFamily("infera_usage_write_failures_total",
                                         "Usage batches that could not be written (kept and retried).")
                       ->counter();
@@ -872,7 +880,14 @@ AdminReply Governance::adminLocked(std::string_view method, std::string_view tar
 // ---------------- GovWorker ----------------
 
 GovWorker::GovWorker(Governance& g, int shard, net::asio::io_context& ctx)
-    : g_(g), shard_(shard), ctx_(ctx), snapshot_(g.snapshot()), flush_timer_(ctx) {
+    : g_(g),
+      shard_(shard),
+      ctx_(ctx),
+      snapshot_(g.snapshot()),
+      flush_timer_(ctx),
+      leases_(g.config_.redis.empty() ? 0 : g.config_.redis_lease_ms,
+              g.config_.replicas * static_cast<int>(g.usage_buffers_.size())),
+      lease_timer_(ctx) {
   std::random_device rd;
   call_prefix_ = std::to_string((static_cast<uint64_t>(rd()) << 32) | rd()) + "-" + std::to_string(shard) + "-";
   if (!g_.config_.redis.empty()) {
@@ -889,6 +904,8 @@ GovWorker::GovWorker(Governance& g, int shard, net::asio::io_context& ctx)
 GovWorker::~GovWorker() {
   *alive_ = false;
   flush_timer_.cancel();
+  lease_timer_.cancel();
+  leases_.endAll(pending_);  // what the leases did not use goes back
   flushAdjustments();  // spawned with its own reference to the client, before it closes
   if (redis_) redis_->close();
 }
@@ -1115,6 +1132,14 @@ net::Task<Admission> GovWorker::reserveRemote(std::span<const Charge> charges) {
     a.stamp_ms = nowMs();
     co_return a;
   }
+  // Away from the limits a lease of this worker's usually has room for all the charges.
+  if (leases_.enabled()) {
+    Admission a;
+    if (leases_.take(charges, nowMs(), a)) {
+      g_.redis_lease_admissions->inc(shard_);
+      co_return a;
+    }
+  }
   // Joins the next batch: the admissions queued before the loop gets back to the batch's posted
   // handler go to Redis in one script call. While kMaxCallsInFlight calls are out, new admissions
   // wait for one of them to come back (group commit): under load the calls grow instead of
@@ -1162,6 +1187,11 @@ net::Task<void> GovWorker::runBatch(std::vector<PendingAdmission*> batch) {
     std::vector<std::span<const Charge>> admissions;
     admissions.reserve(n);
     for (size_t i = 0; i < n; ++i) admissions.push_back(batch[start + i]->charges);
+    // Leases ride along as admissions of their own, after the requests' (one counter each, so a
+    // lease that does not fit refuses nothing else).
+    std::vector<Charge> leases;
+    leases_.plan(admissions, now, leases);
+    for (const Charge& l : leases) admissions.push_back(std::span(&l, 1));
     ReserveCall rc;
     const std::string call_id = call_prefix_ + std::to_string(++call_seq_);
     buildReserveCall(admissions, now, call_id, rc);
@@ -1181,12 +1211,23 @@ net::Task<void> GovWorker::runBatch(std::vector<PendingAdmission*> batch) {
       ok = decided.ok();
       if (!ok) why = decided.status().message();
       may_have_run = !ok;
+      if (ok) {
+        leases_.observe(admissions, *decided, now);
+        for (size_t k = 0; k < leases.size(); ++k) {
+          Admission& l = (*decided)[n + k];
+          l.key_ms = now;
+          if (!l.admitted) continue;
+          leases_.grant(leases[k], l, now, pending_);
+          g_.redis_leases->inc(shard_);
+        }
+      }
       for (size_t i = 0; i < n && ok; ++i) {
         PendingAdmission& p = *batch[start + i];
         p.result = std::move((*decided)[i]);
         p.result.key_ms = now;  // period keys were named with this clock; adjust must use the same
         p.done = true;
       }
+      if (ok && !leases.empty()) tendLeases();
     }
     if (ok) {
       if (g_.redis_down.exchange(false)) INFERA_LOG(g_.log, info, "Redis rate limiting is back");
@@ -1235,9 +1276,27 @@ void GovWorker::adjust(std::span<const Charge> charges, std::span<const int64_t>
     g_.local_.adjust(charges, delta, a.stamp_ms, nowMs());
     return;
   }
+  // A refund of a reservation made in the second of a live lease goes back into the lease.
+  std::array<int64_t, 16> rest{};
+  if (leases_.enabled() && charges.size() <= rest.size()) {
+    const int64_t now = nowMs();
+    bool left = false;
+    for (size_t i = 0; i < charges.size() && i < delta.size(); ++i) {
+      rest[i] = delta[i];
+      if (delta[i] < 0 && leases_.giveBack(charges[i], -delta[i], a.stamp_ms, a.key_ms, now)) rest[i] = 0;
+      left = left || rest[i] != 0;
+    }
+    if (!left) return;
+    delta = std::span<const int64_t>(rest.data(), std::min(charges.size(), delta.size()));
+  }
   // Batched: one script call carries the adjustments of every request that ended in the last
   // kAdjustBatchMs (or kAdjustBatchMax of them).
   pending_.add(charges, delta, a.stamp_ms, a.key_ms);
+  scheduleFlush();
+}
+
+void GovWorker::scheduleFlush() {
+  if (pending_.size() == 0) return;
   if (pending_.size() >= kAdjustBatchMax) {
     flushAdjustments();
   } else if (!flush_scheduled_) {
@@ -1249,6 +1308,20 @@ void GovWorker::adjust(std::span<const Charge> charges, std::span<const int64_t>
       flushAdjustments();
     });
   }
+}
+
+void GovWorker::tendLeases() {
+  const int64_t now = nowMs();
+  const int64_t next = leases_.expire(now, pending_);
+  scheduleFlush();
+  if (next == std::numeric_limits<int64_t>::max() || next >= lease_timer_at_) return;
+  lease_timer_at_ = next;
+  lease_timer_.expires_after(std::chrono::milliseconds(std::max<int64_t>(0, next - now)));
+  lease_timer_.async_wait([this, alive = alive_](const boost::system::error_code& ec) {
+    if (ec || !*alive) return;
+    lease_timer_at_ = std::numeric_limits<int64_t>::max();
+    tendLeases();
+  });
 }
 
 void GovWorker::flushAdjustments() {

@@ -11,6 +11,7 @@
 #include <condition_variable>
 #include <functional>
 #include <list>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -142,6 +143,11 @@ class GovWorker {
  private:
   void adjust(std::span<const Charge> charges, std::span<const int64_t> delta, const Admission& a);
   void flushAdjustments();
+  // Sends the pending adjustments within kAdjustBatchMs (at once beyond kAdjustBatchMax of them).
+  void scheduleFlush();
+  // Ends the leases that expired (what they had left goes back to Redis) and arms lease_timer_
+  // for the next one to expire.
+  void tendLeases();
   struct PendingAdmission {
     std::span<const Charge> charges;
     Admission result;
@@ -205,6 +211,9 @@ class GovWorker {
   PendingAdjustments pending_;  // adjustments not yet sent
   net::asio::steady_timer flush_timer_;
   bool flush_scheduled_ = false;
+  RedisLeases leases_;
+  net::asio::steady_timer lease_timer_;
+  int64_t lease_timer_at_ = std::numeric_limits<int64_t>::max();  // local ms it is armed for
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
   struct UsageCounters {
     obs::Counter* prompt;
@@ -267,6 +276,8 @@ class Governance {
   obs::Counter* seed_refreshes = nullptr;  // the store's quota figures for Redis, rebuilt
   obs::Histogram* redis_call_seconds = nullptr;    // one admission script call, send to reply
   obs::Histogram* redis_call_admissions = nullptr;  // admissions decided by one call
+  obs::Counter* redis_leases = nullptr;            // leases granted (RedisLeases)
+  obs::Counter* redis_lease_admissions = nullptr;  // admissions decided from a lease, without a call
   obs::Counter* usage_dropped = nullptr;
   obs::Counter* cache_hits = nullptr;
   obs::Counter* cache_misses = nullptr;

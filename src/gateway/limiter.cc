@@ -6,6 +6,7 @@
 #include <cmath>
 #include <ctime>
 #include <functional>
+#include <limits>
 
 namespace infera::gateway {
 
@@ -1045,6 +1046,227 @@ void PendingAdjustments::take(std::string_view call_id, std::vector<std::string>
   }
   sums_.clear();
   if (keys.empty()) args.clear();
+}
+
+// ---------------- RedisLeases ----------------
+
+void RedisLeases::Entry::count(int64_t now_ms, int64_t amount) {
+  const int64_t s = now_ms / 1000;
+  if (s != sec) {
+    used_prev = s == sec + 1 ? used_sec : 0;
+    used_sec = 0;
+    sec = s;
+  }
+  used_sec += amount;
+}
+
+Charge RedisLeases::Entry::charge() const {
+  Charge c;
+  c.counter = counter;
+  c.window = window;
+  c.limit = limit;
+  return c;
+}
+
+RedisLeases::Entry* RedisLeases::find(const Charge& c) {
+  const auto it = entries_.find(c.counter);
+  return it == entries_.end() || it->second.window != c.window ? nullptr : &it->second;
+}
+
+RedisLeases::Entry& RedisLeases::entry(const Charge& c) {
+  auto it = entries_.find(c.counter);
+  if (it == entries_.end()) {
+    it = entries_.emplace(std::string(c.counter), Entry{}).first;
+    it->second.counter = it->first;
+    it->second.window = c.window;
+  } else if (it->second.window != c.window) {
+    // The same name counted over another window now (a budget's period changed): a new counter.
+    // A live lease of the old window gives back what it had left with the next expire().
+    if (it->second.live) replaced_.push_back(it->second);
+    it->second = Entry{};
+    it->second.counter = it->first;
+    it->second.window = c.window;
+  }
+  return it->second;
+}
+
+void RedisLeases::end(Entry& e, PendingAdjustments& back) {
+  if (e.live && e.left > 0) {
+    const Charge c = e.charge();
+    const int64_t d = -e.left;
+    back.add(std::span(&c, 1), std::span(&d, 1), e.stamp_ms, e.key_ms);
+  }
+  e.live = false;
+  e.left = 0;
+}
+
+bool RedisLeases::take(std::span<const Charge> charges, int64_t now_ms, Admission& a) {
+  constexpr size_t kMax = 16;
+  if (!enabled() || charges.empty() || charges.size() > kMax) return false;
+  std::array<Entry*, kMax> es{};
+  for (size_t i = 0; i < charges.size(); ++i) {
+    const Charge& c = charges[i];
+    Entry* e = find(c);
+    // A lease of this counter, still live, with room, reserved under the same limit, in the same
+    // Redis second as the others (one stamp for the request's reconciliation).
+    if (e == nullptr || !e->live || !e->usable(now_ms) || e->left < c.amount || e->limit != c.limit ||
+        e->stamp_ms / 1000 != (i == 0 ? e : es[0])->stamp_ms / 1000) {
+      return false;
+    }
+    es[i] = e;
+  }
+  // Day/month counters: one local time names all their keys on reconciliation.
+  int64_t key_ms = es[0]->key_ms;
+  for (size_t i = 0; i < charges.size(); ++i) {
+    if (charges[i].window != Window::kMinute) {
+      key_ms = es[i]->key_ms;
+      break;
+    }
+  }
+  for (size_t i = 0; i < charges.size(); ++i) {
+    const Window w = charges[i].window;
+    if (w != Window::kMinute &&
+        (periodId(w, es[i]->key_ms) != periodId(w, key_ms) || periodId(w, key_ms) != periodId(w, now_ms))) {
+      return false;
+    }
+  }
+  a = Admission{};
+  a.admitted = true;
+  a.stamp_ms = es[0]->stamp_ms;
+  a.key_ms = key_ms;
+  a.remaining.resize(charges.size());
+  a.reset_ms.resize(charges.size());
+  for (size_t i = 0; i < charges.size(); ++i) {
+    Entry& e = *es[i];
+    e.left -= charges[i].amount;
+    e.count(now_ms, charges[i].amount);
+    // Redis holds the whole lease; what is left of it is not used.
+    a.remaining[i] = std::max<int64_t>(0, e.limit - (e.use_after - e.left));
+    a.reset_ms[i] = e.window == Window::kMinute ? std::max<int64_t>(0, e.reset_at_ms - now_ms)
+                                                : periodEndMs(e.window, now_ms) - now_ms;
+  }
+  return true;
+}
+
+void RedisLeases::plan(std::span<const std::span<const Charge>> admissions, int64_t now_ms, std::vector<Charge>& out) {
+  if (!enabled()) return;
+  struct Seen {
+    Entry* e;
+    const Charge* first;
+    int64_t sum = 0;
+    int64_t largest = 0;
+  };
+  std::vector<Seen> seen;
+  for (const auto& charges : admissions) {
+    for (const Charge& c : charges) {
+      Entry& e = entry(c);
+      e.count(now_ms, c.amount);
+      size_t i = 0;
+      while (i < seen.size() && seen[i].e != &e) ++i;
+      if (i == seen.size()) seen.push_back({&e, &c});
+      seen[i].sum += c.amount;
+      seen[i].largest = std::max(seen[i].largest, c.amount);
+    }
+  }
+  for (const Seen& s : seen) {
+    const Entry& e = *s.e;
+    // A lease with room still serves this counter (the admission came for another one's sake).
+    if (e.live && e.usable(now_ms) && e.left >= 2 * s.largest) continue;
+    // Only with a recent answer for this counter: the cap needs what it had left.
+    if (e.headroom_ms < 0 || now_ms - e.headroom_ms > 1000) continue;
+    // This worker's use of the counter over lease_ms (by the last second, or this one so far),
+    // at least four times this call's.
+    int64_t want = std::max(e.used_prev, e.used_sec) * lease_ms_ / 1000;
+    want = std::max(want, 4 * s.sum);
+    // Every holder taking its cap leaves the counter most of what it had left.
+    const int64_t cap = (e.headroom - s.sum) / (8 * static_cast<int64_t>(holders_));
+    want = std::min(want, cap);
+    if (want < 2 * std::max<int64_t>(1, s.largest)) continue;
+    Charge lease = *s.first;
+    lease.amount = want;
+    out.push_back(lease);
+  }
+}
+
+void RedisLeases::observe(std::span<const std::span<const Charge>> admissions, std::span<const Admission> decided,
+                          int64_t now_ms) {
+  if (!enabled()) return;
+  // The last admission on a counter saw what it had left after the call.
+  std::vector<const Entry*> done;
+  for (size_t a = std::min(admissions.size(), decided.size()); a-- > 0;) {
+    const Admission& d = decided[a];
+    if (d.remaining.size() != admissions[a].size()) continue;
+    for (size_t i = 0; i < admissions[a].size(); ++i) {
+      Entry& e = entry(admissions[a][i]);
+      if (std::find(done.begin(), done.end(), &e) != done.end()) continue;
+      done.push_back(&e);
+      e.headroom = d.remaining[i];
+      e.headroom_ms = now_ms;
+    }
+  }
+}
+
+void RedisLeases::grant(const Charge& lease, const Admission& a, int64_t sent_ms, PendingAdjustments& back) {
+  if (!enabled() || !a.admitted || a.remaining.size() != 1 || a.reset_ms.size() != 1) return;
+  Entry& e = entry(lease);
+  // Redis reserved it in second a.stamp_ms / 1000, no earlier than the call was sent: it can be
+  // used until that second ends, measured from the sending.
+  const int64_t expires = sent_ms + (1000 - a.stamp_ms % 1000);
+  const bool same = e.live && e.stamp_ms / 1000 == a.stamp_ms / 1000 && e.limit == lease.limit &&
+                    (lease.window == Window::kMinute || periodId(lease.window, e.key_ms) == periodId(lease.window, a.key_ms));
+  if (same) {
+    e.left += lease.amount;
+  } else {
+    end(e, back);
+    e.live = true;
+    e.left = lease.amount;
+    e.stamp_ms = a.stamp_ms;
+    e.key_ms = a.key_ms;
+    e.limit = lease.limit;
+  }
+  e.expires_ms = std::min(same ? e.expires_ms : expires, expires);
+  e.use_after = lease.limit - a.remaining[0];
+  e.reset_at_ms = sent_ms + a.reset_ms[0];
+}
+
+bool RedisLeases::giveBack(const Charge& c, int64_t refund, int64_t stamp_ms, int64_t key_ms, int64_t now_ms) {
+  if (!enabled() || refund <= 0) return false;
+  Entry* e = find(c);
+  if (e == nullptr || !e->live || !e->usable(now_ms) || e->stamp_ms / 1000 != stamp_ms / 1000) return false;
+  if (c.window != Window::kMinute && periodId(c.window, e->key_ms) != periodId(c.window, key_ms)) return false;
+  e->left += refund;
+  return true;
+}
+
+int64_t RedisLeases::expire(int64_t now_ms, PendingAdjustments& back) {
+  for (Entry& e : replaced_) end(e, back);
+  replaced_.clear();
+  int64_t next = std::numeric_limits<int64_t>::max();
+  for (auto it = entries_.begin(); it != entries_.end();) {
+    Entry& e = it->second;
+    if (e.live && !e.usable(now_ms)) end(e, back);
+    if (e.live) {
+      next = std::min(next, e.expires_ms);
+    } else if (e.sec < now_ms / 1000 - 5 && now_ms - e.headroom_ms > 5'000) {
+      // Idle (names built per request, e.g. header-named users, must not pile up).
+      it = entries_.erase(it);
+      continue;
+    }
+    ++it;
+  }
+  return next;
+}
+
+void RedisLeases::endAll(PendingAdjustments& back) {
+  for (Entry& e : replaced_) end(e, back);
+  replaced_.clear();
+  for (auto& [name, e] : entries_) end(e, back);
+}
+
+size_t RedisLeases::live() const {
+  size_t n = 0;
+  for (const auto& [name, e] : entries_) n += e.live ? 1 : 0;
+  return n;
 }
 
 std::string formatResetDuration(int64_t ms) {

@@ -7,9 +7,11 @@
 // ever admits more than the limit (plus what reconciliation adds beyond a reservation); day and
 // month quotas are calendar (UTC) periods.
 //
-// Counters live in this process (LocalCounters, shared by all workers) or in Redis (one EVALSHA
-// per admission, see RedisCounters), with LocalCounters as the fallback while Redis is down.
+// Counters live in this process (LocalCounters, shared by all workers) or in Redis (the reserve
+// script decides the admissions a worker queued while its previous call was out, and grants leases,
+// see RedisLeases), with LocalCounters as the fallback while Redis is down.
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstdint>
@@ -227,6 +229,80 @@ class PendingAdjustments {
     }
   };
   std::unordered_map<Id, int64_t, IdHash, IdEq> sums_;
+};
+
+// Leases: capacity one worker reserved in Redis ahead of its requests, so that away from the
+// limits most admissions are decided in the worker without a Redis call. A lease is an ordinary
+// admission of the reserve script (one counter, an amount sized to cover `lease_ms` of this
+// worker's recent traffic on it, at most 1/(8 x holders) of what the counter had left), so Redis
+// never holds more than the limit: what a lease reserved and its requests did not use goes back to
+// Redis when it ends. A lease lives until the end of the Redis second that reserved it (its
+// requests are counted in that second's bucket, as if each had called Redis then), and a refund of
+// a reservation made in that second goes back into it. Near a limit leases shrink and stop (the
+// cap), and every admission goes to Redis again. One per worker, used from its thread only.
+class RedisLeases {
+ public:
+  // lease_ms 0: no leases. holders: the workers of every replica sharing the limits.
+  RedisLeases(int64_t lease_ms, int holders) : lease_ms_(lease_ms), holders_(std::max(1, holders)) {}
+  bool enabled() const { return lease_ms_ > 0; }
+
+  // Admits `charges` from live leases, all or none (every charge needs a lease of the same Redis
+  // second with enough left). Fills `a` like a Redis decision and returns true.
+  bool take(std::span<const Charge> charges, int64_t now_ms, Admission& a);
+  // The leases to ask for in a call carrying `admissions` (appended to `out`, one Charge per
+  // counter, amount = the lease): counters whose lease is missing or nearly used, sized by this
+  // worker's use of the counter in the last second, capped by what the counter had left in the
+  // latest answer. Also counts the admissions' amounts (the next leases' sizes).
+  void plan(std::span<const std::span<const Charge>> admissions, int64_t now_ms, std::vector<Charge>& out);
+  // After a call: what each counter had left (the call's last admission on it tells), for the
+  // next leases' cap.
+  void observe(std::span<const std::span<const Charge>> admissions, std::span<const Admission> decided,
+               int64_t now_ms);
+  // Installs a lease the call granted (`a`: its decision; `a.stamp_ms` Redis's time, `a.key_ms`
+  // the local time that named its keys). A lease it replaces gives back what it had left (`back`).
+  void grant(const Charge& lease, const Admission& a, int64_t now_ms, PendingAdjustments& back);
+  // Puts a refund (-delta > 0) of a reservation made at stamp_ms back into the counter's live
+  // lease of that second. False if there is none (the refund goes to Redis).
+  bool giveBack(const Charge& c, int64_t refund, int64_t stamp_ms, int64_t key_ms, int64_t now_ms);
+  // Ends the leases that expired by now_ms: what they had left goes to `back` (to Redis). Drops
+  // counters idle for seconds. Returns when the next live lease expires (INT64_MAX if none).
+  int64_t expire(int64_t now_ms, PendingAdjustments& back);
+  // Ends every lease now (shutdown): what they had left goes to `back`.
+  void endAll(PendingAdjustments& back);
+  size_t live() const;
+
+ private:
+  struct Entry {
+    std::string counter;
+    Window window = Window::kMinute;
+    // The live lease (left >= 0 while live).
+    bool live = false;
+    int64_t left = 0;
+    int64_t stamp_ms = 0;     // Redis's time when it was reserved (its bucket second)
+    int64_t key_ms = 0;       // local time that named a day/month counter's key
+    int64_t expires_ms = 0;   // local time
+    int64_t limit = 0;
+    int64_t use_after = 0;    // the counter's use in Redis after the call, the lease included
+    int64_t reset_at_ms = 0;  // local time capacity starts to come back (minute counters)
+    // What the counter had left in the latest answer, and when (local time).
+    int64_t headroom = 0;
+    int64_t headroom_ms = -1;
+    // This worker's use of the counter: amounts in local second `sec`, and in the one before.
+    int64_t sec = 0;
+    int64_t used_sec = 0;
+    int64_t used_prev = 0;
+    void count(int64_t now_ms, int64_t amount);
+    // Before its end, which is never more than a second away (a clock stepped back ends it).
+    bool usable(int64_t now_ms) const { return now_ms < expires_ms && expires_ms - now_ms <= 1000; }
+    Charge charge() const;
+  };
+  Entry& entry(const Charge& c);
+  Entry* find(const Charge& c);
+  void end(Entry& e, PendingAdjustments& back);
+  int64_t lease_ms_;
+  int holders_;
+  std::unordered_map<std::string, Entry, TransparentStringHash, std::equal_to<>> entries_;
+  std::vector<Entry> replaced_;  // live leases of a counter whose window changed, to give back
 };
 
 // "1s", "6m0s", "250ms" (the form OpenAI uses in x-ratelimit-reset-*).

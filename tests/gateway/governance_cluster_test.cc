@@ -123,9 +123,13 @@ TEST(GovernanceCluster, ThreeReplicasSharingRedisAdmitTheTpmOnceNotThreeTimes) {
   // The warm-up calls (max_tokens 0: a few prompt tokens each) share the window; allow for them.
   EXPECT_GE(r.admitted_tokens, kTpm * 95 / 100 - 60);
   EXPECT_LE(r.admitted_tokens, kTpm * 105 / 100);
-  double fallbacks = 0;
-  for (auto& g : replicas) fallbacks += g->metricSum("infera_ratelimit_fallback_total");
+  double fallbacks = 0, from_leases = 0;
+  for (auto& g : replicas) {
+    fallbacks += g->metricSum("infera_ratelimit_fallback_total");
+    from_leases += g->metricSum("infera_ratelimit_redis_lease_admissions_total");
+  }
   EXPECT_EQ(fallbacks, 0);
+  std::printf("three replicas: %.0f admissions decided from leases\n", from_leases);
 }
 
 // The reserve script straight against a real Redis: one call deciding admissions of two keys
@@ -727,6 +731,66 @@ TEST(GovernanceCluster, RedisCountersRefuseAndReconcileLikeInProcessOnes) {
   EXPECT_EQ(errorCode(last), "budget_exceeded");
   EXPECT_EQ(gw->metricSum("infera_ratelimit_fallback_total"), 0);
   EXPECT_EQ(gw->metricSum("infera_ratelimit_redis_errors_total"), 0);
+}
+
+// Leases: a busy worker far from its limits takes most admissions from capacity it reserved in
+// Redis ahead, so a call no longer comes with every group of admissions; the requests' headers
+// still count every request; and once the leases have ended Redis holds exactly what the requests
+// used, on the minute counters and on the daily quota: nothing a lease reserved and did not use.
+TEST(GovernanceCluster, LeasesAdmitWithoutACallAndLeaveRedisWithWhatWasUsed) {
+  auto redis = testing::RedisServer::start();
+  ASSERT_TRUE(redis);
+  auto rc = store::RedisClient::connect(*store::parseRedisUrl(redis->url()));
+  ASSERT_TRUE(rc.ok()) << rc.status().message();
+  auto emu = startEmulator();
+  ASSERT_TRUE(emu);
+  auto gw = startGov(govConfig(emu->url(), "sqlite:" + tempPath("leases.db"), "  redis: " + redis->url() + "\n"));
+  ASSERT_TRUE(gw);
+  constexpr int64_t kRpm = 1'000'000, kBigTpm = 100'000'000, kDaily = 1'000'000'000;
+  const std::string key =
+      makeKey(*gw, "lease", json{{"rpm", kRpm}, {"tpm", kBigTpm}, {"daily_tokens", kDaily}}, json::object());
+  constexpr int kThreads = 4, kEach = 500;
+  std::atomic<int64_t> tokens{0}, ok{0}, bad_headers{0};
+  std::vector<std::thread> pool;
+  for (int t = 0; t < kThreads; ++t) {
+    pool.emplace_back([&] {
+      TestClient client(gw->port());
+      for (int i = 0; i < kEach; ++i) {
+        auto r = client.request("POST", "/v1/chat/completions", chat("m1", 5),
+                                {{"authorization", "Bearer " + key}, {"content-type", "application/json"}});
+        if (!r || r->status != 200) continue;
+        ++ok;
+        tokens += json::parse(r->body)["usage"]["total_tokens"].get<int64_t>();
+        // What is left counts this request, and at most the requests sent and what the other
+        // worker's leases hold unused.
+        const int64_t left = std::atoll(r->header("x-ratelimit-remaining-requests").c_str());
+        if (left >= kRpm || left < kRpm - 2 * kThreads * kEach) ++bad_headers;
+      }
+    });
+  }
+  for (auto& th : pool) th.join();
+  ASSERT_EQ(ok.load(), kThreads * kEach);
+  EXPECT_EQ(bad_headers.load(), 0);
+  const double from_leases = gw->metricSum("infera_ratelimit_redis_lease_admissions_total");
+  const double by_calls = gw->metricSum("infera_ratelimit_redis_call_admissions_sum");
+  const double calls = gw->metricSum("infera_ratelimit_redis_call_admissions_count");
+  std::printf("leases: %.0f admissions from leases, %.0f in %.0f calls, %.0f leases\n", from_leases, by_calls, calls,
+              gw->metricSum("infera_ratelimit_redis_leases_total"));
+  EXPECT_EQ(from_leases + by_calls, static_cast<double>(kThreads * kEach));
+  EXPECT_GT(from_leases, by_calls);
+  EXPECT_LT(calls, kThreads * kEach / 4);
+  EXPECT_EQ(gw->metricSum("infera_ratelimit_fallback_total"), 0);
+  // Every lease ends with its Redis second and gives back what it did not use; reconciliations go
+  // within 10 ms: then Redis holds the requests and the tokens they used, nothing more.
+  const std::string day = "infera:rl:t:lease:d:" + std::to_string(periodId(Window::kDay, SystemClock::instance().unixMillis()));
+  auto held = [&] {
+    auto d = (*rc)->command({"GET", day});
+    return summaryTotal(summaryOf(**rc, "t:lease:r")) + " " + summaryTotal(summaryOf(**rc, "t:lease:t")) + " " +
+           (d.ok() ? d->str : "?");
+  };
+  const std::string want = std::to_string(kThreads * kEach) + " " + std::to_string(tokens.load()) + " " +
+                           std::to_string(tokens.load());
+  EXPECT_TRUE(waitFor([&] { return held() == want; }, std::chrono::seconds(5))) << held() << " != " << want;
 }
 
 TEST(GovernanceCluster, TheCacheIsSharedThroughRedis) {

@@ -396,6 +396,149 @@ TEST(PendingAdjustments, SumsPerCounterAndSecondUnderTheCountersRedisKeys) {
   EXPECT_TRUE(args.empty());
 }
 
+// A worker's leases, without Redis: admissions come from them only when every charge has room in
+// a lease of the same Redis second; leases are sized by the worker's traffic and capped by what
+// the counter had left; what a lease did not use goes back when it ends.
+TEST(RedisLeases, AdmitOnlyWithRoomOnEveryChargeAndGiveBackWhatIsLeft) {
+  RedisLeases leases(100, 1);
+  const int64_t t0 = 1'799'971'200'000;  // 2027-01-15 00:00:00 UTC (local and Redis clocks alike here)
+  const Charge req{"k:a:r", Window::kMinute, Scope::kKey, false, 1'000, 1};
+  const Charge tok{"k:a:t", Window::kMinute, Scope::kKey, true, 100'000, 50};
+  const Charge day{"t:b:d", Window::kDay, Scope::kDaily, true, 1'000'000, 50};
+  const Charge charges[3] = {req, tok, day};
+  const std::span<const Charge> one(charges);
+  const std::vector<std::span<const Charge>> batch{one};
+  Admission a;
+  EXPECT_FALSE(leases.take(charges, t0, a));
+  // No answer yet: nothing tells how much a counter has left, so no lease is asked for.
+  std::vector<Charge> asked;
+  leases.plan(batch, t0, asked);
+  EXPECT_TRUE(asked.empty());
+  // The call's answer: what each counter had left after it.
+  Admission decided;
+  decided.admitted = true;
+  decided.remaining = {999, 99'950, 999'950};
+  decided.reset_ms = {60'000, 60'000, 86'400'000};
+  leases.observe(batch, std::span(&decided, 1), t0);
+  leases.plan(batch, t0 + 10, asked);
+  // Four times the call's amounts (the worker has no second of traffic behind it yet), under the
+  // caps (1/8 of what was left).
+  ASSERT_EQ(asked.size(), 3u);
+  EXPECT_EQ(asked[0].counter, "k:a:r");
+  EXPECT_EQ(asked[0].amount, 4);
+  EXPECT_EQ(asked[1].amount, 200);
+  EXPECT_EQ(asked[2].amount, 200);
+  // Redis grants them in its second t0/1000, at t0 + 300 by its clock: usable until that second ends.
+  PendingAdjustments back;
+  for (size_t i = 0; i < asked.size(); ++i) {
+    Admission g;
+    g.admitted = true;
+    g.stamp_ms = t0 + 300;
+    g.key_ms = t0 + 10;
+    g.remaining = {charges[i].limit - 1'000};  // the counter's use: 1,000 with the lease
+    g.reset_ms = {59'000};
+    leases.grant(asked[i], g, t0 + 10, back);
+  }
+  EXPECT_EQ(leases.live(), 3u);
+  EXPECT_EQ(back.size(), 0u);
+  // Four requests fit in the request lease (and in 200 tokens).
+  for (int i = 0; i < 4; ++i) {
+    ASSERT_TRUE(leases.take(charges, t0 + 20 + i, a)) << i;
+    EXPECT_TRUE(a.admitted);
+    EXPECT_EQ(a.stamp_ms, t0 + 300);
+    EXPECT_EQ(a.key_ms, t0 + 10);
+    ASSERT_EQ(a.remaining.size(), 3u);
+    // Redis's 1,000 less what the lease still holds unused.
+    EXPECT_EQ(a.remaining[0], 1'000 - (1'000 - (3 - i)));
+    EXPECT_EQ(a.remaining[1], 100'000 - (1'000 - (200 - 50 * (i + 1))));
+    EXPECT_EQ(a.reset_ms[0], 59'000 - (10 + i));
+  }
+  // The fifth finds the request lease used up: all or nothing, the token leases keep their room.
+  EXPECT_FALSE(leases.take(charges, t0 + 30, a));
+  // A refund of a reservation made in the lease's second goes back into it; one of another second
+  // does not.
+  EXPECT_TRUE(leases.giveBack(tok, 30, t0 + 999, t0 + 10, t0 + 40));
+  EXPECT_FALSE(leases.giveBack(tok, 30, t0 - 1, t0 + 10, t0 + 40));
+  EXPECT_TRUE(leases.giveBack(req, 1, t0 + 500, t0 + 10, t0 + 40));
+  // Room for a request again, but 30 tokens are not 50: nothing taken.
+  EXPECT_FALSE(leases.take(charges, t0 + 50, a));
+  // At the end of Redis's second (700 ms after the sending: the second had 700 ms left) each lease
+  // gives back what it did not use: a request and 30 tokens on the minute counters, nothing on the
+  // day's.
+  EXPECT_EQ(leases.expire(t0 + 709, back), t0 + 710);
+  EXPECT_EQ(leases.live(), 3u);
+  EXPECT_FALSE(leases.take(charges, t0 + 710, a));
+  EXPECT_EQ(leases.expire(t0 + 710, back), std::numeric_limits<int64_t>::max());
+  EXPECT_EQ(leases.live(), 0u);
+  std::vector<std::string> keys, args;
+  back.take("give-back", keys, args);
+  std::map<std::string, std::string> got;  // key|window|second -> delta
+  for (size_t i = 0; i < keys.size(); ++i) got[keys[i] + "|" + args[1 + 3 * i] + "|" + args[2 + 3 * i]] = args[3 + 3 * i];
+  const std::string s0 = std::to_string(t0 / 1000);
+  EXPECT_EQ(got, (std::map<std::string, std::string>{{"infera:rl:k:a:r|0|" + s0, "-1"},
+                                                     {"infera:rl:k:a:t|0|" + s0, "-30"}}));
+}
+
+TEST(RedisLeases, SizedByTrafficCappedByWhatIsLeftAndNoneNearALimit) {
+  const int64_t t0 = 1'799'971'200'000;
+  const Charge tok{"k:a:t", Window::kMinute, Scope::kKey, true, 100'000, 10};
+  const std::vector<Charge> one_request{tok};
+  const std::vector<std::span<const Charge>> batch{std::span<const Charge>(one_request)};
+  auto answer = [&](RedisLeases& l, int64_t left, int64_t now) {
+    Admission d;
+    d.admitted = true;
+    d.remaining = {left};
+    d.reset_ms = {60'000};
+    l.observe(batch, std::span(&d, 1), now);
+  };
+  {
+    // A second of 2,000 tokens through this worker: a 100 ms lease is 200 of them.
+    RedisLeases l(100, 1);
+    for (int i = 0; i < 200; ++i) {
+      std::vector<Charge> ignored;
+      l.plan(batch, t0 + i, ignored);
+    }
+    answer(l, 90'000, t0 + 1'000);
+    std::vector<Charge> asked;
+    l.plan(batch, t0 + 1'000, asked);
+    ASSERT_EQ(asked.size(), 1u);
+    EXPECT_EQ(asked[0].amount, 200);
+  }
+  {
+    // The cap: 1/(8 x holders) of what the counter had left, 4 holders.
+    RedisLeases l(100, 4);
+    for (int i = 0; i < 200; ++i) {
+      std::vector<Charge> ignored;
+      l.plan(batch, t0 + i, ignored);
+    }
+    answer(l, 3'210, t0 + 1'000);
+    std::vector<Charge> asked;
+    l.plan(batch, t0 + 1'000, asked);
+    ASSERT_EQ(asked.size(), 1u);
+    EXPECT_EQ(asked[0].amount, (3'210 - 10) / 32);
+    // Nearer the limit a lease would not cover two requests: none.
+    answer(l, 600, t0 + 1'001);
+    asked.clear();
+    l.plan(batch, t0 + 1'001, asked);
+    EXPECT_TRUE(asked.empty());
+    // An answer older than a second is no guide.
+    answer(l, 90'000, t0 + 1'002);
+    asked.clear();
+    l.plan(batch, t0 + 2'003, asked);
+    EXPECT_TRUE(asked.empty());
+  }
+  {
+    // Off: nothing asked, nothing taken.
+    RedisLeases l(0, 1);
+    answer(l, 90'000, t0);
+    std::vector<Charge> asked;
+    l.plan(batch, t0, asked);
+    EXPECT_TRUE(asked.empty());
+    Admission a;
+    EXPECT_FALSE(l.take(one_request, t0, a));
+  }
+}
+
 TEST(ResetDuration, OpenAiStyle) {
   EXPECT_EQ(formatResetDuration(0), "0s");
   EXPECT_EQ(formatResetDuration(250), "250ms");
