@@ -1227,7 +1227,8 @@ net::Task<void> GovWorker::runBatch(std::vector<PendingAdmission*> batch) {
         p.result.key_ms = now;  // period keys were named with this clock; adjust must use the same
         p.done = true;
       }
-      if (ok && !leases.empty()) tendLeases();
+      // Also once a second without leases: counters that went idle are dropped.
+      if (ok && leases_.enabled() && (!leases.empty() || now - leases_tended_ms_ >= 1000)) tendLeases();
     }
     if (ok) {
       if (g_.redis_down.exchange(false)) INFERA_LOG(g_.log, info, "Redis rate limiting is back");
@@ -1312,6 +1313,7 @@ void GovWorker::scheduleFlush() {
 
 void GovWorker::tendLeases() {
   const int64_t now = nowMs();
+  leases_tended_ms_ = now;
   const int64_t next = leases_.expire(now, pending_);
   scheduleFlush();
   if (next == std::numeric_limits<int64_t>::max() || next >= lease_timer_at_) return;

@@ -214,6 +214,7 @@ class GovWorker {
   RedisLeases leases_;
   net::asio::steady_timer lease_timer_;
   int64_t lease_timer_at_ = std::numeric_limits<int64_t>::max();  // local ms it is armed for
+  int64_t leases_tended_ms_ = 0;
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
   struct UsageCounters {
     obs::Counter* prompt;

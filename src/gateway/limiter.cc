@@ -1174,9 +1174,12 @@ void RedisLeases::plan(std::span<const std::span<const Charge>> admissions, int6
     if (e.live && e.usable(now_ms) && e.left >= 2 * s.largest) continue;
     // Only with a recent answer for this counter: the cap needs what it had left.
     if (e.headroom_ms < 0 || now_ms - e.headroom_ms > 1000) continue;
-    // This worker's use of the counter over lease_ms (by the last second, or this one so far),
-    // at least four times this call's.
-    int64_t want = std::max(e.used_prev, e.used_sec) * lease_ms_ / 1000;
+    // Only for a counter this worker is busy with (four requests' worth in the last second or this
+    // one so far): a lease for a request now and then would only come back unused.
+    const int64_t recent = std::max(e.used_prev, e.used_sec);
+    if (recent < 4 * s.largest) continue;
+    // This worker's use of the counter over lease_ms, at least four times this call's.
+    int64_t want = recent * lease_ms_ / 1000;
     want = std::max(want, 4 * s.sum);
     // Every holder taking its cap leaves the counter most of what it had left.
     const int64_t cap = (e.headroom - s.sum) / (8 * static_cast<int64_t>(holders_));

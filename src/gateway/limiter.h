@@ -270,6 +270,7 @@ class RedisLeases {
   // Ends every lease now (shutdown): what they had left goes to `back`.
   void endAll(PendingAdjustments& back);
   size_t live() const;
+  size_t size() const { return entries_.size(); }  // counters known (live leases or recent traffic)
 
  private:
   struct Entry {

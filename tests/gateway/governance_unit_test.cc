@@ -414,6 +414,10 @@ TEST(RedisLeases, AdmitOnlyWithRoomOnEveryChargeAndGiveBackWhatIsLeft) {
   std::vector<Charge> asked;
   leases.plan(batch, t0, asked);
   EXPECT_TRUE(asked.empty());
+  // Two more requests: four in this second, enough traffic for leases (but still no answer).
+  leases.plan(batch, t0 + 1, asked);
+  leases.plan(batch, t0 + 2, asked);
+  EXPECT_TRUE(asked.empty());
   // The call's answer: what each counter had left after it.
   Admission decided;
   decided.admitted = true;
@@ -421,8 +425,8 @@ TEST(RedisLeases, AdmitOnlyWithRoomOnEveryChargeAndGiveBackWhatIsLeft) {
   decided.reset_ms = {60'000, 60'000, 86'400'000};
   leases.observe(batch, std::span(&decided, 1), t0);
   leases.plan(batch, t0 + 10, asked);
-  // Four times the call's amounts (the worker has no second of traffic behind it yet), under the
-  // caps (1/8 of what was left).
+  // Four times the call's amounts (more than 100 ms of the worker's five requests this second),
+  // under the caps (1/8 of what was left).
   ASSERT_EQ(asked.size(), 3u);
   EXPECT_EQ(asked[0].counter, "k:a:r");
   EXPECT_EQ(asked[0].amount, 4);
@@ -526,6 +530,34 @@ TEST(RedisLeases, SizedByTrafficCappedByWhatIsLeftAndNoneNearALimit) {
     asked.clear();
     l.plan(batch, t0 + 2'003, asked);
     EXPECT_TRUE(asked.empty());
+  }
+  {
+    // A counter this worker sends a request now and then gets no lease.
+    RedisLeases l(100, 1);
+    std::vector<Charge> asked;
+    for (int i = 0; i < 3; ++i) {
+      answer(l, 90'000, t0 + 1'000 * i);
+      l.plan(batch, t0 + 1'000 * i, asked);
+    }
+    EXPECT_TRUE(asked.empty());
+  }
+  {
+    // Counters named per request (users named by a header) are forgotten once idle for seconds.
+    RedisLeases l(100, 1);
+    std::vector<std::string> names;
+    for (int i = 0; i < 100; ++i) names.push_back("t:a:u:user-" + std::to_string(i) + ":t");
+    std::vector<Charge> asked;
+    for (const std::string& n : names) {
+      const Charge c{n, Window::kMinute, Scope::kUser, true, 100'000, 10};
+      l.plan(std::vector<std::span<const Charge>>{std::span(&c, 1)}, t0, asked);
+    }
+    EXPECT_EQ(l.size(), 100u);
+    PendingAdjustments back;
+    l.expire(t0 + 1'000, back);
+    EXPECT_EQ(l.size(), 100u);
+    l.expire(t0 + 10'000, back);
+    EXPECT_EQ(l.size(), 0u);
+    EXPECT_EQ(back.size(), 0u);
   }
   {
     // Off: nothing asked, nothing taken.
