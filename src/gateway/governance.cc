@@ -905,9 +905,35 @@ GovWorker::~GovWorker() {
   *alive_ = false;
   flush_timer_.cancel();
   lease_timer_.cancel();
-  leases_.endAll(pending_);  // what the leases did not use goes back
-  flushAdjustments();  // spawned with its own reference to the client, before it closes
-  if (redis_) redis_->close();
+  if (!redis_) return;
+  // What the leases did not use and the reconciliations not yet sent go to Redis now, blocking:
+  // the worker's loop stops right after its handler is gone, so a spawned call would never run.
+  leases_.endAll(pending_);
+  std::vector<std::string> keys, args;
+  pending_.take(call_prefix_ + "a" + std::to_string(++adjust_seq_), keys, args);
+  if (!keys.empty()) {
+    Status s = Status::ok();
+    auto addr = store::parseRedisUrl(g_.config_.redis);
+    if (addr.ok()) {
+      auto rc = store::RedisClient::connect(
+          *addr, std::chrono::milliseconds(std::max<int64_t>(g_.config_.redis_timeout_ms, 200)));
+      if (rc.ok()) {
+        auto r = (*rc)->eval(adjustScript(), keys, args);
+        if (!r.ok()) s = r.status();
+        else if (r->type == store::RedisReply::Type::kError) s = Status::internal(r->str);
+      } else {
+        s = rc.status();
+      }
+    } else {
+      s = addr.status();
+    }
+    if (!s.isOk()) {
+      g_.redis_errors->inc(shard_);
+      INFERA_LOG(g_.log, warn, "rate limits: {} reconciliations not given back to Redis at shutdown: {}",
+                 keys.size(), s.message());
+    }
+  }
+  redis_->close();
 }
 
 const GovernanceConfig& GovWorker::config() const { return g_.config_; }
@@ -1227,8 +1253,6 @@ net::Task<void> GovWorker::runBatch(std::vector<PendingAdmission*> batch) {
         p.result.key_ms = now;  // period keys were named with this clock; adjust must use the same
         p.done = true;
       }
-      // Also once a second without leases: counters that went idle are dropped.
-      if (ok && leases_.enabled() && (!leases.empty() || now - leases_tended_ms_ >= 1000)) tendLeases();
     }
     if (ok) {
       if (g_.redis_down.exchange(false)) INFERA_LOG(g_.log, info, "Redis rate limiting is back");
@@ -1254,6 +1278,9 @@ net::Task<void> GovWorker::runBatch(std::vector<PendingAdmission*> batch) {
                    g_.config_.redis_fallback);
       }
     }
+    // After leases were granted, and once a second whatever happened (also while Redis is down):
+    // counters that went idle are dropped.
+    if (leases_.enabled() && ((ok && !leases.empty()) || now - leases_tended_ms_ >= 1000)) tendLeases();
     answer(std::span(batch).subspan(start, n), now);
     finish.answered = start + n;
   }

@@ -1141,7 +1141,7 @@ bool RedisLeases::take(std::span<const Charge> charges, int64_t now_ms, Admissio
     e.left -= charges[i].amount;
     e.count(now_ms, charges[i].amount);
     // Redis holds the whole lease; what is left of it is not used.
-    a.remaining[i] = std::max<int64_t>(0, e.limit - (e.use_after - e.left));
+    a.remaining[i] = std::clamp<int64_t>(e.limit - (e.use_after - e.left), 0, e.limit);
     a.reset_ms[i] = e.window == Window::kMinute ? std::max<int64_t>(0, e.reset_at_ms - now_ms)
                                                 : periodEndMs(e.window, now_ms) - now_ms;
   }
@@ -1205,12 +1205,24 @@ void RedisLeases::observe(std::span<const std::span<const Charge>> admissions, s
       done.push_back(&e);
       e.headroom = d.remaining[i];
       e.headroom_ms = now_ms;
+      // A live lease's figures for its requests' headers: the counter's use now (the lease still in
+      // it) and when capacity comes back.
+      if (e.live && e.limit == admissions[a][i].limit && i < d.reset_ms.size()) {
+        e.use_after = e.limit - d.remaining[i];
+        if (e.window == Window::kMinute) e.reset_at_ms = now_ms + d.reset_ms[i];
+      }
     }
   }
 }
 
 void RedisLeases::grant(const Charge& lease, const Admission& a, int64_t sent_ms, PendingAdjustments& back) {
-  if (!enabled() || !a.admitted || a.remaining.size() != 1 || a.reset_ms.size() != 1) return;
+  if (!a.admitted) return;
+  if (!enabled() || a.remaining.size() != 1 || a.reset_ms.size() != 1) {
+    // Reserved in Redis but of no use here: back it goes.
+    const int64_t d = -lease.amount;
+    back.add(std::span(&lease, 1), std::span(&d, 1), a.stamp_ms, a.key_ms);
+    return;
+  }
   Entry& e = entry(lease);
   // Redis reserved it in second a.stamp_ms / 1000, no earlier than the call was sent: it can be
   // used until that second ends, measured from the sending.
@@ -1227,7 +1239,8 @@ void RedisLeases::grant(const Charge& lease, const Admission& a, int64_t sent_ms
     e.key_ms = a.key_ms;
     e.limit = lease.limit;
   }
-  e.expires_ms = std::min(same ? e.expires_ms : expires, expires);
+  // Both are no later than the end of that second: the later is the closer.
+  e.expires_ms = same ? std::max(e.expires_ms, expires) : expires;
   e.use_after = lease.limit - a.remaining[0];
   e.reset_at_ms = sent_ms + a.reset_ms[0];
 }

@@ -410,13 +410,10 @@ TEST(RedisLeases, AdmitOnlyWithRoomOnEveryChargeAndGiveBackWhatIsLeft) {
   const std::vector<std::span<const Charge>> batch{one};
   Admission a;
   EXPECT_FALSE(leases.take(charges, t0, a));
-  // No answer yet: nothing tells how much a counter has left, so no lease is asked for.
+  // Four requests in this second, traffic enough for leases; but no answer yet tells how much a
+  // counter has left, so none is asked for.
   std::vector<Charge> asked;
-  leases.plan(batch, t0, asked);
-  EXPECT_TRUE(asked.empty());
-  // Two more requests: four in this second, enough traffic for leases (but still no answer).
-  leases.plan(batch, t0 + 1, asked);
-  leases.plan(batch, t0 + 2, asked);
+  for (int i = 0; i < 4; ++i) leases.plan(batch, t0 + i, asked);
   EXPECT_TRUE(asked.empty());
   // The call's answer: what each counter had left after it.
   Admission decided;
@@ -525,11 +522,15 @@ TEST(RedisLeases, SizedByTrafficCappedByWhatIsLeftAndNoneNearALimit) {
     asked.clear();
     l.plan(batch, t0 + 1'001, asked);
     EXPECT_TRUE(asked.empty());
-    // An answer older than a second is no guide.
+    // An answer older than a second is no guide (traffic enough this second).
     answer(l, 90'000, t0 + 1'002);
     asked.clear();
-    l.plan(batch, t0 + 2'003, asked);
+    for (int i = 0; i < 10; ++i) l.plan(batch, t0 + 2'003 + i, asked);
     EXPECT_TRUE(asked.empty());
+    // A fresh one is.
+    answer(l, 90'000, t0 + 2'013);
+    l.plan(batch, t0 + 2'014, asked);
+    EXPECT_EQ(asked.size(), 1u);
   }
   {
     // A counter this worker sends a request now and then gets no lease.
