@@ -492,29 +492,27 @@ TEST(RedisLeases, SizedByTrafficCappedByWhatIsLeftAndNoneNearALimit) {
     d.reset_ms = {60'000};
     l.observe(batch, std::span(&d, 1), now);
   };
-  {
-    // A second of 2,000 tokens through this worker: a 100 ms lease is 200 of them.
-    RedisLeases l(100, 1);
-    for (int i = 0; i < 200; ++i) {
-      std::vector<Charge> ignored;
-      l.plan(batch, t0 + i, ignored);
-    }
-    answer(l, 90'000, t0 + 1'000);
+  // A second of 2,000 tokens through the worker (200 requests, which ask for nothing: no answer
+  // yet), then an answer saying `left` and the next call's plan.
+  auto afterBusySecond = [&](RedisLeases& l, int64_t left) {
     std::vector<Charge> asked;
+    for (int i = 0; i < 200; ++i) l.plan(batch, t0 + i, asked);
+    EXPECT_TRUE(asked.empty());
+    answer(l, left, t0 + 1'000);
     l.plan(batch, t0 + 1'000, asked);
+    return asked;
+  };
+  {
+    // A 100 ms lease is 200 of those tokens.
+    RedisLeases l(100, 1);
+    const std::vector<Charge> asked = afterBusySecond(l, 90'000);
     ASSERT_EQ(asked.size(), 1u);
     EXPECT_EQ(asked[0].amount, 200);
   }
   {
     // The cap: 1/(8 x holders) of what the counter had left, 4 holders.
     RedisLeases l(100, 4);
-    for (int i = 0; i < 200; ++i) {
-      std::vector<Charge> ignored;
-      l.plan(batch, t0 + i, ignored);
-    }
-    answer(l, 3'210, t0 + 1'000);
-    std::vector<Charge> asked;
-    l.plan(batch, t0 + 1'000, asked);
+    std::vector<Charge> asked = afterBusySecond(l, 3'210);
     ASSERT_EQ(asked.size(), 1u);
     EXPECT_EQ(asked[0].amount, (3'210 - 10) / 32);
     // Nearer the limit a lease would not cover two requests: none.
