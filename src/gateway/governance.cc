@@ -906,31 +906,49 @@ GovWorker::~GovWorker() {
   flush_timer_.cancel();
   lease_timer_.cancel();
   if (!redis_) return;
-  // What the leases did not use and the reconciliations not yet sent go to Redis now, blocking:
-  // the worker's loop stops right after its handler is gone, so a spawned call would never run.
+  // What the leases did not use, the reconciliations not yet sent and the cancel and
+  // reconciliation calls not yet answered go to Redis now, blocking: the worker's loop stops right
+  // after its handler is gone, so a spawned call (or its retry) would never run. Each applies once
+  // by its id, so one that did reach Redis is harmless. Bounded: one connection with
+  // redis_timeout_ms (200 ms at least, 1 s at most) per step, nothing more after a failure, and
+  // nothing while Redis is known to be down.
   leases_.endAll(pending_);
-  std::vector<std::string> keys, args;
-  pending_.take(call_prefix_ + "a" + std::to_string(++adjust_seq_), keys, args);
-  if (!keys.empty()) {
+  std::vector<Unanswered::Call> calls;
+  for (auto& [id, call] : unanswered_->calls) calls.push_back(std::move(call));
+  unanswered_->calls.clear();
+  Unanswered::Call last{&adjustScript(), {}, {}};
+  pending_.take(call_prefix_ + "a" + std::to_string(++adjust_seq_), last.keys, last.args);
+  if (!last.keys.empty()) calls.push_back(std::move(last));
+  if (!calls.empty()) {
     Status s = Status::ok();
     auto addr = store::parseRedisUrl(g_.config_.redis);
-    if (addr.ok()) {
-      auto rc = store::RedisClient::connect(
-          *addr, std::chrono::milliseconds(std::max<int64_t>(g_.config_.redis_timeout_ms, 200)));
-      if (rc.ok()) {
-        auto r = (*rc)->eval(adjustScript(), keys, args);
-        if (!r.ok()) s = r.status();
-        else if (r->type == store::RedisReply::Type::kError) s = Status::internal(r->str);
-      } else {
-        s = rc.status();
-      }
-    } else {
+    if (g_.redis_down.load()) {
+      s = Status::unavailable("Redis is unreachable");
+    } else if (!addr.ok()) {
       s = addr.status();
+    } else {
+      const auto timeout = std::chrono::milliseconds(std::clamp<int64_t>(g_.config_.redis_timeout_ms, 200, 1'000));
+      auto rc = store::RedisClient::connect(*addr, timeout);
+      if (!rc.ok()) s = rc.status();
+      for (size_t i = 0; i < calls.size() && s.isOk(); ++i) {
+        auto r = (*rc)->eval(*calls[i].script, calls[i].keys, calls[i].args);
+        if (!r.ok()) {
+          s = r.status();
+        } else if (r->type == store::RedisReply::Type::kError) {
+          s = Status::internal(r->str);
+        } else {
+          calls[i].keys.clear();  // sent
+        }
+      }
     }
-    if (!s.isOk()) {
+    size_t unsent = 0;
+    for (const auto& c : calls) unsent += c.keys.empty() ? 0 : 1;
+    if (unsent > 0) {
       g_.redis_errors->inc(shard_);
-      INFERA_LOG(g_.log, warn, "rate limits: {} reconciliations not given back to Redis at shutdown: {}",
-                 keys.size(), s.message());
+      INFERA_LOG(g_.log, warn,
+                 "rate limits: {} reconciliation/cancel calls (leases given back included) not sent to Redis at "
+                 "shutdown: {}",
+                 unsent, s.message());
     }
   }
   redis_->close();
@@ -1217,6 +1235,7 @@ net::Task<void> GovWorker::runBatch(std::vector<PendingAdmission*> batch) {
     // lease that does not fit refuses nothing else).
     std::vector<Charge> leases;
     leases_.plan(admissions, now, leases);
+    int64_t lease_end = std::numeric_limits<int64_t>::max();
     for (const Charge& l : leases) admissions.push_back(std::span(&l, 1));
     ReserveCall rc;
     const std::string call_id = call_prefix_ + std::to_string(++call_seq_);
@@ -1243,7 +1262,7 @@ net::Task<void> GovWorker::runBatch(std::vector<PendingAdmission*> batch) {
           Admission& l = (*decided)[n + k];
           l.key_ms = now;
           if (!l.admitted) continue;
-          leases_.grant(leases[k], l, now, pending_);
+          lease_end = std::min(lease_end, leases_.grant(leases[k], l, now, pending_));
           g_.redis_leases->inc(shard_);
         }
       }
@@ -1265,9 +1284,10 @@ net::Task<void> GovWorker::runBatch(std::vector<PendingAdmission*> batch) {
           ++*cancels_;  // the task lowers it when it ends
           ReserveCall undo;  // the same arguments again (rebuilt here rather than kept for every call)
           buildReserveCall(admissions, now, call_id, undo);
+          const uint64_t listed = unanswered_->add(cancelScript(), undo.keys, undo.args);
           net::spawn(ctx_,
                      cancelRemote(ctx_, redis_, g_.redis_cancelled, g_.redis_errors, shard_, cancels_,
-                                  std::move(undo.keys), std::move(undo.args)),
+                                  unanswered_, listed, std::move(undo.keys), std::move(undo.args)),
                      "rate-limit cancel");
         } else {
           g_.redis_errors->inc(shard_);
@@ -1278,11 +1298,16 @@ net::Task<void> GovWorker::runBatch(std::vector<PendingAdmission*> batch) {
                    g_.config_.redis_fallback);
       }
     }
-    // After leases were granted, and once a second whatever happened (also while Redis is down):
-    // counters that went idle are dropped.
-    if (leases_.enabled() && ((ok && !leases.empty()) || now - leases_tended_ms_ >= 1000)) tendLeases();
     answer(std::span(batch).subspan(start, n), now);
     finish.answered = start + n;
+    // Once a second whatever happened (also while Redis is down) the leases are tended: counters
+    // that went idle are dropped. A lease ending sooner than the timer is set for re-arms it.
+    if (leases_.enabled() && now - leases_tended_ms_ >= 1000) {
+      tendLeases();
+    } else {
+      scheduleFlush();  // a lease a grant replaced gave back what it had left
+      armLeaseTimer(lease_end, nowMs());
+    }
   }
 }
 
@@ -1311,7 +1336,7 @@ void GovWorker::adjust(std::span<const Charge> charges, std::span<const int64_t>
     bool left = false;
     for (size_t i = 0; i < charges.size() && i < delta.size(); ++i) {
       rest[i] = delta[i];
-      if (delta[i] < 0 && leases_.giveBack(charges[i], -delta[i], a.stamp_ms, a.key_ms, now)) rest[i] = 0;
+      if (delta[i] < 0) rest[i] += leases_.giveBack(charges[i], -delta[i], a.stamp_ms, a.key_ms, now);
       left = left || rest[i] != 0;
     }
     if (!left) return;
@@ -1343,6 +1368,10 @@ void GovWorker::tendLeases() {
   leases_tended_ms_ = now;
   const int64_t next = leases_.expire(now, pending_);
   scheduleFlush();
+  armLeaseTimer(next, now);
+}
+
+void GovWorker::armLeaseTimer(int64_t next, int64_t now) {
   if (next == std::numeric_limits<int64_t>::max() || next >= lease_timer_at_) return;
   lease_timer_at_ = next;
   lease_timer_.expires_after(std::chrono::milliseconds(std::max<int64_t>(0, next - now)));
@@ -1357,9 +1386,10 @@ void GovWorker::flushAdjustments() {
   std::vector<std::string> keys, args;
   pending_.take(call_prefix_ + "a" + std::to_string(++adjust_seq_), keys, args);
   if (keys.empty()) return;
+  const uint64_t listed = unanswered_->add(adjustScript(), keys, args);
   net::spawn(ctx_,
              adjustRemote(ctx_, redis_, g_.redis_adjust_retries, g_.redis_errors, shard_, adjust_retrying_,
-                          std::move(keys), std::move(args)),
+                          unanswered_, listed, std::move(keys), std::move(args)),
              "rate-limit adjust");
 }
 
@@ -1383,12 +1413,14 @@ net::Task<Result<store::RedisReply>> GovWorker::callUntilAnswered(net::asio::io_
 
 net::Task<void> GovWorker::cancelRemote(net::asio::io_context& ctx, std::shared_ptr<store::AsyncRedis> redis,
                                         obs::Counter* cancelled, obs::Counter* errors, int shard,
-                                        std::shared_ptr<int> running, std::vector<std::string> keys,
+                                        std::shared_ptr<int> running, std::shared_ptr<Unanswered> unanswered,
+                                        uint64_t listed, std::vector<std::string> keys,
                                         std::vector<std::string> args) {
   struct Done {
     std::shared_ptr<int> n;
     ~Done() { --*n; }
   } done{running};
+  const Unlist unlist{std::move(unanswered), listed};
   auto call = callUntilAnswered(ctx, redis, cancelScript(), keys, args,
                                 std::chrono::steady_clock::now() + std::chrono::seconds(100));
   auto r = co_await std::move(call);
@@ -1401,8 +1433,10 @@ net::Task<void> GovWorker::cancelRemote(net::asio::io_context& ctx, std::shared_
 
 net::Task<void> GovWorker::adjustRemote(net::asio::io_context& ctx, std::shared_ptr<store::AsyncRedis> redis,
                                         obs::Counter* retried, obs::Counter* errors, int shard,
-                                        std::shared_ptr<int> retrying, std::vector<std::string> keys,
+                                        std::shared_ptr<int> retrying, std::shared_ptr<Unanswered> unanswered,
+                                        uint64_t listed, std::vector<std::string> keys,
                                         std::vector<std::string> args) {
+  const Unlist unlist{std::move(unanswered), listed};
   auto first = redis->eval(adjustScript(), keys, args);
   auto r = co_await std::move(first);
   if (!r.ok() && *retrying < kMaxRetrying) {

@@ -145,9 +145,11 @@ class GovWorker {
   void flushAdjustments();
   // Sends the pending adjustments within kAdjustBatchMs (at once beyond kAdjustBatchMax of them).
   void scheduleFlush();
-  // Ends the leases that expired (what they had left goes back to Redis) and arms lease_timer_
-  // for the next one to expire.
+  // Ends the leases that expired (what they had left goes back to Redis), drops idle counters and
+  // arms lease_timer_ for the next lease to end.
   void tendLeases();
+  // Sets lease_timer_ to fire at `next` (local ms) unless it fires sooner already.
+  void armLeaseTimer(int64_t next, int64_t now);
   struct PendingAdmission {
     std::span<const Charge> charges;
     Admission result;
@@ -158,20 +160,42 @@ class GovWorker {
   // Wakes the waiters; those without a decision get the local fallback.
   void answer(std::span<PendingAdmission* const> waiters, int64_t now);
   Admission fallback(std::span<const Charge> charges, int64_t now);
+  // Cancel and reconciliation calls not answered yet (both scripts apply a call id once, so they
+  // are safe to send again): what the worker's destructor sends before its loop stops.
+  struct Unanswered {
+    struct Call {
+      const store::RedisScript* script;
+      std::vector<std::string> keys;
+      std::vector<std::string> args;
+    };
+    uint64_t next = 0;
+    std::unordered_map<uint64_t, Call> calls;
+    uint64_t add(const store::RedisScript& script, const std::vector<std::string>& keys,
+                 const std::vector<std::string>& args) {
+      calls.emplace(++next, Call{&script, keys, args});
+      return next;
+    }
+  };
+  // Takes a call off the list (put there by its spawner) when its task ends, answered or not.
+  struct Unlist {
+    std::shared_ptr<Unanswered> u;
+    uint64_t id;
+    ~Unlist() { u->calls.erase(id); }
+  };
   // Spawned: owns what it uses (it may finish after this worker is gone).
   // Undoes an admission call whose answer never came (it may have run): retried every 500 ms for up
   // to 100 s, within the two minutes the call's marker lives.
   static net::Task<void> cancelRemote(net::asio::io_context& ctx, std::shared_ptr<store::AsyncRedis> redis,
                                       obs::Counter* cancelled, obs::Counter* errors, int shard,
-                                      std::shared_ptr<int> running, std::vector<std::string> keys,
-                                      std::vector<std::string> args);
+                                      std::shared_ptr<int> running, std::shared_ptr<Unanswered> unanswered,
+                                      uint64_t listed, std::vector<std::string> keys, std::vector<std::string> args);
   // Reconciles in Redis. The call carries an id its script records, so it applies once however
   // often it is sent: one Redis did not answer is re-sent every 500 ms for up to 100 s (at most
   // kMaxRetrying such calls per worker at a time).
   static net::Task<void> adjustRemote(net::asio::io_context& ctx, std::shared_ptr<store::AsyncRedis> redis,
                                       obs::Counter* retried, obs::Counter* errors, int shard,
-                                      std::shared_ptr<int> retrying, std::vector<std::string> keys,
-                                      std::vector<std::string> args);
+                                      std::shared_ptr<int> retrying, std::shared_ptr<Unanswered> unanswered,
+                                      uint64_t listed, std::vector<std::string> keys, std::vector<std::string> args);
   // Sends a script call until Redis answers it (a reply, even an error reply), every 500 ms until
   // `give_up`; the last transport error otherwise. Only for calls that are safe to repeat.
   static net::Task<Result<store::RedisReply>> callUntilAnswered(net::asio::io_context& ctx,
@@ -207,6 +231,7 @@ class GovWorker {
   static constexpr int kMaxRetrying = 64;
   std::shared_ptr<int> adjust_retrying_ = std::make_shared<int>(0);  // reconciliations being re-sent
   uint64_t adjust_seq_ = 0;
+  std::shared_ptr<Unanswered> unanswered_ = std::make_shared<Unanswered>();
   void dispatchBatch();
   PendingAdjustments pending_;  // adjustments not yet sent
   net::asio::steady_timer flush_timer_;

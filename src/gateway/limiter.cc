@@ -1098,6 +1098,7 @@ void RedisLeases::end(Entry& e, PendingAdjustments& back) {
   }
   e.live = false;
   e.left = 0;
+  e.granted = 0;
 }
 
 bool RedisLeases::take(std::span<const Charge> charges, int64_t now_ms, Admission& a) {
@@ -1109,10 +1110,14 @@ bool RedisLeases::take(std::span<const Charge> charges, int64_t now_ms, Admissio
     Entry* e = find(c);
     // A lease of this counter, still live, with room, reserved under the same limit, in the same
     // Redis second as the others (one stamp for the request's reconciliation).
-    if (e == nullptr || !e->live || !e->usable(now_ms) || e->left < c.amount || e->limit != c.limit ||
+    if (e == nullptr || !e->live || !e->usable(now_ms) || e->limit != c.limit ||
         e->stamp_ms / 1000 != (i == 0 ? e : es[0])->stamp_ms / 1000) {
       return false;
     }
+    // Room for this charge and any earlier one of the request on the same counter.
+    int64_t need = c.amount;
+    for (size_t j = 0; j < i; ++j) need += es[j] == e ? charges[j].amount : 0;
+    if (e->left < need) return false;
     es[i] = e;
   }
   // Day/month counters: one local time names all their keys on reconciliation.
@@ -1215,13 +1220,13 @@ void RedisLeases::observe(std::span<const std::span<const Charge>> admissions, s
   }
 }
 
-void RedisLeases::grant(const Charge& lease, const Admission& a, int64_t sent_ms, PendingAdjustments& back) {
-  if (!a.admitted) return;
+int64_t RedisLeases::grant(const Charge& lease, const Admission& a, int64_t sent_ms, PendingAdjustments& back) {
+  if (!a.admitted) return std::numeric_limits<int64_t>::max();
   if (!enabled() || a.remaining.size() != 1 || a.reset_ms.size() != 1) {
     // Reserved in Redis but of no use here: back it goes.
     const int64_t d = -lease.amount;
     back.add(std::span(&lease, 1), std::span(&d, 1), a.stamp_ms, a.key_ms);
-    return;
+    return std::numeric_limits<int64_t>::max();
   }
   Entry& e = entry(lease);
   // Redis reserved it in second a.stamp_ms / 1000, no earlier than the call was sent: it can be
@@ -1231,10 +1236,12 @@ void RedisLeases::grant(const Charge& lease, const Admission& a, int64_t sent_ms
                     (lease.window == Window::kMinute || periodId(lease.window, e.key_ms) == periodId(lease.window, a.key_ms));
   if (same) {
     e.left += lease.amount;
+    e.granted += lease.amount;
   } else {
     end(e, back);
     e.live = true;
     e.left = lease.amount;
+    e.granted = lease.amount;
     e.stamp_ms = a.stamp_ms;
     e.key_ms = a.key_ms;
     e.limit = lease.limit;
@@ -1243,15 +1250,18 @@ void RedisLeases::grant(const Charge& lease, const Admission& a, int64_t sent_ms
   e.expires_ms = same ? std::max(e.expires_ms, expires) : expires;
   e.use_after = lease.limit - a.remaining[0];
   e.reset_at_ms = sent_ms + a.reset_ms[0];
+  return e.expires_ms;
 }
 
-bool RedisLeases::giveBack(const Charge& c, int64_t refund, int64_t stamp_ms, int64_t key_ms, int64_t now_ms) {
-  if (!enabled() || refund <= 0) return false;
+int64_t RedisLeases::giveBack(const Charge& c, int64_t refund, int64_t stamp_ms, int64_t key_ms, int64_t now_ms) {
+  if (!enabled() || refund <= 0) return 0;
   Entry* e = find(c);
-  if (e == nullptr || !e->live || !e->usable(now_ms) || e->stamp_ms / 1000 != stamp_ms / 1000) return false;
-  if (c.window != Window::kMinute && periodId(c.window, e->key_ms) != periodId(c.window, key_ms)) return false;
-  e->left += refund;
-  return true;
+  if (e == nullptr || !e->live || !e->usable(now_ms) || e->stamp_ms / 1000 != stamp_ms / 1000) return 0;
+  if (c.window != Window::kMinute && periodId(c.window, e->key_ms) != periodId(c.window, key_ms)) return 0;
+  // Never more than was granted: a lease holds no more than its cap allowed.
+  const int64_t taken = std::clamp<int64_t>(e->granted - e->left, 0, refund);
+  e->left += taken;
+  return taken;
 }
 
 int64_t RedisLeases::expire(int64_t now_ms, PendingAdjustments& back) {

@@ -259,11 +259,12 @@ class RedisLeases {
   void observe(std::span<const std::span<const Charge>> admissions, std::span<const Admission> decided,
                int64_t now_ms);
   // Installs a lease the call granted (`a`: its decision; `a.stamp_ms` Redis's time, `a.key_ms`
-  // the local time that named its keys). A lease it replaces gives back what it had left (`back`).
-  void grant(const Charge& lease, const Admission& a, int64_t now_ms, PendingAdjustments& back);
-  // Puts a refund (-delta > 0) of a reservation made at stamp_ms back into the counter's live
-  // lease of that second. False if there is none (the refund goes to Redis).
-  bool giveBack(const Charge& c, int64_t refund, int64_t stamp_ms, int64_t key_ms, int64_t now_ms);
+  // the local time that named its keys; sent_ms: local time the call was sent). A lease it
+  // replaces gives back what it had left (`back`). Returns when the lease ends (INT64_MAX: none).
+  int64_t grant(const Charge& lease, const Admission& a, int64_t sent_ms, PendingAdjustments& back);
+  // Puts a refund of a reservation made at stamp_ms back into the counter's live lease of that
+  // second, up to what the lease was granted. Returns the part it took (the rest goes to Redis).
+  int64_t giveBack(const Charge& c, int64_t refund, int64_t stamp_ms, int64_t key_ms, int64_t now_ms);
   // Ends the leases that expired by now_ms: what they had left goes to `back` (to Redis). Drops
   // counters idle for seconds. Returns when the next live lease expires (INT64_MAX if none).
   int64_t expire(int64_t now_ms, PendingAdjustments& back);
@@ -279,6 +280,7 @@ class RedisLeases {
     // The live lease (left >= 0 while live).
     bool live = false;
     int64_t left = 0;
+    int64_t granted = 0;      // what Redis reserved for it (left never exceeds it)
     int64_t stamp_ms = 0;     // Redis's time when it was reserved (its bucket second)
     int64_t key_ms = 0;       // local time that named a day/month counter's key
     int64_t expires_ms = 0;   // local time

@@ -746,7 +746,7 @@ TEST(GovernanceCluster, LeasesAdmitWithoutACallAndLeaveRedisWithWhatWasUsed) {
   auto emu = startEmulator();
   ASSERT_TRUE(emu);
   auto gw = startGov(govConfig(emu->url(), "sqlite:" + tempPath("leases.db"),
-                               "  redis: " + redis->url() + "\n  redis_timeout_ms: 200\n"));
+                               "  redis: " + redis->url() + "\n  redis_timeout_ms: 1000\n"));
   ASSERT_TRUE(gw);
   constexpr int64_t kRpm = 1'000'000, kBigTpm = 100'000'000, kDaily = 1'000'000'000;
   const std::string key =

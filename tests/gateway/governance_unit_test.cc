@@ -454,13 +454,13 @@ TEST(RedisLeases, AdmitOnlyWithRoomOnEveryChargeAndGiveBackWhatIsLeft) {
     EXPECT_EQ(a.remaining[1], 100'000 - (1'000 - (200 - 50 * (i + 1))));
     EXPECT_EQ(a.reset_ms[0], 59'000 - (10 + i));
   }
-  // The fifth finds the request lease used up: all or nothing, the token leases keep their room.
+  // The fifth finds the request lease used up: all or nothing.
   EXPECT_FALSE(leases.take(charges, t0 + 30, a));
   // A refund of a reservation made in the lease's second goes back into it; one of another second
   // does not.
-  EXPECT_TRUE(leases.giveBack(tok, 30, t0 + 999, t0 + 10, t0 + 40));
-  EXPECT_FALSE(leases.giveBack(tok, 30, t0 - 1, t0 + 10, t0 + 40));
-  EXPECT_TRUE(leases.giveBack(req, 1, t0 + 500, t0 + 10, t0 + 40));
+  EXPECT_EQ(leases.giveBack(tok, 30, t0 + 999, t0 + 10, t0 + 40), 30);
+  EXPECT_EQ(leases.giveBack(tok, 30, t0 - 1, t0 + 10, t0 + 40), 0);
+  EXPECT_EQ(leases.giveBack(req, 1, t0 + 500, t0 + 10, t0 + 40), 1);
   // Room for a request again, but 30 tokens are not 50: nothing taken.
   EXPECT_FALSE(leases.take(charges, t0 + 50, a));
   // At the end of Redis's second (700 ms after the sending: the second had 700 ms left) each lease
@@ -478,6 +478,80 @@ TEST(RedisLeases, AdmitOnlyWithRoomOnEveryChargeAndGiveBackWhatIsLeft) {
   const std::string s0 = std::to_string(t0 / 1000);
   EXPECT_EQ(got, (std::map<std::string, std::string>{{"infera:rl:k:a:r|0|" + s0, "-1"},
                                                      {"infera:rl:k:a:t|0|" + s0, "-30"}}));
+}
+
+// Everything a lease held goes back exactly once: a merged grant keeps the later end, a grant in a
+// newer second ends the old lease, a decision it cannot use goes back at once, a lease of a counter
+// whose window changed ends, the worker's stop ends the rest. Refunds go in only up to what was
+// granted; a counter charged twice by one request needs room for both; headers follow the latest
+// answer and never exceed the limit.
+TEST(RedisLeases, EveryLeaseEndsOnceWithWhatItHadLeftGivenBack) {
+  RedisLeases leases(100, 1);
+  const int64_t t0 = 1'799'971'200'000;  // 2027-01-15 00:00:00 UTC
+  PendingAdjustments back;
+  auto decision = [](int64_t stamp_ms, int64_t remaining) {
+    Admission g;
+    g.admitted = true;
+    g.stamp_ms = stamp_ms;
+    g.key_ms = 1'799'971'200'010;
+    g.remaining = {remaining};
+    g.reset_ms = {59'000};
+    return g;
+  };
+  Charge tok{"k:a:t", Window::kMinute, Scope::kKey, true, 100'000, 100};
+  EXPECT_EQ(leases.grant(tok, decision(t0 + 300, 99'000), t0 + 10, back), t0 + 710);
+  tok.amount = 50;  // the same second, from a call sent earlier: merged, the later end kept
+  EXPECT_EQ(leases.grant(tok, decision(t0 + 400, 98'950), t0 + 5, back), t0 + 710);
+  const Charge day{"t:b:bt", Window::kDay, Scope::kBudgetTokens, true, 1'000'000, 500};
+  leases.grant(day, decision(t0 + 300, 990'000), t0 + 10, back);
+  EXPECT_EQ(leases.live(), 2u);
+  // The budget's period becomes a month: its day lease ends.
+  const Charge month{"t:b:bt", Window::kMonth, Scope::kBudgetTokens, true, 1'000'000, 10};
+  std::vector<Charge> asked;
+  leases.plan(std::vector<std::span<const Charge>>{std::span(&month, 1)}, t0 + 20, asked);
+  EXPECT_EQ(leases.expire(t0 + 20, back), t0 + 710);
+  EXPECT_EQ(leases.live(), 1u);
+  // 2 x 60 of 150 fit; 2 x 20 of the 30 left do not.
+  const Charge twice60[2] = {{"k:a:t", Window::kMinute, Scope::kKey, true, 100'000, 60},
+                             {"k:a:t", Window::kMinute, Scope::kKey, true, 100'000, 60}};
+  const Charge twice20[2] = {{"k:a:t", Window::kMinute, Scope::kKey, true, 100'000, 20},
+                             {"k:a:t", Window::kMinute, Scope::kKey, true, 100'000, 20}};
+  Admission a;
+  EXPECT_TRUE(leases.take(twice60, t0 + 30, a));
+  EXPECT_FALSE(leases.take(twice20, t0 + 31, a));
+  // A refund of 200 goes in only up to the 150 granted (30 left: 120); the rest is Redis's.
+  EXPECT_EQ(leases.giveBack(tok, 200, t0 + 500, t0 + 10, t0 + 40), 120);
+  // An answer: the counter had 99,900 left (the lease in it) and capacity returns in 30 s. With 140
+  // of the lease unused after the next request, 100,040 would be left: the limit is the most.
+  tok.amount = 10;
+  Admission answer;
+  answer.admitted = true;
+  answer.remaining = {99'900};
+  answer.reset_ms = {30'000};
+  leases.observe(std::vector<std::span<const Charge>>{std::span(&tok, 1)}, std::span(&answer, 1), t0 + 50);
+  ASSERT_TRUE(leases.take(std::span(&tok, 1), t0 + 60, a));
+  EXPECT_EQ(a.remaining[0], 100'000);
+  EXPECT_EQ(a.reset_ms[0], 29'990);
+  // A decision it cannot use (no figures) goes back at once.
+  Admission odd = decision(t0 + 300, 0);
+  odd.remaining.clear();
+  const Charge other{"k:x:t", Window::kMinute, Scope::kKey, true, 100'000, 33};
+  EXPECT_EQ(leases.grant(other, odd, t0 + 10, back), std::numeric_limits<int64_t>::max());
+  // A lease of the next second replaces the one with 140 left.
+  tok.amount = 70;
+  EXPECT_EQ(leases.grant(tok, decision(t0 + 1'200, 98'000), t0 + 1'000, back), t0 + 1'800);
+  // The worker stops: the new lease's 70.
+  leases.endAll(back);
+  EXPECT_EQ(leases.live(), 0u);
+  std::vector<std::string> keys, args;
+  back.take("give-back", keys, args);
+  std::map<std::string, std::string> got;  // key|window|second -> delta
+  for (size_t i = 0; i < keys.size(); ++i) got[keys[i] + "|" + args[1 + 3 * i] + "|" + args[2 + 3 * i]] = args[3 + 3 * i];
+  const std::string s0 = std::to_string(t0 / 1000), s1 = std::to_string(t0 / 1000 + 1);
+  EXPECT_EQ(got, (std::map<std::string, std::string>{{"infera:rl:t:b:bt:20270115|1|" + s0, "-500"},
+                                                     {"infera:rl:k:a:t|0|" + s0, "-140"},
+                                                     {"infera:rl:k:x:t|0|" + s0, "-33"},
+                                                     {"infera:rl:k:a:t|0|" + s1, "-70"}}));
 }
 
 TEST(RedisLeases, SizedByTrafficCappedByWhatIsLeftAndNoneNearALimit) {
