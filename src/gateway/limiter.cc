@@ -1232,8 +1232,9 @@ int64_t RedisLeases::grant(const Charge& lease, const Admission& a, int64_t sent
   // Redis reserved it in second a.stamp_ms / 1000, no earlier than the call was sent: it can be
   // used until that second ends, measured from the sending.
   const int64_t expires = sent_ms + (1000 - a.stamp_ms % 1000);
-  const bool same = e.live && e.stamp_ms / 1000 == a.stamp_ms / 1000 && e.limit == lease.limit &&
-                    (lease.window == Window::kMinute || periodId(lease.window, e.key_ms) == periodId(lease.window, a.key_ms));
+  const bool same_period =
+      lease.window == Window::kMinute || periodId(lease.window, e.key_ms) == periodId(lease.window, a.key_ms);
+  const bool same = e.live && e.stamp_ms / 1000 == a.stamp_ms / 1000 && e.limit == lease.limit && same_period;
   if (same) {
     e.left += lease.amount;
     e.granted += lease.amount;

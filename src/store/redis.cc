@@ -468,6 +468,12 @@ Task<Result<RedisReply>> runCommand(std::shared_ptr<AsyncState> s, std::vector<s
       p->resolve(Status::deadlineExceeded(
           "redis " + endpointName(s->address) + ": no answer to " + argv[0] + " within " +
           std::to_string(s->options.command_timeout.count()) + " ms"));
+      // The others already sent are where this one is: the server may still run them.
+      for (auto& other : c->in_flight) {
+        other->resolve(Status::deadlineExceeded("redis " + endpointName(s->address) +
+                                                ": sent, then the connection closed after another command timed "
+                                                "out (it may still run)"));
+      }
       breakConn(*s, c, s->error("connection closed after a command timed out"));
     }
   }

@@ -67,8 +67,9 @@ struct AsyncRedisOptions {
 // Pipelined client bound to one io_context; every method must be called on that context's thread.
 // While the server is unreachable, commands fail at once with kUnavailable (no queueing), and a
 // reconnect is tried at most once per reconnect_backoff. A command that times out breaks the
-// connection (replies would no longer match their commands): it fails with kDeadlineExceeded and
-// the others in flight with kUnavailable. The connection is made by the first command (AUTH and
+// connection (replies would no longer match their commands): it fails with kDeadlineExceeded, and
+// so do the others already sent (the server may still run them); those not yet written fail with
+// kUnavailable. The connection is made by the first command (AUTH and
 // SELECT included, within connect_timeout); commands issued while an attempt is in progress wait
 // for its outcome rather than fail. eval() reads `script` after suspending: keep it alive until
 // the task completes. Destroying the client closes it; its coroutines finish on the context.

@@ -396,6 +396,17 @@ TEST(PendingAdjustments, SumsPerCounterAndSecondUnderTheCountersRedisKeys) {
   EXPECT_TRUE(args.empty());
 }
 
+// What a PendingAdjustments sends: "key|window|second" -> delta.
+std::map<std::string, std::string> sentSums(PendingAdjustments& p) {
+  std::vector<std::string> keys, args;
+  p.take("give-back", keys, args);
+  std::map<std::string, std::string> got;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    got[keys[i] + "|" + args[1 + 3 * i] + "|" + args[2 + 3 * i]] = args[3 + 3 * i];
+  }
+  return got;
+}
+
 // A worker's leases, without Redis: admissions come from them only when every charge has room in
 // a lease of the same Redis second; leases are sized by the worker's traffic and capped by what
 // the counter had left; what a lease did not use goes back when it ends.
@@ -471,10 +482,7 @@ TEST(RedisLeases, AdmitOnlyWithRoomOnEveryChargeAndGiveBackWhatIsLeft) {
   EXPECT_FALSE(leases.take(charges, t0 + 710, a));
   EXPECT_EQ(leases.expire(t0 + 710, back), std::numeric_limits<int64_t>::max());
   EXPECT_EQ(leases.live(), 0u);
-  std::vector<std::string> keys, args;
-  back.take("give-back", keys, args);
-  std::map<std::string, std::string> got;  // key|window|second -> delta
-  for (size_t i = 0; i < keys.size(); ++i) got[keys[i] + "|" + args[1 + 3 * i] + "|" + args[2 + 3 * i]] = args[3 + 3 * i];
+  const auto got = sentSums(back);
   const std::string s0 = std::to_string(t0 / 1000);
   EXPECT_EQ(got, (std::map<std::string, std::string>{{"infera:rl:k:a:r|0|" + s0, "-1"},
                                                      {"infera:rl:k:a:t|0|" + s0, "-30"}}));
@@ -543,10 +551,7 @@ TEST(RedisLeases, EveryLeaseEndsOnceWithWhatItHadLeftGivenBack) {
   // The worker stops: the new lease's 70.
   leases.endAll(back);
   EXPECT_EQ(leases.live(), 0u);
-  std::vector<std::string> keys, args;
-  back.take("give-back", keys, args);
-  std::map<std::string, std::string> got;  // key|window|second -> delta
-  for (size_t i = 0; i < keys.size(); ++i) got[keys[i] + "|" + args[1 + 3 * i] + "|" + args[2 + 3 * i]] = args[3 + 3 * i];
+  const auto got = sentSums(back);
   const std::string s0 = std::to_string(t0 / 1000), s1 = std::to_string(t0 / 1000 + 1);
   EXPECT_EQ(got, (std::map<std::string, std::string>{{"infera:rl:t:b:bt:20270115|1|" + s0, "-500"},
                                                      {"infera:rl:k:a:t|0|" + s0, "-140"},

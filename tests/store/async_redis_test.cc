@@ -289,9 +289,9 @@ TEST_F(AsyncRedisTest, CommandTimeoutFailsThatCommandAndClosesTheConnection) {
     connected = redis_->connected();
   });
   server_->resume();
-  // The first to expire times out; the connection goes with it, failing the others at once.
-  EXPECT_EQ(std::count(codes.begin(), codes.end(), StatusCode::kDeadlineExceeded), 1);
-  EXPECT_EQ(std::count(codes.begin(), codes.end(), StatusCode::kUnavailable), 2);
+  // The first to expire times out; the connection goes with it, failing the others at once. They
+  // had been sent too, so they fail the same way: the server may still run them (it does, below).
+  EXPECT_EQ(std::count(codes.begin(), codes.end(), StatusCode::kDeadlineExceeded), 3);
   for (const auto& w : waited) {
     EXPECT_GE(w, milliseconds(190));
     EXPECT_LT(w, milliseconds(2000));
