@@ -34,6 +34,12 @@ bench_cleanup() {
 
 bench_init() {
   [[ -x "$INFERA" ]] || { echo "missing $INFERA (cmake --preset release && cmake --build build/release --target infera)" >&2; exit 2; }
+  bench_start "$@"
+}
+
+# bench_start TOOLS...: what bench_init does but the infera binary (for scripts that run none):
+# checks the tools, makes BENCH_TMP and sets the cleanup traps.
+bench_start() {
   local tool
   for tool in "$@"; do
     command -v "$tool" >/dev/null || { echo "missing $tool (scripts/install-deps.sh)" >&2; exit 2; }

@@ -22,11 +22,7 @@ while [[ $# -gt 0 ]]; do
   esac
 done
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-for tool in redis-server redis-cli awk git; do
-  command -v "$tool" >/dev/null || { echo "missing $tool (scripts/install-deps.sh)" >&2; exit 2; }
-done
-BENCH_TMP="$(mktemp -d /tmp/infera-bench.XXXXXX)"
-trap bench_cleanup EXIT
+bench_start redis-server redis-cli awk git
 
 PORT="$(free_port)"
 redis-server --port "$PORT" --bind 127.0.0.1 --dir "$BENCH_TMP" --save "" --appendonly no >"$BENCH_TMP/redis.log" 2>&1 &

@@ -884,6 +884,7 @@ GovWorker::GovWorker(Governance& g, int shard, net::asio::io_context& ctx)
       shard_(shard),
       ctx_(ctx),
       snapshot_(g.snapshot()),
+      cache_per_team_(g.config_.cache.scope == "team"),
       flush_timer_(ctx),
       leases_(g.config_.redis.empty() ? 0 : g.config_.redis_lease_ms,
               g.config_.replicas * static_cast<int>(g.usage_buffers_.size())),
@@ -913,14 +914,14 @@ GovWorker::~GovWorker() {
   // redis_timeout_ms (200 ms at least, 1 s at most) per step, nothing more after a failure, and
   // nothing while Redis is known to be down.
   leases_.endAll(pending_);
-  std::vector<Unanswered::Call> calls;
-  for (auto& [id, call] : unanswered_->calls) calls.push_back(std::move(call));
-  unanswered_->calls.clear();
-  Unanswered::Call last{&adjustScript(), {}, {}};
-  pending_.take(call_prefix_ + "a" + std::to_string(++adjust_seq_), last.keys, last.args);
-  if (!last.keys.empty()) calls.push_back(std::move(last));
+  std::vector<std::string> keys, args;
+  pending_.take(call_prefix_ + "a" + std::to_string(++adjust_seq_), keys, args);
+  if (!keys.empty()) unanswered_->add(adjustScript(), std::move(keys), std::move(args));
+  std::vector<std::shared_ptr<const Unanswered::Call>> calls;
+  for (const auto& [id, call] : unanswered_->calls) calls.push_back(call);
   if (!calls.empty()) {
     Status s = Status::ok();
+    size_t sent = 0;
     auto addr = store::parseRedisUrl(g_.config_.redis);
     if (g_.redis_down.load()) {
       s = Status::unavailable("Redis is unreachable");
@@ -930,19 +931,17 @@ GovWorker::~GovWorker() {
       const auto timeout = std::chrono::milliseconds(std::clamp<int64_t>(g_.config_.redis_timeout_ms, 200, 1'000));
       auto rc = store::RedisClient::connect(*addr, timeout);
       if (!rc.ok()) s = rc.status();
-      for (size_t i = 0; i < calls.size() && s.isOk(); ++i) {
-        auto r = (*rc)->eval(*calls[i].script, calls[i].keys, calls[i].args);
+      for (; sent < calls.size() && s.isOk(); ++sent) {
+        auto r = (*rc)->eval(*calls[sent]->script, calls[sent]->keys, calls[sent]->args);
         if (!r.ok()) {
           s = r.status();
         } else if (r->type == store::RedisReply::Type::kError) {
           s = Status::internal(r->str);
-        } else {
-          calls[i].keys.clear();  // sent
         }
+        if (!s.isOk()) break;
       }
     }
-    size_t unsent = 0;
-    for (const auto& c : calls) unsent += c.keys.empty() ? 0 : 1;
+    const size_t unsent = calls.size() - sent;
     if (unsent > 0) {
       g_.redis_errors->inc(shard_);
       INFERA_LOG(g_.log, warn,
@@ -1160,9 +1159,7 @@ Admission GovWorker::fallback(std::span<const Charge> charges, int64_t now) {
   // Day/month counters start this period from this replica's share of the store's figures.
   const int64_t replicas = std::max(1, g_.config_.replicas);
   for (const Charge& c : charges) {
-    if (c.window != Window::kMinute && c.seed > 0 && c.seed_period == periodId(c.window, now)) {
-      g_.local_.raiseTo(c, c.seed / replicas, now);
-    }
+    if (const int64_t seed = c.seedAt(now); seed > 0) g_.local_.raiseTo(c, seed / replicas, now);
   }
   Admission a = g_.local_.reserve(charges, now, 1.0 / static_cast<double>(replicas));
   a.fallback = true;
@@ -1284,10 +1281,10 @@ net::Task<void> GovWorker::runBatch(std::vector<PendingAdmission*> batch) {
           ++*cancels_;  // the task lowers it when it ends
           ReserveCall undo;  // the same arguments again (rebuilt here rather than kept for every call)
           buildReserveCall(admissions, now, call_id, undo);
-          const uint64_t listed = unanswered_->add(cancelScript(), undo.keys, undo.args);
+          auto [listed, cancel] = unanswered_->add(cancelScript(), std::move(undo.keys), std::move(undo.args));
           net::spawn(ctx_,
                      cancelRemote(ctx_, redis_, g_.redis_cancelled, g_.redis_errors, shard_, cancels_,
-                                  unanswered_, listed, std::move(undo.keys), std::move(undo.args)),
+                                  unanswered_, listed, std::move(cancel)),
                      "rate-limit cancel");
         } else {
           g_.redis_errors->inc(shard_);
@@ -1386,10 +1383,10 @@ void GovWorker::flushAdjustments() {
   std::vector<std::string> keys, args;
   pending_.take(call_prefix_ + "a" + std::to_string(++adjust_seq_), keys, args);
   if (keys.empty()) return;
-  const uint64_t listed = unanswered_->add(adjustScript(), keys, args);
+  auto [listed, call] = unanswered_->add(adjustScript(), std::move(keys), std::move(args));
   net::spawn(ctx_,
              adjustRemote(ctx_, redis_, g_.redis_adjust_retries, g_.redis_errors, shard_, adjust_retrying_,
-                          unanswered_, listed, std::move(keys), std::move(args)),
+                          unanswered_, listed, std::move(call)),
              "rate-limit adjust");
 }
 
@@ -1414,16 +1411,15 @@ net::Task<Result<store::RedisReply>> GovWorker::callUntilAnswered(net::asio::io_
 net::Task<void> GovWorker::cancelRemote(net::asio::io_context& ctx, std::shared_ptr<store::AsyncRedis> redis,
                                         obs::Counter* cancelled, obs::Counter* errors, int shard,
                                         std::shared_ptr<int> running, std::shared_ptr<Unanswered> unanswered,
-                                        uint64_t listed, std::vector<std::string> keys,
-                                        std::vector<std::string> args) {
+                                        uint64_t listed, std::shared_ptr<const Unanswered::Call> call) {
   struct Done {
     std::shared_ptr<int> n;
     ~Done() { --*n; }
   } done{running};
   const Unlist unlist{std::move(unanswered), listed};
-  auto call = callUntilAnswered(ctx, redis, cancelScript(), keys, args,
+  auto sent = callUntilAnswered(ctx, redis, cancelScript(), call->keys, call->args,
                                 std::chrono::steady_clock::now() + std::chrono::seconds(100));
-  auto r = co_await std::move(call);
+  auto r = co_await std::move(sent);
   if (r.ok() && !r->isError()) {
     cancelled->inc(shard);
   } else {
@@ -1434,10 +1430,9 @@ net::Task<void> GovWorker::cancelRemote(net::asio::io_context& ctx, std::shared_
 net::Task<void> GovWorker::adjustRemote(net::asio::io_context& ctx, std::shared_ptr<store::AsyncRedis> redis,
                                         obs::Counter* retried, obs::Counter* errors, int shard,
                                         std::shared_ptr<int> retrying, std::shared_ptr<Unanswered> unanswered,
-                                        uint64_t listed, std::vector<std::string> keys,
-                                        std::vector<std::string> args) {
+                                        uint64_t listed, std::shared_ptr<const Unanswered::Call> call) {
   const Unlist unlist{std::move(unanswered), listed};
-  auto first = redis->eval(adjustScript(), keys, args);
+  auto first = redis->eval(adjustScript(), call->keys, call->args);
   auto r = co_await std::move(first);
   if (!r.ok() && *retrying < kMaxRetrying) {
     ++*retrying;
@@ -1446,7 +1441,7 @@ net::Task<void> GovWorker::adjustRemote(net::asio::io_context& ctx, std::shared_
       ~Done() { --*n; }
     } done{retrying};
     retried->inc(shard);
-    auto again = callUntilAnswered(ctx, redis, adjustScript(), keys, args,
+    auto again = callUntilAnswered(ctx, redis, adjustScript(), call->keys, call->args,
                                    std::chrono::steady_clock::now() + std::chrono::seconds(100));
     r = co_await std::move(again);
   }

@@ -94,12 +94,11 @@ class ResponseCache {
   int64_t max_entry_;
 };
 
-// Cache key over the model and the body with object keys sorted and whitespace removed; empty
-// when the body cannot be normalised.
 // retry-after (whole seconds, rounded up) and retry-after-ms, as OpenAI sends them on a 429.
 void appendRetryAfter(std::vector<net::HttpHeader>& out, int64_t retry_after_ms);
 
-// `team`: empty for a cache shared by all teams.
+// Cache key over the model and the body with object keys sorted and whitespace removed, and the
+// team (empty for a cache shared by all teams); empty when the body cannot be normalised.
 std::string cacheKey(std::string_view model, std::string_view body, std::string_view team = {});
 
 class GovWorker {
@@ -134,6 +133,8 @@ class GovWorker {
   void rateLimitHeaders(const GovTicket& t, std::vector<net::HttpHeader>& out) const;
 
   ResponseCache* cache();
+  // Whether a team's requests hit only its own cache entries (cache.scope: team).
+  bool cachePerTeam() const { return cache_per_team_; }
   void countCache(bool hit);
   // The process cache, then (with cache.redis) the shared tier in Redis; a Redis hit is kept locally.
   net::Task<std::optional<ResponseCache::Entry>> cacheGet(const std::string& key);
@@ -169,11 +170,14 @@ class GovWorker {
       std::vector<std::string> args;
     };
     uint64_t next = 0;
-    std::unordered_map<uint64_t, Call> calls;
-    uint64_t add(const store::RedisScript& script, const std::vector<std::string>& keys,
-                 const std::vector<std::string>& args) {
-      calls.emplace(++next, Call{&script, keys, args});
-      return next;
+    std::unordered_map<uint64_t, std::shared_ptr<const Call>> calls;
+    // Lists a call; the task that sends it holds the same one.
+    std::pair<uint64_t, std::shared_ptr<const Call>> add(const store::RedisScript& script,
+                                                         std::vector<std::string> keys,
+                                                         std::vector<std::string> args) {
+      auto call = std::make_shared<const Call>(Call{&script, std::move(keys), std::move(args)});
+      calls.emplace(++next, call);
+      return {next, std::move(call)};
     }
   };
   // Takes a call off the list (put there by its spawner) when its task ends, answered or not.
@@ -188,14 +192,14 @@ class GovWorker {
   static net::Task<void> cancelRemote(net::asio::io_context& ctx, std::shared_ptr<store::AsyncRedis> redis,
                                       obs::Counter* cancelled, obs::Counter* errors, int shard,
                                       std::shared_ptr<int> running, std::shared_ptr<Unanswered> unanswered,
-                                      uint64_t listed, std::vector<std::string> keys, std::vector<std::string> args);
+                                      uint64_t listed, std::shared_ptr<const Unanswered::Call> call);
   // Reconciles in Redis. The call carries an id its script records, so it applies once however
   // often it is sent: one Redis did not answer is re-sent every 500 ms for up to 100 s (at most
   // kMaxRetrying such calls per worker at a time).
   static net::Task<void> adjustRemote(net::asio::io_context& ctx, std::shared_ptr<store::AsyncRedis> redis,
                                       obs::Counter* retried, obs::Counter* errors, int shard,
                                       std::shared_ptr<int> retrying, std::shared_ptr<Unanswered> unanswered,
-                                      uint64_t listed, std::vector<std::string> keys, std::vector<std::string> args);
+                                      uint64_t listed, std::shared_ptr<const Unanswered::Call> call);
   // Sends a script call until Redis answers it (a reply, even an error reply), every 500 ms until
   // `give_up`; the last transport error otherwise. Only for calls that are safe to repeat.
   static net::Task<Result<store::RedisReply>> callUntilAnswered(net::asio::io_context& ctx,
@@ -221,6 +225,7 @@ class GovWorker {
   };
   std::unordered_map<std::string, VerifiedKey, TransparentStringHash, std::equal_to<>> token_cache_;
   std::shared_ptr<store::AsyncRedis> redis_;
+  bool cache_per_team_;
   std::vector<PendingAdmission*> batch_;  // admissions waiting for the next script call
   bool batch_posted_ = false;
   int calls_in_flight_ = 0;

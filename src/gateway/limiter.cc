@@ -910,9 +910,7 @@ void buildReserveCall(std::span<const std::span<const Charge>> admissions, int64
         c->window == Window::kMinute ? 61 : (periodEndMs(c->window, now_ms) - now_ms) / 1000 + 86'400;
     args.push_back(std::to_string(ttl_s));
     args.push_back(std::to_string(sums[i]));
-    // A seed of another period (the request was built before midnight) is no figure for this one.
-    const bool seeded = c->window != Window::kMinute && c->seed > 0 && c->seed_period == periodId(c->window, now_ms);
-    args.push_back(seeded ? std::to_string(c->seed) : "0");
+    args.push_back(std::to_string(c->seedAt(now_ms)));
   }
   args.push_back(std::to_string(admissions.size()));
   // The shapes and admissions, space-separated in one argument.

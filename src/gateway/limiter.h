@@ -44,6 +44,11 @@ inline bool isQuotaScope(Scope s) {
          s == Scope::kUserBudgetTokens || s == Scope::kUserBudgetCost;
 }
 
+// UTC period ids: yyyymmdd for days, yyyymm for months.
+int64_t periodId(Window w, int64_t unix_ms);
+int64_t periodStartMs(Window w, int64_t unix_ms);  // day/month: when the period began
+int64_t periodEndMs(Window w, int64_t unix_ms);
+
 struct Charge {
   // e.g. "k:<id>:t"; the window's period is appended for day/month. Points into the key/team
   // snapshot or the route table, which the request holds while it runs.
@@ -60,6 +65,11 @@ struct Charge {
   // data): the store's usage since period `seed_period` (periodId) began; used only in that period.
   int64_t seed = 0;
   int64_t seed_period = 0;
+  // The seed if it is a figure for the period at unix_ms (a request built before midnight carries
+  // the day before's), else 0.
+  int64_t seedAt(int64_t unix_ms) const {
+    return window != Window::kMinute && seed > 0 && seed_period == periodId(window, unix_ms) ? seed : 0;
+  }
 };
 
 struct Admission {
@@ -78,11 +88,6 @@ struct Admission {
 
 // `limit` times `share` (at least 1), as in-process counters enforce a share of a limit.
 int64_t scaledLimit(int64_t limit, double share);
-
-// UTC period ids: yyyymmdd for days, yyyymm for months.
-int64_t periodId(Window w, int64_t unix_ms);
-int64_t periodStartMs(Window w, int64_t unix_ms);  // day/month: when the period began
-int64_t periodEndMs(Window w, int64_t unix_ms);
 
 // One in-process counter. A minute counter's live seconds are (latest - 60, latest]; `sum` is
 // their total, kept as amounts come and go so that a reservation reads it without scanning the

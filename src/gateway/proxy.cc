@@ -739,7 +739,7 @@ Task<bool> ProxyHandler::admit(Exchange& x) {
   }
   std::optional<ResponseCache::Entry> hit;
   if (x.cacheable) {
-    x.cache_key = cacheKey(route.model, x.req.body, gov_->config().cache.scope == "team" ? std::string_view(t.team) : "");
+    x.cache_key = cacheKey(route.model, x.req.body, gov_->cachePerTeam() ? std::string_view(t.team) : "");
     if (x.cache_key.empty()) {
       x.cacheable = false;
     } else {

@@ -272,7 +272,10 @@ void closeSocket(Conn& c) {
 
 // Ends a connection: every command queued or in flight on it fails with `why`. `c` by value:
 // callers may pass s.conn itself, which this resets.
-void breakConn(AsyncState& s, std::shared_ptr<Conn> c, const Status& why) {
+// Fails every command of the connection with `why`; those already sent with `sent_why` when given
+// (the server may still run them).
+void breakConn(AsyncState& s, std::shared_ptr<Conn> c, const Status& why,
+               const std::optional<Status>& sent_why = std::nullopt) {
   if (c->broken) return;
   c->broken = true;
   closeSocket(*c);
@@ -281,10 +284,10 @@ void breakConn(AsyncState& s, std::shared_ptr<Conn> c, const Status& why) {
     s.last_error = why.message();
     if (!s.closed) INFERA_LOG(s.log, warn, "{}", why.message());
   }
-  for (auto* q : {&c->in_flight, &c->to_write}) {
-    for (auto& p : *q) p->resolve(why);
-    q->clear();
-  }
+  for (auto& p : c->in_flight) p->resolve(sent_why ? *sent_why : why);
+  c->in_flight.clear();
+  for (auto& p : c->to_write) p->resolve(why);
+  c->to_write.clear();
 }
 
 Task<Result<RedisReply>> readOneReply(Conn& c) {
@@ -469,12 +472,10 @@ Task<Result<RedisReply>> runCommand(std::shared_ptr<AsyncState> s, std::vector<s
           "redis " + endpointName(s->address) + ": no answer to " + argv[0] + " within " +
           std::to_string(s->options.command_timeout.count()) + " ms"));
       // The others already sent are where this one is: the server may still run them.
-      for (auto& other : c->in_flight) {
-        other->resolve(Status::deadlineExceeded("redis " + endpointName(s->address) +
-                                                ": sent, then the connection closed after another command timed "
-                                                "out (it may still run)"));
-      }
-      breakConn(*s, c, s->error("connection closed after a command timed out"));
+      breakConn(*s, c, s->error("connection closed after a command timed out"),
+                Status::deadlineExceeded("redis " + endpointName(s->address) +
+                                         ": sent, then the connection closed after another command timed out (it "
+                                         "may still run)"));
     }
   }
   co_return std::move(*p->result);

@@ -7,6 +7,11 @@
 namespace infera::gateway {
 namespace {
 
+// Every one of `expected` appears in the error message `m`.
+void expectEveryMessage(const std::string& m, std::initializer_list<const char*> expected) {
+  for (const char* e : expected) EXPECT_NE(m.find(e), std::string::npos) << "missing: " << e << "\nin:\n" << m;
+}
+
 TEST(GatewayConfigTest, ParsesDeploymentsWithInheritedDefaults) {
   const auto cfg = loadGatewayConfigString(R"(
 region: us-east
@@ -45,19 +50,16 @@ models:
           - {}
 )");
   ASSERT_FALSE(cfg.ok());
-  const std::string& m = cfg.status().message();
-  for (const char* expected : {
-           "workers (line 1): must be in [0, 256], got -1",
-           "listen.port (line 2): must be in [0, 65535], got 70000",
-           "colour (line 3): unknown key",
-           "models[0].aliases (line 6): model or alias 'm' is defined twice",
-           "models[0].deployments[0].endpoints[0].url (line 9): must start with http://",
-           "models[0].deployments[0].endpoints[0].weight (line 9): must be in [1, 1000], got 0",
-           "models[0].deployments[0].endpoints[1].emulator (line 10): names unknown emulator 'ghost'",
-           "models[0].deployments[0].endpoints[2] (line 11): needs exactly one of 'url' or 'emulator'",
-       }) {
-    EXPECT_NE(m.find(expected), std::string::npos) << "missing: " << expected << "\nin:\n" << m;
-  }
+  expectEveryMessage(cfg.status().message(), {
+      "workers (line 1): must be in [0, 256], got -1",
+      "listen.port (line 2): must be in [0, 65535], got 70000",
+      "colour (line 3): unknown key",
+      "models[0].aliases (line 6): model or alias 'm' is defined twice",
+      "models[0].deployments[0].endpoints[0].url (line 9): must start with http://",
+      "models[0].deployments[0].endpoints[0].weight (line 9): must be in [1, 1000], got 0",
+      "models[0].deployments[0].endpoints[1].emulator (line 10): names unknown emulator 'ghost'",
+      "models[0].deployments[0].endpoints[2] (line 11): needs exactly one of 'url' or 'emulator'",
+  });
 }
 
 // Governance settings: errors name the key path and line, and never echo a password of a URL.
@@ -71,14 +73,12 @@ models: [{name: m, deployments: [{endpoints: [{url: "http://127.0.0.1:1"}]}]}]
 )");
   ASSERT_FALSE(cfg.ok());
   const std::string& m = cfg.status().message();
-  for (const char* expected : {
-           "governance.store (line 2): must be sqlite:PATH or a postgresql:// URL (got 'mysql://infera:***@db/x')",
-           "governance.sync_interval_ms (line 3): must be in [10, 4000], got 10000",
-           "governance.redis (line 4): must be a redis://host:port URL (got 'rediss://:***@cache:6380')",
-           "governance.redis_fallback (line 5)",
-       }) {
-    EXPECT_NE(m.find(expected), std::string::npos) << "missing: " << expected << "\nin:\n" << m;
-  }
+  expectEveryMessage(m, {
+      "governance.store (line 2): must be sqlite:PATH or a postgresql:// URL (got 'mysql://infera:***@db/x')",
+      "governance.sync_interval_ms (line 3): must be in [10, 4000], got 10000",
+      "governance.redis (line 4): must be a redis://host:port URL (got 'rediss://:***@cache:6380')",
+      "governance.redis_fallback (line 5)",
+  });
   EXPECT_EQ(m.find("hunter2"), std::string::npos) << m;
 }
 

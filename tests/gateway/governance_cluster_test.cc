@@ -809,63 +809,68 @@ TEST(GovernanceCluster, LeasesAdmitWithoutACallAndLeaveRedisWithWhatWasUsed) {
   EXPECT_EQ(held(), used());
 }
 
+// Two replicas sharing a store and a Redis cache tier of entries living `ttl_ms`, and a key of
+// team `team` that both know.
+struct CacheReplicas {
+  std::unique_ptr<testing::RedisServer> redis;
+  std::unique_ptr<emulator::Emulator> emu;
+  std::unique_ptr<Gateway> a, b;
+  std::string key;
+};
+void startCacheReplicas(CacheReplicas& r, const std::string& team, int64_t ttl_ms) {
+  r.redis = testing::RedisServer::start();
+  ASSERT_TRUE(r.redis);
+  r.emu = startEmulator();
+  ASSERT_TRUE(r.emu);
+  const std::string db = "sqlite:" + tempPath(team + ".db");
+  const std::string extra =
+      "  redis: " + r.redis->url() + "\n  cache: {ttl_ms: " + std::to_string(ttl_ms) + ", redis: true}\n";
+  r.a = startGov(govConfig(r.emu->url(), db, extra));
+  r.b = startGov(govConfig(r.emu->url(), db, extra));
+  ASSERT_TRUE(r.a && r.b);
+  r.key = makeKey(*r.a, team);
+  ASSERT_TRUE(waitFor([&] { return call(*r.b, r.key, chat("m1", 0)).status == 200; }));
+}
+
 TEST(GovernanceCluster, TheCacheIsSharedThroughRedis) {
-  auto redis = testing::RedisServer::start();
-  ASSERT_TRUE(redis);
-  auto emu = startEmulator();
-  ASSERT_TRUE(emu);
-  const std::string db = "sqlite:" + tempPath("cache.db");
-  const std::string extra = "  redis: " + redis->url() + "\n  cache: {ttl_ms: 60000, redis: true}\n";
-  auto a = startGov(govConfig(emu->url(), db, extra));
-  auto b = startGov(govConfig(emu->url(), db, extra));
-  ASSERT_TRUE(a && b);
-  const std::string key = makeKey(*a, "cache");
-  ASSERT_TRUE(waitFor([&] { return call(*b, key, chat("m1", 0)).status == 200; }));
+  CacheReplicas r;
+  ASSERT_NO_FATAL_FAILURE(startCacheReplicas(r, "cache", 60'000));
   const std::string body = chat("m1", 4, false, R"(,"temperature":0)");
-  const auto first = call(*a, key, body);
+  const auto first = call(*r.a, r.key, body);
   ASSERT_EQ(first.status, 200);
   EXPECT_EQ(first.header("x-infera-cache"), "miss");
-  auto rc = store::RedisClient::connect(*store::parseRedisUrl(redis->url()));
+  auto rc = store::RedisClient::connect(*store::parseRedisUrl(r.redis->url()));
   ASSERT_TRUE(rc.ok());
   ASSERT_TRUE(waitFor([&] {
     auto keys = (*rc)->command({"KEYS", "infera:cache2:*"});
     return keys.ok() && keys->elements.size() == 1;
   }));
-  const uint64_t before = emu->stats().requests.load();
-  const auto second = call(*b, key, body);
+  const uint64_t before = r.emu->stats().requests.load();
+  const auto second = call(*r.b, r.key, body);
   ASSERT_EQ(second.status, 200);
   EXPECT_EQ(second.header("x-infera-cache"), "hit");
   EXPECT_EQ(second.body, first.body);
-  EXPECT_EQ(emu->stats().requests.load(), before);
+  EXPECT_EQ(r.emu->stats().requests.load(), before);
 }
 
 // An entry taken from Redis keeps its first answer's expiry in the local tier: it does not live a
 // TTL again from the moment another replica read it.
 TEST(GovernanceCluster, ACachedAnswerExpiresOnceAcrossReplicas) {
-  auto redis = testing::RedisServer::start();
-  ASSERT_TRUE(redis);
-  auto emu = startEmulator();
-  ASSERT_TRUE(emu);
-  const std::string db = "sqlite:" + tempPath("cache-ttl.db");
-  const std::string extra = "  redis: " + redis->url() + "\n  cache: {ttl_ms: 3000, redis: true}\n";
-  auto a = startGov(govConfig(emu->url(), db, extra));
-  auto b = startGov(govConfig(emu->url(), db, extra));
-  ASSERT_TRUE(a && b);
-  const std::string key = makeKey(*a, "cache-ttl");
-  ASSERT_TRUE(waitFor([&] { return call(*b, key, chat("m1", 0)).status == 200; }));
+  CacheReplicas r;
+  ASSERT_NO_FATAL_FAILURE(startCacheReplicas(r, "cache-ttl", 3'000));
   const std::string body = chat("m1", 4, false, R"(,"temperature":0)");
   const auto t0 = std::chrono::steady_clock::now();
-  ASSERT_EQ(call(*a, key, body).header("x-infera-cache"), "miss");
+  ASSERT_EQ(call(*r.a, r.key, body).header("x-infera-cache"), "miss");
   auto since = [&] { return std::chrono::steady_clock::now() - t0; };
   // Read by b well into the entry's life (the answer reaches Redis just after it was relayed).
   ASSERT_TRUE(waitFor([&] { return since() > std::chrono::milliseconds(1200); }, std::chrono::seconds(3)));
-  const auto hit = call(*b, key, body);
+  const auto hit = call(*r.b, r.key, body);
   ASSERT_LT(since(), std::chrono::milliseconds(2600));
   ASSERT_EQ(hit.header("x-infera-cache"), "hit");
   // Past the first answer's TTL (plus the time it took to be stored), and well before b's copy
   // would end had it lived a TTL of its own: a miss on b too.
   ASSERT_TRUE(waitFor([&] { return since() > std::chrono::milliseconds(3500); }, std::chrono::seconds(5)));
-  EXPECT_EQ(call(*b, key, body).header("x-infera-cache"), "miss");
+  EXPECT_EQ(call(*r.b, r.key, body).header("x-infera-cache"), "miss");
 }
 
 TEST(GovernanceCluster, PostgresSharesKeysRevocationsAndUsageAcrossReplicas) {
