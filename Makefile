@@ -20,7 +20,9 @@ configure: deps $(BUILD_DIR)/build.ninja
 build: configure
 	cmake --build $(BUILD_DIR) -j $(JOBS)
 
-run: build
+# `make run` builds only what it runs: the infera binary.
+run: configure
+	cmake --build $(BUILD_DIR) -j $(JOBS) --target infera
 	$(INFERA) serve -c examples/quickstart.yaml
 
 test: build

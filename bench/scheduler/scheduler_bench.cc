@@ -6,6 +6,7 @@
 
 #include <cstdlib>
 
+#include "core/data_dir.h"
 #include "scheduler/scheduler.h"
 #include "scheduler/simulator.h"
 #include "scheduler/trace.h"
@@ -13,10 +14,14 @@
 namespace infera::sched {
 namespace {
 
+// The shipped trace (data/ in the repository; INFERA_DATA_DIR overrides it).
 std::string traceCsv(const std::string& file) {
-  const char* env = std::getenv("INFERA_TRACE_DIR");
-  return env ? std::string(env) + "/" + file
-             : std::string(INFERA_SOURCE_DIR) + "/../shared/data/alibaba-gpu-v2023/csv/" + file;
+  auto dir = findDataDir("alibaba-gpu-v2023");
+  if (!dir.ok()) {
+    std::fprintf(stderr, "%s\n", dir.status().message().c_str());
+    std::exit(1);
+  }
+  return *dir + "/csv/" + file;
 }
 
 struct Trace {
@@ -30,7 +35,7 @@ const Trace& trace() {
     auto nodes = loadNodeCsv(traceCsv("openb_node_list_gpu_node.csv"));
     auto pods = loadPodCsv(traceCsv("openb_pod_list_default.csv"));
     if (!nodes.ok() || !pods.ok()) {
-      std::fprintf(stderr, "cannot load the trace (set INFERA_TRACE_DIR)\n");
+      std::fprintf(stderr, "cannot load the trace\n");
       std::exit(1);
     }
     out.nodes = std::move(*nodes);

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "core/data_dir.h"
 #include "scheduler/queues.h"
 #include "scheduler/report.h"
 #include "scheduler/scheduler.h"
@@ -19,7 +20,7 @@ namespace infera::cli {
 namespace {
 
 struct SimulateOptions {
-  std::string data_dir = "../shared/data/alibaba-gpu-v2023";
+  std::string data_dir;  // "" = the shipped trace, found by findDataDir()
   std::string nodes_csv;
   std::string pod_list = "default";
   std::string pods_csv;
@@ -71,10 +72,17 @@ int fail(const Status& s) {
 
 int runSimulate(const SimulateOptions& o) {
   using namespace infera::sched;
+  std::string data_dir = o.data_dir;
+  if (data_dir.empty() && (o.nodes_csv.empty() || o.pods_csv.empty())) {
+    auto found = findDataDir("alibaba-gpu-v2023");
+    if (!found.ok()) return fail(found.status());
+    data_dir = std::move(*found);
+  }
   const std::string nodes_path =
-      o.nodes_csv.empty() ? o.data_dir + "/csv/openb_node_list_gpu_node.csv" : o.nodes_csv;
+      o.nodes_csv.empty() ? data_dir + "/csv/openb_node_list_gpu_node.csv" : o.nodes_csv;
   const std::string pods_path =
-      o.pods_csv.empty() ? o.data_dir + "/csv/openb_pod_list_" + o.pod_list + ".csv" : o.pods_csv;
+      o.pods_csv.empty() ? data_dir + "/csv/openb_pod_list_" + o.pod_list + ".csv" : o.pods_csv;
+  std::printf("trace: %s, %s\n", nodes_path.c_str(), pods_path.c_str());
   auto nodes = loadNodeCsv(nodes_path);
   if (!nodes.ok()) return fail(nodes.status());
   auto pods = loadPodCsv(pods_path);
@@ -161,8 +169,9 @@ void registerSchedCommands(CLI::App& app) {
 
   auto opts = std::make_shared<SimulateOptions>();
   CLI::App* sim = sched->add_subcommand("simulate", "replay the Alibaba GPU trace");
-  sim->add_option("--data", opts->data_dir, "trace directory (alibaba-gpu-v2023)")
-      ->capture_default_str();
+  sim->add_option("--data", opts->data_dir,
+                  "trace directory (default: the shipped data/alibaba-gpu-v2023, found next to "
+                  "the binary or in its source tree; or $INFERA_DATA_DIR/alibaba-gpu-v2023)");
   sim->add_option("--nodes", opts->nodes_csv, "node CSV (default: DATA/csv/openb_node_list_gpu_node.csv)");
   sim->add_option("--pod-list", opts->pod_list, "pod list name: default, cpu050, gpuspec33, ...")
       ->capture_default_str();

@@ -1,11 +1,10 @@
-# Shared by the SDK test scripts (sourced): installs the openai npm package into the work dir
-# once, and starts `infera serve` on free ports.
+# Shared by the SDK test scripts (sourced): checks the npm packages installed at build time
+# (tests/node/CMakeLists.txt: `npm ci` from package-lock.json), and starts `infera serve` on free
+# ports.
 
-# install_openai WORK_DIR
-install_openai() {
-  if [[ ! -d "$1/node_modules/openai" ]]; then
-    (cd "$1" && npm init -y >/dev/null 2>&1 && npm install --no-audit --no-fund --silent openai@4 >/dev/null)
-  fi
+# require_module NODE_MODULES NAME: fails the test when the build did not install NAME.
+require_module() {
+  [[ -d "$1/$2" ]] || { echo "npm package $2 missing from $1 (the build runs npm ci)"; exit 1; }
 }
 
 # start_serve INFERA CONFIG OUT: starts the gateway (stopped by an EXIT trap), waits for its

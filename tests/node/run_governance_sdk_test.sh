@@ -2,14 +2,15 @@
 # Governance as a user meets it: `infera serve` with governance on, a team and a key made with the
 # `infera teams/keys` commands, the official openai npm SDK calling with that key until a 429, and
 # the usage seen with `infera usage`.
-# Usage: run_governance_sdk_test.sh INFERA_BINARY WORK_DIR
+# Usage: run_governance_sdk_test.sh INFERA_BINARY NODE_MODULES WORK_DIR
 set -euo pipefail
 infera="$1"
-work="$2"
+node_modules="$2"
+work="$3"
 here="$(cd "$(dirname "$0")" && pwd)"
 mkdir -p "$work"
 source "$here/lib.sh"
-install_openai "$work"
+require_module "$node_modules" openai
 rm -f "$work"/gov-sdk.db*
 cat > "$work/gov-sdk.yaml" <<YAML
 listen: {host: 127.0.0.1, port: 0}
@@ -33,7 +34,7 @@ export INFERA_ADMIN_URL="http://127.0.0.1:$ADMIN_PORT"
 "$infera" teams create sdk --models 'llama*' --tpm 100000 >/dev/null
 key=$("$infera" keys create --team sdk --rpm 3 2>/dev/null)
 [[ "$key" == sk-inf-* ]] || { echo "no key from infera keys create: $key"; exit 1; }
-NODE_PATH="$work/node_modules" INFERA_BASE_URL="http://127.0.0.1:$port/v1" INFERA_KEY="$key" \
+NODE_PATH="$node_modules" INFERA_BASE_URL="http://127.0.0.1:$port/v1" INFERA_KEY="$key" \
   node "$here/governance_sdk_test.mjs"
 
 # Usage by team and model: the three admitted requests (the 429 is recorded with no tokens).

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Runs the official openai npm SDK against a real `infera serve` (in-process emulator backend).
-# Usage: run_sdk_test.sh INFERA_BINARY WORK_DIR
+# Usage: run_sdk_test.sh INFERA_BINARY NODE_MODULES WORK_DIR
 set -euo pipefail
 infera="$1"
-work="$2"
+node_modules="$2"
+work="$3"
 here="$(cd "$(dirname "$0")" && pwd)"
 mkdir -p "$work"
 source "$here/lib.sh"
-install_openai "$work"
+require_module "$node_modules" openai
 cat > "$work/sdk.yaml" <<'YAML'
 listen: {host: 127.0.0.1, port: 0}
 admin: {host: 127.0.0.1, port: 0}
@@ -24,4 +25,4 @@ models:
 YAML
 start_serve "$infera" "$work/sdk.yaml" "$work/serve.out"
 port="$PORT"
-NODE_PATH="$work/node_modules" INFERA_BASE_URL="http://127.0.0.1:$port/v1" node "$here/openai_sdk_test.mjs"
+NODE_PATH="$node_modules" INFERA_BASE_URL="http://127.0.0.1:$port/v1" node "$here/openai_sdk_test.mjs"

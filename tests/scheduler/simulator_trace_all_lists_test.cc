@@ -7,15 +7,18 @@
 #include <string>
 #include <vector>
 
+#include "core/data_dir.h"
 #include "scheduler/simulator.h"
 #include "scheduler/trace.h"
 
 namespace infera::sched {
 namespace {
 
+// The shipped trace (data/ in the repository; INFERA_DATA_DIR overrides it).
 std::string traceDir() {
-  const char* s = std::getenv("INFERA_SOURCE_DIR");
-  return std::string(s ? s : ".") + "/../shared/data/alibaba-gpu-v2023/csv";
+  auto dir = findDataDir("alibaba-gpu-v2023");
+  EXPECT_TRUE(dir.ok()) << dir.status().message();
+  return dir.ok() ? *dir + "/csv" : std::string("missing-trace");
 }
 
 double meanUnallocated(const std::vector<NodeSpec>& nodes, const std::vector<PodSpec>& pods,

@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <map>
 
+#include "core/data_dir.h"
 #include "scheduler/report.h"
 #include "scheduler/scheduler.h"
 #include "scheduler/simulator.h"
@@ -12,9 +13,11 @@
 namespace infera::sched {
 namespace {
 
+// The shipped trace (data/ in the repository; INFERA_DATA_DIR overrides it).
 std::string traceDir() {
-  const char* s = std::getenv("INFERA_SOURCE_DIR");
-  return std::string(s ? s : ".") + "/../shared/data/alibaba-gpu-v2023/csv";
+  auto dir = findDataDir("alibaba-gpu-v2023");
+  EXPECT_TRUE(dir.ok()) << dir.status().message();
+  return dir.ok() ? *dir + "/csv" : std::string("missing-trace");
 }
 
 // The real trace: the FGD paper's baselines must land near the paper's own figures (mean

@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# A user's first hour from a bare clone: `git clone` into an empty directory (nothing beside it),
+# then the README's tour run from there — the scheduler on the shipped trace from an unrelated
+# working directory, the scheduler trace tests on the clone's data, the quickstart gateway's curl
+# commands, and the governance tour's CLI — with this build's binaries copied into the clone (the
+# suite has built them once; building again would double `make test`).
+# Usage: fresh_clone_tour_test.sh SOURCE_DIR INFERA_BINARY SCHEDULER_TRACE_TEST_BINARY
+set -uo pipefail
+src="$1"
+git -C "$src" rev-parse --git-dir >/dev/null 2>&1 || { echo "not a git checkout: nothing to clone"; exit 77; }
+top=$(mktemp -d)
+pid=""
+cleanup() { [[ -n "$pid" ]] && kill -9 "$pid" 2>/dev/null; rm -rf "$top"; }
+trap cleanup EXIT
+source "$src/tests/cli/lib.sh"
+
+git clone -q "$src" "$top/clone"
+check "the clone is the only thing in its parent" test "$(ls -A "$top")" = clone
+clone="$top/clone"
+mkdir -p "$clone/build/bin" "$top/elsewhere"
+cp "$2" "$clone/build/bin/infera"
+cp "$3" "$clone/build/bin/scheduler_trace_test"
+infera="$clone/build/bin/infera"
+cd "$top/elsewhere"
+
+# --- scheduler (README: "GPU scheduler on the Alibaba trace") -------------------------------------
+"$infera" sched simulate --policy infera,fgd,gpu-packing --seeds 1 --no-progress -o "$top/sr" >"$top/sim.out" 2>&1
+check "sched simulate runs from another directory without --data" test $? -eq 0
+check "it read the clone's own trace" grep -q "trace: $clone/data/alibaba-gpu-v2023/csv/openb_node_list_gpu_node.csv" "$top/sim.out"
+check "it reports every policy asked for" test "$(grep -cE '^(infera|fgd|gpu-packing) ' "$top/sim.out")" = 3
+check "it writes the JSON report and the chart" test -s "$top/sr/report.json" -a -s "$top/sr/alloc_vs_load.svg"
+"$infera" sched simulate --mode replay --offered-load 1.0 --horizon 2 --policy infera --no-progress \
+  --config "$clone/examples/scheduler/queues.yaml" -o "$top/replay" >"$top/replay.out" 2>&1
+check "the replay tour runs (2 h of arrivals)" test $? -eq 0
+check "the replay reports pending times" grep -qi "pending" "$top/replay.out"
+"$infera" sched validate "$clone/examples/scheduler/queues.yaml" >"$top/val.out" 2>&1
+check "sched validate accepts the example queues" test $? -eq 0
+INFERA_DATA_DIR="$clone/data" "$clone/build/bin/scheduler_trace_test" --gtest_brief=1 >"$top/trace.out" 2>&1
+check "the scheduler trace tests pass on the clone's data" test $? -eq 0
+for f in "$clone"/examples/*.yaml; do
+  "$infera" config validate "$f" >/dev/null 2>&1
+  check "config validate $(basename "$f")" test $? -eq 0
+done
+
+# --- quickstart gateway (README: "A five-minute tour"), on free ports ------------------------------
+sed -e 's/port: 8080/port: 0/' -e 's/port: 9090/port: 0/' "$clone/examples/quickstart.yaml" >"$top/qs.yaml"
+start_serve "$infera" "$top/qs.yaml" "$top/qs.out"
+check "the quickstart gateway starts" test -n "$port"
+d="http://127.0.0.1:$port"
+code() { curl -s -o "$top/body" -w '%{http_code}' "$@"; }
+c=$(code -N "$d/v1/chat/completions" -H 'content-type: application/json' \
+  -d '{"model":"llama-3-8b","stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"Tell me a story"}]}')
+check "a streamed chat answers 200" test "$c" = 200
+check "the stream ends with [DONE] after a usage chunk" bash -c "grep -q '\"usage\"' '$top/body' && tail -c 200 '$top/body' | grep -q 'data: \[DONE\]'"
+c=$(code "$d/v1/chat/completions" -d '{"model":"gpt-4o-mini","max_tokens":5,"messages":[]}')
+check "an alias routes to its model" test "$c" = 200
+c=$(code "$d/v1/models")
+check "/v1/models lists the quickstart's models" bash -c "test $c = 200 && grep -q llama-3-8b '$top/body' && grep -q resnet50 '$top/body'"
+c=$(code "$d/v1/embeddings" -d '{"model":"text-embedding-3-small","input":"hello"}')
+check "embeddings answer 200" test "$c" = 200
+c=$(code "$d/v2/models/resnet50/infer" -d '{"inputs":[{"name":"INPUT0","shape":[1,3],"datatype":"FP32","data":[1,2,3]}]}')
+check "KServe v2 infer answers 200" test "$c" = 200
+c=$(code "$d/v1/chat/completions" -d '{"model":"nope","messages":[]}')
+check "an unknown model is an OpenAI-shaped 404" bash -c "test $c = 404 && grep -q '\"error\"' '$top/body'"
+check "metrics count the requests" bash -c "curl -s http://127.0.0.1:$admin/metrics | grep -q infera_gateway_requests_total"
+c=$(code "http://127.0.0.1:$admin/admin/endpoints")
+check "/admin/endpoints answers 200" test "$c" = 200
+c=$(code -X POST "http://127.0.0.1:$admin/admin/reload")
+check "POST /admin/reload answers 200" test "$c" = 200
+kill -TERM "$pid"; wait "$pid" 2>/dev/null; pid=""
+
+# --- governance tour (README: "Keys, limits and usage"), on free ports -----------------------------
+mkdir -p "$top/gov" && cd "$top/gov"
+sed -e 's/port: 8080/port: 0/' -e 's/port: 9090/port: 0/' "$clone/examples/governance.yaml" >"$top/gov.yaml"
+export INFERA_ADMIN_TOKEN=dev-admin-token
+start_serve "$infera" "$top/gov.yaml" "$top/gov.out"
+check "the governance example starts" test -n "$port"
+export INFERA_ADMIN_URL="http://127.0.0.1:$admin"
+"$infera" teams create ml --models 'llama*,text-*' --tpm 20000 --rpm 3 >/dev/null
+check "infera teams create" test $? -eq 0
+key=$("$infera" keys create --team ml --expires 30d)
+check "infera keys create prints a secret" test -n "$key"
+chat() { code "http://127.0.0.1:$port/v1/chat/completions" "$@" \
+  -d '{"model":"llama3","max_tokens":8,"messages":[{"role":"user","content":"hi"}]}'; }
+codes=""
+for _ in 1 2 3 4; do codes="$codes $(chat -H "authorization: Bearer $key")"; done
+check "three calls pass, the fourth in the minute is a 429 (rpm 3)" test "$codes" = " 200 200 200 429"
+check "without a key: 401" test "$(chat)" = 401
+"$infera" teams create other --models 'text-*' >/dev/null
+okey=$("$infera" keys create --team other)
+check "a model outside the team's list: 403" test "$(chat -H "authorization: Bearer $okey")" = 403
+"$infera" usage --team ml --granularity minute >"$top/usage.out" 2>&1
+check "infera usage answers" test $? -eq 0
+"$infera" keys list >"$top/keys.out" 2>&1
+check "infera keys list answers" test $? -eq 0
+"$infera" audit >"$top/audit.out" 2>&1
+check "infera audit lists the key creation" grep -q "key" "$top/audit.out"
+finish
