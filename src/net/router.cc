@@ -1,0 +1,169 @@
+#include "net/router.h"
+
+#include <algorithm>
+
+#include "core/status.h"
+
+namespace infera::net {
+
+// One path segment of the patterns registered: literal children, then one parameter child and
+// one tail child.
+struct Router::Node {
+  struct Literal {
+    std::string segment;
+    std::unique_ptr<Node> node;
+  };
+  std::vector<Literal> literals;
+  std::unique_ptr<Node> param;  // "{name}"
+  std::string param_name;
+  std::unique_ptr<Node> tail;  // "{name...}": always a leaf
+  std::string tail_name;
+  std::vector<std::pair<std::string, RouteHandler>> methods;  // "*" matches any
+
+  const RouteHandler* find(std::string_view method) const {
+    const RouteHandler* any = nullptr;
+    for (const auto& [m, h] : methods) {
+      if (m == method) return &h;
+      if (m == "*") any = &h;
+    }
+    return any;
+  }
+  std::string allowList() const {
+    std::string out;
+    for (const auto& [m, h] : methods) out += (out.empty() ? "" : ", ") + m;
+    return out;
+  }
+};
+
+namespace {
+
+// The next segment of `path` from `pos` (after a '/'); pos moves past it.
+std::string_view nextSegment(std::string_view path, size_t& pos) {
+  const size_t end = path.find('/', pos);
+  const std::string_view seg = path.substr(pos, end == std::string_view::npos ? end : end - pos);
+  pos = end == std::string_view::npos ? path.size() + 1 : end + 1;
+  return seg;
+}
+
+}  // namespace
+
+Router::Router() : root_(std::make_unique<Node>()) {}
+Router::~Router() {
+  root_.reset();
+  fallbacks_.clear();
+  while (!owned_.empty()) owned_.pop_back();
+}
+Router::Router(Router&&) noexcept = default;
+Router& Router::operator=(Router&&) noexcept = default;
+
+void Router::add(std::string_view method, std::string_view pattern, RouteHandler handler) {
+  INFERA_CHECK(pattern.starts_with("/"), "route pattern must start with '/'");
+  Node* node = root_.get();
+  size_t pos = 1;
+  while (pos <= pattern.size()) {
+    const std::string_view seg = nextSegment(pattern, pos);
+    if (seg.size() > 2 && seg.front() == '{' && seg.back() == '}') {
+      std::string_view name = seg.substr(1, seg.size() - 2);
+      if (name.ends_with("...")) {
+        INFERA_CHECK(pos > pattern.size(), "a {name...} tail must be the pattern's last segment");
+        name.remove_suffix(3);
+        if (!node->tail) node->tail = std::make_unique<Node>();
+        INFERA_CHECK(node->tail_name.empty() || node->tail_name == name, "two tail names at one place");
+        node->tail_name = std::string(name);
+        node = node->tail.get();
+        break;
+      }
+      if (!node->param) node->param = std::make_unique<Node>();
+      INFERA_CHECK(node->param_name.empty() || node->param_name == name, "two parameter names at one place");
+      node->param_name = std::string(name);
+      node = node->param.get();
+      continue;
+    }
+    auto it = std::find_if(node->literals.begin(), node->literals.end(),
+                           [&](const Node::Literal& l) { return l.segment == seg; });
+    if (it == node->literals.end()) {
+      node->literals.push_back({std::string(seg), std::make_unique<Node>()});
+      it = node->literals.end() - 1;
+    }
+    node = it->node.get();
+  }
+  for (const auto& [m, h] : node->methods) INFERA_CHECK(m != method, "route registered twice");
+  node->methods.emplace_back(std::string(method), std::move(handler));
+}
+
+void Router::setFallback(std::string prefix, FallbackHandler handler) {
+  for (auto& [p, h] : fallbacks_) {
+    if (p == prefix) {
+      h = std::move(handler);
+      return;
+    }
+  }
+  fallbacks_.emplace_back(std::move(prefix), std::move(handler));
+}
+
+Router::Match Router::match(std::string_view method, std::string_view path) const {
+  Match m;
+  if (!path.starts_with('/')) return m;
+  // Depth-first: literals, then the parameter, then the tail; the first node with routes for the
+  // path wins (its method decides between the handler and a 405).
+  const Node* found = nullptr;
+  struct Walk {
+    const Router::Node* found = nullptr;
+    PathParams* params;
+    bool go(const Router::Node& n, std::string_view path, size_t pos) {
+      if (pos > path.size()) {
+        if (n.methods.empty()) return false;
+        found = &n;
+        return true;
+      }
+      size_t next = pos;
+      const std::string_view seg = nextSegment(path, next);
+      for (const auto& l : n.literals) {
+        if (l.segment == seg && go(*l.node, path, next)) return true;
+      }
+      if (n.param && !seg.empty()) {
+        params->push(n.param_name, seg);
+        if (go(*n.param, path, next)) return true;
+        params->pop();
+      }
+      if (n.tail && pos < path.size() && !n.tail->methods.empty()) {
+        params->push(n.tail_name, path.substr(pos));
+        found = n.tail.get();
+        return true;
+      }
+      return false;
+    }
+  } walk{nullptr, &m.params};
+  if (walk.go(*root_, path, 1)) found = walk.found;
+  if (!found) return m;
+  m.handler = found->find(method);
+  if (!m.handler) {
+    m.status = 405;
+    m.allow = found->allowList();
+  }
+  return m;
+}
+
+Task<void> Router::dispatch(HttpRequest& request, ResponseWriter& writer) const {
+  const std::string_view path = request.path();
+  Match m = match(request.method, path);
+  if (m.handler) return (*m.handler)(request, writer, m.params);
+  const FallbackHandler* fb = nullptr;
+  size_t best = 0;
+  for (const auto& [prefix, h] : fallbacks_) {
+    if (path.starts_with(prefix) && (!fb || prefix.size() >= best)) {
+      fb = &h;
+      best = prefix.size();
+    }
+  }
+  if (fb) return (*fb)(request, writer, m.status, m.allow);
+  struct Plain {
+    static Task<void> send(ResponseWriter& w, int status, std::string allow) {
+      const std::string body = status == 405 ? "method not allowed (allowed: " + allow + ")\n" : "not found\n";
+      co_await w.send(status, "text/plain", body);
+    }
+  };
+  return Plain::send(writer, m.status, std::move(m.allow));
+}
+
+}  // namespace infera::net

@@ -1,0 +1,111 @@
+#pragma once
+// A per-loop HTTP router: method + path pattern -> handler, with path parameters. Each component
+// registers its routes on the data or admin router of every loop when src/server starts it; the
+// router answers what matches nothing in one place (the fallback of the longest matching prefix).
+//
+//   net::Router r;
+//   r.add("POST", "/v1/chat/completions", chat);
+//   r.add("GET", "/collections/{name}", getCollection);        // params["name"]
+//   r.add("*", "/v2/models/{model}/{rest...}", kserve);        // a tail: the rest of the path
+//   r.setFallback("/collections", qdrantNotFound);             // 404/405 in Qdrant's shape
+//   co_await r.dispatch(request, writer);
+//
+// Matching is by path segments, exactly as sent: no decoding, no dot-segment or slash folding
+// (a component that routes by a segment decodes and checks it). Literal segments win over
+// parameters; a method registered for a pattern wins over "*". Not thread-safe: built before
+// its loop serves, then read only on that loop.
+
+#include <array>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "net/asio.h"
+#include "net/http.h"
+#include "net/server.h"
+
+namespace infera::net {
+
+// A route's path parameters: views into the request's target (valid while the request is).
+class PathParams {
+ public:
+  static constexpr size_t kMax = 6;
+  // The value of `name`, or empty when the route has no such parameter.
+  std::string_view get(std::string_view name) const {
+    for (size_t i = 0; i < n_; ++i) {
+      if (items_[i].first == name) return items_[i].second;
+    }
+    return {};
+  }
+  std::string_view operator[](std::string_view name) const { return get(name); }
+  size_t size() const { return n_; }
+  void push(std::string_view name, std::string_view value) {
+    if (n_ < kMax) items_[n_++] = {name, value};
+  }
+  void pop() { --n_; }
+
+ private:
+  std::array<std::pair<std::string_view, std::string_view>, kMax> items_{};
+  size_t n_ = 0;
+};
+
+using RouteHandler = std::function<Task<void>(HttpRequest&, ResponseWriter&, PathParams)>;
+// Answers a request no route takes: status 404 (no pattern matches the path) or 405 (a pattern
+// does, for other methods: `allow` lists them, comma-separated).
+using FallbackHandler =
+    std::function<Task<void>(HttpRequest&, ResponseWriter&, int status, std::string_view allow)>;
+
+class Router {
+ public:
+  Router();
+  ~Router();
+  Router(Router&&) noexcept;
+  Router& operator=(Router&&) noexcept;
+
+  // `method` is "GET", "POST", ... or "*" (any). `pattern` starts with '/'; a segment "{name}"
+  // matches one non-empty segment, a last segment "{name...}" the rest of the path (one segment
+  // or more). Registering the same method and pattern twice is a bug (INFERA_CHECK).
+  void add(std::string_view method, std::string_view pattern, RouteHandler handler);
+  // The fallback for paths starting with `prefix` (the longest registered prefix wins; "" = every
+  // path). Without one: a plain-text 404/405.
+  void setFallback(std::string prefix, FallbackHandler handler);
+  // Keeps `owned` alive as long as the router (per-loop state its handlers point to); destroyed in
+  // the reverse order of own() calls, after the routes.
+  template <typename T>
+  void own(std::unique_ptr<T> owned) {
+    owned_.emplace_back(owned.release(), [](void* p) { delete static_cast<T*>(p); });
+  }
+
+  struct Match {
+    const RouteHandler* handler = nullptr;  // null: no route
+    PathParams params;
+    int status = 404;   // when handler is null: 404 or 405
+    std::string allow;  // for 405
+  };
+  Match match(std::string_view method, std::string_view path) const;
+  // Runs the matching route's handler, or the fallback.
+  Task<void> dispatch(HttpRequest& request, ResponseWriter& writer) const;
+
+ private:
+  struct Node;
+  std::unique_ptr<Node> root_;
+  std::vector<std::pair<std::string, FallbackHandler>> fallbacks_;
+  std::vector<std::unique_ptr<void, void (*)(void*)>> owned_;
+};
+
+// A server's per-loop handler that dispatches through its router.
+class RouterHandler final : public HttpHandler {
+ public:
+  explicit RouterHandler(Router router) : router_(std::move(router)) {}
+  Task<void> handle(HttpRequest& request, ResponseWriter& writer) override {
+    return router_.dispatch(request, writer);
+  }
+  Router& router() { return router_; }
+
+ private:
+  Router router_;
+};
+
+}  // namespace infera::net
