@@ -7,10 +7,10 @@
 
 #include <filesystem>
 
-#include "gateway/balancer.h"
-#include "gateway/keys.h"
-#include "gateway/limiter.h"
-#include "gateway/request_scan.h"
+#include "gateway/internal/balancer.h"
+#include "access/internal/keys.h"
+#include "access/internal/limiter.h"
+#include "gateway/internal/request_scan.h"
 #include "obs/metrics.h"
 
 namespace infera::gateway {

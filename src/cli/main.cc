@@ -9,8 +9,8 @@
 #include "cli/admin_cmd.h"
 #include "core/log.h"
 #include "emulator/emulator.h"
-#include "gateway/config.h"
-#include "gateway/gateway.h"
+#include "server/config.h"
+#include "server/server.h"
 #ifdef INFERA_WITH_SCHED
 #include "cli/sched_cmd.h"
 #endif
@@ -30,7 +30,7 @@ sigset_t handledSignals() {
 }
 
 int runServe(const std::string& config_path, const std::string& log_level) {
-  auto cfg = gateway::loadGatewayConfig(config_path);
+  auto cfg = server::loadConfig(config_path);
   if (!cfg.ok()) {
     std::fprintf(stderr, "%s\n", cfg.status().message().c_str());
     return 1;
@@ -39,7 +39,7 @@ int runServe(const std::string& config_path, const std::string& log_level) {
   const int64_t drain_ms = cfg->drain_timeout_ms;
   sigset_t set = handledSignals();
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
-  auto gw = gateway::Gateway::start(std::move(*cfg), config_path);
+  auto gw = server::Server::start(std::move(*cfg), config_path);
   if (!gw.ok()) {
     std::fprintf(stderr, "cannot start: %s\n", gw.status().message().c_str());
     return 1;
@@ -148,16 +148,16 @@ int main(int argc, char** argv) {
   auto* validate = config->add_subcommand("validate", "Validate a gateway config without binding any port");
   validate->add_option("file", validate_path, "Config YAML")->required();
   validate->callback([&] {
-    auto cfg = gateway::loadGatewayConfig(validate_path);
+    auto cfg = server::loadConfig(validate_path);
     if (!cfg.ok()) {
       std::fprintf(stderr, "%s\n", cfg.status().message().c_str());
       std::exit(1);
     }
     size_t endpoints = 0;
-    for (const auto& m : cfg->models) {
+    for (const auto& m : cfg->gateway.models) {
       for (const auto& d : m.deployments) endpoints += d.endpoints.size();
     }
-    std::printf("%s: ok (%zu models, %zu endpoints, %zu emulators)\n", validate_path.c_str(), cfg->models.size(),
+    std::printf("%s: ok (%zu models, %zu endpoints, %zu emulators)\n", validate_path.c_str(), cfg->gateway.models.size(),
                 endpoints, cfg->emulators.size());
     std::exit(0);
   });

@@ -1,43 +1,80 @@
 #pragma once
-// The gateway: one process serving the data port (OpenAI-compatible /v1/*, KServe v2 /v2/*) and
-// the admin port (/metrics, /healthz, /readyz, /admin/reload), routing each request to a model's
-// endpoints with latency-aware balancing, region preference, health checks, outlier ejection,
-// retries and failover. Thread-safe: every method may be called from any thread.
+// The model gateway: OpenAI-compatible /v1/* and KServe v2 / Open Inference Protocol /v2/* on the
+// data port, routing each request to a model's endpoints with latency-aware balancing, region
+// preference, health checks, outlier ejection, retries and failover, streaming chunk by chunk,
+// and reading usage from answers for access control.
+//
+//   auto gw = gateway::Gateway::create(settings, routes, {metrics, access_log, access, urls, workers});
+//   // per loop, on that loop, before it serves:
+//   (*gw)->addDataRoutes(i, ctx, data_router, access_worker);
+//   (*gw)->addAdminRoutes(admin_router, guard);
+//   (*gw)->startHealthChecks(admin_ctx);
+//   (*gw)->apply(new_settings);            // reload: a new route table, swapped into every worker
+//
+// Thread-safety: create/apply/rebuild/endpointsJson from any thread (one at a time per gateway);
+// the routes it registers run on their loop only. The gateway must outlive the servers whose
+// routers hold its routes, and stop its health checks before the admin loop stops.
 
-#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <unordered_map>
 
 #include "core/status.h"
 #include "gateway/config.h"
+#include "gateway/route_source.h"
+#include "net/asio.h"
+#include "net/router.h"
+
+namespace infera::obs {
+class MetricsRegistry;
+class AccessLog;
+}  // namespace infera::obs
+namespace infera::access {
+class Access;
+class AccessWorker;
+}  // namespace infera::access
 
 namespace infera::gateway {
 
+struct GatewayDeps {
+  obs::MetricsRegistry& metrics;
+  obs::AccessLog* access_log = nullptr;  // null: no access log
+  // In-process backends by name (an endpoint's `emulator:`), as base URLs.
+  std::unordered_map<std::string, std::string> emulator_urls;
+  int workers = 1;
+};
+
 class Gateway {
  public:
-  // Starts in-process emulators, binds both ports, starts the workers and health checks.
-  // `config_path` is where reload() reads from ("" = reload() unavailable).
-  static Result<std::unique_ptr<Gateway>> start(GatewayConfig config, std::string config_path = {});
+  // Builds the first route table from `settings` and `routes` (blocking DNS: call off the loops).
+  // kInvalidArgument for an endpoint that does not resolve or an unknown emulator.
+  static Result<std::unique_ptr<Gateway>> create(GatewayConfig settings, const RouteSource& routes,
+                                                 GatewayDeps deps);
   virtual ~Gateway() = default;
 
-  virtual uint16_t port() const = 0;
-  virtual uint16_t adminPort() const = 0;
+  // On loop `loop`'s thread before it serves: the data API on `router` (and the data port's answer
+  // to every path no route takes: an OpenAI-shaped 404/405), with the loop's balancer state and
+  // upstream pools, which the router owns. `access` is that loop's access worker (null: no access
+  // control); it must outlive the router's routes.
+  virtual void addDataRoutes(int loop, net::asio::io_context& ctx, net::Router& router,
+                             access::AccessWorker* access) = 0;
+  // GET /admin/endpoints: every endpoint with its health and ejection state; `guard` wraps it
+  // (the admin token check).
+  virtual void addAdminRoutes(net::Router& admin, const net::RouteGuard& guard) = 0;
 
-  // Re-reads config_path; on any error the old config keeps serving and the error is returned.
-  virtual Status reload() = 0;
-  // Validates and swaps in `config` (listen ports and workers cannot change without a restart).
-  virtual Status apply(GatewayConfig config) = 0;
+  // Active health checks on `ctx` (the admin loop). stopHealthChecks() blocks until they ended.
+  virtual void startHealthChecks(net::asio::io_context& ctx) = 0;
+  virtual void stopHealthChecks() = 0;
 
-  // Stops accepting, finishes requests in flight up to the timeout; returns true if all drained.
-  virtual bool drain(std::chrono::milliseconds timeout) = 0;
-
-  // Prometheus text of every metric.
-  virtual std::string metricsText() const = 0;
-  // Sum of a metric over its series (tests).
-  virtual double metricSum(const std::string& name) const = 0;
-  // Marks every endpoint's active health state (tests; also done by the checker).
-  virtual int64_t configGeneration() const = 0;
+  // A new route table from new settings and the route source's models (reload); on error the old
+  // one keeps serving. rebuild(): the same with the settings in use (the source changed).
+  virtual Status apply(GatewayConfig settings) = 0;
+  virtual Status rebuild() = 0;
+  // The route table's generation (1 at start, +1 per applied change).
+  virtual int64_t generation() const = 0;
+  // The body of GET /admin/endpoints.
+  virtual std::string endpointsJson() const = 0;
 };
 
 }  // namespace infera::gateway

@@ -1,4 +1,4 @@
-#include "gateway/proxy.h"
+#include "gateway/internal/proxy.h"
 
 #include <simdjson.h>
 
@@ -8,8 +8,8 @@
 #include <cmath>
 
 #include "core/clock.h"
-#include "gateway/balancer.h"
-#include "gateway/request_scan.h"
+#include "gateway/internal/balancer.h"
+#include "gateway/internal/request_scan.h"
 #include "net/sse.h"
 
 namespace infera::gateway {
@@ -54,8 +54,8 @@ struct ProxyHandler::Exchange {
   bool stream = false;
   uint64_t bytes_out = 0;
   double ttfb_s = 0;
-  // Governance (only when it is on).
-  std::unique_ptr<GovTicket> ticket;
+  // Access control (only when it is on).
+  access::Grant grant;
   std::vector<HttpHeader> extra;  // x-request-id first, then rate-limit and cache headers
   bool strip_final_usage = false;
   bool strip_continuous = false;
@@ -76,15 +76,15 @@ struct ProxyHandler::Exchange {
 };
 
 ProxyHandler::ProxyHandler(int shard, net::asio::io_context& ctx, GatewayMetrics& metrics,
-                           obs::AccessLog* access_log, Governance* governance)
+                           obs::AccessLog* access_log, access::AccessWorker* access)
     : shard_(shard),
       ctx_(ctx),
       metrics_(metrics),
       access_log_(access_log),
       rng_(0x1f3a5b7c9d + static_cast<uint64_t>(shard) * 104729),
       parser_(std::make_unique<simdjson::dom::parser>()),
-      ids_(static_cast<uint64_t>(monoNanos()) + static_cast<uint64_t>(shard) * 7777) {
-  if (governance) gov_ = std::make_unique<GovWorker>(*governance, shard, ctx);
+      ids_(static_cast<uint64_t>(monoNanos()) + static_cast<uint64_t>(shard) * 7777),
+      access_(access) {
   if (access_log_) {
     flush_timer_ = std::make_unique<net::asio::steady_timer>(ctx_);
     // Hands this worker's access-log buffer to the writer thread every 200 ms.
@@ -107,10 +107,6 @@ ProxyHandler::~ProxyHandler() {
   *alive_ = false;
   if (flush_timer_) flush_timer_->cancel();
   if (access_log_) access_log_->flushShard(shard_);
-}
-
-void ProxyHandler::setGovernance(std::shared_ptr<const GovSnapshot> snapshot) {
-  if (gov_) gov_->setSnapshot(std::move(snapshot));
 }
 
 void ProxyHandler::setTable(std::shared_ptr<const RouteTable> table) {
@@ -218,23 +214,42 @@ std::span<const HttpHeader> ProxyHandler::responseHeaders(Exchange& x, HttpHeade
   return std::span<const HttpHeader>(x.extra);
 }
 
-Task<void> ProxyHandler::handle(net::HttpRequest& req, net::ResponseWriter& w) {
-  Exchange x{req, w};
+void ProxyHandler::begin(Exchange& x) {
   x.table = table_;
   x.state = state_;
   x.start_ns = monoNanos();
-  const std::string_view given_id = req.header("x-request-id");
+  const std::string_view given_id = x.req.header("x-request-id");
   x.request_id = obs::isAcceptableRequestId(given_id) ? std::string(given_id) : ids_.next();
   metrics_.in_flight->add(shard_, 1);
-  const std::string_view path = req.path();
+}
+
+Task<void> ProxyHandler::serve(net::HttpRequest& req, net::ResponseWriter& w, Api api) {
+  Exchange x{req, w};
+  begin(x);
   if (!x.table) {
     co_await sendError(x, 503, "gateway has no configuration yet", "server_error", "not_ready");
-  } else if (path.starts_with("/v1/")) {
-    co_await handleOpenAi(x);
-  } else if (path.starts_with("/v2")) {
-    co_await handleKServe(x);
   } else {
-    const std::string msg_text = "unknown path " + std::string(path);
+    switch (api) {
+      case Api::kModels: co_await handleModels(x); break;
+      case Api::kOpenAi: co_await handleOpenAi(x); break;
+      case Api::kKServeMeta: co_await handleKServeMeta(x); break;
+      case Api::kKServeModel: co_await handleKServe(x); break;
+    }
+  }
+  finishExchange(x);
+  metrics_.in_flight->add(shard_, -1);
+}
+
+Task<void> ProxyHandler::unmatched(net::HttpRequest& req, net::ResponseWriter& w, int status, std::string allow) {
+  Exchange x{req, w};
+  begin(x);
+  const std::string_view path = req.path();
+  if (status == 405) {
+    const std::string msg_text = "use " + allow + " for " + std::string(path);
+    co_await sendError(x, 405, msg_text, "invalid_request_error", "method_not_allowed");
+  } else {
+    const bool api = path.starts_with("/v1/") || path.starts_with("/v2");
+    const std::string msg_text = (api ? "unknown endpoint " : "unknown path ") + std::string(path);
     co_await sendError(x, 404, msg_text, "invalid_request_error", "not_found");
   }
   finishExchange(x);
@@ -242,7 +257,7 @@ Task<void> ProxyHandler::handle(net::HttpRequest& req, net::ResponseWriter& w) {
 }
 
 void ProxyHandler::finishExchange(Exchange& x) {
-  if (x.ticket) finishGovernance(x);
+  if (x.grant) finishAccess(x);
   const int64_t end_ns = monoNanos();
   const double seconds = static_cast<double>(end_ns - x.start_ns) / 1e9;
   const int cls = codeClassIndex(x.status);
@@ -273,34 +288,19 @@ void ProxyHandler::finishExchange(Exchange& x) {
   }
 }
 
+Task<void> ProxyHandler::handleModels(Exchange& x) {
+  if (access_) {
+    const bool ok = co_await authenticate(x);
+    if (!ok) co_return;
+    x.grant.reset();  // listing models is not usage
+  }
+  x.status = 200;
+  const HttpHeader rid{"x-request-id", x.request_id};
+  co_await x.w.send(200, "application/json", x.table->models_json, std::span<const HttpHeader>(&rid, 1));
+}
+
 Task<void> ProxyHandler::handleOpenAi(Exchange& x) {
-  const std::string_view path = x.req.path();
-  if (path == "/v1/models") {
-    if (x.req.method != "GET") {
-      co_await sendError(x, 405, "use GET for /v1/models", "invalid_request_error", "method_not_allowed");
-      co_return;
-    }
-    if (gov_) {
-      const bool ok = co_await authenticate(x);
-      if (!ok) co_return;
-      x.ticket.reset();  // listing models is not usage
-    }
-    x.status = 200;
-    const HttpHeader rid{"x-request-id", x.request_id};
-    co_await x.w.send(200, "application/json", x.table->models_json, std::span<const HttpHeader>(&rid, 1));
-    co_return;
-  }
-  if (path != "/v1/chat/completions" && path != "/v1/completions" && path != "/v1/embeddings") {
-    const std::string msg_text = "unknown endpoint " + std::string(path);
-    co_await sendError(x, 404, msg_text, "invalid_request_error", "not_found");
-    co_return;
-  }
-  if (x.req.method != "POST") {
-    const std::string msg_text = "use POST for " + std::string(path);
-    co_await sendError(x, 405, msg_text, "invalid_request_error", "method_not_allowed");
-    co_return;
-  }
-  if (gov_) {
+  if (access_) {
     const bool ok = co_await authenticate(x);
     if (!ok) co_return;
   }
@@ -315,35 +315,35 @@ Task<void> ProxyHandler::handleOpenAi(Exchange& x) {
                        "missing_model");
     co_return;
   }
-  const auto it = x.table->by_name.find(x.fields.model);
-  if (it == x.table->by_name.end()) {
+  const Targets targets = resolveTargets(*x.table, x.fields.model, Protocol::kOpenAi);
+  if (!targets.route) {
     const std::string msg_text =
         "The model `" + x.fields.model + "` does not exist or you do not have access to it.";
     co_await sendError(x, 404, msg_text, "invalid_request_error", "model_not_found");
     co_return;
   }
-  x.route = it->second;
+  x.route = targets.route;
   x.rewrite_model = true;
   x.stream = x.fields.stream;
-  if (x.ticket) {
+  if (x.grant) {
     const bool go_on = co_await admit(x);
     if (!go_on) co_return;
   }
-  co_await forward(x, x.route->openai_endpoints);
+  co_await forward(x, *targets.endpoints);
+}
+
+Task<void> ProxyHandler::handleKServeMeta(Exchange& x) {
+  const std::string_view path = x.req.path();
+  const HttpHeader rid{"x-request-id", x.request_id};
+  x.status = 200;
+  std::string_view body = path == "/v2/health/live"    ? "{\"live\":true}"
+                          : path == "/v2/health/ready" ? "{\"ready\":true}"
+                                                       : "{\"name\":\"infera\",\"version\":\"0.1.0\",\"extensions\":[]}";
+  co_await x.w.send(200, "application/json", body, std::span<const HttpHeader>(&rid, 1));
 }
 
 Task<void> ProxyHandler::handleKServe(Exchange& x) {
   const std::string_view path = x.req.path();
-  const HttpHeader rid{"x-request-id", x.request_id};
-  if (path == "/v2/health/live" || path == "/v2/health/ready" || path == "/v2") {
-    x.status = 200;
-    std::string_view body = path == "/v2/health/live" ? "{\"live\":true}"
-                            : path == "/v2/health/ready"
-                                ? "{\"ready\":true}"
-                                : "{\"name\":\"infera\",\"version\":\"0.1.0\",\"extensions\":[]}";
-    co_await x.w.send(200, "application/json", body, std::span<const HttpHeader>(&rid, 1));
-    co_return;
-  }
   net::KServeModelPath kp;
   if (!net::parseKServeModelPath(path, kp)) {
     const std::string msg_text = "unknown endpoint " + std::string(path);
@@ -352,25 +352,125 @@ Task<void> ProxyHandler::handleKServe(Exchange& x) {
   }
   const std::string model(kp.model);
   x.kserve_tail = std::string(kp.after_model);  // forwarded as given, versions included
-  const auto it = x.table->by_name.find(model);
-  if (it == x.table->by_name.end()) {
+  const Targets targets = resolveTargets(*x.table, model, Protocol::kKServe);
+  if (!targets.route) {
     const std::string msg_text = "model '" + model + "' is not found";
     co_await sendError(x, 404, msg_text, "invalid_request_error", "model_not_found");
     co_return;
   }
-  x.route = it->second;
-  if (gov_) {
+  x.route = targets.route;
+  if (access_) {
     const bool ok = co_await authenticate(x);
     if (!ok) co_return;
     const bool go_on = co_await admit(x);
     if (!go_on) co_return;
   }
-  if (x.route->kserve_endpoints.empty()) {
+  if (targets.endpoints->empty()) {
     const std::string msg_text = "model '" + model + "' has no KServe v2 endpoints";
     co_await sendError(x, 404, msg_text, "invalid_request_error", "model_not_found");
     co_return;
   }
-  co_await forward(x, x.route->kserve_endpoints);
+  co_await forward(x, *targets.endpoints);
+}
+
+// What the last failed try (or a deployment at its limit) leaves for the answer when no try got
+// one.
+struct ProxyHandler::Failure {
+  int status = 503;
+  std::string message;  // built only on failure
+  std::string_view code = "no_healthy_endpoint";
+  std::string_view limit_type = "requests";  // of the last deployment refusal
+  int64_t retry_ms = -1;                     // the soonest a refusing deployment has room again
+};
+
+void ProxyHandler::clientLeft(Exchange& x, net::UpstreamConnection* conn) {
+  if (conn) conn->abort();
+  x.current = nullptr;
+  x.aborted = true;
+  if (x.route) x.route->client_aborts->inc(shard_);
+}
+
+Task<bool> ProxyHandler::reserveDeployment(Exchange& x, const Deployment& dep, Failure& f) {
+  // (Also when this one has no limits: a retry gives the previous deployment its share back.)
+  if (!x.grant || !(dep.limited.limited() || x.grant.holdsResource())) co_return true;
+  auto reserve = access_->admitResource(x.grant, dep.limited);
+  const std::optional<access::ResourceFull> full = co_await std::move(reserve);
+  if (!full) co_return true;
+  if (full->retry_after_ms >= 0) {
+    f.limit_type = full->tokens ? "tokens" : "requests";
+    f.retry_ms = f.retry_ms < 0 ? full->retry_after_ms : std::min(f.retry_ms, full->retry_after_ms);
+  }
+  f.status = 429;
+  f.code = "deployment_rate_limited";
+  f.message = "deployment " + dep.name + " of model " + dep.model + " is at its rate limit";
+  co_return false;
+}
+
+Task<Result<const net::ClientResponseHead*>> ProxyHandler::tryEndpoint(Exchange& x, const Endpoint& ep,
+                                                                       WorkerEndpoint& ws,
+                                                                       std::unique_ptr<net::UpstreamConnection>& conn,
+                                                                       Deadline total) {
+  const Deployment& dep = *ep.deployment;
+  std::string_view body = x.req.body;
+  buildUpstreamBody(x, dep, body);
+  std::string_view target = x.req.target;
+  if (ep.protocol == Protocol::kKServe) {
+    x.target = ep.address.base_path + "/v2/models/" + dep.upstream_model + x.kserve_tail;
+    const auto q = x.req.target.find('?');
+    if (q != std::string::npos) x.target += x.req.target.substr(q);
+    target = x.target;
+  } else if (!ep.address.base_path.empty()) {
+    x.target = ep.address.base_path + x.req.target;
+    target = x.target;
+  }
+  // Headers go to the upstream as the client sent them, minus hop-by-hop headers and the
+  // client's credentials, filtered while the request head is written (no copies).
+  net::ClientRequest creq;
+  creq.method = x.req.method;
+  creq.target = target;
+  creq.host = ep.host_header;
+  creq.headers = x.req.headers;
+  creq.body = body;
+  creq.skip_hop_by_hop = true;
+  creq.skip_authorization = true;
+  creq.request_id = x.request_id;
+  const Deadline try_deadline = std::min(total, deadlineAfter(dep.timeouts.first_byte_ms));
+  int64_t sent_ns = monoNanos();
+  // A pooled connection the upstream closed meanwhile fails before any response byte (on send,
+  // or EOF/reset instead of a head): the upstream did not take the request, so it is sent once
+  // more on a new connection, without counting as a try.
+  Result<const net::ClientResponseHead*> head = Status::unavailable("not sent");
+  for (int fresh = 0; fresh < 2; ++fresh) {
+    auto c = co_await ws.pool->acquire(std::min(total, deadlineAfter(dep.timeouts.connect_ms)), fresh == 1);
+    if (!c.ok()) {
+      head = c.takeStatus();
+      break;
+    }
+    conn = std::move(*c);
+    x.current = conn.get();
+    sent_ns = monoNanos();  // latency samples exclude connecting
+    Status sent = co_await conn->send(creq, try_deadline);
+    const bool send_failed = !sent.isOk();
+    if (send_failed) {
+      head = std::move(sent);
+    } else {
+      x.sent_upstream = true;
+      head = co_await conn->readHead(try_deadline);
+    }
+    const bool stale = conn->reused() && (send_failed || conn->closedBeforeResponse());
+    if (head.ok() || !stale || x.client_gone || SteadyClock::now() >= try_deadline) break;
+    x.current = nullptr;
+    conn.reset();
+  }
+  if (head.ok()) {
+    const int64_t head_ns = monoNanos();
+    const double latency = static_cast<double>(head_ns - sent_ns) / 1e9;
+    x.ttfb_s = latency;
+    dep.upstream_latency->observe(shard_, latency);
+    ws.ewma_s = ws.ewma_s == 0 ? latency : (1 - kEwmaAlpha) * ws.ewma_s + kEwmaAlpha * latency;
+    ws.sampled_ns = head_ns;
+  }
+  co_return head;
 }
 
 Task<void> ProxyHandler::forward(Exchange& x, const std::vector<uint32_t>& candidates) {
@@ -378,8 +478,6 @@ Task<void> ProxyHandler::forward(Exchange& x, const std::vector<uint32_t>& candi
   const Deployment& first = *x.route->first_deployment;
   const Deadline total = deadlineAfter(first.timeouts.total_ms);
   const int max_attempts = std::max(1, first.retry.attempts);
-  // Headers go to the upstream as the client sent them, minus hop-by-hop headers and the
-  // client's credentials, filtered while the request head is written (no copies).
   x.w.watchDisconnect([&x] {
     x.client_gone = true;
     if (x.current) x.current->abort();
@@ -387,45 +485,17 @@ Task<void> ProxyHandler::forward(Exchange& x, const std::vector<uint32_t>& candi
 
   std::array<uint32_t, 16> tried_buf;  // attempts <= 10 (config): no allocation
   size_t n_tried = 0;
-  int last_status = 503;
-  std::string last_message;  // built only on failure
-  std::string_view last_code = "no_healthy_endpoint";
-  std::string_view limit_type = "requests";  // of the last deployment refusal
-  int64_t dep_retry_ms = -1;                 // the soonest a refusing deployment has room again
+  Failure f;
   for (int attempt = 0; attempt < max_attempts && !x.client_gone && n_tried < tried_buf.size(); ++attempt) {
-    const int64_t now_ns = monoNanos();
-    const int idx = pick(table, *x.state, candidates, std::span<const uint32_t>(tried_buf.data(), n_tried), now_ns);
+    const int idx = pick(table, *x.state, candidates, std::span<const uint32_t>(tried_buf.data(), n_tried), monoNanos());
     if (idx < 0) break;
     const Endpoint& ep = table.endpoints[static_cast<size_t>(idx)];
     const Deployment& dep = *ep.deployment;
     std::shared_ptr<WorkerEndpoint> ws = (*x.state)[static_cast<size_t>(idx)];
     tried_buf[n_tried++] = static_cast<uint32_t>(idx);
-    if (x.ticket && (dep.limits.rpm > 0 || dep.limits.tpm > 0 || x.ticket->dep_reserved)) {
-      // (Also when this one has no limits: a retry gives the previous deployment its share back.)
-      bool room = true;
-      if (gov_->buildDeploymentCharges(*x.ticket, dep)) {
-        GovTicket& t = *x.ticket;
-        if (gov_->remote()) {
-          auto reserve = gov_->reserveRemote(t.dep_charges);
-          t.dep_admission = co_await std::move(reserve);
-        } else {
-          t.dep_admission = gov_->reserveLocal(t.dep_charges);
-        }
-        room = gov_->settleDeployment(t);
-      }
-      if (!room) {
-        // This deployment is at its own limit: another one may have room (not counted as a try).
-        --attempt;
-        const Admission& da = x.ticket->dep_admission;
-        if (da.refused >= 0 && static_cast<size_t>(da.refused) < x.ticket->dep_charges.size()) {
-          limit_type = x.ticket->dep_charges[static_cast<size_t>(da.refused)].tokens ? "tokens" : "requests";
-          dep_retry_ms = dep_retry_ms < 0 ? da.retry_after_ms : std::min(dep_retry_ms, da.retry_after_ms);
-        }
-        last_status = 429;
-        last_code = "deployment_rate_limited";
-        last_message = "deployment " + dep.name + " of model " + dep.model + " is at its rate limit";
-        continue;
-      }
+    if (!co_await reserveDeployment(x, dep, f)) {
+      --attempt;  // at its own limit: another deployment may have room (not counted as a try)
+      continue;
     }
     if (attempt > 0) dep.retries->inc(shard_);
     ++x.attempts;
@@ -437,238 +507,184 @@ Task<void> ProxyHandler::forward(Exchange& x, const std::vector<uint32_t>& candi
       ~InflightGuard() { --w.inflight; }
     } guard{*ws};
 
-    std::string_view body = x.req.body;
-    buildUpstreamBody(x, dep, body);
-    std::string_view target = x.req.target;
-    if (ep.protocol == Protocol::kKServe) {
-      x.target = ep.address.base_path + "/v2/models/" + dep.upstream_model + x.kserve_tail;
-      const auto q = x.req.target.find('?');
-      if (q != std::string::npos) x.target += x.req.target.substr(q);
-      target = x.target;
-    } else if (!ep.address.base_path.empty()) {
-      x.target = ep.address.base_path + x.req.target;
-      target = x.target;
-    }
-    net::ClientRequest creq;
-    creq.method = x.req.method;
-    creq.target = target;
-    creq.host = ep.host_header;
-    creq.headers = x.req.headers;
-    creq.body = body;
-    creq.skip_hop_by_hop = true;
-    creq.skip_authorization = true;
-    creq.request_id = x.request_id;
-    const Deadline try_deadline = std::min(total, deadlineAfter(dep.timeouts.first_byte_ms));
-    int64_t sent_ns = monoNanos();
-
     std::unique_ptr<net::UpstreamConnection> conn;
-    // A pooled connection the upstream closed meanwhile fails before any response byte (on send,
-    // or EOF/reset instead of a head): the upstream did not take the request, so it is sent once
-    // more on a new connection, without counting as a try.
-    Result<const net::ClientResponseHead*> head = Status::unavailable("not sent");
-    for (int fresh = 0; fresh < 2; ++fresh) {
-      auto c = co_await ws->pool->acquire(std::min(total, deadlineAfter(dep.timeouts.connect_ms)), fresh == 1);
-      if (!c.ok()) {
-        head = c.takeStatus();
-        break;
-      }
-      conn = std::move(*c);
-      x.current = conn.get();
-      sent_ns = monoNanos();  // latency samples exclude connecting
-      Status sent = co_await conn->send(creq, try_deadline);
-      const bool send_failed = !sent.isOk();
-      if (send_failed) {
-        head = std::move(sent);
-      } else {
-        x.sent_upstream = true;
-        head = co_await conn->readHead(try_deadline);
-      }
-      const bool stale = conn->reused() && (send_failed || conn->closedBeforeResponse());
-      if (head.ok() || !stale || x.client_gone || SteadyClock::now() >= try_deadline) break;
-      x.current = nullptr;
-      conn.reset();
-    }
-    const Status st = head.ok() ? Status::ok() : head.status();
+    const Result<const net::ClientResponseHead*> head = co_await tryEndpoint(x, ep, *ws, conn, total);
     if (x.client_gone) break;
-    if (!st.isOk()) {
+    if (!head.ok()) {
       x.current = nullptr;
       recordFailure(table, ep, monoNanos());
+      const Status& st = head.status();
       const bool timeout = st.code() == StatusCode::kDeadlineExceeded;
-      last_status = timeout ? 504 : 503;
-      last_code = timeout ? "upstream_timeout" : "upstream_unavailable";
-      last_message = timeout ? "upstream " + dep.name + " timed out before responding"
-                             : "upstream " + dep.name + " unavailable: " + st.message();
+      f.status = timeout ? 504 : 503;
+      f.code = timeout ? "upstream_timeout" : "upstream_unavailable";
+      f.message = timeout ? "upstream " + dep.name + " timed out before responding"
+                          : "upstream " + dep.name + " unavailable: " + st.message();
       if (SteadyClock::now() >= total) break;
       if (timeout ? !dep.retry.on_timeout : !dep.retry.on_connect_failure) break;
       continue;
     }
     const net::ClientResponseHead& h = **head;
-    const int64_t head_ns = monoNanos();
-    const double latency = static_cast<double>(head_ns - sent_ns) / 1e9;
-    x.ttfb_s = latency;
-    dep.upstream_latency->observe(shard_, latency);
-    ws->ewma_s = ws->ewma_s == 0 ? latency : (1 - kEwmaAlpha) * ws->ewma_s + kEwmaAlpha * latency;
-    ws->sampled_ns = head_ns;
     if (h.status >= 500) {
-      recordFailure(table, ep, head_ns);
+      recordFailure(table, ep, monoNanos());
       if (dep.retry.on_5xx && attempt + 1 < max_attempts && SteadyClock::now() < total) {
         // Not forwarded: nothing reached the client yet, so another endpoint may answer.
         conn->abort();
         x.current = nullptr;
-        last_status = h.status;
-        last_code = "upstream_error";
-        last_message = "upstream " + dep.name + " answered " + std::to_string(h.status);
+        f.status = h.status;
+        f.code = "upstream_error";
+        f.message = "upstream " + dep.name + " answered " + std::to_string(h.status);
         continue;
       }
     } else {
-      recordSuccess(ep, head_ns);
+      recordSuccess(ep, monoNanos());
     }
-
-    // Relay the response; from here on there is no retry.
-    x.status = h.status;
-    const std::string_view content_type = h.header("content-type");
-    const HttpHeader rid{"x-request-id", x.request_id};
-    const bool sse = content_type.starts_with("text/event-stream");
-    if (sse) {
-      x.stream = true;
-      metrics_.active_streams->add(shard_, 1);
-    }
-    struct StreamGauge {
-      GatewayMetrics& m;
-      int shard;
-      bool on;
-      ~StreamGauge() {
-        if (on) m.active_streams->add(shard, -1);
-      }
-    } stream_gauge{metrics_, shard_, sse};
-    const int64_t clen = h.chunked ? -1 : h.content_length;
-    HttpHeader rid_h = rid;
-    const std::span<const HttpHeader> out_headers = responseHeaders(x, rid_h);
-    // Usage the client did not ask for can only be removed from a chunked stream.
-    const bool rewrite_sse = sse && x.ticket && clen < 0 && (x.strip_final_usage || x.strip_continuous);
-    const bool scan_sse = sse && x.ticket;
-    x.capture = !sse && x.ticket && (content_type.starts_with("application/json") || content_type.empty());
-    if (x.capture) x.resp_content_type = std::string(content_type);
-    std::span<const HttpHeader> relayed = h.headers;
-    std::vector<HttpHeader> own_limits_only;
-    auto backend_limit = [](const HttpHeader& hh) { return hh.name.starts_with("x-ratelimit-"); };
-    if (x.ticket && !x.extra.empty() && std::any_of(h.headers.begin(), h.headers.end(), backend_limit)) {
-      // The gateway's x-ratelimit-* describe the caller's limits; the backend's would contradict them.
-      for (const auto& hh : h.headers) {
-        if (!hh.name.starts_with("x-ratelimit-")) own_limits_only.push_back(hh);
-      }
-      relayed = own_limits_only;
-    }
-    if (!co_await x.w.start(h.status, content_type, out_headers, clen, relayed)) {
-      conn->abort();
-      x.current = nullptr;
-      x.aborted = true;
-      x.route->client_aborts->inc(shard_);
-      co_return;
-    }
-    bool first_chunk = true;
-    for (;;) {
-      auto piece = co_await conn->readBody(total);
-      if (!piece.ok()) {
-        x.current = nullptr;
-        if (x.client_gone || x.w.clientGone()) {
-          x.aborted = true;
-          x.route->client_aborts->inc(shard_);
-          co_return;
-        }
-        x.route->stream_errors->inc(shard_);
-        recordFailure(table, ep, monoNanos());
-        if (sse && clen < 0) {
-          // End the client's stream with an error event rather than leaving it hanging (only a
-          // chunked response can carry bytes the upstream never declared).
-          std::string ev = "event: error\ndata: ";
-          const bool timeout = piece.status().code() == StatusCode::kDeadlineExceeded;
-          ev += net::errorJson(timeout ? "upstream timed out mid-stream" : "upstream connection lost mid-stream",
-                               "server_error", timeout ? "upstream_timeout" : "upstream_disconnected");
-          ev += "\n\n";
-          if (co_await x.w.writeChunk(ev)) co_await x.w.finish();
-        } else {
-          x.w.closeAfterResponse();
-        }
-        co_return;
-      }
-      if (piece->empty()) break;
-      if (first_chunk) {
-        first_chunk = false;
-        x.ttft_s = static_cast<double>(monoNanos() - x.start_ns) / 1e9;
-        if (sse) x.route->ttft->observe(shard_, x.ttft_s);
-      }
-      std::string_view out = *piece;
-      if (scan_sse) {
-        x.sse_out.clear();
-        scanSse(x, *piece, rewrite_sse ? &x.sse_out : nullptr);
-        if (rewrite_sse) out = x.sse_out;
-      } else if (x.capture) {
-        if (x.resp_body.size() + piece->size() <= (8u << 20)) {
-          x.resp_body.append(*piece);
-        } else {
-          x.capture = false;
-          x.resp_body.clear();
-        }
-      }
-      if (out.empty()) continue;
-      x.bytes_out += out.size();
-      if (!co_await x.w.writeChunk(out)) {
-        conn->abort();
-        x.current = nullptr;
-        x.aborted = true;
-        x.route->client_aborts->inc(shard_);
-        co_return;
-      }
-    }
-    if (rewrite_sse && !x.sse_buf.empty()) {
-      // An unterminated last event passes as it came.
-      x.bytes_out += x.sse_buf.size();
-      const bool tail_ok = co_await x.w.writeChunk(x.sse_buf);
-      x.sse_buf.clear();
-      if (!tail_ok) {
-        conn->abort();
-        x.current = nullptr;
-        x.aborted = true;
-        co_return;
-      }
-    }
-    co_await x.w.finish();
+    // From here on there is no retry.
+    bool keep_conn = false;
+    co_await relay(x, ep, *ws, *conn, h, total, keep_conn);
     x.current = nullptr;
-    ws->pool->release(std::move(conn));
-    if (x.capture && !x.resp_body.empty()) {
-      readUsage(x, x.resp_body);
-      if (x.cacheable && h.status == 200 && x.usage_seen) {
-        ResponseCache::Entry e;
-        e.body = std::move(x.resp_body);
-        e.content_type = x.resp_content_type;
-        e.prompt_tokens = x.usage_prompt;
-        e.completion_tokens = x.usage_completion;
-        e.expires_ms = SystemClock::instance().unixMillis() + gov_->config().cache.ttl_ms;
-        gov_->cachePut(x.cache_key, std::move(e));
-      }
-    }
+    if (keep_conn) ws->pool->release(std::move(conn));
     co_return;
   }
   x.current = nullptr;
   if (x.client_gone) {
     x.status = 499;
-    x.aborted = true;
-    if (x.route) x.route->client_aborts->inc(shard_);
+    clientLeft(x, nullptr);
     x.w.closeAfterResponse();
     co_await x.w.send(499, "application/json", "{}");
     co_return;
   }
-  if (last_message.empty()) last_message = "no healthy endpoint for model " + x.route->model;
-  if (last_status == 429) {
-    // Only when no backend got the request (an earlier attempt that did was work done).
-    if (x.ticket && !x.sent_upstream) x.ticket->refused_by_deployments = true;
-    if (dep_retry_ms >= 0) appendRetryAfter(x.extra, dep_retry_ms);
-  }
-  co_await sendError(x, last_status, last_message, last_status == 429 ? limit_type : "server_error", last_code);
+  co_await answerUnserved(x, f);
 }
 
-// ---------------- governance ----------------
+Task<void> ProxyHandler::answerUnserved(Exchange& x, const Failure& f) {
+  std::string message = f.message.empty() ? "no healthy endpoint for model " + x.route->model : f.message;
+  if (f.status == 429) {
+    // Only when no backend got the request (an earlier attempt that did was work done).
+    if (x.grant && !x.sent_upstream) x.grant.refusedByResources();
+    if (f.retry_ms >= 0) access::appendRetryAfter(x.extra, f.retry_ms);
+  }
+  co_await sendError(x, f.status, message, f.status == 429 ? f.limit_type : "server_error", f.code);
+}
+
+Task<void> ProxyHandler::relay(Exchange& x, const Endpoint& ep, WorkerEndpoint& ws, net::UpstreamConnection& conn,
+                               const net::ClientResponseHead& h, Deadline total, bool& keep_conn) {
+  (void)ws;
+  const RouteTable& table = *x.table;
+  x.status = h.status;
+  const std::string_view content_type = h.header("content-type");
+  const bool sse = content_type.starts_with("text/event-stream");
+  if (sse) {
+    x.stream = true;
+    metrics_.active_streams->add(shard_, 1);
+  }
+  struct StreamGauge {
+    GatewayMetrics& m;
+    int shard;
+    bool on;
+    ~StreamGauge() {
+      if (on) m.active_streams->add(shard, -1);
+    }
+  } stream_gauge{metrics_, shard_, sse};
+  const int64_t clen = h.chunked ? -1 : h.content_length;
+  HttpHeader rid_h{"x-request-id", x.request_id};
+  const std::span<const HttpHeader> out_headers = responseHeaders(x, rid_h);
+  // Usage the client did not ask for can only be removed from a chunked stream.
+  const bool governed = static_cast<bool>(x.grant);
+  const bool rewrite_sse = sse && governed && clen < 0 && (x.strip_final_usage || x.strip_continuous);
+  const bool scan_sse = sse && governed;
+  x.capture = !sse && governed && (content_type.starts_with("application/json") || content_type.empty());
+  if (x.capture) x.resp_content_type = std::string(content_type);
+  std::span<const HttpHeader> relayed = h.headers;
+  std::vector<HttpHeader> own_limits_only;
+  auto backend_limit = [](const HttpHeader& hh) { return hh.name.starts_with("x-ratelimit-"); };
+  if (governed && !x.extra.empty() && std::any_of(h.headers.begin(), h.headers.end(), backend_limit)) {
+    // The gateway's x-ratelimit-* describe the caller's limits; the backend's would contradict them.
+    for (const auto& hh : h.headers) {
+      if (!hh.name.starts_with("x-ratelimit-")) own_limits_only.push_back(hh);
+    }
+    relayed = own_limits_only;
+  }
+  if (!co_await x.w.start(h.status, content_type, out_headers, clen, relayed)) {
+    clientLeft(x, &conn);
+    co_return;
+  }
+  bool first_chunk = true;
+  for (;;) {
+    auto piece = co_await conn.readBody(total);
+    if (!piece.ok()) {
+      x.current = nullptr;
+      if (x.client_gone || x.w.clientGone()) {
+        clientLeft(x, nullptr);
+        co_return;
+      }
+      x.route->stream_errors->inc(shard_);
+      recordFailure(table, ep, monoNanos());
+      if (sse && clen < 0) {
+        // End the client's stream with an error event rather than leaving it hanging (only a
+        // chunked response can carry bytes the upstream never declared).
+        std::string ev = "event: error\ndata: ";
+        const bool timeout = piece.status().code() == StatusCode::kDeadlineExceeded;
+        ev += net::errorJson(timeout ? "upstream timed out mid-stream" : "upstream connection lost mid-stream",
+                             "server_error", timeout ? "upstream_timeout" : "upstream_disconnected");
+        ev += "\n\n";
+        if (co_await x.w.writeChunk(ev)) co_await x.w.finish();
+      } else {
+        x.w.closeAfterResponse();
+      }
+      co_return;
+    }
+    if (piece->empty()) break;
+    if (first_chunk) {
+      first_chunk = false;
+      x.ttft_s = static_cast<double>(monoNanos() - x.start_ns) / 1e9;
+      if (sse) x.route->ttft->observe(shard_, x.ttft_s);
+    }
+    std::string_view out = *piece;
+    if (scan_sse) {
+      x.sse_out.clear();
+      scanSse(x, *piece, rewrite_sse ? &x.sse_out : nullptr);
+      if (rewrite_sse) out = x.sse_out;
+    } else if (x.capture) {
+      if (x.resp_body.size() + piece->size() <= (8u << 20)) {
+        x.resp_body.append(*piece);
+      } else {
+        x.capture = false;
+        x.resp_body.clear();
+      }
+    }
+    if (out.empty()) continue;
+    x.bytes_out += out.size();
+    if (!co_await x.w.writeChunk(out)) {
+      clientLeft(x, &conn);
+      co_return;
+    }
+  }
+  if (rewrite_sse && !x.sse_buf.empty()) {
+    // An unterminated last event passes as it came.
+    x.bytes_out += x.sse_buf.size();
+    const bool tail_ok = co_await x.w.writeChunk(x.sse_buf);
+    x.sse_buf.clear();
+    if (!tail_ok) {
+      clientLeft(x, &conn);
+      co_return;
+    }
+  }
+  co_await x.w.finish();
+  keep_conn = true;
+  if (x.capture && !x.resp_body.empty()) {
+    readUsage(x, x.resp_body);
+    if (x.cacheable && h.status == 200 && x.usage_seen) {
+      access::CachedAnswer e;
+      e.body = std::move(x.resp_body);
+      e.content_type = x.resp_content_type;
+      e.prompt_tokens = x.usage_prompt;
+      e.completion_tokens = x.usage_completion;
+      access_->cachePut(x.cache_key, std::move(e));
+    }
+  }
+}
+
+// ---------------- access control ----------------
 
 namespace {
 
@@ -697,71 +713,62 @@ bool integerMember(std::string_view object, std::string_view key, int64_t& out) 
 }  // namespace
 
 Task<bool> ProxyHandler::authenticate(Exchange& x) {
-  x.ticket = std::make_unique<GovTicket>();
   // Usage is read from the answer, so it must come back uncompressed.
   std::erase_if(x.req.headers, [](const HttpHeader& h) { return h.name == "accept-encoding"; });
-  auto err = gov_->authenticate(x.req.header("authorization"), x.req.header(gov_->config().user_header), *x.ticket);
-  if (err) {
-    x.ticket.reset();  // not identified: no usage record
-    co_await sendError(x, err->status, err->message, err->type, err->code);
+  auto denied = access_->authenticate(x.req.header("authorization"), x.req.header(access_->userHeader()), x.grant);
+  if (denied) {
+    co_await sendError(x, denied->status, denied->message, denied->type, denied->code);
     co_return false;
   }
   co_return true;
 }
 
 Task<bool> ProxyHandler::admit(Exchange& x) {
-  GovTicket& t = *x.ticket;
   const Route& route = *x.route;
-  if (!gov_->allowed(t, x.fields.has_model ? std::string_view(x.fields.model) : std::string_view(route.model),
-                     route.model)) {
-    const std::string msg_text = "The key " + (t.key ? t.key->rec.id : std::string()) + " of team '" + t.team +
-                                 "' may not use model `" + route.model + "`.";
-    co_await sendError(x, 403, msg_text, "permission_error", "model_not_allowed");
+  const std::string_view requested = x.fields.has_model ? std::string_view(x.fields.model) : std::string_view(route.model);
+  if (auto denied = access_->checkAccess(x.grant, access::ResourceKind::kModel, requested, route.model)) {
+    co_await sendError(x, denied->status, denied->message, denied->type, denied->code);
     co_return false;
   }
+  access::AdmitRequest ar;
+  ar.resource = &route.limited;
+  ar.price = route.price;
   const std::string_view path = x.req.path();
   const bool openai = path.starts_with("/v1/");
   const bool embeddings = path == "/v1/embeddings";
   if (openai) {
     // Worst case: every body byte a prompt token is far above any tokenizer (~4 bytes a token);
     // a quarter of the bytes is the estimate, reconciled to the backend's usage afterwards.
-    t.est_prompt = static_cast<int64_t>(x.req.body.size() / 4) + 1;
+    ar.est_prompt_tokens = static_cast<int64_t>(x.req.body.size() / 4) + 1;
     if (!embeddings) {
-      const int64_t per_choice = x.fields.max_tokens >= 0 ? x.fields.max_tokens : gov_->config().default_max_tokens;
-      t.max_completion = per_choice * x.fields.n;
+      const int64_t per_choice = x.fields.max_tokens >= 0 ? x.fields.max_tokens : access_->defaultMaxTokens();
+      ar.max_completion_tokens = per_choice * x.fields.n;
     }
   }
-  ResponseCache* cache = gov_->cache();
-  if (cache && openai && !x.stream) {
+  if (access_->cacheEnabled() && openai && !x.stream) {
     const std::string_view opt = x.req.header("x-infera-cache");
     x.cacheable = opt != "off" && (embeddings || route.cache || opt == "on" ||
                                    (x.fields.has_temperature && x.fields.temperature == 0));
   }
-  std::optional<ResponseCache::Entry> hit;
+  std::optional<access::CachedAnswer> hit;
   if (x.cacheable) {
-    x.cache_key = cacheKey(route.model, x.req.body, gov_->cachePerTeam() ? std::string_view(t.team) : "");
+    x.cache_key = access_->cacheKey(route.model, x.req.body, x.grant);
     if (x.cache_key.empty()) {
       x.cacheable = false;
     } else {
-      hit = co_await gov_->cacheGet(x.cache_key);
+      hit = co_await access_->cacheGet(x.cache_key);
     }
-    if (x.cacheable) gov_->countCache(hit.has_value());
+    if (x.cacheable) access_->countCache(hit.has_value());
   }
   if (hit) {
     // Counts against the caller's limits at its real size, not against the model's capacity.
-    t.est_prompt = hit->prompt_tokens;
-    t.max_completion = hit->completion_tokens;
+    ar.est_prompt_tokens = hit->prompt_tokens;
+    ar.max_completion_tokens = hit->completion_tokens;
+    ar.price = PriceConfig{};
+    ar.count_resource = false;
   }
-  const PriceConfig no_price;
-  gov_->buildCharges(t, route, hit ? no_price : route.price, !hit);
-  if (gov_->remote()) {
-    auto reserve = gov_->reserveRemote(t.charges);
-    t.admission = co_await std::move(reserve);
-  } else {
-    t.admission = gov_->reserveLocal(t.charges);
-  }
-  const std::optional<GovError> refused = gov_->settle(t);
-  gov_->rateLimitHeaders(t, x.extra);
+  auto admission = access_->admit(x.grant, ar, x.extra);
+  const std::optional<access::Denial> refused = co_await std::move(admission);
   if (refused) {
     co_await sendError(x, refused->status, refused->message, refused->type, refused->code);
     co_return false;
@@ -786,8 +793,8 @@ void ProxyHandler::buildUpstreamBody(Exchange& x, const Deployment& dep, std::st
   const RequestFields& f = x.fields;
   const bool rename = x.rewrite_model && f.model_end > f.model_begin && dep.upstream_model != f.model;
   // Governance always asks a streaming backend for usage, and strips what the client did not ask for.
-  const bool add_usage = x.ticket && x.stream && !f.include_usage;
-  const bool add_continuous = x.ticket && x.stream && dep.continuous_usage && !f.continuous_usage;
+  const bool add_usage = x.grant && x.stream && !f.include_usage;
+  const bool add_continuous = x.grant && x.stream && dep.continuous_usage && !f.continuous_usage;
   x.strip_final_usage = add_usage;
   x.strip_continuous = add_continuous;
   if (!rename && !add_usage && !add_continuous) return;
@@ -910,9 +917,8 @@ void ProxyHandler::scanSse(Exchange& x, std::string_view piece, std::string* out
   x.sse_buf.erase(0, pos);
 }
 
-void ProxyHandler::finishGovernance(Exchange& x) {
-  GovTicket& t = *x.ticket;
-  UsageRecord r;
+void ProxyHandler::finishAccess(Exchange& x) {
+  access::UsageRecord r;
   r.ts_ms = SystemClock::instance().unixMillis();
   r.request_id = x.request_id;
   r.model = x.route ? x.route->model : std::string();
@@ -924,22 +930,23 @@ void ProxyHandler::finishGovernance(Exchange& x) {
   r.stream = x.stream;
   r.cached = x.cache_hit;
   r.aborted = x.aborted;
+  const bool reserved = x.grant.reserved();
   if (x.usage_seen) {
     r.prompt_tokens = x.usage_prompt;
     r.completion_tokens = x.usage_completion;
-  } else if (x.bytes_out > 0 && t.reserved && (x.status < 400 || x.aborted)) {
+  } else if (x.bytes_out > 0 && reserved && (x.status < 400 || x.aborted)) {
     // The response started but no usage came back (an abort before the final chunk, or a backend
     // that does not report usage): bill the estimate.
     r.estimated = true;
-    r.prompt_tokens = t.est_prompt;
-    r.completion_tokens = x.stream ? x.content_events : t.max_completion;
-  } else if (x.aborted && t.reserved && x.sent_upstream) {
+    r.prompt_tokens = x.grant.estimatedPrompt();
+    r.completion_tokens = x.stream ? x.content_events : x.grant.maxCompletion();
+  } else if (x.aborted && reserved && x.sent_upstream) {
     // The client left before any answer came back, after the request went to a backend, which may
     // have read the prompt: bill the prompt estimate (the backend stops when the gateway hangs up).
     r.estimated = true;
-    r.prompt_tokens = t.est_prompt;
+    r.prompt_tokens = x.grant.estimatedPrompt();
   }
-  gov_->finish(t, std::move(r), x.route ? x.route->price : PriceConfig{});
+  access_->finish(x.grant, std::move(r), x.route ? x.route->price : PriceConfig{});
 }
 
 }  // namespace infera::gateway

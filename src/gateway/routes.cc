@@ -1,4 +1,4 @@
-#include "gateway/routes.h"
+#include "gateway/internal/routes.h"
 
 #include <chrono>
 
@@ -59,7 +59,8 @@ obs::Counter* GatewayMetrics::errorCounter(std::string_view code) const {
 }
 
 Result<std::shared_ptr<const RouteTable>> buildRouteTable(
-    const GatewayConfig& config, const std::unordered_map<std::string, std::string>& emulator_urls,
+    const GatewayConfig& config, const std::vector<ModelConfig>& models,
+    const std::unordered_map<std::string, std::string>& emulator_urls,
     std::unordered_map<std::string, std::shared_ptr<EndpointShared>>& shared, GatewayMetrics& metrics,
     int64_t generation) {
   auto table = std::make_shared<RouteTable>();
@@ -74,12 +75,12 @@ Result<std::shared_ptr<const RouteTable>> buildRouteTable(
   const auto created = std::to_string(
       std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
           .count());
-  for (const auto& mc : config.models) {
+  for (const auto& mc : models) {
     auto route = std::make_unique<Route>();
     route->model = mc.name;
-    route->limits = mc.limits;
-    route->limit_req = "m:" + mc.name + ":r";
-    route->limit_tok = "m:" + mc.name + ":t";
+    route->limited.limits = mc.limits;
+    route->limited.req = "m:" + mc.name + ":r";
+    route->limited.tok = "m:" + mc.name + ":t";
     route->price = mc.price;
     route->cache = mc.cache;
     route->duration = metrics.duration->histogram({mc.name});
@@ -97,10 +98,10 @@ Result<std::shared_ptr<const RouteTable>> buildRouteTable(
       dep->upstream_model = dc.upstream_model;
       dep->timeouts = dc.timeouts;
       dep->retry = dc.retry;
-      dep->limits = dc.limits;
+      dep->limited.limits = dc.limits;
       dep->continuous_usage = dc.continuous_usage;
-      dep->limit_req = "d:" + mc.name + "/" + dc.name + ":r";
-      dep->limit_tok = "d:" + mc.name + "/" + dc.name + ":t";
+      dep->limited.req = "d:" + mc.name + "/" + dc.name + ":r";
+      dep->limited.tok = "d:" + mc.name + "/" + dc.name + ":t";
       for (int c = 0; c < kCodeClasses; ++c) {
         const std::string cls = c < 5 ? std::to_string(c + 1) + "xx" : "other";
         dep->requests_by_class[c] = metrics.requests->counter({mc.name, dc.name, cls});
@@ -167,6 +168,15 @@ Result<std::shared_ptr<const RouteTable>> buildRouteTable(
   models_json += "]}";
   table->models_json = std::move(models_json);
   return std::shared_ptr<const RouteTable>(std::move(table));
+}
+
+Targets resolveTargets(const RouteTable& table, std::string_view model, Protocol protocol) {
+  Targets t;
+  const auto it = table.by_name.find(model);
+  if (it == table.by_name.end()) return t;
+  t.route = it->second;
+  t.endpoints = protocol == Protocol::kKServe ? &t.route->kserve_endpoints : &t.route->openai_endpoints;
+  return t;
 }
 
 }  // namespace infera::gateway

@@ -52,6 +52,8 @@ class PathParams {
 };
 
 using RouteHandler = std::function<Task<void>(HttpRequest&, ResponseWriter&, PathParams)>;
+// Wraps a route's handler with a check that runs first (e.g. the admin token), or returns it as is.
+using RouteGuard = std::function<RouteHandler(RouteHandler)>;
 // Answers a request no route takes: status 404 (no pattern matches the path) or 405 (a pattern
 // does, for other methods: `allow` lists them, comma-separated).
 using FallbackHandler =

@@ -1,4 +1,4 @@
-#include "gateway/balancer.h"
+#include "gateway/internal/balancer.h"
 
 #include <gtest/gtest.h>
 

@@ -1,7 +1,7 @@
 // Integration tests: the real gateway on 127.0.0.1:0 in front of real emulators (and scripted
 // backends) on loopback, driven by a real socket client.
 
-#include "gateway/gateway.h"
+#include "server/server.h"
 
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -78,13 +78,13 @@ class GatewayTest : public ::testing::Test {
   }
 
   void startGateway(const std::string& yaml, const std::string& path = {}) {
-    auto cfg = loadGatewayConfigString(yaml);
+    auto cfg = server::loadConfigString(yaml);
     ASSERT_TRUE(cfg.ok()) << cfg.status().message();
     cfg->listen.port = 0;
     cfg->admin.port = 0;
     cfg->workers = 2;
     cfg->log_level = "warn";
-    auto gw = Gateway::start(std::move(*cfg), path);
+    auto gw = server::Server::start(std::move(*cfg), path);
     ASSERT_TRUE(gw.ok()) << gw.status().message();
     gw_ = std::move(*gw);
   }
@@ -108,7 +108,7 @@ class GatewayTest : public ::testing::Test {
   }
 
   std::vector<std::unique_ptr<Emulator>> emus_;
-  std::unique_ptr<Gateway> gw_;
+  std::unique_ptr<server::Server> gw_;
 };
 
 constexpr const char* kNoHealth = "health_check: {enabled: false}\n";
@@ -428,7 +428,7 @@ TEST_F(GatewayTest, HotReloadUnderLoadFailsNoRequest) {
     });
   }
   for (int i = 0; i < 20; ++i) {
-    auto cfg = loadGatewayConfigString(i % 2 ? cfg_a : cfg_b);
+    auto cfg = server::loadConfigString(i % 2 ? cfg_a : cfg_b);
     ASSERT_TRUE(cfg.ok());
     cfg->listen.port = 0;
     cfg->admin.port = 0;
@@ -615,7 +615,7 @@ TEST_F(GatewayTest, RetryAfterAReloadUsesTheRequestsOwnSnapshot) {
   std::thread client([&] { r = post("/v1/chat/completions", chatBody("m1")); });
   ASSERT_TRUE(waitFor([&] { return slow_bad.stats().requests.load() == 1; }));
   // While the first try waits on the slow endpoint, a reload replaces both endpoints.
-  auto next = loadGatewayConfigString(std::string(kNoHealth) + "region: east\nworkers: 2\nlog_level: warn\n"
+  auto next = server::loadConfigString(std::string(kNoHealth) + "region: east\nworkers: 2\nlog_level: warn\n"
                                       "listen: {port: 0}\nadmin: {port: 0}\nmodels:\n  - name: m1\n"
                                       "    deployments:\n      - endpoints:\n" + endpoint(replacement));
   ASSERT_TRUE(next.ok()) << next.status().message();

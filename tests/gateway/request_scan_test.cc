@@ -1,4 +1,4 @@
-#include "gateway/request_scan.h"
+#include "gateway/internal/request_scan.h"
 
 #include <gtest/gtest.h>
 

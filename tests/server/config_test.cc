@@ -1,10 +1,10 @@
-#include "gateway/config.h"
+#include "server/config.h"
 
 #include <gtest/gtest.h>
 
 #include <fstream>
 
-namespace infera::gateway {
+namespace infera::server {
 namespace {
 
 // Every one of `expected` appears in the error message `m`.
@@ -12,8 +12,8 @@ void expectEveryMessage(const std::string& m, std::initializer_list<const char*>
   for (const char* e : expected) EXPECT_NE(m.find(e), std::string::npos) << "missing: " << e << "\nin:\n" << m;
 }
 
-TEST(GatewayConfigTest, ParsesDeploymentsWithInheritedDefaults) {
-  const auto cfg = loadGatewayConfigString(R"(
+TEST(ServerConfigTest, ParsesDeploymentsWithInheritedDefaults) {
+  const auto cfg = loadConfigString(R"(
 region: us-east
 timeouts: {first_byte_ms: 1234}
 retry: {attempts: 2}
@@ -28,16 +28,16 @@ models:
           - {url: "http://127.0.0.1:1", region: us-east, weight: 3, max_concurrent: 10}
 )");
   ASSERT_TRUE(cfg.ok()) << cfg.status().message();
-  const auto& d = cfg->models[0].deployments[0];
+  const auto& d = cfg->gateway.models[0].deployments[0];
   EXPECT_EQ(d.timeouts.first_byte_ms, 1234);
   EXPECT_EQ(d.retry.attempts, 4);
   EXPECT_EQ(d.upstream_model, "m");
-  EXPECT_EQ(d.endpoints[0].protocol, Protocol::kKServe);
+  EXPECT_EQ(d.endpoints[0].protocol, gateway::Protocol::kKServe);
   EXPECT_EQ(d.endpoints[0].weight, 3);
 }
 
-TEST(GatewayConfigTest, ReportsEveryErrorWithPathAndLine) {
-  const auto cfg = loadGatewayConfigString(R"(workers: -1
+TEST(ServerConfigTest, ReportsEveryErrorWithPathAndLine) {
+  const auto cfg = loadConfigString(R"(workers: -1
 listen: {port: 70000}
 colour: blue
 models:
@@ -63,8 +63,8 @@ models:
 }
 
 // Governance settings: errors name the key path and line, and never echo a password of a URL.
-TEST(GatewayConfigTest, GovernanceErrorsNameTheKeyAndHideUrlPasswords) {
-  const auto cfg = loadGatewayConfigString(R"(governance:
+TEST(ServerConfigTest, GovernanceErrorsNameTheKeyAndHideUrlPasswords) {
+  const auto cfg = loadConfigString(R"(governance:
   store: "mysql://infera:hunter2@db/x"
   sync_interval_ms: 10000
   redis: "rediss://:hunter2@cache:6380"
@@ -82,20 +82,20 @@ models: [{name: m, deployments: [{endpoints: [{url: "http://127.0.0.1:1"}]}]}]
   EXPECT_EQ(m.find("hunter2"), std::string::npos) << m;
 }
 
-TEST(GatewayConfigTest, MissingFileAndSyntaxErrorsAreClear) {
-  EXPECT_EQ(loadGatewayConfig("/nonexistent/infera.yaml").status().code(), StatusCode::kNotFound);
-  const auto bad = loadGatewayConfigString("models: [\n");
+TEST(ServerConfigTest, MissingFileAndSyntaxErrorsAreClear) {
+  EXPECT_EQ(loadConfig("/nonexistent/infera.yaml").status().code(), StatusCode::kNotFound);
+  const auto bad = loadConfigString("models: [\n");
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("line"), std::string::npos);
 }
 
-TEST(GatewayConfigTest, ShippedExamplesAreValid) {
+TEST(ServerConfigTest, ShippedExamplesAreValid) {
   const char* src = INFERA_TEST_SOURCE_DIR;
   for (const char* f : {"/examples/quickstart.yaml", "/examples/multi-region.yaml"}) {
-    const auto cfg = loadGatewayConfig(std::string(src) + f);
+    const auto cfg = loadConfig(std::string(src) + f);
     EXPECT_TRUE(cfg.ok()) << f << ": " << cfg.status().message();
   }
 }
 
 }  // namespace
-}  // namespace infera::gateway
+}  // namespace infera::server

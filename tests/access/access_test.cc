@@ -14,10 +14,10 @@
 
 #include "core/log.h"
 #include "fakes/http_test_client.h"
-#include "gateway/gov_fixture.h"
+#include "access/access_fixture.h"
 #include "store/sql.h"
 
-namespace infera::gateway {
+namespace infera::access {
 namespace {
 
 using namespace govtest;
@@ -57,7 +57,7 @@ class GovernanceTest : public ::testing::Test {
 
   std::unique_ptr<emulator::Emulator> emu_;
   std::string db_path_;
-  std::unique_ptr<Gateway> gw_;
+  std::unique_ptr<server::Server> gw_;
 };
 
 TEST_F(GovernanceTest, AdminApiNeedsTheAdminToken) {
@@ -104,7 +104,7 @@ TEST_F(GovernanceTest, KeysPromptsAndCompletionsStayOutOfTheLogs) {
     std::vector<spdlog::logger*>& loggers;
     std::shared_ptr<spdlog::sinks::sink> sink;
     spdlog::level::level_enum level;
-    std::unique_ptr<Gateway>& gw;
+    std::unique_ptr<server::Server>& gw;
     ~Restore() {
       gw.reset();  // nothing logs while the sinks change, also when an assertion ended the test early
       for (auto* l : loggers) std::erase(l->sinks(), sink);
@@ -759,4 +759,4 @@ TEST_F(GovernanceTest, KeysSurviveARestartAndTheSecretStaysPrivate) {
 }
 
 }  // namespace
-}  // namespace infera::gateway
+}  // namespace infera::access

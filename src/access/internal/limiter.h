@@ -1,5 +1,5 @@
 #pragma once
-// Private to the gateway: request/token/cost counters for admission control.
+// Access internals: request/token/cost counters for admission control.
 //
 // A request reserves its worst case on every counter that applies (key, team, model, daily quota,
 // budget) in one atomic step: all or nothing. When the response ends the reservation is adjusted
@@ -23,11 +23,11 @@
 #include <vector>
 
 #include "core/text.h"
-#include "gateway/counter_name.h"
+#include "access/limits.h"
 #include "net/asio.h"
 #include "store/redis.h"
 
-namespace infera::gateway {
+namespace infera::access {
 
 enum class Window : uint8_t { kMinute, kDay, kMonth };
 
@@ -316,4 +316,4 @@ class RedisLeases {
 // "1s", "6m0s", "250ms" (the form OpenAI uses in x-ratelimit-reset-*).
 std::string formatResetDuration(int64_t ms);
 
-}  // namespace infera::gateway
+}  // namespace infera::access

@@ -13,11 +13,11 @@
 #include <nlohmann/json.hpp>
 
 #include "core/clock.h"
-#include "gateway/governance.h"
-#include "gateway/keys.h"
-#include "gateway/limiter.h"
+#include "access/internal/governance.h"
+#include "access/internal/keys.h"
+#include "access/internal/limiter.h"
 
-namespace infera::gateway {
+namespace infera::access {
 namespace {
 
 TEST(GlobMatch, WildcardsAndLiterals) {
@@ -1055,4 +1055,4 @@ TEST_F(MetaStoreTest, RetentionDeletesOldRecordsAndRollupsAnHourAtATime) {
 }
 
 }  // namespace
-}  // namespace infera::gateway
+}  // namespace infera::access

@@ -1,6 +1,6 @@
 #pragma once
-// Private to the gateway: the immutable routing snapshot built from a GatewayConfig, the endpoint
-// state shared across workers, and the metrics the gateway declares.
+// Gateway internals: the immutable routing snapshot built from the settings and the route
+// source's models, the endpoint state shared across workers, and the metrics the gateway declares.
 
 #include <atomic>
 #include <memory>
@@ -9,7 +9,8 @@
 #include <vector>
 
 #include "gateway/config.h"
-#include "gateway/counter_name.h"
+#include "access/limits.h"
+#include "core/text.h"
 #include "net/client.h"
 #include "obs/metrics.h"
 
@@ -74,9 +75,8 @@ struct Deployment {
   std::string upstream_model;
   TimeoutConfig timeouts;
   RetryConfig retry;
-  LimitConfig limits;
+  access::LimitedResource limited;  // its own limits; counters "d:model/deployment:r|t"
   bool continuous_usage = false;
-  CounterName limit_req, limit_tok;  // its rate-limit counters ("d:model/deployment:r|t")
   std::vector<uint32_t> endpoints;
   obs::Counter* requests_by_class[kCodeClasses] = {};
   obs::Histogram* upstream_latency = nullptr;
@@ -89,8 +89,7 @@ struct Route {
   std::vector<uint32_t> openai_endpoints;
   std::vector<uint32_t> kserve_endpoints;
   const Deployment* first_deployment = nullptr;
-  LimitConfig limits;
-  CounterName limit_req, limit_tok;  // "m:model:r|t"
+  access::LimitedResource limited;  // the model's own limits; counters "m:model:r|t"
   PriceConfig price;
   bool cache = false;
   obs::Histogram* duration = nullptr;
@@ -109,14 +108,26 @@ struct RouteTable {
   std::vector<Endpoint> endpoints;
   std::vector<std::unique_ptr<Deployment>> deployments;
   std::vector<std::unique_ptr<Route>> routes;
-  std::unordered_map<std::string, const Route*> by_name;  // models and aliases
+  // Models and aliases (looked up with string_views: no key is built per request).
+  std::unordered_map<std::string, const Route*, TransparentStringHash, std::equal_to<>> by_name;
   std::string models_json;                                 // GET /v1/models body
 };
 
-// Builds a snapshot. Resolves URLs (blocking DNS: control thread only). `emulator_urls` maps
-// in-process emulator names to their URLs; `shared` carries endpoint state across reloads.
+// Where a request goes: the route of the model it names and the endpoints that speak its API.
+// (The model registry's experiments choose an arm and add a shadow target here.)
+struct Targets {
+  const Route* route = nullptr;
+  const std::vector<uint32_t>* endpoints = nullptr;  // may be empty: the model has none for this API
+};
+// The targets of `model` (a name or an alias) for `protocol`; route null when no model is so named.
+Targets resolveTargets(const RouteTable& table, std::string_view model, Protocol protocol);
+
+// Builds a snapshot of `models` with `config`'s settings. Resolves URLs (blocking DNS: control
+// thread only). `emulator_urls` maps in-process emulator names to their URLs; `shared` carries
+// endpoint state across reloads.
 Result<std::shared_ptr<const RouteTable>> buildRouteTable(
-    const GatewayConfig& config, const std::unordered_map<std::string, std::string>& emulator_urls,
+    const GatewayConfig& config, const std::vector<ModelConfig>& models,
+    const std::unordered_map<std::string, std::string>& emulator_urls,
     std::unordered_map<std::string, std::shared_ptr<EndpointShared>>& shared, GatewayMetrics& metrics,
     int64_t generation);
 

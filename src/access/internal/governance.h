@@ -1,5 +1,5 @@
 #pragma once
-// Private to the gateway: keys, teams, permissions, limits, usage, budgets and the response cache.
+// Access internals: the implementations of Access (Governance) and AccessWorker (GovWorker).
 //
 // Governance (one per process) owns the control thread: it polls the metadata store's change
 // generation (every sync_interval_ms, and at once after a local admin change), rebuilds the
@@ -20,23 +20,25 @@
 #include <unordered_map>
 #include <vector>
 
-#include "gateway/config.h"
-#include "gateway/keys.h"
-#include "gateway/limiter.h"
-#include "gateway/routes.h"
+#include "access/access.h"
+#include "access/config.h"
+#include "access/internal/cache.h"
+#include "access/internal/keys.h"
+#include "access/internal/limiter.h"
 #include "net/asio.h"
 #include "net/http.h"
+#include "net/router.h"
 #include "obs/metrics.h"
 
 namespace spdlog {
 class logger;
 }
 
-namespace infera::gateway {
+namespace infera::access {
 
 class Governance;
 
-// What the data plane needs to finish a governed request.
+// What access control knows of one request (behind Grant).
 struct GovTicket {
   std::shared_ptr<const GovSnapshot> snapshot;  // keeps key/team alive
   const KeyInfo* key = nullptr;                 // null: anonymous (require_keys: false)
@@ -54,57 +56,15 @@ struct GovTicket {
   std::vector<Charge> dep_charges;  // the deployment's, reserved when it is picked
   Admission dep_admission;
   bool dep_reserved = false;
-  // Every deployment was at its own limit: the gateway refused the request, so it gives the key's
-  // and team's counters their request back too (the tokens come back with the reconciliation).
+  // Every resource was at its own limit: nothing served the request, so the key's and team's
+  // counters get their request back too (the tokens come back with the reconciliation).
   bool refused_by_deployments = false;
 };
 
-struct GovError {
-  int status = 0;
-  std::string message;
-  std::string type;
-  std::string code;
-};
-
-class ResponseCache {
- public:
-  ResponseCache(int64_t max_bytes, int64_t max_entry_bytes) : max_bytes_(max_bytes), max_entry_(max_entry_bytes) {}
-  struct Entry {
-    std::string body;
-    std::string content_type;
-    int64_t prompt_tokens = 0;
-    int64_t completion_tokens = 0;
-    int64_t expires_ms = 0;
-  };
-  std::optional<Entry> get(const std::string& key, int64_t now_ms);
-  void put(const std::string& key, Entry e);
-  int64_t bytes() const { return bytes_.load(); }
-  size_t size();
-
- private:
-  struct Node {
-    std::string key;
-    Entry entry;
-  };
-  std::mutex mu_;
-  std::list<Node> lru_;  // front = most recent
-  std::unordered_map<std::string, std::list<Node>::iterator> index_;
-  std::atomic<int64_t> bytes_{0};
-  int64_t max_bytes_;
-  int64_t max_entry_;
-};
-
-// retry-after (whole seconds, rounded up) and retry-after-ms, as OpenAI sends them on a 429.
-void appendRetryAfter(std::vector<net::HttpHeader>& out, int64_t retry_after_ms);
-
-// Cache key over the model and the body with object keys sorted and whitespace removed, and the
-// team (empty for a cache shared by all teams); empty when the body cannot be normalised.
-std::string cacheKey(std::string_view model, std::string_view body, std::string_view team = {});
-
-class GovWorker {
+class GovWorker final : public AccessWorker {
  public:
   GovWorker(Governance& g, int shard, net::asio::io_context& ctx);
-  ~GovWorker();
+  ~GovWorker() override;
   // Ignores a snapshot older than the one held (posts from two threads may arrive out of order).
   void setSnapshot(std::shared_ptr<const GovSnapshot> s) {
     if (snapshot_ && s && s->generation < snapshot_->generation) return;
@@ -112,34 +72,39 @@ class GovWorker {
     token_cache_.clear();
   }
 
-  // Who is calling: fills ticket.key/team/user, or an error (401).
-  std::optional<GovError> authenticate(std::string_view authorization, std::string_view user_header, GovTicket& t);
-  // Whether the key and its team may use the model (by requested or canonical name).
+  // AccessWorker
+  std::string_view userHeader() const override;
+  int64_t defaultMaxTokens() const override { return config().default_max_tokens; }
+  std::optional<Denial> authenticate(std::string_view authorization, std::string_view user, Grant& grant) override;
+  std::optional<Denial> checkAccess(const Grant& grant, ResourceKind kind, std::string_view requested,
+                                    std::string_view canonical) const override;
+  net::Task<std::optional<Denial>> admit(Grant& grant, const AdmitRequest& request,
+                                         std::vector<net::HttpHeader>& headers) override;
+  net::Task<std::optional<ResourceFull>> admitResource(Grant& grant, const LimitedResource& resource) override;
+  void finish(Grant& grant, UsageRecord&& record, const PriceConfig& price) override;
+  bool cacheEnabled() const override;
+  std::string cacheKey(std::string_view model, std::string_view body, const Grant& grant) const override;
+  net::Task<std::optional<CachedAnswer>> cacheGet(const std::string& key) override;
+  void cachePut(const std::string& key, CachedAnswer answer) override;
+  void countCache(bool hit) override;
+
+  // The steps of admit (tests drive them one by one): who is calling (ticket.key/team/user, or a
+  // 401), whether the key and its team may use the model, the charges (key, team, quotas, budget,
+  // resource), their reservation (in process, or in Redis when remote()), and the refusal to send.
+  std::optional<Denial> authenticate(std::string_view authorization, std::string_view user_header, GovTicket& t);
   bool allowed(const GovTicket& t, std::string_view requested, std::string_view canonical) const;
-  // Admission in three steps so the in-process path needs no coroutine: build the charges (key,
-  // team, quotas, budget, model), reserve them (reserveLocal, or co_await reserveRemote when
-  // remote()), then settle (the refusal to send, if any).
-  void buildCharges(GovTicket& t, const Route& route, const PriceConfig& price, bool count_model);
+  void buildCharges(GovTicket& t, const LimitedResource* resource, const PriceConfig& price, bool count_resource);
   bool remote() const { return redis_ != nullptr; }
   Admission reserveLocal(std::span<const Charge> charges);
   net::Task<Admission> reserveRemote(std::span<const Charge> charges);
-  std::optional<GovError> settle(GovTicket& t);
-  // The same for a deployment's own limits (false from build: it has none; from settle: full).
-  bool buildDeploymentCharges(GovTicket& t, const Deployment& dep);
-  bool settleDeployment(GovTicket& t);
-  // Reconciles reservations with the actual tokens and writes the usage record.
-  void finish(GovTicket& t, UsageRecord&& record, const PriceConfig& price);
+  std::optional<Denial> settle(GovTicket& t);
+  // The same for a further resource's own limits (false from build: it has none; from settle: full).
+  bool buildResourceCharges(GovTicket& t, const LimitedResource& resource);
+  bool settleResource(GovTicket& t);
   // x-ratelimit-* headers for the ticket's admission.
   void rateLimitHeaders(const GovTicket& t, std::vector<net::HttpHeader>& out) const;
-
-  ResponseCache* cache();
-  // Whether a team's requests hit only its own cache entries (cache.scope: team).
-  bool cachePerTeam() const { return cache_per_team_; }
-  void countCache(bool hit);
-  // The process cache, then (with cache.redis) the shared tier in Redis; a Redis hit is kept locally.
-  net::Task<std::optional<ResponseCache::Entry>> cacheGet(const std::string& key);
-  void cachePut(const std::string& key, ResponseCache::Entry e);
-  const GovernanceConfig& config() const;
+  const AccessConfig& config() const;
+  std::shared_ptr<bool> alive() const { return alive_; }
 
  private:
   void adjust(std::span<const Charge> charges, std::span<const int64_t> delta, const Admission& a);
@@ -211,7 +176,7 @@ class GovWorker {
   static constexpr int kAdjustBatchMs = 10;
   static constexpr int kMaxCallsInFlight = 1;  // admission script calls out per worker
   static constexpr size_t kAdjustBatchMax = 256;
-  GovError refusal(const GovTicket& t, std::span<const Charge> charges, const Admission& a) const;
+  Denial refusal(const GovTicket& t, std::span<const Charge> charges, const Admission& a) const;
 
   Governance& g_;
   int shard_;
@@ -255,39 +220,33 @@ class GovWorker {
   std::unordered_map<std::string, ByModel, TransparentStringHash, std::equal_to<>> usage_counters_;
 };
 
+// An admin API answer: status and JSON body.
 struct AdminReply {
   int status = 200;
-  std::string body;  // JSON
+  std::string body;
 };
 
-class Governance {
+class Governance final : public Access {
  public:
-  static Result<std::unique_ptr<Governance>> start(const GovernanceConfig& config, obs::MetricsRegistry& metrics,
-                                                   int workers);
-  ~Governance();
+  static Result<std::unique_ptr<Governance>> start(const AccessConfig& config, obs::MetricsRegistry& metrics,
+                                                   int workers, const Clock& clock = SystemClock::instance());
+  ~Governance() override;
 
-  const GovernanceConfig& config() const { return config_; }
-  // Called (on the control thread) with every new snapshot; the gateway posts it to each worker.
-  void setPublisher(std::function<void(std::shared_ptr<const GovSnapshot>)> fn);
+  // Access
+  std::unique_ptr<AccessWorker> worker(int shard, net::asio::io_context& ctx) override;
+  void addAdminRoutes(net::Router& admin) override;
+  std::optional<Denial> refuseAdmin(std::string_view authorization) const override;
+  Status audit(std::string_view actor, const std::string& action, const std::string& target,
+               const std::string& detail) override;
+  Status flushUsage() override;
+
+  const AccessConfig& config() const { return config_; }
+  const Clock& clock() const { return clock_; }
+  int64_t nowMs() const { return clock_.unixMillis(); }
   std::shared_ptr<const GovSnapshot> snapshot() const;
-
-  // The admin API under /admin/{teams,keys,usage,audit} (admin port). Blocking: call it from the
-  // admin loop. `authorization` is the request's Authorization header.
-  static bool isGovernancePath(std::string_view path);
-  AdminReply admin(std::string_view method, std::string_view target, std::string_view body,
-                   std::string_view authorization, std::string_view actor);
-  // The admin token check every admin path but /metrics, /healthz and /readyz passes: an error
-  // reply (401, or 403 when no token is set), or nothing when `authorization` carries the token.
-  std::optional<AdminReply> refuseAdmin(std::string_view authorization) const;
-  // An audit row for an admin action outside the governance store (e.g. "config.reload");
-  // `detail` is a JSON object. Blocking, like admin().
-  Status auditEvent(std::string_view actor, const std::string& action, const std::string& target,
-                    const std::string& detail);
 
   // Usage records from the workers (buffered, written by the control thread).
   void recordUsage(int shard, UsageRecord&& r);
-  // Writes buffered records now (tests; shutdown).
-  Status flushUsage();
   // Deletes usage records and roll-ups past their retention, all of them (tests, tools); the
   // control thread does it a step (an hour of records) at a time, hourly. Returns the rows removed.
   Result<int64_t> pruneUsage();
@@ -316,8 +275,16 @@ class Governance {
   spdlog::logger* log = nullptr;
 
  private:
-  explicit Governance(const GovernanceConfig& c, int workers) : config_(c), usage_buffers_(static_cast<size_t>(workers)) {}
+  Governance(const AccessConfig& c, int workers, const Clock& clock)
+      : config_(c), clock_(clock), usage_buffers_(static_cast<size_t>(workers)) {}
   Status init(obs::MetricsRegistry& metrics);
+  // Hands a new snapshot to every worker, on its loop (under publish_mu_).
+  void publishLocked(const std::shared_ptr<const GovSnapshot>& snap);
+  // The admin API's handlers (admin.cc): a reply for a request, the store lock held; a change
+  // reaches this replica's workers before the answer leaves.
+  using AdminFn = std::function<AdminReply(net::HttpRequest&, const net::PathParams&, MetaStore&,
+                                           const std::string& actor)>;
+  void addAdminRoute(net::Router& router, std::string_view method, std::string_view pattern, AdminFn fn);
   void controlLoop();
   Status sync(bool force);
   void seedQuotas(const GovSnapshot& s);
@@ -328,10 +295,9 @@ class Governance {
   // Redis: rebuilds quota_seeds_ from the store (control thread, under store_mu_: after a new
   // snapshot and every minute); keeps the previous figures if a query fails.
   void refreshQuotaSeeds(const GovSnapshot& s);
-  AdminReply adminLocked(std::string_view method, std::string_view target, std::string_view body,
-                         std::string_view actor);
 
-  GovernanceConfig config_;
+  AccessConfig config_;
+  const Clock& clock_;
   std::string key_secret_;
   std::string admin_token_;
   // Redis: the store's use of each day/month counter by Redis key (period included), for counters
@@ -347,7 +313,13 @@ class Governance {
   mutable std::mutex snap_mu_;
   std::mutex publish_mu_;
   std::shared_ptr<const GovSnapshot> snapshot_;
-  std::function<void(std::shared_ptr<const GovSnapshot>)> publish_;
+  // The workers a new snapshot goes to (under publish_mu_; a worker adds itself at construction
+  // and leaves at destruction, on its loop).
+  struct Subscriber {
+    net::asio::io_context* ctx;
+    GovWorker* worker;
+  };
+  std::vector<Subscriber> subscribers_;
   LocalCounters local_;
   std::unique_ptr<ResponseCache> cache_;
   struct UsageBuffer {
@@ -365,4 +337,4 @@ class Governance {
   friend class GovWorker;
 };
 
-}  // namespace infera::gateway
+}  // namespace infera::access

@@ -1,4 +1,4 @@
-#include "gateway/keys.h"
+#include "access/internal/keys.h"
 
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
@@ -14,7 +14,7 @@
 #include "core/clock.h"
 #include "core/text.h"
 
-namespace infera::gateway {
+namespace infera::access {
 
 using store::SqlResult;
 using store::SqlValue;
@@ -959,4 +959,4 @@ std::shared_ptr<const GovSnapshot> buildSnapshot(int64_t generation, std::vector
   return s;
 }
 
-}  // namespace infera::gateway
+}  // namespace infera::access

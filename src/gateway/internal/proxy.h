@@ -1,6 +1,6 @@
 #pragma once
-// Private to the gateway: the per-worker data-plane handler. Lives on one event loop; holds that
-// worker's routing snapshot, endpoint latency/in-flight state and upstream connection pools.
+// Gateway internals: the per-worker data plane. Lives on one event loop (its router's routes call
+// it); holds that worker's routing snapshot, endpoint latency/in-flight state and upstream pools.
 
 #include <memory>
 #include <random>
@@ -9,8 +9,8 @@
 #include <unordered_map>
 #include <vector>
 
-#include "gateway/governance.h"
-#include "gateway/routes.h"
+#include "access/access.h"
+#include "gateway/internal/routes.h"
 #include "net/server.h"
 #include "obs/access_log.h"
 
@@ -27,24 +27,50 @@ struct WorkerEndpoint {
   std::unique_ptr<net::ConnectionPool> pool;
 };
 
-class ProxyHandler final : public net::HttpHandler {
+class ProxyHandler {
  public:
   using StateVector = std::vector<std::shared_ptr<WorkerEndpoint>>;
+  // `access`: this loop's access worker (null: no access control).
   ProxyHandler(int shard, net::asio::io_context& ctx, GatewayMetrics& metrics, obs::AccessLog* access_log,
-               Governance* governance = nullptr);
-  ~ProxyHandler() override;
+               access::AccessWorker* access);
+  ~ProxyHandler();
 
   // Swaps the routing snapshot (on this worker's loop). Requests in flight keep theirs.
   void setTable(std::shared_ptr<const RouteTable> table);
-  // Swaps the key/team snapshot (on this worker's loop).
-  void setGovernance(std::shared_ptr<const GovSnapshot> snapshot);
-  net::Task<void> handle(net::HttpRequest& request, net::ResponseWriter& writer) override;
+
+  // The APIs the data routes lead to (gateway.cc registers them).
+  enum class Api : uint8_t {
+    kModels,       // GET /v1/models
+    kOpenAi,       // POST /v1/chat/completions, /v1/completions, /v1/embeddings
+    kKServeMeta,   // /v2, /v2/health/live, /v2/health/ready
+    kKServeModel,  // /v2/models/{model}[/...]
+  };
+  net::Task<void> serve(net::HttpRequest& request, net::ResponseWriter& writer, Api api);
+  // A data-port request no route takes: 404, or 405 with the methods `allow`ed.
+  net::Task<void> unmatched(net::HttpRequest& request, net::ResponseWriter& writer, int status, std::string allow);
 
  private:
   struct Exchange;
+  struct Failure;
+  void begin(Exchange& x);
+  net::Task<void> handleModels(Exchange& x);
   net::Task<void> handleOpenAi(Exchange& x);
+  net::Task<void> handleKServeMeta(Exchange& x);
   net::Task<void> handleKServe(Exchange& x);
+  // Sends the request to one of `candidates` (retrying on others), relays the answer.
   net::Task<void> forward(Exchange& x, const std::vector<uint32_t>& candidates);
+  // The steps of forward: a deployment's own limits (false: full, `f` says why), one try at an
+  // endpoint (the response head, or why not), relaying the answer, and the answer when no try
+  // got one.
+  net::Task<bool> reserveDeployment(Exchange& x, const Deployment& dep, Failure& f);
+  net::Task<Result<const net::ClientResponseHead*>> tryEndpoint(Exchange& x, const Endpoint& ep, WorkerEndpoint& ws,
+                                                                std::unique_ptr<net::UpstreamConnection>& conn,
+                                                                net::Deadline total);
+  net::Task<void> relay(Exchange& x, const Endpoint& ep, WorkerEndpoint& ws, net::UpstreamConnection& conn,
+                        const net::ClientResponseHead& h, net::Deadline total, bool& keep_conn);
+  net::Task<void> answerUnserved(Exchange& x, const Failure& f);
+  // The client left: the upstream call is dropped and the request counted as aborted.
+  void clientLeft(Exchange& x, net::UpstreamConnection* conn);
   net::Task<void> sendError(Exchange& x, int status, std::string_view message, std::string_view type,
                             std::string_view code);
   int pick(const RouteTable& table, const StateVector& state, const std::vector<uint32_t>& candidates,
@@ -52,10 +78,10 @@ class ProxyHandler final : public net::HttpHandler {
   void recordFailure(const RouteTable& table, const Endpoint& ep, int64_t now_ns);
   void recordSuccess(const Endpoint& ep, int64_t now_ns);
   void finishExchange(Exchange& x);
-  // Governance: false when it answered the request itself (401/403/429 or a cache hit).
+  // Access control: false when it answered the request itself (401/403/429 or a cache hit).
   net::Task<bool> authenticate(Exchange& x);
   net::Task<bool> admit(Exchange& x);
-  void finishGovernance(Exchange& x);
+  void finishAccess(Exchange& x);
   // Reads usage from whole SSE events in `piece` (buffering partial ones); with `out`, writes the
   // events the client should see (usage the client did not ask for removed).
   void scanSse(Exchange& x, std::string_view piece, std::string* out);
@@ -79,7 +105,7 @@ class ProxyHandler final : public net::HttpHandler {
   std::string rewritten_body_;
   std::unique_ptr<net::asio::steady_timer> flush_timer_;
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);  // for the flush timer's callback
-  std::unique_ptr<GovWorker> gov_;
+  access::AccessWorker* access_;
 };
 
 }  // namespace infera::gateway

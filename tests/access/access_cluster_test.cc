@@ -12,12 +12,12 @@
 #include "fakes/http_test_client.h"
 #include "fakes/servers.h"
 #include "core/clock.h"
-#include "gateway/gov_fixture.h"
-#include "gateway/limiter.h"
+#include "access/access_fixture.h"
+#include "access/internal/limiter.h"
 #include "store/redis.h"
 #include "store/sql.h"
 
-namespace infera::gateway {
+namespace infera::access {
 namespace {
 
 using namespace govtest;
@@ -33,7 +33,7 @@ struct LoadResult {
   int64_t other = 0;
 };
 
-LoadResult saturate(const std::vector<Gateway*>& replicas, const std::string& key, std::chrono::milliseconds duration,
+LoadResult saturate(const std::vector<server::Server*>& replicas, const std::string& key, std::chrono::milliseconds duration,
                     int threads) {
   std::atomic<int64_t> tokens{0}, admitted{0}, limited{0}, other{0};
   std::atomic<int64_t> first_ns{0};
@@ -42,7 +42,7 @@ LoadResult saturate(const std::vector<Gateway*>& replicas, const std::string& ke
   const std::string body = chat("m1", 20);
   for (int t = 0; t < threads; ++t) {
     pool.emplace_back([&, t] {
-      Gateway& gw = *replicas[static_cast<size_t>(t) % replicas.size()];
+      server::Server& gw = *replicas[static_cast<size_t>(t) % replicas.size()];
       auto client = std::make_unique<TestClient>(gw.port());
       while (!stop.load()) {
         auto r = client->request("POST", "/v1/chat/completions", body,
@@ -101,7 +101,7 @@ TEST(GovernanceCluster, ThreeReplicasSharingRedisAdmitTheTpmOnceNotThreeTimes) {
   auto emu = startEmulator();
   ASSERT_TRUE(emu);
   const std::string db = "sqlite:" + tempPath("three.db");
-  std::vector<std::unique_ptr<Gateway>> replicas;
+  std::vector<std::unique_ptr<server::Server>> replicas;
   for (int i = 0; i < 3; ++i) {
     replicas.push_back(startGov(govConfig(emu->url(), db, "  redis: " + redis->url() + "\n  replicas: 3\n")));
     ASSERT_TRUE(replicas.back());
@@ -112,7 +112,7 @@ TEST(GovernanceCluster, ThreeReplicasSharingRedisAdmitTheTpmOnceNotThreeTimes) {
   for (auto& g : replicas) {
     ASSERT_TRUE(waitFor([&] { return call(*g, measured, chat("m1", 0)).status == 200; }));
   }
-  std::vector<Gateway*> ptrs;
+  std::vector<server::Server*> ptrs;
   for (auto& g : replicas) ptrs.push_back(g.get());
   const LoadResult r = saturate(ptrs, measured, kWindow, 3);
   std::printf("three replicas, one redis: admitted %lld tokens in %lld requests (limit %lld), %lld refused\n",
@@ -814,7 +814,7 @@ TEST(GovernanceCluster, LeasesAdmitWithoutACallAndLeaveRedisWithWhatWasUsed) {
 struct CacheReplicas {
   std::unique_ptr<testing::RedisServer> redis;
   std::unique_ptr<emulator::Emulator> emu;
-  std::unique_ptr<Gateway> a, b;
+  std::unique_ptr<server::Server> a, b;
   std::string key;
 };
 void startCacheReplicas(CacheReplicas& r, const std::string& team, int64_t ttl_ms) {
@@ -925,12 +925,12 @@ TEST(GovernanceCluster, PostgresSharesKeysRevocationsAndUsageAcrossReplicas) {
   std::string no_secret = cfg_a;
   const size_t p = no_secret.find("  key_secret:");
   no_secret.erase(p, no_secret.find('\n', p) - p + 1);
-  auto cfg = loadGatewayConfigString(no_secret);
+  auto cfg = server::loadConfigString(no_secret);
   ASSERT_TRUE(cfg.ok());
-  auto refused = Gateway::start(std::move(*cfg));
+  auto refused = server::Server::start(std::move(*cfg));
   ASSERT_FALSE(refused.ok());
   EXPECT_NE(refused.status().message().find("key_secret"), std::string::npos);
 }
 
 }  // namespace
-}  // namespace infera::gateway
+}  // namespace infera::access

@@ -1,6 +1,6 @@
 #pragma once
-// Private to the gateway: API keys, teams and the audit log in the metadata store (SQLite file or
-// PostgreSQL), and the immutable snapshot of them the data plane reads.
+// Access internals: API keys, teams, users, the audit log and usage records in the metadata store
+// (SQLite file or PostgreSQL), and the immutable snapshot of them the data plane reads.
 //
 // A key is "sk-inf-<id>-<secret>". Only the id and HMAC-SHA256(server secret, salt || secret) are
 // stored; the secret is shown once, at creation. Verification recomputes the HMAC and compares in
@@ -19,10 +19,11 @@
 
 #include "core/status.h"
 #include "core/text.h"
-#include "gateway/counter_name.h"
+#include "access/access.h"
+#include "access/limits.h"
 #include "store/sql.h"
 
-namespace infera::gateway {
+namespace infera::access {
 
 struct TeamRecord {
   std::string name;
@@ -78,27 +79,6 @@ struct AuditRecord {
   std::string action;
   std::string target;
   std::string detail;  // JSON
-};
-
-struct UsageRecord {
-  int64_t ts_ms = 0;
-  std::string request_id;
-  std::string key_id;
-  std::string team;
-  std::string user;
-  std::string model;
-  std::string deployment;
-  std::string region;
-  int64_t prompt_tokens = 0;
-  int64_t completion_tokens = 0;
-  double latency_ms = 0;
-  double ttft_ms = 0;
-  int status = 0;
-  bool cached = false;
-  bool stream = false;
-  bool aborted = false;
-  bool estimated = false;  // no usage came back; the reservation's estimate was billed
-  double cost_usd = 0;
 };
 
 struct UsageQuery {
@@ -224,4 +204,4 @@ struct GovSnapshot {
 std::shared_ptr<const GovSnapshot> buildSnapshot(int64_t generation, std::vector<TeamRecord> teams,
                                                  std::vector<KeyRecord> keys, std::vector<UserRecord> users = {});
 
-}  // namespace infera::gateway
+}  // namespace infera::access

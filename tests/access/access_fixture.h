@@ -13,10 +13,10 @@
 
 #include "emulator/emulator.h"
 #include "fakes/http_test_client.h"
-#include "gateway/config.h"
-#include "gateway/gateway.h"
+#include "server/config.h"
+#include "server/server.h"
 
-namespace infera::gateway::govtest {
+namespace infera::access::govtest {
 
 using nlohmann::json;
 using testing::httpRequest;
@@ -45,13 +45,13 @@ inline std::string govConfig(const std::string& emulator_url, const std::string&
          "}]\n  - name: m2\n    deployments:\n      - name: d2\n        endpoints: [{url: " + emulator_url + "}]\n";
 }
 
-inline std::unique_ptr<Gateway> startGov(const std::string& yaml) {
+inline std::unique_ptr<server::Server> startGov(const std::string& yaml) {
   ::unsetenv("INFERA_ADMIN_TOKEN");
   ::unsetenv("INFERA_KEY_SECRET");
-  auto cfg = loadGatewayConfigString(yaml);
+  auto cfg = server::loadConfigString(yaml);
   EXPECT_TRUE(cfg.ok()) << cfg.status().message() << "\n" << yaml;
   if (!cfg.ok()) return nullptr;
-  auto gw = Gateway::start(std::move(*cfg));
+  auto gw = server::Server::start(std::move(*cfg));
   EXPECT_TRUE(gw.ok()) << gw.status().message();
   if (!gw.ok()) return nullptr;
   return std::move(*gw);
@@ -69,7 +69,7 @@ inline std::unique_ptr<emulator::Emulator> startEmulator(double token_ms = 0, in
   return emu.ok() ? std::move(*emu) : nullptr;
 }
 
-inline TestResponse admin(const Gateway& gw, const std::string& method, const std::string& target,
+inline TestResponse admin(const server::Server& gw, const std::string& method, const std::string& target,
                           const std::string& body = {}, const std::string& token = kAdminToken) {
   std::vector<std::pair<std::string, std::string>> h = {{"content-type", "application/json"}};
   if (!token.empty()) h.push_back({"authorization", "Bearer " + token});
@@ -85,7 +85,7 @@ inline json parse(const std::string& body) {
 }
 
 // Creates a team and a key on it; returns the key's secret token.
-inline std::string makeKey(const Gateway& gw, const std::string& team, const json& team_fields = json::object(),
+inline std::string makeKey(const server::Server& gw, const std::string& team, const json& team_fields = json::object(),
                            const json& key_fields = json::object()) {
   json t = team_fields;
   t["name"] = team;
@@ -105,7 +105,7 @@ inline std::string chat(const std::string& model, int max_tokens, bool stream = 
          R"(,"messages":[{"role":"user","content":"hello there, how are you"}]})";
 }
 
-inline TestResponse call(const Gateway& gw, const std::string& key, const std::string& body,
+inline TestResponse call(const server::Server& gw, const std::string& key, const std::string& body,
                          const std::vector<std::pair<std::string, std::string>>& extra = {},
                          const std::string& path = "/v1/chat/completions") {
   std::vector<std::pair<std::string, std::string>> h = {{"content-type", "application/json"}};
@@ -119,7 +119,7 @@ inline TestResponse call(const Gateway& gw, const std::string& key, const std::s
 // The gateway reconciles a request's reservation just after its last byte is sent, so a client
 // that fires the next request at once can still see the previous reservation. Counting loops
 // that assert how many requests fit wait for the gateway to be idle first.
-inline TestResponse callSettled(const Gateway& gw, const std::string& key, const std::string& body) {
+inline TestResponse callSettled(const server::Server& gw, const std::string& key, const std::string& body) {
   EXPECT_TRUE(testing::waitFor([&] { return gw.metricSum("infera_gateway_requests_in_flight") == 0; }));
   return call(gw, key, body);
 }
@@ -131,11 +131,11 @@ inline std::string errorCode(const TestResponse& r) {
 }
 
 // Usage rows from the admin API (waits for the flush).
-inline json usageRows(const Gateway& gw, const std::string& query) {
+inline json usageRows(const server::Server& gw, const std::string& query) {
   const auto r = admin(gw, "GET", "/admin/usage?" + query);
   EXPECT_EQ(r.status, 200) << r.body;
   const json j = parse(r.body);
   return j.contains("rows") ? j["rows"] : json::array();
 }
 
-}  // namespace infera::gateway::govtest
+}  // namespace infera::access::govtest

@@ -1,0 +1,83 @@
+#include "server/config.h"
+
+#include <set>
+#include <thread>
+
+#include "access/access.h"
+#include "core/config.h"
+
+namespace infera::server {
+namespace {
+
+void readListen(ConfigReader& r, ListenConfig& l) {
+  r.optional("host", l.host);
+  int port = l.port;
+  r.optional("port", port, 0, 65535);
+  l.port = static_cast<uint16_t>(port);
+}
+
+}  // namespace
+
+Result<Config> parseConfig(const YAML::Node& root) {
+  Config cfg;
+  ConfigErrors errors;
+  ConfigReader r(root, &errors);
+  r.optional("workers", cfg.workers, 0, 256);
+  r.object("listen", [&](ConfigReader& l) { readListen(l, cfg.listen); });
+  r.object("admin", [&](ConfigReader& l) { readListen(l, cfg.admin); });
+  int64_t v = static_cast<int64_t>(cfg.max_body_bytes);
+  if (r.optional("max_body_bytes", v, 1024, 1LL << 32)) cfg.max_body_bytes = static_cast<size_t>(v);
+  v = static_cast<int64_t>(cfg.max_header_bytes);
+  if (r.optional("max_header_bytes", v, 1024, 1 << 20)) cfg.max_header_bytes = static_cast<size_t>(v);
+  r.optional("idle_timeout_ms", cfg.idle_timeout_ms, 100, 3'600'000);
+  r.optional("drain_timeout_ms", cfg.drain_timeout_ms, 0, 3'600'000);
+  r.optional("access_log", cfg.access_log);
+  r.optionalEnum("log_level", cfg.log_level, {"trace", "debug", "info", "warn", "error", "off"});
+  gateway::readGatewaySettings(r, cfg.gateway);
+  std::set<std::string> emulator_names;
+  r.forEachEntry("emulators", [&](const std::string& name, ConfigReader& e) {
+    emulator::EmulatorConfig ec;
+    ec.port = 0;  // in-process emulators take a free port unless told otherwise
+    emulator::readEmulatorConfig(e, ec);
+    cfg.emulators[name] = ec;
+    emulator_names.insert(name);
+  });
+  r.object("governance", [&](ConfigReader& g) { access::readAccessConfig(g, cfg.access); });
+  gateway::readModels(r, emulator_names, cfg.gateway);
+  r.finish();
+  INFERA_RETURN_IF_ERROR(errors.toStatus());
+  return cfg;
+}
+
+Result<Config> loadConfig(const std::string& path) {
+  INFERA_ASSIGN_OR_RETURN(YAML::Node root, loadYamlFile(path));
+  auto cfg = parseConfig(root);
+  if (!cfg.ok()) return cfg.status().withContext(path);
+  return cfg;
+}
+
+Result<Config> loadConfigString(const std::string& yaml) {
+  INFERA_ASSIGN_OR_RETURN(YAML::Node root, loadYamlString(yaml));
+  return parseConfig(root);
+}
+
+std::vector<std::string> restartNeeded(const Config& running, const Config& next) {
+  std::vector<std::string> out;
+  auto workers = [](int n) {
+    if (n > 0) return n;
+    const int hc = static_cast<int>(std::thread::hardware_concurrency());
+    return hc > 0 ? hc : 1;
+  };
+  if (workers(running.workers) != workers(next.workers)) out.push_back("workers");
+  if (running.listen.host != next.listen.host || running.listen.port != next.listen.port) out.push_back("listen");
+  if (running.admin.host != next.admin.host || running.admin.port != next.admin.port) out.push_back("admin");
+  if (running.max_body_bytes != next.max_body_bytes) out.push_back("max_body_bytes");
+  if (running.access_log != next.access_log) out.push_back("access_log");
+  for (const auto& [name, ec] : next.emulators) {
+    if (!running.emulators.count(name)) out.push_back("emulators." + name + " (new)");
+  }
+  for (auto& s : access::Access::restartNeeded(running.access, next.access)) out.push_back(std::move(s));
+  return out;
+}
+
+}  // namespace infera::server

@@ -1,0 +1,49 @@
+#pragma once
+// The config file of `infera serve`: the process's own settings (ports, workers, limits of the
+// HTTP servers, logs, in-process emulators) and each component's section, read with one
+// ConfigReader so that every error names its key path and line and unknown keys are rejected
+// anywhere in the file.
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "access/config.h"
+#include "core/status.h"
+#include "emulator/emulator.h"
+#include "gateway/config.h"
+
+namespace YAML {
+class Node;
+}
+
+namespace infera::server {
+
+struct ListenConfig {
+  std::string host = "127.0.0.1";
+  uint16_t port = 8080;
+};
+
+struct Config {
+  int workers = 0;  // 0 = one per core
+  ListenConfig listen;
+  ListenConfig admin{"127.0.0.1", 9090};
+  size_t max_body_bytes = 8 * 1024 * 1024;
+  size_t max_header_bytes = 16 * 1024;
+  int64_t idle_timeout_ms = 60'000;
+  int64_t drain_timeout_ms = 15'000;
+  std::string access_log;  // "" = off, "-" = stdout, else a file path
+  std::string log_level = "info";
+  std::map<std::string, emulator::EmulatorConfig> emulators;  // backends started in this process
+  gateway::GatewayConfig gateway;  // region, balancing, health, retries, models
+  access::AccessConfig access;     // the `governance` section
+};
+
+Result<Config> parseConfig(const YAML::Node& root);
+Result<Config> loadConfig(const std::string& path);
+Result<Config> loadConfigString(const std::string& yaml);
+
+// What a reload cannot change without a restart, between `running` and `next` (empty: none).
+std::vector<std::string> restartNeeded(const Config& running, const Config& next);
+
+}  // namespace infera::server

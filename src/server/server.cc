@@ -1,0 +1,302 @@
+#include "server/server.h"
+
+#include <map>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+
+#include "access/access.h"
+#include "core/log.h"
+#include "emulator/emulator.h"
+#include "gateway/gateway.h"
+#include "gateway/route_source.h"
+#include "net/loops.h"
+#include "net/router.h"
+#include "net/server.h"
+#include "obs/access_log.h"
+#include "obs/metrics.h"
+
+#ifndef INFERA_VERSION
+#define INFERA_VERSION "0.1.0"
+#endif
+#ifndef INFERA_GIT_COMMIT
+#define INFERA_GIT_COMMIT "unknown"
+#endif
+
+namespace infera::server {
+namespace {
+
+using net::Task;
+
+int resolveWorkers(int configured) {
+  if (configured > 0) return configured;
+  const int n = static_cast<int>(std::thread::hardware_concurrency());
+  return n > 0 ? n : 1;
+}
+
+Task<void> sendJson(net::ResponseWriter& w, int status, std::string body) {
+  co_await w.send(status, "application/json", body);
+}
+
+class ServerImpl final : public Server {
+ public:
+  ServerImpl(Config config, std::string path, Options options)
+      : config_(std::move(config)),
+        path_(std::move(path)),
+        options_(options),
+        workers_(resolveWorkers(config_.workers)),
+        registry_(workers_),
+        loops_(workers_),
+        admin_loops_(1) {}
+
+  ~ServerImpl() override {
+    if (gateway_) gateway_->stopHealthChecks();
+    admin_.reset();  // first: a /metrics scrape reads data_'s stats
+    data_.reset();   // the routers and what they own (the gateway's and access's per-loop state), on their loops
+    loops_.stop();
+    access_.reset();  // after the workers: writes the last usage records
+    admin_loops_.stop();
+    gateway_.reset();
+    emulators_.clear();
+  }
+
+  Status init() {
+    log_ = componentLogger("server");
+    setLogLevel(config_.log_level);
+    obs::registerProcessMetrics(registry_, INFERA_VERSION, INFERA_GIT_COMMIT);
+    reloads_ = registry_.counterFamily("infera_gateway_config_reloads_total", "Config reloads by result.", {"result"});
+
+    // Backends started in this process (the emulator is a backend like any other to the gateway).
+    std::unordered_map<std::string, std::string> emulator_urls;
+    for (const auto& [name, ec] : config_.emulators) {
+      auto emu = emulator::Emulator::start(ec);
+      if (!emu.ok()) return emu.status().withContext("starting emulator " + name);
+      emulator_urls[name] = (*emu)->url();
+      INFERA_LOG(log_, info, "in-process emulator '{}' serving {}", name, (*emu)->url());
+      emulators_[name] = std::move(*emu);
+    }
+    if (!config_.access_log.empty()) {
+      auto al = obs::AccessLog::open(config_.access_log, workers_);
+      if (!al.ok()) return al.takeStatus();
+      access_log_ = std::move(*al);
+    }
+    if (config_.access.enabled) {
+      const Clock& clock = options_.clock ? *options_.clock : SystemClock::instance();
+      INFERA_ASSIGN_OR_RETURN(access_, access::Access::start(config_.access, registry_, workers_, clock));
+    }
+    routes_.set(config_.gateway.models);
+    INFERA_ASSIGN_OR_RETURN(
+        gateway_, gateway::Gateway::create(config_.gateway, routes_,
+                                           {registry_, access_log_.get(), std::move(emulator_urls), workers_}));
+    registerNetMetrics();
+
+    loops_.start();
+    admin_loops_.start();
+    net::ServerConfig sc;
+    sc.host = config_.listen.host;
+    sc.port = config_.listen.port;
+    sc.max_body_bytes = config_.max_body_bytes;
+    sc.max_header_bytes = config_.max_header_bytes;
+    sc.idle_timeout = std::chrono::milliseconds(config_.idle_timeout_ms);
+    auto data = net::HttpServer::create(loops_, sc, [this](int i, net::asio::io_context& ctx) {
+      return std::make_unique<net::RouterHandler>(dataRouter(i, ctx));
+    });
+    if (!data.ok()) return data.takeStatus();
+    data_ = std::move(*data);
+
+    net::ServerConfig ac;
+    ac.host = config_.admin.host;
+    ac.port = config_.admin.port;
+    auto admin = net::HttpServer::create(admin_loops_, ac, [this](int, net::asio::io_context&) {
+      return std::make_unique<net::RouterHandler>(adminRouter());
+    });
+    if (!admin.ok()) return admin.takeStatus();
+    admin_ = std::move(*admin);
+    gateway_->startHealthChecks(admin_loops_.loop(0));
+    INFERA_LOG(log_, info, "serving on {}:{} (admin {}:{}), {} workers, {} models", config_.listen.host,
+               data_->port(), config_.admin.host, admin_->port(), workers_, config_.gateway.models.size());
+    return Status::ok();
+  }
+
+  uint16_t port() const override { return data_->port(); }
+  uint16_t adminPort() const override { return admin_->port(); }
+
+  Status reload() override {
+    if (path_.empty()) {
+      return Status::failedPrecondition("this gateway was not started from a config file");
+    }
+    auto cfg = loadConfig(path_);
+    if (!cfg.ok()) return rejected(cfg.takeStatus());
+    return apply(std::move(*cfg));
+  }
+
+  Status apply(Config next) override {
+    std::lock_guard<std::mutex> lock(control_mu_);
+    const auto restart = restartNeeded(config_, next);
+    if (!restart.empty()) {
+      std::string keys;
+      for (const auto& k : restart) keys += (keys.empty() ? "" : ", ") + k;
+      return rejected(Status::failedPrecondition(
+          keys + ": need a restart; reload changes routes, limits, timeouts, retries, health checks and balancing"));
+    }
+    routes_.set(next.gateway.models);
+    if (Status s = gateway_->apply(next.gateway); !s.isOk()) {
+      routes_.set(config_.gateway.models);
+      return rejected(std::move(s));
+    }
+    setLogLevel(next.log_level);
+    config_ = std::move(next);
+    reloads_->counter({"ok"})->inc(0);
+    INFERA_LOG(log_, info, "config generation {} in use ({} models)", gateway_->generation(),
+               config_.gateway.models.size());
+    return Status::ok();
+  }
+
+  bool drain(std::chrono::milliseconds timeout) override {
+    draining_ = true;
+    INFERA_LOG(log_, info, "draining (up to {} ms)", timeout.count());
+    return data_->drain(timeout);
+  }
+
+  std::string metricsText() const override { return registry_.scrape(); }
+  double metricSum(const std::string& name) const override { return registry_.sum(name); }
+  int64_t configGeneration() const override { return gateway_->generation(); }
+
+ private:
+  Status rejected(Status s) {
+    reloads_->counter({"error"})->inc(0);
+    INFERA_LOG(log_, err, "config reload rejected, old config keeps serving: {}", s.message());
+    return s;
+  }
+
+  // Loop i's data router: every component's data routes, with that loop's access worker.
+  net::Router dataRouter(int i, net::asio::io_context& ctx) {
+    net::Router r;
+    access::AccessWorker* aw = nullptr;
+    if (access_) {
+      auto w = access_->worker(i, ctx);
+      aw = w.get();
+      r.own(std::move(w));  // destroyed after the routes' per-loop state that uses it
+    }
+    gateway_->addDataRoutes(i, ctx, r, aw);
+    return r;
+  }
+
+  // The admin token check (when access control is on; without it the admin port is for trusted
+  // networks only) in front of a route.
+  net::RouteHandler guarded(net::RouteHandler h) const {
+    if (!access_) return h;
+    return [this, h = std::move(h)](net::HttpRequest& req, net::ResponseWriter& w, net::PathParams p) -> Task<void> {
+      if (auto refused = access_->refuseAdmin(req.header("authorization"))) {
+        co_await sendJson(w, refused->status, access::denialJson(*refused));
+        co_return;
+      }
+      co_await h(req, w, p);
+    };
+  }
+
+  net::Router adminRouter() {
+    net::Router r;
+    r.add("*", "/metrics", [this](net::HttpRequest&, net::ResponseWriter& w, net::PathParams) -> Task<void> {
+      const std::string text = metricsText();
+      co_await w.send(200, "text/plain; version=0.0.4; charset=utf-8", text);
+    });
+    r.add("*", "/healthz", [](net::HttpRequest&, net::ResponseWriter& w, net::PathParams) -> Task<void> {
+      co_await w.send(200, "text/plain", "ok\n");
+    });
+    r.add("*", "/readyz", [this](net::HttpRequest&, net::ResponseWriter& w, net::PathParams) -> Task<void> {
+      if (draining_.load()) {
+        co_await w.send(503, "text/plain", "draining\n");
+      } else {
+        co_await w.send(200, "text/plain", "ready\n");
+      }
+    });
+    r.add("POST", "/admin/reload",
+          guarded([this](net::HttpRequest& req, net::ResponseWriter& w, net::PathParams) -> Task<void> {
+            const Status s = reload();
+            if (access_) {
+              std::string detail = std::string("{\"ok\":") + (s.isOk() ? "true" : "false") +
+                                   ",\"generation\":" + std::to_string(configGeneration());
+              if (!s.isOk()) {
+                detail += ",\"error\":";
+                net::appendJsonString(detail, s.message());
+              }
+              detail += "}";
+              const Status a = access_->audit(req.header("x-infera-actor"), "config.reload", path_, detail);
+              if (!a.isOk()) INFERA_LOG(log_, warn, "audit of a config reload failed: {}", a.message());
+            }
+            if (s.isOk()) {
+              co_await sendJson(w, 200, "{\"status\":\"ok\",\"generation\":" + std::to_string(configGeneration()) + "}");
+            } else {
+              co_await sendJson(w, 400, net::errorJson(s.message(), "invalid_request_error", "invalid_config"));
+            }
+          }));
+    gateway_->addAdminRoutes(r, [this](net::RouteHandler h) { return guarded(std::move(h)); });
+    if (access_) {
+      access_->addAdminRoutes(r);
+    } else {
+      access::addDisabledAdminRoutes(r);
+    }
+    // What no route takes: with access control on, the admin token first (an unknown path tells
+    // a caller without it nothing).
+    r.setFallback("", [this](net::HttpRequest& req, net::ResponseWriter& w, int status,
+                             std::string_view allow) -> Task<void> {
+      if (access_) {
+        if (auto refused = access_->refuseAdmin(req.header("authorization"))) {
+          co_await sendJson(w, refused->status, access::denialJson(*refused));
+          co_return;
+        }
+      }
+      const std::string path(req.path());
+      if (status == 405) {
+        co_await sendJson(w, 405, net::errorJson("unsupported method for " + path + " (allowed: " +
+                                                     std::string(allow) + ")",
+                                                 "invalid_request_error", "method_not_allowed"));
+      } else {
+        co_await sendJson(w, 404, net::errorJson("unknown admin path " + path, "invalid_request_error", "not_found"));
+      }
+    });
+    return r;
+  }
+
+  void registerNetMetrics() {
+    registry_.gaugeFamily("infera_net_connections_open", "Client connections open on the data port.")
+        ->setCallback([this] { return data_ ? static_cast<double>(data_->stats().connections_open.load()) : 0.0; });
+    registry_.counterFamily("infera_net_connections_total", "Client connections accepted on the data port.")
+        ->setCallback([this] { return data_ ? static_cast<double>(data_->stats().connections_total.load()) : 0.0; });
+    registry_.counterFamily("infera_net_coroutine_failures_total",
+                            "Spawned coroutines that ended with an exception (logged; a bug).")
+        ->setCallback([] { return static_cast<double>(net::spawnFailures()); });
+    registry_.counterFamily("infera_net_timeouts_total", "Client connections closed by a read/write timeout.")
+        ->setCallback([this] { return data_ ? static_cast<double>(data_->stats().timeouts.load()) : 0.0; });
+  }
+
+  Config config_;
+  std::string path_;
+  Options options_;
+  int workers_;
+  obs::MetricsRegistry registry_;
+  obs::Family* reloads_ = nullptr;
+  spdlog::logger* log_ = nullptr;
+  std::map<std::string, std::unique_ptr<emulator::Emulator>> emulators_;
+  std::unique_ptr<obs::AccessLog> access_log_;
+  std::unique_ptr<access::Access> access_;
+  gateway::StaticRouteSource routes_;  // the config file's models
+  std::unique_ptr<gateway::Gateway> gateway_;
+  net::EventLoops loops_;
+  net::EventLoops admin_loops_;
+  std::unique_ptr<net::HttpServer> data_;
+  std::unique_ptr<net::HttpServer> admin_;
+  std::mutex control_mu_;
+  std::atomic<bool> draining_{false};
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Server>> Server::start(Config config, std::string config_path, Options options) {
+  auto s = std::make_unique<ServerImpl>(std::move(config), std::move(config_path), options);
+  INFERA_RETURN_IF_ERROR(s->init());
+  return std::unique_ptr<Server>(std::move(s));
+}
+
+}  // namespace infera::server
