@@ -19,7 +19,7 @@ section() { printf '\n========== %s ==========\n' "$1"; }
 build_type="$(sed -n 's/^CMAKE_BUILD_TYPE:STRING=//p' "$BUILD_DIR/CMakeCache.txt" 2>/dev/null)"
 [[ "$build_type" == "Release" ]] || echo "warning: $BUILD_DIR is a '$build_type' build; figures want Release" >&2
 
-for bin in scheduler/scheduler_bench gateway/gateway_bench; do
+for bin in scheduler/scheduler_bench gateway/gateway_bench access/access_bench; do
   path="$BUILD_DIR/bench/$bin"
   if [[ -x "$path" ]]; then
     section "$(basename "$bin")"

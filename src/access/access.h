@@ -91,7 +91,9 @@ class Grant {
   friend class GovWorker;
 };
 
-enum class ResourceKind { kModel };
+// What a request uses, for checkAccess: models (the gateway), collections (the vector index),
+// feature services (the feature store), registered models (the registry).
+enum class ResourceKind { kModel, kCollection, kFeatureService, kRegisteredModel };
 
 // What admit() reserves for a request, besides the caller's own counters.
 struct AdmitRequest {
@@ -108,7 +110,8 @@ struct ResourceFull {
   int64_t retry_after_ms = 0;
 };
 
-// What one request used, written to the usage store (the key, team and user come from the grant).
+// What one request used, written to the usage store (the key, team and user come from the grant;
+// finish() stamps the time with access control's clock).
 struct UsageRecord {
   int64_t ts_ms = 0;
   std::string request_id;

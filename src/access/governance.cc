@@ -69,10 +69,10 @@ Status Governance::init(obs::MetricsRegistry& metrics) {
     INFERA_ASSIGN_OR_RETURN(key_secret_, fileSecret(config_.store.substr(7)));
   }
   admin_token_ = envOr("INFERA_ADMIN_TOKEN", config_.admin_token);
-  auto cs = MetaStore::open(config_.store);
+  auto cs = MetaStore::open(config_.store, clock_);
   if (!cs.ok()) return cs.status().withContext("opening governance store " + redactUrl(config_.store));
   control_store_ = std::move(*cs);
-  auto as = MetaStore::open(config_.store);
+  auto as = MetaStore::open(config_.store, clock_);
   if (!as.ok()) return as.status().withContext("opening governance store " + redactUrl(config_.store));
   admin_store_ = std::move(*as);
   if (config_.cache.enabled) {

@@ -146,9 +146,9 @@ nlohmann::json fieldsJson(const KeyRecord& k) {
 
 // ---- MetaStore ----
 
-Result<std::unique_ptr<MetaStore>> MetaStore::open(const std::string& url) {
+Result<std::unique_ptr<MetaStore>> MetaStore::open(const std::string& url, const Clock& clock) {
   INFERA_ASSIGN_OR_RETURN(auto db, store::SqlDb::open(url));
-  std::unique_ptr<MetaStore> s(new MetaStore(std::move(db)));
+  std::unique_ptr<MetaStore> s(new MetaStore(std::move(db), clock));
   INFERA_RETURN_IF_ERROR(s->migrate());
   return s;
 }
@@ -231,7 +231,7 @@ Status MetaStore::mutate(const std::string& actor, const std::string& action, co
     auto a = db_->exec(
         "INSERT INTO infera_audit (ts_ms, seq, actor, action, target, detail) "
         "SELECT ?1, v, ?2, ?3, ?4, ?5 FROM infera_meta WHERE k = 'generation'",
-        {SqlValue(SystemClock::instance().unixMillis()), SqlValue(actor), SqlValue(action), SqlValue(target),
+        {SqlValue(clock_.unixMillis()), SqlValue(actor), SqlValue(action), SqlValue(target),
          SqlValue(detail)});
     if (!a.ok()) s = a.status();
   }
@@ -387,7 +387,7 @@ Result<std::vector<std::string>> clampKeyToTeam(KeyRecord& k, const TeamRecord& 
 }  // namespace
 
 Status MetaStore::createTeam(const TeamRecord& t, const std::string& actor) {
-  const int64_t now = SystemClock::instance().unixMillis();
+  const int64_t now = clock_.unixMillis();
   return mutate(actor, "team.create", t.name, fieldsJson(t).dump(), [&]() -> Status {
     auto r = db_->exec(std::string("INSERT INTO infera_teams (") + kTeamCols +
                            ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?9, ?10, ?11)",
@@ -402,7 +402,7 @@ Status MetaStore::createTeam(const TeamRecord& t, const std::string& actor) {
 }
 
 Status MetaStore::updateTeam(const TeamRecord& t, const std::string& actor) {
-  const int64_t now = SystemClock::instance().unixMillis();
+  const int64_t now = clock_.unixMillis();
   return mutate(actor, "team.update", t.name, fieldsJson(t).dump(), [&]() -> Status {
     INFERA_ASSIGN_OR_RETURN(
         SqlResult r,
@@ -433,7 +433,7 @@ Status MetaStore::deleteTeam(const std::string& name, const std::string& actor) 
 }
 
 Status MetaStore::createUser(const UserRecord& u, const std::string& actor) {
-  const int64_t now = SystemClock::instance().unixMillis();
+  const int64_t now = clock_.unixMillis();
   return mutate(actor, "user.create", u.team + "/" + u.name, fieldsJson(u).dump(), [&]() -> Status {
     INFERA_ASSIGN_OR_RETURN(auto team, this->team(u.team));
     if (!team) return Status::notFound("no team '" + u.team + "'");
@@ -451,7 +451,7 @@ Status MetaStore::createUser(const UserRecord& u, const std::string& actor) {
 }
 
 Status MetaStore::updateUser(const UserRecord& u, const std::string& actor) {
-  const int64_t now = SystemClock::instance().unixMillis();
+  const int64_t now = clock_.unixMillis();
   return mutate(actor, "user.update", u.team + "/" + u.name, fieldsJson(u).dump(), [&]() -> Status {
     INFERA_ASSIGN_OR_RETURN(auto team, this->team(u.team));
     if (!team) return Status::notFound("no team '" + u.team + "'");
@@ -513,7 +513,7 @@ Result<std::string> MetaStore::createKey(KeyRecord& k, const std::string& server
   k.salt = randomToken(16);
   const std::string secret = randomToken(kSecretChars);
   k.hash = hashSecret(server_secret, k.salt, secret);
-  k.created_ms = SystemClock::instance().unixMillis();
+  k.created_ms = clock_.unixMillis();
   Status s = mutate(actor, "key.create", k.id, fieldsJson(k).dump(), [&]() -> Status {
     INFERA_ASSIGN_OR_RETURN(auto team, this->team(k.team));
     if (!team) return Status::notFound("no team '" + k.team + "'");
@@ -548,7 +548,7 @@ Status MetaStore::updateKey(const KeyRecord& k, const std::string& actor) {
 Status MetaStore::revokeKey(const std::string& id, const std::string& actor) {
   return mutate(actor, "key.revoke", id, "{}", [&]() -> Status {
     INFERA_ASSIGN_OR_RETURN(SqlResult r, db_->exec("UPDATE infera_keys SET revoked_ms = ?2 WHERE id = ?1 AND revoked_ms = 0",
-                                                   {SqlValue(id), SqlValue(SystemClock::instance().unixMillis())}));
+                                                   {SqlValue(id), SqlValue(clock_.unixMillis())}));
     if (r.affected == 0) return Status::notFound("no active key '" + id + "'");
     return Status::ok();
   });
@@ -558,7 +558,7 @@ Result<std::string> MetaStore::rotateKey(const std::string& id, int64_t grace_ms
                                          const std::string& actor, KeyRecord& created) {
   INFERA_ASSIGN_OR_RETURN(auto old, key(id));
   if (!old || old->revoked_ms != 0) return Status::notFound("no active key '" + id + "'");
-  if (old->expires_ms != 0 && old->expires_ms <= SystemClock::instance().unixMillis()) {
+  if (old->expires_ms != 0 && old->expires_ms <= clock_.unixMillis()) {
     return Status::failedPrecondition("key '" + id + "' has expired: create a new key instead");
   }
   created = *old;
@@ -567,7 +567,7 @@ Result<std::string> MetaStore::rotateKey(const std::string& id, int64_t grace_ms
   created.salt = randomToken(16);
   const std::string secret = randomToken(kSecretChars);
   created.hash = hashSecret(server_secret, created.salt, secret);
-  created.created_ms = SystemClock::instance().unixMillis();
+  created.created_ms = clock_.unixMillis();
   const int64_t old_expiry = created.created_ms + grace_ms;
   // The new key gets at most what the team allows now (checked again inside the transaction).
   INFERA_ASSIGN_OR_RETURN(auto team_now, team(created.team));
@@ -838,7 +838,7 @@ Result<std::string> MetaStore::queryUsage(const UsageQuery& q) {
       "SUM(latency_ms_sum), SUM(errors) FROM infera_usage_minute WHERE minute_ms >= ?1 AND minute_ms < ?2";
   const int64_t from = q.from_ms - ((q.from_ms % 60'000) + 60'000) % 60'000;
   std::vector<SqlValue> params = {SqlValue(from),
-                                  SqlValue(q.to_ms > 0 ? q.to_ms : SystemClock::instance().unixMillis() + 1)};
+                                  SqlValue(q.to_ms > 0 ? q.to_ms : clock_.unixMillis() + 1)};
   auto filter = [&](const std::string& col, const std::string& v) {
     if (v.empty()) return;
     params.emplace_back(v);

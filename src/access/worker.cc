@@ -703,6 +703,7 @@ bool GovWorker::settleResource(GovTicket& t) {
 void GovWorker::finish(Grant& grant, UsageRecord&& r, const PriceConfig& price) {
   if (!grant) return;
   GovTicket& t = *grant.t_;
+  r.ts_ms = g_.nowMs();
   const int64_t actual = r.prompt_tokens + r.completion_tokens;
   r.cost_usd = r.cached ? 0.0
                         : (static_cast<double>(r.prompt_tokens) * price.prompt_per_1m +
@@ -792,9 +793,12 @@ std::optional<Denial> GovWorker::authenticate(std::string_view authorization, st
   return denied;
 }
 
-std::optional<Denial> GovWorker::checkAccess(const Grant& grant, ResourceKind, std::string_view requested,
+std::optional<Denial> GovWorker::checkAccess(const Grant& grant, ResourceKind kind, std::string_view requested,
                                              std::string_view canonical) const {
   if (!grant) return std::nullopt;
+  // Model allow-lists are the teams', keys' and users' `models`; other kinds have no lists yet:
+  // any authenticated caller may use them.
+  if (kind != ResourceKind::kModel) return std::nullopt;
   const GovTicket& t = *grant.t_;
   if (allowed(t, requested, canonical)) return std::nullopt;
   return Denial{403,

@@ -39,6 +39,10 @@ class SystemClock final : public Clock {
 class FakeClock final : public Clock {
  public:
   explicit FakeClock(int64_t start_nanos = 1'000'000'000) : now_(start_nanos) {}
+  // Starts at the system's wall time now (so that its times agree with times stored elsewhere).
+  struct AtSystemTime {};
+  explicit FakeClock(AtSystemTime)
+      : now_((SystemClock::instance().unixMillis() - 1'700'000'000'000) * 1'000'000) {}
   int64_t nowNanos() const override { return now_.load(std::memory_order_relaxed); }
   int64_t unixMillis() const override { return 1'700'000'000'000 + nowNanos() / 1'000'000; }
   void advance(std::chrono::nanoseconds d) { now_.fetch_add(d.count(), std::memory_order_relaxed); }

@@ -919,7 +919,6 @@ void ProxyHandler::scanSse(Exchange& x, std::string_view piece, std::string* out
 
 void ProxyHandler::finishAccess(Exchange& x) {
   access::UsageRecord r;
-  r.ts_ms = SystemClock::instance().unixMillis();
   r.request_id = x.request_id;
   r.model = x.route ? x.route->model : std::string();
   if (x.deployment) r.deployment = x.deployment->name;

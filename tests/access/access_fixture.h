@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "core/clock.h"
 #include "emulator/emulator.h"
 #include "fakes/http_test_client.h"
 #include "server/config.h"
@@ -45,13 +46,16 @@ inline std::string govConfig(const std::string& emulator_url, const std::string&
          "}]\n  - name: m2\n    deployments:\n      - name: d2\n        endpoints: [{url: " + emulator_url + "}]\n";
 }
 
-inline std::unique_ptr<server::Server> startGov(const std::string& yaml) {
+// `clock`: the clock access control reads (null: the system's); tests step a FakeClock.
+inline std::unique_ptr<server::Server> startGov(const std::string& yaml, const Clock* clock = nullptr) {
   ::unsetenv("INFERA_ADMIN_TOKEN");
   ::unsetenv("INFERA_KEY_SECRET");
   auto cfg = server::loadConfigString(yaml);
   EXPECT_TRUE(cfg.ok()) << cfg.status().message() << "\n" << yaml;
   if (!cfg.ok()) return nullptr;
-  auto gw = server::Server::start(std::move(*cfg));
+  server::Options options;
+  options.clock = clock;
+  auto gw = server::Server::start(std::move(*cfg), {}, options);
   EXPECT_TRUE(gw.ok()) << gw.status().message();
   if (!gw.ok()) return nullptr;
   return std::move(*gw);

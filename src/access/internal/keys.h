@@ -17,6 +17,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "core/clock.h"
 #include "core/status.h"
 #include "core/text.h"
 #include "access/access.h"
@@ -110,7 +111,9 @@ bool constantTimeEqual(std::string_view a, std::string_view b);
 // writes an audit row, in one transaction. One thread at a time (it owns one SqlDb).
 class MetaStore {
  public:
-  static Result<std::unique_ptr<MetaStore>> open(const std::string& url);
+  // `clock` stamps what the store records (and decides expiry at rotation); it must outlive the store.
+  static Result<std::unique_ptr<MetaStore>> open(const std::string& url,
+                                                 const Clock& clock = SystemClock::instance());
   store::SqlDb& db() { return *db_; }
 
   Result<int64_t> generation();
@@ -158,11 +161,12 @@ class MetaStore {
                                                      const std::string* user = nullptr);
 
  private:
-  explicit MetaStore(std::unique_ptr<store::SqlDb> db) : db_(std::move(db)) {}
+  MetaStore(std::unique_ptr<store::SqlDb> db, const Clock& clock) : db_(std::move(db)), clock_(clock) {}
   Status migrate();
   Status mutate(const std::string& actor, const std::string& action, const std::string& target,
                 const std::string& detail, const std::function<Status()>& body);
   std::unique_ptr<store::SqlDb> db_;
+  const Clock& clock_;  // created, updated, expiry and audit times
 };
 
 // What the data plane reads: immutable, rebuilt on each change, swapped into every worker.
