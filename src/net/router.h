@@ -93,6 +93,10 @@ class Router {
  private:
   struct Node;
   std::unique_ptr<Node> root_;
+  // Patterns without parameters by their whole path, looked up first (the common case: a few
+  // length-and-bytes compares, no walk). A literal path wins over parameters in the walk too, so
+  // the two agree.
+  std::vector<std::pair<std::string, const Node*>> exact_;
   std::vector<std::pair<std::string, FallbackHandler>> fallbacks_;
   std::vector<std::unique_ptr<void, void (*)(void*)>> owned_;
 };
