@@ -5,6 +5,7 @@
 #include <unordered_map>
 
 #include "core/clock.h"
+#include "access/access.h"
 #include "core/log.h"
 #include "gateway/internal/proxy.h"
 #include "gateway/internal/routes.h"
@@ -60,6 +61,17 @@ class GatewayImpl final : public Gateway {
     }
     router.add("*", "/v2/models/{model}", to(&ProxyHandler::handleKServe));
     router.add("*", "/v2/models/{model}/{rest...}", to(&ProxyHandler::handleKServe));
+    if (access) {
+      // A client waiting for 100 Continue without a good key gets its 401 before sending the body.
+      auto check = [access](const net::HttpRequest& head) -> std::optional<net::EarlyAnswer> {
+        access::Grant g;
+        auto denied = access->authenticate(head.header("authorization"), head.header(access->userHeader()), g);
+        if (!denied) return std::nullopt;
+        return net::EarlyAnswer{denied->status, "application/json", access::denialJson(*denied)};
+      };
+      router.setBeforeBody("/v1/", check);
+      router.setBeforeBody("/v2/models/", check);
+    }
     router.setFallback("", [p](net::HttpRequest& req, net::ResponseWriter& w, int status, std::string_view allow) {
       return p->unmatched(req, w, status, std::string(allow));
     });

@@ -28,6 +28,10 @@ constexpr double kEwmaHalfLifeNs = 1e9;
 
 Deadline deadlineAfter(int64_t ms) { return SteadyClock::now() + std::chrono::milliseconds(ms); }
 
+// Whether `s` ends at an SSE event boundary (a blank line).
+bool endsEvent(std::string_view s) { return s.ends_with("\n\n") || s.ends_with("\r\n\r\n"); }
+
+
 }  // namespace
 
 struct ProxyHandler::Exchange {
@@ -68,6 +72,7 @@ struct ProxyHandler::Exchange {
   bool capture = false;
   std::string sse_buf;
   std::string sse_out;
+  bool mid_event = false;  // the last bytes relayed ended inside an SSE event
   std::string resp_body;
   std::string resp_content_type;
   bool cacheable = false;
@@ -292,14 +297,21 @@ Task<void> ProxyHandler::handleModels(net::HttpRequest& req, net::ResponseWriter
     co_await notReady(x);
     co_return;
   }
-  if (access_) {
-    const bool ok = co_await authenticate(x);
-    if (!ok) co_return;
-    x.grant.reset();  // listing models is not usage
-  }
-  x.status = 200;
   const HttpHeader rid{"x-request-id", x.request_id};
-  co_await x.w.send(200, "application/json", x.table->models_json, std::span<const HttpHeader>(&rid, 1));
+  if (!access_) {
+    x.status = 200;
+    co_await x.w.send(200, "application/json", x.table->models_json, std::span<const HttpHeader>(&rid, 1));
+    co_return;
+  }
+  const bool ok = co_await authenticate(x);
+  if (!ok) co_return;
+  // Only the models (and aliases) this key may use.
+  const std::string body = modelsJson(*x.table, [&](const std::string& name, const Route& route) {
+    return !access_->checkAccess(x.grant, access::ResourceKind::kModel, name, route.model);
+  });
+  x.grant.reset();  // listing models is not usage
+  x.status = 200;
+  co_await x.w.send(200, "application/json", body, std::span<const HttpHeader>(&rid, 1));
 }
 
 Task<void> ProxyHandler::handleOpenAi(net::HttpRequest& req, net::ResponseWriter& w) {
@@ -313,7 +325,7 @@ Task<void> ProxyHandler::handleOpenAi(net::HttpRequest& req, net::ResponseWriter
     const bool ok = co_await authenticate(x);
     if (!ok) co_return;
   }
-  auto fields = scanRequest(*parser_, x.req.body);
+  auto fields = scanRequest(*parser_, x.req.body, access_ && access_->cacheEnabled());
   if (!fields.ok()) {
     co_await sendError(x, 400, fields.status().message(), "invalid_request_error", "invalid_json");
     co_return;
@@ -371,6 +383,11 @@ Task<void> ProxyHandler::handleKServe(net::HttpRequest& req, net::ResponseWriter
     co_await sendError(x, 404, msg_text, "invalid_request_error", "not_found");
     co_return;
   }
+  // Who is calling comes first: a caller without a key learns nothing of which models exist.
+  if (access_) {
+    const bool ok = co_await authenticate(x);
+    if (!ok) co_return;
+  }
   const std::string model(kp.model);
   x.kserve_tail = std::string(kp.after_model);  // forwarded as given, versions included
   const Targets targets = resolveTargets(*x.table, model, Protocol::kKServe);
@@ -380,9 +397,7 @@ Task<void> ProxyHandler::handleKServe(net::HttpRequest& req, net::ResponseWriter
     co_return;
   }
   x.route = targets.route;
-  if (access_) {
-    const bool ok = co_await authenticate(x);
-    if (!ok) co_return;
+  if (x.grant) {
     const bool go_on = co_await admit(x);
     if (!go_on) co_return;
   }
@@ -643,8 +658,9 @@ Task<void> ProxyHandler::relay(Exchange& x, const Endpoint& ep, WorkerEndpoint& 
       recordFailure(table, ep, monoNanos());
       if (sse && clen < 0) {
         // End the client's stream with an error event rather than leaving it hanging (only a
-        // chunked response can carry bytes the upstream never declared).
-        std::string ev = "event: error\ndata: ";
+        // chunked response can carry bytes the upstream never declared), after ending the event
+        // the backend was in the middle of, so that every event the client sees is framed.
+        std::string ev = x.mid_event ? "\n\nevent: error\ndata: " : "event: error\ndata: ";
         const bool timeout = piece.status().code() == StatusCode::kDeadlineExceeded;
         ev += net::errorJson(timeout ? "upstream timed out mid-stream" : "upstream connection lost mid-stream",
                              "server_error", timeout ? "upstream_timeout" : "upstream_disconnected");
@@ -676,6 +692,9 @@ Task<void> ProxyHandler::relay(Exchange& x, const Endpoint& ep, WorkerEndpoint& 
     }
     if (out.empty()) continue;
     x.bytes_out += out.size();
+    // Streams go on byte for byte as they arrive; what is remembered is whether they stopped
+    // inside an event, which a failure must end before its own event.
+    if (sse) x.mid_event = !endsEvent(out);
     if (!co_await x.w.writeChunk(out)) {
       clientLeft(x, &conn);
       co_return;
@@ -774,13 +793,9 @@ Task<bool> ProxyHandler::admit(Exchange& x) {
   }
   std::optional<access::CachedAnswer> hit;
   if (x.cacheable) {
-    x.cache_key = access_->cacheKey(route.model, x.req.body, x.grant);
-    if (x.cache_key.empty()) {
-      x.cacheable = false;
-    } else {
-      hit = co_await access_->cacheGet(x.cache_key);
-    }
-    if (x.cacheable) access_->countCache(hit.has_value());
+    x.cache_key = access_->cacheKey(route.model, x.fields.canonical, x.grant);
+    hit = co_await access_->cacheGet(x.cache_key);
+    access_->countCache(hit.has_value());
   }
   if (hit) {
     // Counts against the caller's limits at its real size, not against the model's capacity.

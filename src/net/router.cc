@@ -51,6 +51,7 @@ Router::Router() : root_(std::make_unique<Node>()) {}
 Router::~Router() {
   root_.reset();
   fallbacks_.clear();
+  before_body_.clear();
   while (!owned_.empty()) owned_.pop_back();
 }
 Router::Router(Router&&) noexcept = default;
@@ -102,6 +103,24 @@ void Router::setFallback(std::string prefix, FallbackHandler handler) {
     }
   }
   fallbacks_.emplace_back(std::move(prefix), std::move(handler));
+}
+
+void Router::setBeforeBody(std::string prefix, BeforeBody check) {
+  before_body_.emplace_back(std::move(prefix), std::move(check));
+}
+
+std::optional<EarlyAnswer> Router::beforeBody(const HttpRequest& head) const {
+  const std::string_view path = head.path();
+  const BeforeBody* best = nullptr;
+  size_t best_len = 0;
+  for (const auto& [prefix, check] : before_body_) {
+    if (path.starts_with(prefix) && (!best || prefix.size() >= best_len)) {
+      best = &check;
+      best_len = prefix.size();
+    }
+  }
+  if (!best) return std::nullopt;
+  return (*best)(head);
 }
 
 Router::Match Router::match(std::string_view method, std::string_view path) const {

@@ -29,6 +29,7 @@ Result<Config> parseConfig(const YAML::Node& root) {
   if (r.optional("max_body_bytes", v, 1024, 1LL << 32)) cfg.max_body_bytes = static_cast<size_t>(v);
   v = static_cast<int64_t>(cfg.max_header_bytes);
   if (r.optional("max_header_bytes", v, 1024, 1 << 20)) cfg.max_header_bytes = static_cast<size_t>(v);
+  r.optional("header_timeout_ms", cfg.header_timeout_ms, 100, 3'600'000);
   r.optional("idle_timeout_ms", cfg.idle_timeout_ms, 100, 3'600'000);
   r.optional("drain_timeout_ms", cfg.drain_timeout_ms, 0, 3'600'000);
   r.optional("access_log", cfg.access_log);

@@ -30,6 +30,7 @@ struct Config {
   ListenConfig admin{"127.0.0.1", 9090};
   size_t max_body_bytes = 8 * 1024 * 1024;
   size_t max_header_bytes = 16 * 1024;
+  int64_t header_timeout_ms = 10'000;  // each request's head, from its first byte (or the connection)
   int64_t idle_timeout_ms = 60'000;
   int64_t drain_timeout_ms = 15'000;
   std::string access_log;  // "" = off, "-" = stdout, else a file path

@@ -97,6 +97,7 @@ class ServerImpl final : public Server {
     sc.port = config_.listen.port;
     sc.max_body_bytes = config_.max_body_bytes;
     sc.max_header_bytes = config_.max_header_bytes;
+    sc.header_timeout = std::chrono::milliseconds(config_.header_timeout_ms);
     sc.idle_timeout = std::chrono::milliseconds(config_.idle_timeout_ms);
     auto data = net::HttpServer::create(loops_, sc, [this](int i, net::asio::io_context& ctx) {
       return std::make_unique<net::RouterHandler>(dataRouter(i, ctx));
