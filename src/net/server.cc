@@ -136,6 +136,7 @@ struct LoopState {
   std::unique_ptr<HttpHandler> handler;
   std::unordered_set<Connection*> connections;
   bool draining = false;
+  SteadyClock::time_point last_accept_log{};
 };
 
 Connection::Connection(LoopState& loop, tcp::socket socket)
@@ -670,11 +671,26 @@ class HttpServerImpl final : public HttpServer {
       co_await st->acceptor.async_accept(socket, asio::redirect_error(asio::use_awaitable, ec));
       if (ec) {
         if (ec == asio::error::operation_aborted || !st->acceptor.is_open()) co_return;
-        // e.g. EMFILE: keep serving existing connections and try again shortly (not in a spin).
-        co_await sleepUntil(SteadyClock::now() + std::chrono::milliseconds(50));
+        // e.g. EMFILE: keep serving existing connections and try again shortly (not in a spin);
+        // counted, and logged at most once a second.
+        stats_.accept_errors.fetch_add(1, std::memory_order_relaxed);
+        const auto now = SteadyClock::now();
+        if (now - st->last_accept_log >= std::chrono::seconds(1)) {
+          st->last_accept_log = now;
+          static spdlog::logger* log = componentLogger("net");
+          INFERA_LOG(log, warn, "accept on {}:{} failed: {} (existing connections keep being served)", config_.host,
+                     port_, ec.message());
+        }
+        co_await sleepUntil(now + std::chrono::milliseconds(50));
         continue;
       }
       if (st->draining) continue;
+      if (config_.max_connections > 0 && stats_.connections_open.load(std::memory_order_relaxed) >= config_.max_connections) {
+        stats_.rejected_connections.fetch_add(1, std::memory_order_relaxed);
+        error_code ignored;
+        socket.close(ignored);
+        continue;
+      }
       auto conn = std::make_shared<Connection>(*st, std::move(socket));
       Connection* raw = conn.get();
       spawn(st->ctx, raw->run(std::move(conn)), "http connection");

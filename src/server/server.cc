@@ -98,6 +98,8 @@ class ServerImpl final : public Server {
     sc.max_body_bytes = config_.max_body_bytes;
     sc.max_header_bytes = config_.max_header_bytes;
     sc.header_timeout = std::chrono::milliseconds(config_.header_timeout_ms);
+    sc.max_connections = config_.max_connections;
+    sc.max_body_bytes_in_flight = config_.max_body_bytes_in_flight;
     sc.idle_timeout = std::chrono::milliseconds(config_.idle_timeout_ms);
     auto data = net::HttpServer::create(loops_, sc, [this](int i, net::asio::io_context& ctx) {
       return std::make_unique<net::RouterHandler>(dataRouter(i, ctx));
@@ -270,6 +272,23 @@ class ServerImpl final : public Server {
         ->setCallback([] { return static_cast<double>(net::spawnFailures()); });
     registry_.counterFamily("infera_net_timeouts_total", "Client connections closed by a read/write timeout.")
         ->setCallback([this] { return data_ ? static_cast<double>(data_->stats().timeouts.load()) : 0.0; });
+    auto stat = [this](auto field) {
+      return [this, field] { return data_ ? static_cast<double>((data_->stats().*field).load()) : 0.0; };
+    };
+    registry_.counterFamily("infera_net_bad_requests_total",
+                            "Requests refused for their framing, head or path (400), data port.")
+        ->setCallback(stat(&net::ServerStats::bad_requests));
+    registry_.counterFamily("infera_net_connections_rejected_total",
+                            "Connections closed at accept: max_connections were open (data port).")
+        ->setCallback(stat(&net::ServerStats::rejected_connections));
+    registry_.counterFamily("infera_net_accept_errors_total",
+                            "Failed accepts on the data port (EMFILE, ENFILE, ...); serving goes on.")
+        ->setCallback(stat(&net::ServerStats::accept_errors));
+    registry_.counterFamily("infera_net_busy_rejections_total",
+                            "Requests answered 503 before their body: max_body_bytes_in_flight held (data port).")
+        ->setCallback(stat(&net::ServerStats::rejected_busy));
+    registry_.gaugeFamily("infera_net_body_bytes_in_flight", "Request body bytes held on the data port.")
+        ->setCallback(stat(&net::ServerStats::body_bytes_in_flight));
   }
 
   Config config_;

@@ -348,6 +348,46 @@ TEST_F(HardeningTest, EveryRequestHeadOnAKeepAliveConnectionHasTheHeaderTimeout)
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(3));
 }
 
+// Connections beyond max_connections are closed at accept and counted; the ones open keep working.
+TEST_F(HardeningTest, ConnectionsBeyondTheLimitAreClosedAndCounted) {
+  start({}, "max_connections: 3\n");
+  std::vector<std::unique_ptr<TestClient>> open;
+  for (int i = 0; i < 3; ++i) {
+    open.push_back(std::make_unique<TestClient>(gw_->port()));
+    ASSERT_TRUE(open.back()->connected());
+  }
+  ASSERT_TRUE(waitFor([&] { return gw_->metricSum("infera_net_connections_open") == 3; }));
+  TestClient extra(gw_->port(), std::chrono::milliseconds(2000));
+  extra.readAll();
+  EXPECT_TRUE(extra.eof());
+  EXPECT_TRUE(waitFor([&] { return gw_->metricSum("infera_net_connections_rejected_total") == 1; }));
+  const auto r = open[0]->request("POST", "/v1/chat/completions", R"({"model":"echo-a","max_tokens":1,"messages":[]})",
+                                  {{"authorization", "Bearer " + key_}});
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+}
+
+// Request bodies held at once are bounded server-wide: beyond it a request is answered 503 before
+// its body is read (and one that fits goes through).
+TEST_F(HardeningTest, BodyBytesInFlightAreBoundedServerWide) {
+  start({}, "max_body_bytes_in_flight: 4096\n");
+  TestClient holder(gw_->port(), std::chrono::milliseconds(2000));
+  // A declared 4000-byte body, of which only the start arrives: its 4000 bytes are held.
+  ASSERT_TRUE(holder.sendRaw("POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nauthorization: Bearer " + key_ +
+                             "\r\ncontent-length: 4000\r\n\r\n{\"model\":"));
+  ASSERT_TRUE(waitFor([&] { return gw_->metricSum("infera_net_body_bytes_in_flight") == 4000; }));
+  const std::string body = R"({"model":"echo-a","max_tokens":1,"messages":[],"pad":")" + std::string(200, 'x') + "\"}";
+  const std::string raw = exchange(frame("POST /v1/chat/completions HTTP/1.1",
+                                         {"content-type: application/json",
+                                          "content-length: " + std::to_string(body.size())},
+                                         body));
+  EXPECT_EQ(statusOf(raw), 503) << raw;
+  EXPECT_EQ(gw_->metricSum("infera_net_busy_rejections_total"), 1);
+  holder.close();
+  ASSERT_TRUE(waitFor([&] { return gw_->metricSum("infera_net_body_bytes_in_flight") == 0; }));
+  EXPECT_EQ(chat(body).status, 200);
+}
+
 // The embedded store's files are the operator's only.
 TEST_F(HardeningTest, TheSqliteStoreIsCreatedReadableByItsOwnerOnly) {
   start();
