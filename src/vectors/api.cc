@@ -342,10 +342,6 @@ class Api {
 
   // --- collections ---
 
-  Task<Reply> root(net::HttpRequest&, const std::string&, net::PathParams) {
-    co_return ok("");  // replaced in the route: the root answer has no envelope
-  }
-
   Task<Reply> listCollections(net::HttpRequest&, const std::string&, net::PathParams) {
     Json list = Json::array();
     for (const auto& n : store_.names()) list.push_back({{"name", n}});
@@ -840,10 +836,13 @@ void addQdrantRoutes(Store& store, const VectorsConfig& config, net::asio::io_co
       return a->serve(req, w, p, fn, scoped);
     });
   };
-  router.add("GET", pre.empty() ? "/" : pre, [](net::HttpRequest&, net::ResponseWriter& w, net::PathParams) -> Task<void> {
+  // The root answer has no envelope (the client's version check reads it).
+  const auto root = [](net::HttpRequest&, net::ResponseWriter& w, net::PathParams) -> Task<void> {
     co_await w.send(200, "application/json",
                     "{\"title\":\"qdrant - vector search engine (Infera)\",\"version\":\"1.19.0\"}");
-  });
+  };
+  router.add("GET", pre + "/", root);
+  if (!pre.empty()) router.add("GET", pre, root);
   add("GET", "/collections", &Api::listCollections, false);
   add("GET", "/aliases", &Api::aliases, false);
   add("GET", "/collections/{name}", &Api::getCollection);
