@@ -20,7 +20,6 @@ void readVectorsConfig(ConfigReader& r, VectorsConfig& out) {
   r.optional("max_queued_writes", out.max_queued_writes, 1, 1'000'000);
   r.optional("snapshot_min_points", out.snapshot_min_points, 1, int64_t(1) << 40);
   r.optional("fsync", out.fsync);
-  r.finish();
 }
 
 namespace {
