@@ -46,6 +46,7 @@ Result<Config> parseConfig(const YAML::Node& root) {
     emulator_names.insert(name);
   });
   r.object("governance", [&](ConfigReader& g) { access::readAccessConfig(g, cfg.access); });
+  r.object("vectors", [&](ConfigReader& vr) { vectors::readVectorsConfig(vr, cfg.vectors); });
   gateway::readModels(r, emulator_names, cfg.gateway);
   r.finish();
   INFERA_RETURN_IF_ERROR(errors.toStatus());
@@ -83,6 +84,14 @@ std::vector<std::string> restartNeeded(const Config& running, const Config& next
     if (!running.emulators.count(name)) out.push_back("emulators." + name + " (new)");
   }
   for (auto& s : access::Access::restartNeeded(running.access, next.access)) out.push_back(std::move(s));
+  const auto& rv = running.vectors;
+  const auto& nv = next.vectors;
+  if (rv.enabled != nv.enabled || rv.data_dir != nv.data_dir || rv.path_prefix != nv.path_prefix ||
+      rv.write_threads != nv.write_threads || rv.max_batch_points != nv.max_batch_points ||
+      rv.max_queued_writes != nv.max_queued_writes || rv.snapshot_min_points != nv.snapshot_min_points ||
+      rv.fsync != nv.fsync) {
+    out.push_back("vectors");
+  }
   return out;
 }
 

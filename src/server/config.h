@@ -12,6 +12,7 @@
 #include "core/status.h"
 #include "emulator/emulator.h"
 #include "gateway/config.h"
+#include "vectors/vectors.h"
 
 namespace YAML {
 class Node;
@@ -40,6 +41,7 @@ struct Config {
   std::map<std::string, emulator::EmulatorConfig> emulators;  // backends started in this process
   gateway::GatewayConfig gateway;  // region, balancing, health, retries, models
   access::AccessConfig access;     // the `governance` section
+  vectors::VectorsConfig vectors;  // the `vectors` section (off unless present)
 };
 
 Result<Config> parseConfig(const YAML::Node& root);

@@ -15,6 +15,7 @@
 #include "net/server.h"
 #include "obs/access_log.h"
 #include "obs/metrics.h"
+#include "vectors/vectors.h"
 
 #ifndef INFERA_VERSION
 #define INFERA_VERSION "0.1.0"
@@ -54,6 +55,7 @@ class ServerImpl final : public Server {
     admin_.reset();  // first: a /metrics scrape reads data_'s stats
     data_.reset();   // the routers and what they own (the gateway's and access's per-loop state), on their loops
     loops_.stop();
+    vectors_.reset();  // after the loops: finishes queued writes, snapshots every collection
     access_.reset();  // after the workers: writes the last usage records
     admin_loops_.stop();
     gateway_.reset();
@@ -88,6 +90,9 @@ class ServerImpl final : public Server {
     INFERA_ASSIGN_OR_RETURN(
         gateway_, gateway::Gateway::create(config_.gateway, routes_,
                                            {registry_, access_log_.get(), std::move(emulator_urls), workers_}));
+    if (config_.vectors.enabled) {
+      INFERA_ASSIGN_OR_RETURN(vectors_, vectors::VectorService::create(config_.vectors, workers_));
+    }
     registerNetMetrics();
 
     loops_.start();
@@ -182,6 +187,7 @@ class ServerImpl final : public Server {
       r.own(std::move(w));  // destroyed after the routes' per-loop state that uses it
     }
     gateway_->addDataRoutes(i, ctx, r, aw);
+    if (vectors_) vectors_->addDataRoutes(i, ctx, r, aw);
     return r;
   }
 
@@ -303,6 +309,7 @@ class ServerImpl final : public Server {
   std::unique_ptr<access::Access> access_;
   gateway::StaticRouteSource routes_;  // the config file's models
   std::unique_ptr<gateway::Gateway> gateway_;
+  std::unique_ptr<vectors::VectorService> vectors_;
   net::EventLoops loops_;
   net::EventLoops admin_loops_;
   std::unique_ptr<net::HttpServer> data_;

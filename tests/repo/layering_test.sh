@@ -14,9 +14,10 @@ declare -A ALLOWED=(
   [emulator]="core net"
   [access]="core net obs store"
   [gateway]="core net obs access"
+  [vectors]="core net obs store access"
   [scheduler]="core"
-  [server]="core net obs store emulator access gateway"
-  [cli]="core net emulator scheduler server"
+  [server]="core net obs store emulator access gateway vectors"
+  [cli]="core net emulator scheduler server vectors"
 )
 fail=0
 for dir in "$src"/*/; do
