@@ -35,6 +35,7 @@ struct SimulateOptions {
   int64_t sample_s = 3600;
   std::string config;
   std::string out_dir = "sched-report";
+  std::string reference = "fgd";
   bool progress = true;
 };
 
@@ -111,11 +112,11 @@ int runSimulate(const SimulateOptions& o) {
       r->pod_list = o.pods_csv.empty() ? o.pod_list : o.pods_csv;
       results.push_back(std::move(*r));
     }
-    const Status s = writeFgdReport(o.out_dir, results);
+    const Status s = writeFgdReport(o.out_dir, results, o.reference);
     if (!s.isOk()) return fail(s);
-    std::printf("%s", fgdSummary(results).c_str());
-    std::printf("report: %s/report.json, %s/alloc_vs_load.svg\n", o.out_dir.c_str(),
-                o.out_dir.c_str());
+    std::printf("%s", fgdSummary(results, o.reference).c_str());
+    std::printf("report: %s/report.json, %s/alloc_vs_load.svg, %s/unallocated_vs_load.svg\n", o.out_dir.c_str(),
+                o.out_dir.c_str(), o.out_dir.c_str());
     return 0;
   }
   ReplayConfig cfg;
@@ -202,6 +203,9 @@ void registerSchedCommands(CLI::App& app) {
       ->capture_default_str();
   sim->add_option("--config", opts->config, "scheduler YAML: queues, tiers, ladder (replay mode)");
   sim->add_option("-o,--out", opts->out_dir, "output directory")->capture_default_str();
+  sim->add_option("--reference", opts->reference,
+                  "fgd mode: the policy the others are compared with at every step of the load curve")
+      ->capture_default_str();
   sim->add_flag("!--no-progress", opts->progress, "no progress bar");
   sim->callback([opts] { std::exit(runSimulate(*opts)); });
 
