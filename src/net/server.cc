@@ -752,7 +752,7 @@ class HttpServerImpl final : public HttpServer {
     port_ = endpoint.port();
     if (config_.tls) {
       auto tls = loadServerTls(*config_.tls);
-      if (!tls.ok()) return tls.takeStatus();
+      if (!tls.ok()) return tls.status().withContext("TLS");
       tls_config_ = *config_.tls;
       tls_ = *tls;
       stats_.tls_not_after_s.store(tls_->info.not_after_s);

@@ -5,12 +5,14 @@
 #include <openssl/pem.h>
 #include <openssl/x509v3.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <ctime>
 
+#include "core/config.h"
 #include "net/internal/tls.h"
 
 namespace infera::net {
@@ -123,7 +125,36 @@ std::string fileStamp(const std::string& path) {
          "." + std::to_string(st.st_mtim.tv_nsec);
 }
 
+void checkReadable(ConfigReader& r, const std::string& key, const std::string& path) {
+  if (!path.empty() && ::access(path.c_str(), R_OK) != 0) {
+    r.error(key, "cannot read '" + path + "': " + std::strerror(errno));
+  }
+}
+
 }  // namespace
+
+void readTlsServerConfig(ConfigReader& r, TlsServerConfig& out) {
+  r.required("cert_file", out.cert_file);
+  r.required("key_file", out.key_file);
+  r.optional("client_ca_file", out.client_ca_file);
+  int64_t watch_ms = out.watch_interval.count();
+  if (r.optional("watch_interval_ms", watch_ms, 0, 3'600'000)) out.watch_interval = std::chrono::milliseconds(watch_ms);
+  checkReadable(r, "cert_file", out.cert_file);
+  checkReadable(r, "key_file", out.key_file);
+  checkReadable(r, "client_ca_file", out.client_ca_file);
+}
+
+void readTlsClientConfig(ConfigReader& r, TlsClientConfig& out) {
+  r.optional("verify", out.verify);
+  r.optional("ca_file", out.ca_file);
+  r.optional("server_name", out.server_name);
+  r.optional("cert_file", out.cert_file);
+  r.optional("key_file", out.key_file);
+  if (out.cert_file.empty() != out.key_file.empty()) r.error("", "cert_file and key_file go together (mutual TLS)");
+  checkReadable(r, "ca_file", out.ca_file);
+  checkReadable(r, "cert_file", out.cert_file);
+  checkReadable(r, "key_file", out.key_file);
+}
 
 std::string opensslErrors() {
   std::string out;

@@ -3,9 +3,11 @@
 // endpoint), and the loaded contexts built from them. OpenSSL through Asio's ssl::stream; no
 // OpenSSL or Asio type appears here (the contexts are opaque, defined in net/internal/tls.h).
 //
-//   auto tls = net::loadServerTls({.cert_file = "server.pem", .key_file = "server.key"});
-//   net::ServerConfig sc;  sc.tls = *tls_config;       // HttpServer::create loads it itself
-//   server->useTls(*tls, config);                      // a reload: new connections get it
+//   net::ServerConfig sc;
+//   sc.tls = net::TlsServerConfig{.cert_file = "server.pem", .key_file = "server.key"};
+//   auto server = net::HttpServer::create(loops, sc, factory);   // loads the files
+//   (*server)->reloadTls(*sc.tls);                               // e.g. on SIGHUP
+//   auto up = net::resolveUrl("https://backend:8443", {.ca_file = "ca.pem"});
 //
 // Both sides speak TLS 1.2 and 1.3 only, and HTTP/1.1 (ALPN "http/1.1"; a client offering only
 // other protocols is refused). Loading reads files: call off the event loops. A loaded context is
@@ -17,6 +19,10 @@
 #include <string>
 
 #include "core/status.h"
+
+namespace infera {
+class ConfigReader;
+}
 
 namespace infera::net {
 
@@ -69,5 +75,14 @@ Result<std::shared_ptr<const TlsClientContext>> makeClientTls(const TlsClientCon
 // Equal for two contexts built from the same settings and the same file contents (by size and
 // modification time): a pool keeps its connections when a reload rebuilds an identical context.
 const std::string& clientTlsFingerprint(const TlsClientContext& context);
+
+// The `tls:` mappings of the config file, read with core's ConfigReader (errors with key path and
+// line, unknown keys rejected). The files must exist and be readable (checked here; they are
+// loaded when the server starts or reloads).
+//   server: {cert_file, key_file (both required), client_ca_file, watch_interval_ms}
+//   client: {verify, ca_file, server_name, cert_file, key_file} read onto `out` (so a deployment's
+//           settings are its endpoints' defaults); cert_file and key_file go together.
+void readTlsServerConfig(ConfigReader& r, TlsServerConfig& out);
+void readTlsClientConfig(ConfigReader& r, TlsClientConfig& out);
 
 }  // namespace infera::net
