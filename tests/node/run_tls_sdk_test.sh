@@ -38,6 +38,7 @@ if NODE_PATH="$node_modules" INFERA_BASE_URL="https://127.0.0.1:$PORT/v1" node "
   echo "the SDK accepted a certificate from an unknown CA"
   exit 1
 fi
+grep -qi "certificate" "$work/untrusted.out" || { echo "the SDK failed, but not on the certificate:"; cat "$work/untrusted.out"; exit 1; }
 echo "ok - the SDK refuses the server without the test CA"
 NODE_EXTRA_CA_CERTS="$work/pki/ca.pem" NODE_PATH="$node_modules" INFERA_BASE_URL="https://127.0.0.1:$PORT/v1" \
   node "$here/openai_sdk_test.mjs"
