@@ -14,6 +14,8 @@ PACKAGES=(
   libhnswlib-dev libfaiss-dev
   # real servers and load tools for tests and benchmarks
   redis-server postgresql nginx wrk nghttp2-client curl procps
+  # the TLS tests make their certificates with the openssl CLI
+  openssl
   # the official openai SDK test runs on node
   nodejs npm
 )

@@ -14,6 +14,7 @@ void readListen(ConfigReader& r, ListenConfig& l) {
   int port = l.port;
   r.optional("port", port, 0, 65535);
   l.port = static_cast<uint16_t>(port);
+  r.object("tls", [&](ConfigReader& t) { net::readTlsServerConfig(t, l.tls.emplace()); });
 }
 
 }  // namespace
@@ -75,6 +76,9 @@ std::vector<std::string> restartNeeded(const Config& running, const Config& next
   if (workers(running.workers) != workers(next.workers)) out.push_back("workers");
   if (running.listen.host != next.listen.host || running.listen.port != next.listen.port) out.push_back("listen");
   if (running.admin.host != next.admin.host || running.admin.port != next.admin.port) out.push_back("admin");
+  // Certificates reload; plain <-> TLS is another kind of port.
+  if (running.listen.tls.has_value() != next.listen.tls.has_value()) out.push_back("listen.tls (on or off)");
+  if (running.admin.tls.has_value() != next.admin.tls.has_value()) out.push_back("admin.tls (on or off)");
   if (running.max_body_bytes != next.max_body_bytes) out.push_back("max_body_bytes");
   if (running.max_connections != next.max_connections) out.push_back("max_connections");
   if (running.max_body_bytes_in_flight != next.max_body_bytes_in_flight) out.push_back("max_body_bytes_in_flight");

@@ -6,12 +6,14 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 
 #include "access/config.h"
 #include "core/status.h"
 #include "emulator/emulator.h"
 #include "gateway/config.h"
+#include "net/tls.h"
 #include "vectors/vectors.h"
 
 namespace YAML {
@@ -23,12 +25,13 @@ namespace infera::server {
 struct ListenConfig {
   std::string host = "127.0.0.1";
   uint16_t port = 8080;
+  std::optional<net::TlsServerConfig> tls;  // the `tls:` mapping; none = plain HTTP
 };
 
 struct Config {
   int workers = 0;  // 0 = one per core
   ListenConfig listen;
-  ListenConfig admin{"127.0.0.1", 9090};
+  ListenConfig admin{"127.0.0.1", 9090, std::nullopt};
   size_t max_body_bytes = 8 * 1024 * 1024;
   size_t max_header_bytes = 16 * 1024;
   int64_t max_connections = 65'536;  // data port, across workers; more are accepted and closed
