@@ -246,7 +246,8 @@ void appendAggJson(const FeatureView& view, const AggState& state, size_t agg, i
   const Aggregation& a = view.aggregations[agg];
   const int64_t last = bucketOf(now_us, a);
   const int64_t first = last - bucketsPerWindow(a) + 1;
-  int64_t count = 0;
+  int64_t count = 0;  // avg and count only: the others do not store it
+  bool any = false;
   double sum = 0, mn = INFINITY, mx = -INFINITY;
   int64_t last_ts = INT64_MIN;
   const std::string* last_val = nullptr;
@@ -255,6 +256,7 @@ void appendAggJson(const FeatureView& view, const AggState& state, size_t agg, i
   if (agg < state.per_agg.size()) {
     for (const AggBucket& b : state.per_agg[agg]) {
       if (b.index < first || b.index > last) continue;
+      any = true;
       count += b.count;
       sum += b.sum;
       mn = std::min(mn, b.min);
@@ -275,11 +277,11 @@ void appendAggJson(const FeatureView& view, const AggState& state, size_t agg, i
       appendDouble(json, sum / static_cast<double>(count));
       return;
     case AggFunction::kMin:
-      if (count == 0) break;
+      if (!any) break;
       appendDouble(json, mn);
       return;
     case AggFunction::kMax:
-      if (count == 0) break;
+      if (!any) break;
       appendDouble(json, mx);
       return;
     case AggFunction::kLast: {
@@ -289,7 +291,7 @@ void appendAggJson(const FeatureView& view, const AggState& state, size_t agg, i
       break;
     }
     case AggFunction::kDistinctCount:
-      json += std::to_string(static_cast<int64_t>(std::llround(count == 0 ? 0.0 : hllEstimate(regs))));
+      json += std::to_string(static_cast<int64_t>(std::llround(any ? hllEstimate(regs) : 0.0)));
       return;
   }
   null = true;

@@ -160,18 +160,21 @@ class FeatureStoreImpl final : public FeatureStore {
         Status s = files_of(req.body, files);
         Result<PlanResult> r = s.isOk() ? (do_apply ? apply(files) : plan(files)) : Result<PlanResult>(s);
         if (!r.ok()) {
-          co_await sendJson(w, adminStatus(r.status()), adminError(r.status()));
+          const std::string error = adminError(r.status());
+          co_await sendJson(w, adminStatus(r.status()), error);
           co_return;
         }
         json out = {{"changes", r->changes}, {"breaking", r->breaking}, {"applied", r->applied}};
-        co_await sendJson(w, 200, out.dump());
+        const std::string text = out.dump();
+        co_await sendJson(w, 200, text);
       };
     };
     admin.add("POST", "/admin/features/plan", guard(planning(false)));
     admin.add("POST", "/admin/features/apply", guard(planning(true)));
     admin.add("GET", "/admin/features/registry",
               guard([this](net::HttpRequest&, net::ResponseWriter& w, net::PathParams) -> Task<void> {
-                co_await sendJson(w, 200, registryJson());
+                const std::string text = registryJson();
+                co_await sendJson(w, 200, text);
               }));
     admin.add("POST", "/admin/features/ingest",
               guard([this](net::HttpRequest& req, net::ResponseWriter& w, net::PathParams) -> Task<void> {

@@ -296,11 +296,16 @@ class RocksSession final : public Session {
   RocksSession(RocksStore& store, net::asio::io_context& ctx, WorkerPool& pool) : store_(store), ctx_(ctx), pool_(pool) {}
 
   net::Task<Status> read(std::span<const ReadKey> keys, std::vector<std::string>& rows) override {
-    co_return co_await runOnPoolStatus(pool_, ctx_, [this, keys, &rows] { return store_.read(keys, rows); });
+    // g++ 12 double-destroys temporaries inside co_await expressions: the job and task are named.
+    std::function<Status()> job = [this, keys, &rows] { return store_.read(keys, rows); };
+    auto task = runOnPoolStatus(pool_, ctx_, std::move(job));
+    co_return co_await std::move(task);
   }
   net::Task<Status> write(std::vector<RowWrite> rows) override {
     auto shared = std::make_shared<std::vector<RowWrite>>(std::move(rows));
-    co_return co_await runOnPoolStatus(pool_, ctx_, [this, shared] { return store_.write(std::move(*shared)); });
+    std::function<Status()> job = [this, shared] { return store_.write(std::move(*shared)); };
+    auto task = runOnPoolStatus(pool_, ctx_, std::move(job));
+    co_return co_await std::move(task);
   }
 
  private:

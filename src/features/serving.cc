@@ -510,14 +510,16 @@ Task<bool> FeatureHandler::admit(Exchange& x, std::string_view service, bool che
   if (!access_) co_return true;
   if (!x.grant) {
     if (auto d = access_->authenticate(x.req.header("authorization"), x.req.header(access_->userHeader()), x.grant)) {
-      co_await fail(x.w, x.status, x.extra, Failure{d->status, "FeastPermissionError", "Permission error:\n" + d->message, {}});
+      const Failure f{d->status, "FeastPermissionError", "Permission error:\n" + d->message, {}};
+      co_await fail(x.w, x.status, x.extra, f);
       co_return false;
     }
   }
   if (check_service) {
     // A feature list names no service: only keys not limited to services may read one.
     if (auto d = access_->checkAccess(x.grant, access::ResourceKind::kFeatureService, service, service)) {
-      co_await fail(x.w, x.status, x.extra, Failure{d->status, "FeastPermissionError", "Permission error:\n" + d->message, {}});
+      const Failure f{d->status, "FeastPermissionError", "Permission error:\n" + d->message, {}};
+      co_await fail(x.w, x.status, x.extra, f);
       co_return false;
     }
   }
@@ -525,7 +527,8 @@ Task<bool> FeatureHandler::admit(Exchange& x, std::string_view service, bool che
   auto admission = access_->admit(x.grant, ar, x.extra);
   const std::optional<access::Denial> refused = co_await std::move(admission);
   if (refused) {
-    co_await fail(x.w, x.status, x.extra, Failure{refused->status, "FeastError", refused->message, {}});
+    const Failure f{refused->status, "FeastError", refused->message, {}};
+    co_await fail(x.w, x.status, x.extra, f);
     co_return false;
   }
   co_return true;
@@ -582,7 +585,8 @@ Task<void> FeatureHandler::getOnlineFeatures(net::HttpRequest& req, net::Respons
   std::vector<std::string> rows;
   Status s = co_await session_->read(plan.read_keys, rows);
   if (!s.isOk()) {
-    co_await fail(w, x.status, x.extra, Failure{s.code() == StatusCode::kUnavailable ? 503 : 500, {}, s.message(), {}});
+    const Failure f{s.code() == StatusCode::kUnavailable ? 503 : 500, {}, s.message(), {}};
+    co_await fail(w, x.status, x.extra, f);
     co_await finish(x);
     co_return;
   }
@@ -613,10 +617,13 @@ Task<void> FeatureHandler::writeBatches(Exchange& x, std::vector<ViewBatch> batc
   if (s.isOk() && !agg.empty()) {
     auto shared = std::make_shared<std::vector<ViewBatch>>(std::move(agg));
     ServingShared* ss = &shared_;
-    s = co_await runOnPoolStatus(*shared_.pool, ctx_, [ss, shared] { return writeBatchesBlocking(*ss, *shared); });
+    std::function<Status()> job = [ss, shared] { return writeBatchesBlocking(*ss, *shared); };
+    auto task = runOnPoolStatus(*shared_.pool, ctx_, std::move(job));
+    s = co_await std::move(task);
   }
   if (!s.isOk()) {
-    co_await fail(x.w, x.status, x.extra, Failure{s.code() == StatusCode::kUnavailable ? 503 : 500, {}, s.message(), {}});
+    const Failure f{s.code() == StatusCode::kUnavailable ? 503 : 500, {}, s.message(), {}};
+    co_await fail(x.w, x.status, x.extra, f);
     co_return;
   }
   m.rows_written->inc(loop_, static_cast<double>(nrows));
@@ -681,7 +688,8 @@ Task<void> FeatureHandler::push(net::HttpRequest& req, net::ResponseWriter& w) {
   if (failure) {
     co_await fail(w, x.status, x.extra, *failure);
   } else {
-    co_await writeBatches(x, std::move(batches), 200, "");
+    auto task = writeBatches(x, std::move(batches), 200, "");
+    co_await std::move(task);
   }
   co_await finish(x);
 }
@@ -727,7 +735,8 @@ Task<void> FeatureHandler::writeToOnlineStore(net::HttpRequest& req, net::Respon
   if (failure) {
     co_await fail(w, x.status, x.extra, *failure);
   } else {
-    co_await writeBatches(x, std::move(batches), 200, "null");
+    auto task = writeBatches(x, std::move(batches), 200, "null");
+    co_await std::move(task);
   }
   co_await finish(x);
 }

@@ -43,6 +43,7 @@ Result<Config> parseConfig(const YAML::Node& root) {
     emulator_names.insert(name);
   });
   r.object("governance", [&](ConfigReader& g) { access::readAccessConfig(g, cfg.access); });
+  r.object("features", [&](ConfigReader& f) { features::readFeaturesConfig(f, cfg.features); });
   gateway::readModels(r, emulator_names, cfg.gateway);
   r.finish();
   INFERA_RETURN_IF_ERROR(errors.toStatus());
@@ -77,6 +78,7 @@ std::vector<std::string> restartNeeded(const Config& running, const Config& next
     if (!running.emulators.count(name)) out.push_back("emulators." + name + " (new)");
   }
   for (auto& s : access::Access::restartNeeded(running.access, next.access)) out.push_back(std::move(s));
+  for (auto& s : features::restartNeeded(running.features, next.features)) out.push_back(std::move(s));
   return out;
 }
 

@@ -11,6 +11,7 @@
 #include "access/config.h"
 #include "core/status.h"
 #include "emulator/emulator.h"
+#include "features/features.h"
 #include "gateway/config.h"
 
 namespace YAML {
@@ -37,6 +38,7 @@ struct Config {
   std::map<std::string, emulator::EmulatorConfig> emulators;  // backends started in this process
   gateway::GatewayConfig gateway;  // region, balancing, health, retries, models
   access::AccessConfig access;     // the `governance` section
+  features::FeaturesConfig features;  // the `features` section (enabled when present)
 };
 
 Result<Config> parseConfig(const YAML::Node& root);

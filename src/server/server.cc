@@ -8,6 +8,7 @@
 #include "access/access.h"
 #include "core/log.h"
 #include "emulator/emulator.h"
+#include "features/features.h"
 #include "gateway/gateway.h"
 #include "gateway/route_source.h"
 #include "net/loops.h"
@@ -54,6 +55,7 @@ class ServerImpl final : public Server {
     admin_.reset();  // first: a /metrics scrape reads data_'s stats
     data_.reset();   // the routers and what they own (the gateway's and access's per-loop state), on their loops
     loops_.stop();
+    features_.reset();
     access_.reset();  // after the workers: writes the last usage records
     admin_loops_.stop();
     gateway_.reset();
@@ -88,6 +90,10 @@ class ServerImpl final : public Server {
     INFERA_ASSIGN_OR_RETURN(
         gateway_, gateway::Gateway::create(config_.gateway, routes_,
                                            {registry_, access_log_.get(), std::move(emulator_urls), workers_}));
+    if (config_.features.enabled) {
+      const Clock* clock = options_.clock ? options_.clock : &SystemClock::instance();
+      INFERA_ASSIGN_OR_RETURN(features_, features::FeatureStore::create(config_.features, {registry_, workers_, clock}));
+    }
     registerNetMetrics();
 
     loops_.start();
@@ -179,6 +185,7 @@ class ServerImpl final : public Server {
       r.own(std::move(w));  // destroyed after the routes' per-loop state that uses it
     }
     gateway_->addDataRoutes(i, ctx, r, aw);
+    if (features_) features_->addDataRoutes(i, ctx, r, aw);
     return r;
   }
 
@@ -232,6 +239,7 @@ class ServerImpl final : public Server {
             }
           }));
     gateway_->addAdminRoutes(r, [this](net::RouteHandler h) { return guarded(std::move(h)); });
+    if (features_) features_->addAdminRoutes(r, [this](net::RouteHandler h) { return guarded(std::move(h)); });
     if (access_) {
       access_->addAdminRoutes(r);
     } else {
@@ -283,6 +291,7 @@ class ServerImpl final : public Server {
   std::unique_ptr<access::Access> access_;
   gateway::StaticRouteSource routes_;  // the config file's models
   std::unique_ptr<gateway::Gateway> gateway_;
+  std::unique_ptr<features::FeatureStore> features_;
   net::EventLoops loops_;
   net::EventLoops admin_loops_;
   std::unique_ptr<net::HttpServer> data_;

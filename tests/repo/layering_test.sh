@@ -14,8 +14,9 @@ declare -A ALLOWED=(
   [emulator]="core net"
   [access]="core net obs store"
   [gateway]="core net obs access"
+  [features]="core net obs store access"
   [scheduler]="core"
-  [server]="core net obs store emulator access gateway"
+  [server]="core net obs store emulator access gateway features"
   [cli]="core net emulator scheduler server"
 )
 fail=0

@@ -55,17 +55,22 @@ net::Task<Result<T>> runOnPool(WorkerPool& pool, net::asio::io_context& ctx, std
       net::asio::post(ctx, [h]() mutable { (*h)(Result<T>(Status::unavailable("feature store worker pool is full"))); });
     }
   };
-  co_return co_await net::asio::async_initiate<const net::asio::use_awaitable_t<>, void(Result<T>)>(
-      std::move(initiate), net::asio::use_awaitable);
+  // Named before co_await (g++ 12 double-destroys temporaries inside co_await expressions).
+  auto op = net::asio::async_initiate<const net::asio::use_awaitable_t<>, void(Result<T>)>(std::move(initiate),
+                                                                                         net::asio::use_awaitable);
+  Result<T> r = co_await std::move(op);
+  co_return r;
 }
 
 inline net::Task<Status> runOnPoolStatus(WorkerPool& pool, net::asio::io_context& ctx, std::function<Status()> fn) {
   struct Unit {};
-  auto r = co_await runOnPool<Unit>(pool, ctx, [fn = std::move(fn)]() -> Result<Unit> {
+  std::function<Result<Unit>()> job = [fn = std::move(fn)]() -> Result<Unit> {
     Status s = fn();
     if (!s.isOk()) return s;
     return Unit{};
-  });
+  };
+  auto task = runOnPool<Unit>(pool, ctx, std::move(job));
+  Result<Unit> r = co_await std::move(task);
   co_return r.takeStatus();
 }
 
