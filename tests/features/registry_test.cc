@@ -56,17 +56,18 @@ TEST(RegistryTest, BuildsTheTestRepository) {
   EXPECT_EQ(v.ttl_s, 86400);
   ASSERT_EQ(v.entities.size(), 1u);
   EXPECT_EQ(v.entities[0]->join_key, "driver_id");
-  EXPECT_EQ(v.features.size(), 5u);
-  EXPECT_EQ(typeName(v.feature("tags")->type), "list<string>");
+  EXPECT_EQ(v.features.size(), 3u);
+  EXPECT_EQ(typeName(v.feature("conv_rate")->type), "float");
+  EXPECT_EQ(typeName(reg->view("driver_profile")->feature("tags")->type), "list<string>");
   const FeatureView& agg = *reg->view("driver_trip_windows");
   EXPECT_TRUE(agg.aggregated());
   EXPECT_EQ(agg.ttl_s, 86400);  // the longest window
   EXPECT_EQ(agg.aggregations[1].bucket_s, 60);  // 1h / 60
   EXPECT_EQ(typeName(agg.feature("last_city")->type), "string");
-  EXPECT_EQ(reg->views_by_source.at("driver_stats_push").size(), 1u);
+  EXPECT_EQ(reg->views_by_source.at("driver_stats_push_source").size(), 1u);
   const auto& svc = reg->services.at("driver_activity");
   ASSERT_EQ(svc.projections.size(), 2u);
-  EXPECT_EQ(svc.projections[0].features.size(), 5u);  // the whole view
+  EXPECT_EQ(svc.projections[0].features.size(), 3u);  // the whole view
   EXPECT_EQ(svc.projections[1].features.size(), 1u);
   EXPECT_EQ(reg->services.at("driver_rates").projections[0].alias, "dhs");
   // Every view and feature has a distinct storage id.
