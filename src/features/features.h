@@ -45,7 +45,7 @@ namespace infera::features {
 struct FeaturesConfig {
   bool enabled = false;            // true when the config file has a `features:` section
   std::string store = "rocksdb";   // "rocksdb" (embedded, under data_dir) or "redis://host:port/db"
-  std::string data_dir = "data/features";
+  std::string data_dir = "infera-features";  // RocksDB goes in <data_dir>/rocksdb
   std::string repository;          // a directory of definitions applied at start ("" = keep the stored ones)
   std::string redis_prefix = "infera:f:";
   int64_t redis_timeout_ms = 200;

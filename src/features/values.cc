@@ -531,6 +531,15 @@ Result<int64_t> parseTimestampText(std::string_view s) {
                                    "' (expected ISO 8601, e.g. 2024-05-01 12:00:00+00:00)");
   };
   while (!s.empty() && s.back() == ' ') s.remove_suffix(1);
+  if (!s.empty() && s.find_first_not_of("0123456789") == std::string_view::npos && s.size() <= 19) {
+    // A number of seconds, ms, µs or ns since the epoch given as text (a CSV cell).
+    int64_t n = 0;
+    if (std::from_chars(s.data(), s.data() + s.size(), n).ec != std::errc()) return bad();
+    if (n < 100'000'000'000LL) return n * 1'000'000;
+    if (n < 100'000'000'000'000LL) return n * 1'000;
+    if (n < 100'000'000'000'000'000LL) return n;
+    return n / 1000;
+  }
   int y, mo, d, h = 0, mi = 0, sec = 0;
   if (!digits(s, 0, 4, y) || s.size() < 10 || s[4] != '-' || !digits(s, 5, 2, mo) || s[7] != '-' ||
       !digits(s, 8, 2, d)) {
