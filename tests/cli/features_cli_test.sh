@@ -85,6 +85,14 @@ err=$("$infera" features apply "$work/repo" 2>&1)
 check "an unknown entity is named with its file and line" grep -q "extra.yaml:feature_views\[0\].entities (line 3): unknown entity 'drivr'" <<<"$err"
 rm "$work/repo/extra.yaml"
 
+# The documented stream example: JSON lines in, pushes out, the driver's windows move.
+now=$(date -u +%FT%T)
+for r in r1 r2 r1; do
+  printf '{"driver_id":4001,"event_timestamp":"%s","fare":10,"rider_id":"%s","city":"Nice"}\n' "$now" "$r"
+done | BATCH=2 "$src/examples/features/push_stream.sh" trips_push "http://127.0.0.1:$port" 2>/dev/null
+out=$(get '{"features":["driver_trips:trips_10m","driver_trips:fare_sum_1h","driver_trips:riders_7d"],"entities":{"driver_id":[4001]}}')
+check "push_stream.sh feeds the aggregations" grep -q '"values":\[3\].*"values":\[30.0\].*"values":\[2\]' <<<"$out"
+
 # Durability: batches of 20 drivers pushed one after another; each acknowledged batch's number.
 (
   b=0
