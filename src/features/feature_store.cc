@@ -63,6 +63,9 @@ class FeatureStoreImpl final : public FeatureStore {
         metrics_(deps.metrics),
         loops_(static_cast<size_t>(std::max(deps.workers, 1))) {}
 
+  // The pool first: its jobs use the store.
+  ~FeatureStoreImpl() override { pool_.reset(); }
+
   Status init() {
     log_ = componentLogger("features");
     pool_ = std::make_unique<WorkerPool>(config_.pool_threads, static_cast<size_t>(config_.pool_queue));

@@ -178,13 +178,17 @@ Status buildViewBatch(const FeatureView& view, const std::string& timestamp_fiel
 Status applyAggEvents(OnlineStore& store, const FeatureView& view, std::vector<AggEvent>& events, int64_t now_us,
                       int64_t retain_expired_s, std::mutex& lock) {
   if (events.empty()) return Status::ok();
-  // One state per entity: read each once, fold its events in time order, write each once.
+  // One state per entity: read each once, fold its events, write each once. Folding needs no
+  // time order (an event lands in its bucket; `last` compares event times, and on a tie the later
+  // arrival wins), so the events are taken as they came.
   std::unordered_map<std::string_view, size_t> slot;
   std::vector<std::string_view> keys;
-  for (const auto& e : events) {
-    if (slot.emplace(e.key, keys.size()).second) keys.push_back(e.key);
+  std::vector<size_t> slot_of(events.size());
+  for (size_t i = 0; i < events.size(); ++i) {
+    auto [it, inserted] = slot.emplace(events[i].key, keys.size());
+    if (inserted) keys.push_back(events[i].key);
+    slot_of[i] = it->second;
   }
-  std::stable_sort(events.begin(), events.end(), [](const AggEvent& a, const AggEvent& b) { return a.ts_us < b.ts_us; });
   std::vector<ReadKey> rk;
   rk.reserve(keys.size());
   for (auto k : keys) rk.push_back({view.id, k});
@@ -199,9 +203,9 @@ Status applyAggEvents(OnlineStore& store, const FeatureView& view, std::vector<A
     }
   }
   std::vector<bool> changed(keys.size(), false);
-  for (const auto& e : events) {
-    const size_t i = slot[e.key];
-    if (addEvent(view, states[i], e.ts_us, e.inputs, now_us)) changed[i] = true;
+  for (size_t k = 0; k < events.size(); ++k) {
+    const size_t i = slot_of[k];
+    if (addEvent(view, states[i], events[k].ts_us, events[k].inputs, now_us)) changed[i] = true;
   }
   std::vector<RowWrite> out;
   for (size_t i = 0; i < keys.size(); ++i) {
