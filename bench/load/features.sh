@@ -5,9 +5,12 @@
 #     1, 5 and 10 views and 100 entities x 20 features; GET /health is the HTTP stack's floor;
 #   - Redis throughput: single-entity reads (one key) with 8 connections, against redis-benchmark
 #     GET of a value of the row's size with 8 connections, unpipelined and with 16 in a pipeline.
-# Usage: bench/load/features.sh [SECONDS]   (default 5 per measurement; build/release first)
+# Each figure is the median of ROUNDS (default 3) runs of SECONDS. BENCH_PRIO=rt|nice and BENCH_PIN=1
+# (wrk and redis-server on CPU 0, infera on CPU 1) as in bench/load/lib.sh.
+# Usage: bench/load/features.sh [SECONDS]   (default 3 per run; build/release first)
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
-SECS="${1:-5}"
+SECS="${1:-3}"
+ROUNDS="${ROUNDS:-3}"
 bench_init wrk curl python3 redis-server redis-benchmark
 repo="$BENCH_TMP/repo"
 mkdir -p "$repo"
@@ -29,7 +32,8 @@ for v, feats in views.items():
         df[f] = [round(i * 0.37 + k / 7, 6) for i in ids]
     json.dump({"feature_view_name": v, "df": df}, open(f"{tmp}/load-{v}.json", "w"))
 def q(refs, n):
-    return {"features": refs, "entities": {"driver_id": list(range(1, n + 1)) if n > 1 else [417]}}
+    return {"features": refs, "full_feature_names": True,
+            "entities": {"driver_id": list(range(1, n + 1)) if n > 1 else [417]}}
 queries = {
     "1x50_1view": q([f"wide:w{j}" for j in range(50)], 1),
     "1x50_5views": q([f"v{i}:f{j}" for i in range(5) for j in range(10)], 1),
@@ -48,16 +52,26 @@ PY
 # latency_us LINE: wrk's "99%   1.23ms" -> microseconds.
 to_us() { awk '{v=$2; u=v; sub(/[0-9.]+/, "", u); sub(/[a-z]+$/, "", v); m=(u=="us")?1:(u=="ms")?1000:(u=="s")?1e6:1; printf "%.0f", v*m}'; }
 
-# wrk_run NAME PATH LUA CONNS: prints "req/s p50_us p99_us".
-wrk_run() {
+# wrk_once NAME PATH LUA CONNS: prints "req/s p50_us p99_us" of one run.
+wrk_once() {
   local out="$BENCH_TMP/wrk-$1.txt"
-  timeout $((SECS + 30)) wrk -t 1 -c "$4" -d "${SECS}s" --latency -s "$3" "http://127.0.0.1:$PORT$2" >"$out" 2>&1
+  pin_prefix "${LOAD_CPUS:-0}"
+  "${PIN[@]}" timeout $((SECS + 30)) wrk -t 1 -c "$4" -d "${SECS}s" --latency -s "$3" "http://127.0.0.1:$PORT$2" >"$out" 2>&1
   if grep -q 'Non-2xx\|Socket errors' "$out"; then
     echo "wrk $1 reported errors:" >&2
     cat "$out" >&2
     return 1
   fi
   echo "$(awk '/^Requests\/sec:/ {printf "%.0f", $2}' "$out") $(grep -E '^ +50%' "$out" | to_us) $(grep -E '^ +99%' "$out" | to_us)"
+}
+
+# wrk_run NAME PATH LUA CONNS: the median of ROUNDS runs of each of req/s, p50, p99.
+wrk_run() {
+  local runs=() i
+  for ((i = 0; i < ROUNDS; i++)); do runs+=("$(wrk_once "$@")") || return 1; done
+  echo "$(printf '%s\n' "${runs[@]}" | awk '{print $1}' | median)" \
+    "$(printf '%s\n' "${runs[@]}" | awk '{print $2}' | median)" \
+    "$(printf '%s\n' "${runs[@]}" | awk '{print $3}' | median)"
 }
 
 start_infera() {  # start_infera STORE_LINE: sets PORT, ADMIN
@@ -73,7 +87,8 @@ features:
   repository: $repo
   pool_threads: 1
 EOF
-  "$INFERA" serve -c "$cfg" >"$log" 2>&1 &
+  pin_prefix "${SERVER_CPUS:-1}"
+  "${PIN[@]}" "$INFERA" serve -c "$cfg" >"$log" 2>&1 &
   BENCH_PIDS+=("$!")
   local line
   line="$(wait_for_line "$log" 'data http://127\.0\.0\.1:[0-9]+ +admin http://127\.0\.0\.1:[0-9]+')"
@@ -85,11 +100,12 @@ EOF
 }
 
 REDIS_PORT="$(free_port)"
-redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save "" --appendonly no >"$BENCH_TMP/redis.log" 2>&1 &
+pin_prefix "${LOAD_CPUS:-0}"
+"${PIN[@]}" redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save "" --appendonly no >"$BENCH_TMP/redis.log" 2>&1 &
 BENCH_PIDS+=("$!")
 wait_for_line "$BENCH_TMP/redis.log" "Ready to accept connections" >/dev/null
 
-echo "feature reads, $SECS s each, $(nproc) cores, $(bench_env_note)"
+echo "feature reads, medians of $ROUNDS runs of $SECS s, $(nproc) cores, $(bench_env_note)"
 printf "%-8s %-14s %10s %9s %9s %12s\n" store query "req/s" "p50 us" "p99 us" "resp bytes"
 for store in rocksdb redis; do
   line="rocksdb"
@@ -105,8 +121,9 @@ for store in rocksdb redis; do
   if [[ "$store" == redis ]]; then
     read -r rps _ _ < <(wrk_run "redis-tput" /get-online-features "$BENCH_TMP/q-1x10_1view.lua" 8)
     row_bytes=$(redis-cli -p "$REDIS_PORT" --raw STRLEN "$(redis-cli -p "$REDIS_PORT" --scan --pattern 'infera:f:1:*' | head -1)")
-    floor=$(redis-benchmark -p "$REDIS_PORT" -c 8 -n 400000 -d "$row_bytes" -t get -q | awk '/GET/ {printf "%.0f", $2}')
-    floor_p=$(redis-benchmark -p "$REDIS_PORT" -c 8 -n 1000000 -P 16 -d "$row_bytes" -t get -q | awk '/GET/ {printf "%.0f", $2}')
+    rb() { redis-benchmark -p "$REDIS_PORT" -c 8 -d "$row_bytes" -t get -q "$@" | tr '\r' '\n' | awk '/requests per second/ {printf "%.0f", $2}'; }
+    floor=$(rb -n 400000)
+    floor_p=$(rb -n 2000000 -P 16)
     echo "redis single-entity reads (8 connections, 1 key of $row_bytes bytes a request): infera $rps req/s;" \
       "redis-benchmark GET $floor/s unpipelined ($(awk -v a="$rps" -v b="$floor" 'BEGIN {printf "%.2f", a/b}')x)," \
       "$floor_p/s pipelined x16 ($(awk -v a="$rps" -v b="$floor_p" 'BEGIN {printf "%.2f", a/b}')x)"
