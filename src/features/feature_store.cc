@@ -376,6 +376,12 @@ std::vector<std::string> restartNeeded(const FeaturesConfig& a, const FeaturesCo
   return out;
 }
 
+Result<RepositorySummary> checkRepository(const std::string& dir) {
+  INFERA_ASSIGN_OR_RETURN(auto files, readRepositoryDir(dir));
+  INFERA_ASSIGN_OR_RETURN(auto reg, buildRegistry(files, {}));
+  return RepositorySummary{reg->entities.size(), reg->views.size(), reg->services.size()};
+}
+
 Result<std::unique_ptr<FeatureStore>> FeatureStore::create(const FeaturesConfig& config, FeaturesDeps deps) {
   auto s = std::make_unique<FeatureStoreImpl>(config, deps);
   INFERA_RETURN_IF_ERROR(s->init());

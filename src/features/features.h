@@ -78,6 +78,15 @@ struct PlanResult {
   bool applied = false;
 };
 
+// Reads and validates a repository directory without opening a store (`infera config validate`):
+// its counts, or kInvalidArgument with every error (file, key path, line), kNotFound without files.
+struct RepositorySummary {
+  size_t entities = 0;
+  size_t views = 0;
+  size_t services = 0;
+};
+Result<RepositorySummary> checkRepository(const std::string& dir);
+
 class FeatureStore {
  public:
   static Result<std::unique_ptr<FeatureStore>> create(const FeaturesConfig& config, FeaturesDeps deps);

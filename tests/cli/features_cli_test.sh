@@ -30,6 +30,8 @@ features:
   data_dir: $work/data
   repository: $work/repo
 YAML
+out=$("$infera" config validate "$work/serve.yaml")
+check "config validate checks the repository" grep -q "features.repository $work/repo: ok (1 entities, 2 views, 1 feature services)" <<<"$out"
 start() { start_serve "$infera" "$work/serve.yaml" "$work/serve.out"; }
 start
 check "serve starts with the example repository" test -n "$port"
@@ -83,6 +85,10 @@ sed -i 's/{name: conv_rate, dtype: String}/{name: conv_rate, dtype: Float32}/' "
 sed -i 's/entities: \[driver\]/entities: [drivr]/' "$work/repo/extra.yaml"
 err=$("$infera" features apply "$work/repo" 2>&1)
 check "an unknown entity is named with its file and line" grep -q "extra.yaml:feature_views\[0\].entities (line 3): unknown entity 'drivr'" <<<"$err"
+err=$("$infera" config validate "$work/serve.yaml" 2>&1)
+rc=$?
+check "config validate refuses a bad repository" test "$rc" -eq 1
+check "naming the error" grep -q "unknown entity 'drivr'" <<<"$err"
 rm "$work/repo/extra.yaml"
 
 # The documented stream example: JSON lines in, pushes out, the driver's windows move.

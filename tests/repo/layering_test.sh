@@ -17,7 +17,7 @@ declare -A ALLOWED=(
   [features]="core net obs store access"
   [scheduler]="core"
   [server]="core net obs store emulator access gateway features"
-  [cli]="core net emulator scheduler server"
+  [cli]="core net emulator scheduler server features"
 )
 fail=0
 for dir in "$src"/*/; do
