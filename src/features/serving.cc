@@ -274,137 +274,152 @@ struct Cell {
   bool agg = false;
 };
 
+// The cells of view slot `s` (one per requested column of the view and entity row): the tagged
+// value bytes of a plain view, or an aggregate's JSON appended to `agg_json`; the row's event
+// time; the status by the view's ttl and the stored value.
+void collectSlotCells(const ReadPlan& plan, size_t s, const std::vector<std::string>& rows, const FeaturesConfig& cfg,
+                      int64_t now_us, std::vector<Cell>& cells, std::string& agg_json) {
+  const size_t n = plan.rows;
+  const FeatureView& v = *plan.views[s];
+  std::vector<int> col_of_id(v.max_feature_id + 1, -1);
+  std::vector<size_t> slot_cols;
+  for (size_t c = 0; c < plan.columns.size(); ++c) {
+    if (plan.columns[c].slot == s) {
+      col_of_id[plan.columns[c].feature->id] = static_cast<int>(c);
+      slot_cols.push_back(c);
+    }
+  }
+  for (size_t r = 0; r < n; ++r) {
+    const std::string& row = rows[s * n + r];
+    if (row.size() < kRowHeader) continue;  // NOT_FOUND
+    const int64_t ts = eventTimeOf(row);
+    uint8_t base = kPresent;
+    if (v.ttl_s > 0 && cfg.enforce_ttl) {
+      const int64_t age_s = (now_us - ts) / 1'000'000;
+      if (age_s > v.ttl_s + cfg.retain_expired_s) continue;  // gone, whether or not yet reclaimed
+      if (age_s > v.ttl_s && !v.aggregated()) base = kOutsideMaxAge;
+    }
+    std::string_view payload = std::string_view(row).substr(kRowHeader);
+    if (v.aggregated()) {
+      const AggState st = decodeAggState(v, payload);
+      for (size_t c : slot_cols) {
+        Cell& cell = cells[c * n + r];
+        bool null = false;
+        cell.agg_begin = static_cast<uint32_t>(agg_json.size());
+        appendAggJson(v, st, static_cast<size_t>(plan.columns[c].feature->agg), now_us, agg_json, null);
+        cell.agg_len = static_cast<uint32_t>(agg_json.size() - cell.agg_begin);
+        cell.agg = true;
+        cell.ts = ts;
+        cell.status = null ? static_cast<uint8_t>(kNullValue) : base;
+      }
+      continue;
+    }
+    while (!payload.empty()) {  // one pass over the row's entries
+      uint64_t id = 0;
+      if (!getVarint(payload, id)) break;
+      const std::string_view at = payload;
+      if (!skipValue(payload)) break;
+      if (id < col_of_id.size() && col_of_id[id] >= 0) {
+        Cell& cell = cells[static_cast<size_t>(col_of_id[id]) * n + r];
+        cell.bytes = at.substr(0, at.size() - payload.size());
+        cell.ts = ts;
+        cell.status = (static_cast<uint8_t>(at[0]) == 0) ? static_cast<uint8_t>(kNullValue) : base;
+      }
+    }
+  }
+}
+
+// One entity column: the keys as converted, always PRESENT at time 0.
+void appendEntityColumn(const KeyColumn& k, std::string& out) {
+  const size_t n = k.parts.size();
+  out += "{\"values\":[";
+  for (size_t r = 0; r < n; ++r) {
+    if (r) out += ',';
+    appendKeyJson(out, k.parts[r], k.type);
+  }
+  out += "],\"statuses\":[";
+  for (size_t r = 0; r < n; ++r) out += r ? ",\"PRESENT\"" : "\"PRESENT\"";
+  out += "],\"event_timestamps\":[";
+  for (size_t r = 0; r < n; ++r) {
+    if (r) out += ',';
+    out += kEpoch;
+  }
+  out += "]}";
+}
+
+// One feature column from its cells; a value stored under another type reads as NOT_FOUND.
+void appendFeatureColumn(FeatureType type, Cell* cells, size_t n, const std::string& agg_json, std::string& out,
+                         int64_t counts[5]) {
+  out += "{\"values\":[";
+  for (size_t r = 0; r < n; ++r) {
+    Cell& cell = cells[r];
+    if (r) out += ',';
+    if (cell.agg) {
+      out.append(agg_json, cell.agg_begin, cell.agg_len);
+    } else if (cell.status == kNotFound) {
+      out += "null";
+    } else {
+      std::string_view in = cell.bytes;
+      bool was_null = false;
+      if (!appendValueJson(in, type, out, was_null)) {
+        out += "null";
+        cell.status = kNotFound;
+      }
+    }
+    ++counts[cell.status];
+  }
+  out += "],\"statuses\":[";
+  for (size_t r = 0; r < n; ++r) {
+    if (r) out += ',';
+    out += kStatusNames[cells[r].status];
+  }
+  out += "],\"event_timestamps\":[";
+  for (size_t r = 0; r < n; ++r) {
+    if (r) out += ',';
+    if (cells[r].status == kNotFound) {
+      out += kEpoch;
+    } else {
+      appendTimestamp(out, cells[r].ts);
+    }
+  }
+  out += "]}";
+}
+
+// The column-major response: metadata.feature_names (join keys first), then one result per column.
 std::string buildResponse(const ReadPlan& plan, const std::vector<std::string>& rows, const FeaturesConfig& cfg,
                           int64_t now_us, FeatureMetrics& m, int shard) {
   const size_t n = plan.rows;
   const size_t ncols = plan.columns.size();
   std::vector<Cell> cells(ncols * n);
   std::string agg_json;
-  // Per slot: which output columns its features go to.
-  for (size_t s = 0; s < plan.views.size(); ++s) {
-    const FeatureView& v = *plan.views[s];
-    std::vector<int> col_of_id(v.max_feature_id + 1, -1);
-    std::vector<size_t> slot_cols;
-    for (size_t c = 0; c < ncols; ++c) {
-      if (plan.columns[c].slot == s) {
-        col_of_id[plan.columns[c].feature->id] = static_cast<int>(c);
-        slot_cols.push_back(c);
-      }
-    }
-    for (size_t r = 0; r < n; ++r) {
-      const std::string& row = rows[s * n + r];
-      if (row.size() < kRowHeader) continue;
-      const int64_t ts = eventTimeOf(row);
-      uint8_t base = kPresent;
-      if (v.ttl_s > 0 && cfg.enforce_ttl) {
-        const int64_t age_s = (now_us - ts) / 1'000'000;
-        if (age_s > v.ttl_s + cfg.retain_expired_s) continue;  // gone, whether or not yet reclaimed
-        if (age_s > v.ttl_s && !v.aggregated()) base = kOutsideMaxAge;
-      }
-      std::string_view payload = std::string_view(row).substr(kRowHeader);
-      if (v.aggregated()) {
-        const AggState st = decodeAggState(v, payload);
-        for (size_t c : slot_cols) {
-          Cell& cell = cells[c * n + r];
-          bool null = false;
-          cell.agg_begin = static_cast<uint32_t>(agg_json.size());
-          appendAggJson(v, st, static_cast<size_t>(plan.columns[c].feature->agg), now_us, agg_json, null);
-          cell.agg_len = static_cast<uint32_t>(agg_json.size() - cell.agg_begin);
-          cell.agg = true;
-          cell.ts = ts;
-          cell.status = null ? static_cast<uint8_t>(kNullValue) : base;
-        }
-        continue;
-      }
-      while (!payload.empty()) {
-        uint64_t id = 0;
-        if (!getVarint(payload, id)) break;
-        const std::string_view at = payload;
-        if (!skipValue(payload)) break;
-        if (id < col_of_id.size() && col_of_id[id] >= 0) {
-          Cell& cell = cells[static_cast<size_t>(col_of_id[id]) * n + r];
-          cell.bytes = at.substr(0, at.size() - payload.size());
-          cell.ts = ts;
-          cell.status = (static_cast<uint8_t>(at[0]) == 0) ? static_cast<uint8_t>(kNullValue) : base;
-        }
-      }
-    }
-  }
+  for (size_t s = 0; s < plan.views.size(); ++s) collectSlotCells(plan, s, rows, cfg, now_us, cells, agg_json);
 
   std::string out;
   out.reserve(64 + ncols * n * 48 + plan.keys.size() * n * 40);
   out += "{\"metadata\":{\"feature_names\":[";
   bool first = true;
-  for (const auto& k : plan.keys) {
+  auto comma = [&] {
     if (!first) out += ',';
     first = false;
+  };
+  for (const auto& k : plan.keys) {
+    comma();
     net::appendJsonString(out, k.name);
   }
   for (const auto& c : plan.columns) {
-    if (!first) out += ',';
-    first = false;
+    comma();
     net::appendJsonString(out, c.name);
   }
   out += "]},\"results\":[";
   first = true;
   for (const auto& k : plan.keys) {
-    if (!first) out += ',';
-    first = false;
-    out += "{\"values\":[";
-    for (size_t r = 0; r < n; ++r) {
-      if (r) out += ',';
-      appendKeyJson(out, k.parts[r], k.type);
-    }
-    out += "],\"statuses\":[";
-    for (size_t r = 0; r < n; ++r) out += r ? ",\"PRESENT\"" : "\"PRESENT\"";
-    out += "],\"event_timestamps\":[";
-    for (size_t r = 0; r < n; ++r) {
-      if (r) out += ',';
-      out += kEpoch;
-    }
-    out += "]}";
+    comma();
+    appendEntityColumn(k, out);
   }
   int64_t counts[5] = {0, 0, 0, 0, 0};
-  std::vector<uint8_t> statuses(n);
   for (size_t c = 0; c < ncols; ++c) {
-    if (!first) out += ',';
-    first = false;
-    const FeatureType type = plan.columns[c].feature->type;
-    out += "{\"values\":[";
-    for (size_t r = 0; r < n; ++r) {
-      Cell& cell = cells[c * n + r];
-      if (r) out += ',';
-      if (cell.agg) {
-        out.append(agg_json, cell.agg_begin, cell.agg_len);
-      } else if (cell.status == kNotFound) {
-        out += "null";
-      } else {
-        std::string_view in = cell.bytes;
-        bool was_null = false;
-        if (!appendValueJson(in, type, out, was_null)) {  // stored under another type: not this feature
-          out += "null";
-          cell.status = kNotFound;
-        }
-      }
-      statuses[r] = cell.status;
-      ++counts[cell.status];
-    }
-    out += "],\"statuses\":[";
-    for (size_t r = 0; r < n; ++r) {
-      if (r) out += ',';
-      out += kStatusNames[statuses[r]];
-    }
-    out += "],\"event_timestamps\":[";
-    for (size_t r = 0; r < n; ++r) {
-      if (r) out += ',';
-      const Cell& cell = cells[c * n + r];
-      if (cell.status == kNotFound) {
-        out += kEpoch;
-      } else {
-        appendTimestamp(out, cell.ts);
-      }
-    }
-    out += "]}";
+    comma();
+    appendFeatureColumn(plan.columns[c].feature->type, &cells[c * n], n, agg_json, out, counts);
   }
   out += "]}";
   for (int s = 1; s < 5; ++s) {

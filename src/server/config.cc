@@ -54,6 +54,11 @@ Result<Config> loadConfig(const std::string& path) {
   INFERA_ASSIGN_OR_RETURN(YAML::Node root, loadYamlFile(path));
   auto cfg = parseConfig(root);
   if (!cfg.ok()) return cfg.status().withContext(path);
+  // A relative feature repository is beside the config file, wherever infera runs from.
+  std::string& repo = cfg->features.repository;
+  if (!repo.empty() && repo[0] != '/' && path.rfind('/') != std::string::npos) {
+    repo = path.substr(0, path.rfind('/') + 1) + repo;
+  }
   return cfg;
 }
 
