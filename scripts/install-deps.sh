@@ -12,6 +12,8 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev libgoogle-perftools-dev
   # the feature store's embedded online store
   librocksdb-dev
+  # ANN baselines for bench/vectors (hnswlib and FAISS HNSW beside Infera's own)
+  libhnswlib-dev libfaiss-dev
   # real servers and load tools for tests and benchmarks
   redis-server postgresql nginx wrk nghttp2-client curl procps
   # the official openai SDK test runs on node

@@ -173,8 +173,10 @@ class AccessWorker {
 
   // The response cache (governance.cache). Keys are per team unless cache.scope is global.
   virtual bool cacheEnabled() const = 0;
-  // Over the model and the body's canonical form; empty when the body cannot be normalised.
-  virtual std::string cacheKey(std::string_view model, std::string_view body, const Grant& grant) const = 0;
+  // The key of a request for `model` whose canonical form (the caller's one reading of the body:
+  // keys sorted, strings and numbers written one way) is `canonical_request`, per team unless
+  // cache.scope is global.
+  virtual std::string cacheKey(std::string_view model, std::string_view canonical_request, const Grant& grant) const = 0;
   virtual net::Task<std::optional<CachedAnswer>> cacheGet(const std::string& key) = 0;
   // Stores `answer` for cache.ttl_ms from now.
   virtual void cachePut(const std::string& key, CachedAnswer answer) = 0;

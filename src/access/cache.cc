@@ -1,10 +1,6 @@
 #include "access/internal/cache.h"
 
-#include <nlohmann/json.hpp>
-
 namespace infera::access {
-
-using nlohmann::json;
 
 std::optional<ResponseCache::Entry> ResponseCache::get(const std::string& key, int64_t now_ms) {
   std::lock_guard<std::mutex> lock(mu_);
@@ -46,13 +42,7 @@ size_t ResponseCache::size() {
   return lru_.size();
 }
 
-std::string cacheKey(std::string_view model, std::string_view body, std::string_view team) {
-  json j = json::parse(body, nullptr, false);
-  if (j.is_discarded() || !j.is_object()) return {};
-  j.erase("model");
-  j.erase("user");
-  j.erase("stream_options");
-  // nlohmann's object is a std::map: dump() writes keys sorted and without whitespace.
+std::string cacheKey(std::string_view model, std::string_view canonical_request, std::string_view team) {
   std::string key(model);
   key += '\n';
   if (!team.empty()) {
@@ -60,7 +50,7 @@ std::string cacheKey(std::string_view model, std::string_view body, std::string_
     key += team;
     key += '\n';
   }
-  key += j.dump();
+  key += canonical_request;
   return key;
 }
 

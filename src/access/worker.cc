@@ -99,8 +99,8 @@ std::string_view GovWorker::userHeader() const { return g_.config_.user_header; 
 bool GovWorker::cacheEnabled() const { return g_.cache_ != nullptr; }
 void GovWorker::countCache(bool hit) { (hit ? g_.cache_hits : g_.cache_misses)->inc(shard_); }
 
-std::string GovWorker::cacheKey(std::string_view model, std::string_view body, const Grant& grant) const {
-  return access::cacheKey(model, body, cache_per_team_ && grant ? std::string_view(grant.t_->team) : "");
+std::string GovWorker::cacheKey(std::string_view model, std::string_view canonical_request, const Grant& grant) const {
+  return access::cacheKey(model, canonical_request, cache_per_team_ && grant ? std::string_view(grant.t_->team) : "");
 }
 
 namespace {

@@ -5,6 +5,7 @@
 #include <unordered_map>
 
 #include "core/clock.h"
+#include "access/access.h"
 #include "core/log.h"
 #include "gateway/internal/proxy.h"
 #include "gateway/internal/routes.h"
@@ -45,17 +46,32 @@ class GatewayImpl final : public Gateway {
       loops_[static_cast<size_t>(loop)] = {&ctx, h.get()};
     }
     ProxyHandler* p = h.get();
-    using Api = ProxyHandler::Api;
-    auto to = [p](Api api) {
-      return [p, api](net::HttpRequest& req, net::ResponseWriter& w, net::PathParams) { return p->serve(req, w, api); };
+    using Handle = net::Task<void> (ProxyHandler::*)(net::HttpRequest&, net::ResponseWriter&);
+    auto to = [p](Handle handle) {
+      return [p, handle](net::HttpRequest& req, net::ResponseWriter& w, net::PathParams) {
+        return (p->*handle)(req, w);
+      };
     };
-    router.add("GET", "/v1/models", to(Api::kModels));
+    router.add("GET", "/v1/models", to(&ProxyHandler::handleModels));
     for (const char* path : {"/v1/chat/completions", "/v1/completions", "/v1/embeddings"}) {
-      router.add("POST", path, to(Api::kOpenAi));
+      router.add("POST", path, to(&ProxyHandler::handleOpenAi));
     }
-    for (const char* path : {"/v2", "/v2/health/live", "/v2/health/ready"}) router.add("*", path, to(Api::kKServeMeta));
-    router.add("*", "/v2/models/{model}", to(Api::kKServeModel));
-    router.add("*", "/v2/models/{model}/{rest...}", to(Api::kKServeModel));
+    for (const char* path : {"/v2", "/v2/health/live", "/v2/health/ready"}) {
+      router.add("*", path, to(&ProxyHandler::handleKServeMeta));
+    }
+    router.add("*", "/v2/models/{model}", to(&ProxyHandler::handleKServe));
+    router.add("*", "/v2/models/{model}/{rest...}", to(&ProxyHandler::handleKServe));
+    if (access) {
+      // A client waiting for 100 Continue without a good key gets its 401 before sending the body.
+      auto check = [access](const net::HttpRequest& head) -> std::optional<net::EarlyAnswer> {
+        access::Grant g;
+        auto denied = access->authenticate(head.header("authorization"), head.header(access->userHeader()), g);
+        if (!denied) return std::nullopt;
+        return net::EarlyAnswer{denied->status, "application/json", access::denialJson(*denied)};
+      };
+      router.setBeforeBody("/v1/", check);
+      router.setBeforeBody("/v2/models/", check);
+    }
     router.setFallback("", [p](net::HttpRequest& req, net::ResponseWriter& w, int status, std::string_view allow) {
       return p->unmatched(req, w, status, std::string(allow));
     });

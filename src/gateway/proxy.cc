@@ -28,6 +28,10 @@ constexpr double kEwmaHalfLifeNs = 1e9;
 
 Deadline deadlineAfter(int64_t ms) { return SteadyClock::now() + std::chrono::milliseconds(ms); }
 
+// Whether `s` ends at an SSE event boundary (a blank line).
+bool endsEvent(std::string_view s) { return s.ends_with("\n\n") || s.ends_with("\r\n\r\n"); }
+
+
 }  // namespace
 
 struct ProxyHandler::Exchange {
@@ -68,6 +72,7 @@ struct ProxyHandler::Exchange {
   bool capture = false;
   std::string sse_buf;
   std::string sse_out;
+  bool mid_event = false;  // the last bytes relayed ended inside an SSE event
   std::string resp_body;
   std::string resp_content_type;
   bool cacheable = false;
@@ -223,26 +228,25 @@ void ProxyHandler::begin(Exchange& x) {
   metrics_.in_flight->add(shard_, 1);
 }
 
-Task<void> ProxyHandler::serve(net::HttpRequest& req, net::ResponseWriter& w, Api api) {
-  Exchange x{req, w};
-  begin(x);
-  if (!x.table) {
-    co_await sendError(x, 503, "gateway has no configuration yet", "server_error", "not_ready");
-  } else {
-    switch (api) {
-      case Api::kModels: co_await handleModels(x); break;
-      case Api::kOpenAi: co_await handleOpenAi(x); break;
-      case Api::kKServeMeta: co_await handleKServeMeta(x); break;
-      case Api::kKServeModel: co_await handleKServe(x); break;
-    }
+// Each API's coroutine owns its exchange (one coroutine frame less per request than a dispatcher
+// in front of them): this guard starts it and, however the coroutine ends, finishes it.
+struct ProxyHandler::Served {
+  ProxyHandler& h;
+  Exchange& x;
+  Served(ProxyHandler& handler, Exchange& exchange) : h(handler), x(exchange) { h.begin(x); }
+  ~Served() {
+    h.finishExchange(x);
+    h.metrics_.in_flight->add(h.shard_, -1);
   }
-  finishExchange(x);
-  metrics_.in_flight->add(shard_, -1);
+};
+
+Task<void> ProxyHandler::notReady(Exchange& x) {
+  co_await sendError(x, 503, "gateway has no configuration yet", "server_error", "not_ready");
 }
 
 Task<void> ProxyHandler::unmatched(net::HttpRequest& req, net::ResponseWriter& w, int status, std::string allow) {
   Exchange x{req, w};
-  begin(x);
+  const Served served(*this, x);
   const std::string_view path = req.path();
   if (status == 405) {
     const std::string msg_text = "use " + allow + " for " + std::string(path);
@@ -252,8 +256,6 @@ Task<void> ProxyHandler::unmatched(net::HttpRequest& req, net::ResponseWriter& w
     const std::string msg_text = (api ? "unknown endpoint " : "unknown path ") + std::string(path);
     co_await sendError(x, 404, msg_text, "invalid_request_error", "not_found");
   }
-  finishExchange(x);
-  metrics_.in_flight->add(shard_, -1);
 }
 
 void ProxyHandler::finishExchange(Exchange& x) {
@@ -288,23 +290,42 @@ void ProxyHandler::finishExchange(Exchange& x) {
   }
 }
 
-Task<void> ProxyHandler::handleModels(Exchange& x) {
-  if (access_) {
-    const bool ok = co_await authenticate(x);
-    if (!ok) co_return;
-    x.grant.reset();  // listing models is not usage
+Task<void> ProxyHandler::handleModels(net::HttpRequest& req, net::ResponseWriter& w) {
+  Exchange x{req, w};
+  const Served served(*this, x);
+  if (!x.table) {
+    co_await notReady(x);
+    co_return;
   }
-  x.status = 200;
   const HttpHeader rid{"x-request-id", x.request_id};
-  co_await x.w.send(200, "application/json", x.table->models_json, std::span<const HttpHeader>(&rid, 1));
+  if (!access_) {
+    x.status = 200;
+    co_await x.w.send(200, "application/json", x.table->models_json, std::span<const HttpHeader>(&rid, 1));
+    co_return;
+  }
+  const bool ok = co_await authenticate(x);
+  if (!ok) co_return;
+  // Only the models (and aliases) this key may use.
+  const std::string body = modelsJson(*x.table, [&](const std::string& name, const Route& route) {
+    return !access_->checkAccess(x.grant, access::ResourceKind::kModel, name, route.model);
+  });
+  x.grant.reset();  // listing models is not usage
+  x.status = 200;
+  co_await x.w.send(200, "application/json", body, std::span<const HttpHeader>(&rid, 1));
 }
 
-Task<void> ProxyHandler::handleOpenAi(Exchange& x) {
+Task<void> ProxyHandler::handleOpenAi(net::HttpRequest& req, net::ResponseWriter& w) {
+  Exchange x{req, w};
+  const Served served(*this, x);
+  if (!x.table) {
+    co_await notReady(x);
+    co_return;
+  }
   if (access_) {
     const bool ok = co_await authenticate(x);
     if (!ok) co_return;
   }
-  auto fields = scanRequest(*parser_, x.req.body);
+  auto fields = scanRequest(*parser_, x.req.body, access_ && access_->cacheEnabled());
   if (!fields.ok()) {
     co_await sendError(x, 400, fields.status().message(), "invalid_request_error", "invalid_json");
     co_return;
@@ -332,7 +353,13 @@ Task<void> ProxyHandler::handleOpenAi(Exchange& x) {
   co_await forward(x, *targets.endpoints);
 }
 
-Task<void> ProxyHandler::handleKServeMeta(Exchange& x) {
+Task<void> ProxyHandler::handleKServeMeta(net::HttpRequest& req, net::ResponseWriter& w) {
+  Exchange x{req, w};
+  const Served served(*this, x);
+  if (!x.table) {
+    co_await notReady(x);
+    co_return;
+  }
   const std::string_view path = x.req.path();
   const HttpHeader rid{"x-request-id", x.request_id};
   x.status = 200;
@@ -342,13 +369,24 @@ Task<void> ProxyHandler::handleKServeMeta(Exchange& x) {
   co_await x.w.send(200, "application/json", body, std::span<const HttpHeader>(&rid, 1));
 }
 
-Task<void> ProxyHandler::handleKServe(Exchange& x) {
+Task<void> ProxyHandler::handleKServe(net::HttpRequest& req, net::ResponseWriter& w) {
+  Exchange x{req, w};
+  const Served served(*this, x);
+  if (!x.table) {
+    co_await notReady(x);
+    co_return;
+  }
   const std::string_view path = x.req.path();
   net::KServeModelPath kp;
   if (!net::parseKServeModelPath(path, kp)) {
     const std::string msg_text = "unknown endpoint " + std::string(path);
     co_await sendError(x, 404, msg_text, "invalid_request_error", "not_found");
     co_return;
+  }
+  // Who is calling comes first: a caller without a key learns nothing of which models exist.
+  if (access_) {
+    const bool ok = co_await authenticate(x);
+    if (!ok) co_return;
   }
   const std::string model(kp.model);
   x.kserve_tail = std::string(kp.after_model);  // forwarded as given, versions included
@@ -359,9 +397,7 @@ Task<void> ProxyHandler::handleKServe(Exchange& x) {
     co_return;
   }
   x.route = targets.route;
-  if (access_) {
-    const bool ok = co_await authenticate(x);
-    if (!ok) co_return;
+  if (x.grant) {
     const bool go_on = co_await admit(x);
     if (!go_on) co_return;
   }
@@ -391,8 +427,6 @@ void ProxyHandler::clientLeft(Exchange& x, net::UpstreamConnection* conn) {
 }
 
 Task<bool> ProxyHandler::reserveDeployment(Exchange& x, const Deployment& dep, Failure& f) {
-  // (Also when this one has no limits: a retry gives the previous deployment its share back.)
-  if (!x.grant || !(dep.limited.limited() || x.grant.holdsResource())) co_return true;
   auto reserve = access_->admitResource(x.grant, dep.limited);
   const std::optional<access::ResourceFull> full = co_await std::move(reserve);
   if (!full) co_return true;
@@ -493,7 +527,10 @@ Task<void> ProxyHandler::forward(Exchange& x, const std::vector<uint32_t>& candi
     const Deployment& dep = *ep.deployment;
     std::shared_ptr<WorkerEndpoint> ws = (*x.state)[static_cast<size_t>(idx)];
     tried_buf[n_tried++] = static_cast<uint32_t>(idx);
-    if (!co_await reserveDeployment(x, dep, f)) {
+    // A deployment's own limits (also when this one has none but the previous try's had: a retry
+    // gives that one its share back).
+    const bool reserve = x.grant && (dep.limited.limited() || x.grant.holdsResource());
+    if (reserve && !co_await reserveDeployment(x, dep, f)) {
       --attempt;  // at its own limit: another deployment may have room (not counted as a try)
       continue;
     }
@@ -621,8 +658,9 @@ Task<void> ProxyHandler::relay(Exchange& x, const Endpoint& ep, WorkerEndpoint& 
       recordFailure(table, ep, monoNanos());
       if (sse && clen < 0) {
         // End the client's stream with an error event rather than leaving it hanging (only a
-        // chunked response can carry bytes the upstream never declared).
-        std::string ev = "event: error\ndata: ";
+        // chunked response can carry bytes the upstream never declared), after ending the event
+        // the backend was in the middle of, so that every event the client sees is framed.
+        std::string ev = x.mid_event ? "\n\nevent: error\ndata: " : "event: error\ndata: ";
         const bool timeout = piece.status().code() == StatusCode::kDeadlineExceeded;
         ev += net::errorJson(timeout ? "upstream timed out mid-stream" : "upstream connection lost mid-stream",
                              "server_error", timeout ? "upstream_timeout" : "upstream_disconnected");
@@ -654,6 +692,9 @@ Task<void> ProxyHandler::relay(Exchange& x, const Endpoint& ep, WorkerEndpoint& 
     }
     if (out.empty()) continue;
     x.bytes_out += out.size();
+    // Streams go on byte for byte as they arrive; what is remembered is whether they stopped
+    // inside an event, which a failure must end before its own event.
+    if (sse) x.mid_event = !endsEvent(out);
     if (!co_await x.w.writeChunk(out)) {
       clientLeft(x, &conn);
       co_return;
@@ -752,13 +793,9 @@ Task<bool> ProxyHandler::admit(Exchange& x) {
   }
   std::optional<access::CachedAnswer> hit;
   if (x.cacheable) {
-    x.cache_key = access_->cacheKey(route.model, x.req.body, x.grant);
-    if (x.cache_key.empty()) {
-      x.cacheable = false;
-    } else {
-      hit = co_await access_->cacheGet(x.cache_key);
-    }
-    if (x.cacheable) access_->countCache(hit.has_value());
+    x.cache_key = access_->cacheKey(route.model, x.fields.canonical, x.grant);
+    hit = co_await access_->cacheGet(x.cache_key);
+    access_->countCache(hit.has_value());
   }
   if (hit) {
     // Counts against the caller's limits at its real size, not against the model's capacity.

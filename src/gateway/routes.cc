@@ -70,8 +70,6 @@ Result<std::shared_ptr<const RouteTable>> buildRouteTable(
   table->outlier = config.outlier;
   table->health_check = config.health_check;
   const int workers = std::max(1, metrics.registry.shards());
-  std::string models_json = "{\"object\":\"list\",\"data\":[";
-  bool first_model = true;
   const auto created = std::to_string(
       std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
           .count());
@@ -155,18 +153,14 @@ Result<std::shared_ptr<const RouteTable>> buildRouteTable(
     }
     auto addName = [&](const std::string& name) {
       table->by_name[name] = route.get();
-      if (!first_model) models_json += ",";
-      first_model = false;
-      models_json += "{\"id\":";
-      net::appendJsonString(models_json, name);
-      models_json += ",\"object\":\"model\",\"created\":" + created + ",\"owned_by\":\"infera\"}";
+      table->names.emplace_back(name, route.get());
     };
     addName(mc.name);
     for (const auto& alias : mc.aliases) addName(alias);
     table->routes.push_back(std::move(route));
   }
-  models_json += "]}";
-  table->models_json = std::move(models_json);
+  table->created = created;
+  table->models_json = modelsJson(*table, [](const std::string&, const Route&) { return true; });
   return std::shared_ptr<const RouteTable>(std::move(table));
 }
 

@@ -35,6 +35,47 @@ bool parseKServeModelPath(std::string_view path, KServeModelPath& out) {
   return true;
 }
 
+std::string_view unsafePathReason(std::string_view path) {
+  if (path.empty() || path.front() != '/') return "the request target must be a path starting with '/'";
+  size_t start = 1;
+  while (start <= path.size()) {
+    size_t end = path.find('/', start);
+    if (end == std::string_view::npos) end = path.size();
+    const std::string_view seg = path.substr(start, end - start);
+    start = end + 1;
+    if (seg.find_first_of("%\\") == std::string_view::npos) {  // the common case: nothing to decode
+      if (seg == "." || seg == "..") return "dot segment in the path";
+      continue;
+    }
+    std::string decoded;
+    decoded.reserve(seg.size());
+    for (size_t i = 0; i < seg.size(); ++i) {
+      char c = seg[i];
+      if (c == '%') {
+        auto hex = [](char h) {
+          return (h >= '0' && h <= '9') ? h - '0' : (h >= 'a' && h <= 'f') ? h - 'a' + 10 : (h >= 'A' && h <= 'F') ? h - 'A' + 10 : -1;
+        };
+        if (i + 2 >= seg.size()) return "malformed percent escape in the path";
+        const int hi = hex(seg[i + 1]), lo = hex(seg[i + 2]);
+        if (hi < 0 || lo < 0) return "malformed percent escape in the path";
+        c = static_cast<char>(hi * 16 + lo);
+        i += 2;
+        if (c == '/' || c == '\\') return "encoded slash in the path";
+        if (c == '\0') return "encoded NUL in the path";
+      } else if (c == '\\') {
+        return "backslash in the path";
+      }
+      decoded += c;
+    }
+    if (decoded == "." || decoded == "..") return "dot segment in the path";
+  }
+  return {};
+}
+
+bool isSingletonHeader(std::string_view n) {
+  return n == "authorization" || n == "host" || n == "x-request-id" || n == "api-key" || n.starts_with("x-infera-");
+}
+
 bool isHopByHopHeader(std::string_view n) {
   return n == "connection" || n == "keep-alive" || n == "transfer-encoding" || n == "content-length" ||
          n == "te" || n == "trailer" || n == "upgrade" || n == "proxy-connection" ||

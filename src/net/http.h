@@ -37,6 +37,17 @@ struct KServeModelPath {
 // False when `path` is not under /v2/models/.
 bool parseKServeModelPath(std::string_view path, KServeModelPath& out);
 
+// Whether a request path (before '?') may be routed as sent: origin-form (starts with '/'), no
+// "." or ".." segment and no '/' or '\\' inside a segment, whether written plainly or
+// percent-encoded, and no malformed percent escape. A router matches segments as sent, so a path
+// it could read one way and a backend (which resolves dot segments and decodes %2F) another is
+// refused instead. The reason when it is not, else empty.
+std::string_view unsafePathReason(std::string_view path);
+
+// Headers a request may carry at most once (the gateway and access control decide on their
+// value: authorization, host, x-request-id, api-key, and every x-infera-* header).
+bool isSingletonHeader(std::string_view lower_name);
+
 // Hop-by-hop headers (RFC 9110 7.6.1) plus those a proxy sets itself (host, content-length,
 // expect). Lower-case names.
 bool isHopByHopHeader(std::string_view lower_name);

@@ -51,6 +51,7 @@ Router::Router() : root_(std::make_unique<Node>()) {}
 Router::~Router() {
   root_.reset();
   fallbacks_.clear();
+  before_body_.clear();
   while (!owned_.empty()) owned_.pop_back();
 }
 Router::Router(Router&&) noexcept = default;
@@ -60,10 +61,12 @@ void Router::add(std::string_view method, std::string_view pattern, RouteHandler
   INFERA_CHECK(pattern.starts_with("/"), "route pattern must start with '/'");
   Node* node = root_.get();
   size_t pos = 1;
+  bool literal = true;
   while (pos <= pattern.size()) {
     const std::string_view seg = nextSegment(pattern, pos);
     if (seg.size() > 2 && seg.front() == '{' && seg.back() == '}') {
       std::string_view name = seg.substr(1, seg.size() - 2);
+      literal = false;
       if (name.ends_with("...")) {
         INFERA_CHECK(pos > pattern.size(), "a {name...} tail must be the pattern's last segment");
         name.remove_suffix(3);
@@ -89,6 +92,7 @@ void Router::add(std::string_view method, std::string_view pattern, RouteHandler
   }
   for (const auto& [m, h] : node->methods) INFERA_CHECK(m != method, "route registered twice");
   node->methods.emplace_back(std::string(method), std::move(handler));
+  if (literal && node->methods.size() == 1) exact_.emplace_back(std::string(pattern), node);
 }
 
 void Router::setFallback(std::string prefix, FallbackHandler handler) {
@@ -101,9 +105,36 @@ void Router::setFallback(std::string prefix, FallbackHandler handler) {
   fallbacks_.emplace_back(std::move(prefix), std::move(handler));
 }
 
+void Router::setBeforeBody(std::string prefix, BeforeBody check) {
+  before_body_.emplace_back(std::move(prefix), std::move(check));
+}
+
+std::optional<EarlyAnswer> Router::beforeBody(const HttpRequest& head) const {
+  const std::string_view path = head.path();
+  const BeforeBody* best = nullptr;
+  size_t best_len = 0;
+  for (const auto& [prefix, check] : before_body_) {
+    if (path.starts_with(prefix) && (!best || prefix.size() >= best_len)) {
+      best = &check;
+      best_len = prefix.size();
+    }
+  }
+  if (!best) return std::nullopt;
+  return (*best)(head);
+}
+
 Router::Match Router::match(std::string_view method, std::string_view path) const {
   Match m;
   if (!path.starts_with('/')) return m;
+  for (const auto& [literal, node] : exact_) {
+    if (literal.size() != path.size() || literal != path) continue;
+    m.handler = node->find(method);
+    if (!m.handler) {
+      m.status = 405;
+      m.allow = node->allowList();
+    }
+    return m;
+  }
   // Depth-first: literals, then the parameter, then the tail; the first node with routes for the
   // path wins (its method decides between the handler and a 405).
   const Node* found = nullptr;

@@ -18,6 +18,7 @@
 #include <array>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -73,6 +74,12 @@ class Router {
   // The fallback for paths starting with `prefix` (the longest registered prefix wins; "" = every
   // path). Without one: a plain-text 404/405.
   void setFallback(std::string prefix, FallbackHandler handler);
+  // For a client that waits for `100 Continue` before sending a body: a check of the head of
+  // requests whose path starts with `prefix` (the longest registered prefix wins) that may answer
+  // finally instead (a 401 without reading the body). Must not block.
+  using BeforeBody = std::function<std::optional<EarlyAnswer>(const HttpRequest& head)>;
+  void setBeforeBody(std::string prefix, BeforeBody check);
+  std::optional<EarlyAnswer> beforeBody(const HttpRequest& head) const;
   // Keeps `owned` alive as long as the router (per-loop state its handlers point to); destroyed in
   // the reverse order of own() calls, after the routes.
   template <typename T>
@@ -93,7 +100,12 @@ class Router {
  private:
   struct Node;
   std::unique_ptr<Node> root_;
+  // Patterns without parameters by their whole path, looked up first (the common case: a few
+  // length-and-bytes compares, no walk). A literal path wins over parameters in the walk too, so
+  // the two agree.
+  std::vector<std::pair<std::string, const Node*>> exact_;
   std::vector<std::pair<std::string, FallbackHandler>> fallbacks_;
+  std::vector<std::pair<std::string, BeforeBody>> before_body_;
   std::vector<std::unique_ptr<void, void (*)(void*)>> owned_;
 };
 
@@ -104,6 +116,7 @@ class RouterHandler final : public HttpHandler {
   Task<void> handle(HttpRequest& request, ResponseWriter& writer) override {
     return router_.dispatch(request, writer);
   }
+  std::optional<EarlyAnswer> beforeBody(const HttpRequest& head) override { return router_.beforeBody(head); }
   Router& router() { return router_; }
 
  private:

@@ -8,7 +8,6 @@
 #include <boost/beast/http/field.hpp>
 #include <boost/beast/http/parser.hpp>
 #include <boost/beast/http/read.hpp>
-#include <boost/beast/http/string_body.hpp>
 #include <charconv>
 #include <optional>
 #include <thread>
@@ -25,6 +24,35 @@ namespace http = boost::beast::http;
 using boost::system::error_code;
 
 struct LoopState;
+
+// A request body read as it arrives: the buffer grows with the bytes received (geometrically, as a
+// string does), never sized from the declared Content-Length, so a client that declares 8 MiB and
+// sends one byte holds one byte.
+struct GrowingBody {
+  using value_type = std::string;
+  class reader {
+   public:
+    template <bool isRequest, class Fields>
+    reader(http::header<isRequest, Fields>&, value_type& body) : body_(body) {}
+    void init(const boost::optional<std::uint64_t>&, error_code& ec) { ec = {}; }
+    template <class ConstBufferSequence>
+    std::size_t put(const ConstBufferSequence& buffers, error_code& ec) {
+      size_t n = 0;
+      for (auto it = asio::buffer_sequence_begin(buffers); it != asio::buffer_sequence_end(buffers); ++it) {
+        const asio::const_buffer b = *it;
+        body_.append(static_cast<const char*>(b.data()), b.size());
+        n += b.size();
+      }
+      ec = {};
+      return n;
+    }
+    void finish(error_code& ec) { ec = {}; }
+
+   private:
+    value_type& body_;
+  };
+};
+using RequestParser = http::request_parser<GrowingBody>;
 
 class Connection final : public ResponseWriter {
  public:
@@ -61,7 +89,10 @@ class Connection final : public ResponseWriter {
   Task<bool> writeBuffers(std::string_view a, std::string_view b = {}, std::string_view c = {});
   Task<void> sendError(int status, std::string_view message, std::string_view type,
                        std::string_view code);
-  void fillRequest(http::request<http::string_body>& msg);
+  // The head's method, target, headers and keep-alive into request_ (body left empty).
+  void fillHead(const RequestParser::value_type& msg);
+  // What is wrong with the head just read (framing, singleton headers, Host, path), or empty.
+  std::string headProblem(const RequestParser& parser) const;
   // After an early error response: stop sending, then read and discard what the client is still
   // sending (bounded in bytes and time) so closing does not reset the connection before the
   // client has read the response.
@@ -82,6 +113,7 @@ class Connection final : public ResponseWriter {
   bool head_only_ = false;
   bool no_body_ = false;
   bool head_pending_ = false;  // head formatted, to go out with the first body bytes
+  bool http10_ = false;        // the request is HTTP/1.0: no chunked framing in the answer
   // One per connection, reused by every request (the wait may outlive a request: it completes
   // when the next request's bytes arrive, and is then ignored or re-armed).
   struct WatchState {
@@ -104,6 +136,7 @@ struct LoopState {
   std::unique_ptr<HttpHandler> handler;
   std::unordered_set<Connection*> connections;
   bool draining = false;
+  SteadyClock::time_point last_accept_log{};
 };
 
 Connection::Connection(LoopState& loop, tcp::socket socket)
@@ -126,7 +159,7 @@ Connection::~Connection() {
   loop_.stats.connections_open.fetch_sub(1, std::memory_order_relaxed);
 }
 
-void Connection::fillRequest(http::request<http::string_body>& msg) {
+void Connection::fillHead(const RequestParser::value_type& msg) {
   // Reuses the previous request's strings (their capacity) instead of allocating anew.
   request_.method.assign(msg.method_string().data(), msg.method_string().size());
   request_.target.assign(msg.target().data(), msg.target().size());
@@ -143,22 +176,88 @@ void Connection::fillRequest(http::request<http::string_body>& msg) {
     h.value.assign(f.value().data(), f.value().size());
   }
   request_.headers.resize(n);
-  request_.body = std::move(msg.body());
+  request_.body.clear();
   request_.keep_alive = msg.keep_alive();
+}
+
+namespace {
+
+std::string_view trimmed(std::string_view v) {
+  while (!v.empty() && (v.front() == ' ' || v.front() == '\t')) v.remove_prefix(1);
+  while (!v.empty() && (v.back() == ' ' || v.back() == '\t')) v.remove_suffix(1);
+  return v;
+}
+
+bool iequals(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const char x = (a[i] >= 'A' && a[i] <= 'Z') ? static_cast<char>(a[i] - 'A' + 'a') : a[i];
+    if (x != b[i]) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+// RFC 9112 6.3: a request's body length must be read one way by every hop, or a second request can
+// hide in the first (smuggling). Anything the gateway could frame differently from a backend is
+// refused.
+std::string Connection::headProblem(const RequestParser& parser) const {
+  const unsigned version = parser.get().version();
+  int hosts = 0, lengths = 0, codings = 0;
+  std::string_view length, coding;
+  for (size_t i = 0; i < request_.headers.size(); ++i) {
+    const HttpHeader& h = request_.headers[i];
+    if (h.name == "host") ++hosts;
+    if (h.name == "content-length") {
+      if (lengths++ > 0 && trimmed(h.value) != length) return "differing Content-Length headers";
+      length = trimmed(h.value);
+      if (length.empty() || length.find_first_not_of("0123456789") != std::string_view::npos) {
+        return "invalid Content-Length";
+      }
+    } else if (h.name == "transfer-encoding") {
+      ++codings;
+      coding = trimmed(h.value);
+    } else if (isSingletonHeader(h.name)) {
+      for (size_t j = i + 1; j < request_.headers.size(); ++j) {
+        if (request_.headers[j].name == h.name) return "header " + h.name + " is repeated";
+      }
+    }
+  }
+  if (codings > 0) {
+    if (lengths > 0) return "both Content-Length and Transfer-Encoding";
+    if (version < 11) return "Transfer-Encoding in an HTTP/1.0 request";
+    // Only chunked, once: a final coding other than chunked leaves the length unknowable, and the
+    // server decodes no other coding.
+    if (codings > 1 || !iequals(coding, "chunked")) return "unsupported Transfer-Encoding (only chunked)";
+  }
+  if (hosts > 1) return "header host is repeated";
+  if (version >= 11 && hosts == 0) return "missing Host header";
+  const std::string_view reason = unsafePathReason(request_.path());
+  if (!reason.empty()) return std::string(reason);
+  return {};
 }
 
 Task<void> Connection::run([[maybe_unused]] std::shared_ptr<Connection> self) {
   const ServerConfig& cfg = loop_.config;
   bool first = true;
-  std::optional<http::request_parser<http::string_body>> parser;
+  std::optional<RequestParser> parser;
   for (;;) {
     if (loop_.draining) break;
     parser.emplace();
     parser->header_limit(static_cast<std::uint32_t>(cfg.max_header_bytes));
     parser->body_limit(cfg.max_body_bytes);
-    idle_ = buffer_.size() == 0;
-    watchdog_.expireAfter(first ? cfg.header_timeout : cfg.idle_timeout);
     error_code ec;
+    if (!first && buffer_.size() == 0) {
+      // Between keep-alive requests: idle until the next request's first byte, then that
+      // request's head has the header timeout like the first one's.
+      idle_ = true;
+      watchdog_.expireAfter(cfg.idle_timeout);
+      co_await socket_.async_wait(tcp::socket::wait_read, asio::redirect_error(asio::use_awaitable, ec));
+      if (ec || loop_.draining) break;
+    }
+    idle_ = buffer_.size() == 0 && first;
+    watchdog_.expireAfter(cfg.header_timeout);
     co_await http::async_read_header(socket_, buffer_, *parser,
                                      asio::redirect_error(asio::use_awaitable, ec));
     idle_ = false;
@@ -177,11 +276,22 @@ Task<void> Connection::run([[maybe_unused]] std::shared_ptr<Connection> self) {
         loop_.stats.rejected_too_large.fetch_add(1, std::memory_order_relaxed);
         co_await sendError(431, "request headers too large", "invalid_request_error",
                            "headers_too_large");
-      } else if (ec == http::error::bad_method || ec == http::error::bad_target ||
-                 ec == http::error::bad_version || ec == http::error::bad_field ||
-                 ec == http::error::bad_value || ec == http::error::bad_line_ending) {
-        co_await sendError(400, "malformed HTTP request", "invalid_request_error", "bad_request");
+      } else if (ec != http::error::end_of_stream && ec != asio::error::eof &&
+                 ec != asio::error::operation_aborted && ec != asio::error::connection_reset && buffer_.size() > 0) {
+        // Bad framing is answered before closing, never a silent close.
+        loop_.stats.bad_requests.fetch_add(1, std::memory_order_relaxed);
+        const std::string msg = "malformed HTTP request: " + ec.message();
+        co_await sendError(400, msg, "invalid_request_error", "bad_request");
+        co_await lingeringClose();
       }
+      break;
+    }
+    fillHead(parser->get());
+    http10_ = parser->get().version() < 11;
+    if (const std::string problem = headProblem(*parser); !problem.empty()) {
+      loop_.stats.bad_requests.fetch_add(1, std::memory_order_relaxed);
+      co_await sendError(400, problem, "invalid_request_error", "bad_request");
+      co_await lingeringClose();
       break;
     }
     // Reject an oversized declared body before reading it.
@@ -194,7 +304,38 @@ Task<void> Connection::run([[maybe_unused]] std::shared_ptr<Connection> self) {
       co_await lingeringClose();
       break;
     }
+    // The body's bytes are held from here until the handler returns (bounded server-wide).
+    struct BodyBytes {
+      std::atomic<int64_t>& in_flight;
+      int64_t held = 0;
+      ~BodyBytes() { in_flight.fetch_sub(held, std::memory_order_relaxed); }
+    } body_bytes{loop_.stats.body_bytes_in_flight};
     if (!parser->is_done()) {
+      const auto len = parser->content_length();
+      body_bytes.held = len ? static_cast<int64_t>(*len) : static_cast<int64_t>(cfg.max_body_bytes);
+      const int64_t before = loop_.stats.body_bytes_in_flight.fetch_add(body_bytes.held, std::memory_order_relaxed);
+      if (cfg.max_body_bytes_in_flight > 0 && before + body_bytes.held > cfg.max_body_bytes_in_flight) {
+        loop_.stats.rejected_busy.fetch_add(1, std::memory_order_relaxed);
+        co_await sendError(503, "server busy: too many request bytes in flight, retry shortly", "server_error",
+                           "server_busy");
+        co_await lingeringClose();
+        break;
+      }
+      const auto expect = parser->get()[http::field::expect];
+      if (!http10_ && !expect.empty() && iequals(trimmed(std::string_view(expect.data(), expect.size())), "100-continue")) {
+        // The client waits for a go-ahead before sending its body: a final answer now if the
+        // request will be refused anyway, else 100 Continue.
+        if (auto early = loop_.handler->beforeBody(request_)) {
+          keep_alive_ = false;
+          started_ = true;
+          writeHead(early->status, early->content_type, {}, static_cast<int64_t>(early->body.size()), false);
+          co_await writeBuffers(head_, early->body);
+          finished_ = true;
+          co_await lingeringClose();
+          break;
+        }
+        if (!co_await writeBuffers("HTTP/1.1 100 Continue\r\n\r\n")) break;
+      }
       watchdog_.expireAfter(cfg.body_timeout);
       co_await http::async_read(socket_, buffer_, *parser,
                                 asio::redirect_error(asio::use_awaitable, ec));
@@ -204,13 +345,20 @@ Task<void> Connection::run([[maybe_unused]] std::shared_ptr<Connection> self) {
           co_await sendError(413, "request body exceeds the limit", "invalid_request_error",
                              "request_too_large");
           co_await lingeringClose();
+        } else if (ec != http::error::end_of_stream && ec != http::error::partial_message &&
+                   ec != asio::error::eof && ec != asio::error::operation_aborted &&
+                   ec != asio::error::connection_reset) {
+          loop_.stats.bad_requests.fetch_add(1, std::memory_order_relaxed);
+          const std::string msg = "malformed HTTP request body: " + ec.message();
+          co_await sendError(400, msg, "invalid_request_error", "bad_request");
+          co_await lingeringClose();
         }
         break;
       }
     }
     watchdog_.disarm();
     loop_.stats.requests_total.fetch_add(1, std::memory_order_relaxed);
-    fillRequest(parser->get());
+    request_.body = std::move(parser->get().body());
     keep_alive_ = request_.keep_alive && !loop_.draining;
     started_ = finished_ = chunked_ = no_body_ = head_pending_ = false;
     head_only_ = request_.method == "HEAD";
@@ -284,6 +432,8 @@ void Connection::writeHead(int status, std::string_view content_type,
   }
   if (!keep_alive_) {
     head_ += "connection: close\r\n";
+  } else if (http10_) {
+    head_ += "connection: keep-alive\r\n";  // a 1.0 client closes unless told otherwise
   }
   head_ += "\r\n";
 }
@@ -321,7 +471,9 @@ Task<bool> Connection::start(int status, std::string_view content_type,
   started_ = true;
   // Statuses that never carry a body (and HEAD answers) get neither chunked framing nor bytes.
   no_body_ = head_only_ || status < 200 || status == 204 || status == 304;
-  chunked_ = content_length < 0 && !no_body_;
+  // An HTTP/1.0 client knows no chunked framing: a body of unknown length ends with the connection.
+  if (http10_ && content_length < 0 && !no_body_) keep_alive_ = false;
+  chunked_ = content_length < 0 && !no_body_ && !http10_;
   writeHead(status, content_type, extra, no_body_ && status != 304 && !head_only_ ? -1 : content_length,
             chunked_, relayed);
   if (!chunked_ && !no_body_ && content_length > 0) {
@@ -519,11 +671,26 @@ class HttpServerImpl final : public HttpServer {
       co_await st->acceptor.async_accept(socket, asio::redirect_error(asio::use_awaitable, ec));
       if (ec) {
         if (ec == asio::error::operation_aborted || !st->acceptor.is_open()) co_return;
-        // e.g. EMFILE: keep serving existing connections and try again shortly (not in a spin).
-        co_await sleepUntil(SteadyClock::now() + std::chrono::milliseconds(50));
+        // e.g. EMFILE: keep serving existing connections and try again shortly (not in a spin);
+        // counted, and logged at most once a second.
+        stats_.accept_errors.fetch_add(1, std::memory_order_relaxed);
+        const auto now = SteadyClock::now();
+        if (now - st->last_accept_log >= std::chrono::seconds(1)) {
+          st->last_accept_log = now;
+          static spdlog::logger* log = componentLogger("net");
+          INFERA_LOG(log, warn, "accept on {}:{} failed: {} (existing connections keep being served)", config_.host,
+                     port_, ec.message());
+        }
+        co_await sleepUntil(now + std::chrono::milliseconds(50));
         continue;
       }
       if (st->draining) continue;
+      if (config_.max_connections > 0 && stats_.connections_open.load(std::memory_order_relaxed) >= config_.max_connections) {
+        stats_.rejected_connections.fetch_add(1, std::memory_order_relaxed);
+        error_code ignored;
+        socket.close(ignored);
+        continue;
+      }
       auto conn = std::make_shared<Connection>(*st, std::move(socket));
       Connection* raw = conn.get();
       spawn(st->ctx, raw->run(std::move(conn)), "http connection");

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 
@@ -22,11 +23,18 @@ struct ServerConfig {
   uint16_t port = 0;  // 0 = any free port
   size_t max_header_bytes = 16 * 1024;
   size_t max_body_bytes = 8 * 1024 * 1024;
-  std::chrono::milliseconds header_timeout{10'000};  // first request's head
+  std::chrono::milliseconds header_timeout{10'000};  // each request's head, from its first byte
   std::chrono::milliseconds idle_timeout{60'000};    // between keep-alive requests
   std::chrono::milliseconds body_timeout{30'000};
   std::chrono::milliseconds write_timeout{30'000};
   int backlog = 1024;
+  // Connections open at once across the server's loops; one more is accepted and closed at once
+  // (counted in ServerStats::rejected_connections). 0 = no limit.
+  int64_t max_connections = 0;
+  // Request body bytes held at once across the server's loops (a declared length is held from
+  // the head until the handler returns; a chunked body holds max_body_bytes): beyond it a request
+  // is answered 503 before its body is read. 0 = no limit.
+  int64_t max_body_bytes_in_flight = 0;
 };
 
 // Writes one response to the client. Methods return false once the client is gone; after that
@@ -56,11 +64,26 @@ class ResponseWriter {
   virtual void watchDisconnect(std::function<void()> on_close) = 0;
 };
 
+// A final answer given before a request's body is read (to a client that sent
+// `Expect: 100-continue` and waits for it).
+struct EarlyAnswer {
+  int status = 0;
+  std::string content_type;
+  std::string body;
+};
+
 class HttpHandler {
  public:
   virtual ~HttpHandler() = default;
   // Must write exactly one response (the server sends a 500 if it did not start one).
   virtual Task<void> handle(HttpRequest& request, ResponseWriter& writer) = 0;
+  // Called with the head only (the body empty) when the client waits for `100 Continue` before
+  // sending its body: a final answer (a 401, say) instead of reading the body, or nothing (the
+  // server sends 100 Continue and reads it). Must not block.
+  virtual std::optional<EarlyAnswer> beforeBody(const HttpRequest& head) {
+    (void)head;
+    return std::nullopt;
+  }
 };
 
 // Called once per loop on that loop's thread before accepting.
@@ -72,6 +95,11 @@ struct ServerStats {
   std::atomic<uint64_t> requests_total{0};
   std::atomic<uint64_t> rejected_too_large{0};
   std::atomic<uint64_t> timeouts{0};
+  std::atomic<uint64_t> bad_requests{0};          // framing, head or path refused with a 4xx
+  std::atomic<uint64_t> rejected_connections{0};  // over max_connections
+  std::atomic<uint64_t> accept_errors{0};         // accept() failed (EMFILE, ENFILE, ...)
+  std::atomic<uint64_t> rejected_busy{0};         // over max_body_bytes_in_flight
+  std::atomic<int64_t> body_bytes_in_flight{0};
 };
 
 class HttpServer {

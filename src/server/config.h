@@ -13,6 +13,7 @@
 #include "emulator/emulator.h"
 #include "features/features.h"
 #include "gateway/config.h"
+#include "vectors/vectors.h"
 
 namespace YAML {
 class Node;
@@ -31,6 +32,9 @@ struct Config {
   ListenConfig admin{"127.0.0.1", 9090};
   size_t max_body_bytes = 8 * 1024 * 1024;
   size_t max_header_bytes = 16 * 1024;
+  int64_t max_connections = 65'536;  // data port, across workers; more are accepted and closed
+  int64_t max_body_bytes_in_flight = 1LL << 30;  // data port: request body bytes held at once (503 beyond)
+  int64_t header_timeout_ms = 10'000;  // each request's head, from its first byte (or the connection)
   int64_t idle_timeout_ms = 60'000;
   int64_t drain_timeout_ms = 15'000;
   std::string access_log;  // "" = off, "-" = stdout, else a file path
@@ -39,6 +43,7 @@ struct Config {
   gateway::GatewayConfig gateway;  // region, balancing, health, retries, models
   access::AccessConfig access;     // the `governance` section
   features::FeaturesConfig features;  // the `features` section (enabled when present)
+  vectors::VectorsConfig vectors;  // the `vectors` section (off unless present)
 };
 
 Result<Config> parseConfig(const YAML::Node& root);

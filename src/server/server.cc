@@ -16,6 +16,7 @@
 #include "net/server.h"
 #include "obs/access_log.h"
 #include "obs/metrics.h"
+#include "vectors/vectors.h"
 
 #ifndef INFERA_VERSION
 #define INFERA_VERSION "0.1.0"
@@ -55,6 +56,7 @@ class ServerImpl final : public Server {
     admin_.reset();  // first: a /metrics scrape reads data_'s stats
     data_.reset();   // the routers and what they own (the gateway's and access's per-loop state), on their loops
     loops_.stop();
+    vectors_.reset();  // after the loops: finishes queued writes, snapshots every collection
     features_.reset();
     access_.reset();  // after the workers: writes the last usage records
     admin_loops_.stop();
@@ -94,6 +96,9 @@ class ServerImpl final : public Server {
       const Clock* clock = options_.clock ? options_.clock : &SystemClock::instance();
       INFERA_ASSIGN_OR_RETURN(features_, features::FeatureStore::create(config_.features, {registry_, workers_, clock}));
     }
+    if (config_.vectors.enabled) {
+      INFERA_ASSIGN_OR_RETURN(vectors_, vectors::VectorService::create(config_.vectors, workers_));
+    }
     registerNetMetrics();
 
     loops_.start();
@@ -103,6 +108,9 @@ class ServerImpl final : public Server {
     sc.port = config_.listen.port;
     sc.max_body_bytes = config_.max_body_bytes;
     sc.max_header_bytes = config_.max_header_bytes;
+    sc.header_timeout = std::chrono::milliseconds(config_.header_timeout_ms);
+    sc.max_connections = config_.max_connections;
+    sc.max_body_bytes_in_flight = config_.max_body_bytes_in_flight;
     sc.idle_timeout = std::chrono::milliseconds(config_.idle_timeout_ms);
     auto data = net::HttpServer::create(loops_, sc, [this](int i, net::asio::io_context& ctx) {
       return std::make_unique<net::RouterHandler>(dataRouter(i, ctx));
@@ -186,6 +194,7 @@ class ServerImpl final : public Server {
     }
     gateway_->addDataRoutes(i, ctx, r, aw);
     if (features_) features_->addDataRoutes(i, ctx, r, aw);
+    if (vectors_) vectors_->addDataRoutes(i, ctx, r, aw);
     return r;
   }
 
@@ -277,6 +286,23 @@ class ServerImpl final : public Server {
         ->setCallback([] { return static_cast<double>(net::spawnFailures()); });
     registry_.counterFamily("infera_net_timeouts_total", "Client connections closed by a read/write timeout.")
         ->setCallback([this] { return data_ ? static_cast<double>(data_->stats().timeouts.load()) : 0.0; });
+    auto stat = [this](auto field) {
+      return [this, field] { return data_ ? static_cast<double>((data_->stats().*field).load()) : 0.0; };
+    };
+    registry_.counterFamily("infera_net_bad_requests_total",
+                            "Requests refused for their framing, head or path (400), data port.")
+        ->setCallback(stat(&net::ServerStats::bad_requests));
+    registry_.counterFamily("infera_net_connections_rejected_total",
+                            "Connections closed at accept: max_connections were open (data port).")
+        ->setCallback(stat(&net::ServerStats::rejected_connections));
+    registry_.counterFamily("infera_net_accept_errors_total",
+                            "Failed accepts on the data port (EMFILE, ENFILE, ...); serving goes on.")
+        ->setCallback(stat(&net::ServerStats::accept_errors));
+    registry_.counterFamily("infera_net_busy_rejections_total",
+                            "Requests answered 503 before their body: max_body_bytes_in_flight held (data port).")
+        ->setCallback(stat(&net::ServerStats::rejected_busy));
+    registry_.gaugeFamily("infera_net_body_bytes_in_flight", "Request body bytes held on the data port.")
+        ->setCallback(stat(&net::ServerStats::body_bytes_in_flight));
   }
 
   Config config_;
@@ -292,6 +318,7 @@ class ServerImpl final : public Server {
   gateway::StaticRouteSource routes_;  // the config file's models
   std::unique_ptr<gateway::Gateway> gateway_;
   std::unique_ptr<features::FeatureStore> features_;
+  std::unique_ptr<vectors::VectorService> vectors_;
   net::EventLoops loops_;
   net::EventLoops admin_loops_;
   std::unique_ptr<net::HttpServer> data_;

@@ -1,4 +1,6 @@
+#include <fcntl.h>
 #include <sqlite3.h>
+#include <unistd.h>
 
 #include <functional>
 #include <string>
@@ -210,6 +212,12 @@ class SqliteDb final : public SqlDb {
 }  // namespace
 
 Result<std::unique_ptr<SqlDb>> openSqlite(const std::string& path) {
+  // Created for its owner only (keys' hashes, usage): SQLite would create it with the process's
+  // umask (0644 by default), and gives its -wal and -shm files the database file's mode.
+  if (path != ":memory:" && !path.empty()) {
+    const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (fd >= 0) ::close(fd);
+  }
   sqlite3* db = nullptr;
   // NOMUTEX: a SqlDb is used by one thread at a time (sql.h), so SQLite's per-call lock is waste.
   const int rc = sqlite3_open_v2(

@@ -56,6 +56,11 @@ bool TestClient::send(const std::string& method, const std::string& target, cons
   if (!body.empty() || method == "POST") req += "content-length: " + std::to_string(body.size()) + "\r\n";
   req += "\r\n";
   req += body;
+  return sendRaw(req);
+}
+
+bool TestClient::sendRaw(const std::string& req) {
+  if (fd_ < 0) return false;
   size_t off = 0;
   while (off < req.size()) {
     const ssize_t n = ::send(fd_, req.data() + off, req.size() - off, MSG_NOSIGNAL);
@@ -187,6 +192,15 @@ bool waitFor(const std::function<bool()>& cond, std::chrono::milliseconds timeou
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
   return cond();
+}
+
+
+std::string TestClient::readAll() {
+  while (fill()) {
+  }
+  std::string out = buf_.substr(pos_);
+  pos_ = buf_.size();
+  return out;
 }
 
 }  // namespace infera::testing

@@ -29,6 +29,10 @@ class TestClient {
   // Sends a request (keeps the connection open for reuse).
   bool send(const std::string& method, const std::string& target, const std::string& body,
             const std::vector<std::pair<std::string, std::string>>& headers = {});
+  // Writes bytes as they are (a hand-framed request, or several, or half of one).
+  bool sendRaw(const std::string& bytes);
+  // Everything until the server closes (or the timeout passes), unparsed.
+  std::string readAll();
   // Reads the status line and headers; false on EOF/timeout.
   bool readHead(TestResponse& out);
   // Next body piece (de-chunked): empty optional at the end of the body or on error.

@@ -78,3 +78,90 @@ TEST(RequestScanTest, FindTopLevelValueSkipsStringsWithEscapedQuotesAndBackslash
   EXPECT_EQ(value(R"({"a":"x\")", "a"), R"("x\")");
   EXPECT_EQ(value(R"({"b":"x\")", "c"), "<absent>");
 }
+
+namespace infera::gateway {
+namespace {
+
+// One reading of a body: a key twice anywhere is refused, whatever its escapes, because readers
+// disagree on which copy counts (simdjson and Go take the first, Python and nlohmann the last).
+TEST(RequestScanTest, RefusesAKeyTwiceInAnyObjectAfterUnescaping) {
+  simdjson::dom::parser p;
+  for (const char* body : {
+           R"({"model":"echo-a","mod\u0065l":"echo-b","messages":[]})",
+           R"({"model":"m","max_tokens":100,"max_tok\u0065ns":1})",
+           R"({"model":"m","max_tokens":100,"max_tokens":1})",
+           R"({"model":"m","stream":false,"stream":true})",
+           R"({"model":"m","stream_options":{"include_usage":true,"include_usag\u0065":false}})",
+           R"({"model":"m","messages":[{"role":"user","content":"a","content":"b"}]})",
+           R"({"model":"m","messages":[{"role":"user","content":"a","c\u006fntent":"b"}]})",
+           R"({"model":"m","tools":[{"function":{"parameters":{"x":1,"x":2}}}]})",
+       }) {
+    const auto f = scanRequest(p, body);
+    EXPECT_EQ(f.status().code(), StatusCode::kInvalidArgument) << body;
+    EXPECT_NE(f.status().message().find("twice"), std::string::npos) << f.status().message();
+  }
+  // The same key in different objects is fine, and so are escapes in nested keys and values.
+  const auto ok = scanRequest(p, R"({"model":"m","messages":[{"content":"a"},{"content":"b"}],"x":{"pr\u00e9nom":1}})");
+  EXPECT_TRUE(ok.ok()) << ok.status().message();
+}
+
+TEST(RequestScanTest, ReadsEveryFieldItDecidesOnWithItsType) {
+  simdjson::dom::parser p;
+  const auto f = scanRequest(
+      p, R"({"model":"m","stream":true,"max_tokens":50,"max_completion_tokens":20,"n":3,"temperature":0,)"
+         R"("user":"u","stream_options":{"include_usage":true,"other":[1, 2]}})");
+  ASSERT_TRUE(f.ok()) << f.status().message();
+  EXPECT_TRUE(f->stream);
+  EXPECT_EQ(f->max_tokens, 20);  // max_completion_tokens supersedes max_tokens
+  EXPECT_EQ(f->n, 3);
+  EXPECT_TRUE(f->has_temperature);
+  EXPECT_EQ(f->temperature, 0);
+  EXPECT_TRUE(f->include_usage);
+  EXPECT_EQ(f->stream_options_rest, R"(,"other":[1,2])");
+  // A field the gateway decides on, of a type the backend might coerce differently, is refused.
+  for (const char* body : {
+           R"({"model":"m","stream":"true"})",
+           R"({"model":"m","max_tokens":"100"})",
+           R"({"model":"m","max_tokens":1.5})",
+           R"({"model":"m","max_tokens":-1})",
+           R"({"model":"m","max_tokens":18446744073709551615})",
+           R"({"model":"m","n":"2"})",
+           R"({"model":"m","temperature":"0"})",
+           R"({"model":"m","user":7})",
+           R"({"model":"m","stream_options":[]})",
+           R"({"model":"m","stream_options":{"include_usage":"yes"}})",
+       }) {
+    EXPECT_EQ(scanRequest(p, body).status().code(), StatusCode::kInvalidArgument) << body;
+  }
+  // Null is "not given".
+  const auto nulls = scanRequest(p, R"({"model":"m","stream":null,"max_tokens":null,"temperature":null})");
+  ASSERT_TRUE(nulls.ok()) << nulls.status().message();
+  EXPECT_FALSE(nulls->stream);
+  EXPECT_EQ(nulls->max_tokens, -1);
+  EXPECT_FALSE(nulls->has_temperature);
+}
+
+// The response cache keys on the same reading: whitespace, key order and escapes do not change
+// the key, values do, and model, user and stream_options are not part of it.
+TEST(RequestScanTest, CanonicalFormIgnoresWhitespaceKeyOrderAndEscapesButNotValues) {
+  simdjson::dom::parser p;
+  auto canon = [&](const std::string& body) {
+    auto f = scanRequest(p, body, true);
+    EXPECT_TRUE(f.ok()) << f.status().message();
+    return f.ok() ? f->canonical : std::string();
+  };
+  const std::string a = canon(R"({"model":"m","temperature":0,"messages":[{"role":"user","content":"x"}]})");
+  const std::string b =
+      canon(R"({ "messages": [{"content":"\u0078","role":"user"}], "temperature": 0, "model": "alias", "user":"u" })");
+  const std::string c = canon(R"({"model":"m","temperature":0,"messages":[{"role":"user","content":"y"}]})");
+  const std::string d = canon(R"({"model":"m","temperature":0.0,"messages":[{"role":"user","content":"x"}]})");
+  EXPECT_FALSE(a.empty());
+  EXPECT_EQ(a, b);
+  EXPECT_NE(a, c);
+  EXPECT_EQ(a, R"({"messages":[{"content":"x","role":"user"}],"temperature":0})");
+  EXPECT_EQ(d, R"({"messages":[{"content":"x","role":"user"}],"temperature":0})");
+  EXPECT_EQ(scanRequest(p, "not json", true).status().code(), StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace infera::gateway

@@ -14,10 +14,11 @@ declare -A ALLOWED=(
   [emulator]="core net"
   [access]="core net obs store"
   [gateway]="core net obs access"
+  [vectors]="core net obs store access"
   [features]="core net obs store access"
   [scheduler]="core"
-  [server]="core net obs store emulator access gateway features"
-  [cli]="core net emulator scheduler server features"
+  [server]="core net obs store emulator access gateway vectors features"
+  [cli]="core net emulator scheduler server vectors features"
 )
 fail=0
 for dir in "$src"/*/; do

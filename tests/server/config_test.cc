@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <fstream>
 
 namespace infera::server {
@@ -82,6 +83,28 @@ models: [{name: m, deployments: [{endpoints: [{url: "http://127.0.0.1:1"}]}]}]
   EXPECT_EQ(m.find("hunter2"), std::string::npos) << m;
 }
 
+// The vectors section: off unless present, errors with path and line, unknown keys rejected, and
+// every change needs a restart.
+TEST(ServerConfigTest, VectorsSectionIsValidatedAndNeedsARestart) {
+  const auto off = loadConfigString("workers: 1\n");
+  ASSERT_TRUE(off.ok());
+  EXPECT_FALSE(off->vectors.enabled);
+  const auto on = loadConfigString("vectors:\n  data_dir: /tmp/v\n  path_prefix: /qdrant\n");
+  ASSERT_TRUE(on.ok()) << on.status().message();
+  EXPECT_TRUE(on->vectors.enabled);
+  EXPECT_EQ(on->vectors.path_prefix, "/qdrant");
+  EXPECT_EQ(on->vectors.data_dir, "/tmp/v");
+  const auto bad = loadConfigString("vectors:\n  path_prefix: qdrant/\n  max_batch_points: 0\n  colour: red\n");
+  ASSERT_FALSE(bad.ok());
+  expectEveryMessage(bad.status().message(), {
+      "vectors.path_prefix (line 2): must start with '/' and not end with one",
+      "vectors.max_batch_points (line 3): must be in [1, 1000000], got 0",
+      "vectors.colour (line 4): unknown key",
+  });
+  const auto restart = restartNeeded(*off, *on);
+  EXPECT_NE(std::find(restart.begin(), restart.end(), "vectors"), restart.end());
+}
+
 TEST(ServerConfigTest, MissingFileAndSyntaxErrorsAreClear) {
   EXPECT_EQ(loadConfig("/nonexistent/infera.yaml").status().code(), StatusCode::kNotFound);
   const auto bad = loadConfigString("models: [\n");
@@ -91,7 +114,7 @@ TEST(ServerConfigTest, MissingFileAndSyntaxErrorsAreClear) {
 
 TEST(ServerConfigTest, ShippedExamplesAreValid) {
   const char* src = INFERA_TEST_SOURCE_DIR;
-  for (const char* f : {"/examples/quickstart.yaml", "/examples/multi-region.yaml"}) {
+  for (const char* f : {"/examples/quickstart.yaml", "/examples/multi-region.yaml", "/examples/vectors.yaml"}) {
     const auto cfg = loadConfig(std::string(src) + f);
     EXPECT_TRUE(cfg.ok()) << f << ": " << cfg.status().message();
   }

@@ -36,8 +36,8 @@ class ResponseCache {
   int64_t max_entry_;
 };
 
-// Cache key over the model and the body with object keys sorted and whitespace removed, and the
-// team (empty for a cache shared by all teams); empty when the body cannot be normalised.
-std::string cacheKey(std::string_view model, std::string_view body, std::string_view team = {});
+// Cache key of a request for `model`: its canonical form (the caller's one reading of the body,
+// see AccessWorker::cacheKey) and the team (empty for a cache shared by all teams).
+std::string cacheKey(std::string_view model, std::string_view canonical_request, std::string_view team = {});
 
 }  // namespace infera::access

@@ -83,7 +83,7 @@ class GovWorker final : public AccessWorker {
   net::Task<std::optional<ResourceFull>> admitResource(Grant& grant, const LimitedResource& resource) override;
   void finish(Grant& grant, UsageRecord&& record, const PriceConfig& price) override;
   bool cacheEnabled() const override;
-  std::string cacheKey(std::string_view model, std::string_view body, const Grant& grant) const override;
+  std::string cacheKey(std::string_view model, std::string_view canonical_request, const Grant& grant) const override;
   net::Task<std::optional<CachedAnswer>> cacheGet(const std::string& key) override;
   void cachePut(const std::string& key, CachedAnswer answer) override;
   void countCache(bool hit) override;

@@ -39,24 +39,20 @@ class ProxyHandler {
   void setTable(std::shared_ptr<const RouteTable> table);
 
   // The APIs the data routes lead to (gateway.cc registers them).
-  enum class Api : uint8_t {
-    kModels,       // GET /v1/models
-    kOpenAi,       // POST /v1/chat/completions, /v1/completions, /v1/embeddings
-    kKServeMeta,   // /v2, /v2/health/live, /v2/health/ready
-    kKServeModel,  // /v2/models/{model}[/...]
-  };
-  net::Task<void> serve(net::HttpRequest& request, net::ResponseWriter& writer, Api api);
+  net::Task<void> handleModels(net::HttpRequest& req, net::ResponseWriter& w);  // GET /v1/models
+  // POST /v1/chat/completions, /v1/completions, /v1/embeddings
+  net::Task<void> handleOpenAi(net::HttpRequest& req, net::ResponseWriter& w);
+  net::Task<void> handleKServeMeta(net::HttpRequest& req, net::ResponseWriter& w);  // /v2, /v2/health/*
+  net::Task<void> handleKServe(net::HttpRequest& req, net::ResponseWriter& w);      // /v2/models/{model}/...
   // A data-port request no route takes: 404, or 405 with the methods `allow`ed.
   net::Task<void> unmatched(net::HttpRequest& request, net::ResponseWriter& writer, int status, std::string allow);
 
  private:
   struct Exchange;
   struct Failure;
+  struct Served;
   void begin(Exchange& x);
-  net::Task<void> handleModels(Exchange& x);
-  net::Task<void> handleOpenAi(Exchange& x);
-  net::Task<void> handleKServeMeta(Exchange& x);
-  net::Task<void> handleKServe(Exchange& x);
+  net::Task<void> notReady(Exchange& x);
   // Sends the request to one of `candidates` (retrying on others), relays the answer.
   net::Task<void> forward(Exchange& x, const std::vector<uint32_t>& candidates);
   // The steps of forward: a deployment's own limits (false: full, `f` says why), one try at an

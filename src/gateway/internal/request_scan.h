@@ -1,11 +1,15 @@
 #pragma once
-// Private to the gateway. Reads only the fields routing needs from an OpenAI request body; the
-// body itself is forwarded untouched (except the model value when a deployment renames it).
+// Gateway internals: the one reading of an OpenAI request body. Every field the gateway decides
+// on (model, stream, stream_options, max_tokens, max_completion_tokens, n, temperature, user) is
+// read from one parse, a body with a key twice in any object is refused, and the cache's key is
+// built from the same parse (a canonical form). The body itself is forwarded untouched (except
+// the model value when a deployment renames it and stream_options when usage must be asked for).
 
 #include <simdjson.h>
 
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "core/status.h"
 
@@ -29,14 +33,32 @@ struct RequestFields {
   size_t stream_options_begin = 0;  // byte span of the stream_options value
   size_t stream_options_end = 0;
   std::string stream_options_rest;  // its other members, as ,"k":v,... (minified)
+  // With `canonical`: the body without model, user and stream_options, keys sorted at every depth,
+  // strings and numbers written one way (what the response cache keys on).
+  std::string canonical;
 };
 
-// kInvalidArgument for malformed JSON or a non-object body. A missing model is not an error here
-// (has_model = false) so the caller can answer with the right message.
-Result<RequestFields> scanRequest(simdjson::dom::parser& parser, const std::string& body);
+// One top-level member of a JSON object text: its key unescaped and its value's byte span.
+struct JsonMember {
+  std::string key;
+  bool escaped = false;  // the key was written with escapes
+  size_t begin = 0;
+  size_t end = 0;
+};
+// The members of a well-formed JSON object text, in order; false if it is not one.
+bool scanTopLevelMembers(std::string_view json, std::vector<JsonMember>& out);
+// A JSON string token (quotes included) unescaped (\uXXXX and surrogate pairs to UTF-8); false
+// when it is not one.
+bool unescapeJsonString(std::string_view quoted, std::string& out);
 
-// Byte span of the first top-level occurrence of the (unescaped) key's value in a JSON object
-// text; false if absent. *count, when given, receives the number of top-level occurrences.
+// kInvalidArgument for malformed JSON, a non-object body, a key twice in an object, or a field the
+// gateway decides on with the wrong type. A missing model is not an error here (has_model =
+// false) so the caller can answer with the right message.
+Result<RequestFields> scanRequest(simdjson::dom::parser& parser, const std::string& body, bool canonical = false);
+
+// Byte span of the first top-level occurrence of the key's value in a JSON object text, keys
+// compared as written (for backends' answers; requests go through scanRequest); false if absent.
+// *count, when given, receives the number of top-level occurrences.
 bool findTopLevelValue(std::string_view json, std::string_view key, size_t& begin, size_t& end,
                        int* count = nullptr);
 

@@ -12,6 +12,7 @@
 #include "access/limits.h"
 #include "core/text.h"
 #include "net/client.h"
+#include "net/http.h"
 #include "obs/metrics.h"
 
 namespace infera::gateway {
@@ -111,7 +112,28 @@ struct RouteTable {
   // Models and aliases (looked up with string_views: no key is built per request).
   std::unordered_map<std::string, const Route*, TransparentStringHash, std::equal_to<>> by_name;
   std::string models_json;                                 // GET /v1/models body
+  // Models and aliases in config order (GET /v1/models lists those a key may use), and the
+  // "created" time the list shows.
+  std::vector<std::pair<std::string, const Route*>> names;
+  std::string created;
 };
+
+// The GET /v1/models body for the names `keep(name, route)` says yes to.
+template <typename Keep>
+std::string modelsJson(const RouteTable& t, Keep&& keep) {
+  std::string out = "{\"object\":\"list\",\"data\":[";
+  bool first = true;
+  for (const auto& [name, route] : t.names) {
+    if (!keep(name, *route)) continue;
+    if (!first) out += ",";
+    first = false;
+    out += "{\"id\":";
+    net::appendJsonString(out, name);
+    out += ",\"object\":\"model\",\"created\":" + t.created + ",\"owned_by\":\"infera\"}";
+  }
+  out += "]}";
+  return out;
+}
 
 // Where a request goes: the route of the model it names and the endpoints that speak its API.
 // (The model registry's experiments choose an arm and add a shadow target here.)

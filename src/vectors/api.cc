@@ -1,0 +1,880 @@
+#include "vectors/internal/api.h"
+
+#include <chrono>
+#include <cmath>
+
+#include "access/access.h"
+
+namespace infera::vectors {
+namespace {
+
+using net::Task;
+using Clock = std::chrono::steady_clock;
+
+// An answer: HTTP status and the `result` JSON text (success) or the error message.
+struct Reply {
+  int status = 200;
+  std::string result;  // JSON text
+  std::string error;
+  std::vector<net::HttpHeader> headers;
+};
+
+int httpStatus(const Status& s) {
+  switch (s.code()) {
+    case StatusCode::kInvalidArgument: return 400;
+    case StatusCode::kNotFound: return 404;
+    case StatusCode::kAlreadyExists: return 409;
+    case StatusCode::kFailedPrecondition: return 422;
+    case StatusCode::kPermissionDenied: return 403;
+    case StatusCode::kUnauthenticated: return 401;
+    case StatusCode::kResourceExhausted: return 429;
+    case StatusCode::kUnavailable: return 503;
+    case StatusCode::kPayloadTooLarge: return 413;
+    default: return 500;
+  }
+}
+
+Reply fail(const Status& s) {
+  Reply r;
+  r.status = httpStatus(s);
+  r.error = s.message();
+  if (r.status == 500 && !r.error.starts_with("Service internal error")) r.error = "Service internal error: " + r.error;
+  return r;
+}
+Reply ok(std::string result) {
+  Reply r;
+  r.result = std::move(result);
+  return r;
+}
+
+Status badRequest(const std::string& m) { return Status::invalidArgument("Bad request: " + m); }
+Status wrongInput(const std::string& m) { return Status::invalidArgument("Wrong input: " + m); }
+Status collectionMissing(std::string_view name) {
+  return Status::notFound("Not found: Collection `" + std::string(name) + "` doesn't exist!");
+}
+
+std::string percentDecode(std::string_view s) {
+  auto hex = [](char c) { return std::isdigit(uint8_t(c)) ? c - '0' : std::tolower(uint8_t(c)) - 'a' + 10; };
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '%' && i + 2 < s.size() && std::isxdigit(uint8_t(s[i + 1])) && std::isxdigit(uint8_t(s[i + 2]))) {
+      out.push_back(char(hex(s[i + 1]) * 16 + hex(s[i + 2])));
+      i += 2;
+    } else {
+      out.push_back(s[i]);
+    }
+  }
+  return out;
+}
+
+// A query-string parameter's value ("" when absent).
+std::string queryParam(std::string_view target, std::string_view key) {
+  const size_t q = target.find('?');
+  if (q == std::string_view::npos) return {};
+  std::string_view rest = target.substr(q + 1);
+  while (!rest.empty()) {
+    const size_t amp = rest.find('&');
+    const std::string_view kv = rest.substr(0, amp);
+    const size_t eq = kv.find('=');
+    if (kv.substr(0, eq) == key) return eq == std::string_view::npos ? "true" : percentDecode(kv.substr(eq + 1));
+    if (amp == std::string_view::npos) break;
+    rest.remove_prefix(amp + 1);
+  }
+  return {};
+}
+
+Status validateName(const std::string& name) {
+  static const std::string kBad = "<>:\"/\\|?*";
+  if (name.empty() || name.size() > 255) {
+    return Status::failedPrecondition(
+        "Validation error in path parameters: [collection_name: length must be between 1 and 255]");
+  }
+  for (char c : name) {
+    if (kBad.find(c) != std::string::npos || c == '\0' || c == '\x1f') {
+      return Status::failedPrecondition(std::string("Validation error in path parameters: [collection_name: ") +
+                                        "collection name cannot contain \"" + std::string(1, c) + "\" char]");
+    }
+  }
+  return Status::ok();
+}
+
+// A dense vector of `dim` finite floats, normalised for cosine.
+Result<std::vector<float>> parseVector(const Json& j, const CollectionParams& p) {
+  const Json* v = &j;
+  if (j.is_object()) {
+    // {"": [...]} names the unnamed vector; other names do not exist here.
+    if (j.size() == 1 && j.begin().key().empty()) {
+      v = &j.begin().value();
+    } else if (j.contains("indices")) {
+      return wrongInput("Conversion between sparse and regular vectors failed");
+    } else {
+      return wrongInput("Not existing vector name error: " + (j.empty() ? std::string() : j.begin().key()));
+    }
+  }
+  if (!v->is_array()) return Status::invalidArgument("Format error in JSON body: vector must be a list of numbers");
+  if (v->size() != p.dim) {
+    return wrongInput("Vector dimension error: expected dim: " + std::to_string(p.dim) +
+                      ", got " + std::to_string(v->size()));
+  }
+  std::vector<float> out(p.dim);
+  for (size_t i = 0; i < p.dim; ++i) {
+    const Json& x = (*v)[i];
+    if (!x.is_number()) return Status::invalidArgument("Format error in JSON body: vector must be a list of numbers");
+    out[i] = float(x.get<double>());
+    if (!std::isfinite(out[i])) return wrongInput("vector component " + std::to_string(i) + " is not a finite number");
+  }
+  if (p.distance == Distance::kCosine) {
+    double n = 0;
+    for (float x : out) n += double(x) * double(x);
+    n = std::sqrt(n);
+    if (n > 1e-30 && std::fabs(n - 1.0) > 1e-6) {
+      for (float& x : out) x = float(x / n);
+    }
+  }
+  return out;
+}
+
+Result<std::optional<Filter>> optionalFilter(const Json& body, const char* key = "filter") {
+  if (!body.contains(key) || body[key].is_null()) return std::optional<Filter>();
+  INFERA_ASSIGN_OR_RETURN(Filter f, parseFilter(body[key]));
+  return std::optional<Filter>(std::move(f));
+}
+
+Result<size_t> optionalCount(const Json& body, const char* key, size_t def) {
+  if (!body.contains(key) || body[key].is_null()) return def;
+  if (!body[key].is_number_unsigned()) {
+    return Status::invalidArgument(std::string("Format error in JSON body: ") + key + " must be a non-negative integer");
+  }
+  return body[key].get<size_t>();
+}
+
+Result<bool> optionalBool(const Json& body, const char* key, bool def) {
+  if (!body.contains(key) || body[key].is_null()) return def;
+  if (body[key].is_boolean()) return body[key].get<bool>();
+  if (body[key].is_array()) return !body[key].empty();  // with_vector: [names]
+  return Status::invalidArgument(std::string("Format error in JSON body: ") + key + " must be a bool");
+}
+
+Result<PayloadSelector> selector(const Json& body, bool def) {
+  if (!body.contains("with_payload")) {
+    PayloadSelector s;
+    s.mode = def ? PayloadSelector::Mode::kAll : PayloadSelector::Mode::kNone;
+    return s;
+  }
+  return parsePayloadSelector(body["with_payload"]);
+}
+
+Result<bool> withVector(const Json& body) {
+  if (body.contains("with_vector")) return optionalBool(body, "with_vector", false);
+  return optionalBool(body, "with_vectors", false);
+}
+
+void appendRecord(std::string& out, const Record& r, bool scored) {
+  out += "{\"id\":";
+  r.id.appendJson(out);
+  if (scored) {
+    out += ",\"version\":" + std::to_string(r.version) + ",\"score\":";
+    appendFloat(out, r.score);
+  }
+  if (r.payload) {
+    out += ",\"payload\":";
+    out += dumpJson(*r.payload);
+  }
+  if (r.vector) {
+    out += ",\"vector\":[";
+    for (size_t i = 0; i < r.vector->size(); ++i) {
+      if (i) out.push_back(',');
+      appendFloat(out, (*r.vector)[i]);
+    }
+    out.push_back(']');
+  }
+  out.push_back('}');
+}
+
+std::string recordsJson(const std::vector<Record>& rs, bool scored) {
+  std::string out = "[";
+  for (size_t i = 0; i < rs.size(); ++i) {
+    if (i) out.push_back(',');
+    appendRecord(out, rs[i], scored);
+  }
+  out.push_back(']');
+  return out;
+}
+
+Result<CollectionParams> parseCreate(const Json& body) {
+  CollectionParams p;
+  if (!body.is_object()) return Status::invalidArgument("Format error in JSON body: expected an object");
+  if (!body.contains("vectors") || !body["vectors"].is_object()) {
+    return badRequest("Infera needs `vectors: {size, distance}` (collections without vectors are not supported)");
+  }
+  const Json& v = body["vectors"];
+  if (!v.contains("size")) {
+    if (!v.empty() && v.begin().value().is_object()) return badRequest("named vectors are not supported by Infera");
+    return Status::invalidArgument("Format error in JSON body: missing field `size`");
+  }
+  if (!v["size"].is_number_integer() || v["size"].get<int64_t>() < 1) {
+    return Status::failedPrecondition("Validation error in JSON body: [vectors.size: value must be at least 1]");
+  }
+  p.dim = v["size"].get<size_t>();
+  if (p.dim > 65'536) return badRequest("vector size " + std::to_string(p.dim) + " exceeds 65536");
+  const std::string d = v.value("distance", "");
+  if (d == "Cosine") p.distance = Distance::kCosine;
+  else if (d == "Euclid") p.distance = Distance::kEuclid;
+  else if (d == "Dot") p.distance = Distance::kDot;
+  else if (d == "Manhattan") return badRequest("Manhattan distance is not supported by Infera");
+  else return Status::invalidArgument("Format error in JSON body: unknown variant `" + d +
+                                      "`, expected one of `Cosine`, `Euclid`, `Dot`, `Manhattan`");
+  auto hnsw = [&](const Json& h) -> Status {
+    if (!h.is_object()) return Status::ok();
+    if (h.contains("m") && h["m"].is_number_integer()) {
+      p.m = h["m"].get<int>();
+      if (p.m < 2 || p.m > 128) return badRequest("hnsw_config.m must be in [2, 128] (m = 0 is not supported)");
+    }
+    if (h.contains("ef_construct") && h["ef_construct"].is_number_integer()) {
+      p.ef_construct = h["ef_construct"].get<int>();
+      if (p.ef_construct < 4) {
+        return Status::failedPrecondition("Validation error in JSON body: [hnsw_config.ef_construct: value must be at least 4]");
+      }
+    }
+    if (h.contains("full_scan_threshold") && h["full_scan_threshold"].is_number_integer()) {
+      p.full_scan_threshold_kb = h["full_scan_threshold"].get<int64_t>();
+      if (p.full_scan_threshold_kb < 10) {
+        return Status::failedPrecondition(
+            "Validation error in JSON body: [hnsw_config.full_scan_threshold: value must be at least 10]");
+      }
+    }
+    return Status::ok();
+  };
+  auto quant = [&](const Json& q) -> Status {
+    if (q.is_null()) return Status::ok();
+    if (!q.is_object()) return Status::invalidArgument("Format error in JSON body: quantization_config must be an object");
+    if (!q.contains("scalar")) return badRequest("only scalar (int8) quantization is supported by Infera");
+    const Json& s = q["scalar"];
+    if (s.value("type", "int8") != "int8") return badRequest("scalar quantization type must be int8");
+    p.quantization = true;
+    p.quantile = s.value("quantile", 0.99f);
+    if (p.quantile < 0.5f || p.quantile > 1.0f) {
+      return Status::failedPrecondition("Validation error in JSON body: [quantization_config.scalar.quantile: value must be in 0.5..1]");
+    }
+    p.always_ram = s.value("always_ram", true);
+    return Status::ok();
+  };
+  if (body.contains("hnsw_config")) INFERA_RETURN_IF_ERROR(hnsw(body["hnsw_config"]));
+  if (v.contains("hnsw_config")) INFERA_RETURN_IF_ERROR(hnsw(v["hnsw_config"]));
+  if (body.contains("quantization_config")) INFERA_RETURN_IF_ERROR(quant(body["quantization_config"]));
+  if (v.contains("quantization_config")) INFERA_RETURN_IF_ERROR(quant(v["quantization_config"]));
+  if (body.contains("on_disk_payload") && body["on_disk_payload"].is_boolean()) {
+    p.on_disk_payload = body["on_disk_payload"].get<bool>();
+  }
+  return p;
+}
+
+// The per-loop handler.
+class Api {
+ public:
+  Api(Store& store, const VectorsConfig& config, net::asio::io_context& ctx, access::AccessWorker* access)
+      : store_(store), config_(config), ctx_(ctx), access_(access) {}
+
+  using Fn = Task<Reply> (Api::*)(net::HttpRequest&, const std::string& name, net::PathParams);
+
+  Task<void> serve(net::HttpRequest& req, net::ResponseWriter& w, net::PathParams params, Fn fn, bool scoped) {
+    const auto t0 = Clock::now();
+    const std::string name = percentDecode(params.get("name"));
+    access::Grant grant;
+    Reply r;
+    bool denied = false;
+    if (access_) {
+      std::string auth(req.header("authorization"));
+      if (auth.empty() && !req.header("api-key").empty()) auth = "Bearer " + std::string(req.header("api-key"));
+      if (auto d = access_->authenticate(auth, req.header(access_->userHeader()), grant)) {
+        r = fail(Status(d->status == 401 ? StatusCode::kUnauthenticated : StatusCode::kPermissionDenied,
+                        "Forbidden: " + d->message));
+        r.status = d->status;
+        denied = true;
+      } else if (scoped) {
+        if (auto no = access_->checkAccess(grant, access::ResourceKind::kCollection, name, name)) {
+          r = fail(Status::permissionDenied("Forbidden: " + no->message));
+          r.status = no->status;
+          denied = true;
+        }
+      }
+      if (!denied) {
+        access::AdmitRequest ar;
+        if (auto full = co_await access_->admit(grant, ar, r.headers)) {
+          r = fail(Status::resourceExhausted("Rate limiting exceeded: " + full->message));
+          r.status = full->status;
+          denied = true;
+        }
+      }
+    }
+    if (!denied) {
+      std::vector<net::HttpHeader> admitted = std::move(r.headers);
+      r = co_await (this->*fn)(req, name, params);
+      for (auto& h : admitted) r.headers.push_back(std::move(h));
+    }
+    const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+    std::string body;
+    char tbuf[32];
+    std::snprintf(tbuf, sizeof tbuf, "%.6f", secs);
+    if (r.error.empty()) {
+      body.reserve(r.result.size() + 48);
+      body += "{\"result\":";
+      body += r.result;
+      body += ",\"status\":\"ok\",\"time\":";
+      body += tbuf;
+      body += "}";
+    } else {
+      body = "{\"status\":{\"error\":";
+      net::appendJsonString(body, r.error);
+      body += "},\"time\":";
+      body += tbuf;
+      body += "}";
+    }
+    if (access_ && grant) {
+      access::UsageRecord rec;
+      rec.model = "collection:" + name;
+      rec.status = r.status;
+      rec.latency_ms = secs * 1000;
+      access_->finish(grant, std::move(rec), {});
+    }
+    co_await w.send(r.status, "application/json", body, r.headers);
+  }
+
+  // --- collections ---
+
+  Task<Reply> listCollections(net::HttpRequest&, const std::string&, net::PathParams) {
+    Json list = Json::array();
+    for (const auto& n : store_.names()) list.push_back({{"name", n}});
+    co_return ok(dumpJson(Json{{"collections", list}}));
+  }
+
+  Task<Reply> getCollection(net::HttpRequest&, const std::string& name, net::PathParams) {
+    auto e = store_.find(name);
+    if (!e) co_return fail(collectionMissing(name));
+    co_return ok(dumpJson(e->coll.info()));
+  }
+
+  Task<Reply> exists(net::HttpRequest&, const std::string& name, net::PathParams) {
+    co_return ok(store_.find(name) ? "{\"exists\":true}" : "{\"exists\":false}");
+  }
+
+  Task<Reply> createCollection(net::HttpRequest& req, const std::string& name, net::PathParams) {
+    if (Status s = validateName(name); !s.isOk()) co_return fail(s);
+    auto body = parseJson(req.body.empty() ? "{}" : req.body);
+    if (!body.ok()) co_return fail(body.status());
+    auto params = parseCreate(*body);
+    if (!params.ok()) co_return fail(params.status());
+    Wait wait(ctx_);
+    const Status sub = store_.create(name, *params, [this, w = wait.state](Status s) { post(w, std::move(s), 0); });
+    if (!sub.isOk()) co_return fail(sub);
+    co_await wait.done();
+    if (!wait.state->status.isOk()) co_return fail(wait.state->status);
+    co_return ok("true");
+  }
+
+  Task<Reply> updateCollection(net::HttpRequest&, const std::string& name, net::PathParams) {
+    if (!store_.find(name)) co_return fail(collectionMissing(name));
+    co_return ok("true");  // accepted; Infera's collections are not re-parameterised (docs/vectors.md)
+  }
+
+  Task<Reply> deleteCollection(net::HttpRequest&, const std::string& name, net::PathParams) {
+    Wait wait(ctx_);
+    const Status sub = store_.drop(name, [this, w = wait.state](bool existed) { post(w, Status::ok(), existed ? 1 : 0); });
+    if (!sub.isOk()) co_return fail(sub);
+    co_await wait.done();
+    co_return ok(wait.state->op_id ? "true" : "false");
+  }
+
+  Task<Reply> aliases(net::HttpRequest&, const std::string& name, net::PathParams) {
+    if (!name.empty() && !store_.find(name)) co_return fail(collectionMissing(name));
+    co_return ok("{\"aliases\":[]}");
+  }
+
+  // --- writes ---
+
+  Task<Reply> createIndex(net::HttpRequest& req, const std::string& name, net::PathParams) {
+    auto e = store_.find(name);
+    if (!e) co_return fail(collectionMissing(name));
+    auto body = parseJson(req.body);
+    if (!body.ok()) co_return fail(body.status());
+    if (!body->is_object() || !(*body)["field_name"].is_string()) {
+      co_return fail(Status::invalidArgument("Format error in JSON body: missing field `field_name`"));
+    }
+    Op op;
+    op.type = Op::Type::kCreateIndex;
+    op.key = (*body)["field_name"].get<std::string>();
+    if (auto p = parseJsonPath(op.key); !p.ok()) co_return fail(p.status());
+    const Json schema = body->value("field_schema", Json());
+    std::string type;
+    if (schema.is_string()) type = schema.get<std::string>();
+    if (schema.is_object() && schema.contains("type") && schema["type"].is_string()) type = schema["type"].get<std::string>();
+    if (type.empty()) {
+      co_return fail(wrongInput("Unable to infer type for the field '" + op.key + "'. Please specify `field_type`"));
+    }
+    if (!payloadTypeFromName(type, op.index_type)) {
+      co_return fail(Status::invalidArgument("Format error in JSON body: unknown variant `" + type + "`"));
+    }
+    co_return co_await write(req, e, std::move(op));
+  }
+
+  Task<Reply> deleteIndex(net::HttpRequest& req, const std::string& name, net::PathParams params) {
+    auto e = store_.find(name);
+    if (!e) co_return fail(collectionMissing(name));
+    Op op;
+    op.type = Op::Type::kDeleteIndex;
+    op.key = percentDecode(params.get("field"));
+    co_return co_await write(req, e, std::move(op), true);
+  }
+
+  Task<Reply> upsert(net::HttpRequest& req, const std::string& name, net::PathParams) {
+    auto e = store_.find(name);
+    if (!e) co_return fail(collectionMissing(name));
+    auto body = parseJson(req.body);
+    if (!body.ok()) co_return fail(body.status());
+    Op op;
+    op.type = Op::Type::kUpsert;
+    const CollectionParams& p = e->coll.params();
+    auto addPoint = [&](const Json& id, const Json& vec, const Json& payload) -> Status {
+      INFERA_ASSIGN_OR_RETURN(PointId pid, pointIdFromJson(id));
+      INFERA_ASSIGN_OR_RETURN(std::vector<float> v, parseVector(vec, p));
+      if (!payload.is_null() && !payload.is_object()) {
+        return Status::invalidArgument("Format error in JSON body: payload must be an object");
+      }
+      op.ids.push_back(pid);
+      op.vectors.insert(op.vectors.end(), v.begin(), v.end());
+      op.payloads.push_back(payload);
+      return Status::ok();
+    };
+    Status s;
+    if (body->is_object() && body->contains("points") && (*body)["points"].is_array()) {
+      const Json& pts = (*body)["points"];
+      if (int64_t(pts.size()) > config_.max_batch_points) s = tooMany(pts.size());
+      for (size_t i = 0; i < pts.size() && s.isOk(); ++i) {
+        const Json& pt = pts[i];
+        if (!pt.is_object() || !pt.contains("id") || !pt.contains("vector")) {
+          s = Status::invalidArgument("Format error in JSON body: points[" + std::to_string(i) +
+                                      "]: missing field `id` or `vector`");
+          break;
+        }
+        s = addPoint(pt["id"], pt["vector"], pt.value("payload", Json()));
+      }
+    } else if (body->is_object() && body->contains("batch") && (*body)["batch"].is_object()) {
+      const Json& b = (*body)["batch"];
+      const Json ids = b.value("ids", Json());
+      const Json vecs = b.value("vectors", Json());
+      const Json pays = b.value("payloads", Json());
+      if (!ids.is_array() || !vecs.is_array() || ids.size() != vecs.size() ||
+          (!pays.is_null() && (!pays.is_array() || pays.size() != ids.size()))) {
+        s = wrongInput("batch ids, vectors and payloads must be lists of the same length");
+      } else if (int64_t(ids.size()) > config_.max_batch_points) {
+        s = tooMany(ids.size());
+      }
+      for (size_t i = 0; i < ids.size() && s.isOk(); ++i) s = addPoint(ids[i], vecs[i], pays.is_null() ? Json() : pays[i]);
+    } else {
+      s = Status::invalidArgument("Format error in JSON body: expected `points` or `batch`");
+    }
+    if (!s.isOk()) co_return fail(s);
+    co_return co_await write(req, e, std::move(op));
+  }
+
+  Task<Reply> deletePoints(net::HttpRequest& req, const std::string& name, net::PathParams) {
+    auto e = store_.find(name);
+    if (!e) co_return fail(collectionMissing(name));
+    auto body = parseJson(req.body);
+    if (!body.ok()) co_return fail(body.status());
+    Op op;
+    op.type = Op::Type::kDelete;
+    if (Status s = selectTargets(*body, op); !s.isOk()) co_return fail(s);
+    co_return co_await write(req, e, std::move(op));
+  }
+
+  Task<Reply> setPayload(net::HttpRequest& req, const std::string& name, net::PathParams) {
+    co_return co_await payloadOp(req, name, Op::Type::kSetPayload);
+  }
+  Task<Reply> overwritePayload(net::HttpRequest& req, const std::string& name, net::PathParams) {
+    co_return co_await payloadOp(req, name, Op::Type::kOverwritePayload);
+  }
+  Task<Reply> deletePayload(net::HttpRequest& req, const std::string& name, net::PathParams) {
+    co_return co_await payloadOp(req, name, Op::Type::kDeletePayloadKeys);
+  }
+  Task<Reply> clearPayload(net::HttpRequest& req, const std::string& name, net::PathParams) {
+    co_return co_await payloadOp(req, name, Op::Type::kClearPayload);
+  }
+
+  // --- reads ---
+
+  Task<Reply> retrieve(net::HttpRequest& req, const std::string& name, net::PathParams) {
+    auto e = store_.find(name);
+    if (!e) co_return fail(collectionMissing(name));
+    auto body = parseJson(req.body);
+    if (!body.ok()) co_return fail(body.status());
+    if (!body->is_object() || !(*body)["ids"].is_array()) {
+      co_return fail(Status::invalidArgument("Format error in JSON body: missing field `ids`"));
+    }
+    std::vector<PointId> ids;
+    for (const auto& x : (*body)["ids"]) {
+      auto id = pointIdFromJson(x);
+      if (!id.ok()) co_return fail(id.status());
+      ids.push_back(*id);
+    }
+    auto sel = selector(*body, true);
+    auto wv = withVector(*body);
+    if (!sel.ok()) co_return fail(sel.status());
+    if (!wv.ok()) co_return fail(wv.status());
+    co_return ok(recordsJson(e->coll.retrieve(ids, *sel, *wv), false));
+  }
+
+  Task<Reply> getPoint(net::HttpRequest&, const std::string& name, net::PathParams params) {
+    auto e = store_.find(name);
+    if (!e) co_return fail(collectionMissing(name));
+    auto id = pointIdFromText(percentDecode(params.get("id")));
+    if (!id.ok()) co_return fail(id.status());
+    PayloadSelector all;
+    all.mode = PayloadSelector::Mode::kAll;
+    auto rs = e->coll.retrieve({*id}, all, true);
+    if (rs.empty()) co_return fail(Status::notFound("Not found: Point with id " + id->toString() + " does not exists!"));
+    std::string out;
+    appendRecord(out, rs[0], false);
+    co_return ok(std::move(out));
+  }
+
+  Task<Reply> count(net::HttpRequest& req, const std::string& name, net::PathParams) {
+    auto e = store_.find(name);
+    if (!e) co_return fail(collectionMissing(name));
+    auto body = parseJson(req.body.empty() ? "{}" : req.body);
+    if (!body.ok()) co_return fail(body.status());
+    auto f = optionalFilter(*body);
+    if (!f.ok()) co_return fail(f.status());
+    const size_t n = e->coll.count(*f ? &**f : nullptr);
+    co_return ok("{\"count\":" + std::to_string(n) + "}");
+  }
+
+  Task<Reply> scroll(net::HttpRequest& req, const std::string& name, net::PathParams) {
+    auto e = store_.find(name);
+    if (!e) co_return fail(collectionMissing(name));
+    auto body = parseJson(req.body.empty() ? "{}" : req.body);
+    if (!body.ok()) co_return fail(body.status());
+    ScrollRequest sr;
+    auto f = optionalFilter(*body);
+    auto limit = optionalCount(*body, "limit", 10);
+    auto sel = selector(*body, true);
+    auto wv = withVector(*body);
+    for (const Status* s : {&f.status(), &limit.status(), &sel.status(), &wv.status()}) {
+      if (!s->isOk()) co_return fail(*s);
+    }
+    if (*limit == 0) co_return fail(badRequest("Limit cannot be 0"));
+    if (body->contains("order_by") && !(*body)["order_by"].is_null()) {
+      co_return fail(badRequest("order_by is not supported by Infera"));
+    }
+    if (body->contains("offset") && !(*body)["offset"].is_null()) {
+      auto off = pointIdFromJson((*body)["offset"]);
+      if (!off.ok()) co_return fail(off.status());
+      sr.offset = *off;
+    }
+    sr.filter = std::move(*f);
+    sr.limit = *limit;
+    sr.with_payload = *sel;
+    sr.with_vector = *wv;
+    std::optional<PointId> next;
+    const auto rs = e->coll.scroll(sr, next);
+    std::string out = "{\"points\":" + recordsJson(rs, false) + ",\"next_page_offset\":";
+    if (next) {
+      next->appendJson(out);
+    } else {
+      out += "null";
+    }
+    out += "}";
+    co_return ok(std::move(out));
+  }
+
+  Task<Reply> search(net::HttpRequest& req, const std::string& name, net::PathParams) {
+    auto e = store_.find(name);
+    if (!e) co_return fail(collectionMissing(name));
+    auto body = parseJson(req.body);
+    if (!body.ok()) co_return fail(body.status());
+    auto r = runSearch(*e, *body, false);
+    if (!r.ok()) co_return fail(r.status());
+    co_return ok(std::move(*r));
+  }
+
+  Task<Reply> searchBatch(net::HttpRequest& req, const std::string& name, net::PathParams) {
+    co_return co_await batch(req, name, false);
+  }
+
+  Task<Reply> query(net::HttpRequest& req, const std::string& name, net::PathParams) {
+    auto e = store_.find(name);
+    if (!e) co_return fail(collectionMissing(name));
+    auto body = parseJson(req.body.empty() ? "{}" : req.body);
+    if (!body.ok()) co_return fail(body.status());
+    auto r = runSearch(*e, *body, true);
+    if (!r.ok()) co_return fail(r.status());
+    co_return ok(std::move(*r));
+  }
+
+  Task<Reply> queryBatch(net::HttpRequest& req, const std::string& name, net::PathParams) {
+    co_return co_await batch(req, name, true);
+  }
+
+ private:
+  // Waits on this loop for a writer's answer.
+  struct WaitState {
+    explicit WaitState(net::asio::io_context& ctx) : timer(ctx) { timer.expires_at(net::asio::steady_timer::time_point::max()); }
+    net::asio::steady_timer timer;
+    Status status;
+    uint64_t op_id = 0;
+    bool finished = false;
+  };
+  struct Wait {
+    explicit Wait(net::asio::io_context& ctx) : state(std::make_shared<WaitState>(ctx)) {}
+    Task<void> done() {
+      if (state->finished) co_return;
+      boost::system::error_code ec;
+      co_await state->timer.async_wait(net::asio::redirect_error(net::asio::use_awaitable, ec));
+    }
+    // Shared with the writer thread's callback, which may outlive neither but runs on another thread.
+    std::shared_ptr<WaitState> state;
+  };
+  void post(const std::shared_ptr<WaitState>& w, Status s, uint64_t id) {
+    net::asio::post(ctx_, [w, s = std::move(s), id]() mutable {
+      w->status = std::move(s);
+      w->op_id = id;
+      w->finished = true;
+      w->timer.cancel();
+    });
+  }
+
+  Status tooMany(size_t n) const {
+    return badRequest("a batch of " + std::to_string(n) + " points exceeds the limit of " +
+                      std::to_string(config_.max_batch_points) + " (vectors.max_batch_points)");
+  }
+
+  Task<Reply> write(net::HttpRequest& req, const std::shared_ptr<CollectionEntry>& e, Op op, bool wait_default = false) {
+    const std::string w = queryParam(req.target, "wait");
+    const bool wait = w.empty() ? wait_default : w == "true";
+    Wait waiter(ctx_);
+    auto cb = [this, st = waiter.state](Status s, uint64_t id) { post(st, std::move(s), id); };
+    Store::Done durable, applied;
+    (wait ? applied : durable) = cb;
+    const Status sub = store_.submit(e, std::move(op), std::move(durable), std::move(applied));
+    if (!sub.isOk()) co_return fail(sub);
+    co_await waiter.done();
+    if (!waiter.state->status.isOk()) co_return fail(waiter.state->status);
+    co_return ok("{\"operation_id\":" + std::to_string(waiter.state->op_id) + ",\"status\":\"" +
+                 (wait ? "completed" : "acknowledged") + "\"}");
+  }
+
+  Status selectTargets(const Json& body, Op& op) {
+    if (!body.is_object()) return Status::invalidArgument("Format error in JSON body: expected an object");
+    if (body.contains("points") && !body["points"].is_null()) {
+      if (!body["points"].is_array()) return Status::invalidArgument("Format error in JSON body: points must be a list");
+      if (int64_t(body["points"].size()) > config_.max_batch_points) return tooMany(body["points"].size());
+      for (const auto& x : body["points"]) {
+        INFERA_ASSIGN_OR_RETURN(PointId id, pointIdFromJson(x));
+        op.ids.push_back(id);
+      }
+      return Status::ok();
+    }
+    if (body.contains("filter") && !body["filter"].is_null()) {
+      INFERA_RETURN_IF_ERROR(parseFilter(body["filter"]).takeStatus());
+      op.filter = body["filter"];
+      return Status::ok();
+    }
+    return badRequest("Either list of point ids or filter must be provided");
+  }
+
+  Task<Reply> payloadOp(net::HttpRequest& req, const std::string& name, Op::Type type) {
+    auto e = store_.find(name);
+    if (!e) co_return fail(collectionMissing(name));
+    auto body = parseJson(req.body);
+    if (!body.ok()) co_return fail(body.status());
+    Op op;
+    op.type = type;
+    if (Status s = selectTargets(*body, op); !s.isOk()) co_return fail(s);
+    if (type == Op::Type::kSetPayload || type == Op::Type::kOverwritePayload) {
+      if (!(*body)["payload"].is_object()) {
+        co_return fail(Status::invalidArgument("Format error in JSON body: missing field `payload`"));
+      }
+      op.payloads.push_back((*body)["payload"]);
+      if (body->contains("key") && (*body)["key"].is_string()) {
+        op.key = (*body)["key"].get<std::string>();
+        if (auto p = parseJsonPath(op.key); !p.ok()) co_return fail(p.status());
+      }
+    }
+    if (type == Op::Type::kDeletePayloadKeys) {
+      if (!(*body)["keys"].is_array()) co_return fail(Status::invalidArgument("Format error in JSON body: missing field `keys`"));
+      for (const auto& k : (*body)["keys"]) {
+        if (!k.is_string()) co_return fail(Status::invalidArgument("Format error in JSON body: keys must be strings"));
+        op.keys.push_back(k.get<std::string>());
+      }
+    }
+    co_return co_await write(req, e, std::move(op));
+  }
+
+  // A search (`query`: the /points/query shape, else the legacy /points/search one): the result's
+  // JSON text ({"points":[...]} or [...]).
+  Result<std::string> runSearch(CollectionEntry& e, const Json& body, bool query) {
+    if (!body.is_object()) return Status::invalidArgument("Format error in JSON body: expected an object");
+    const CollectionParams& p = e.coll.params();
+    SearchRequest sr;
+    std::optional<Json> qv;
+    if (query) {
+      for (const char* k : {"prefetch", "lookup_from"}) {
+        if (body.contains(k) && !body[k].is_null()) return badRequest(std::string(k) + " is not supported by Infera");
+      }
+      if (body.contains("using") && !body["using"].is_null() && body["using"] != "") {
+        return wrongInput("Not existing vector name error: " + body["using"].get<std::string>());
+      }
+      if (body.contains("query") && !body["query"].is_null()) {
+        const Json& q = body["query"];
+        const Json* target = &q;
+        if (q.is_object()) {
+          if (!q.contains("nearest")) {
+            return badRequest("query kind " + (q.empty() ? std::string("{}") : q.begin().key()) +
+                              " is not supported by Infera (nearest only)");
+          }
+          target = &q["nearest"];
+        }
+        if (target->is_array() || (target->is_object() && target->size() == 1)) {
+          qv = *target;
+        } else {
+          INFERA_ASSIGN_OR_RETURN(PointId id, pointIdFromJson(*target));
+          INFERA_ASSIGN_OR_RETURN(sr.vector, e.coll.vectorOf(id));
+          sr.exclude = id;
+        }
+      }
+    } else {
+      if (!body.contains("vector")) return Status::invalidArgument("Format error in JSON body: missing field `vector`");
+      const Json& v = body["vector"];
+      if (v.is_object() && v.contains("vector")) {
+        const std::string vname = v.value("name", "");
+        if (!vname.empty()) return wrongInput("Not existing vector name error: " + vname);
+        qv = v["vector"];
+      } else {
+        qv = v;
+      }
+    }
+    if (qv) {
+      INFERA_ASSIGN_OR_RETURN(sr.vector, parseVector(*qv, p));
+    }
+    INFERA_ASSIGN_OR_RETURN(sr.filter, optionalFilter(body));
+    const char* limit_key = (!query && !body.contains("limit") && body.contains("top")) ? "top" : "limit";
+    if (!query && !body.contains("limit") && !body.contains("top")) {
+      return Status::invalidArgument("Format error in JSON body: missing field `limit`");
+    }
+    INFERA_ASSIGN_OR_RETURN(sr.limit, optionalCount(body, limit_key, 10));
+    if (!query && sr.limit == 0) {
+      return Status::failedPrecondition("Validation error in JSON body: [limit: value must be at least 1]");
+    }
+    INFERA_ASSIGN_OR_RETURN(sr.offset, optionalCount(body, "offset", 0));
+    INFERA_ASSIGN_OR_RETURN(sr.with_payload, selector(body, false));
+    INFERA_ASSIGN_OR_RETURN(sr.with_vector, withVector(body));
+    if (body.contains("score_threshold") && !body["score_threshold"].is_null()) {
+      if (!body["score_threshold"].is_number()) return Status::invalidArgument("Format error in JSON body: score_threshold must be a number");
+      sr.score_threshold = body["score_threshold"].get<float>();
+    }
+    if (body.contains("params") && body["params"].is_object()) {
+      const Json& ps = body["params"];
+      INFERA_ASSIGN_OR_RETURN(sr.hnsw_ef, optionalCount(ps, "hnsw_ef", 0));
+      INFERA_ASSIGN_OR_RETURN(sr.exact, optionalBool(ps, "exact", false));
+    }
+    if (sr.limit + sr.offset > 100'000) return badRequest("limit + offset must not exceed 100000");
+    std::vector<Record> rs;
+    if (sr.vector.empty()) {
+      // No query: points in id order, like scroll, with score 1.
+      ScrollRequest scr;
+      scr.filter = sr.filter;
+      scr.limit = sr.limit + sr.offset;
+      scr.with_payload = sr.with_payload;
+      scr.with_vector = sr.with_vector;
+      std::optional<PointId> next;
+      rs = e.coll.scroll(scr, next);
+      rs.erase(rs.begin(), rs.begin() + long(std::min(sr.offset, rs.size())));
+      for (auto& r : rs) r.score = 1.0f, r.version = 0;
+    } else {
+      INFERA_ASSIGN_OR_RETURN(rs, e.coll.search(sr, scratch_));
+    }
+    return query ? "{\"points\":" + recordsJson(rs, true) + "}" : recordsJson(rs, true);
+  }
+
+  Task<Reply> batch(net::HttpRequest& req, const std::string& name, bool query) {
+    auto e = store_.find(name);
+    if (!e) co_return fail(collectionMissing(name));
+    auto body = parseJson(req.body);
+    if (!body.ok()) co_return fail(body.status());
+    if (!body->is_object() || !(*body)["searches"].is_array()) {
+      co_return fail(Status::invalidArgument("Format error in JSON body: missing field `searches`"));
+    }
+    std::string out = "[";
+    bool first = true;
+    for (const auto& s : (*body)["searches"]) {
+      auto r = runSearch(*e, s, query);
+      if (!r.ok()) co_return fail(r.status());
+      if (!first) out.push_back(',');
+      first = false;
+      out += *r;
+    }
+    out += "]";
+    co_return ok(std::move(out));
+  }
+
+  Store& store_;
+  const VectorsConfig& config_;
+  net::asio::io_context& ctx_;
+  access::AccessWorker* access_;
+  SearchScratch scratch_;
+};
+
+}  // namespace
+
+void addQdrantRoutes(Store& store, const VectorsConfig& config, net::asio::io_context& ctx, net::Router& router,
+                     access::AccessWorker* access) {
+  auto api = std::make_unique<Api>(store, config, ctx, access);
+  Api* a = api.get();
+  const std::string& pre = config.path_prefix;
+  auto add = [&](const char* method, const std::string& path, Api::Fn fn, bool scoped = true) {
+    router.add(method, pre + path, [a, fn, scoped](net::HttpRequest& req, net::ResponseWriter& w, net::PathParams p) {
+      return a->serve(req, w, p, fn, scoped);
+    });
+  };
+  // The root answer has no envelope (the client's version check reads it).
+  const auto root = [](net::HttpRequest&, net::ResponseWriter& w, net::PathParams) -> Task<void> {
+    co_await w.send(200, "application/json",
+                    "{\"title\":\"qdrant - vector search engine (Infera)\",\"version\":\"1.19.0\"}");
+  };
+  router.add("GET", pre + "/", root);
+  if (!pre.empty()) router.add("GET", pre, root);
+  add("GET", "/collections", &Api::listCollections, false);
+  add("GET", "/aliases", &Api::aliases, false);
+  add("GET", "/collections/{name}", &Api::getCollection);
+  add("PUT", "/collections/{name}", &Api::createCollection);
+  add("PATCH", "/collections/{name}", &Api::updateCollection);
+  add("DELETE", "/collections/{name}", &Api::deleteCollection);
+  add("GET", "/collections/{name}/exists", &Api::exists);
+  add("GET", "/collections/{name}/aliases", &Api::aliases);
+  add("PUT", "/collections/{name}/index", &Api::createIndex);
+  add("DELETE", "/collections/{name}/index/{field}", &Api::deleteIndex);
+  add("PUT", "/collections/{name}/points", &Api::upsert);
+  add("POST", "/collections/{name}/points", &Api::retrieve);
+  add("GET", "/collections/{name}/points/{id}", &Api::getPoint);
+  add("POST", "/collections/{name}/points/delete", &Api::deletePoints);
+  add("POST", "/collections/{name}/points/payload", &Api::setPayload);
+  add("PUT", "/collections/{name}/points/payload", &Api::overwritePayload);
+  add("POST", "/collections/{name}/points/payload/delete", &Api::deletePayload);
+  add("POST", "/collections/{name}/points/payload/clear", &Api::clearPayload);
+  add("POST", "/collections/{name}/points/count", &Api::count);
+  add("POST", "/collections/{name}/points/scroll", &Api::scroll);
+  add("POST", "/collections/{name}/points/search", &Api::search);
+  add("POST", "/collections/{name}/points/search/batch", &Api::searchBatch);
+  add("POST", "/collections/{name}/points/query", &Api::query);
+  add("POST", "/collections/{name}/points/query/batch", &Api::queryBatch);
+  router.setFallback(pre + "/collections", [](net::HttpRequest& req, net::ResponseWriter& w, int status,
+                                              std::string_view) -> Task<void> {
+    std::string body = "{\"status\":{\"error\":";
+    net::appendJsonString(body, (status == 405 ? "Method not allowed: " : "Not found: ") + std::string(req.path()));
+    body += "},\"time\":0.0}";
+    co_await w.send(status, "application/json", body);
+  });
+  router.own(std::move(api));
+}
+
+}  // namespace infera::vectors

@@ -1,0 +1,178 @@
+#pragma once
+// One collection: its parameters, the HNSW graph, the id -> slot map, payloads, payload indexes
+// and the query planner. Operations (Op) are applied by the collection's single writer; reads run
+// on any thread.
+//
+// Threads: reads take a shared lock for their whole duration; the writer plans each insert with
+// no lock (it is the only mutator) and takes the exclusive lock only to commit it, so readers wait
+// at most one commit. The lock prefers writers (a stream of searches cannot starve writes).
+
+#include <pthread.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "core/status.h"
+#include "vectors/internal/filter.h"
+#include "vectors/internal/hnsw.h"
+#include "vectors/internal/json.h"
+#include "vectors/internal/point_id.h"
+
+namespace infera::vectors {
+
+enum class Distance : uint8_t { kCosine, kEuclid, kDot };
+std::string_view distanceName(Distance d);
+
+struct CollectionParams {
+  size_t dim = 0;
+  Distance distance = Distance::kCosine;
+  int m = 16;
+  int ef_construct = 100;
+  int64_t full_scan_threshold_kb = 10'000;  // filtered subsets smaller than this are scanned exactly
+  bool quantization = false;                 // int8 scalar
+  float quantile = 0.99f;
+  bool always_ram = true;
+  bool on_disk_payload = true;  // echoed only (payloads live in memory)
+};
+Json paramsToJson(const CollectionParams& p);
+Result<CollectionParams> paramsFromJson(const Json& j);
+
+enum class PayloadType : uint8_t { kKeyword, kInteger, kFloat, kBool, kText, kUuid, kDatetime, kGeo };
+std::string_view payloadTypeName(PayloadType t);
+bool payloadTypeFromName(std::string_view s, PayloadType& out);
+
+// One write, as logged in the WAL and applied by the writer.
+struct Op {
+  enum class Type : uint8_t {
+    kUpsert = 1,
+    kDelete = 2,
+    kSetPayload = 3,
+    kOverwritePayload = 4,
+    kDeletePayloadKeys = 5,
+    kClearPayload = 6,
+    kCreateIndex = 7,
+    kDeleteIndex = 8,
+  };
+  Type type = Type::kUpsert;
+  std::vector<PointId> ids;
+  std::vector<float> vectors;  // kUpsert: ids.size() x dim, already normalised for cosine
+  std::vector<Json> payloads;  // kUpsert: one per id (null: none); set/overwrite: one
+  Json filter;                 // null: by ids
+  std::vector<std::string> keys;  // kDeletePayloadKeys
+  std::string key;                // kSetPayload: merge at this path ("" = top level); index: field
+  PayloadType index_type = PayloadType::kKeyword;
+};
+std::string encodeOp(const Op& op);
+Result<Op> decodeOp(std::string_view bytes);
+
+struct PayloadSelector {
+  enum class Mode { kNone, kAll, kInclude, kExclude } mode = Mode::kNone;
+  std::vector<JsonPath> paths;
+};
+// Parses with_payload (true/false, [paths], {include}/{exclude}, {enable}).
+Result<PayloadSelector> parsePayloadSelector(const Json& j);
+
+struct SearchRequest {
+  std::vector<float> vector;  // dim floats (normalised by the caller for cosine)
+  std::optional<Filter> filter;
+  size_t limit = 10;
+  size_t offset = 0;
+  std::optional<float> score_threshold;
+  size_t hnsw_ef = 0;  // 0: max(ef_construct, limit + offset)
+  bool exact = false;
+  PayloadSelector with_payload;
+  bool with_vector = false;
+  std::optional<PointId> exclude;  // a query by point id leaves that point out
+};
+
+struct Record {
+  PointId id;
+  uint64_t version = 0;
+  float score = 0;
+  std::optional<Json> payload;
+  std::optional<std::vector<float>> vector;
+};
+
+// How the planner answered a filtered search (tests, stats).
+enum class Plan { kHnsw, kHnswFiltered, kExactSubset, kExactAll };
+
+struct ScrollRequest {
+  std::optional<Filter> filter;
+  size_t limit = 10;
+  std::optional<PointId> offset;
+  PayloadSelector with_payload;
+  bool with_vector = false;
+};
+
+class Collection {
+ public:
+  Collection(std::string name, CollectionParams params);
+  ~Collection();
+  Collection(const Collection&) = delete;
+  Collection& operator=(const Collection&) = delete;
+
+  const std::string& name() const { return name_; }
+  const CollectionParams& params() const { return params_; }
+
+  // --- reads (any thread) ---
+  Result<std::vector<Record>> search(const SearchRequest& req, SearchScratch& scratch, Plan* plan = nullptr) const;
+  // The stored vector of `id` (for a query by id); kNotFound "No point with id X found".
+  Result<std::vector<float>> vectorOf(const PointId& id) const;
+  std::vector<Record> retrieve(const std::vector<PointId>& ids, const PayloadSelector& sel, bool with_vector) const;
+  // Records in id order from `offset`; `next` is the id after the page, if any.
+  std::vector<Record> scroll(const ScrollRequest& req, std::optional<PointId>& next) const;
+  size_t count(const Filter* filter) const;
+  size_t points() const;
+  // GET /collections/{name}'s result.
+  Json info() const;
+
+  // --- the writer ---
+  // Applies `op` with sequence number `seq` (its operation id). An error changes nothing.
+  Status apply(const Op& op, uint64_t seq);
+  uint64_t appliedSeq() const { return applied_seq_; }
+  // Writes the collection's whole state; loads it back into an empty collection.
+  Status save(const std::string& file) const;
+  Status load(const std::string& file);
+  // Graph and memory figures (stats, benchmarks).
+  Json stats() const;
+
+ private:
+  class ReadLock;
+  class WriteLock;
+  struct FieldIndex;
+  struct Candidates;
+
+  Status upsert(const Op& op, uint64_t seq);
+  void removeSlot(uint32_t slot);
+  void setPayloadLocked(uint32_t slot, Json payload);
+  std::vector<uint32_t> resolveTargets(const Op& op, Status& status) const;
+  bool matchesSlot(const Filter& f, uint32_t slot) const;
+  Candidates plan(const Filter& f) const;
+  Candidates planCondition(const Condition& c) const;
+  Json selectPayload(const Json& payload, const PayloadSelector& sel) const;
+  Record record(uint32_t slot, const PayloadSelector& sel, bool with_vector) const;
+  float score(float dist) const;
+  void indexSlot(uint32_t slot, bool add);
+  size_t words() const { return (index_.capacity() + 63) / 64; }
+
+  std::string name_;
+  CollectionParams params_;
+  mutable pthread_rwlock_t lock_;
+  Hnsw index_;
+  std::map<PointId, uint32_t> ids_;
+  std::vector<PointId> slot_ids_;
+  std::vector<Json> payloads_;
+  std::vector<uint64_t> versions_;
+  std::vector<uint32_t> free_slots_;
+  std::map<std::string, std::unique_ptr<FieldIndex>> field_indexes_;
+  SearchScratch writer_scratch_;
+  uint64_t applied_seq_ = 0;
+  bool any_seq_ = false;
+};
+
+}  // namespace infera::vectors
