@@ -7,8 +7,10 @@
 #include <pthread.h>
 
 #include "cli/admin_cmd.h"
+#include "cli/features_cmd.h"
 #include "core/log.h"
 #include "emulator/emulator.h"
+#include "features/features.h"
 #include "server/config.h"
 #include "server/server.h"
 #ifdef INFERA_WITH_SCHED
@@ -166,10 +168,21 @@ int main(int argc, char** argv) {
     }
     std::printf("%s: ok (%zu models, %zu endpoints, %zu emulators)\n", validate_path.c_str(), cfg->gateway.models.size(),
                 endpoints, cfg->emulators.size());
+    if (cfg->features.enabled && !cfg->features.repository.empty()) {
+      auto repo = features::checkRepository(cfg->features.repository);
+      if (!repo.ok()) {
+        std::fprintf(stderr, "features.repository %s: %s\n", cfg->features.repository.c_str(),
+                     repo.status().message().c_str());
+        std::exit(1);
+      }
+      std::printf("features.repository %s: ok (%zu entities, %zu views, %zu feature services)\n",
+                  cfg->features.repository.c_str(), repo->entities, repo->views, repo->services);
+    }
     std::exit(0);
   });
 
   infera::cli::registerAdminCommands(app);
+  infera::cli::registerFeaturesCommands(app);
 
 #ifdef INFERA_WITH_SCHED
   infera::cli::registerSchedCommands(app);

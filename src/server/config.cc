@@ -47,6 +47,7 @@ Result<Config> parseConfig(const YAML::Node& root) {
     emulator_names.insert(name);
   });
   r.object("governance", [&](ConfigReader& g) { access::readAccessConfig(g, cfg.access); });
+  r.object("features", [&](ConfigReader& f) { features::readFeaturesConfig(f, cfg.features); });
   r.object("vectors", [&](ConfigReader& vr) { vectors::readVectorsConfig(vr, cfg.vectors); });
   gateway::readModels(r, emulator_names, cfg.gateway);
   r.finish();
@@ -58,6 +59,11 @@ Result<Config> loadConfig(const std::string& path) {
   INFERA_ASSIGN_OR_RETURN(YAML::Node root, loadYamlFile(path));
   auto cfg = parseConfig(root);
   if (!cfg.ok()) return cfg.status().withContext(path);
+  // A relative feature repository is beside the config file, wherever infera runs from.
+  std::string& repo = cfg->features.repository;
+  if (!repo.empty() && repo[0] != '/' && path.rfind('/') != std::string::npos) {
+    repo = path.substr(0, path.rfind('/') + 1) + repo;
+  }
   return cfg;
 }
 
@@ -88,6 +94,7 @@ std::vector<std::string> restartNeeded(const Config& running, const Config& next
     if (!running.emulators.count(name)) out.push_back("emulators." + name + " (new)");
   }
   for (auto& s : access::Access::restartNeeded(running.access, next.access)) out.push_back(std::move(s));
+  for (auto& s : features::restartNeeded(running.features, next.features)) out.push_back(std::move(s));
   const auto& rv = running.vectors;
   const auto& nv = next.vectors;
   if (rv.enabled != nv.enabled || rv.data_dir != nv.data_dir || rv.path_prefix != nv.path_prefix ||

@@ -12,6 +12,7 @@
 #include "access/config.h"
 #include "core/status.h"
 #include "emulator/emulator.h"
+#include "features/features.h"
 #include "gateway/config.h"
 #include "net/tls.h"
 #include "vectors/vectors.h"
@@ -44,6 +45,7 @@ struct Config {
   std::map<std::string, emulator::EmulatorConfig> emulators;  // backends started in this process
   gateway::GatewayConfig gateway;  // region, balancing, health, retries, models
   access::AccessConfig access;     // the `governance` section
+  features::FeaturesConfig features;  // the `features` section (enabled when present)
   vectors::VectorsConfig vectors;  // the `vectors` section (off unless present)
 };
 

@@ -8,6 +8,7 @@
 #include "access/access.h"
 #include "core/log.h"
 #include "emulator/emulator.h"
+#include "features/features.h"
 #include "gateway/gateway.h"
 #include "gateway/route_source.h"
 #include "net/loops.h"
@@ -56,6 +57,7 @@ class ServerImpl final : public Server {
     data_.reset();   // the routers and what they own (the gateway's and access's per-loop state), on their loops
     loops_.stop();
     vectors_.reset();  // after the loops: finishes queued writes, snapshots every collection
+    features_.reset();
     access_.reset();  // after the workers: writes the last usage records
     admin_loops_.stop();
     gateway_.reset();
@@ -90,6 +92,10 @@ class ServerImpl final : public Server {
     INFERA_ASSIGN_OR_RETURN(
         gateway_, gateway::Gateway::create(config_.gateway, routes_,
                                            {registry_, access_log_.get(), std::move(emulator_urls), workers_}));
+    if (config_.features.enabled) {
+      const Clock* clock = options_.clock ? options_.clock : &SystemClock::instance();
+      INFERA_ASSIGN_OR_RETURN(features_, features::FeatureStore::create(config_.features, {registry_, workers_, clock}));
+    }
     if (config_.vectors.enabled) {
       INFERA_ASSIGN_OR_RETURN(vectors_, vectors::VectorService::create(config_.vectors, workers_));
     }
@@ -205,6 +211,7 @@ class ServerImpl final : public Server {
       r.own(std::move(w));  // destroyed after the routes' per-loop state that uses it
     }
     gateway_->addDataRoutes(i, ctx, r, aw);
+    if (features_) features_->addDataRoutes(i, ctx, r, aw);
     if (vectors_) vectors_->addDataRoutes(i, ctx, r, aw);
     return r;
   }
@@ -259,6 +266,7 @@ class ServerImpl final : public Server {
             }
           }));
     gateway_->addAdminRoutes(r, [this](net::RouteHandler h) { return guarded(std::move(h)); });
+    if (features_) features_->addAdminRoutes(r, [this](net::RouteHandler h) { return guarded(std::move(h)); });
     if (access_) {
       access_->addAdminRoutes(r);
     } else {
@@ -362,6 +370,7 @@ class ServerImpl final : public Server {
   std::unique_ptr<access::Access> access_;
   gateway::StaticRouteSource routes_;  // the config file's models
   std::unique_ptr<gateway::Gateway> gateway_;
+  std::unique_ptr<features::FeatureStore> features_;
   std::unique_ptr<vectors::VectorService> vectors_;
   net::EventLoops loops_;
   net::EventLoops admin_loops_;
