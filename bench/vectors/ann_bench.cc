@@ -36,9 +36,12 @@ struct Data {
 
 double secondsSince(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
+// Exact top-10 per query; queries are split over the box's 2 cores (only the ground truth: every
+// engine is timed on one thread).
 void bruteForceTruth(Data& d, const std::vector<uint64_t>* bits, std::vector<std::vector<uint32_t>>& out) {
   out.assign(d.nq, {});
   const auto& k = kernels();
+#pragma omp parallel for num_threads(2) schedule(dynamic, 8)
   for (size_t q = 0; q < d.nq; ++q) {
     std::vector<std::pair<float, uint32_t>> all;
     for (size_t i = 0; i < d.n; ++i) {
@@ -117,13 +120,15 @@ constexpr int kM = 16;
 constexpr int kEfConstruction = 100;
 const std::vector<size_t> kEfs = {10, 16, 24, 32, 48, 64, 96, 128, 256};
 
-void row(const char* engine, const Data& d, double build_s, size_t ef, double r, double qps, const char* note = "") {
-  std::printf("| %s | %s | %.1f | %zu | %.4f | %.0f | %s |\n", d.name.c_str(), engine, build_s, ef, r, qps, note);
+// bytes: index memory per vector (vectors, links, codes), 0 when not measured.
+void row(const char* engine, const Data& d, double build_s, size_t ef, double r, double qps, double bytes = 0) {
+  std::printf("| %s | %s | %.1f | %zu | %.4f | %.0f | %s |\n", d.name.c_str(), engine, build_s, ef, r, qps,
+              bytes > 0 ? std::to_string(long(bytes + 0.5)).c_str() : "");
   std::fflush(stdout);
 }
 
 template <typename SearchFn>
-void sweep(const char* engine, const Data& d, double build_s, SearchFn&& search) {
+void sweep(const char* engine, const Data& d, double build_s, double bytes, SearchFn&& search) {
   std::vector<std::vector<uint32_t>> got(d.nq);
   for (size_t ef : kEfs) {
     // Repeat small query sets so each timing covers at least ~0.3 s.
@@ -134,7 +139,7 @@ void sweep(const char* engine, const Data& d, double build_s, SearchFn&& search)
       ++reps;
     } while (secondsSince(t) < 0.3);
     const double qps = double(reps * d.nq) / secondsSince(t);
-    row(engine, d, build_s, ef, recall(got, d.gt), qps);
+    row(engine, d, build_s, ef, recall(got, d.gt), qps, bytes);
   }
 }
 
@@ -150,10 +155,11 @@ void runInfera(const Data& d, bool quantize) {
   for (size_t i = 0; i < d.n; ++i) index.insert(uint32_t(i), &d.base[i * d.dim], s);
   if (quantize) index.trainQuantizer();
   const double build = secondsSince(t);
-  std::fprintf(stderr, "infera%s: %.1f bytes/vector, mean degree %.1f\n", quantize ? " int8" : "",
-               double(index.memoryBytes()) / double(d.n), index.meanDegree());
+  const double bytes = double(index.memoryBytes()) / double(d.n);
+  std::fprintf(stderr, "infera%s: %.1f bytes/vector, mean degree %.1f\n", quantize ? " int8" : "", bytes,
+               index.meanDegree());
   std::vector<Neighbor> out;
-  sweep(quantize ? "infera int8+rescore" : "infera", d, build, [&](const float* q, size_t ef) {
+  sweep(quantize ? "infera int8+rescore" : "infera", d, build, bytes, [&](const float* q, size_t ef) {
     index.search(q, 10, ef, {}, s, out);
     std::vector<uint32_t> ids;
     for (auto& n : out) ids.push_back(n.slot);
@@ -215,7 +221,11 @@ void runHnswlib(const Data& d) {
   const auto t = Clock::now();
   for (size_t i = 0; i < d.n; ++i) index.addPoint(&d.base[i * d.dim], i);
   const double build = secondsSince(t);
-  sweep("hnswlib 0.6.2", d, build, [&](const float* q, size_t ef) {
+  // Level-0 block (links, vector, label) per element, plus upper-level link lists.
+  double bytes = double(index.size_data_per_element_) * double(d.n);
+  for (size_t i = 0; i < d.n; ++i) bytes += double(index.size_links_per_element_) * index.element_levels_[i];
+  bytes /= double(d.n);
+  sweep("hnswlib 0.6.2", d, build, bytes, [&](const float* q, size_t ef) {
     index.setEf(ef);
     auto pq = index.searchKnn(q, 10);
     std::vector<uint32_t> ids;
@@ -233,9 +243,13 @@ void runFaiss(const Data& d) {
   const auto t = Clock::now();
   index.add(faiss::Index::idx_t(d.n), d.base.data());
   const double build = secondsSince(t);
+  // Flat storage plus the neighbour array, offsets and levels.
+  const double bytes = (double(d.n) * double(d.dim) * 4 + double(index.hnsw.neighbors.size()) * 4 +
+                        double(index.hnsw.offsets.size()) * 8 + double(index.hnsw.levels.size()) * 4) /
+                       double(d.n);
   std::vector<float> dist(10);
   std::vector<faiss::Index::idx_t> ids(10);
-  sweep("faiss 1.7.3 HNSWFlat", d, build, [&](const float* q, size_t ef) {
+  sweep("faiss 1.7.3 HNSWFlat", d, build, bytes, [&](const float* q, size_t ef) {
     index.hnsw.efSearch = int(ef);
     index.search(1, q, 10, dist.data(), ids.data());
     std::vector<uint32_t> out;
@@ -264,7 +278,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   std::printf("kernels: %s; M=%d, ef_construction=%d, k=10, one thread\n\n", kernels().name, kM, kEfConstruction);
-  std::printf("| data | engine | build s | ef | recall@10 | QPS | note |\n|---|---|---|---|---|---|---|\n");
+  std::printf("| data | engine | build s | ef | recall@10 | QPS | bytes/vector |\n|---|---|---|---|---|---|---|\n");
   runInfera(d, false);
   runHnswlib(d);
   runFaiss(d);
