@@ -18,77 +18,14 @@
 #include <string>
 #include <vector>
 
+#include "datasets.h"
 #include "vectors/internal/hnsw.h"
 #include "vectors/sift.h"
 
 namespace {
 
 using namespace infera::vectors;
-using Clock = std::chrono::steady_clock;
-
-struct Data {
-  std::string name;
-  size_t dim = 0, n = 0, nq = 0;
-  bool cosine = false;
-  std::vector<float> base, queries;
-  std::vector<std::vector<uint32_t>> gt;  // top-10 per query
-};
-
-double secondsSince(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
-
-// Exact top-10 per query; queries are split over the box's 2 cores (only the ground truth: every
-// engine is timed on one thread).
-void bruteForceTruth(Data& d, const std::vector<uint64_t>* bits, std::vector<std::vector<uint32_t>>& out) {
-  out.assign(d.nq, {});
-  const auto& k = kernels();
-#pragma omp parallel for num_threads(2) schedule(dynamic, 8)
-  for (size_t q = 0; q < d.nq; ++q) {
-    std::vector<std::pair<float, uint32_t>> all;
-    for (size_t i = 0; i < d.n; ++i) {
-      if (bits && !(((*bits)[i >> 6] >> (i & 63)) & 1)) continue;
-      const float* b = &d.base[i * d.dim];
-      const float* qv = &d.queries[q * d.dim];
-      all.push_back({d.cosine ? k.neg_dot(qv, b, d.dim) : k.l2sq(qv, b, d.dim), uint32_t(i)});
-    }
-    const size_t top = std::min<size_t>(10, all.size());
-    std::partial_sort(all.begin(), all.begin() + long(top), all.end());
-    for (size_t i = 0; i < top; ++i) out[q].push_back(all[i].second);
-  }
-}
-
-// Clustered Gaussian data: `clusters` centres uniform in [0, 1)^dim, points N(centre, 0.1^2 I);
-// queries drawn the same way (fixed seed).
-Data clustered(size_t n, size_t nq, size_t dim, bool cosine) {
-  Data d;
-  d.name = (cosine ? "cosine-" : "clustered-") + std::to_string(n) + "x" + std::to_string(dim);
-  d.dim = dim, d.n = n, d.nq = nq, d.cosine = cosine;
-  std::mt19937_64 rng(42);
-  std::uniform_real_distribution<float> u(0, 1);
-  std::normal_distribution<float> g(0, 0.1f);
-  const size_t clusters = 100;
-  std::vector<float> centres(clusters * dim);
-  for (auto& x : centres) x = u(rng);
-  auto draw = [&](std::vector<float>& out, size_t count) {
-    out.resize(count * dim);
-    for (size_t i = 0; i < count; ++i) {
-      const size_t c = rng() % clusters;
-      double norm = 0;
-      for (size_t j = 0; j < dim; ++j) {
-        out[i * dim + j] = centres[c * dim + j] + g(rng);
-        norm += double(out[i * dim + j]) * out[i * dim + j];
-      }
-      if (cosine) {
-        for (size_t j = 0; j < dim; ++j) out[i * dim + j] = float(out[i * dim + j] / std::sqrt(norm));
-      }
-    }
-  };
-  draw(d.base, n);
-  draw(d.queries, nq);
-  const auto t = Clock::now();
-  bruteForceTruth(d, nullptr, d.gt);
-  std::fprintf(stderr, "%s: ground truth by brute force in %.1f s\n", d.name.c_str(), secondsSince(t));
-  return d;
-}
+using namespace infera::vectors::bench;
 
 Data sift() {
   Data d;
