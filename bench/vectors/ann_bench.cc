@@ -5,6 +5,7 @@
 //   ann_bench sift                      # data/ngt-sift-5k: 4,900 base, 100 held-out queries
 //   ann_bench clustered N [Q]           # N x 128 clustered (seed 42), Q queries (default 1000), L2
 //   ann_bench cosine N [Q] [DIM]        # N x DIM (default 768) clustered, normalised, cosine
+//   ... --engines infera,hnswlib        # only these (default: infera,filters,hnswlib,faiss,int8)
 #include <hnswlib/hnswlib.h>
 #include <faiss/IndexHNSW.h>
 #include <omp.h>
@@ -80,7 +81,7 @@ void sweep(const char* engine, const Data& d, double build_s, double bytes, Sear
   }
 }
 
-void runInfera(const Data& d, bool quantize) {
+void runInfera(const Data& d, bool quantize, bool filters) {
   HnswParams p;
   p.m = kM;
   p.ef_construct = kEfConstruction;
@@ -102,7 +103,7 @@ void runInfera(const Data& d, bool quantize) {
     for (auto& n : out) ids.push_back(n.slot);
     return ids;
   });
-  if (quantize) return;
+  if (quantize || !filters) return;
   // Filtered search at 10% and 1% selectivity (every 10th / 100th point), against the filtered
   // brute force; the planner's exact path is not used here: this is the graph with the filter
   // inside the traversal.
@@ -201,24 +202,35 @@ void runFaiss(const Data& d) {
 
 int main(int argc, char** argv) {
   omp_set_num_threads(1);
-  const std::string which = argc > 1 ? argv[1] : "sift";
+  // --engines infera,filters,hnswlib,faiss,int8 (default: all): what fits when the set is large.
+  std::string engines = "infera,filters,hnswlib,faiss,int8";
+  std::vector<std::string> args;
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) == "--engines" && i + 1 < argc) {
+      engines = argv[++i];
+    } else {
+      args.push_back(argv[i]);
+    }
+  }
+  auto on = [&](const char* e) { return ("," + engines + ",").find("," + std::string(e) + ",") != std::string::npos; };
+  const std::string which = args.size() > 0 ? args[0] : "sift";
   Data d;
   if (which == "sift") {
     d = sift();
   } else if (which == "clustered" || which == "cosine") {
-    const size_t n = argc > 2 ? std::stoul(argv[2]) : 100'000;
-    const size_t nq = argc > 3 ? std::stoul(argv[3]) : 1'000;
-    const size_t dim = which == "cosine" ? (argc > 4 ? std::stoul(argv[4]) : 768) : 128;
+    const size_t n = args.size() > 1 ? std::stoul(args[1]) : 100'000;
+    const size_t nq = args.size() > 2 ? std::stoul(args[2]) : 1'000;
+    const size_t dim = which == "cosine" ? (args.size() > 3 ? std::stoul(args[3]) : 768) : 128;
     d = clustered(n, nq, dim, which == "cosine");
   } else {
-    std::fprintf(stderr, "usage: ann_bench sift | clustered N [Q] | cosine N [Q] [DIM]\n");
+    std::fprintf(stderr, "usage: ann_bench sift | clustered N [Q] | cosine N [Q] [DIM]  [--engines infera,filters,hnswlib,faiss,int8]\n");
     return 2;
   }
   std::printf("kernels: %s; M=%d, ef_construction=%d, k=10, one thread\n\n", kernels().name, kM, kEfConstruction);
   std::printf("| data | engine | build s | ef | recall@10 | QPS | bytes/vector |\n|---|---|---|---|---|---|---|\n");
-  runInfera(d, false);
-  runHnswlib(d);
-  runFaiss(d);
-  runInfera(d, true);
+  if (on("infera")) runInfera(d, false, on("filters"));
+  if (on("hnswlib")) runHnswlib(d);
+  if (on("faiss")) runFaiss(d);
+  if (on("int8")) runInfera(d, true, false);
   return 0;
 }
