@@ -358,7 +358,10 @@ Status parseTextLine(const LineReader& lines, std::string_view line, nlohmann::j
     return lineError(lines.path(), lines.line(), e.byte == 0 ? 1 : e.byte, "not JSON (" + std::string(e.what()) + ")");
   }
   auto col = [&](const char* key) {
-    const size_t at = line.find("\"" + std::string(key) + "\"");
+    std::string quoted_key = "\"";
+    quoted_key += key;
+    quoted_key += '"';
+    const size_t at = line.find(quoted_key);
     return at == std::string_view::npos ? size_t(1) : at + 1;
   };
   auto err = [&](const char* key, const std::string& m) { return lineError(lines.path(), lines.line(), col(key), m); };

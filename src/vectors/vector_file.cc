@@ -53,9 +53,17 @@ bool LineReader::next(std::string_view& line) {
 }
 
 Status lineError(const std::string& path, uint64_t line, size_t column, const std::string& message) {
-  std::string s = path + ":" + std::to_string(line);
-  if (column > 0) s += ":" + std::to_string(column);
-  return Status::invalidArgument(s + ": " + message);
+  // Appended piece by piece: g++ 12 -O3 warns falsely (-Wrestrict) on "literal" + std::string&&.
+  std::string s = path;
+  s += ':';
+  s += std::to_string(line);
+  if (column > 0) {
+    s += ':';
+    s += std::to_string(column);
+  }
+  s += ": ";
+  s += message;
+  return Status::invalidArgument(std::move(s));
 }
 
 bool parseFileFormat(const std::string& name, FileFormat& out) {
@@ -81,8 +89,19 @@ FileFormat formatOf(const std::string& path) {
 namespace {
 
 std::string quoted(std::string_view s) {
-  if (s.size() > 40) return "'" + std::string(s.substr(0, 40)) + "...'";
-  return "'" + std::string(s) + "'";
+  std::string out = "'";
+  out += s.substr(0, 40);
+  out += s.size() > 40 ? "...'" : "'";
+  return out;
+}
+
+// Where `"key"` starts in a JSON line (1-based), or 1.
+size_t keyColumn(std::string_view line, std::string_view key) {
+  std::string quoted_key = "\"";
+  quoted_key += key;
+  quoted_key += '"';
+  const size_t at = line.find(quoted_key);
+  return at == std::string_view::npos ? 1 : at + 1;
 }
 
 // An id from text: an unsigned integer, or a UUID.
@@ -268,10 +287,7 @@ class JsonlReader final : public VectorFileReader {
       return err(e.byte == 0 ? 1 : e.byte, "not JSON (" + std::string(e.what()) + ")");
     }
     if (!j.is_object()) return err(1, "a line must be a JSON object {\"id\", \"vector\", \"payload\"}");
-    auto col = [&](const char* key) {
-      const size_t at = line.find("\"" + std::string(key) + "\"");
-      return at == std::string_view::npos ? size_t(1) : at + 1;
-    };
+    auto col = [&](const char* key) { return keyColumn(line, key); };
     if (!j.contains("id")) return err(1, "missing \"id\"");
     const nlohmann::json& id = j["id"];
     if (id.is_number_unsigned() || (id.is_number_integer() && id.get<int64_t>() >= 0)) {
