@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/progress.h"
 #include "core/data_dir.h"
 #include "scheduler/queues.h"
 #include "scheduler/report.h"
@@ -37,33 +38,6 @@ struct SimulateOptions {
   std::string out_dir = "sched-report";
   std::string reference = "fgd";
   bool progress = true;
-};
-
-// A one-line progress bar on stderr when it is a terminal.
-class ProgressBar {
- public:
-  ProgressBar(std::string label, bool enabled) : label_(std::move(label)), enabled_(enabled) {}
-  ~ProgressBar() {
-    if (enabled_ && drawn_) std::fprintf(stderr, "\n");
-  }
-  void update(double f) {
-    if (!enabled_) return;
-    const int pct = static_cast<int>(f * 100);
-    if (pct == last_) return;
-    last_ = pct;
-    drawn_ = true;
-    const int width = 40;
-    const int filled = pct * width / 100;
-    std::fprintf(stderr, "\r%-16s [%s%s] %3d%%", label_.c_str(), std::string(filled, '#').c_str(),
-                 std::string(width - filled, '.').c_str(), pct);
-    std::fflush(stderr);
-  }
-
- private:
-  std::string label_;
-  bool enabled_;
-  bool drawn_ = false;
-  int last_ = -1;
 };
 
 int fail(const Status& s) {
@@ -96,7 +70,7 @@ int runSimulate(const SimulateOptions& o) {
       return fail(Status::invalidArgument("unknown policy '" + p + "'"));
     }
   }
-  const bool show = o.progress && isatty(STDERR_FILENO);
+  const bool show = o.progress;
   if (o.mode == "fgd") {
     std::vector<FgdResult> results;
     for (const auto& policy : policies) {
