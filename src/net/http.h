@@ -39,8 +39,7 @@ bool parseKServeModelPath(std::string_view path, KServeModelPath& out);
 
 // Whether a request path (before '?') may be routed as sent: origin-form (starts with '/'), no
 // "." or ".." segment and no '/' or '\\' inside a segment, whether written plainly or
-// percent-encoded, no raw control character or space, no encoded NUL, and no malformed percent
-// escape. A router matches segments as sent, so a path
+// percent-encoded, and no malformed percent escape. A router matches segments as sent, so a path
 // it could read one way and a backend (which resolves dot segments and decodes %2F) another is
 // refused instead. The reason when it is not, else empty.
 std::string_view unsafePathReason(std::string_view path);

@@ -166,8 +166,11 @@ Task<void> Connection::run([[maybe_unused]] std::shared_ptr<Connection> self) {
         co_await sendError(431, "request headers too large", "invalid_request_error",
                            "headers_too_large");
       } else if (ec != http::error::end_of_stream && ec != asio::error::eof &&
-                 ec != asio::error::operation_aborted && ec != asio::error::connection_reset && buffer_.size() > 0) {
-        // Bad framing is answered before closing, never a silent close.
+                 ec != asio::error::operation_aborted && ec != asio::error::connection_reset && parser->got_some()) {
+        // Bad framing is answered before closing, never a silent close. got_some(), not the
+        // buffer: Beast consumes a complete start line from the buffer, so a head cut after it
+        // left the buffer empty when it arrived in one read (closed silently) and not when it
+        // arrived byte by byte (400), as fuzz_http_request found.
         loop_.stats.bad_requests.fetch_add(1, std::memory_order_relaxed);
         const std::string msg = "malformed HTTP request: " + ec.message();
         co_await sendError(400, msg, "invalid_request_error", "bad_request");

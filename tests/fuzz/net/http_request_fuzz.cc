@@ -198,7 +198,7 @@ std::string serve(std::string_view data, size_t piece) {
         transcript += "413 declared body too large\n";
       } else if (ec == http::error::header_limit) {
         transcript += "431\n";
-      } else if (!endsQuietly(ec) && buffer.size() > 0) {
+      } else if (!endsQuietly(ec) && parser->got_some()) {
         // The answer, not Beast's wording: which check trips first can depend on how much of a
         // malformed head has arrived (all bytes: "bad version"; one at a time: "partial message").
         transcript += "400 malformed\n";
