@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Usage records survive a kill -9: `infera serve` with governance (SQLite store, usage flushed every
+# Usage records and admin changes survive a kill -9: `infera serve` with governance (SQLite store, usage flushed every
 # 200 ms) takes a stream of requests; the process is killed with SIGKILL mid-stream and started
 # again on the same store. Every request acknowledged at least 500 ms (the 200 ms flush interval, plus
 # the write itself on a busy box) before the kill must be in the usage, and nothing that was not
@@ -57,6 +57,15 @@ for _ in $(seq 1 1000); do
   fi
   sleep 0.02
 done
+# Admin changes acknowledged just before the kill: a team, five keys of it, one of them revoked.
+curl -sf -H "$auth" -d '{"name":"late"}' "http://127.0.0.1:$admin/admin/teams" >/dev/null
+late_keys=()
+for i in 1 2 3 4 5; do
+  late_keys+=("$(curl -sf -H "$auth" -d '{"team":"late"}' "http://127.0.0.1:$admin/admin/keys" |
+                 sed -n 's/.*"key":"\([^"]*\)".*/\1/p')")
+done
+revoked_id=$(cut -d- -f3 <<<"${late_keys[4]}")
+revoke_code=$(curl -s -o /dev/null -w '%{http_code}' -H "$auth" -X POST "http://127.0.0.1:$admin/admin/keys/$revoked_id/revoke")
 kill -9 "$pid"
 killed_at=$(date +%s%N)
 wait "$pid" 2>/dev/null
@@ -97,5 +106,17 @@ check "infera usage refuses a date that does not exist" grep -q "not a time" "$w
 code=$(curl -s -o /dev/null -w '%{http_code}' -H "authorization: Bearer $key" -H 'content-type: application/json' \
   -d "$body" "http://127.0.0.1:$port/v1/chat/completions")
 check "the key still works after the restart" test "$code" = 200
+# No acknowledged admin change is lost: the keys made and the revocation just before the kill.
+check "the revocation before the kill was acknowledged" test "$revoke_code" = 200
+late_ok=0
+for i in 0 1 2 3; do
+  c=$(curl -s -o /dev/null -w '%{http_code}' -H "authorization: Bearer ${late_keys[$i]}" -H 'content-type: application/json' \
+    -d "$body" "http://127.0.0.1:$port/v1/chat/completions")
+  [[ "$c" == 200 ]] && late_ok=$((late_ok + 1))
+done
+check "the four keys made just before the kill work after the restart" test "$late_ok" = 4
+c=$(curl -s -o /dev/null -w '%{http_code}' -H "authorization: Bearer ${late_keys[4]}" -H 'content-type: application/json' \
+  -d "$body" "http://127.0.0.1:$port/v1/chat/completions")
+check "the key revoked just before the kill stays revoked" test "$c" = 401
 
 finish

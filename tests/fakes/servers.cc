@@ -293,7 +293,7 @@ void RedisServer::resume() {
 // ---------------------------------------------------------------------------------------------
 // PostgresServer
 
-std::unique_ptr<PostgresServer> PostgresServer::start() {
+std::unique_ptr<PostgresServer> PostgresServer::start(bool durable) {
   const std::string bin = findPostgresBin();
   if (bin.empty()) {
     std::fprintf(
@@ -301,6 +301,7 @@ std::unique_ptr<PostgresServer> PostgresServer::start() {
     return nullptr;
   }
   std::unique_ptr<PostgresServer> s(new PostgresServer());
+  s->durable_ = durable;
   s->dir_ = makeTempDir("infera-pg-");
   if (s->dir_.empty()) return nullptr;
   ::chmod(s->dir_.c_str(), 0700);
@@ -326,26 +327,48 @@ std::unique_ptr<PostgresServer> PostgresServer::start() {
     printTail(initdb_log, "initdb failed with exit code " + std::to_string(rc));
     return nullptr;
   }
-  const std::string server_log = s->dir_ + "/log";
-  const std::string ctl_log = s->dir_ + "/pg_ctl.log";
   for (int attempt = 0; attempt < kStartAttempts; ++attempt) {
     s->port_ = freeLoopbackPort();
     if (s->port_ == 0) continue;
-    const std::string options =
-        "-p " + std::to_string(s->port_) + " -k " + s->dir_ +
-        " -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off"
-        " -c full_page_writes=off";
-    const int ctl = runProcess(concat(prefix, {bin + "/pg_ctl", "-D", data, "-l", server_log, "-w",
-                                               "-t", "60", "-o", options, "start"}),
-                               ctl_log, s->dir_);
-    if (ctl == 0) {
-      s->started_ = true;
-      return s;
-    }
-    printTail(server_log, "PostgreSQL did not start on port " + std::to_string(s->port_));
-    printTail(ctl_log, "pg_ctl start");
+    if (s->launch()) return s;
   }
   return nullptr;
+}
+
+bool PostgresServer::launch() {
+  const std::string bin = findPostgresBin();
+  const std::string server_log = dir_ + "/log";
+  const std::string ctl_log = dir_ + "/pg_ctl.log";
+  const std::string options = "-p " + std::to_string(port_) + " -k " + dir_ + " -c listen_addresses=127.0.0.1" +
+                              (durable_ ? std::string() : " -c fsync=off -c synchronous_commit=off -c full_page_writes=off");
+  const int ctl = runProcess(concat(asPostgresUser(), {bin + "/pg_ctl", "-D", dir_ + "/data", "-l", server_log,
+                                                       "-w", "-t", "60", "-o", options, "start"}),
+                             ctl_log, dir_);
+  if (ctl == 0) {
+    started_ = true;
+    return true;
+  }
+  printTail(server_log, "PostgreSQL did not start on port " + std::to_string(port_));
+  printTail(ctl_log, "pg_ctl start");
+  return false;
+}
+
+bool PostgresServer::stop() {
+  if (!started_) return true;
+  const int rc = runProcess(concat(asPostgresUser(), {findPostgresBin() + "/pg_ctl", "-D", dir_ + "/data", "-m",
+                                                      "immediate", "-w", "stop"}),
+                            dir_ + "/pg_ctl.log", dir_);
+  if (rc != 0) {
+    printTail(dir_ + "/pg_ctl.log", "pg_ctl stop failed");
+    return false;
+  }
+  started_ = false;
+  return true;
+}
+
+bool PostgresServer::restart() {
+  if (started_ && !stop()) return false;
+  return launch();
 }
 
 PostgresServer::~PostgresServer() {

@@ -37,18 +37,26 @@ class RedisServer {
 
 class PostgresServer {
  public:
-  static std::unique_ptr<PostgresServer> start();
+  // `durable`: commits reach the disk before they are acknowledged (fsync on, synchronous
+  // commits), so data survives stop()'s crash; off by default (faster tests that never crash it).
+  static std::unique_ptr<PostgresServer> start(bool durable = false);
   ~PostgresServer();
   uint16_t port() const { return port_; }
   // postgresql://postgres@127.0.0.1:PORT/DB ; createDatabase() makes a fresh one.
   std::string url(const std::string& db = "postgres") const;
   bool createDatabase(const std::string& name);
+  // Stops the server at once (pg_ctl -m immediate, like a crash: no clean shutdown) and starts it
+  // again on the same port and data (crash recovery runs).
+  bool stop();
+  bool restart();
 
  private:
   PostgresServer() = default;
+  bool launch();
   std::string dir_;
   uint16_t port_ = 0;
   bool started_ = false;
+  bool durable_ = false;
 };
 
 // A TCP port on 127.0.0.1 that was free a moment ago.
