@@ -47,11 +47,14 @@ Json parseJson(const std::string& text, bool& dup) {
   return Json::parse(text, cb, /*allow_exceptions=*/false);
 }
 
-// JSON the differential can speak for: valid, no key twice, keys as written equal keys unescaped.
+// JSON the differential can speak for: valid, no key twice, keys as written equal keys unescaped,
+// no NUL byte.
 bool comparable(const std::string& text, Json& j) {
   bool dup = false;
   j = parseJson(text, dup);
-  return !j.is_discarded() && !dup && text.find("\\u00") == std::string::npos;
+  // nlohmann stops at a NUL byte as at the end of the input ("false\0{...}" reads as false).
+  return !j.is_discarded() && !dup && text.find("\\u00") == std::string::npos &&
+         text.find('\0') == std::string::npos;
 }
 
 bool expectedInt(const Json& obj, const char* key, int64_t& out) {
