@@ -5,19 +5,22 @@
 # several keys and users. Passes when, after the warm-up, RSS grows by no more than 5% and no
 # request got an unexpected status (200, and 429 from the limits, are expected).
 #
-#   bench/load/soak.sh [--minutes M] [--rate R] [--warmup-minutes W]
+#   bench/load/soak.sh [--minutes M] [--rate R] [--warmup-minutes W] [--kinds chat,stream,...]
 #
-# Defaults: 10 minutes at 200 requests/s, 2 minutes of warm-up. Prints RSS every 10 s and a verdict.
+# Defaults: 10 minutes at 200 requests/s, 2 minutes of warm-up, the whole mix (--kinds narrows it to
+# some of chat, cached, stream, stream_usage, embed, abort: to find which kind grows). Prints RSS and
+# open file descriptors every 10 s and a verdict.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-MINUTES=10 RATE=200 WARMUP=2
+MINUTES=10 RATE=200 WARMUP=2 KINDS=""
 while [[ $# -gt 0 ]]; do
   case "$1" in
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed -n 's/^# \{0,1\}//p'; exit 0 ;;
     --minutes) MINUTES="$2"; shift 2 ;;
     --rate) RATE="$2"; shift 2 ;;
     --warmup-minutes) WARMUP="$2"; shift 2 ;;
+    --kinds) KINDS="$2"; shift 2 ;;
     *) echo "unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -66,12 +69,14 @@ for _ in 1 2 3 4; do
 done
 
 echo "soak: ${MINUTES} min at ${RATE} req/s (warm-up ${WARMUP} min), gateway pid $GW_PID"
-python3 - "$GW_PORT" "$GW_PID" "$RATE" "$MINUTES" "$WARMUP" "${KEYS[@]}" <<'PY'
-import asyncio, json, random, sys, time
+SOAK_KINDS="$KINDS" python3 - "$GW_PORT" "$GW_PID" "$RATE" "$MINUTES" "$WARMUP" "${KEYS[@]}" <<'PY'
+import asyncio, json, os, random, sys, time
 port, pid, rate, minutes, warmup = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4]), float(sys.argv[5])
 keys = sys.argv[6:]
 rng = random.Random(7)
 stats = {}
+def fds():
+    return len(os.listdir(f"/proc/{pid}/fd"))
 def rss_kb():
     for line in open(f"/proc/{pid}/status"):
         if line.startswith("VmRSS:"):
@@ -114,6 +119,8 @@ async def one(kind):
 
 async def main():
     kinds = ["chat"] * 4 + ["cached"] * 2 + ["stream"] * 2 + ["stream_usage", "embed", "embed", "abort"]
+    if os.environ.get("SOAK_KINDS"):
+        kinds = os.environ["SOAK_KINDS"].split(",")
     start = time.time()
     end = start + minutes * 60
     tasks = set()
@@ -124,7 +131,7 @@ async def main():
         now = time.time()
         if now >= next_sample:
             samples.append((now - start, rss_kb()))
-            print(f"  t={now - start:6.0f}s  rss={samples[-1][1] / 1024:7.1f} MiB  sent={n}", flush=True)
+            print(f"  t={now - start:6.0f}s  rss={samples[-1][1] / 1024:7.1f} MiB  fds={fds():4d}  sent={n}", flush=True)
             next_sample += 10
         t = asyncio.ensure_future(one(rng.choice(kinds)))
         tasks.add(t)
