@@ -7,6 +7,7 @@
 #include <pthread.h>
 
 #include "cli/admin_cmd.h"
+#include "cli/models_cmd.h"
 #include "core/log.h"
 #include "emulator/emulator.h"
 #include "server/config.h"
@@ -163,6 +164,7 @@ int main(int argc, char** argv) {
   });
 
   infera::cli::registerAdminCommands(app);
+  infera::cli::registerModelCommands(app);
 
 #ifdef INFERA_WITH_SCHED
   infera::cli::registerSchedCommands(app);

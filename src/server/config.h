@@ -12,6 +12,7 @@
 #include "core/status.h"
 #include "emulator/emulator.h"
 #include "gateway/config.h"
+#include "registry/registry.h"
 #include "vectors/vectors.h"
 
 namespace YAML {
@@ -42,6 +43,7 @@ struct Config {
   gateway::GatewayConfig gateway;  // region, balancing, health, retries, models
   access::AccessConfig access;     // the `governance` section
   vectors::VectorsConfig vectors;  // the `vectors` section (off unless present)
+  registry::RegistryConfig registry;  // the `registry` section (off unless present)
 };
 
 Result<Config> parseConfig(const YAML::Node& root);

@@ -15,6 +15,7 @@
 #include "net/server.h"
 #include "obs/access_log.h"
 #include "obs/metrics.h"
+#include "registry/registry.h"
 #include "vectors/vectors.h"
 
 #ifndef INFERA_VERSION
@@ -56,6 +57,7 @@ class ServerImpl final : public Server {
     data_.reset();   // the routers and what they own (the gateway's and access's per-loop state), on their loops
     loops_.stop();
     vectors_.reset();  // after the loops: finishes queued writes, snapshots every collection
+    model_registry_.reset();  // after the loops, before access (its last tasks may audit) and the gateway
     access_.reset();  // after the workers: writes the last usage records
     admin_loops_.stop();
     gateway_.reset();
@@ -87,9 +89,23 @@ class ServerImpl final : public Server {
       INFERA_ASSIGN_OR_RETURN(access_, access::Access::start(config_.access, registry_, workers_, clock));
     }
     routes_.set(config_.gateway.models);
+    const gateway::RouteSource* source = &routes_;
+    gateway::InferenceObserver* observer = nullptr;
+    if (config_.registry.enabled) {
+      // The registry's routes join the config's: the gateway reads both from one source.
+      const Clock* clock = options_.clock ? options_.clock : &SystemClock::instance();
+      INFERA_ASSIGN_OR_RETURN(model_registry_, registry::Registry::create(config_.registry,
+                                                                     {registry_, access_.get(), workers_, clock}));
+      source = &model_registry_->routeSource(routes_);
+      observer = model_registry_->observer();
+    }
     INFERA_ASSIGN_OR_RETURN(
-        gateway_, gateway::Gateway::create(config_.gateway, routes_,
-                                           {registry_, access_log_.get(), std::move(emulator_urls), workers_}));
+        gateway_, gateway::Gateway::create(config_.gateway, *source,
+                                           {registry_, access_log_.get(), std::move(emulator_urls), workers_, observer}));
+    if (model_registry_) {
+      model_registry_->attach(gateway_.get());
+      model_registry_->start();
+    }
     if (config_.vectors.enabled) {
       INFERA_ASSIGN_OR_RETURN(vectors_, vectors::VectorService::create(config_.vectors, workers_));
     }
@@ -106,6 +122,8 @@ class ServerImpl final : public Server {
     sc.max_connections = config_.max_connections;
     sc.max_body_bytes_in_flight = config_.max_body_bytes_in_flight;
     sc.idle_timeout = std::chrono::milliseconds(config_.idle_timeout_ms);
+    // Artifact uploads stream their bodies (beyond max_body_bytes, never held whole).
+    if (model_registry_) sc.max_streamed_body_bytes = static_cast<uint64_t>(config_.registry.max_artifact_bytes);
     auto data = net::HttpServer::create(loops_, sc, [this](int i, net::asio::io_context& ctx) {
       return std::make_unique<net::RouterHandler>(dataRouter(i, ctx));
     });
@@ -115,8 +133,9 @@ class ServerImpl final : public Server {
     net::ServerConfig ac;
     ac.host = config_.admin.host;
     ac.port = config_.admin.port;
-    auto admin = net::HttpServer::create(admin_loops_, ac, [this](int, net::asio::io_context&) {
-      return std::make_unique<net::RouterHandler>(adminRouter());
+    if (model_registry_) ac.max_streamed_body_bytes = static_cast<uint64_t>(config_.registry.max_artifact_bytes);
+    auto admin = net::HttpServer::create(admin_loops_, ac, [this](int, net::asio::io_context& ctx) {
+      return std::make_unique<net::RouterHandler>(adminRouter(ctx));
     });
     if (!admin.ok()) return admin.takeStatus();
     admin_ = std::move(*admin);
@@ -148,8 +167,10 @@ class ServerImpl final : public Server {
           keys + ": need a restart; reload changes routes, limits, timeouts, retries, health checks and balancing"));
     }
     routes_.set(next.gateway.models);
+    if (model_registry_) (void)model_registry_->setBindings(next.registry.bindings);
     if (Status s = gateway_->apply(next.gateway); !s.isOk()) {
       routes_.set(config_.gateway.models);
+      if (model_registry_) (void)model_registry_->setBindings(config_.registry.bindings);
       return rejected(std::move(s));
     }
     setLogLevel(next.log_level);
@@ -188,6 +209,7 @@ class ServerImpl final : public Server {
     }
     gateway_->addDataRoutes(i, ctx, r, aw);
     if (vectors_) vectors_->addDataRoutes(i, ctx, r, aw);
+    if (model_registry_) model_registry_->addDataRoutes(i, ctx, r, aw);
     return r;
   }
 
@@ -204,7 +226,7 @@ class ServerImpl final : public Server {
     };
   }
 
-  net::Router adminRouter() {
+  net::Router adminRouter(net::asio::io_context& ctx) {
     net::Router r;
     r.add("*", "/metrics", [this](net::HttpRequest&, net::ResponseWriter& w, net::PathParams) -> Task<void> {
       const std::string text = metricsText();
@@ -241,6 +263,7 @@ class ServerImpl final : public Server {
             }
           }));
     gateway_->addAdminRoutes(r, [this](net::RouteHandler h) { return guarded(std::move(h)); });
+    if (model_registry_) model_registry_->addAdminRoutes(ctx, r, [this](net::RouteHandler h) { return guarded(std::move(h)); });
     if (access_) {
       access_->addAdminRoutes(r);
     } else {
@@ -310,6 +333,7 @@ class ServerImpl final : public Server {
   gateway::StaticRouteSource routes_;  // the config file's models
   std::unique_ptr<gateway::Gateway> gateway_;
   std::unique_ptr<vectors::VectorService> vectors_;
+  std::unique_ptr<registry::Registry> model_registry_;
   net::EventLoops loops_;
   net::EventLoops admin_loops_;
   std::unique_ptr<net::HttpServer> data_;

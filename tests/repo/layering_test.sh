@@ -15,8 +15,9 @@ declare -A ALLOWED=(
   [access]="core net obs store"
   [gateway]="core net obs access"
   [vectors]="core net obs store access"
+  [registry]="core net obs store access gateway"
   [scheduler]="core"
-  [server]="core net obs store emulator access gateway vectors"
+  [server]="core net obs store emulator access gateway vectors registry"
   [cli]="core net emulator scheduler server vectors"
 )
 fail=0
