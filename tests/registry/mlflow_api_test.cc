@@ -328,7 +328,7 @@ TEST_P(MlflowApiTest, ThePythonClientsRegisterModelSequenceWorks) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Stores, MlflowApiTest, ::testing::Values("sqlite", "postgres"),
-                         [](const auto& info) { return info.param; });
+                         [](const auto& param_info) { return std::string(param_info.param); });
 
 // ---- the search grammar as pure functions ----
 

@@ -199,7 +199,7 @@ TEST_P(ServingTest, ConcurrentAliasMovesLeaveOneConsistentHistory) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Stores, ServingTest, ::testing::Values("sqlite", "postgres"),
-                         [](const auto& info) { return info.param; });
+                         [](const auto& param_info) { return std::string(param_info.param); });
 
 TEST(ReplicaTest, AnotherReplicaSeesAnAliasMoveWithinASecond) {
   auto a = startEmulator({"m"});
@@ -307,7 +307,7 @@ TEST_P(ExperimentTest, PerArmMetricsAreInPrometheusAndTheAdminApi) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Stores, ExperimentTest, ::testing::Values("sqlite"),
-                         [](const auto& info) { return info.param; });
+                         [](const auto& param_info) { return std::string(param_info.param); });
 
 // ---- shadows ----
 
@@ -417,7 +417,7 @@ TEST_P(ShadowTest, DeterministicShadowAnswersAreComparedWithThePrimarys) {
   EXPECT_NE(other->requests()[0].body.find("\"model\":\"m\""), std::string::npos);
 }
 
-INSTANTIATE_TEST_SUITE_P(Stores, ShadowTest, ::testing::Values("sqlite"), [](const auto& info) { return info.param; });
+INSTANTIATE_TEST_SUITE_P(Stores, ShadowTest, ::testing::Values("sqlite"), [](const auto& param_info) { return std::string(param_info.param); });
 
 // ---- data capture and review ----
 
@@ -489,7 +489,7 @@ TEST_P(CaptureTest, RulesFlagErrorsAndWordsWithoutSampling) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Stores, CaptureTest, ::testing::Values("sqlite", "postgres"),
-                         [](const auto& info) { return info.param; });
+                         [](const auto& param_info) { return std::string(param_info.param); });
 
 }  // namespace
 }  // namespace infera::registry::regtest
