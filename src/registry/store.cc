@@ -247,14 +247,16 @@ Status RegistryStore::mutate(const std::function<Status()>& body) {
     // The generation first: on PostgreSQL its row lock orders concurrent registry writers, so a
     // writer's reads below see every change committed before it (version numbers, alias chains).
     auto g = db_->exec("UPDATE infera_registry_meta SET v = v + 1 WHERE k = 'generation'");
-    Status s = g.ok() ? body() : g.status();
+    // The body's own kAlreadyExists ("Registered Model (name=x) already exists.") is the answer;
+    // only a raw statement's unique-constraint violation, which the body marks with
+    // conflictToRetry, or a failed commit means a concurrent writer won and the body runs again.
+    Status s = g.ok() ? body() : conflictToRetry(g.status());
     if (s.isOk()) {
-      s = db_->commit();
+      s = conflictToRetry(db_->commit());
       if (s.isOk()) return s;
     } else {
       (void)db_->rollback();
     }
-    s = conflictToRetry(std::move(s));
     const bool retry = s.code() == StatusCode::kCancelled && s.message().starts_with(kRetryMarker);
     if (!retry) return s;
     if (attempt >= 20) return Status::unavailable("registry store: too many conflicting writers: " + s.message());

@@ -70,7 +70,14 @@ TEST_P(MlflowApiTest, ErrorsCarryMlflowsCodesMessagesAndStatuses) {
   EXPECT_EQ(nf.status, 404);
   EXPECT_EQ(nf.body, json({{"error_code", "RESOURCE_DOES_NOT_EXIST"}, {"message", "Registered Model with name=nope not found"}}));
   // Content-Type is checked on POST: missing, or not JSON.
-  auto no_ct = toReply(httpRequest(server_->port(), "POST", "/api/2.0/mlflow/registered-models/create", R"({"name":"x"})"));
+  // (hand-framed: the test client adds a JSON content-type to every body it sends)
+  testing::TestClient raw(server_->port());
+  ASSERT_TRUE(raw.sendRaw("POST /api/2.0/mlflow/registered-models/create HTTP/1.1\r\nhost: 127.0.0.1\r\n"
+                          "content-length: 12\r\n\r\n{\"name\":\"x\"}"));
+  testing::TestResponse no_ct_raw;
+  ASSERT_TRUE(raw.readHead(no_ct_raw));
+  while (auto piece = raw.readPiece()) no_ct_raw.body += *piece;
+  auto no_ct = toReply(no_ct_raw);
   EXPECT_EQ(no_ct.status, 400);
   EXPECT_EQ(no_ct.body["message"], "Bad Request. Content-Type header is missing.");
   auto text_ct = toReply(httpRequest(server_->port(), "POST", "/api/2.0/mlflow/registered-models/create",
