@@ -1233,8 +1233,13 @@ Task<void> ProxyHandler::runShadow(std::unique_ptr<ShadowJob> job) {
       creq.skip_hop_by_hop = true;
       creq.request_id = j.outcome.request_id;
       const Status sent = co_await conn->send(creq, j.deadline);
-      Result<const net::ClientResponseHead*> head = sent.isOk() ? co_await conn->readHead(j.deadline)
-                                                                : Result<const net::ClientResponseHead*>(sent);
+      // Not `sent.isOk() ? co_await ... : Result(sent)`: g++ 12 destroys the temporaries of a
+      // conditional holding a co_await twice.
+      Result<const net::ClientResponseHead*> head = sent.isOk() ? Status::cancelled("not read") : sent;
+      if (sent.isOk()) {
+        auto read = co_await conn->readHead(j.deadline);
+        head = std::move(read);
+      }
       bool clean = false;
       if (head.ok()) {
         j.outcome.status = (*head)->status;
