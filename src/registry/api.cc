@@ -457,7 +457,8 @@ Result<AdminReply> opReview(RegistryStore& s, const AdminCall& c, ApiShared&) {
   return reply({{"review", reviewJson(*item, true)}});
 }
 
-Result<AdminReply> opAnswerReview(RegistryStore& s, const AdminCall& c, ApiShared&) {
+Result<AdminReply> opAnswerReview(RegistryStore& s, const AdminCall& c, ApiShared& sh) {
+  if (sh.flush_records) INFERA_RETURN_IF_ERROR(sh.flush_records());
   INFERA_ASSIGN_OR_RETURN(const std::string verdict, bodyString(c, "verdict", true));
   INFERA_ASSIGN_OR_RETURN(const std::string label, bodyString(c, "label", false));
   INFERA_ASSIGN_OR_RETURN(std::string reviewer, bodyString(c, "reviewer", false));
@@ -471,8 +472,9 @@ Result<AdminReply> opAnswerReview(RegistryStore& s, const AdminCall& c, ApiShare
   return r;
 }
 
-Result<AdminReply> opFlag(RegistryStore& s, const AdminCall& c, ApiShared&) {
+Result<AdminReply> opFlag(RegistryStore& s, const AdminCall& c, ApiShared& sh) {
   INFERA_ASSIGN_OR_RETURN(const std::string id, bodyString(c, "request_id", true));
+  if (sh.flush_records) INFERA_RETURN_IF_ERROR(sh.flush_records());
   INFERA_ASSIGN_OR_RETURN(const std::string reason, bodyString(c, "reason", false));
   INFERA_ASSIGN_OR_RETURN(const std::string model, bodyString(c, "model", false));
   INFERA_ASSIGN_OR_RETURN(const std::string tgt, bodyString(c, "target", false));

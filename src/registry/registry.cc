@@ -47,7 +47,7 @@ class RegistryImpl final : public Registry, public gateway::InferenceObserver {
         pool_(std::make_unique<WorkerPool>(config.threads, static_cast<size_t>(config.max_queued))),
         files_(config.artifact_dir.empty() ? config.data_dir + "/artifacts" : config.artifact_dir),
         source_(*this),
-        shared_{config_, *pool_, files_, deps.access, metrics_, {}, {}, {}, {}, {}} {
+        shared_{config_, *pool_, files_, deps.access, metrics_, {}, {}, {}, {}, {}, {}} {
     config_bindings_ = config.bindings;
   }
 
@@ -79,6 +79,7 @@ class RegistryImpl final : public Registry, public gateway::InferenceObserver {
       return g->experimentStats(model);
     };
     shared_.routes_json = [this] { return routesJson(); };
+    shared_.flush_records = [this] { return flush(); };
     shared_.deployment_exists = [this](const std::string& d) {
       const gateway::RouteSource* base = base_.load();
       return base && findDeployment(base->models(), d) != nullptr;

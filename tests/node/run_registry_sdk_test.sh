@@ -54,7 +54,7 @@ cmp "$work/weights.bin" "$work/weights.out" || fail "downloaded artifact differs
 grep -q "champion->1" "$work/show.out" || fail "show lists no champion alias"
 
 "$infera" teams create risk --models 'fraud*' >/dev/null
-key=$("$infera" keys create --team risk 2>/dev/null)
+key=$("$infera" keys create --team risk --allow-user 2>/dev/null)
 [[ "$key" == sk-inf-* ]] || fail "no key: $key"
 # The MLflow API on the data port: a key reads, only the admin token writes.
 curl -sf "http://127.0.0.1:$port/api/2.0/mlflow/registered-models/get?name=fraud" -H "authorization: Bearer $key" \
@@ -83,18 +83,22 @@ run_sdk split 40
 "$infera" models experiment fraud | tee "$work/experiment.out"
 grep -q "^ctl" "$work/experiment.out" && grep -q "^new" "$work/experiment.out" || fail "no per-arm figures"
 grep -q "shadow fraud/2" "$work/experiment.out" || fail "no shadow figures"
-curl -sf "http://127.0.0.1:$ADMIN_PORT/metrics" | grep -q 'infera_gateway_arm_requests_total{model="fraud",arm="ctl"' \
-  || fail "no per-arm metrics in Prometheus"
+# (to a file, not `| grep -q`: grep's early exit would fail curl with SIGPIPE under pipefail)
+curl -sf "http://127.0.0.1:$ADMIN_PORT/metrics" -H "authorization: Bearer $INFERA_ADMIN_TOKEN" > "$work/metrics.txt" \
+  || fail "no /metrics"
+grep -q 'infera_gateway_arm_requests_total{model="fraud",arm="ctl"' "$work/metrics.txt" || fail "no per-arm metrics in Prometheus"
 
 # Capture, flag, review, export.
 "$infera" models capture fraud 1 --sample 1 >/dev/null
 rid=$(run_sdk capture)
 [[ -n "$rid" ]] || fail "no request id"
 "$infera" models flag "$rid" --reason "looks wrong" >/dev/null
-"$infera" models reviews fraud | grep -q "$rid" || fail "the flagged answer is not in the review queue"
+"$infera" models reviews fraud > "$work/reviews.out" || fail "models reviews failed"
+grep -q "$rid" "$work/reviews.out" || fail "the flagged answer $rid is not in the review queue: $(cat "$work/reviews.out")"
 "$infera" models review "$rid" --verdict bad --label "not fraud" >/dev/null
 "$infera" models export fraud > "$work/export.jsonl"
 grep -q '"label":"not fraud"' "$work/export.jsonl" || fail "export misses the reviewed case"
 grep -q '"request_id":"'"$rid"'"' "$work/export.jsonl" || fail "export misses the request id"
-"$infera" audit --json | grep -q "registry.alias.rollback" || fail "the rollback is not audited"
+"$infera" audit --json > "$work/audit.json" || fail "audit failed"
+grep -q "registry.alias.rollback" "$work/audit.json" || fail "the rollback is not audited"
 echo "registry end to end ok"

@@ -47,6 +47,9 @@ struct ApiShared {
   // The gateway's figures for an experiment (null result: none).
   std::function<std::optional<gateway::ExperimentStats>(const std::string& model)> stats;
   std::function<std::string()> routes_json;
+  // Writes the captures and shadow outcomes still queued (blocking), so that a flag or a review
+  // by request id finds an inference this replica answered just before.
+  std::function<Status()> flush_records;
   // Whether a binding's deployment exists among the config's models.
   std::function<bool(const std::string& deployment)> deployment_exists;
   std::function<std::vector<BindingConfig>()> config_bindings;
