@@ -28,6 +28,7 @@ run: configure
 test: build
 	$(INFERA) config validate examples/quickstart.yaml
 	$(INFERA) config validate examples/multi-region.yaml
+	$(INFERA) config validate examples/features.yaml
 	ctest --test-dir $(BUILD_DIR) --output-on-failure -j $(JOBS) --timeout 300
 
 asan:

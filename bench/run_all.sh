@@ -19,7 +19,7 @@ section() { printf '\n========== %s ==========\n' "$1"; }
 build_type="$(sed -n 's/^CMAKE_BUILD_TYPE:STRING=//p' "$BUILD_DIR/CMakeCache.txt" 2>/dev/null)"
 [[ "$build_type" == "Release" ]] || echo "warning: $BUILD_DIR is a '$build_type' build; figures want Release" >&2
 
-for bin in scheduler/scheduler_bench gateway/gateway_bench access/access_bench; do
+for bin in scheduler/scheduler_bench gateway/gateway_bench access/access_bench features/features_bench; do
   path="$BUILD_DIR/bench/$bin"
   if [[ -x "$path" ]]; then
     section "$(basename "$bin")"
@@ -36,8 +36,9 @@ declare -A QUICK_ARGS=(
   [streams]="--streams 200 --rounds 1 --idle-connections 200"
   [governance]="--duration 3 --rounds 1"
   [redis_script]="--calls 2000 --rounds 1"
+  [features]="2"
 )
-for script in throughput latency streams governance redis_script; do
+for script in throughput latency streams governance redis_script features; do
   section "bench/load/$script.sh"
   quick=()
   [[ "${BENCH_QUICK:-0}" == "1" ]] && read -ra quick <<<"${QUICK_ARGS[$script]}"

@@ -10,10 +10,14 @@ PACKAGES=(
   libboost-dev libssl-dev libsimdjson-dev nlohmann-json3-dev libyaml-cpp-dev
   libspdlog-dev libfmt-dev libcli11-dev libsqlite3-dev libpq-dev libhiredis-dev
   libgtest-dev libgmock-dev libbenchmark-dev libgoogle-perftools-dev
+  # the feature store's embedded online store
+  librocksdb-dev
   # ANN baselines for bench/vectors (hnswlib and FAISS HNSW beside Infera's own)
   libhnswlib-dev libfaiss-dev
   # real servers and load tools for tests and benchmarks
   redis-server postgresql nginx wrk nghttp2-client curl procps
+  # the TLS tests make their certificates with the openssl CLI
+  openssl
   # the official openai SDK test runs on node
   nodejs npm
 )

@@ -68,12 +68,12 @@ median() { sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2
 
 # run_wrk LABEL PORT SECONDS LUA: wrk (THREADS threads, default 1; CONNS connections) POSTing to
 # /v1/chat/completions with the Lua script LUA, on LOAD_CPUS; prints req/s and fails on socket
-# errors or non-2xx answers.
+# errors or non-2xx answers. SCHEME=https speaks TLS (wrk does not verify the certificate).
 run_wrk() {
   local label="$1" port="$2" secs="$3" lua="$4" out="$BENCH_TMP/wrk-$1.txt"
   pin_prefix "${LOAD_CPUS:-}"
   "${PIN[@]}" timeout $((secs + 30)) wrk -t "${THREADS:-1}" -c "$CONNS" -d "${secs}s" \
-    -s "$lua" "http://127.0.0.1:$port/v1/chat/completions" >"$out" 2>&1
+    -s "$lua" "${SCHEME:-http}://127.0.0.1:$port/v1/chat/completions" >"$out" 2>&1
   if grep -q 'Non-2xx\|Socket errors' "$out"; then
     echo "wrk against $label reported errors:" >&2
     cat "$out" >&2
@@ -108,7 +108,7 @@ start_emulator() {
   "${PIN[@]}" "$INFERA" emulate --host 127.0.0.1 --port 0 "$@" >"$log" 2>&1 &
   EMU_PID=$!
   BENCH_PIDS+=("$EMU_PID")
-  EMU_PORT="$(wait_for_line "$log" 'http://127\.0\.0\.1:[0-9]+' | sed 's/.*://')"
+  EMU_PORT="$(wait_for_line "$log" 'https?://127\.0\.0\.1:[0-9]+' | sed 's/.*://')"
 }
 
 # start_gateway NAME CPUS WORKERS UPSTREAM_PORT [EXTRA_YAML]: sets GW_PORT, GW_ADMIN, GW_PID.

@@ -5,6 +5,7 @@
 //   ann_bench sift                      # data/ngt-sift-5k: 4,900 base, 100 held-out queries
 //   ann_bench clustered N [Q]           # N x 128 clustered (seed 42), Q queries (default 1000), L2
 //   ann_bench cosine N [Q] [DIM]        # N x DIM (default 768) clustered, normalised, cosine
+//   ... --engines infera,hnswlib        # only these (default: infera,filters,hnswlib,faiss,int8)
 #include <hnswlib/hnswlib.h>
 #include <faiss/IndexHNSW.h>
 #include <omp.h>
@@ -18,74 +19,14 @@
 #include <string>
 #include <vector>
 
+#include "datasets.h"
 #include "vectors/internal/hnsw.h"
 #include "vectors/sift.h"
 
 namespace {
 
 using namespace infera::vectors;
-using Clock = std::chrono::steady_clock;
-
-struct Data {
-  std::string name;
-  size_t dim = 0, n = 0, nq = 0;
-  bool cosine = false;
-  std::vector<float> base, queries;
-  std::vector<std::vector<uint32_t>> gt;  // top-10 per query
-};
-
-double secondsSince(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
-
-void bruteForceTruth(Data& d, const std::vector<uint64_t>* bits, std::vector<std::vector<uint32_t>>& out) {
-  out.assign(d.nq, {});
-  const auto& k = kernels();
-  for (size_t q = 0; q < d.nq; ++q) {
-    std::vector<std::pair<float, uint32_t>> all;
-    for (size_t i = 0; i < d.n; ++i) {
-      if (bits && !(((*bits)[i >> 6] >> (i & 63)) & 1)) continue;
-      const float* b = &d.base[i * d.dim];
-      const float* qv = &d.queries[q * d.dim];
-      all.push_back({d.cosine ? k.neg_dot(qv, b, d.dim) : k.l2sq(qv, b, d.dim), uint32_t(i)});
-    }
-    const size_t top = std::min<size_t>(10, all.size());
-    std::partial_sort(all.begin(), all.begin() + long(top), all.end());
-    for (size_t i = 0; i < top; ++i) out[q].push_back(all[i].second);
-  }
-}
-
-// Clustered Gaussian data: `clusters` centres uniform in [0, 1)^dim, points N(centre, 0.1^2 I);
-// queries drawn the same way (fixed seed).
-Data clustered(size_t n, size_t nq, size_t dim, bool cosine) {
-  Data d;
-  d.name = (cosine ? "cosine-" : "clustered-") + std::to_string(n) + "x" + std::to_string(dim);
-  d.dim = dim, d.n = n, d.nq = nq, d.cosine = cosine;
-  std::mt19937_64 rng(42);
-  std::uniform_real_distribution<float> u(0, 1);
-  std::normal_distribution<float> g(0, 0.1f);
-  const size_t clusters = 100;
-  std::vector<float> centres(clusters * dim);
-  for (auto& x : centres) x = u(rng);
-  auto draw = [&](std::vector<float>& out, size_t count) {
-    out.resize(count * dim);
-    for (size_t i = 0; i < count; ++i) {
-      const size_t c = rng() % clusters;
-      double norm = 0;
-      for (size_t j = 0; j < dim; ++j) {
-        out[i * dim + j] = centres[c * dim + j] + g(rng);
-        norm += double(out[i * dim + j]) * out[i * dim + j];
-      }
-      if (cosine) {
-        for (size_t j = 0; j < dim; ++j) out[i * dim + j] = float(out[i * dim + j] / std::sqrt(norm));
-      }
-    }
-  };
-  draw(d.base, n);
-  draw(d.queries, nq);
-  const auto t = Clock::now();
-  bruteForceTruth(d, nullptr, d.gt);
-  std::fprintf(stderr, "%s: ground truth by brute force in %.1f s\n", d.name.c_str(), secondsSince(t));
-  return d;
-}
+using namespace infera::vectors::bench;
 
 Data sift() {
   Data d;
@@ -117,13 +58,15 @@ constexpr int kM = 16;
 constexpr int kEfConstruction = 100;
 const std::vector<size_t> kEfs = {10, 16, 24, 32, 48, 64, 96, 128, 256};
 
-void row(const char* engine, const Data& d, double build_s, size_t ef, double r, double qps, const char* note = "") {
-  std::printf("| %s | %s | %.1f | %zu | %.4f | %.0f | %s |\n", d.name.c_str(), engine, build_s, ef, r, qps, note);
+// bytes: index memory per vector (vectors, links, codes), 0 when not measured.
+void row(const char* engine, const Data& d, double build_s, size_t ef, double r, double qps, double bytes = 0) {
+  std::printf("| %s | %s | %.1f | %zu | %.4f | %.0f | %s |\n", d.name.c_str(), engine, build_s, ef, r, qps,
+              bytes > 0 ? std::to_string(long(bytes + 0.5)).c_str() : "");
   std::fflush(stdout);
 }
 
 template <typename SearchFn>
-void sweep(const char* engine, const Data& d, double build_s, SearchFn&& search) {
+void sweep(const char* engine, const Data& d, double build_s, double bytes, SearchFn&& search) {
   std::vector<std::vector<uint32_t>> got(d.nq);
   for (size_t ef : kEfs) {
     // Repeat small query sets so each timing covers at least ~0.3 s.
@@ -134,11 +77,11 @@ void sweep(const char* engine, const Data& d, double build_s, SearchFn&& search)
       ++reps;
     } while (secondsSince(t) < 0.3);
     const double qps = double(reps * d.nq) / secondsSince(t);
-    row(engine, d, build_s, ef, recall(got, d.gt), qps);
+    row(engine, d, build_s, ef, recall(got, d.gt), qps, bytes);
   }
 }
 
-void runInfera(const Data& d, bool quantize) {
+void runInfera(const Data& d, bool quantize, bool filters) {
   HnswParams p;
   p.m = kM;
   p.ef_construct = kEfConstruction;
@@ -150,16 +93,17 @@ void runInfera(const Data& d, bool quantize) {
   for (size_t i = 0; i < d.n; ++i) index.insert(uint32_t(i), &d.base[i * d.dim], s);
   if (quantize) index.trainQuantizer();
   const double build = secondsSince(t);
-  std::fprintf(stderr, "infera%s: %.1f bytes/vector, mean degree %.1f\n", quantize ? " int8" : "",
-               double(index.memoryBytes()) / double(d.n), index.meanDegree());
+  const double bytes = double(index.memoryBytes()) / double(d.n);
+  std::fprintf(stderr, "infera%s: %.1f bytes/vector, mean degree %.1f\n", quantize ? " int8" : "", bytes,
+               index.meanDegree());
   std::vector<Neighbor> out;
-  sweep(quantize ? "infera int8+rescore" : "infera", d, build, [&](const float* q, size_t ef) {
+  sweep(quantize ? "infera int8+rescore" : "infera", d, build, bytes, [&](const float* q, size_t ef) {
     index.search(q, 10, ef, {}, s, out);
     std::vector<uint32_t> ids;
     for (auto& n : out) ids.push_back(n.slot);
     return ids;
   });
-  if (quantize) return;
+  if (quantize || !filters) return;
   // Filtered search at 10% and 1% selectivity (every 10th / 100th point), against the filtered
   // brute force; the planner's exact path is not used here: this is the graph with the filter
   // inside the traversal.
@@ -215,7 +159,11 @@ void runHnswlib(const Data& d) {
   const auto t = Clock::now();
   for (size_t i = 0; i < d.n; ++i) index.addPoint(&d.base[i * d.dim], i);
   const double build = secondsSince(t);
-  sweep("hnswlib 0.6.2", d, build, [&](const float* q, size_t ef) {
+  // Level-0 block (links, vector, label) per element, plus upper-level link lists.
+  double bytes = double(index.size_data_per_element_) * double(d.n);
+  for (size_t i = 0; i < d.n; ++i) bytes += double(index.size_links_per_element_) * index.element_levels_[i];
+  bytes /= double(d.n);
+  sweep("hnswlib 0.6.2", d, build, bytes, [&](const float* q, size_t ef) {
     index.setEf(ef);
     auto pq = index.searchKnn(q, 10);
     std::vector<uint32_t> ids;
@@ -233,9 +181,13 @@ void runFaiss(const Data& d) {
   const auto t = Clock::now();
   index.add(faiss::Index::idx_t(d.n), d.base.data());
   const double build = secondsSince(t);
+  // Flat storage plus the neighbour array, offsets and levels.
+  const double bytes = (double(d.n) * double(d.dim) * 4 + double(index.hnsw.neighbors.size()) * 4 +
+                        double(index.hnsw.offsets.size()) * 8 + double(index.hnsw.levels.size()) * 4) /
+                       double(d.n);
   std::vector<float> dist(10);
   std::vector<faiss::Index::idx_t> ids(10);
-  sweep("faiss 1.7.3 HNSWFlat", d, build, [&](const float* q, size_t ef) {
+  sweep("faiss 1.7.3 HNSWFlat", d, build, bytes, [&](const float* q, size_t ef) {
     index.hnsw.efSearch = int(ef);
     index.search(1, q, 10, dist.data(), ids.data());
     std::vector<uint32_t> out;
@@ -250,24 +202,35 @@ void runFaiss(const Data& d) {
 
 int main(int argc, char** argv) {
   omp_set_num_threads(1);
-  const std::string which = argc > 1 ? argv[1] : "sift";
+  // --engines infera,filters,hnswlib,faiss,int8 (default: all): what fits when the set is large.
+  std::string engines = "infera,filters,hnswlib,faiss,int8";
+  std::vector<std::string> args;
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) == "--engines" && i + 1 < argc) {
+      engines = argv[++i];
+    } else {
+      args.push_back(argv[i]);
+    }
+  }
+  auto on = [&](const char* e) { return ("," + engines + ",").find("," + std::string(e) + ",") != std::string::npos; };
+  const std::string which = args.size() > 0 ? args[0] : "sift";
   Data d;
   if (which == "sift") {
     d = sift();
   } else if (which == "clustered" || which == "cosine") {
-    const size_t n = argc > 2 ? std::stoul(argv[2]) : 100'000;
-    const size_t nq = argc > 3 ? std::stoul(argv[3]) : 1'000;
-    const size_t dim = which == "cosine" ? (argc > 4 ? std::stoul(argv[4]) : 768) : 128;
+    const size_t n = args.size() > 1 ? std::stoul(args[1]) : 100'000;
+    const size_t nq = args.size() > 2 ? std::stoul(args[2]) : 1'000;
+    const size_t dim = which == "cosine" ? (args.size() > 3 ? std::stoul(args[3]) : 768) : 128;
     d = clustered(n, nq, dim, which == "cosine");
   } else {
-    std::fprintf(stderr, "usage: ann_bench sift | clustered N [Q] | cosine N [Q] [DIM]\n");
+    std::fprintf(stderr, "usage: ann_bench sift | clustered N [Q] | cosine N [Q] [DIM]  [--engines infera,filters,hnswlib,faiss,int8]\n");
     return 2;
   }
   std::printf("kernels: %s; M=%d, ef_construction=%d, k=10, one thread\n\n", kernels().name, kM, kEfConstruction);
-  std::printf("| data | engine | build s | ef | recall@10 | QPS | note |\n|---|---|---|---|---|---|---|\n");
-  runInfera(d, false);
-  runHnswlib(d);
-  runFaiss(d);
-  runInfera(d, true);
+  std::printf("| data | engine | build s | ef | recall@10 | QPS | bytes/vector |\n|---|---|---|---|---|---|---|\n");
+  if (on("infera")) runInfera(d, false, on("filters"));
+  if (on("hnswlib")) runHnswlib(d);
+  if (on("faiss")) runFaiss(d);
+  if (on("int8")) runInfera(d, true, false);
   return 0;
 }

@@ -7,9 +7,12 @@
 #include <pthread.h>
 
 #include "cli/admin_cmd.h"
+#include "cli/features_cmd.h"
 #include "cli/models_cmd.h"
+#include "cli/vectors_cmd.h"
 #include "core/log.h"
 #include "emulator/emulator.h"
+#include "features/features.h"
 #include "server/config.h"
 #include "server/server.h"
 #ifdef INFERA_WITH_SCHED
@@ -38,6 +41,8 @@ int runServe(const std::string& config_path, const std::string& log_level) {
   }
   if (!log_level.empty()) cfg->log_level = log_level;
   const int64_t drain_ms = cfg->drain_timeout_ms;
+  const char* data_scheme = cfg->listen.tls ? "https" : "http";
+  const char* admin_scheme = cfg->admin.tls ? "https" : "http";
   sigset_t set = handledSignals();
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
   auto gw = server::Server::start(std::move(*cfg), config_path);
@@ -45,8 +50,8 @@ int runServe(const std::string& config_path, const std::string& log_level) {
     std::fprintf(stderr, "cannot start: %s\n", gw.status().message().c_str());
     return 1;
   }
-  std::printf("infera gateway: data http://127.0.0.1:%u  admin http://127.0.0.1:%u\n", (*gw)->port(),
-              (*gw)->adminPort());
+  std::printf("infera gateway: data %s://127.0.0.1:%u  admin %s://127.0.0.1:%u\n", data_scheme, (*gw)->port(),
+              admin_scheme, (*gw)->adminPort());
   std::fflush(stdout);
   for (;;) {
     int sig = 0;
@@ -113,7 +118,12 @@ int main(int argc, char** argv) {
   emulate->add_option("--hang-rate", ecfg.faults.hang_rate, "Share of requests never answered");
   emulate->add_option("--disconnect-rate", ecfg.faults.disconnect_rate, "Share of streams cut mid-stream");
   emulate->add_option("--disconnect-after", ecfg.faults.disconnect_after_tokens, "Tokens before a cut");
+  net::TlsServerConfig emu_tls;
+  emulate->add_option("--tls-cert", emu_tls.cert_file, "Serve HTTPS with this PEM certificate chain");
+  emulate->add_option("--tls-key", emu_tls.key_file, "The certificate's PEM private key");
+  emulate->add_option("--tls-client-ca", emu_tls.client_ca_file, "Require client certificates signed by these CAs");
   emulate->callback([&] {
+    if (!emu_tls.cert_file.empty() || !emu_tls.key_file.empty()) ecfg.tls = emu_tls;
     if (!emu_config.empty()) {
       auto root = loadYamlFile(emu_config);
       if (!root.ok()) {
@@ -160,10 +170,22 @@ int main(int argc, char** argv) {
     }
     std::printf("%s: ok (%zu models, %zu endpoints, %zu emulators)\n", validate_path.c_str(), cfg->gateway.models.size(),
                 endpoints, cfg->emulators.size());
+    if (cfg->features.enabled && !cfg->features.repository.empty()) {
+      auto repo = features::checkRepository(cfg->features.repository);
+      if (!repo.ok()) {
+        std::fprintf(stderr, "features.repository %s: %s\n", cfg->features.repository.c_str(),
+                     repo.status().message().c_str());
+        std::exit(1);
+      }
+      std::printf("features.repository %s: ok (%zu entities, %zu views, %zu feature services)\n",
+                  cfg->features.repository.c_str(), repo->entities, repo->views, repo->services);
+    }
     std::exit(0);
   });
 
   infera::cli::registerAdminCommands(app);
+  infera::cli::registerFeaturesCommands(app);
+  infera::cli::registerVectorsCommands(app);
   infera::cli::registerModelCommands(app);
 
 #ifdef INFERA_WITH_SCHED

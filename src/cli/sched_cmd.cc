@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/progress.h"
 #include "core/data_dir.h"
 #include "scheduler/queues.h"
 #include "scheduler/report.h"
@@ -35,34 +36,8 @@ struct SimulateOptions {
   int64_t sample_s = 3600;
   std::string config;
   std::string out_dir = "sched-report";
+  std::string reference = "fgd";
   bool progress = true;
-};
-
-// A one-line progress bar on stderr when it is a terminal.
-class ProgressBar {
- public:
-  ProgressBar(std::string label, bool enabled) : label_(std::move(label)), enabled_(enabled) {}
-  ~ProgressBar() {
-    if (enabled_ && drawn_) std::fprintf(stderr, "\n");
-  }
-  void update(double f) {
-    if (!enabled_) return;
-    const int pct = static_cast<int>(f * 100);
-    if (pct == last_) return;
-    last_ = pct;
-    drawn_ = true;
-    const int width = 40;
-    const int filled = pct * width / 100;
-    std::fprintf(stderr, "\r%-16s [%s%s] %3d%%", label_.c_str(), std::string(filled, '#').c_str(),
-                 std::string(width - filled, '.').c_str(), pct);
-    std::fflush(stderr);
-  }
-
- private:
-  std::string label_;
-  bool enabled_;
-  bool drawn_ = false;
-  int last_ = -1;
 };
 
 int fail(const Status& s) {
@@ -95,7 +70,7 @@ int runSimulate(const SimulateOptions& o) {
       return fail(Status::invalidArgument("unknown policy '" + p + "'"));
     }
   }
-  const bool show = o.progress && isatty(STDERR_FILENO);
+  const bool show = o.progress;
   if (o.mode == "fgd") {
     std::vector<FgdResult> results;
     for (const auto& policy : policies) {
@@ -111,11 +86,11 @@ int runSimulate(const SimulateOptions& o) {
       r->pod_list = o.pods_csv.empty() ? o.pod_list : o.pods_csv;
       results.push_back(std::move(*r));
     }
-    const Status s = writeFgdReport(o.out_dir, results);
+    const Status s = writeFgdReport(o.out_dir, results, o.reference);
     if (!s.isOk()) return fail(s);
-    std::printf("%s", fgdSummary(results).c_str());
-    std::printf("report: %s/report.json, %s/alloc_vs_load.svg\n", o.out_dir.c_str(),
-                o.out_dir.c_str());
+    std::printf("%s", fgdSummary(results, o.reference).c_str());
+    std::printf("report: %s/report.json, %s/alloc_vs_load.svg, %s/unallocated_vs_load.svg\n", o.out_dir.c_str(),
+                o.out_dir.c_str(), o.out_dir.c_str());
     return 0;
   }
   ReplayConfig cfg;
@@ -202,6 +177,9 @@ void registerSchedCommands(CLI::App& app) {
       ->capture_default_str();
   sim->add_option("--config", opts->config, "scheduler YAML: queues, tiers, ladder (replay mode)");
   sim->add_option("-o,--out", opts->out_dir, "output directory")->capture_default_str();
+  sim->add_option("--reference", opts->reference,
+                  "fgd mode: the policy the others are compared with at every step of the load curve")
+      ->capture_default_str();
   sim->add_flag("!--no-progress", opts->progress, "no progress bar");
   sim->callback([opts] { std::exit(runSimulate(*opts)); });
 

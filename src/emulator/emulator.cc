@@ -100,6 +100,7 @@ class EmulatorImpl final : public Emulator {
     sc.host = config_.host;
     sc.port = config_.port;
     sc.max_body_bytes = 64 << 20;
+    sc.tls = config_.tls;
     loops_.start();
     auto server = net::HttpServer::create(
         loops_, sc, [this](int i, net::asio::io_context&) { return std::make_unique<Handler>(*this, i); });
@@ -113,7 +114,7 @@ class EmulatorImpl final : public Emulator {
 
   uint16_t port() const override { return server_->port(); }
   std::string url() const override {
-    return "http://" + config_.host + ":" + std::to_string(server_->port());
+    return (config_.tls ? "https://" : "http://") + config_.host + ":" + std::to_string(server_->port());
   }
   FaultControl& faults() override { return faults_; }
   const EmulatorStats& stats() const override { return stats_; }

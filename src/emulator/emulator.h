@@ -15,6 +15,7 @@
 
 #include "core/config.h"
 #include "core/status.h"
+#include "net/tls.h"
 
 namespace infera::emulator {
 
@@ -38,6 +39,7 @@ struct EmulatorConfig {
   int embedding_dim = 16;
   uint64_t seed = 42;
   FaultConfig faults;
+  std::optional<net::TlsServerConfig> tls;  // serve HTTPS (an https:// backend for tests and benchmarks)
 };
 
 // Reads an emulator mapping (used by `infera emulate -c` and gateway backends of type emulator).
@@ -78,7 +80,7 @@ class Emulator {
   static Result<std::unique_ptr<Emulator>> start(const EmulatorConfig& config);
   virtual ~Emulator() = default;
   virtual uint16_t port() const = 0;
-  virtual std::string url() const = 0;  // http://127.0.0.1:PORT
+  virtual std::string url() const = 0;  // http://127.0.0.1:PORT (https:// with tls)
   virtual FaultControl& faults() = 0;
   virtual const EmulatorStats& stats() const = 0;
   // The last 100,000 completions that carried an x-request-id.

@@ -87,6 +87,7 @@ void readModels(ConfigReader& r, const std::set<std::string>& emulators, Gateway
               d.object("retry", [&](ConfigReader& t) { readRetry(t, dc.retry); });
               d.object("limits", [&](ConfigReader& l) { access::readLimits(l, dc.limits); });
               d.optional("continuous_usage", dc.continuous_usage);
+              d.object("tls", [&](ConfigReader& t) { net::readTlsClientConfig(t, dc.tls); });
               d.forEach(
                   "endpoints",
                   [&](ConfigReader& e, size_t) {
@@ -98,8 +99,14 @@ void readModels(ConfigReader& r, const std::set<std::string>& emulators, Gateway
                     if (ec.url.empty() == ec.emulator.empty()) {
                       e.error("", "needs exactly one of 'url' or 'emulator'");
                     }
-                    if (!ec.url.empty() && ec.url.rfind("http://", 0) != 0) {
-                      e.error("url", "must start with http:// (got '" + ec.url + "')");
+                    const bool https = ec.url.rfind("https://", 0) == 0;
+                    if (!ec.url.empty() && !https && ec.url.rfind("http://", 0) != 0) {
+                      e.error("url", "must start with http:// or https:// (got '" + ec.url + "')");
+                    }
+                    if (https) ec.tls = dc.tls;
+                    if (e.present("tls")) {
+                      if (!https) e.error("tls", "is for https:// endpoints only");
+                      e.object("tls", [&](ConfigReader& t) { net::readTlsClientConfig(t, ec.tls); });
                     }
                     if (!ec.emulator.empty() && emulators.count(ec.emulator) == 0) {
                       e.error("emulator", "names unknown emulator '" + ec.emulator +

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "access/config.h"
+#include "net/tls.h"
 
 namespace infera {
 class ConfigReader;
@@ -36,8 +37,9 @@ struct RetryConfig {
 };
 
 struct EndpointConfig {
-  std::string url;       // http://host:port[/prefix]
+  std::string url;       // http[s]://host:port[/prefix]
   std::string emulator;  // name of an in-process emulator (instead of url)
+  net::TlsClientConfig tls;  // https:// only: the deployment's `tls:`, then the endpoint's own
   Protocol protocol = Protocol::kOpenAi;
   std::string region;
   int weight = 1;
@@ -53,6 +55,7 @@ struct DeploymentConfig {
   RetryConfig retry;
   LimitConfig limits;             // protects this deployment's capacity (all keys together)
   bool continuous_usage = false;  // backend supports vLLM's stream_options.continuous_usage_stats
+  net::TlsClientConfig tls;       // defaults of its https:// endpoints
   std::vector<EndpointConfig> endpoints;
 };
 

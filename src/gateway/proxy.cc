@@ -149,10 +149,11 @@ void ProxyHandler::setTable(std::shared_ptr<const RouteTable> table) {
       const auto it = state_by_key_.find(ep.key);
       if (it != state_by_key_.end()) {
         slot = it->second;
-        slot->pool->configure(pc);  // a reload may have changed the limits
+        slot->pool->configure(pc);          // a reload may have changed the limits,
+        slot->pool->setAddress(ep.address);  // the address or the TLS settings
       } else {
         slot = std::make_shared<WorkerEndpoint>();
-        slot->pool = net::ConnectionPool::create(ctx_, ep.address.endpoint, pc);
+        slot->pool = net::ConnectionPool::create(ctx_, ep.address, pc);
       }
     }
     next.push_back(slot);

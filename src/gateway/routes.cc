@@ -146,7 +146,7 @@ Result<std::shared_ptr<const RouteTable>> buildRouteTable(
         } else {
           ep.label = ec.url;
         }
-        auto addr = net::resolveUrl(url);
+        auto addr = net::resolveUrl(url, ec.tls);  // https://: builds its TLS context (reads files)
         if (!addr.ok()) {
           return addr.status().withContext("models." + mc.name + ".deployments." + dc.name +
                                            " endpoint (line " + std::to_string(ec.line) + ")");

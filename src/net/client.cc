@@ -14,6 +14,7 @@
 #include <deque>
 #include <limits>
 
+#include "net/internal/tls.h"
 #include "net/watchdog.h"
 
 namespace infera::net {
@@ -25,14 +26,45 @@ using boost::system::error_code;
 
 constexpr size_t kBodyChunkBytes = 16 * 1024;
 
+// Stream: tcp::socket (http://) or TlsStream (https://); one exchange logic for both.
+template <class Stream>
 class UpstreamConnectionImpl final : public UpstreamConnection {
  public:
-  UpstreamConnectionImpl(asio::io_context& ctx, tcp::socket socket)
-      : socket_(std::move(socket)), watchdog_(ctx, [this] {
-          timed_out_ = true;
-          closeSocket();
-        }) {
+  UpstreamConnectionImpl(asio::io_context& ctx, tcp::socket socket, std::shared_ptr<const TlsClientContext> tls,
+                         uint64_t generation)
+      : tls_(std::move(tls)),
+        stream_(makeStream(std::move(socket), tls_.get())),
+        watchdog_(ctx,
+                  [this] {
+                    timed_out_ = true;
+                    closeSocket();
+                  }),
+        generation_(generation) {
     request_head_.reserve(512);
+  }
+  ~UpstreamConnectionImpl() override {
+    // OpenSSL marks the session of an SSL freed without a shutdown not resumable (and the pool
+    // holds that session): a connection closed after clean exchanges counts as shut down.
+    if constexpr (kTls<Stream>) {
+      if (!tls_failed_) SSL_set_shutdown(stream_.native_handle(), SSL_SENT_SHUTDOWN | SSL_RECEIVED_SHUTDOWN);
+    }
+  }
+
+  // TLS: the client handshake (SNI, the name to verify, the session to offer) until `deadline`.
+  Task<Status> handshake(const std::string& host, const std::shared_ptr<TlsSessionSlot>& slot, Deadline deadline,
+                         const tcp::endpoint& ep) {
+    session_ = slot;
+    prepareClientSsl(stream_.native_handle(), *tls_, host, session_.get());
+    watchdog_.expireAt(deadline);
+    error_code ec;
+    co_await stream_.async_handshake(asio::ssl::stream_base::client, asio::redirect_error(asio::use_awaitable, ec));
+    watchdog_.disarm();
+    if (!ec) co_return Status::ok();
+    tls_failed_ = true;
+    const std::string where = "TLS handshake with upstream " + host + " (" + ep.address().to_string() + ":" +
+                              std::to_string(ep.port()) + ")";
+    if (timed_out_) co_return Status::deadlineExceeded(where + " timed out");
+    co_return Status::unavailable(where + " failed: " + clientHandshakeError(stream_.native_handle(), ec));
   }
 
   Task<Status> send(const ClientRequest& req, Deadline deadline) override {
@@ -68,11 +100,26 @@ class UpstreamConnectionImpl final : public UpstreamConnection {
     }
     request_head_ += "\r\n";
     head_only_ = req.method == "HEAD";
-    std::array<asio::const_buffer, 2> bufs{asio::buffer(request_head_),
-                                           asio::buffer(req.body.data(), req.body.size())};
+    std::string_view body = req.body;
+    if constexpr (kTls<Stream>) {
+      // One TLS record (and syscall) per buffer: a small body goes with the head.
+      if (!body.empty() && request_head_.size() + body.size() <= 16 * 1024) {
+        request_head_.append(body);
+        body = {};
+      }
+    }
+    std::array<asio::const_buffer, 2> bufs{asio::buffer(request_head_), asio::buffer(body.data(), body.size())};
     watchdog_.expireAt(deadline);
     error_code ec;
-    co_await asio::async_write(socket_, bufs, asio::redirect_error(asio::use_awaitable, ec));
+    if constexpr (kTls<Stream>) {
+      if (body.empty()) {
+        co_await asio::async_write(stream_, asio::buffer(request_head_), asio::redirect_error(asio::use_awaitable, ec));
+      } else {
+        co_await asio::async_write(stream_, bufs, asio::redirect_error(asio::use_awaitable, ec));
+      }
+    } else {
+      co_await asio::async_write(stream_, bufs, asio::redirect_error(asio::use_awaitable, ec));
+    }
     watchdog_.disarm();
     if (ec) co_return errorStatus(ec, "sending request");
     co_return Status::ok();
@@ -90,7 +137,7 @@ class UpstreamConnectionImpl final : public UpstreamConnection {
       parser_->header_limit(64 * 1024);
       if (head_only_) parser_->skip(true);
       const size_t buffered = buffer_.size();
-      co_await http::async_read_header(socket_, buffer_, *parser_,
+      co_await http::async_read_header(stream_, buffer_, *parser_,
                                        asio::redirect_error(asio::use_awaitable, ec));
       if (ec) {
         closed_before_response_ = first && buffered == 0 && !timed_out_ && !aborted_ &&
@@ -135,7 +182,7 @@ class UpstreamConnectionImpl final : public UpstreamConnection {
       body.size = kBodyChunkBytes;
       watchdog_.expireAt(deadline);
       error_code ec;
-      co_await http::async_read_some(socket_, buffer_, *parser_,
+      co_await http::async_read_some(stream_, buffer_, *parser_,
                                      asio::redirect_error(asio::use_awaitable, ec));
       watchdog_.disarm();
       if (ec == http::error::need_buffer) ec = {};
@@ -149,27 +196,42 @@ class UpstreamConnectionImpl final : public UpstreamConnection {
     aborted_ = true;
     closeSocket();
   }
-  bool reusable() const override { return clean_ && !aborted_ && socket_.is_open(); }
+  bool reusable() const override { return clean_ && !aborted_ && lowestLayer(stream_).is_open(); }
   bool reused() const override { return reused_; }
   bool closedBeforeResponse() const override { return closed_before_response_; }
   void markReused() { reused_ = true; }
-  tcp::socket& socket() { return socket_; }
+  tcp::socket& socket() { return lowestLayer(stream_); }
+  uint64_t generation() const { return generation_; }
 
  private:
+  static Stream makeStream(tcp::socket&& socket, const TlsClientContext* tls) {
+    if constexpr (kTls<Stream>) {
+      return Stream(std::move(socket), tls->ssl());
+    } else {
+      return std::move(socket);
+    }
+  }
+  // No close_notify to the upstream: it would be a blocking write or a coroutine per closed
+  // connection, and HTTP framing, not TLS's end, tells a whole response.
   void closeSocket() {
     error_code ec;
-    socket_.shutdown(tcp::socket::shutdown_both, ec);
-    socket_.close(ec);
+    tcp::socket& socket = lowestLayer(stream_);
+    socket.shutdown(tcp::socket::shutdown_both, ec);
+    socket.close(ec);
   }
   Status errorStatus(const error_code& ec, const char* what) {
     clean_ = false;
+    if (ec.category() == asio::error::get_ssl_category()) tls_failed_ = true;
     if (timed_out_) return Status::deadlineExceeded(std::string("upstream timed out ") + what);
     if (aborted_) return Status::cancelled(std::string("upstream request cancelled while ") + what);
     return Status::unavailable(std::string("upstream error ") + what + ": " + ec.message());
   }
 
-  tcp::socket socket_;
+  std::shared_ptr<const TlsClientContext> tls_;  // outlives stream_ (its SSL_CTX)
+  std::shared_ptr<TlsSessionSlot> session_;      // where new sessions go (SSL ex_data points here)
+  Stream stream_;
   Watchdog watchdog_;
+  uint64_t generation_;  // the pool's address generation it was made for
   beast::flat_buffer buffer_;
   std::optional<http::response_parser<http::buffer_body>> parser_;
   ClientResponseHead head_;
@@ -182,11 +244,25 @@ class UpstreamConnectionImpl final : public UpstreamConnection {
   bool head_only_ = false;
   bool reused_ = false;
   bool closed_before_response_ = false;
+  bool tls_failed_ = false;  // a TLS-level error (not a close or a cancellation) was seen
 };
 
-Task<Result<std::unique_ptr<UpstreamConnectionImpl>>> connectTo(asio::io_context& ctx,
-                                                                 const tcp::endpoint& ep,
-                                                                 Deadline deadline) {
+// Where and how to connect: TLS when `tls` is set (its handshake until the earlier of the deadline
+// and handshake_budget after the TCP connect).
+struct ConnectTarget {
+  tcp::endpoint endpoint;
+  std::shared_ptr<const TlsClientContext> tls;
+  std::string host;
+  std::shared_ptr<TlsSessionSlot> session;
+  std::chrono::milliseconds handshake_budget = std::chrono::milliseconds::max();
+  uint64_t generation = 0;
+};
+
+template <class Stream>
+Task<Result<std::unique_ptr<UpstreamConnectionImpl<Stream>>>> connectTo(asio::io_context& ctx,
+                                                                         const ConnectTarget& target,
+                                                                         Deadline deadline) {
+  const tcp::endpoint& ep = target.endpoint;
   tcp::socket socket(ctx);
   bool timed_out = false;
   Watchdog wd(ctx, [&] {
@@ -207,18 +283,49 @@ Task<Result<std::unique_ptr<UpstreamConnectionImpl>>> connectTo(asio::io_context
                                   std::to_string(ep.port()) + " failed: " + ec.message());
   }
   socket.set_option(tcp::no_delay(true), ec);
-  co_return std::make_unique<UpstreamConnectionImpl>(ctx, std::move(socket));
+  auto conn = std::make_unique<UpstreamConnectionImpl<Stream>>(ctx, std::move(socket), target.tls, target.generation);
+  if constexpr (kTls<Stream>) {
+    const auto now = SteadyClock::now();
+    const Deadline hs_deadline =
+        target.handshake_budget == std::chrono::milliseconds::max() ? deadline
+                                                                    : std::min(deadline, now + target.handshake_budget);
+    Status hs = co_await conn->handshake(target.host, target.session, hs_deadline, ep);
+    if (!hs.isOk()) co_return hs;
+  }
+  co_return conn;
 }
 
+template <class Stream>
 class ConnectionPoolImpl final : public ConnectionPool {
  public:
-  ConnectionPoolImpl(asio::io_context& ctx, tcp::endpoint ep, PoolConfig cfg)
-      : ctx_(ctx), endpoint_(std::move(ep)), config_(cfg), sweep_timer_(ctx) {}
+  ConnectionPoolImpl(asio::io_context& ctx, const UpstreamAddress& address, PoolConfig cfg)
+      : ctx_(ctx), config_(cfg), sweep_timer_(ctx) {
+    target_.endpoint = address.endpoint;
+    target_.tls = address.tls;
+    target_.host = address.host;
+    if constexpr (kTls<Stream>) target_.session = std::make_shared<TlsSessionSlot>();
+  }
   ~ConnectionPoolImpl() override { *alive_ = false; }
 
   void configure(const PoolConfig& config) override {
     config_ = config;
     trim(SteadyClock::now());
+  }
+
+  void setAddress(const UpstreamAddress& address) override {
+    bool same = address.endpoint == target_.endpoint && address.host == target_.host;
+    if constexpr (kTls<Stream>) {
+      same = same && address.tls && clientTlsFingerprint(*address.tls) == clientTlsFingerprint(*target_.tls);
+    }
+    if (same) return;  // keeps its connections and its own (identical) context
+    target_.endpoint = address.endpoint;
+    target_.host = address.host;
+    if constexpr (kTls<Stream>) {
+      if (address.tls) target_.tls = address.tls;
+      target_.session = std::make_shared<TlsSessionSlot>();
+    }
+    ++target_.generation;
+    idle_.clear();
   }
 
   Task<Result<std::unique_ptr<UpstreamConnection>>> acquire(Deadline deadline, bool fresh) override {
@@ -234,7 +341,9 @@ class ConnectionPoolImpl final : public ConnectionPool {
       co_return std::unique_ptr<UpstreamConnection>(std::move(idle.conn));
     }
     const Deadline connect_deadline = std::min(deadline, now + config_.connect_timeout);
-    auto conn = co_await connectTo(ctx_, endpoint_, connect_deadline);
+    target_.handshake_budget = config_.connect_timeout;
+    const ConnectTarget target = target_;  // setAddress() may replace target_ while this connects
+    auto conn = co_await connectTo<Stream>(ctx_, target, connect_deadline);
     if (!conn.ok()) co_return conn.takeStatus();
     co_return std::unique_ptr<UpstreamConnection>(std::move(*conn));
   }
@@ -243,14 +352,16 @@ class ConnectionPoolImpl final : public ConnectionPool {
     // No trim here (this runs per request): the sweep closes expired connections, configure()
     // those beyond a lowered cap.
     if (!conn || !conn->reusable() || idle_.size() >= config_.max_idle) return;
-    auto* impl = static_cast<UpstreamConnectionImpl*>(conn.release());
-    idle_.push_back(Idle{std::unique_ptr<UpstreamConnectionImpl>(impl), SteadyClock::now()});
+    auto* impl = static_cast<UpstreamConnectionImpl<Stream>*>(conn.release());
+    std::unique_ptr<UpstreamConnectionImpl<Stream>> owned(impl);
+    if (impl->generation() != target_.generation) return;  // made for an address since replaced
+    idle_.push_back(Idle{std::move(owned), SteadyClock::now()});
     armSweep();
   }
 
  private:
   struct Idle {
-    std::unique_ptr<UpstreamConnectionImpl> conn;
+    std::unique_ptr<UpstreamConnectionImpl<Stream>> conn;
     SteadyClock::time_point since;
   };
   // Closes the connections idle for longer than idle_timeout and those beyond max_idle. The
@@ -277,7 +388,7 @@ class ConnectionPoolImpl final : public ConnectionPool {
     });
   }
   asio::io_context& ctx_;
-  tcp::endpoint endpoint_;
+  ConnectTarget target_;
   PoolConfig config_;
   std::deque<Idle> idle_;
   asio::steady_timer sweep_timer_;
@@ -301,21 +412,33 @@ std::string_view SimpleResponse::header(std::string_view lower_name) const {
   return {};
 }
 
-std::unique_ptr<ConnectionPool> ConnectionPool::create(asio::io_context& ctx, tcp::endpoint endpoint,
+std::unique_ptr<ConnectionPool> ConnectionPool::create(asio::io_context& ctx, const UpstreamAddress& address,
                                                        PoolConfig config) {
-  return std::make_unique<ConnectionPoolImpl>(ctx, std::move(endpoint), config);
+  if (address.tls) return std::make_unique<ConnectionPoolImpl<TlsStream>>(ctx, address, config);
+  return std::make_unique<ConnectionPoolImpl<tcp::socket>>(ctx, address, config);
 }
 
-Result<UpstreamAddress> resolveUrl(const std::string& url) {
+std::unique_ptr<ConnectionPool> ConnectionPool::create(asio::io_context& ctx, tcp::endpoint endpoint,
+                                                       PoolConfig config) {
+  UpstreamAddress address;
+  address.endpoint = endpoint;
+  address.host = endpoint.address().to_string();
+  return std::make_unique<ConnectionPoolImpl<tcp::socket>>(ctx, address, config);
+}
+
+Result<UpstreamAddress> resolveUrl(const std::string& url, const TlsClientConfig& tls) {
   constexpr std::string_view kHttp = "http://";
-  if (url.rfind(kHttp, 0) != 0) {
-    if (url.rfind("https://", 0) == 0) {
-      return Status::unimplemented("https upstreams are not supported yet: " + url);
-    }
-    return Status::invalidArgument("URL must start with http://, got '" + url + "'");
+  constexpr std::string_view kHttps = "https://";
+  const bool https = url.rfind(kHttps, 0) == 0;
+  if (!https && url.rfind(kHttp, 0) != 0) {
+    return Status::invalidArgument("URL must start with http:// or https://, got '" + url + "'");
   }
-  std::string rest = url.substr(kHttp.size());
+  if (!https && !(tls == TlsClientConfig{})) {
+    return Status::invalidArgument("TLS settings given for an http:// URL ('" + url + "')");
+  }
+  std::string rest = url.substr(https ? kHttps.size() : kHttp.size());
   UpstreamAddress addr;
+  addr.port = https ? 443 : 80;
   const auto slash = rest.find('/');
   std::string hostport = rest.substr(0, slash);
   if (slash != std::string::npos) {
@@ -356,15 +479,25 @@ Result<UpstreamAddress> resolveUrl(const std::string& url) {
   }
   ::freeaddrinfo(res);
   addr.endpoint = tcp::endpoint(ip, addr.port);
+  if (https) {
+    auto context = makeClientTls(tls);
+    if (!context.ok()) return context.status().withContext("TLS for " + url);
+    addr.tls = std::move(*context);
+  }
   return addr;
 }
 
-Task<Result<SimpleResponse>> fetch(const UpstreamAddress& address, std::string_view method,
-                                   std::string_view target, std::string_view body,
-                                   std::span<const HttpHeader> headers, Deadline deadline) {
-  auto executor = co_await asio::this_coro::executor;
-  auto& ctx = static_cast<asio::io_context&>(asio::query(executor, asio::execution::context));
-  auto conn = co_await connectTo(ctx, address.endpoint, deadline);
+namespace {
+
+template <class Stream>
+Task<Result<SimpleResponse>> fetchOver(asio::io_context& ctx, const UpstreamAddress& address, std::string_view method,
+                                       std::string_view target, std::string_view body,
+                                       std::span<const HttpHeader> headers, Deadline deadline) {
+  ConnectTarget where;
+  where.endpoint = address.endpoint;
+  where.tls = address.tls;
+  where.host = address.host;
+  auto conn = co_await connectTo<Stream>(ctx, where, deadline);
   if (!conn.ok()) co_return conn.takeStatus();
   const std::string host = address.hostHeader();
   const std::string full_target = address.base_path + std::string(target);
@@ -390,10 +523,21 @@ Task<Result<SimpleResponse>> fetch(const UpstreamAddress& address, std::string_v
   co_return out;
 }
 
+}  // namespace
+
+Task<Result<SimpleResponse>> fetch(const UpstreamAddress& address, std::string_view method,
+                                   std::string_view target, std::string_view body,
+                                   std::span<const HttpHeader> headers, Deadline deadline) {
+  auto executor = co_await asio::this_coro::executor;
+  auto& ctx = static_cast<asio::io_context&>(asio::query(executor, asio::execution::context));
+  if (address.tls) co_return co_await fetchOver<TlsStream>(ctx, address, method, target, body, headers, deadline);
+  co_return co_await fetchOver<tcp::socket>(ctx, address, method, target, body, headers, deadline);
+}
+
 Result<SimpleResponse> fetchBlocking(const std::string& url, std::string_view method,
                                      std::string_view body, std::vector<HttpHeader> headers,
                                      std::chrono::milliseconds timeout) {
-  // url = http://host:port/path
+  // url = http[s]://host:port/path
   const auto scheme_end = url.find("://");
   const auto path_start = scheme_end == std::string::npos ? std::string::npos : url.find('/', scheme_end + 3);
   const std::string base = path_start == std::string::npos ? url : url.substr(0, path_start);

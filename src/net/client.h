@@ -1,5 +1,7 @@
 #pragma once
-// HTTP/1.1 client for upstreams: per-loop keep-alive connection pools. Not thread-safe: a pool and
+// HTTP/1.1 client for upstreams, plain or TLS (https://, net/tls.h): per-loop keep-alive connection
+// pools. A pooled TLS connection is reused without a new handshake, and a pool offers the last
+// session its upstream gave to its next new connection (resumption). Not thread-safe: a pool and
 // its connections belong to one event loop.
 
 #include <chrono>
@@ -12,20 +14,23 @@
 #include "core/status.h"
 #include "net/asio.h"
 #include "net/http.h"
+#include "net/tls.h"
 
 namespace infera::net {
 
-// A parsed http://host:port/prefix URL, resolved to an address on the control thread.
+// A parsed http[s]://host:port/prefix URL, resolved to an address on the control thread.
 struct UpstreamAddress {
-  std::string host;       // as written, used for the Host header
+  std::string host;       // as written, used for the Host header (and TLS's name unless overridden)
   uint16_t port = 80;
   std::string base_path;  // "" or "/prefix" (no trailing '/')
   tcp::endpoint endpoint;
+  std::shared_ptr<const TlsClientContext> tls;  // https: the context its connections use
   std::string hostHeader() const { return host + ":" + std::to_string(port); }
 };
 
-// Parses and resolves (blocking DNS: call off the loops).
-Result<UpstreamAddress> resolveUrl(const std::string& url);
+// Parses and resolves (blocking DNS, and for https:// builds the TLS context from `tls`, reading
+// its files: call off the loops). `tls` other than the default on an http:// URL is an error.
+Result<UpstreamAddress> resolveUrl(const std::string& url, const TlsClientConfig& tls = {});
 
 struct ClientRequest {
   std::string_view method = "POST";
@@ -71,7 +76,8 @@ class UpstreamConnection {
 };
 
 // Idle connections are reused newest first; one idle for longer than idle_timeout is closed
-// within another idle_timeout (a timer runs while any are idle).
+// within another idle_timeout (a timer runs while any are idle). A new TLS connection's handshake
+// has its own connect_timeout after the TCP connect (both also bounded by the caller's deadline).
 struct PoolConfig {
   size_t max_idle = 64;
   std::chrono::milliseconds connect_timeout{2'000};
@@ -80,15 +86,24 @@ struct PoolConfig {
 
 class ConnectionPool {
  public:
+  // Connections to `address` (TLS when it has a context; plain otherwise).
+  static std::unique_ptr<ConnectionPool> create(asio::io_context& ctx, const UpstreamAddress& address,
+                                                PoolConfig config);
+  // Plain connections to `endpoint`.
   static std::unique_ptr<ConnectionPool> create(asio::io_context& ctx, tcp::endpoint endpoint,
                                                 PoolConfig config);
   virtual ~ConnectionPool() = default;
   // An idle connection (unless `fresh`) or a new one (connect bounded by config and deadline).
   virtual Task<Result<std::unique_ptr<UpstreamConnection>>> acquire(Deadline deadline, bool fresh = false) = 0;
-  // Returns a connection; kept if reusable and the pool has room.
+  // Returns a connection; kept if reusable, made for the pool's current address, and the pool has
+  // room.
   virtual void release(std::unique_ptr<UpstreamConnection> conn) = 0;
   // New limits (a config reload); idle connections beyond them are closed now.
   virtual void configure(const PoolConfig& config) = 0;
+  // A reload's address for the same URL: when its IP or its TLS settings (clientTlsFingerprint)
+  // differ, idle connections are closed, those in use are not kept, and new ones use it. Plain
+  // or TLS stays what the pool was created with (a different scheme is a different URL).
+  virtual void setAddress(const UpstreamAddress& address) = 0;
 };
 
 struct SimpleResponse {

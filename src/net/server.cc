@@ -1,5 +1,6 @@
 #include "net/server.h"
 
+#include <poll.h>
 #include <sys/socket.h>
 
 #include <boost/asio/write.hpp>
@@ -9,11 +10,15 @@
 #include <boost/beast/http/parser.hpp>
 #include <boost/beast/http/read.hpp>
 #include <charconv>
+#include <condition_variable>
+#include <mutex>
 #include <optional>
 #include <thread>
+#include <type_traits>
 #include <unordered_set>
 
 #include "core/log.h"
+#include "net/internal/tls.h"
 #include "net/watchdog.h"
 
 namespace infera::net {
@@ -57,20 +62,45 @@ struct GrowingBody {
 };
 using RequestParser = http::request_parser<GrowingBody>;
 
-class Connection final : public ResponseWriter {
+// What the server does to every connection whatever its stream (drain, shutdown).
+class ConnectionBase : public ResponseWriter {
  public:
-  Connection(LoopState& loop, tcp::socket socket);
+  virtual void closeIfIdle() = 0;
+  virtual void closeSocket() = 0;
+};
+
+// The disconnect watch of one connection, reused by every request (the wait may outlive a
+// request: it completes when the next request's bytes arrive, and is then ignored or re-armed).
+struct WatchState {
+  std::function<void()> on_close;
+  bool active = false;
+  bool pending = false;
+  bool tls = false;
+  tcp::socket* socket = nullptr;
+  std::optional<asio::steady_timer> recheck;  // TLS: see checkTlsPeer
+};
+void armWatch(const std::shared_ptr<WatchState>& w);
+void checkTlsPeer(const std::shared_ptr<WatchState>& w);
+
+// One connection logic for both kinds of port: Connection<tcp::socket> (plain HTTP, the code it
+// always was) and Connection<TlsStream> (the same after a TLS handshake; `if constexpr` marks the
+// few places where they differ: the idle wait, writes, closing).
+template <class Stream>
+class Connection final : public ConnectionBase {
+ public:
+  Connection(LoopState& loop, tcp::socket socket, std::shared_ptr<const TlsServerContext> tls);
   ~Connection() override;
 
   // `self` keeps the connection alive for the coroutine's life (coroutines start lazily).
   Task<void> run(std::shared_ptr<Connection> self);
-  void closeIfIdle() {
+  void closeIfIdle() override {
     if (idle_) closeSocket();
   }
-  void closeSocket() {
+  void closeSocket() override {
     error_code ec;
-    socket_.shutdown(tcp::socket::shutdown_both, ec);
-    socket_.close(ec);
+    tcp::socket& socket = lowestLayer(stream_);
+    socket.shutdown(tcp::socket::shutdown_both, ec);
+    socket.close(ec);
   }
 
   // ResponseWriter
@@ -100,6 +130,17 @@ class Connection final : public ResponseWriter {
   // sending (bounded in bytes and time) so closing does not reset the connection before the
   // client has read the response.
   Task<void> lingeringClose();
+  // TLS: the handshake, bounded by the header timeout (false: failed, counted, to be closed).
+  Task<bool> handshake();
+  // TLS: sends close_notify, without waiting for the client's (it may never send one).
+  Task<void> closeNotify();
+  static Stream makeStream(tcp::socket&& socket, const TlsServerContext* tls) {
+    if constexpr (kTls<Stream>) {
+      return Stream(std::move(socket), tls->ssl());
+    } else {
+      return std::move(socket);
+    }
+  }
 
   // A streamed route's body, read from the connection piece by piece while its handler runs.
   class StreamedBody final : public BodyReader {
@@ -121,7 +162,8 @@ class Connection final : public ResponseWriter {
   };
 
   LoopState& loop_;
-  tcp::socket socket_;
+  std::shared_ptr<const TlsServerContext> tls_;  // outlives stream_ (which uses its SSL_CTX)
+  Stream stream_;
   beast::flat_buffer buffer_;
   Watchdog watchdog_;
   HttpRequest request_;
@@ -136,15 +178,8 @@ class Connection final : public ResponseWriter {
   bool no_body_ = false;
   bool head_pending_ = false;  // head formatted, to go out with the first body bytes
   bool http10_ = false;        // the request is HTTP/1.0: no chunked framing in the answer
-  // One per connection, reused by every request (the wait may outlive a request: it completes
-  // when the next request's bytes arrive, and is then ignored or re-armed).
-  struct WatchState {
-    std::function<void()> on_close;
-    bool active = false;
-    bool pending = false;
-    tcp::socket* socket = nullptr;
-  };
-  static void armWatch(const std::shared_ptr<WatchState>& w);
+  bool tls_open_ = false;      // TLS: handshake done, close_notify not sent yet
+  std::string out_;            // TLS: the pieces of one write, coalesced into one record
   std::shared_ptr<WatchState> watch_ = std::make_shared<WatchState>();
 };
 
@@ -156,14 +191,17 @@ struct LoopState {
   ServerStats& stats;
   tcp::acceptor acceptor;
   std::unique_ptr<HttpHandler> handler;
-  std::unordered_set<Connection*> connections;
+  std::unordered_set<ConnectionBase*> connections;
+  std::shared_ptr<const TlsServerContext> tls;  // TLS ports: what new connections get
   bool draining = false;
   SteadyClock::time_point last_accept_log{};
 };
 
-Connection::Connection(LoopState& loop, tcp::socket socket)
+template <class Stream>
+Connection<Stream>::Connection(LoopState& loop, tcp::socket socket, std::shared_ptr<const TlsServerContext> tls)
     : loop_(loop),
-      socket_(std::move(socket)),
+      tls_(std::move(tls)),
+      stream_(makeStream(std::move(socket), tls_.get())),
       watchdog_(loop.ctx, [this] {
         loop_.stats.timeouts.fetch_add(1, std::memory_order_relaxed);
         closeSocket();
@@ -172,16 +210,18 @@ Connection::Connection(LoopState& loop, tcp::socket socket)
   loop_.stats.connections_open.fetch_add(1, std::memory_order_relaxed);
   loop_.stats.connections_total.fetch_add(1, std::memory_order_relaxed);
   error_code ec;
-  socket_.set_option(tcp::no_delay(true), ec);
+  lowestLayer(stream_).set_option(tcp::no_delay(true), ec);
   head_.reserve(512);
 }
 
-Connection::~Connection() {
+template <class Stream>
+Connection<Stream>::~Connection() {
   loop_.connections.erase(this);
   loop_.stats.connections_open.fetch_sub(1, std::memory_order_relaxed);
 }
 
-void Connection::fillHead(const RequestParser::value_type& msg) {
+template <class Stream>
+void Connection<Stream>::fillHead(const RequestParser::value_type& msg) {
   // Reuses the previous request's strings (their capacity) instead of allocating anew.
   request_.method.assign(msg.method_string().data(), msg.method_string().size());
   request_.target.assign(msg.target().data(), msg.target().size());
@@ -224,7 +264,8 @@ bool iequals(std::string_view a, std::string_view b) {
 // RFC 9112 6.3: a request's body length must be read one way by every hop, or a second request can
 // hide in the first (smuggling). Anything the gateway could frame differently from a backend is
 // refused.
-std::string Connection::headProblem(const RequestParser& parser) const {
+template <class Stream>
+std::string Connection<Stream>::headProblem(const RequestParser& parser) const {
   const unsigned version = parser.get().version();
   int hosts = 0, lengths = 0, codings = 0;
   std::string_view length, coding;
@@ -260,8 +301,51 @@ std::string Connection::headProblem(const RequestParser& parser) const {
   return {};
 }
 
-Task<void> Connection::run([[maybe_unused]] std::shared_ptr<Connection> self) {
+template <class Stream>
+Task<bool> Connection<Stream>::handshake() {
+  watchdog_.expireAfter(loop_.config.header_timeout);
+  error_code ec;
+  co_await stream_.async_handshake(asio::ssl::stream_base::server, asio::redirect_error(asio::use_awaitable, ec));
+  watchdog_.disarm();
+  if (ec) {
+    // No client certificate, TLS 1.1, no common ALPN protocol, not TLS at all, a timeout, ...
+    loop_.stats.tls_handshake_failures.fetch_add(1, std::memory_order_relaxed);
+    static spdlog::logger* log = componentLogger("net");
+    error_code peer_ec;
+    const auto peer = lowestLayer(stream_).remote_endpoint(peer_ec);
+    INFERA_LOG(log, debug, "TLS handshake from {} failed: {}", peer_ec ? std::string("?") : peer.address().to_string(),
+               ec.message());
+    co_return false;
+  }
+  tls_open_ = true;
+  loop_.stats.tls_handshakes.fetch_add(1, std::memory_order_relaxed);
+  if (SSL_session_reused(stream_.native_handle()) == 1) {
+    loop_.stats.tls_resumed.fetch_add(1, std::memory_order_relaxed);
+  }
+  co_return true;
+}
+
+template <class Stream>
+Task<void> Connection<Stream>::closeNotify() {
+  if (!tls_open_ || gone_ || !lowestLayer(stream_).is_open()) co_return;
+  tls_open_ = false;
+  // As if the client's close_notify had come: SSL_shutdown writes ours and completes.
+  SSL_set_shutdown(stream_.native_handle(), SSL_RECEIVED_SHUTDOWN);
+  watchdog_.expireAfter(std::min<std::chrono::milliseconds>(loop_.config.write_timeout, std::chrono::seconds(1)));
+  error_code ec;
+  co_await stream_.async_shutdown(asio::redirect_error(asio::use_awaitable, ec));
+  watchdog_.disarm();
+}
+
+template <class Stream>
+Task<void> Connection<Stream>::run([[maybe_unused]] std::shared_ptr<Connection> self) {
   const ServerConfig& cfg = loop_.config;
+  if constexpr (kTls<Stream>) {
+    if (!co_await handshake()) {
+      closeSocket();
+      co_return;
+    }
+  }
   bool first = true;
   std::optional<RequestParser> parser;
   for (;;) {
@@ -277,12 +361,20 @@ Task<void> Connection::run([[maybe_unused]] std::shared_ptr<Connection> self) {
       // request's head has the header timeout like the first one's.
       idle_ = true;
       watchdog_.expireAfter(cfg.idle_timeout);
-      co_await socket_.async_wait(tcp::socket::wait_read, asio::redirect_error(asio::use_awaitable, ec));
+      if constexpr (kTls<Stream>) {
+        // A readable socket says nothing about bytes already inside the TLS engine (a pipelined
+        // request decrypted with the previous one): read instead of waiting.
+        const size_t n = co_await stream_.async_read_some(buffer_.prepare(16 * 1024),
+                                                          asio::redirect_error(asio::use_awaitable, ec));
+        buffer_.commit(n);
+      } else {
+        co_await stream_.async_wait(tcp::socket::wait_read, asio::redirect_error(asio::use_awaitable, ec));
+      }
       if (ec || loop_.draining) break;
     }
     idle_ = buffer_.size() == 0 && first;
     watchdog_.expireAfter(cfg.header_timeout);
-    co_await http::async_read_header(socket_, buffer_, *parser,
+    co_await http::async_read_header(stream_, buffer_, *parser,
                                      asio::redirect_error(asio::use_awaitable, ec));
     idle_ = false;
     first = false;
@@ -403,7 +495,7 @@ Task<void> Connection::run([[maybe_unused]] std::shared_ptr<Connection> self) {
     }
     if (!parser->is_done()) {
       watchdog_.expireAfter(cfg.body_timeout);
-      co_await http::async_read(socket_, buffer_, *parser,
+      co_await http::async_read(stream_, buffer_, *parser,
                                 asio::redirect_error(asio::use_awaitable, ec));
       if (ec) {
         if (ec == http::error::body_limit) {
@@ -439,10 +531,12 @@ Task<void> Connection::run([[maybe_unused]] std::shared_ptr<Connection> self) {
     if (gone_ || !keep_alive_ || loop_.draining) break;
   }
   watchdog_.disarm();
+  if constexpr (kTls<Stream>) co_await closeNotify();
   closeSocket();
 }
 
-Task<Result<std::string_view>> Connection::StreamedBody::read() {
+template <class Stream>
+Task<Result<std::string_view>> Connection<Stream>::StreamedBody::read() {
   if (failed_) co_return Status::unavailable("the request body failed to read earlier");
   std::string& body = p_.get().body();
   for (;;) {
@@ -455,7 +549,7 @@ Task<Result<std::string_view>> Connection::StreamedBody::read() {
     if (p_.is_done()) co_return std::string_view();
     error_code ec;
     c_.watchdog_.expireAfter(c_.loop_.config.body_timeout);
-    co_await http::async_read_some(c_.socket_, c_.buffer_, p_, asio::redirect_error(asio::use_awaitable, ec));
+    co_await http::async_read_some(c_.stream_, c_.buffer_, p_, asio::redirect_error(asio::use_awaitable, ec));
     c_.watchdog_.disarm();
     if (!ec) continue;
     failed_ = true;
@@ -463,7 +557,7 @@ Task<Result<std::string_view>> Connection::StreamedBody::read() {
       c_.loop_.stats.rejected_too_large.fetch_add(1, std::memory_order_relaxed);
       co_return Status::payloadTooLarge("request body exceeds the limit");
     }
-    if (!c_.socket_.is_open() || ec == asio::error::operation_aborted) {
+    if (!lowestLayer(c_.stream_).is_open() || ec == asio::error::operation_aborted) {
       co_return Status::deadlineExceeded("request body: no bytes within the body timeout");
     }
     if (ec == http::error::end_of_stream || ec == http::error::partial_message || ec == asio::error::eof ||
@@ -475,21 +569,26 @@ Task<Result<std::string_view>> Connection::StreamedBody::read() {
   }
 }
 
-Task<void> Connection::lingeringClose() {
+template <class Stream>
+Task<void> Connection<Stream>::lingeringClose() {
+  if constexpr (kTls<Stream>) co_await closeNotify();
+  // What the client still sends is discarded below TLS, as raw bytes.
+  tcp::socket& socket = lowestLayer(stream_);
   error_code ec;
-  socket_.shutdown(tcp::socket::shutdown_send, ec);
+  socket.shutdown(tcp::socket::shutdown_send, ec);
   char scratch[4096];
   size_t discarded = 0;
   watchdog_.expireAfter(std::chrono::milliseconds(1000));
   while (!ec && discarded < (4u << 20)) {
-    const size_t n = co_await socket_.async_read_some(asio::buffer(scratch),
-                                                      asio::redirect_error(asio::use_awaitable, ec));
+    const size_t n = co_await socket.async_read_some(asio::buffer(scratch),
+                                                     asio::redirect_error(asio::use_awaitable, ec));
     discarded += n;
   }
   watchdog_.disarm();
 }
 
-void Connection::writeHead(int status, std::string_view content_type,
+template <class Stream>
+void Connection<Stream>::writeHead(int status, std::string_view content_type,
                            std::span<const HttpHeader> extra, int64_t content_length,
                            bool chunked, std::span<const HttpHeader> relayed) {
   head_.clear();
@@ -537,14 +636,30 @@ void Connection::writeHead(int status, std::string_view content_type,
   head_ += "\r\n";
 }
 
-Task<bool> Connection::writeBuffers(std::string_view a, std::string_view b, std::string_view c) {
+template <class Stream>
+Task<bool> Connection<Stream>::writeBuffers(std::string_view a, std::string_view b, std::string_view c) {
   if (gone_) co_return false;
   std::array<asio::const_buffer, 3> bufs{asio::buffer(a.data(), a.size()),
                                          asio::buffer(b.data(), b.size()),
                                          asio::buffer(c.data(), c.size())};
   watchdog_.expireAfter(loop_.config.write_timeout);
   error_code ec;
-  co_await asio::async_write(socket_, bufs, asio::redirect_error(asio::use_awaitable, ec));
+  if constexpr (kTls<Stream>) {
+    // TLS writes one record (and one syscall) per buffer: a chunk's size line, data and CRLF go
+    // as one when they fit a record.
+    constexpr size_t kRecordBytes = 16 * 1024;
+    if (a.size() + b.size() + c.size() <= kRecordBytes && (!b.empty() || !c.empty())) {
+      out_.clear();
+      out_.append(a);
+      out_.append(b);
+      out_.append(c);
+      co_await asio::async_write(stream_, asio::buffer(out_), asio::redirect_error(asio::use_awaitable, ec));
+    } else {
+      co_await asio::async_write(stream_, bufs, asio::redirect_error(asio::use_awaitable, ec));
+    }
+  } else {
+    co_await asio::async_write(stream_, bufs, asio::redirect_error(asio::use_awaitable, ec));
+  }
   watchdog_.disarm();
   if (ec) {
     gone_ = true;
@@ -553,7 +668,8 @@ Task<bool> Connection::writeBuffers(std::string_view a, std::string_view b, std:
   co_return true;
 }
 
-Task<bool> Connection::send(int status, std::string_view content_type, std::string_view body,
+template <class Stream>
+Task<bool> Connection<Stream>::send(int status, std::string_view content_type, std::string_view body,
                             std::span<const HttpHeader> extra) {
   INFERA_CHECK(!started_, "response already started");
   started_ = true;
@@ -563,7 +679,8 @@ Task<bool> Connection::send(int status, std::string_view content_type, std::stri
   co_return ok;
 }
 
-Task<bool> Connection::start(int status, std::string_view content_type,
+template <class Stream>
+Task<bool> Connection<Stream>::start(int status, std::string_view content_type,
                              std::span<const HttpHeader> extra, int64_t content_length,
                              std::span<const HttpHeader> relayed) {
   INFERA_CHECK(!started_, "response already started");
@@ -583,7 +700,8 @@ Task<bool> Connection::start(int status, std::string_view content_type,
   co_return co_await writeBuffers(head_);
 }
 
-Task<bool> Connection::writeChunk(std::string_view data) {
+template <class Stream>
+Task<bool> Connection<Stream>::writeChunk(std::string_view data) {
   INFERA_CHECK(started_ && !finished_, "writeChunk outside a started response");
   if (data.empty() || no_body_) co_return !gone_;
   if (head_pending_) {
@@ -599,7 +717,8 @@ Task<bool> Connection::writeChunk(std::string_view data) {
                                   data, "\r\n");
 }
 
-Task<bool> Connection::finish() {
+template <class Stream>
+Task<bool> Connection<Stream>::finish() {
   INFERA_CHECK(started_, "finish before start");
   if (finished_) co_return !gone_;
   bool ok = !gone_;
@@ -612,7 +731,8 @@ Task<bool> Connection::finish() {
   co_return ok;
 }
 
-Task<void> Connection::sendError(int status, std::string_view message, std::string_view type,
+template <class Stream>
+Task<void> Connection<Stream>::sendError(int status, std::string_view message, std::string_view type,
                                  std::string_view code) {
   keep_alive_ = false;
   started_ = true;
@@ -622,15 +742,48 @@ Task<void> Connection::sendError(int status, std::string_view message, std::stri
   finished_ = true;
 }
 
-void Connection::watchDisconnect(std::function<void()> on_close) {
+template <class Stream>
+void Connection<Stream>::watchDisconnect(std::function<void()> on_close) {
   if (watch_->active || gone_) return;
   watch_->on_close = std::move(on_close);
   watch_->active = true;
-  watch_->socket = &socket_;
+  watch_->socket = &lowestLayer(stream_);
+  watch_->tls = kTls<Stream>;
   if (!watch_->pending) armWatch(watch_);
 }
 
-void Connection::armWatch(const std::shared_ptr<WatchState>& w) {
+// Under TLS the first bytes may be a close_notify (encrypted in TLS 1.3: not told apart from data),
+// so the FIN behind them decides: POLLRDHUP sees it past unread bytes. While bytes wait without a
+// FIN (a pipelined request, or a close_notify whose FIN is still on its way) it looks again every
+// 100 ms until the handler returns.
+void checkTlsPeer(const std::shared_ptr<WatchState>& w) {
+  pollfd p{w->socket->native_handle(), POLLIN | POLLRDHUP, 0};
+  const int r = ::poll(&p, 1, 0);
+  if (r > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0) {
+    w->active = false;
+    w->on_close();
+    return;
+  }
+  if (r == 0) {
+    armWatch(w);  // a stale wakeup
+    return;
+  }
+  if (!w->recheck) w->recheck.emplace(w->socket->get_executor());
+  w->pending = true;
+  w->recheck->expires_after(std::chrono::milliseconds(100));
+  w->recheck->async_wait([w](const error_code& ec) {
+    w->pending = false;
+    if (ec || !w->active) return;
+    if (!w->socket->is_open()) {
+      w->active = false;
+      w->on_close();
+      return;
+    }
+    checkTlsPeer(w);
+  });
+}
+
+void armWatch(const std::shared_ptr<WatchState>& w) {
   w->pending = true;
   // wait_read completes on data or EOF without consuming anything; MSG_PEEK tells them apart.
   w->socket->async_wait(tcp::socket::wait_read, [w](const error_code& ec) {
@@ -645,6 +798,10 @@ void Connection::armWatch(const std::shared_ptr<WatchState>& w) {
     if (!w->socket->is_open()) {
       w->active = false;
       w->on_close();
+      return;
+    }
+    if (w->tls) {
+      checkTlsPeer(w);
       return;
     }
     char byte;
@@ -693,6 +850,15 @@ class HttpServerImpl final : public HttpServer {
       states_.push_back(std::move(state));
     }
     port_ = endpoint.port();
+    if (config_.tls) {
+      auto tls = loadServerTls(*config_.tls);
+      if (!tls.ok()) return tls.status().withContext("TLS");
+      tls_config_ = *config_.tls;
+      tls_ = *tls;
+      stats_.tls_not_after_s.store(tls_->info.not_after_s);
+      for (auto& st : states_) st->tls = tls_;  // before the loops see the states
+      watcher_ = std::thread([this] { watchTlsFiles(); });
+    }
     // Handlers are created and acceptors started on their own loops.
     for (int i = 0; i < loops_.size(); ++i) {
       LoopState* st = states_[static_cast<size_t>(i)].get();
@@ -708,6 +874,37 @@ class HttpServerImpl final : public HttpServer {
   uint16_t port() const override { return port_; }
   const ServerStats& stats() const override { return stats_; }
 
+  Result<std::shared_ptr<const TlsServerContext>> loadTls(const TlsServerConfig& config) override {
+    if (!config_.tls) return Status::failedPrecondition("port " + std::to_string(port_) + " serves plain HTTP");
+    auto tls = loadServerTls(config);
+    if (!tls.ok()) {
+      stats_.tls_reload_failures.fetch_add(1, std::memory_order_relaxed);
+      INFERA_LOG(log_, err, "TLS certificate for port {} refused, the previous one keeps serving: {}", port_,
+                 tls.status().message());
+    }
+    return tls;
+  }
+
+  Status useTls(std::shared_ptr<const TlsServerContext> context, const TlsServerConfig& config) override {
+    if (!config_.tls) return Status::failedPrecondition("port " + std::to_string(port_) + " serves plain HTTP");
+    std::lock_guard<std::mutex> lock(tls_mu_);
+    install(std::move(context), config);
+    return Status::ok();
+  }
+
+  Status reloadTls(const TlsServerConfig& config) override {
+    if (!config_.tls) return Status::failedPrecondition("port " + std::to_string(port_) + " serves plain HTTP");
+    auto tls = loadTls(config);
+    if (!tls.ok()) return tls.takeStatus();
+    return useTls(std::move(*tls), config);
+  }
+
+  std::optional<TlsCertificateInfo> tlsCertificate() const override {
+    std::lock_guard<std::mutex> lock(tls_mu_);
+    if (!tls_) return std::nullopt;
+    return tls_->info;
+  }
+
   bool drain(std::chrono::milliseconds timeout) override {
     for (size_t i = 0; i < states_.size(); ++i) {
       LoopState* st = states_[i].get();
@@ -716,7 +913,7 @@ class HttpServerImpl final : public HttpServer {
         error_code ec;
         st->acceptor.close(ec);
         // Copy first: closing may destroy connections.
-        std::vector<Connection*> conns(st->connections.begin(), st->connections.end());
+        std::vector<ConnectionBase*> conns(st->connections.begin(), st->connections.end());
         for (auto* c : conns) c->closeIfIdle();
       });
     }
@@ -730,13 +927,21 @@ class HttpServerImpl final : public HttpServer {
   // Contract: destroy the server while its loops still run. Closes everything on the loops,
   // waits for connections and accept loops to end, then destroys the handlers on their loops.
   ~HttpServerImpl() override {
+    if (watcher_.joinable()) {
+      {
+        std::lock_guard<std::mutex> lock(tls_mu_);
+        stop_watch_ = true;
+      }
+      tls_cv_.notify_all();
+      watcher_.join();
+    }
     for (auto& sp : states_) {
       LoopState* st = sp.get();
       asio::post(st->ctx, [st] {
         st->draining = true;
         error_code ec;
         st->acceptor.close(ec);
-        std::vector<Connection*> conns(st->connections.begin(), st->connections.end());
+        std::vector<ConnectionBase*> conns(st->connections.begin(), st->connections.end());
         for (auto* c : conns) c->closeSocket();
       });
     }
@@ -790,9 +995,54 @@ class HttpServerImpl final : public HttpServer {
         socket.close(ignored);
         continue;
       }
-      auto conn = std::make_shared<Connection>(*st, std::move(socket));
-      Connection* raw = conn.get();
-      spawn(st->ctx, raw->run(std::move(conn)), "http connection");
+      if (config_.tls) {
+        auto conn = std::make_shared<Connection<TlsStream>>(*st, std::move(socket), st->tls);
+        Connection<TlsStream>* raw = conn.get();
+        spawn(st->ctx, raw->run(std::move(conn)), "https connection");
+      } else {
+        auto conn = std::make_shared<Connection<tcp::socket>>(*st, std::move(socket), nullptr);
+        Connection<tcp::socket>* raw = conn.get();
+        spawn(st->ctx, raw->run(std::move(conn)), "http connection");
+      }
+    }
+  }
+
+  // Under tls_mu_. New connections on every loop get `context`; the watch follows `config`.
+  void install(std::shared_ptr<const TlsServerContext> context, const TlsServerConfig& config) {
+    tls_config_ = config;
+    tls_ = std::move(context);
+    failed_stamps_.clear();
+    stats_.tls_reloads.fetch_add(1, std::memory_order_relaxed);
+    stats_.tls_not_after_s.store(tls_->info.not_after_s);
+    for (auto& sp : states_) {
+      LoopState* st = sp.get();
+      asio::post(st->ctx, [st, tls = tls_] { st->tls = tls; });
+    }
+    INFERA_LOG(log_, info, "TLS certificate for port {} in use: {} (serial {})", port_, tls_->info.subject,
+               tls_->info.serial);
+    tls_cv_.notify_all();
+  }
+
+  // The watch thread: every watch_interval, the files' inode, size and mtime; a change loads them
+  // (here, off the loops), and a load that fails is not retried until the files change again.
+  void watchTlsFiles() {
+    std::unique_lock<std::mutex> lock(tls_mu_);
+    while (!stop_watch_) {
+      const auto interval = tls_config_.watch_interval;
+      if (interval.count() <= 0) {
+        tls_cv_.wait(lock);
+        continue;
+      }
+      tls_cv_.wait_for(lock, interval);
+      if (stop_watch_) break;
+      const std::string stamps = tlsFileStamps(tls_config_);
+      if (stamps == tls_->stamps || stamps == failed_stamps_) continue;
+      auto tls = loadTls(tls_config_);
+      if (!tls.ok()) {
+        failed_stamps_ = stamps;
+        continue;
+      }
+      install(std::move(*tls), tls_config_);
     }
   }
 
@@ -802,6 +1052,15 @@ class HttpServerImpl final : public HttpServer {
   std::vector<std::unique_ptr<LoopState>> states_;
   uint16_t port_ = 0;
   std::atomic<int> accept_loops_{0};
+  spdlog::logger* log_ = componentLogger("net");
+  // TLS: the context in use and the files it came from, the watch thread (all under tls_mu_).
+  mutable std::mutex tls_mu_;
+  std::condition_variable tls_cv_;
+  TlsServerConfig tls_config_;
+  std::shared_ptr<const TlsServerContext> tls_;
+  std::string failed_stamps_;
+  bool stop_watch_ = false;
+  std::thread watcher_;
 };
 
 }  // namespace

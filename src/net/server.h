@@ -1,7 +1,8 @@
 #pragma once
 // HTTP/1.1 server: one SO_REUSEPORT acceptor per event loop, keep-alive, header/body size limits,
-// header/body/idle/write timeouts, graceful drain. Request flows are coroutines; each loop has its
-// own handler instance, so handlers need no locks.
+// header/body/idle/write timeouts, graceful drain, optionally TLS (net/tls.h: TLS 1.2+, ALPN
+// http/1.1, client certificates, certificates reloaded without a restart). Request flows are
+// coroutines; each loop has its own handler instance, so handlers need no locks.
 
 #include <atomic>
 #include <chrono>
@@ -15,6 +16,7 @@
 #include "net/asio.h"
 #include "net/http.h"
 #include "net/loops.h"
+#include "net/tls.h"
 
 namespace infera::net {
 
@@ -38,6 +40,9 @@ struct ServerConfig {
   // The largest body a streamed route (HttpHandler::streamedBodyLimit) may take; 0 = no route
   // streams its body. Every other request keeps max_body_bytes.
   uint64_t max_streamed_body_bytes = 0;
+  // TLS on this port (loaded by create(); its failure fails create). None: plain HTTP. The
+  // handshake has the header timeout.
+  std::optional<TlsServerConfig> tls;
 };
 
 // A request body read piece by piece by its handler, for routes that take bodies larger than
@@ -130,6 +135,13 @@ struct ServerStats {
   std::atomic<uint64_t> accept_errors{0};         // accept() failed (EMFILE, ENFILE, ...)
   std::atomic<uint64_t> rejected_busy{0};         // over max_body_bytes_in_flight
   std::atomic<int64_t> body_bytes_in_flight{0};
+  // TLS ports:
+  std::atomic<uint64_t> tls_handshakes{0};          // completed, resumed ones included
+  std::atomic<uint64_t> tls_resumed{0};             // of those, resumed sessions
+  std::atomic<uint64_t> tls_handshake_failures{0};  // failed or timed out (no client cert, TLS 1.1, ALPN, ...)
+  std::atomic<uint64_t> tls_reloads{0};             // certificates put in use after the first
+  std::atomic<uint64_t> tls_reload_failures{0};     // loads refused (the previous certificate kept serving)
+  std::atomic<int64_t> tls_not_after_s{0};          // the serving certificate's expiry, unix seconds
 };
 
 class HttpServer {
@@ -143,6 +155,17 @@ class HttpServer {
   // from outside the loops.
   virtual bool drain(std::chrono::milliseconds timeout) = 0;
   virtual const ServerStats& stats() const = 0;
+
+  // TLS ports only (kFailedPrecondition on a plain one; switching needs a new server).
+  // loadTls: loadServerTls(config), a failure logged and counted (tls_reload_failures). Blocking
+  // (reads files): call off the loops. useTls: new connections get `context` (existing ones keep
+  // theirs) and the file watch follows `config`'s files and interval. reloadTls: both.
+  // Thread-safe. Besides these, a watch thread reloads the files when they change on disk.
+  virtual Result<std::shared_ptr<const TlsServerContext>> loadTls(const TlsServerConfig& config) = 0;
+  virtual Status useTls(std::shared_ptr<const TlsServerContext> context, const TlsServerConfig& config) = 0;
+  virtual Status reloadTls(const TlsServerConfig& config) = 0;
+  // The certificate new connections get (none on a plain port).
+  virtual std::optional<TlsCertificateInfo> tlsCertificate() const = 0;
 };
 
 }  // namespace infera::net

@@ -123,6 +123,12 @@ void Family::setCallback(std::function<double()> fn) {
   callback_ = std::move(fn);
 }
 
+void Family::setCallback(const std::vector<std::string>& label_values, std::function<double()> fn) {
+  Series* s = series(label_values);
+  std::lock_guard<std::mutex> lock(mu_);
+  s->callback = std::move(fn);
+}
+
 namespace {
 void appendNumber(std::string& out, double v) {
   if (std::isinf(v)) {
@@ -181,7 +187,7 @@ void Family::render(std::string& out) const {
   for (const auto& [values, s] : series_) {
     if (s->counter || s->gauge) {
       out += name_ + labelString(values) + " ";
-      appendNumber(out, s->counter ? s->counter->value() : s->gauge->value());
+      appendNumber(out, s->callback ? s->callback() : s->counter ? s->counter->value() : s->gauge->value());
       out += "\n";
     } else {
       std::vector<uint64_t> buckets;

@@ -84,6 +84,8 @@ class Family {
   Histogram* histogram(const std::vector<std::string>& label_values = {});
   // A gauge computed at scrape time.
   void setCallback(std::function<double()> fn);
+  // One series computed at scrape time (a value counted elsewhere, as net's server stats).
+  void setCallback(const std::vector<std::string>& label_values, std::function<double()> fn);
 
   void render(std::string& out) const;
 
@@ -93,6 +95,7 @@ class Family {
     std::unique_ptr<Counter> counter;
     std::unique_ptr<Gauge> gauge;
     std::unique_ptr<Histogram> histogram;
+    std::function<double()> callback;
   };
   Series* series(const std::vector<std::string>& label_values);
   std::string labelString(const std::vector<std::string>& values, const std::string& extra = {}) const;

@@ -8,6 +8,8 @@
 // at random. spread and most-allocated are Kubernetes' own (random ties); infera uses exact
 // doubles (see docs/scheduler.md).
 #include <algorithm>
+#include <array>
+#include <bit>
 #include <cmath>
 
 #include "scheduler/cluster.h"
@@ -255,6 +257,16 @@ class FgdPolicy : public Policy {
 //    for breaking a node.
 //  - CPU left on the node (normalised by the largest node): pods go where CPU is already used, so
 //    nodes with free CPU keep room for the GPU pods that need it.
+// and two that see the cluster's state, not only the node's, so that it never turns away a pod
+// FGD would place (FGD's integer scores with ties to the first node pack by accident; exact scores
+// must see scarcity):
+//  - type pressure (GPU pods): the GPUs taken times the typed demand of the node's GPU type over
+//    that type's share of the free GPUs, so untyped pods leave a filling type to the pods that
+//    need it (gpuspec lists: typed demand for T4 is 1.5x its supply);
+//  - host loss: when a placement takes away a node's ability to host one of the workload's
+//    multi-GPU shapes (free whole GPUs, CPU and memory for it), that shape's share of the demand
+//    times the free GPU over the hosts it has left (multigpu lists: 8-GPU pods of 88-120 cores fit
+//    only on nearly untouched 8-GPU nodes).
 class InferaPolicy final : public FgdPolicy {
  public:
   InferaPolicy(const ClusterView& v, const FragModel* model) : FgdPolicy(v, model, /*integer_scores=*/false) {
@@ -266,6 +278,46 @@ class InferaPolicy final : public FgdPolicy {
       gpu += c.weight * static_cast<double>(c.req.gpuTotalMilli());
     }
     gpu_per_cpu_ = cpu > 0 ? gpu / cpu : 0;
+    // The workload's GPU demand that can use only some types, shared out over those types.
+    std::array<double, 32> typed{};
+    double all_gpu = 0;
+    for (const FragModel::Class& c : model->classes()) {
+      if (c.req.num_gpu == 0) continue;
+      const double g = c.weight * static_cast<double>(c.req.gpuTotalMilli());
+      all_gpu += g;
+      if (c.req.types == kAnyType) continue;
+      const int n = std::popcount(c.req.types);
+      for (int t = 0; t < 32; ++t) {
+        if ((c.req.types >> t) & 1u) typed[static_cast<size_t>(t)] += g / n;
+      }
+    }
+    for (int t = 0; t < 32; ++t) {
+      typed_share_[static_cast<size_t>(t)] = all_gpu > 0 ? typed[static_cast<size_t>(t)] / all_gpu : 0;
+    }
+    // The workload's multi-GPU shapes, most of its GPU demand first (at most 32): the nodes that
+    // can host each are tracked, so that taking the last hosts of a shape costs.
+    for (const FragModel::Class& c : model->classes()) {
+      if (c.req.num_gpu < 2 || all_gpu <= 0) continue;
+      const double share = c.weight * static_cast<double>(c.req.gpuTotalMilli()) / all_gpu;
+      auto it = std::find_if(big_.begin(), big_.end(), [&](const Big& b) {
+        return b.num_gpu == c.req.num_gpu && b.cpu == c.req.cpu_milli && b.mem == c.req.memory_mib &&
+               b.types == c.req.types;
+      });
+      if (it != big_.end()) {
+        it->share += share;
+      } else {
+        big_.push_back(Big{c.req.num_gpu, c.req.cpu_milli, c.req.memory_mib, c.req.types, share});
+      }
+    }
+    std::sort(big_.begin(), big_.end(), [](const Big& a, const Big& b) { return a.share > b.share; });
+    if (big_.size() > 32) big_.resize(32);
+    nodes_ = v.nodes;
+    last_free_.assign(v.nodes->size(), 0);
+    for (size_t k = 0; k < v.nodes->size(); ++k) trackNode(static_cast<int>(k));
+  }
+  void nodeChanged(int node) override {
+    FgdPolicy::nodeChanged(node);
+    trackNode(node);
   }
   std::string_view name() const override { return "infera"; }
   double score(const ClusterView& v, int node, const PodReq& r, int* gpu) override {
@@ -276,6 +328,15 @@ class InferaPolicy final : public FgdPolicy {
     const double cpu_after = static_cast<double>(n.cpu_free - r.cpu_milli);
     const double cpu_left = cpu_after / static_cast<double>(v.max_cpu) * kMilliPerGpu;
     double s = -delta - w.gpu_left * gpu_left - w.cpu_left * cpu_left;
+    if (!big_.empty()) s -= kHostWeight * hostLoss(node, n, r, *gpu);
+    if (r.num_gpu > 0 && n.type >= 0 && n.type < 32) {
+      // Type pressure: the type's typed demand against its share of the GPUs still free. A type
+      // filling up presses harder, so pods that could go elsewhere leave its last GPUs to the pods
+      // that can use only it (for a pod of one allowed type it is the same on every node).
+      const size_t t = static_cast<size_t>(n.type);
+      const double p = free_[t] > 0 ? typed_share_[t] / (free_[t] / std::max(1.0, free_all_)) : typed_share_[t] * 1e3;
+      s -= kTypeWeight * p * static_cast<double>(r.gpuTotalMilli());
+    }
     if (w.cpu_deficit > 0 && gpu_per_cpu_ > 0) {
       s -= w.cpu_deficit * (cpuDeficit(gpu_left, cpu_after) -
                             cpuDeficit(n.gpu_free_total, static_cast<double>(n.cpu_free)));
@@ -300,7 +361,77 @@ class InferaPolicy final : public FgdPolicy {
   static constexpr Weights kCpuOnly{0.0, 0.005, 0.05};
   static constexpr Weights kSharing{1.0, 0.005, 0.02};
   static constexpr Weights kWholeGpu{1.0, 0.0, 0.05};
+  // The type pressure and host loss terms: tuned on seeds 42-44 (gpuspec05, gpuspec33 and
+  // multigpu50 to find them, then every list), checked on seeds 42-51 and 100-109 of every list
+  // along the whole load curve (docs/scheduler.md).
+  static constexpr double kTypeWeight = 3.0;
+  static constexpr double kHostWeight = 0.1;
   double gpu_per_cpu_ = 0;  // milli-GPU per milli-CPU over the workload's GPU pods
+  struct Big {
+    int num_gpu;
+    int64_t cpu;
+    int64_t mem;
+    TypeMask types;
+    double share;  // of the workload's GPU demand
+  };
+  bool hosts(const Big& b, const NodeState& n, int full_free, int64_t cpu_free, int64_t mem_free) const {
+    return n.typeAllowed(b.types) && full_free >= b.num_gpu && cpu_free >= b.cpu && mem_free >= b.mem;
+  }
+  uint32_t hostMask(const NodeState& n) const {
+    uint32_t m = 0;
+    for (size_t c = 0; c < big_.size(); ++c) {
+      if (hosts(big_[c], n, n.full_free_gpus, n.cpu_free, n.mem_free)) m |= 1u << c;
+    }
+    return m;
+  }
+  // What placing `r` on `n` costs the multi-GPU shapes whose hosts it removes: per shape lost, its
+  // share of the GPU demand times the free GPU (milli) over the hosts left, i.e. how much of what
+  // is free that shape will want per host it still has.
+  double hostLoss(int node, const NodeState& n, const PodReq& r, int gpu) const {
+    const uint32_t before = node_mask_[static_cast<size_t>(node)];
+    if (before == 0) return 0;
+    int whole_taken = r.num_gpu > 0 && !r.sharing() ? r.num_gpu : 0;
+    if (r.sharing() && gpu >= 0 && n.gpu_free[static_cast<size_t>(gpu)] >= kMilliPerGpu) whole_taken = 1;
+    const int full_after = n.full_free_gpus - whole_taken;
+    const int64_t cpu_after = n.cpu_free - r.cpu_milli;
+    const int64_t mem_after = n.mem_free - r.memory_mib;
+    double loss = 0;
+    for (uint32_t m = before; m != 0; m &= m - 1) {
+      const int c = std::countr_zero(m);
+      const Big& b = big_[static_cast<size_t>(c)];
+      if (hosts(b, n, full_after, cpu_after, mem_after)) continue;
+      loss += b.share * free_all_ / std::max(1, hosts_[static_cast<size_t>(c)]);
+    }
+    return loss;
+  }
+
+  void trackNode(int node) {
+    if (static_cast<size_t>(node) >= last_free_.size()) last_free_.resize(static_cast<size_t>(node) + 1, 0);
+    if (static_cast<size_t>(node) >= node_mask_.size()) node_mask_.resize(static_cast<size_t>(node) + 1, 0);
+    const NodeState& n = (*nodes_)[static_cast<size_t>(node)];
+    const uint32_t mask = big_.empty() ? 0 : hostMask(n);
+    const uint32_t old = node_mask_[static_cast<size_t>(node)];
+    for (uint32_t d = mask ^ old; d != 0; d &= d - 1) {
+      const int c = std::countr_zero(d);
+      hosts_[static_cast<size_t>(c)] += (mask >> c) & 1u ? 1 : -1;
+    }
+    node_mask_[static_cast<size_t>(node)] = mask;
+    if (n.type < 0 || n.type >= 32) return;
+    const double now = n.gpu_free_total;
+    const double delta = now - last_free_[static_cast<size_t>(node)];
+    free_[static_cast<size_t>(n.type)] += delta;
+    free_all_ += delta;
+    last_free_[static_cast<size_t>(node)] = now;
+  }
+
+  std::array<double, 32> typed_share_{};  // of the workload's GPU demand, typed to each type
+  std::array<double, 32> free_{};
+  double free_all_ = 0;
+  std::vector<double> last_free_;
+  const std::vector<NodeState>* nodes_ = nullptr;
+  std::vector<Big> big_;
+  std::vector<uint32_t> node_mask_;  // per node: the big shapes it can host now
+  std::array<int, 32> hosts_{};      // per big shape: the nodes that can host it
 };
 
 }  // namespace

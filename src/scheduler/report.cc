@@ -7,6 +7,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <tuple>
 
 namespace infera::sched {
 namespace {
@@ -39,6 +40,8 @@ const char* kColors[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd",
 struct Series {
   std::string name;
   std::vector<std::pair<double, double>> points;
+  // Optional: a shaded band (x, low, high), e.g. the spread over seeds.
+  std::vector<std::tuple<double, double, double>> band;
 };
 
 std::string lineChart(const std::string& title, const std::string& xlabel,
@@ -73,6 +76,17 @@ std::string lineChart(const std::string& title, const std::string& xlabel,
     << ylabel << "</text>\n";
   for (size_t i = 0; i < series.size(); ++i) {
     const char* color = kColors[i % (sizeof(kColors) / sizeof(kColors[0]))];
+    if (!series[i].band.empty()) {
+      s << "<polygon fill=\"" << color << "\" fill-opacity=\"0.18\" stroke=\"none\" points=\"";
+      for (const auto& [x, lo, hi] : series[i].band) {
+        s << fmt("%.1f", X(x)) << "," << fmt("%.1f", Y(std::clamp(hi, ymin, ymax))) << " ";
+      }
+      for (auto it = series[i].band.rbegin(); it != series[i].band.rend(); ++it) {
+        const auto& [x, lo, hi] = *it;
+        s << fmt("%.1f", X(x)) << "," << fmt("%.1f", Y(std::clamp(lo, ymin, ymax))) << " ";
+      }
+      s << "\"/>\n";
+    }
     s << "<polyline fill=\"none\" stroke=\"" << color << "\" stroke-width=\"1.6\" points=\"";
     for (const auto& [x, y] : series[i].points) {
       s << fmt("%.1f", X(x)) << "," << fmt("%.1f", Y(std::clamp(y, ymin, ymax))) << " ";
@@ -98,6 +112,21 @@ std::vector<std::pair<double, double>> downsample(std::vector<std::pair<double, 
   return out;
 }
 
+nlohmann::json failedJson(const FailedPods& f) {
+  return {{"cpu_only", f.cpu_only}, {"shared_gpu", f.shared}, {"whole_gpu", f.whole},
+          {"multi_gpu", f.multi},   {"typed", f.typed},       {"total", f.total()}};
+}
+
+nlohmann::json curveJson(const CurvePoint& c) {
+  return {{"load", c.load},
+          {"allocated_gpus", c.allocated_gpus},
+          {"unallocated_gpus", c.unallocated_gpus},
+          {"fragmented_gpus", c.fragmented_gpus},
+          {"alloc_ratio", c.alloc_ratio},
+          {"frag_ratio", c.frag_ratio},
+          {"failed_pods", failedJson(c.failed)}};
+}
+
 }  // namespace
 
 double paperUnallocatedGpus(const std::string& policy, const std::string& pod_list) {
@@ -109,7 +138,19 @@ double paperUnallocatedGpus(const std::string& policy, const std::string& pod_li
   return it == kPaper.end() ? -1 : it->second;
 }
 
-std::string fgdSummary(const std::vector<FgdResult>& results) {
+std::optional<StepComparison> worstStepAgainst(const FgdResult& r, const FgdResult& reference, double from_load) {
+  std::optional<StepComparison> worst;
+  const size_t n = std::min(r.mean_curve.size(), reference.mean_curve.size());
+  for (size_t i = 0; i < n; ++i) {
+    const CurvePoint& a = r.mean_curve[i];
+    if (a.load < from_load - 1e-9) continue;
+    const double diff = a.unallocated_gpus - reference.mean_curve[i].unallocated_gpus;
+    if (!worst || diff > worst->more_unallocated) worst = StepComparison{a.load, diff};
+  }
+  return worst;
+}
+
+std::string fgdSummary(const std::vector<FgdResult>& results, const std::string& reference) {
   std::ostringstream s;
   if (results.empty()) return "no results\n";
   s << "FGD protocol: " << results.front().pod_list << ", " << results.front().runs.size()
@@ -131,6 +172,27 @@ std::string fgdSummary(const std::vector<FgdResult>& results) {
                   100 * r.mean_frag_ratio, failed, dps);
     s << line;
   }
+  const FgdResult* ref = nullptr;
+  for (const FgdResult& r : results) {
+    if (r.policy == reference) ref = &r;
+  }
+  if (ref && results.size() > 1) {
+    s << "against " << reference << " along the load curve (mean over seeds, 50% to "
+      << fmt("%.0f", 100 * ref->mean_curve.back().load) << "% of arrivals; + = more GPUs left unallocated):\n";
+    for (const FgdResult& r : results) {
+      if (&r == ref) continue;
+      const auto w = worstStepAgainst(r, *ref, 0.5);
+      if (!w) continue;
+      const CurvePoint& at = r.mean_curve.back();
+      const CurvePoint& rat = ref->mean_curve.back();
+      char line[256];
+      std::snprintf(line, sizeof(line), "  %-15s worst step %3.0f%%: %+7.1f GPUs %s; failed pods at the end %.0f vs %.0f\n",
+                    r.policy.c_str(), 100 * w->load, w->more_unallocated,
+                    w->more_unallocated <= 0 ? "(never behind)" : "(behind there)", at.failed.total(),
+                    rat.failed.total());
+      s << line;
+    }
+  }
   return s.str();
 }
 
@@ -148,17 +210,22 @@ std::string fgdJson(const std::vector<FgdResult>& results) {
     const double paper = paperUnallocatedGpus(r.policy, r.pod_list);
     if (paper >= 0) pj["paper_unallocated_gpus"] = paper;
     for (const CurvePoint& c : r.mean_curve) {
-      pj["curve"].push_back({{"load", c.load}, {"alloc_ratio", c.alloc_ratio},
-                             {"frag_ratio", c.frag_ratio}});
+      nlohmann::json cj = curveJson(c);
+      cj["unallocated_gpus_min"] = c.unallocated_min;
+      cj["unallocated_gpus_max"] = c.unallocated_max;
+      pj["curve"].push_back(std::move(cj));
     }
     for (const FgdRun& run : r.runs) {
-      pj["runs"].push_back({{"seed", run.seed},
-                            {"pods_arrived", run.pods_arrived},
-                            {"pods_failed", run.pods_failed},
-                            {"unallocated_gpus", run.unallocated_gpus},
-                            {"alloc_ratio", run.alloc_ratio},
-                            {"frag_ratio", run.frag_ratio},
-                            {"decisions_per_second", run.decisions_per_second}});
+      nlohmann::json rj = {{"seed", run.seed},
+                           {"pods_arrived", run.pods_arrived},
+                           {"pods_failed", run.pods_failed},
+                           {"failed_pods", failedJson(run.failed)},
+                           {"unallocated_gpus", run.unallocated_gpus},
+                           {"alloc_ratio", run.alloc_ratio},
+                           {"frag_ratio", run.frag_ratio},
+                           {"decisions_per_second", run.decisions_per_second}};
+      for (const CurvePoint& c : run.curve) rj["curve"].push_back(curveJson(c));
+      pj["runs"].push_back(std::move(rj));
     }
     j.push_back(pj);
   }
@@ -168,11 +235,29 @@ std::string fgdJson(const std::vector<FgdResult>& results) {
   return root.dump(2) + "\n";
 }
 
+std::string fgdUnallocatedSvg(const std::vector<FgdResult>& results) {
+  std::vector<Series> series;
+  double xmax = 0.05, ymax = 1;
+  for (const FgdResult& r : results) {
+    Series s{r.policy, {}, {}};
+    for (const CurvePoint& c : r.mean_curve) {
+      if (c.load < 0.5 - 1e-9) continue;
+      s.points.emplace_back(c.load * 100, c.unallocated_gpus);
+      s.band.emplace_back(c.load * 100, c.unallocated_min, c.unallocated_max);
+      xmax = std::max(xmax, c.load * 100);
+      ymax = std::max(ymax, c.unallocated_max);
+    }
+    series.push_back(std::move(s));
+  }
+  return lineChart("Unallocated GPUs vs arrived load (band: min-max over seeds)", "arrived GPU load (% of capacity)",
+                   "GPUs unallocated", series, 50, xmax, 0, ymax * 1.05);
+}
+
 std::string fgdAllocationSvg(const std::vector<FgdResult>& results) {
   std::vector<Series> series;
   double xmax = 0.05;
   for (const FgdResult& r : results) {
-    Series s{r.policy, {}};
+    Series s{r.policy, {}, {}};
     for (const CurvePoint& c : r.mean_curve) {
       s.points.emplace_back(c.load * 100, c.alloc_ratio * 100);
       xmax = std::max(xmax, c.load * 100);
@@ -183,11 +268,12 @@ std::string fgdAllocationSvg(const std::vector<FgdResult>& results) {
                    "GPUs allocated (%)", series, 0, xmax, 0, 100);
 }
 
-Status writeFgdReport(const std::string& dir, const std::vector<FgdResult>& results) {
+Status writeFgdReport(const std::string& dir, const std::vector<FgdResult>& results, const std::string& reference) {
   INFERA_RETURN_IF_ERROR(makeDir(dir));
   INFERA_RETURN_IF_ERROR(writeFile(dir + "/report.json", fgdJson(results)));
   INFERA_RETURN_IF_ERROR(writeFile(dir + "/alloc_vs_load.svg", fgdAllocationSvg(results)));
-  return writeFile(dir + "/summary.txt", fgdSummary(results));
+  INFERA_RETURN_IF_ERROR(writeFile(dir + "/unallocated_vs_load.svg", fgdUnallocatedSvg(results)));
+  return writeFile(dir + "/summary.txt", fgdSummary(results, reference));
 }
 
 std::string replaySummary(const ReplayResult& r) {
@@ -261,11 +347,11 @@ Status writeReplayReport(const std::string& dir, const ReplayResult& r) {
   INFERA_RETURN_IF_ERROR(writeFile(
       dir + "/allocation.svg",
       lineChart("GPU allocation over time", "time (days)", "GPUs allocated (%)",
-                {Series{r.policy, downsample(alloc, 600)}}, 0, tmax, 0, 100)));
+                {Series{r.policy, downsample(alloc, 600), {}}}, 0, tmax, 0, 100)));
   INFERA_RETURN_IF_ERROR(writeFile(
       dir + "/free_node_aggregation.svg",
       lineChart("Free GPUs on fully empty nodes", "time (days)", "share of free GPUs (%)",
-                {Series{r.policy, downsample(empty, 600)}}, 0, tmax, 0, 100)));
+                {Series{r.policy, downsample(empty, 600), {}}}, 0, tmax, 0, 100)));
   // Pending time CDF.
   std::vector<double> w = r.pending_times_s;
   std::sort(w.begin(), w.end());
@@ -278,7 +364,7 @@ Status writeReplayReport(const std::string& dir, const ReplayResult& r) {
   INFERA_RETURN_IF_ERROR(writeFile(
       dir + "/pending_time.svg",
       lineChart("Pending time (CDF)", "pending time (hours)", "pods started (%)",
-                {Series{r.policy, downsample(cdf, 600)}}, 0, wmax, 0, 100)));
+                {Series{r.policy, downsample(cdf, 600), {}}}, 0, wmax, 0, 100)));
   return writeFile(dir + "/summary.txt", replaySummary(r));
 }
 

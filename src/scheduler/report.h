@@ -1,6 +1,7 @@
 #pragma once
 // Rendering simulation results: a JSON report, SVG charts and a one-screen text summary.
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -13,12 +14,26 @@ namespace infera::sched {
 // negative when the paper has none or `pod_list` is not "default".
 double paperUnallocatedGpus(const std::string& policy, const std::string& pod_list);
 
-std::string fgdSummary(const std::vector<FgdResult>& results);
+// Where `r` is furthest behind `reference` along the mean curve, from `from_load` on: the step and
+// how many more GPUs it leaves unallocated there (<= 0: never behind). Empty without points.
+struct StepComparison {
+  double load = 0;
+  double more_unallocated = 0;
+};
+std::optional<StepComparison> worstStepAgainst(const FgdResult& r, const FgdResult& reference, double from_load);
+
+// The table of policies, then each one's worst step against `reference` (when it is among them).
+std::string fgdSummary(const std::vector<FgdResult>& results, const std::string& reference = "fgd");
+// Per policy: the mean curve (with the spread over seeds) and every seed's run with its curve;
+// each step has allocated, unallocated and fragmented GPUs, ratios and failed pods by kind.
 std::string fgdJson(const std::vector<FgdResult>& results);
 // Allocation ratio vs arrived load, one line per policy.
 std::string fgdAllocationSvg(const std::vector<FgdResult>& results);
-// Writes report.json, alloc_vs_load.svg and summary.txt into `dir` (created if needed).
-Status writeFgdReport(const std::string& dir, const std::vector<FgdResult>& results);
+// Unallocated GPUs vs arrived load from 50%, one line per policy with a band over seeds.
+std::string fgdUnallocatedSvg(const std::vector<FgdResult>& results);
+// Writes report.json, alloc_vs_load.svg, unallocated_vs_load.svg and summary.txt into `dir`.
+Status writeFgdReport(const std::string& dir, const std::vector<FgdResult>& results,
+                      const std::string& reference = "fgd");
 
 std::string replaySummary(const ReplayResult& r);
 std::string replayJson(const ReplayResult& r);

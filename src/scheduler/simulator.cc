@@ -27,6 +27,19 @@ double fragRatio(const ClusterStats& s) {
   return free > 0 ? s.fragmentation_milli / free : 0;
 }
 
+void countFailed(const PodSpec& p, FailedPods& f) {
+  if (p.num_gpu == 0) {
+    ++f.cpu_only;
+  } else if (p.num_gpu >= 2) {
+    ++f.multi;
+  } else if (p.gpu_milli > 0 && p.gpu_milli < kMilliPerGpu) {
+    ++f.shared;
+  } else {
+    ++f.whole;
+  }
+  if (!p.gpu_types.empty() || !p.min_gpu_type.empty()) ++f.typed;
+}
+
 uint64_t mix(uint64_t a, uint64_t b) {
   Rng r(a * 0x9E3779B97F4A7C15ull + b);
   return r.next();
@@ -79,13 +92,22 @@ Result<FgdResult> runFgdProtocol(const std::vector<NodeSpec>& nodes,
       ++run.pods_arrived;
       arrived += gpuDemand(pod);
       const auto placed = engine->schedule(pod);
-      if (!placed.ok()) ++run.pods_failed;
+      if (!placed.ok()) {
+        ++run.pods_failed;
+        countFailed(pod, run.failed);
+      }
       while (next_level <= levels &&
              arrived >= static_cast<int64_t>(next_level * cfg.curve_step * capacity)) {
         const ClusterStats s = engine->stats();
-        run.curve.push_back(CurvePoint{next_level * cfg.curve_step,
-                                       static_cast<double>(s.gpu_milli_allocated) / capacity,
-                                       fragRatio(s)});
+        CurvePoint c;
+        c.load = next_level * cfg.curve_step;
+        c.alloc_ratio = static_cast<double>(s.gpu_milli_allocated) / capacity;
+        c.frag_ratio = fragRatio(s);
+        c.allocated_gpus = static_cast<double>(s.gpu_milli_allocated) / kMilliPerGpu;
+        c.unallocated_gpus = static_cast<double>(s.gpu_milli_capacity - s.gpu_milli_allocated) / kMilliPerGpu;
+        c.fragmented_gpus = s.fragmentation_milli / kMilliPerGpu;
+        c.failed = run.failed;
+        run.curve.push_back(c);
         ++next_level;
       }
       if (cfg.progress && (run.pods_arrived & 1023) == 0) {
@@ -121,9 +143,22 @@ Result<FgdResult> runFgdProtocol(const std::vector<NodeSpec>& nodes,
   for (size_t i = 0; i < points; ++i) {
     CurvePoint c;
     c.load = result.runs.front().curve[i].load;
+    c.unallocated_min = 1e300;
+    c.unallocated_max = -1e300;
     for (const FgdRun& r : result.runs) {
-      c.alloc_ratio += r.curve[i].alloc_ratio / n;
-      c.frag_ratio += r.curve[i].frag_ratio / n;
+      const CurvePoint& p = r.curve[i];
+      c.alloc_ratio += p.alloc_ratio / n;
+      c.frag_ratio += p.frag_ratio / n;
+      c.allocated_gpus += p.allocated_gpus / n;
+      c.unallocated_gpus += p.unallocated_gpus / n;
+      c.fragmented_gpus += p.fragmented_gpus / n;
+      c.failed.cpu_only += p.failed.cpu_only / n;
+      c.failed.shared += p.failed.shared / n;
+      c.failed.whole += p.failed.whole / n;
+      c.failed.multi += p.failed.multi / n;
+      c.failed.typed += p.failed.typed / n;
+      c.unallocated_min = std::min(c.unallocated_min, p.unallocated_gpus);
+      c.unallocated_max = std::max(c.unallocated_max, p.unallocated_gpus);
     }
     result.mean_curve.push_back(c);
   }

@@ -25,16 +25,34 @@ struct FgdProtocolConfig {
   ProgressFn progress;
 };
 
+// Pods refused so far, by kind (typed pods are counted in their kind too).
+struct FailedPods {
+  double cpu_only = 0;  // no GPU
+  double shared = 0;    // part of one GPU
+  double whole = 0;     // one whole GPU
+  double multi = 0;     // two GPUs or more
+  double typed = 0;     // with a GPU-type constraint
+  double total() const { return cpu_only + shared + whole + multi; }
+};
+
 struct CurvePoint {
   double load = 0;           // arrived GPU demand / capacity
   double alloc_ratio = 0;    // allocated GPUs / capacity
   double frag_ratio = 0;     // fragmented free GPU / free GPU
+  double allocated_gpus = 0;
+  double unallocated_gpus = 0;
+  double fragmented_gpus = 0;  // the paper's measure against the workload, in GPUs
+  FailedPods failed;           // cumulative, up to this step
+  // Mean curves only: the spread of unallocated GPUs over the seeds at this step.
+  double unallocated_min = 0;
+  double unallocated_max = 0;
 };
 
 struct FgdRun {
   uint64_t seed = 0;
   int pods_arrived = 0;
   int pods_failed = 0;
+  FailedPods failed;  // at the final load
   double unallocated_gpus = 0;  // at the final load
   double alloc_ratio = 0;
   double frag_ratio = 0;

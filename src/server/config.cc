@@ -14,6 +14,7 @@ void readListen(ConfigReader& r, ListenConfig& l) {
   int port = l.port;
   r.optional("port", port, 0, 65535);
   l.port = static_cast<uint16_t>(port);
+  r.object("tls", [&](ConfigReader& t) { net::readTlsServerConfig(t, l.tls.emplace()); });
 }
 
 // A binding's deployments must be deployments of the config's models ("d" or "model/d").
@@ -66,6 +67,7 @@ Result<Config> parseConfig(const YAML::Node& root) {
     emulator_names.insert(name);
   });
   r.object("governance", [&](ConfigReader& g) { access::readAccessConfig(g, cfg.access); });
+  r.object("features", [&](ConfigReader& f) { features::readFeaturesConfig(f, cfg.features); });
   r.object("vectors", [&](ConfigReader& vr) { vectors::readVectorsConfig(vr, cfg.vectors); });
   r.object("registry", [&](ConfigReader& rr) { registry::readRegistryConfig(rr, cfg.registry); });
   gateway::readModels(r, emulator_names, cfg.gateway);
@@ -83,6 +85,11 @@ Result<Config> loadConfig(const std::string& path) {
   INFERA_ASSIGN_OR_RETURN(YAML::Node root, loadYamlFile(path));
   auto cfg = parseConfig(root);
   if (!cfg.ok()) return cfg.status().withContext(path);
+  // A relative feature repository is beside the config file, wherever infera runs from.
+  std::string& repo = cfg->features.repository;
+  if (!repo.empty() && repo[0] != '/' && path.rfind('/') != std::string::npos) {
+    repo = path.substr(0, path.rfind('/') + 1) + repo;
+  }
   return cfg;
 }
 
@@ -101,6 +108,9 @@ std::vector<std::string> restartNeeded(const Config& running, const Config& next
   if (workers(running.workers) != workers(next.workers)) out.push_back("workers");
   if (running.listen.host != next.listen.host || running.listen.port != next.listen.port) out.push_back("listen");
   if (running.admin.host != next.admin.host || running.admin.port != next.admin.port) out.push_back("admin");
+  // Certificates reload; plain <-> TLS is another kind of port.
+  if (running.listen.tls.has_value() != next.listen.tls.has_value()) out.push_back("listen.tls (on or off)");
+  if (running.admin.tls.has_value() != next.admin.tls.has_value()) out.push_back("admin.tls (on or off)");
   if (running.max_body_bytes != next.max_body_bytes) out.push_back("max_body_bytes");
   if (running.max_connections != next.max_connections) out.push_back("max_connections");
   if (running.max_body_bytes_in_flight != next.max_body_bytes_in_flight) out.push_back("max_body_bytes_in_flight");
@@ -110,6 +120,7 @@ std::vector<std::string> restartNeeded(const Config& running, const Config& next
     if (!running.emulators.count(name)) out.push_back("emulators." + name + " (new)");
   }
   for (auto& s : access::Access::restartNeeded(running.access, next.access)) out.push_back(std::move(s));
+  for (auto& s : features::restartNeeded(running.features, next.features)) out.push_back(std::move(s));
   const auto& rv = running.vectors;
   const auto& nv = next.vectors;
   if (rv.enabled != nv.enabled || rv.data_dir != nv.data_dir || rv.path_prefix != nv.path_prefix ||

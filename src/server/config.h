@@ -6,12 +6,15 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 
 #include "access/config.h"
 #include "core/status.h"
 #include "emulator/emulator.h"
+#include "features/features.h"
 #include "gateway/config.h"
+#include "net/tls.h"
 #include "registry/registry.h"
 #include "vectors/vectors.h"
 
@@ -24,12 +27,13 @@ namespace infera::server {
 struct ListenConfig {
   std::string host = "127.0.0.1";
   uint16_t port = 8080;
+  std::optional<net::TlsServerConfig> tls;  // the `tls:` mapping; none = plain HTTP
 };
 
 struct Config {
   int workers = 0;  // 0 = one per core
   ListenConfig listen;
-  ListenConfig admin{"127.0.0.1", 9090};
+  ListenConfig admin{"127.0.0.1", 9090, std::nullopt};
   size_t max_body_bytes = 8 * 1024 * 1024;
   size_t max_header_bytes = 16 * 1024;
   int64_t max_connections = 65'536;  // data port, across workers; more are accepted and closed
@@ -42,6 +46,7 @@ struct Config {
   std::map<std::string, emulator::EmulatorConfig> emulators;  // backends started in this process
   gateway::GatewayConfig gateway;  // region, balancing, health, retries, models
   access::AccessConfig access;     // the `governance` section
+  features::FeaturesConfig features;  // the `features` section (enabled when present)
   vectors::VectorsConfig vectors;  // the `vectors` section (off unless present)
   registry::RegistryConfig registry;  // the `registry` section (off unless present)
 };

@@ -8,6 +8,7 @@
 #include "access/access.h"
 #include "core/log.h"
 #include "emulator/emulator.h"
+#include "features/features.h"
 #include "gateway/gateway.h"
 #include "gateway/route_source.h"
 #include "net/loops.h"
@@ -57,6 +58,7 @@ class ServerImpl final : public Server {
     data_.reset();   // the routers and what they own (the gateway's and access's per-loop state), on their loops
     loops_.stop();
     vectors_.reset();  // after the loops: finishes queued writes, snapshots every collection
+    features_.reset();
     model_registry_.reset();  // after the loops, before access (its last tasks may audit) and the gateway
     access_.reset();  // after the workers: writes the last usage records
     admin_loops_.stop();
@@ -106,6 +108,10 @@ class ServerImpl final : public Server {
       model_registry_->attach(gateway_.get());
       model_registry_->start();
     }
+    if (config_.features.enabled) {
+      const Clock* clock = options_.clock ? options_.clock : &SystemClock::instance();
+      INFERA_ASSIGN_OR_RETURN(features_, features::FeatureStore::create(config_.features, {registry_, workers_, clock}));
+    }
     if (config_.vectors.enabled) {
       INFERA_ASSIGN_OR_RETURN(vectors_, vectors::VectorService::create(config_.vectors, workers_));
     }
@@ -124,20 +130,22 @@ class ServerImpl final : public Server {
     sc.idle_timeout = std::chrono::milliseconds(config_.idle_timeout_ms);
     // Artifact uploads stream their bodies (beyond max_body_bytes, never held whole).
     if (model_registry_) sc.max_streamed_body_bytes = static_cast<uint64_t>(config_.registry.max_artifact_bytes);
+    sc.tls = config_.listen.tls;
     auto data = net::HttpServer::create(loops_, sc, [this](int i, net::asio::io_context& ctx) {
       return std::make_unique<net::RouterHandler>(dataRouter(i, ctx));
     });
-    if (!data.ok()) return data.takeStatus();
+    if (!data.ok()) return data.status().withContext("listen");
     data_ = std::move(*data);
 
     net::ServerConfig ac;
     ac.host = config_.admin.host;
     ac.port = config_.admin.port;
     if (model_registry_) ac.max_streamed_body_bytes = static_cast<uint64_t>(config_.registry.max_artifact_bytes);
+    ac.tls = config_.admin.tls;
     auto admin = net::HttpServer::create(admin_loops_, ac, [this](int, net::asio::io_context& ctx) {
       return std::make_unique<net::RouterHandler>(adminRouter(ctx));
     });
-    if (!admin.ok()) return admin.takeStatus();
+    if (!admin.ok()) return admin.status().withContext("admin");
     admin_ = std::move(*admin);
     gateway_->startHealthChecks(admin_loops_.loop(0));
     INFERA_LOG(log_, info, "serving on {}:{} (admin {}:{}), {} workers, {} models", config_.listen.host,
@@ -164,7 +172,21 @@ class ServerImpl final : public Server {
       std::string keys;
       for (const auto& k : restart) keys += (keys.empty() ? "" : ", ") + k;
       return rejected(Status::failedPrecondition(
-          keys + ": need a restart; reload changes routes, limits, timeouts, retries, health checks and balancing"));
+          keys + ": need a restart; reload changes routes, limits, timeouts, retries, health checks, balancing "
+                 "and certificates"));
+    }
+    // Certificates first (read again even when unchanged): one refused refuses the reload, and
+    // the old config and certificates keep serving.
+    std::shared_ptr<const net::TlsServerContext> data_tls, admin_tls;
+    if (next.listen.tls) {
+      auto t = data_->loadTls(*next.listen.tls);
+      if (!t.ok()) return rejected(t.status().withContext("listen.tls"));
+      data_tls = std::move(*t);
+    }
+    if (next.admin.tls) {
+      auto t = admin_->loadTls(*next.admin.tls);
+      if (!t.ok()) return rejected(t.status().withContext("admin.tls"));
+      admin_tls = std::move(*t);
     }
     routes_.set(next.gateway.models);
     if (model_registry_) (void)model_registry_->setBindings(next.registry.bindings);
@@ -173,6 +195,8 @@ class ServerImpl final : public Server {
       if (model_registry_) (void)model_registry_->setBindings(config_.registry.bindings);
       return rejected(std::move(s));
     }
+    if (data_tls) INFERA_CHECK(data_->useTls(std::move(data_tls), *next.listen.tls).isOk(), "TLS on a TLS port");
+    if (admin_tls) INFERA_CHECK(admin_->useTls(std::move(admin_tls), *next.admin.tls).isOk(), "TLS on a TLS port");
     setLogLevel(next.log_level);
     config_ = std::move(next);
     reloads_->counter({"ok"})->inc(0);
@@ -208,6 +232,7 @@ class ServerImpl final : public Server {
       r.own(std::move(w));  // destroyed after the routes' per-loop state that uses it
     }
     gateway_->addDataRoutes(i, ctx, r, aw);
+    if (features_) features_->addDataRoutes(i, ctx, r, aw);
     if (vectors_) vectors_->addDataRoutes(i, ctx, r, aw);
     if (model_registry_) model_registry_->addDataRoutes(i, ctx, r, aw);
     return r;
@@ -263,6 +288,7 @@ class ServerImpl final : public Server {
             }
           }));
     gateway_->addAdminRoutes(r, [this](net::RouteHandler h) { return guarded(std::move(h)); });
+    if (features_) features_->addAdminRoutes(r, [this](net::RouteHandler h) { return guarded(std::move(h)); });
     if (model_registry_) model_registry_->addAdminRoutes(ctx, r, [this](net::RouteHandler h) { return guarded(std::move(h)); });
     if (access_) {
       access_->addAdminRoutes(r);
@@ -318,6 +344,41 @@ class ServerImpl final : public Server {
         ->setCallback(stat(&net::ServerStats::rejected_busy));
     registry_.gaugeFamily("infera_net_body_bytes_in_flight", "Request body bytes held on the data port.")
         ->setCallback(stat(&net::ServerStats::body_bytes_in_flight));
+    registerTlsMetrics();
+  }
+
+  // One series per TLS port (port="data" or "admin").
+  void registerTlsMetrics() {
+    auto handshakes = registry_.counterFamily("infera_net_tls_handshakes_total",
+                                              "TLS handshakes completed, resumed ones included.", {"port"});
+    auto resumed = registry_.counterFamily("infera_net_tls_resumed_handshakes_total",
+                                           "TLS handshakes that resumed a session.", {"port"});
+    auto failures = registry_.counterFamily(
+        "infera_net_tls_handshake_failures_total",
+        "TLS handshakes failed or timed out (no client certificate, TLS < 1.2, no http/1.1 in ALPN, ...).", {"port"});
+    auto reloads = registry_.counterFamily(
+        "infera_net_tls_certificate_reloads_total",
+        "Certificate loads after the first (SIGHUP, /admin/reload, a file change): ok, or error (refused; the "
+        "previous certificate keeps serving).",
+        {"port", "result"});
+    auto expiry = registry_.gaugeFamily("infera_net_tls_certificate_expiry_timestamp_seconds",
+                                        "Expiry (unix time) of the certificate new connections get.", {"port"});
+    for (const bool is_data : {true, false}) {
+      if (!(is_data ? config_.listen.tls : config_.admin.tls)) continue;
+      const std::string port = is_data ? "data" : "admin";
+      auto stat = [this, is_data](auto field) {
+        return [this, is_data, field] {
+          const net::HttpServer* s = is_data ? data_.get() : admin_.get();
+          return s ? static_cast<double>((s->stats().*field).load()) : 0.0;
+        };
+      };
+      handshakes->setCallback({port}, stat(&net::ServerStats::tls_handshakes));
+      resumed->setCallback({port}, stat(&net::ServerStats::tls_resumed));
+      failures->setCallback({port}, stat(&net::ServerStats::tls_handshake_failures));
+      reloads->setCallback({port, "ok"}, stat(&net::ServerStats::tls_reloads));
+      reloads->setCallback({port, "error"}, stat(&net::ServerStats::tls_reload_failures));
+      expiry->setCallback({port}, stat(&net::ServerStats::tls_not_after_s));
+    }
   }
 
   Config config_;
@@ -332,6 +393,7 @@ class ServerImpl final : public Server {
   std::unique_ptr<access::Access> access_;
   gateway::StaticRouteSource routes_;  // the config file's models
   std::unique_ptr<gateway::Gateway> gateway_;
+  std::unique_ptr<features::FeatureStore> features_;
   std::unique_ptr<vectors::VectorService> vectors_;
   std::unique_ptr<registry::Registry> model_registry_;
   net::EventLoops loops_;

@@ -26,7 +26,8 @@
 namespace infera::server {
 
 struct Options {
-  // The clock access control reads (key expiry, limit windows, usage times); tests step a fake.
+  // The clock access control and the feature store read (key expiry, limit windows, usage times,
+  // feature TTLs and aggregation windows); tests step a fake.
   const Clock* clock = nullptr;
 };
 

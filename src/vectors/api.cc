@@ -354,6 +354,13 @@ class Api {
     co_return ok(dumpJson(e->coll.info()));
   }
 
+  // Infera's own (not Qdrant's): the graph and memory figures `infera vectors stats` prints.
+  Task<Reply> stats(net::HttpRequest&, const std::string& name, net::PathParams) {
+    auto e = store_.find(name);
+    if (!e) co_return fail(collectionMissing(name));
+    co_return ok(dumpJson(e->coll.stats()));
+  }
+
   Task<Reply> exists(net::HttpRequest&, const std::string& name, net::PathParams) {
     co_return ok(store_.find(name) ? "{\"exists\":true}" : "{\"exists\":false}");
   }
@@ -850,6 +857,7 @@ void addQdrantRoutes(Store& store, const VectorsConfig& config, net::asio::io_co
   add("PATCH", "/collections/{name}", &Api::updateCollection);
   add("DELETE", "/collections/{name}", &Api::deleteCollection);
   add("GET", "/collections/{name}/exists", &Api::exists);
+  add("GET", "/collections/{name}/stats", &Api::stats);
   add("GET", "/collections/{name}/aliases", &Api::aliases);
   add("PUT", "/collections/{name}/index", &Api::createIndex);
   add("DELETE", "/collections/{name}/index/{field}", &Api::deleteIndex);

@@ -750,7 +750,13 @@ Json Collection::stats() const {
   j["points"] = ids_.size();
   j["slots"] = index_.slots();
   j["free_slots"] = free_slots_.size();
+  j["dim"] = params_.dim;
+  j["distance"] = std::string(distanceName(params_.distance));
+  j["m"] = params_.m;
+  j["ef_construct"] = params_.ef_construct;
   j["index_bytes"] = index_.memoryBytes();
+  j["index_bytes_per_point"] = ids_.empty() ? 0.0 : double(index_.memoryBytes()) / double(ids_.size());
+  j["payload_indexes"] = field_indexes_.size();
   j["mean_degree"] = index_.meanDegree();
   j["quantized"] = index_.quantized();
   j["kernels"] = kernels().name;

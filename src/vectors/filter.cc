@@ -125,7 +125,10 @@ Result<Condition> parseCondition(const Json& j, int depth) {
     return c;
   }
   if (j.size() == 1) {
-    const auto& [k, v] = *j.items().begin();
+    // Named, not bound to *j.items().begin(): that proxy is a temporary (g++ -O3 caught the dangling key).
+    const auto first = j.begin();
+    const std::string k = first.key();
+    const Json& v = first.value();
     if (k == "is_empty" || k == "is_null") {
       if (!v.is_object() || !v.contains("key") || !v["key"].is_string()) return formatError(k + " needs a key");
       c.kind = k == "is_empty" ? Condition::Kind::kIsEmpty : Condition::Kind::kIsNull;

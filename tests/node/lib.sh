@@ -16,11 +16,11 @@ start_serve() {
   trap 'kill $SERVE_PID 2>/dev/null; wait $SERVE_PID 2>/dev/null || true' EXIT
   PORT=""
   for _ in $(seq 1 500); do
-    PORT=$(sed -n 's|.*data http://127.0.0.1:\([0-9]*\).*|\1|p' "$out")
+    PORT=$(sed -n 's|.*data https\{0,1\}://127.0.0.1:\([0-9]*\).*|\1|p' "$out")
     [[ -n "$PORT" ]] && break
     kill -0 $SERVE_PID 2>/dev/null || { cat "$out"; exit 1; }
     sleep 0.02
   done
   [[ -n "$PORT" ]] || { echo "gateway did not start"; cat "$out"; exit 1; }
-  ADMIN_PORT=$(sed -n 's|.*admin http://127.0.0.1:\([0-9]*\).*|\1|p' "$out")
+  ADMIN_PORT=$(sed -n 's|.*admin https\{0,1\}://127.0.0.1:\([0-9]*\).*|\1|p' "$out")
 }

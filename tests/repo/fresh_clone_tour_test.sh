@@ -2,8 +2,9 @@
 # A user's first hour from a bare clone: `git clone` into an empty directory (nothing beside it),
 # then the README's tour run from there — the scheduler on the shipped trace from an unrelated
 # working directory, the scheduler trace tests on the clone's data, the quickstart gateway's curl
-# commands, and the governance tour's CLI — with this build's binaries copied into the clone (the
-# suite has built them once; building again would double `make test`).
+# commands, the governance tour's CLI and the vector index tour (create, load, search, embed) — with
+# this build's binaries copied into the clone (the suite has built them once; building again would
+# double `make test`).
 # Usage: fresh_clone_tour_test.sh SOURCE_DIR INFERA_BINARY SCHEDULER_TRACE_TEST_BINARY
 set -uo pipefail
 src="$1"
@@ -95,4 +96,28 @@ check "infera usage answers" test $? -eq 0
 check "infera keys list answers" test $? -eq 0
 "$infera" audit >"$top/audit.out" 2>&1
 check "infera audit lists the key creation" grep -q "key" "$top/audit.out"
+
+kill -TERM "$pid"; wait "$pid" 2>/dev/null; pid=""
+
+# --- vector index tour (README: "Vector index"), on free ports -------------------------------------
+mkdir -p "$top/vec" && cd "$top/vec"
+unset INFERA_ADMIN_URL
+sed -e 's/port: 8080/port: 0/' -e 's/port: 9090/port: 0/' -e "s|./infera-data/vectors|$top/vec/data|" \
+  "$clone/examples/vectors.yaml" >"$top/vec.yaml"
+start_serve "$infera" "$top/vec.yaml" "$top/vec.out"
+check "the vectors example starts" test -n "$port"
+export INFERA_URL="http://127.0.0.1:$port"
+"$infera" vectors create sift --dim 128 --distance Euclid >/dev/null 2>&1
+check "infera vectors create" test $? -eq 0
+"$infera" vectors load sift "$clone/data/ngt-sift-5k/sift-dataset-5k.tsv" --ignore-extra-columns >"$top/vload.out" 2>&1
+check "infera vectors load reads the clone's SIFT TSV" grep -q "loaded 5000 points" "$top/vload.out"
+"$infera" vectors search sift --from-file "$clone/data/ngt-sift-5k/sift-query-3.tsv" --limit 5 >"$top/vsearch.out" 2>&1
+check "search finds the README's neighbours" bash -c "sed -n '2,6p' '$top/vsearch.out' | awk '{print \$2}' | tr '\n' ' ' | grep -q '^3030 4078 3163 3717 156 $'"
+"$infera" vectors stats sift >"$top/vstats.out" 2>&1
+check "infera vectors stats" grep -q "^points *5000" "$top/vstats.out"
+printf '{"id":1,"text":"a red apple"}\n{"id":2,"text":"a green pear","payload":{"kind":"fruit"}}\n' >texts.jsonl
+"$infera" vectors embed docs texts.jsonl --model text-embedding-3-small --create >"$top/vembed.out" 2>&1
+check "infera vectors embed through the example's emulator" grep -q "embedded 2 texts" "$top/vembed.out"
+check "the embedded collection has the emulator's 384 dimensions" bash -c "curl -s $INFERA_URL/collections/docs | grep -q '\"size\":384'"
+kill -TERM "$pid"; wait "$pid" 2>/dev/null; pid=""
 finish

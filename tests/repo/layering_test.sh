@@ -15,10 +15,11 @@ declare -A ALLOWED=(
   [access]="core net obs store"
   [gateway]="core net obs access"
   [vectors]="core net obs store access"
+  [features]="core net obs store access"
   [registry]="core net obs store access gateway"
   [scheduler]="core"
-  [server]="core net obs store emulator access gateway vectors registry"
-  [cli]="core net emulator scheduler server vectors"
+  [server]="core net obs store emulator access gateway vectors features registry"
+  [cli]="core net emulator scheduler server vectors features"
 )
 fail=0
 for dir in "$src"/*/; do

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <fstream>
 
+#include "fakes/tls_pki.h"
+
 namespace infera::server {
 namespace {
 
@@ -103,6 +105,85 @@ TEST(ServerConfigTest, VectorsSectionIsValidatedAndNeedsARestart) {
   });
   const auto restart = restartNeeded(*off, *on);
   EXPECT_NE(std::find(restart.begin(), restart.end(), "vectors"), restart.end());
+}
+
+// Replaces every PKI/ in `yaml` with the directory of `pki`.
+std::string withPki(std::string yaml, const testing::TestPki& pki) {
+  for (size_t at = yaml.find("PKI/"); at != std::string::npos; at = yaml.find("PKI/", at)) {
+    yaml.replace(at, 4, pki.dir() + "/");
+  }
+  return yaml;
+}
+
+TEST(ServerConfigTest, TlsSectionsOfPortsAndEndpoints) {
+  const auto pki = testing::TestPki::create();
+  ASSERT_TRUE(pki);
+  const auto cfg = loadConfigString(withPki(R"(
+listen:
+  port: 0
+  tls: {cert_file: PKI/server.pem, key_file: PKI/server.key, watch_interval_ms: 250}
+admin:
+  tls: {cert_file: PKI/server.pem, key_file: PKI/server.key, client_ca_file: PKI/ca.pem}
+models:
+  - name: m
+    deployments:
+      - tls: {ca_file: PKI/ca.pem, server_name: backend.internal}
+        endpoints:
+          - {url: "https://127.0.0.1:1"}
+          - {url: "https://127.0.0.1:2", tls: {verify: false, cert_file: PKI/client.pem, key_file: PKI/client.key}}
+          - {url: "http://127.0.0.1:3"}
+)", *pki));
+  ASSERT_TRUE(cfg.ok()) << cfg.status().message();
+  ASSERT_TRUE(cfg->listen.tls);
+  EXPECT_EQ(cfg->listen.tls->cert_file, pki->path("server.pem"));
+  EXPECT_EQ(cfg->listen.tls->watch_interval, std::chrono::milliseconds(250));
+  EXPECT_EQ(cfg->listen.tls->client_ca_file, "");
+  ASSERT_TRUE(cfg->admin.tls);
+  EXPECT_EQ(cfg->admin.tls->client_ca_file, pki->path("ca.pem"));
+  EXPECT_EQ(cfg->admin.tls->watch_interval, std::chrono::milliseconds(5000));
+  const auto& eps = cfg->gateway.models[0].deployments[0].endpoints;
+  EXPECT_EQ(eps[0].tls.ca_file, pki->path("ca.pem"));  // the deployment's
+  EXPECT_EQ(eps[0].tls.server_name, "backend.internal");
+  EXPECT_TRUE(eps[0].tls.verify);
+  EXPECT_FALSE(eps[1].tls.verify);  // its own on top of the deployment's
+  EXPECT_EQ(eps[1].tls.ca_file, pki->path("ca.pem"));
+  EXPECT_EQ(eps[1].tls.key_file, pki->path("client.key"));
+  EXPECT_TRUE(eps[2].tls == net::TlsClientConfig{});  // http://: none
+
+  // Certificates reload; turning TLS on or off is a restart.
+  Config next = *cfg;
+  next.listen.tls->cert_file = pki->path("server2.pem");
+  EXPECT_TRUE(restartNeeded(*cfg, next).empty());
+  next.listen.tls.reset();
+  const auto restart = restartNeeded(*cfg, next);
+  EXPECT_NE(std::find(restart.begin(), restart.end(), "listen.tls (on or off)"), restart.end());
+}
+
+TEST(ServerConfigTest, TlsErrorsNameTheKeyLineAndFile) {
+  const auto pki = testing::TestPki::create();
+  ASSERT_TRUE(pki);
+  const auto cfg = loadConfigString(withPki(R"(listen:
+  tls: {cert_file: /nonexistent/c.pem, colour: x}
+admin: {tls: {cert_file: PKI/server.pem, key_file: PKI/server.key, watch_interval_ms: -1}}
+models:
+  - name: m
+    deployments:
+      - endpoints:
+          - {url: "http://127.0.0.1:3", tls: {verify: false}}
+          - {url: "https://127.0.0.1:3", tls: {cert_file: PKI/client.pem}}
+          - {url: "https://127.0.0.1:3", tls: {ca_file: /nonexistent/ca.pem, sni: x}}
+)", *pki));
+  ASSERT_FALSE(cfg.ok());
+  expectEveryMessage(cfg.status().message(), {
+      "listen.tls.key_file (line 2): is required",
+      "listen.tls.cert_file (line 2): cannot read '/nonexistent/c.pem': No such file or directory",
+      "listen.tls.colour (line 2): unknown key",
+      "admin.tls.watch_interval_ms (line 3): must be in [0, 3600000], got -1",
+      "models[0].deployments[0].endpoints[0].tls (line 8): is for https:// endpoints only",
+      "models[0].deployments[0].endpoints[1].tls (line 9): cert_file and key_file go together",
+      "models[0].deployments[0].endpoints[2].tls.ca_file (line 10): cannot read '/nonexistent/ca.pem'",
+      "models[0].deployments[0].endpoints[2].tls.sni (line 10): unknown key",
+  });
 }
 
 TEST(ServerConfigTest, MissingFileAndSyntaxErrorsAreClear) {
