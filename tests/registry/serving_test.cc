@@ -278,6 +278,45 @@ TEST_P(ExperimentTest, ASplitIsWithinTwoPercentOfItsWeightsOverTenThousandReques
   }
 }
 
+TEST_P(ExperimentTest, TwentyExperimentsRunAtOnceEachOnItsOwnModelAndWeights) {
+  // m0..m19, versions 1 and 2 on da and db; even models send everything to arm "one" (version 1),
+  // odd models to arm "two" (version 2): one model's split never leaks into another's.
+  constexpr int kModels = 20;
+  for (int i = 0; i < kModels; ++i) {
+    const std::string m = "m" + std::to_string(i);
+    registerModel(*api_, m, 2);
+    ASSERT_EQ(admin(*server_, "PUT", "/admin/registry/models/" + m + "/bindings/1", {{"deployments", {"da"}}}).status, 200);
+    ASSERT_EQ(admin(*server_, "PUT", "/admin/registry/models/" + m + "/bindings/2", {{"deployments", {"db"}}}).status, 200);
+    const int w1 = i % 2 == 0 ? 100 : 0;
+    const Reply ex = admin(*server_, "PUT", "/admin/registry/models/" + m + "/experiment",
+                           {{"arms", {{{"name", "one"}, {"target", "1"}, {"weight", w1}},
+                                      {{"name", "two"}, {"target", "2"}, {"weight", 100 - w1}}}},
+                            {"sticky", "user"}});
+    ASSERT_EQ(ex.status, 200) << ex.text;
+  }
+  testing::TestClient client(server_->port());
+  for (int round = 0; round < 5; ++round) {
+    for (int i = 0; i < kModels; ++i) {
+      const std::string m = "m" + std::to_string(i);
+      auto r = client.request("POST", "/v1/chat/completions", chat(m, 1),
+                              {{"content-type", "application/json"}, {"x-infera-user", "u" + std::to_string(round)}});
+      ASSERT_TRUE(r && r->status == 200) << m << ": " << (r ? r->body : "no answer");
+      EXPECT_EQ(r->header("x-infera-arm"), i % 2 == 0 ? "one" : "two") << m;
+      EXPECT_EQ(r->header("x-infera-route"), m + (i % 2 == 0 ? "/1" : "/2")) << m;
+    }
+  }
+  // Editing one experiment's weights moves that model only.
+  ASSERT_EQ(admin(*server_, "PATCH", "/admin/registry/models/m0/experiment", {{"weights", {{"one", 0}, {"two", 100}}}}).status,
+            200);
+  EXPECT_EQ(chatTo("m0", {{"x-infera-user", "x"}}).header("x-infera-arm"), "two");
+  EXPECT_EQ(chatTo("m2", {{"x-infera-user", "x"}}).header("x-infera-arm"), "one");
+  const Reply routes = admin(*server_, "GET", "/admin/registry/routes");
+  ASSERT_EQ(routes.status, 200);
+  int splits = 0;
+  for (const auto& [name, r] : routes.body["routes"].items()) splits += r.contains("arms") ? 1 : 0;
+  EXPECT_EQ(splits, kModels);
+}
+
 TEST_P(ExperimentTest, PerArmMetricsAreInPrometheusAndTheAdminApi) {
   setUpFraud();
   ASSERT_EQ(admin(*server_, "PUT", "/admin/registry/models/fraud/experiment",
