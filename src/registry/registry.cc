@@ -246,8 +246,10 @@ class RegistryImpl final : public Registry, public gateway::InferenceObserver {
       DerivedRoutes d = deriveRoutes(state_, config_bindings_, base ? base->models() : std::vector<gateway::ModelConfig>{},
                                      config_.default_alias, config_.capture_max_body_bytes);
       fingerprint = std::move(d.fingerprint);
+      // Before routeSource() hands over the config's models every deployment looks unknown:
+      // nothing to warn about yet.
       for (const auto& w : d.warnings) {
-        if (warned_.insert(w).second) INFERA_LOG(log_, warn, "{}", w);
+        if (base && warned_.insert(w).second) INFERA_LOG(log_, warn, "{}", w);
       }
     }
     applied_ = *gen;

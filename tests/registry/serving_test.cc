@@ -349,7 +349,7 @@ TEST_P(ExperimentTest, PerArmMetricsAreInPrometheusAndTheAdminApi) {
   EXPECT_EQ(completion, 40 * 4);  // max_tokens 4 each
 }
 
-INSTANTIATE_TEST_SUITE_P(Stores, ExperimentTest, ::testing::Values("sqlite"),
+INSTANTIATE_TEST_SUITE_P(Stores, ExperimentTest, ::testing::Values("sqlite", "postgres"),
                          [](const auto& param_info) { return std::string(param_info.param); });
 
 // ---- shadows ----
@@ -460,7 +460,8 @@ TEST_P(ShadowTest, DeterministicShadowAnswersAreComparedWithThePrimarys) {
   EXPECT_NE(other->requests()[0].body.find("\"model\":\"m\""), std::string::npos);
 }
 
-INSTANTIATE_TEST_SUITE_P(Stores, ShadowTest, ::testing::Values("sqlite"), [](const auto& param_info) { return std::string(param_info.param); });
+INSTANTIATE_TEST_SUITE_P(Stores, ShadowTest, ::testing::Values("sqlite", "postgres"),
+                         [](const auto& param_info) { return std::string(param_info.param); });
 
 // ---- data capture and review ----
 
