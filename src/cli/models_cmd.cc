@@ -377,7 +377,11 @@ void registerModelCommands(CLI::App& app) {
       }
       for (const auto& bd : b["bindings"]) {
         std::string deps;
-        for (const auto& d : bd["deployments"]) deps += (deps.empty() ? "" : ",") + d.get<std::string>();
+        for (const auto& d : bd["deployments"]) {
+          // Appended piece by piece: "literal" + std::string trips g++ 12's false -Wrestrict at -O3.
+          if (!deps.empty()) deps += ',';
+          deps += d.get<std::string>();
+        }
         std::printf("bound: %s -> %s\n", bd.value("ref", "").c_str(), deps.c_str());
       }
     });
