@@ -5,7 +5,7 @@ BUILD_DIR := build/$(PRESET)
 JOBS ?= $(shell nproc)
 INFERA := $(BUILD_DIR)/src/cli/infera
 
-.PHONY: all deps configure build run test bench asan clean validate-examples
+.PHONY: all deps configure build run test bench asan fuzz clean validate-examples
 
 all: build
 
@@ -33,6 +33,14 @@ test: build
 
 asan:
 	$(MAKE) test PRESET=asan
+
+# `make fuzz`: the libFuzzer targets (clang, build/fuzz), each run for FUZZ_SECONDS; prints
+# executions and findings per target (tests/fuzz/README.md). `make test` runs them on their corpora.
+FUZZ_SECONDS ?= 60
+fuzz:
+	$(MAKE) configure PRESET=fuzz
+	cmake --build build/fuzz -j $(JOBS) --target infera_fuzzers
+	FUZZ_SECONDS=$(FUZZ_SECONDS) bash tests/fuzz/run.sh build/fuzz
 
 bench: deps
 	cmake --preset release

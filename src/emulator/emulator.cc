@@ -125,12 +125,12 @@ class EmulatorImpl final : public Emulator {
     return it->second;
   }
   void recordUsage(std::string_view request_id, int prompt, int completion, bool completed) {
-    if (request_id.empty()) return;
+    if (request_id.empty() || config_.usage_ledger == 0) return;
     std::lock_guard<std::mutex> lock(ledger_mu_);
     std::string id(request_id);
     if (ledger_.emplace(id, RequestUsage{prompt, completion, completed}).second) {
       ledger_order_.push_back(std::move(id));
-      if (ledger_order_.size() > 100'000) {
+      if (ledger_order_.size() > config_.usage_ledger) {
         ledger_.erase(ledger_order_.front());
         ledger_order_.pop_front();
       }
@@ -662,6 +662,9 @@ void readEmulatorConfig(ConfigReader& r, EmulatorConfig& cfg) {
   int64_t seed = static_cast<int64_t>(cfg.seed);
   r.optional("seed", seed, 0);
   cfg.seed = static_cast<uint64_t>(seed);
+  int64_t ledger = static_cast<int64_t>(cfg.usage_ledger);
+  r.optional("usage_ledger", ledger, 0, 10'000'000);
+  cfg.usage_ledger = static_cast<size_t>(ledger);
   r.object("faults", [&](ConfigReader& f) {
     f.optional("error_rate", cfg.faults.error_rate, 0, 1);
     f.optional("error_status", cfg.faults.error_status, 400, 599);

@@ -38,6 +38,10 @@ struct EmulatorConfig {
   int default_max_tokens = 16;  // when the request has no max_tokens
   int embedding_dim = 16;
   uint64_t seed = 42;
+  // Completions remembered by x-request-id for usageFor() (tests compare the gateway's usage
+  // records with them); 0 keeps none. Off by default: at ~200 B each, a long-running quickstart
+  // would otherwise grow by the ledger's size.
+  size_t usage_ledger = 0;
   FaultConfig faults;
   std::optional<net::TlsServerConfig> tls;  // serve HTTPS (an https:// backend for tests and benchmarks)
 };
@@ -83,7 +87,7 @@ class Emulator {
   virtual std::string url() const = 0;  // http://127.0.0.1:PORT (https:// with tls)
   virtual FaultControl& faults() = 0;
   virtual const EmulatorStats& stats() const = 0;
-  // The last 100,000 completions that carried an x-request-id.
+  // The last `usage_ledger` completions that carried an x-request-id (none by default).
   virtual std::optional<RequestUsage> usageFor(const std::string& request_id) const = 0;
   // Graceful stop (drain up to timeout), then the loops stop. Also done by the destructor.
   virtual void stop() = 0;

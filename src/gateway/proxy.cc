@@ -4,13 +4,12 @@
 
 #include <algorithm>
 #include <array>
-#include <charconv>
 #include <cmath>
 
 #include "core/clock.h"
 #include "gateway/internal/balancer.h"
 #include "gateway/internal/request_scan.h"
-#include "net/sse.h"
+#include "gateway/internal/usage_scan.h"
 
 namespace infera::gateway {
 
@@ -70,16 +69,10 @@ struct ProxyHandler::Exchange {
   // Access control (only when it is on).
   access::Grant grant;
   std::vector<HttpHeader> extra;  // x-request-id first, then rate-limit and cache headers
-  bool strip_final_usage = false;
-  bool strip_continuous = false;
-  bool usage_seen = false;
-  int64_t usage_prompt = 0;
-  int64_t usage_completion = 0;
-  int64_t content_events = 0;
+  UsageScan usage;  // the backend's usage, and what of it the client must not see
   double ttft_s = 0;
   bool aborted = false;
   bool capture = false;
-  std::string sse_buf;
   std::string sse_out;
   bool mid_event = false;  // the last bytes relayed ended inside an SSE event
   std::string resp_body;
@@ -668,7 +661,7 @@ Task<void> ProxyHandler::relay(Exchange& x, const Endpoint& ep, WorkerEndpoint& 
   const std::span<const HttpHeader> out_headers = responseHeaders(x, rid_h);
   // Usage the client did not ask for can only be removed from a chunked stream.
   const bool governed = static_cast<bool>(x.grant);
-  const bool rewrite_sse = sse && governed && clen < 0 && (x.strip_final_usage || x.strip_continuous);
+  const bool rewrite_sse = sse && governed && clen < 0 && (x.usage.strip_final_usage || x.usage.strip_continuous);
   const bool scan_sse = sse && (governed || x.want_usage);
   x.capture = !sse && (governed || x.want_usage) &&
               (content_type.starts_with("application/json") || content_type.empty());
@@ -726,7 +719,7 @@ Task<void> ProxyHandler::relay(Exchange& x, const Endpoint& ep, WorkerEndpoint& 
     }
     if (scan_sse) {
       x.sse_out.clear();
-      scanSse(x, *piece, rewrite_sse ? &x.sse_out : nullptr);
+      scanSse(x.usage, *piece, rewrite_sse ? &x.sse_out : nullptr);
       if (rewrite_sse) out = x.sse_out;
     } else if (x.capture) {
       if (x.resp_body.size() + piece->size() <= (8u << 20)) {
@@ -746,11 +739,11 @@ Task<void> ProxyHandler::relay(Exchange& x, const Endpoint& ep, WorkerEndpoint& 
       co_return;
     }
   }
-  if (rewrite_sse && !x.sse_buf.empty()) {
+  if (rewrite_sse && !x.usage.sse_buf.empty()) {
     // An unterminated last event passes as it came.
-    x.bytes_out += x.sse_buf.size();
-    const bool tail_ok = co_await x.w.writeChunk(x.sse_buf);
-    x.sse_buf.clear();
+    x.bytes_out += x.usage.sse_buf.size();
+    const bool tail_ok = co_await x.w.writeChunk(x.usage.sse_buf);
+    x.usage.sse_buf.clear();
     if (!tail_ok) {
       clientLeft(x, &conn);
       co_return;
@@ -759,46 +752,20 @@ Task<void> ProxyHandler::relay(Exchange& x, const Endpoint& ep, WorkerEndpoint& 
   co_await x.w.finish();
   keep_conn = true;
   if (x.capture && !x.resp_body.empty()) {
-    readUsage(x, x.resp_body);
+    readUsage(x.usage, x.resp_body);
     if (x.compare && h.status == 200) x.primary_output = std::string(answerOutput(x.resp_body));
-    if (x.cacheable && h.status == 200 && x.usage_seen) {
+    if (x.cacheable && h.status == 200 && x.usage.seen) {
       access::CachedAnswer e;
       e.body = std::move(x.resp_body);
       e.content_type = x.resp_content_type;
-      e.prompt_tokens = x.usage_prompt;
-      e.completion_tokens = x.usage_completion;
+      e.prompt_tokens = x.usage.prompt;
+      e.completion_tokens = x.usage.completion;
       access_->cachePut(x.cache_key, std::move(e));
     }
   }
 }
 
 // ---------------- access control ----------------
-
-namespace {
-
-// The value of a top-level member starts with `open` ('{' for an object, '[' for an array).
-bool memberStartsWith(std::string_view json, std::string_view key, char open, size_t& begin, size_t& end) {
-  return findTopLevelValue(json, key, begin, end) && begin < end && json[begin] == open;
-}
-
-// A chunk that carries at least one choice: "choices" is an array whose first element is an object.
-bool hasChoice(std::string_view json) {
-  size_t b = 0, e = 0;
-  if (!memberStartsWith(json, "choices", '[', b, e)) return false;
-  ++b;
-  while (b < e && (json[b] == ' ' || json[b] == '\t' || json[b] == '\r' || json[b] == '\n')) ++b;
-  return b < e && json[b] == '{';
-}
-
-// A non-negative integer member of a flat JSON object.
-bool integerMember(std::string_view object, std::string_view key, int64_t& out) {
-  size_t b = 0, e = 0;
-  if (!findTopLevelValue(object, key, b, e) || b >= e) return false;
-  const auto [ptr, ec] = std::from_chars(object.data() + b, object.data() + e, out);
-  return ec == std::errc() && out >= 0;
-}
-
-}  // namespace
 
 Task<bool> ProxyHandler::authenticate(Exchange& x) {
   // Usage is read from the answer, so it must come back uncompressed.
@@ -859,9 +826,9 @@ Task<bool> ProxyHandler::admit(Exchange& x) {
   }
   if (hit) {
     x.cache_hit = true;
-    x.usage_seen = true;
-    x.usage_prompt = hit->prompt_tokens;
-    x.usage_completion = hit->completion_tokens;
+    x.usage.seen = true;
+    x.usage.prompt = hit->prompt_tokens;
+    x.usage.completion = hit->completion_tokens;
     x.extra.push_back({"x-infera-cache", "hit"});
     x.status = 200;
     HttpHeader rid{"x-request-id", x.request_id};
@@ -879,8 +846,8 @@ void ProxyHandler::buildUpstreamBody(Exchange& x, const Deployment& dep, std::st
   // Governance always asks a streaming backend for usage, and strips what the client did not ask for.
   const bool add_usage = x.grant && x.stream && !f.include_usage;
   const bool add_continuous = x.grant && x.stream && dep.continuous_usage && !f.continuous_usage;
-  x.strip_final_usage = add_usage;
-  x.strip_continuous = add_continuous;
+  x.usage.strip_final_usage = add_usage;
+  x.usage.strip_continuous = add_continuous;
   if (!rename && !add_usage && !add_continuous) return;
   struct Edit {
     size_t begin, end;
@@ -918,89 +885,6 @@ void ProxyHandler::buildUpstreamBody(Exchange& x, const Deployment& dep, std::st
   body = x.body_override;
 }
 
-void ProxyHandler::readUsage(Exchange& x, std::string_view json) {
-  // The usage object of an OpenAI-compatible answer, read in place without parsing the whole answer.
-  size_t begin = 0, end = 0;
-  if (memberStartsWith(json, "usage", '{', begin, end)) readUsageObject(x, json.substr(begin, end - begin));
-}
-
-void ProxyHandler::readUsageObject(Exchange& x, std::string_view usage) {
-  int64_t prompt = 0, completion = 0, total = 0;
-  const bool has_prompt = integerMember(usage, "prompt_tokens", prompt);
-  const bool has_completion = integerMember(usage, "completion_tokens", completion);
-  const bool has_total = integerMember(usage, "total_tokens", total);
-  if (!has_prompt && !has_total) return;
-  if (!has_completion && has_total) completion = std::max<int64_t>(0, total - prompt);
-  x.usage_seen = true;
-  x.usage_prompt = prompt;
-  x.usage_completion = completion;
-}
-
-void ProxyHandler::scanSse(Exchange& x, std::string_view piece, std::string* out) {
-  x.sse_buf.append(piece);
-  size_t pos = 0;
-  for (;;) {
-    size_t end = x.sse_buf.find("\n\n", pos);
-    size_t term = 2;
-    const size_t crlf = x.sse_buf.find("\r\n\r\n", pos);
-    if (crlf != std::string::npos && crlf < end) {
-      end = crlf;
-      term = 4;
-    }
-    if (end == std::string::npos) break;
-    const std::string_view ev(x.sse_buf.data() + pos, end - pos);
-    const std::string_view whole(x.sse_buf.data() + pos, end - pos + term);
-    pos = end + term;
-    // One data line is what OpenAI-compatible servers send; anything else passes untouched.
-    std::string_view data;
-    if (ev.starts_with("data:") && ev.find('\n') == std::string_view::npos) {
-      data = ev.substr(5);
-      if (!data.empty() && data.front() == ' ') data.remove_prefix(1);
-    }
-    if (data.empty() || data == "[DONE]") {
-      if (out) out->append(whole);
-      continue;
-    }
-    const bool has_choice = hasChoice(data);
-    if (has_choice) ++x.content_events;
-    size_t b = 0, e = 0;
-    if (data.find("\"usage\"") == std::string_view::npos || !findTopLevelValue(data, "usage", b, e) || b >= e) {
-      if (out) out->append(whole);
-      continue;
-    }
-    const bool usage_object = data[b] == '{';
-    if (usage_object) readUsageObject(x, data.substr(b, e - b));
-    if (!out) continue;
-    if (!has_choice && usage_object && x.strip_final_usage) continue;  // the usage-only final chunk
-    if (!x.strip_final_usage && !x.strip_continuous) {
-      out->append(whole);
-      continue;
-    }
-    // Remove ,"usage":... (client never asked for usage) or null it (asked only for the final one).
-    size_t key_begin = data.rfind("\"usage\"", b);
-    std::string rewritten;
-    if (x.strip_final_usage) {
-      size_t cut_begin = key_begin;
-      size_t k = key_begin;
-      while (k > 0 && (data[k - 1] == ' ')) --k;
-      if (k > 0 && data[k - 1] == ',') cut_begin = k - 1;
-      size_t cut_end = e;
-      if (cut_begin == key_begin) {  // first member: eat the following comma instead
-        while (cut_end < data.size() && data[cut_end] == ' ') ++cut_end;
-        if (cut_end < data.size() && data[cut_end] == ',') ++cut_end;
-      }
-      rewritten.append(data.substr(0, cut_begin));
-      rewritten.append(data.substr(cut_end));
-    } else {
-      rewritten.append(data.substr(0, b));
-      rewritten.append(has_choice ? "null" : data.substr(b, e - b));
-      rewritten.append(data.substr(e));
-    }
-    net::appendSseData(*out, rewritten);
-  }
-  x.sse_buf.erase(0, pos);
-}
-
 void ProxyHandler::finishAccess(Exchange& x) {
   access::UsageRecord r;
   r.request_id = x.request_id;
@@ -1014,15 +898,15 @@ void ProxyHandler::finishAccess(Exchange& x) {
   r.cached = x.cache_hit;
   r.aborted = x.aborted;
   const bool reserved = x.grant.reserved();
-  if (x.usage_seen) {
-    r.prompt_tokens = x.usage_prompt;
-    r.completion_tokens = x.usage_completion;
+  if (x.usage.seen) {
+    r.prompt_tokens = x.usage.prompt;
+    r.completion_tokens = x.usage.completion;
   } else if (x.bytes_out > 0 && reserved && (x.status < 400 || x.aborted)) {
     // The response started but no usage came back (an abort before the final chunk, or a backend
     // that does not report usage): bill the estimate.
     r.estimated = true;
     r.prompt_tokens = x.grant.estimatedPrompt();
-    r.completion_tokens = x.stream ? x.content_events : x.grant.maxCompletion();
+    r.completion_tokens = x.stream ? x.usage.content_events : x.grant.maxCompletion();
   } else if (x.aborted && reserved && x.sent_upstream) {
     // The client left before any answer came back, after the request went to a backend, which may
     // have read the prompt: bill the prompt estimate (the backend stops when the gateway hangs up).
@@ -1081,9 +965,9 @@ void ProxyHandler::finishExperiment(Exchange& x, double seconds) {
     if (x.status >= 500) a.errors->inc(shard_);
     a.duration->observe(shard_, seconds);
     if (x.ttft_s > 0) a.ttft->observe(shard_, x.ttft_s);
-    if (x.usage_seen) {
-      a.prompt_tokens->inc(shard_, static_cast<double>(x.usage_prompt));
-      a.completion_tokens->inc(shard_, static_cast<double>(x.usage_completion));
+    if (x.usage.seen) {
+      a.prompt_tokens->inc(shard_, static_cast<double>(x.usage.prompt));
+      a.completion_tokens->inc(shard_, static_cast<double>(x.usage.completion));
     }
   }
   if (x.keep_answer) capture(x, seconds);
@@ -1275,11 +1159,11 @@ Task<void> ProxyHandler::runShadow(std::unique_ptr<ShadowJob> job) {
     j.cells->error->inc(j.shard);
   } else {
     j.cells->ok->inc(j.shard);
-    size_t b = 0, e = 0;
-    if (findTopLevelValue(output, "usage", b, e)) {
-      const std::string_view usage = std::string_view(output).substr(b, e - b);
-      integerMember(usage, "prompt_tokens", j.outcome.prompt_tokens);
-      integerMember(usage, "completion_tokens", j.outcome.completion_tokens);
+    UsageScan usage;
+    readUsage(usage, output);
+    if (usage.seen) {
+      j.outcome.prompt_tokens = usage.prompt;
+      j.outcome.completion_tokens = usage.completion;
     }
     if (j.compare) {
       j.outcome.matched = answerOutput(output) == j.primary_output ? 1 : 0;

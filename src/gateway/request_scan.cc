@@ -459,7 +459,9 @@ bool findTopLevelValue(std::string_view json, std::string_view key, size_t& begi
       ++depth;
       expect_key = depth == 1 && c == '{';
     } else if (c == '}' || c == ']') {
-      --depth;
+      // The end of the top-level value: what follows is not part of it (fuzz_usage_scan found
+      // usage read from a second object after the first, "{} {\"usage\":...}").
+      if (--depth <= 0) break;
     } else if (c == ',' && depth == 1) {
       expect_key = true;
     }

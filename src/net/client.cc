@@ -14,6 +14,7 @@
 #include <deque>
 #include <limits>
 
+#include "net/internal/request_head.h"
 #include "net/internal/tls.h"
 #include "net/watchdog.h"
 
@@ -71,34 +72,7 @@ class UpstreamConnectionImpl final : public UpstreamConnection {
     clean_ = false;
     timed_out_ = false;
     request_head_.clear();
-    request_head_ += req.method;
-    request_head_ += ' ';
-    request_head_ += req.target;
-    request_head_ += " HTTP/1.1\r\nhost: ";
-    request_head_ += req.host;
-    request_head_ += "\r\n";
-    for (const auto& h : req.headers) {
-      if (req.skip_hop_by_hop && isHopByHopHeader(h.name)) continue;
-      if (req.skip_authorization && h.name == "authorization") continue;
-      if (!req.request_id.empty() && h.name == "x-request-id") continue;
-      request_head_ += h.name;
-      request_head_ += ": ";
-      request_head_ += h.value;
-      request_head_ += "\r\n";
-    }
-    if (!req.request_id.empty()) {
-      request_head_ += "x-request-id: ";
-      request_head_ += req.request_id;
-      request_head_ += "\r\n";
-    }
-    if (!req.body.empty() || req.method == "POST" || req.method == "PUT") {
-      request_head_ += "content-length: ";
-      char num[24];
-      auto r = std::to_chars(num, num + sizeof(num), req.body.size());
-      request_head_.append(num, r.ptr);
-      request_head_ += "\r\n";
-    }
-    request_head_ += "\r\n";
+    appendRequestHead(req, request_head_);
     head_only_ = req.method == "HEAD";
     std::string_view body = req.body;
     if constexpr (kTls<Stream>) {

@@ -2,6 +2,9 @@
 
 #include <immintrin.h>
 
+#include <cstdlib>
+#include <string_view>
+
 namespace infera::vectors {
 namespace {
 
@@ -119,8 +122,100 @@ __attribute__((target("avx2"))) int32_t avxCodeDot(const int8_t* a, const int8_t
   return s;
 }
 
+// GCC 12's AVX-512 intrinsics (casts, extracts, reductions: their _mm512_undefined_* operands) warn
+// falsely with -Wuninitialized at -O3 (GCC bug 105593); the AVX-512 kernels are compiled without it.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+// Horizontal sums of 512-bit lanes: the high half shuffled onto the low one, then AVX2's.
+__attribute__((target("avx512f,avx2,fma"))) inline float hsum512(__m512 v) {
+  const __m512 hi = _mm512_shuffle_f32x4(v, v, _MM_SHUFFLE(3, 2, 3, 2));
+  return hsum(_mm256_add_ps(_mm512_castps512_ps256(v), _mm512_castps512_ps256(hi)));
+}
+
+__attribute__((target("avx512f,avx2"))) inline int32_t hsum512Epi32(__m512i v) {
+  const __m512i hi = _mm512_shuffle_i32x4(v, v, _MM_SHUFFLE(3, 2, 3, 2));
+  return hsumEpi32(_mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_castsi512_si256(hi)));
+}
+
+// AVX-512: 16 lanes, two accumulators, the tail as one masked load (no scalar loop). At 768-d the
+// traversal is distance-bound and this is what hnswlib gets from -march=native here: the AVX2
+// kernels measured half its QPS on 100k x 768 (docs/benchmarks.md).
+__attribute__((target("avx512f,avx2,fma"))) float avx512L2(const float* a, const float* b, size_t dim) {
+  __m512 s0 = _mm512_setzero_ps();
+  __m512 s1 = _mm512_setzero_ps();
+  size_t i = 0;
+  for (; i + 32 <= dim; i += 32) {
+    const __m512 d0 = _mm512_sub_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i));
+    const __m512 d1 = _mm512_sub_ps(_mm512_loadu_ps(a + i + 16), _mm512_loadu_ps(b + i + 16));
+    s0 = _mm512_fmadd_ps(d0, d0, s0);
+    s1 = _mm512_fmadd_ps(d1, d1, s1);
+  }
+  for (; i + 16 <= dim; i += 16) {
+    const __m512 d0 = _mm512_sub_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i));
+    s0 = _mm512_fmadd_ps(d0, d0, s0);
+  }
+  if (i < dim) {
+    const __mmask16 m = __mmask16((1u << (dim - i)) - 1);
+    const __m512 d0 = _mm512_sub_ps(_mm512_maskz_loadu_ps(m, a + i), _mm512_maskz_loadu_ps(m, b + i));
+    s1 = _mm512_fmadd_ps(d0, d0, s1);
+  }
+  return hsum512(_mm512_add_ps(s0, s1));
+}
+
+__attribute__((target("avx512f,avx2,fma"))) float avx512NegDot(const float* a, const float* b, size_t dim) {
+  __m512 s0 = _mm512_setzero_ps();
+  __m512 s1 = _mm512_setzero_ps();
+  size_t i = 0;
+  for (; i + 32 <= dim; i += 32) {
+    s0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), s0);
+    s1 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 16), _mm512_loadu_ps(b + i + 16), s1);
+  }
+  for (; i + 16 <= dim; i += 16) s0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), s0);
+  if (i < dim) {
+    const __mmask16 m = __mmask16((1u << (dim - i)) - 1);
+    s1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, a + i), _mm512_maskz_loadu_ps(m, b + i), s1);
+  }
+  return -hsum512(_mm512_add_ps(s0, s1));
+}
+
+// int8 -> int16 in 32 lanes, madd into 16 int32 lanes.
+__attribute__((target("avx512f,avx512bw,avx2"))) int32_t avx512CodeL2(const int8_t* a, const int8_t* b, size_t dim) {
+  __m512i acc = _mm512_setzero_si512();
+  size_t i = 0;
+  for (; i + 32 <= dim; i += 32) {
+    const __m512i va = _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + i)));
+    const __m512i vb = _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + i)));
+    const __m512i d = _mm512_sub_epi16(va, vb);
+    acc = _mm512_add_epi32(acc, _mm512_madd_epi16(d, d));
+  }
+  int32_t s = hsum512Epi32(acc);
+  for (; i < dim; ++i) {
+    const int32_t d = int32_t(a[i]) - int32_t(b[i]);
+    s += d * d;
+  }
+  return s;
+}
+
+__attribute__((target("avx512f,avx512bw,avx2"))) int32_t avx512CodeDot(const int8_t* a, const int8_t* b, size_t dim) {
+  __m512i acc = _mm512_setzero_si512();
+  size_t i = 0;
+  for (; i + 32 <= dim; i += 32) {
+    const __m512i va = _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + i)));
+    const __m512i vb = _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + i)));
+    acc = _mm512_add_epi32(acc, _mm512_madd_epi16(va, vb));
+  }
+  int32_t s = hsum512Epi32(acc);
+  for (; i < dim; ++i) s += int32_t(a[i]) * int32_t(b[i]);
+  return s;
+}
+
+#pragma GCC diagnostic pop
+
 const Kernels kScalar{scalarL2, scalarNegDot, scalarCodeL2, scalarCodeDot, "scalar"};
 const Kernels kAvx2{avxL2, avxNegDot, avxCodeL2, avxCodeDot, "avx2+fma"};
+const Kernels kAvx512{avx512L2, avx512NegDot, avx512CodeL2, avx512CodeDot, "avx512"};
 
 }  // namespace
 
@@ -129,7 +224,14 @@ const Kernels& scalarKernels() { return kScalar; }
 const Kernels& kernels() {
   static const Kernels* k = [] {
     __builtin_cpu_init();
-    return (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) ? &kAvx2 : &kScalar;
+    // INFERA_VECTOR_KERNELS=avx2|scalar picks lesser kernels (benchmarks compare them).
+    const char* want = std::getenv("INFERA_VECTOR_KERNELS");
+    const std::string_view w = want ? want : "";
+    if (w != "avx2" && w != "scalar" && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw")) {
+      return &kAvx512;
+    }
+    if (w != "scalar" && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return &kAvx2;
+    return &kScalar;
   }();
   return *k;
 }

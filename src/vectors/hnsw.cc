@@ -155,8 +155,10 @@ void Hnsw::search(const float* q, size_t k, size_t ef, const SlotFilter& filter,
     s.qcode.resize(dim_);
     encode(q, s.qcode.data());
     const int8_t* qc = s.qcode.data();
-    searchLevel0([&](uint32_t slot) { return float(code_dist_(qc, &codes_[size_t(slot) * dim_], dim_)); }, ep, ef,
-                 filter, s);
+    // Smaller is closer in the traversal: the code dot product is negated like the float one.
+    const float sign = metric_ == Metric::kL2 ? 1.0f : -1.0f;
+    searchLevel0([&](uint32_t slot) { return sign * float(code_dist_(qc, &codes_[size_t(slot) * dim_], dim_)); }, ep,
+                 ef, filter, s);
     // Rescore on the original vectors.
     for (auto& r : s.res) r.dist = dist_(q, vector(r.slot), dim_);
   } else {

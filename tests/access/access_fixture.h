@@ -68,6 +68,7 @@ inline std::unique_ptr<emulator::Emulator> startEmulator(double token_ms = 0, in
   cfg.models = {"m1", "m2"};
   cfg.token_ms = token_ms;
   cfg.ttft_ms = ttft_ms;
+  cfg.usage_ledger = 100'000;  // the tests compare usage records with what the emulator produced
   auto emu = emulator::Emulator::start(cfg);
   EXPECT_TRUE(emu.ok()) << emu.status().message();
   return emu.ok() ? std::move(*emu) : nullptr;

@@ -84,6 +84,15 @@ namespace {
 
 // One reading of a body: a key twice anywhere is refused, whatever its escapes, because readers
 // disagree on which copy counts (simdjson and Go take the first, Python and nlohmann the last).
+// Found by fuzz_usage_scan (corpus/usage_scan/usage_after_first_object): the scan went on past the
+// end of the first top-level object and billed the usage of a second one.
+TEST(RequestScanTest, FindTopLevelValueStopsAtTheEndOfTheTopLevelObject) {
+  size_t b = 0, e = 0;
+  EXPECT_FALSE(infera::gateway::findTopLevelValue(R"({} {"usage":{"prompt_tokens":8}})", "usage", b, e));
+  EXPECT_FALSE(infera::gateway::findTopLevelValue(std::string_view("{}\0{\"usage\":1}", 14), "usage", b, e));
+  EXPECT_TRUE(infera::gateway::findTopLevelValue(R"({"a":{},"usage":1})", "usage", b, e));
+}
+
 TEST(RequestScanTest, RefusesAKeyTwiceInAnyObjectAfterUnescaping) {
   simdjson::dom::parser p;
   for (const char* body : {

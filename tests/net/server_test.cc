@@ -2,6 +2,12 @@
 
 #include <gtest/gtest.h>
 
+#include <boost/asio/connect.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/read.hpp>
+#include <boost/asio/write.hpp>
+#include <string>
+
 #include "fakes/http_test_client.h"
 #include "net/client.h"
 
@@ -94,6 +100,23 @@ TEST_F(ServerTest, ClosesConnectionsThatSendNoHeaders) {
   EXPECT_FALSE(c.readHead(r));  // closed by the header timeout, not by the test
   EXPECT_TRUE(c.eof());
   EXPECT_TRUE(testing::waitFor([&] { return server_->stats().timeouts.load() >= 1; }));
+}
+
+// Found by fuzz_http_request (corpus/http_request/head_cut_after_start_line): a head cut after a
+// complete start line was closed without an answer when its bytes came in one read.
+TEST_F(ServerTest, AnswersAHeadCutAfterTheStartLineWith400) {
+  // One write then a half-close, so the server reads the start line and EOF in one go.
+  asio::io_context io;
+  asio::ip::tcp::socket s(io);
+  boost::system::error_code ec;
+  s.connect({asio::ip::make_address("127.0.0.1"), server_->port()}, ec);
+  ASSERT_FALSE(ec) << ec.message();
+  asio::write(s, asio::buffer(std::string_view("GET /v1/models HTTP/1.1\r\n")), ec);
+  ASSERT_FALSE(ec) << ec.message();
+  s.shutdown(asio::ip::tcp::socket::shutdown_send, ec);
+  std::string answer;
+  asio::read(s, asio::dynamic_buffer(answer), ec);  // until the server closes
+  EXPECT_TRUE(answer.starts_with("HTTP/1.1 400")) << answer;
 }
 
 TEST_F(ServerTest, DrainClosesIdleConnectionsAndStopsAccepting) {

@@ -186,7 +186,7 @@ void runClient(const std::function<Task<void>(asio::io_context&)>& body) {
 }
 
 // One GET on `conn` read to its end; the body, or the error.
-Task<Result<std::string>> get(UpstreamConnection& conn, const std::string& target, Deadline deadline) {
+Task<Result<std::string>> get(UpstreamConnection& conn, std::string target, Deadline deadline) {
   ClientRequest req;
   req.method = "GET";
   req.target = target;

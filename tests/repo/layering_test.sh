@@ -46,11 +46,12 @@ for dir in "$src"/*/; do
     fi
   done < <(grep -rHn '^#include "' "$dir")
 done
-# Tests of component X include only X's internals.
+# Tests of component X include only X's internals (fuzz targets: tests/fuzz/X/).
 while IFS= read -r hit; do
   file=${hit%%:*}
   inc=$(sed -E 's/.*#include "([^"]+)".*/\1/' <<<"${hit#*:}")
   comp=$(cut -d/ -f2 <<<"${file#$1/}")
+  [[ "$comp" == fuzz ]] && comp=$(cut -d/ -f3 <<<"${file#$1/}")
   [[ "$inc" == */internal/* && "${inc%%/*}" != "$comp" ]] && { echo "${file#$1/}: includes $inc"; fail=1; }
 done < <(grep -rHn '^#include "[a-z_]*/internal/' "$1/tests" "$1/bench" 2>/dev/null)
 [[ $fail -eq 0 ]] && echo "every include follows the dependency rule"

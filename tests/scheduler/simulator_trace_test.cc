@@ -1,6 +1,7 @@
 // Policy figures on the real Alibaba GPU trace under the FGD protocol.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <map>
 
@@ -74,6 +75,50 @@ TEST(SimulatorTraceTest, InferaBeatsFgdOnGpuShareLists) {
       got[policy] = r->mean_unallocated;
     }
     EXPECT_LT(got["infera"], got["fgd"] - 10) << list;
+  }
+}
+
+// Along the load curve, not only at its end: on one list of each family, Infera's default leaves no
+// more GPUs unallocated than FGD at 70, 90 and 110% of arrivals (mean of seeds 42-44; the policy's
+// terms were tuned on seeds 42-44 over all 24 lists, docs/scheduler.md). The tolerance is 1 GPU of
+// a 6,212-GPU cluster: the 3-seed means at a step move by fractions of a GPU between policies that
+// tie (at 70% on the cpu lists both place everything).
+TEST(SimulatorTraceTest, InferaAtOrBelowFgdAlongTheCurveOnEveryFamily) {
+  const auto nodes = loadNodeCsv(traceDir() + "/openb_node_list_gpu_node.csv");
+  ASSERT_TRUE(nodes.ok()) << nodes.status().message();
+  constexpr double kToleranceGpus = 1.0;
+  for (const std::string list : {"cpu050", "gpushare40", "gpuspec33", "multigpu50"}) {
+    const auto pods = loadPodCsv(traceDir() + "/openb_pod_list_" + list + ".csv");
+    ASSERT_TRUE(pods.ok()) << pods.status().message();
+    std::map<std::string, std::vector<CurvePoint>> curves;
+    for (const std::string policy : {"infera", "fgd"}) {
+      FgdProtocolConfig cfg;
+      cfg.policy = policy;
+      cfg.seeds = {42, 43, 44};
+      auto r = runFgdProtocol(*nodes, *pods, cfg);
+      ASSERT_TRUE(r.ok()) << r.status().message();
+      curves[policy] = r->mean_curve;
+    }
+    for (const double load : {0.70, 0.90, 1.10}) {
+      auto at = [&](const std::vector<CurvePoint>& c) {
+        const CurvePoint* best = nullptr;
+        for (const auto& p : c) {
+          if (!best || std::abs(p.load - load) < std::abs(best->load - load)) best = &p;
+        }
+        return best;
+      };
+      const CurvePoint* mine = at(curves["infera"]);
+      const CurvePoint* fgd = at(curves["fgd"]);
+      ASSERT_TRUE(mine && fgd) << list;
+      ASSERT_NEAR(mine->load, load, 0.026) << list;
+      EXPECT_LE(mine->unallocated_gpus, fgd->unallocated_gpus + kToleranceGpus)
+          << list << " at " << load * 100 << "% of arrivals: infera " << mine->unallocated_gpus << ", fgd "
+          << fgd->unallocated_gpus;
+      // Something is still unallocated at 110%: the comparison is not between two full clusters.
+      if (load > 1.0) {
+        EXPECT_GT(fgd->unallocated_gpus, 0) << list;
+      }
+    }
   }
 }
 

@@ -55,7 +55,10 @@ embed() { "$infera" vectors embed docs "$work/in.jsonl" --model embedder --batch
 cp_file="$work/state/in.jsonl.docs.embed-checkpoint"
 cp_line() { sed -n 's/.*"line": *\([0-9]*\).*/\1/p' "$cp_file" 2>/dev/null; }
 
-embed >"$work/run1.out" 2>&1 &
+# Started directly, not through the function: $! of a backgrounded function is its subshell, and
+# SIGKILL to that would leave the embed process running beside the rerun.
+"$infera" vectors embed docs "$work/in.jsonl" --model embedder --batch 10 --concurrency 2 \
+  --state "$work/state" --no-progress >"$work/run1.out" 2>&1 &
 embed_pid=$!
 for _ in $(seq 1 3000); do
   l=$(cp_line); [[ -n "$l" && "$l" -ge 100 ]] && break

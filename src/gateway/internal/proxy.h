@@ -80,11 +80,6 @@ class ProxyHandler {
   net::Task<bool> authenticate(Exchange& x);
   net::Task<bool> admit(Exchange& x);
   void finishAccess(Exchange& x);
-  // Reads usage from whole SSE events in `piece` (buffering partial ones); with `out`, writes the
-  // events the client should see (usage the client did not ask for removed).
-  void scanSse(Exchange& x, std::string_view piece, std::string* out);
-  void readUsage(Exchange& x, std::string_view json);
-  void readUsageObject(Exchange& x, std::string_view usage);
   void buildUpstreamBody(Exchange& x, const Deployment& dep, std::string_view& body);
   std::span<const net::HttpHeader> responseHeaders(Exchange& x, net::HttpHeader& rid);
   // Experiments: the keys a request is sticky by; the per-arm metrics, data capture and the

@@ -1,6 +1,7 @@
 #pragma once
-// Distance kernels over contiguous float and int8 vectors. AVX2+FMA when the CPU has them (chosen
-// once at start-up), scalar otherwise. Every kernel returns a "smaller is closer" value:
+// Distance kernels over contiguous float and int8 vectors. AVX-512 (F+BW) or AVX2+FMA when the CPU
+// has them (chosen once at start-up; INFERA_VECTOR_KERNELS=avx2|scalar asks for less), scalar
+// otherwise. Every kernel returns a "smaller is closer" value:
 //   l2sq: the squared Euclidean distance; negDot: minus the dot product.
 // Thread-safe (pure functions).
 
@@ -18,7 +19,7 @@ struct Kernels {
   FloatKernel neg_dot;
   CodeKernel code_l2sq;
   CodeKernel code_dot;
-  const char* name;  // "avx2+fma" or "scalar"
+  const char* name;  // "avx512", "avx2+fma" or "scalar"
 };
 
 // The best kernels this CPU runs.

@@ -1,0 +1,111 @@
+#include "net/internal/request_head.h"
+
+#include <charconv>
+
+namespace infera::net {
+
+void fillRequestHead(const RequestParser::value_type& msg, HttpRequest& out) {
+  out.method.assign(msg.method_string().data(), msg.method_string().size());
+  out.target.assign(msg.target().data(), msg.target().size());
+  size_t n = 0;
+  for (const auto& f : msg.base()) {
+    if (n == out.headers.size()) out.headers.emplace_back();
+    HttpHeader& h = out.headers[n++];
+    const auto name = f.name_string();
+    h.name.resize(name.size());
+    for (size_t i = 0; i < name.size(); ++i) {
+      char c = name[i];
+      h.name[i] = (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c;
+    }
+    h.value.assign(f.value().data(), f.value().size());
+  }
+  out.headers.resize(n);
+  out.body.clear();
+  out.keep_alive = msg.keep_alive();
+}
+
+std::string_view trimOws(std::string_view v) {
+  while (!v.empty() && (v.front() == ' ' || v.front() == '\t')) v.remove_prefix(1);
+  while (!v.empty() && (v.back() == ' ' || v.back() == '\t')) v.remove_suffix(1);
+  return v;
+}
+
+bool equalsLowerCase(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const char x = (a[i] >= 'A' && a[i] <= 'Z') ? static_cast<char>(a[i] - 'A' + 'a') : a[i];
+    if (x != b[i]) return false;
+  }
+  return true;
+}
+
+// RFC 9112 6.3: a request's body length must be read one way by every hop, or a second request can
+// hide in the first (smuggling). Anything the gateway could frame differently from a backend is
+// refused.
+std::string requestHeadProblem(unsigned version, const HttpRequest& request) {
+  int hosts = 0, lengths = 0, codings = 0;
+  std::string_view length, coding;
+  for (size_t i = 0; i < request.headers.size(); ++i) {
+    const HttpHeader& h = request.headers[i];
+    if (h.name == "host") ++hosts;
+    if (h.name == "content-length") {
+      if (lengths++ > 0 && trimOws(h.value) != length) return "differing Content-Length headers";
+      length = trimOws(h.value);
+      if (length.empty() || length.find_first_not_of("0123456789") != std::string_view::npos) {
+        return "invalid Content-Length";
+      }
+    } else if (h.name == "transfer-encoding") {
+      ++codings;
+      coding = trimOws(h.value);
+    } else if (isSingletonHeader(h.name)) {
+      for (size_t j = i + 1; j < request.headers.size(); ++j) {
+        if (request.headers[j].name == h.name) return "header " + h.name + " is repeated";
+      }
+    }
+  }
+  if (codings > 0) {
+    if (lengths > 0) return "both Content-Length and Transfer-Encoding";
+    if (version < 11) return "Transfer-Encoding in an HTTP/1.0 request";
+    // Only chunked, once: a final coding other than chunked leaves the length unknowable, and the
+    // server decodes no other coding.
+    if (codings > 1 || !equalsLowerCase(coding, "chunked")) return "unsupported Transfer-Encoding (only chunked)";
+  }
+  if (hosts > 1) return "header host is repeated";
+  if (version >= 11 && hosts == 0) return "missing Host header";
+  const std::string_view reason = unsafePathReason(request.path());
+  if (!reason.empty()) return std::string(reason);
+  return {};
+}
+
+void appendRequestHead(const ClientRequest& req, std::string& out) {
+  out += req.method;
+  out += ' ';
+  out += req.target;
+  out += " HTTP/1.1\r\nhost: ";
+  out += req.host;
+  out += "\r\n";
+  for (const auto& h : req.headers) {
+    if (req.skip_hop_by_hop && isHopByHopHeader(h.name)) continue;
+    if (req.skip_authorization && h.name == "authorization") continue;
+    if (!req.request_id.empty() && h.name == "x-request-id") continue;
+    out += h.name;
+    out += ": ";
+    out += h.value;
+    out += "\r\n";
+  }
+  if (!req.request_id.empty()) {
+    out += "x-request-id: ";
+    out += req.request_id;
+    out += "\r\n";
+  }
+  if (!req.body.empty() || req.method == "POST" || req.method == "PUT") {
+    out += "content-length: ";
+    char num[24];
+    auto r = std::to_chars(num, num + sizeof(num), req.body.size());
+    out.append(num, r.ptr);
+    out += "\r\n";
+  }
+  out += "\r\n";
+}
+
+}  // namespace infera::net

@@ -1,0 +1,186 @@
+// Fuzz target: usage extraction from backends' answers (gateway/internal/usage_scan.h), which bills
+// and caches on what it reads, and the SSE rewriting that removes usage a client did not ask for.
+// The input is used three ways: as a JSON answer (readUsage), as the data of one SSE event, and as
+// a whole SSE stream (scanSse).
+//
+// Properties:
+//  - JSON answer: when nlohmann reads the input as JSON with no key twice (and no \u00XX escape,
+//    which could spell a key the scan compares as written), the usage read is nlohmann's: the
+//    top-level "usage" object's prompt_tokens, completion_tokens and total_tokens when they are
+//    non-negative integers, and nothing else;
+//  - one event "data: <input>": the same reading, a choice counted when "choices" starts with an
+//    object, and with each strip setting the event the client gets is the backend's, or dropped
+//    (the usage-only final chunk), or a JSON object that reads as the backend's without "usage"
+//    (or with usage null in a chunk with a choice);
+//  - a stream: what the client gets and the usage read do not depend on how the stream is cut
+//    into pieces; without stripping, the client gets the stream byte for byte.
+
+#include <cstdint>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "fuzz_check.h"
+#include "gateway/internal/usage_scan.h"
+
+namespace {
+
+using infera::fuzz::printable;
+using infera::gateway::UsageScan;
+using Json = nlohmann::json;
+
+Json parseJson(const std::string& text, bool& dup) {
+  dup = false;
+  std::vector<std::set<std::string>> keys;
+  Json::parser_callback_t cb = [&](int, Json::parse_event_t event, Json& parsed) {
+    if (event == Json::parse_event_t::object_start) {
+      keys.emplace_back();
+    } else if (event == Json::parse_event_t::object_end) {
+      if (!keys.empty()) keys.pop_back();
+    } else if (event == Json::parse_event_t::key && !keys.empty()) {
+      if (!keys.back().insert(parsed.get<std::string>()).second) dup = true;
+    }
+    return true;
+  };
+  return Json::parse(text, cb, /*allow_exceptions=*/false);
+}
+
+// JSON the differential can speak for: valid, no key twice, keys as written equal keys unescaped,
+// no NUL byte.
+bool comparable(const std::string& text, Json& j) {
+  bool dup = false;
+  j = parseJson(text, dup);
+  // nlohmann stops at a NUL byte as at the end of the input ("false\0{...}" reads as false).
+  return !j.is_discarded() && !dup && text.find("\\u00") == std::string::npos &&
+         text.find('\0') == std::string::npos;
+}
+
+bool expectedInt(const Json& obj, const char* key, int64_t& out) {
+  const auto it = obj.find(key);
+  if (it == obj.end()) return false;
+  if (it->is_number_unsigned()) {
+    if (it->get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) return false;
+    out = static_cast<int64_t>(it->get<uint64_t>());
+    return true;
+  }
+  if (it->is_number_integer() && it->get<int64_t>() >= 0) {
+    out = it->get<int64_t>();
+    return true;
+  }
+  return false;
+}
+
+// readUsageObject's contract, on nlohmann's reading of the object.
+UsageScan expectedUsage(const Json& usage) {
+  UsageScan s;
+  int64_t prompt = 0, completion = 0, total = 0;
+  const bool has_prompt = expectedInt(usage, "prompt_tokens", prompt);
+  const bool has_completion = expectedInt(usage, "completion_tokens", completion);
+  const bool has_total = expectedInt(usage, "total_tokens", total);
+  if (!has_prompt && !has_total) return s;
+  if (!has_completion && has_total) completion = std::max<int64_t>(0, total - prompt);
+  s.seen = true;
+  s.prompt = prompt;
+  s.completion = completion;
+  return s;
+}
+
+bool sameUsage(const UsageScan& a, const UsageScan& b) {
+  return a.seen == b.seen && a.prompt == b.prompt && a.completion == b.completion;
+}
+
+std::string usageText(const UsageScan& s) {
+  return s.seen ? "prompt " + std::to_string(s.prompt) + " completion " + std::to_string(s.completion) : "none";
+}
+
+void checkJsonAnswer(const std::string& input) {
+  UsageScan got;
+  infera::gateway::readUsage(got, input);
+  Json j;
+  if (!comparable(input, j)) return;
+  UsageScan want;
+  if (j.is_object() && j.contains("usage") && j["usage"].is_object()) want = expectedUsage(j["usage"]);
+  FUZZ_CHECK(sameUsage(got, want), "usage read " + usageText(got) + ", nlohmann reads " + usageText(want) +
+                                       ": " + printable(input));
+}
+
+void checkOneEvent(const std::string& data) {
+  if (data.find('\n') != std::string::npos) return;
+  const std::string event = "data: " + data + "\n\n";
+  Json j;
+  const bool known = comparable(data, j) && data != "[DONE]";
+  const bool is_object = known && j.is_object();
+  const bool has_choice = is_object && j.contains("choices") && j["choices"].is_array() && !j["choices"].empty() &&
+                          j["choices"][0].is_object();
+  const bool has_usage = is_object && j.contains("usage");
+  const bool usage_object = has_usage && j["usage"].is_object();
+  for (int flags = 0; flags < 4; ++flags) {
+    UsageScan s;
+    s.strip_final_usage = flags & 1;
+    s.strip_continuous = flags & 2;
+    std::string out;
+    infera::gateway::scanSse(s, event, &out);
+    FUZZ_CHECK(s.sse_buf.empty(), "a whole event left buffered: " + printable(event));
+    if (flags == 0) FUZZ_CHECK(out == event, "an event changed without stripping: " + printable(event));
+    if (!known) continue;
+    FUZZ_CHECK(s.content_events == (has_choice ? 1 : 0), "choice counted wrongly: " + printable(event));
+    const UsageScan want = usage_object ? expectedUsage(j["usage"]) : UsageScan{};
+    FUZZ_CHECK(sameUsage(s, want), "usage read " + usageText(s) + ", nlohmann reads " + usageText(want) + ": " +
+                                       printable(event));
+    const std::string what = "strip_final " + std::to_string(s.strip_final_usage) + " strip_continuous " +
+                             std::to_string(s.strip_continuous) + ": " + printable(event) + " -> " + printable(out);
+    if (!has_usage || flags == 0) {
+      FUZZ_CHECK(out == event, "an event without usage changed: " + what);
+      continue;
+    }
+    if (s.strip_final_usage && !has_choice && usage_object) {
+      FUZZ_CHECK(out.empty(), "the usage-only final chunk was not dropped: " + what);
+      continue;
+    }
+    FUZZ_CHECK(out.starts_with("data: ") && out.ends_with("\n\n"), "a rewritten event is not one data event: " + what);
+    const Json rewritten = Json::parse(out.substr(6, out.size() - 8), nullptr, false);
+    Json want_json = j;
+    if (s.strip_final_usage) {
+      want_json.erase("usage");
+    } else if (has_choice) {
+      want_json["usage"] = nullptr;
+    }
+    FUZZ_CHECK(!rewritten.is_discarded() && rewritten == want_json, "the rewritten event reads wrongly: " + what);
+  }
+}
+
+void checkStream(const std::string& input) {
+  UsageScan counts;
+  infera::gateway::scanSse(counts, input, nullptr);
+  for (int flags = 0; flags < 4; ++flags) {
+    UsageScan whole, pieces;
+    whole.strip_final_usage = pieces.strip_final_usage = flags & 1;
+    whole.strip_continuous = pieces.strip_continuous = flags & 2;
+    std::string out_whole, out_pieces;
+    infera::gateway::scanSse(whole, input, &out_whole);
+    for (size_t i = 0; i < input.size(); i += 5) {
+      infera::gateway::scanSse(pieces, std::string_view(input).substr(i, 5), &out_pieces);
+    }
+    if (input.empty()) infera::gateway::scanSse(pieces, "", &out_pieces);
+    FUZZ_CHECK(out_whole == out_pieces && whole.sse_buf == pieces.sse_buf,
+               "the client's stream depends on how the backend's is cut: " + printable(input));
+    FUZZ_CHECK(sameUsage(whole, pieces) && sameUsage(whole, counts) && whole.content_events == pieces.content_events &&
+                   whole.content_events == counts.content_events,
+               "the usage read depends on the pieces or on rewriting: " + printable(input));
+    if (flags == 0) {
+      FUZZ_CHECK(out_whole + whole.sse_buf == input, "the stream was changed without stripping: " + printable(input));
+    }
+  }
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  const std::string input(reinterpret_cast<const char*>(data), size);
+  checkJsonAnswer(input);
+  checkOneEvent(input);
+  checkStream(input);
+  return 0;
+}
