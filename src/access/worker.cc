@@ -796,9 +796,10 @@ std::optional<Denial> GovWorker::authenticate(std::string_view authorization, st
 std::optional<Denial> GovWorker::checkAccess(const Grant& grant, ResourceKind kind, std::string_view requested,
                                              std::string_view canonical) const {
   if (!grant) return std::nullopt;
-  // Model allow-lists are the teams', keys' and users' `models`; other kinds have no lists yet:
-  // any authenticated caller may use them.
-  if (kind != ResourceKind::kModel) return std::nullopt;
+  // Model allow-lists are the teams', keys' and users' `models`; they cover registered models
+  // too (a registered model is served under its name). Other kinds have no lists yet: any
+  // authenticated caller may use them.
+  if (kind != ResourceKind::kModel && kind != ResourceKind::kRegisteredModel) return std::nullopt;
   const GovTicket& t = *grant.t_;
   if (allowed(t, requested, canonical)) return std::nullopt;
   return Denial{403,

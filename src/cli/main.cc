@@ -8,6 +8,7 @@
 
 #include "cli/admin_cmd.h"
 #include "cli/features_cmd.h"
+#include "cli/models_cmd.h"
 #include "cli/vectors_cmd.h"
 #include "core/log.h"
 #include "emulator/emulator.h"
@@ -185,6 +186,7 @@ int main(int argc, char** argv) {
   infera::cli::registerAdminCommands(app);
   infera::cli::registerFeaturesCommands(app);
   infera::cli::registerVectorsCommands(app);
+  infera::cli::registerModelCommands(app);
 
 #ifdef INFERA_WITH_SCHED
   infera::cli::registerSchedCommands(app);

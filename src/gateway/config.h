@@ -59,6 +59,45 @@ struct DeploymentConfig {
   std::vector<EndpointConfig> endpoints;
 };
 
+// An experiment arm: a share of a model's traffic sent to another model of the route source
+// (a registry version "name/3" or alias "name@a").
+struct ArmConfig {
+  std::string name;    // the arm's label (metrics, x-infera-arm)
+  std::string target;  // a model or alias name of the same route source
+  int weight = 1;      // relative to the other arms' (0 = no traffic)
+};
+
+// Whose requests stay on one arm: the same id always hashes to the same arm while the weights
+// stand.
+enum class StickyBy { kUser, kKey, kHeader };
+
+struct SplitConfig {
+  std::vector<ArmConfig> arms;  // empty: no split
+  StickyBy sticky_by = StickyBy::kUser;  // kUser falls back to the key, then to a random draw
+  std::string sticky_header;             // kHeader: this header's value (lower-case name)
+  std::string salt;                      // mixed into the hash (a new salt reshuffles assignments)
+};
+
+// A share of a model's requests mirrored, after the client got its answer, to another model of
+// the route source; the shadow's answer is recorded (InferenceObserver) and never sent anywhere.
+struct ShadowConfig {
+  std::string target;  // "" = none
+  double share = 0;    // 0..1
+  int64_t timeout_ms = 10'000;  // the whole shadow exchange
+  int max_concurrent = 16;      // per worker; more are shed (counted)
+};
+
+// Data capture of a model's requests and responses (InferenceObserver::captured).
+struct CaptureConfig {
+  double sample = 0;             // share captured
+  int64_t max_bytes = 64 * 1024;  // of the request and of the response, each
+  bool flag_errors = false;      // capture and flag answers with status >= 500
+  int64_t flag_slower_ms = 0;    // ... answers slower than this (0 = off)
+  std::vector<std::string> flag_contains;  // ... answers containing any of these
+  std::vector<std::string> opt_out_keys;   // never captured (key ids)
+  bool enabled() const { return sample > 0 || flag_errors || flag_slower_ms > 0 || !flag_contains.empty(); }
+};
+
 struct ModelConfig {
   std::string name;
   std::vector<std::string> aliases;
@@ -66,6 +105,11 @@ struct ModelConfig {
   PriceConfig price;
   bool cache = false;  // cache every non-streaming answer of this model (not only temperature 0)
   std::vector<DeploymentConfig> deployments;
+  // Set by the model registry (not read from the config file's models).
+  SplitConfig split;    // requests for this name go to an arm (then it needs no deployments)
+  ShadowConfig shadow;
+  CaptureConfig capture;
+  bool tag_responses = false;  // answers carry x-infera-route (and x-infera-arm)
 };
 
 struct HealthCheckConfig {

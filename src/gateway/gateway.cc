@@ -39,7 +39,7 @@ class GatewayImpl final : public Gateway {
 
   void addDataRoutes(int loop, net::asio::io_context& ctx, net::Router& router,
                      access::AccessWorker* access) override {
-    auto h = std::make_unique<ProxyHandler>(loop, ctx, metrics_, deps_.access_log, access);
+    auto h = std::make_unique<ProxyHandler>(loop, ctx, metrics_, deps_.access_log, access, deps_.observer);
     {
       std::lock_guard<std::mutex> lock(control_mu_);
       h->setTable(current_);
@@ -122,6 +122,44 @@ class GatewayImpl final : public Gateway {
     }
     body += "]}";
     return body;
+  }
+
+  std::optional<ExperimentStats> experimentStats(std::string_view model) const override {
+    auto t = table();
+    const Route* r = findRoute(*t, model);
+    if (!r || !r->experiment()) return std::nullopt;
+    ExperimentStats out;
+    for (const auto& a : r->arms) {
+      ArmStats s;
+      s.arm = a.name;
+      s.target = a.route->model;
+      s.weight = a.weight;
+      for (const auto* c : a.requests_by_class) s.requests += c->value();
+      s.errors = a.errors->value();
+      s.p50_s = a.duration->quantile(0.5);
+      s.p99_s = a.duration->quantile(0.99);
+      s.ttft_p50_s = a.ttft->quantile(0.5);
+      s.ttft_p99_s = a.ttft->quantile(0.99);
+      s.prompt_tokens = a.prompt_tokens->value();
+      s.completion_tokens = a.completion_tokens->value();
+      out.arms.push_back(std::move(s));
+    }
+    if (r->shadow) {
+      const ShadowCells& c = r->shadow_cells;
+      ShadowStats s;
+      s.target = r->shadow->model;
+      s.share = r->shadow_share;
+      s.ok = c.ok->value();
+      s.error = c.error->value();
+      s.failed = c.failed->value();
+      s.shed = c.shed->value();
+      s.match = c.match->value();
+      s.mismatch = c.mismatch->value();
+      s.p50_s = c.duration->quantile(0.5);
+      s.p99_s = c.duration->quantile(0.99);
+      out.shadow = std::move(s);
+    }
+    return out;
   }
 
   void startHealthChecks(net::asio::io_context& ctx) override {

@@ -17,11 +17,14 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "core/status.h"
 #include "gateway/config.h"
+#include "gateway/observer.h"
 #include "gateway/route_source.h"
 #include "net/asio.h"
 #include "net/router.h"
@@ -43,6 +46,33 @@ struct GatewayDeps {
   // In-process backends by name (an endpoint's `emulator:`), as base URLs.
   std::unordered_map<std::string, std::string> emulator_urls;
   int workers = 1;
+  // Receives shadow outcomes and captured inferences (null: routes that ask for them get none).
+  InferenceObserver* observer = nullptr;
+};
+
+// An experiment arm's figures since the process started (summed over workers).
+struct ArmStats {
+  std::string arm;
+  std::string target;  // the route it sends to ("fraud/3")
+  uint32_t weight = 0;
+  double requests = 0;
+  double errors = 0;  // status >= 500
+  double p50_s = 0, p99_s = 0;
+  double ttft_p50_s = 0, ttft_p99_s = 0;
+  double prompt_tokens = 0, completion_tokens = 0;
+};
+
+struct ShadowStats {
+  std::string target;
+  double share = 0;
+  double ok = 0, error = 0, failed = 0, shed = 0;
+  double match = 0, mismatch = 0;
+  double p50_s = 0, p99_s = 0;
+};
+
+struct ExperimentStats {
+  std::vector<ArmStats> arms;
+  std::optional<ShadowStats> shadow;
 };
 
 class Gateway {
@@ -75,6 +105,9 @@ class Gateway {
   virtual int64_t generation() const = 0;
   // The body of GET /admin/endpoints.
   virtual std::string endpointsJson() const = 0;
+  // The arms (and shadow) of the route named `model` in the table in use; nothing when it has no
+  // experiment.
+  virtual std::optional<ExperimentStats> experimentStats(std::string_view model) const = 0;
 };
 
 }  // namespace infera::gateway

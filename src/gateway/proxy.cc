@@ -30,6 +30,15 @@ Deadline deadlineAfter(int64_t ms) { return SteadyClock::now() + std::chrono::mi
 // Whether `s` ends at an SSE event boundary (a blank line).
 bool endsEvent(std::string_view s) { return s.ends_with("\n\n") || s.ends_with("\r\n\r\n"); }
 
+// What a deterministic answer said: its "choices" (chat, completions) or "data" (embeddings),
+// without the id and timestamps that differ between two answers to the same request.
+std::string_view answerOutput(std::string_view json) {
+  size_t b = 0, e = 0;
+  if (findTopLevelValue(json, "choices", b, e) || findTopLevelValue(json, "data", b, e)) return json.substr(b, e - b);
+  return json;
+}
+
+
 
 }  // namespace
 
@@ -71,10 +80,19 @@ struct ProxyHandler::Exchange {
   bool cacheable = false;
   bool cache_hit = false;
   std::string cache_key;
+  // Experiments (registry routes).
+  const Route* split = nullptr;   // the experiment route an arm was chosen from
+  const Arm* arm = nullptr;
+  const Route* shadow = nullptr;  // mirror after answering
+  bool want_usage = false;        // read usage from the answer without access control too
+  bool compare = false;           // deterministic: keep the primary's output for the shadow's
+  std::string primary_output;
+  bool keep_answer = false;       // data capture: keep the answer's first bytes
+  std::string answer;
 };
 
 ProxyHandler::ProxyHandler(int shard, net::asio::io_context& ctx, GatewayMetrics& metrics,
-                           obs::AccessLog* access_log, access::AccessWorker* access)
+                           obs::AccessLog* access_log, access::AccessWorker* access, InferenceObserver* observer)
     : shard_(shard),
       ctx_(ctx),
       metrics_(metrics),
@@ -82,7 +100,8 @@ ProxyHandler::ProxyHandler(int shard, net::asio::io_context& ctx, GatewayMetrics
       rng_(0x1f3a5b7c9d + static_cast<uint64_t>(shard) * 104729),
       parser_(std::make_unique<simdjson::dom::parser>()),
       ids_(static_cast<uint64_t>(monoNanos()) + static_cast<uint64_t>(shard) * 7777),
-      access_(access) {
+      access_(access),
+      observer_(observer) {
   if (access_log_) {
     flush_timer_ = std::make_unique<net::asio::steady_timer>(ctx_);
     // Hands this worker's access-log buffer to the writer thread every 200 ms.
@@ -264,6 +283,7 @@ void ProxyHandler::finishExchange(Exchange& x) {
     } else {
       x.route->no_deployment_by_class[cls]->inc(shard_);
     }
+    if (x.arm || x.keep_answer || x.shadow) finishExperiment(x, seconds);
   }
   if (access_log_) {
     obs::AccessRecord r;
@@ -330,7 +350,9 @@ Task<void> ProxyHandler::handleOpenAi(net::HttpRequest& req, net::ResponseWriter
                        "missing_model");
     co_return;
   }
-  const Targets targets = resolveTargets(*x.table, x.fields.model, Protocol::kOpenAi);
+  const Route* named = findRoute(*x.table, x.fields.model);
+  const Targets targets =
+      named ? resolveRoute(*named, Protocol::kOpenAi, named->experiment() ? requestKeys(x) : RequestKeys{}) : Targets{};
   if (!targets.route) {
     const std::string msg_text =
         "The model `" + x.fields.model + "` does not exist or you do not have access to it.";
@@ -340,6 +362,9 @@ Task<void> ProxyHandler::handleOpenAi(net::HttpRequest& req, net::ResponseWriter
   x.route = targets.route;
   x.rewrite_model = true;
   x.stream = x.fields.stream;
+  if (targets.split || targets.shadow || targets.route->tag_responses || targets.route->capture.enabled()) {
+    applyTargets(x, targets);
+  }
   if (x.grant) {
     const bool go_on = co_await admit(x);
     if (!go_on) co_return;
@@ -382,9 +407,24 @@ Task<void> ProxyHandler::handleKServe(net::HttpRequest& req, net::ResponseWriter
     const bool ok = co_await authenticate(x);
     if (!ok) co_return;
   }
-  const std::string model(kp.model);
+  std::string model(kp.model);
   x.kserve_tail = std::string(kp.after_model);  // forwarded as given, versions included
-  const Targets targets = resolveTargets(*x.table, model, Protocol::kKServe);
+  // A registry version is served as "name/N": /v2/models/name/versions/N/... names it.
+  if (!kp.version.empty()) {
+    std::string versioned = model + "/" + std::string(kp.version);
+    if (findRoute(*x.table, versioned)) {
+      model = std::move(versioned);
+      x.kserve_tail = std::string(kp.rest);
+    }
+  }
+  const Route* named = findRoute(*x.table, model);
+  const Targets targets =
+      named ? resolveRoute(*named, Protocol::kKServe, named->experiment() ? requestKeys(x) : RequestKeys{}) : Targets{};
+  if (targets.route && (targets.split || targets.route->tag_responses || targets.route->capture.enabled())) {
+    Targets no_shadow = targets;
+    no_shadow.shadow = nullptr;  // shadows mirror OpenAI requests only
+    applyTargets(x, no_shadow);
+  }
   if (!targets.route) {
     const std::string msg_text = "model '" + model + "' is not found";
     co_await sendError(x, 404, msg_text, "invalid_request_error", "model_not_found");
@@ -622,8 +662,9 @@ Task<void> ProxyHandler::relay(Exchange& x, const Endpoint& ep, WorkerEndpoint& 
   // Usage the client did not ask for can only be removed from a chunked stream.
   const bool governed = static_cast<bool>(x.grant);
   const bool rewrite_sse = sse && governed && clen < 0 && (x.usage.strip_final_usage || x.usage.strip_continuous);
-  const bool scan_sse = sse && governed;
-  x.capture = !sse && governed && (content_type.starts_with("application/json") || content_type.empty());
+  const bool scan_sse = sse && (governed || x.want_usage);
+  x.capture = !sse && (governed || x.want_usage) &&
+              (content_type.starts_with("application/json") || content_type.empty());
   if (x.capture) x.resp_content_type = std::string(content_type);
   std::span<const HttpHeader> relayed = h.headers;
   std::vector<HttpHeader> own_limits_only;
@@ -672,6 +713,10 @@ Task<void> ProxyHandler::relay(Exchange& x, const Endpoint& ep, WorkerEndpoint& 
       if (sse) x.route->ttft->observe(shard_, x.ttft_s);
     }
     std::string_view out = *piece;
+    if (x.keep_answer) {
+      const size_t room = static_cast<size_t>(x.route->capture.max_bytes) - std::min(x.answer.size(), static_cast<size_t>(x.route->capture.max_bytes));
+      x.answer.append(piece->substr(0, std::min(room, piece->size())));
+    }
     if (scan_sse) {
       x.sse_out.clear();
       scanSse(x.usage, *piece, rewrite_sse ? &x.sse_out : nullptr);
@@ -708,6 +753,7 @@ Task<void> ProxyHandler::relay(Exchange& x, const Endpoint& ep, WorkerEndpoint& 
   keep_conn = true;
   if (x.capture && !x.resp_body.empty()) {
     readUsage(x.usage, x.resp_body);
+    if (x.compare && h.status == 200) x.primary_output = std::string(answerOutput(x.resp_body));
     if (x.cacheable && h.status == 200 && x.usage.seen) {
       access::CachedAnswer e;
       e.body = std::move(x.resp_body);
@@ -868,6 +914,264 @@ void ProxyHandler::finishAccess(Exchange& x) {
     r.prompt_tokens = x.grant.estimatedPrompt();
   }
   access_->finish(x.grant, std::move(r), x.route ? x.route->price : PriceConfig{});
+}
+
+
+// ---------------- experiments: arms, data capture, shadows ----------------
+
+RequestKeys ProxyHandler::requestKeys(Exchange& x) {
+  RequestKeys k;
+  if (x.grant) {
+    const access::Principal p = x.grant.principal();
+    k.user = p.user;
+    k.key = p.key_id;
+  } else {
+    // Without access control: the user header and the credentials as sent (hashed, never kept).
+    k.user = x.req.header("x-infera-user");
+    k.key = x.req.header("authorization");
+  }
+  k.forced_arm = x.req.header("x-infera-arm");
+  k.headers = &x.req.headers;
+  k.random = rng_();
+  k.shadow_draw = std::uniform_real_distribution<double>(0, 1)(rng_);
+  return k;
+}
+
+void ProxyHandler::applyTargets(Exchange& x, const Targets& t) {
+  x.split = t.split;
+  x.arm = t.arm;
+  x.shadow = t.shadow;
+  x.want_usage = x.arm != nullptr;
+  if (x.shadow) {
+    // Deterministic requests are compared with the shadow's answer.
+    x.compare = !x.fields.stream && x.fields.has_temperature && x.fields.temperature == 0;
+    x.want_usage = x.want_usage || x.compare;
+  }
+  const CaptureConfig& c = t.route->capture;
+  if (c.enabled() && observer_) {
+    const std::string_view key = x.grant ? x.grant.principal().key_id : std::string_view();
+    x.keep_answer = key.empty() || std::find(c.opt_out_keys.begin(), c.opt_out_keys.end(), key) == c.opt_out_keys.end();
+  }
+  if (t.route->tag_responses || x.arm) {
+    x.extra.push_back(t.route->route_header);
+    if (x.arm) x.extra.push_back(x.arm->header);
+  }
+}
+
+void ProxyHandler::finishExperiment(Exchange& x, double seconds) {
+  if (x.arm) {
+    const Arm& a = *x.arm;
+    a.requests_by_class[codeClassIndex(x.status)]->inc(shard_);
+    if (x.status >= 500) a.errors->inc(shard_);
+    a.duration->observe(shard_, seconds);
+    if (x.ttft_s > 0) a.ttft->observe(shard_, x.ttft_s);
+    if (x.usage.seen) {
+      a.prompt_tokens->inc(shard_, static_cast<double>(x.usage.prompt));
+      a.completion_tokens->inc(shard_, static_cast<double>(x.usage.completion));
+    }
+  }
+  if (x.keep_answer) capture(x, seconds);
+  if (x.shadow) startShadow(x, seconds);
+}
+
+void ProxyHandler::capture(Exchange& x, double seconds) {
+  const CaptureConfig& c = x.route->capture;
+  bool flagged = false;
+  std::string reason;
+  if (c.flag_errors && x.status >= 500) {
+    flagged = true;
+    reason = "rule: status " + std::to_string(x.status);
+  } else if (c.flag_slower_ms > 0 && seconds * 1000 > static_cast<double>(c.flag_slower_ms)) {
+    flagged = true;
+    reason = "rule: slower than " + std::to_string(c.flag_slower_ms) + " ms";
+  } else {
+    for (const auto& w : c.flag_contains) {
+      if (!w.empty() && x.answer.find(w) != std::string::npos) {
+        flagged = true;
+        reason = "rule: answer contains '" + w + "'";
+        break;
+      }
+    }
+  }
+  const bool sampled = c.sample > 0 && std::uniform_real_distribution<double>(0, 1)(rng_) < c.sample;
+  if (!flagged && !sampled) return;
+  CapturedInference ci;
+  ci.ts_ms = SystemClock::instance().unixMillis();
+  ci.request_id = x.request_id;
+  ci.model = x.fields.has_model ? x.fields.model : x.route->model;
+  ci.target = x.route->model;
+  if (x.arm) ci.arm = x.arm->name;
+  if (x.grant) ci.key_id = std::string(x.grant.principal().key_id);
+  ci.status = x.status;
+  ci.latency_ms = seconds * 1000;
+  ci.request = x.req.body.substr(0, static_cast<size_t>(c.max_bytes));
+  ci.response = std::move(x.answer);
+  ci.flagged = flagged;
+  ci.reason = std::move(reason);
+  if (x.route->captures) x.route->captures->inc(shard_);
+  observer_->captured(std::move(ci));
+}
+
+struct ProxyHandler::ShadowJob {
+  std::shared_ptr<const RouteTable> table;  // keeps the routes, endpoints and pools alive
+  std::shared_ptr<const StateVector> state;
+  const Route* shadow = nullptr;
+  const ShadowCells* cells = nullptr;
+  uint32_t endpoint = 0;
+  std::string target;
+  std::string body;
+  std::vector<HttpHeader> headers;
+  ShadowOutcome outcome;
+  std::string primary_output;
+  bool compare = false;
+  Deadline deadline;
+  int shard = 0;
+  InferenceObserver* observer = nullptr;
+  int* inflight = nullptr;  // this worker's count for the shadow route (valid while alive)
+  std::shared_ptr<bool> alive;
+};
+
+void ProxyHandler::startShadow(Exchange& x, double seconds) {
+  const Route& from = x.split ? *x.split : *x.route;
+  const Route& sh = *x.shadow;
+  const ShadowCells& cells = from.shadow_cells;
+  auto it = shadow_inflight_.find(std::string_view(sh.model));
+  if (it == shadow_inflight_.end()) it = shadow_inflight_.emplace(sh.model, 0).first;
+  ShadowOutcome o;
+  o.ts_ms = SystemClock::instance().unixMillis();
+  o.request_id = x.request_id;
+  o.model = from.model;
+  o.primary = x.route->model;
+  o.shadow = sh.model;
+  o.primary_latency_ms = seconds * 1000;
+  auto give_up = [&](const char* why, obs::Counter* counter) {
+    counter->inc(shard_);
+    o.error = why;
+    if (observer_) observer_->shadowDone(std::move(o));
+  };
+  if (it->second >= from.shadow_max_concurrent) {
+    give_up("shed", cells.shed);
+    return;
+  }
+  const int idx = pick(*x.table, *x.state, sh.openai_endpoints, {}, monoNanos());
+  if (idx < 0) {
+    give_up("no_endpoint", cells.failed);
+    return;
+  }
+  auto job = std::make_unique<ShadowJob>();
+  job->table = x.table;
+  job->state = x.state;
+  job->shadow = &sh;
+  job->cells = &cells;
+  job->endpoint = static_cast<uint32_t>(idx);
+  const Endpoint& ep = x.table->endpoints[static_cast<size_t>(idx)];
+  const Deployment& dep = *ep.deployment;
+  job->target = ep.address.base_path + x.req.target;
+  // The client's body with the shadow deployment's model name (the one reading of the request).
+  const RequestFields& f = x.fields;
+  if (f.model_end > f.model_begin) {
+    job->body.reserve(x.req.body.size());
+    job->body.append(x.req.body, 0, f.model_begin);
+    net::appendJsonString(job->body, dep.upstream_model);
+    job->body.append(x.req.body, f.model_end);
+  } else {
+    job->body = x.req.body;
+  }
+  for (const auto& h : x.req.headers) {
+    if (net::isHopByHopHeader(h.name) || h.name == "authorization" || h.name == "api-key") continue;
+    job->headers.push_back(h);
+  }
+  job->headers.push_back({"host", ep.host_header});
+  job->outcome = std::move(o);
+  job->primary_output = std::move(x.primary_output);
+  job->compare = x.compare && !job->primary_output.empty();
+  job->deadline = deadlineAfter(from.shadow_timeout_ms);
+  job->shard = shard_;
+  job->observer = observer_;
+  job->inflight = &it->second;
+  job->alive = alive_;
+  ++it->second;
+  net::spawn(ctx_, runShadow(std::move(job)), "shadow request");
+}
+
+// Runs after the client got its answer, on this worker's loop, bounded by its own deadline; it
+// touches only what the job holds (the handler may be gone when it resumes).
+Task<void> ProxyHandler::runShadow(std::unique_ptr<ShadowJob> job) {
+  ShadowJob& j = *job;
+  const int64_t start_ns = monoNanos();
+  const Endpoint& ep = j.table->endpoints[j.endpoint];
+  WorkerEndpoint& ws = *(*j.state)[j.endpoint];
+  std::string output;
+  bool failed = true;
+  {
+    auto c = co_await ws.pool->acquire(j.deadline);
+    if (!c.ok()) {
+      j.outcome.error = c.status().code() == StatusCode::kDeadlineExceeded ? "timeout" : "unavailable";
+    } else {
+      std::unique_ptr<net::UpstreamConnection> conn = std::move(*c);
+      net::ClientRequest creq;
+      creq.method = "POST";
+      creq.target = j.target;
+      creq.host = ep.host_header;
+      creq.headers = j.headers;
+      creq.body = j.body;
+      creq.skip_hop_by_hop = true;
+      creq.request_id = j.outcome.request_id;
+      const Status sent = co_await conn->send(creq, j.deadline);
+      // Not `sent.isOk() ? co_await ... : Result(sent)`: g++ 12 destroys the temporaries of a
+      // conditional holding a co_await twice.
+      Result<const net::ClientResponseHead*> head = sent.isOk() ? Status::cancelled("not read") : sent;
+      if (sent.isOk()) {
+        auto read = co_await conn->readHead(j.deadline);
+        head = std::move(read);
+      }
+      bool clean = false;
+      if (head.ok()) {
+        j.outcome.status = (*head)->status;
+        clean = true;
+        for (;;) {
+          auto piece = co_await conn->readBody(j.deadline);
+          if (!piece.ok()) {
+            clean = false;
+            j.outcome.error = piece.status().code() == StatusCode::kDeadlineExceeded ? "timeout" : "unavailable";
+            break;
+          }
+          if (piece->empty()) break;
+          if (output.size() < (1u << 20)) output.append(*piece);
+        }
+        failed = !clean;
+      } else {
+        j.outcome.error = head.status().code() == StatusCode::kDeadlineExceeded ? "timeout" : "unavailable";
+      }
+      if (clean) {
+        ws.pool->release(std::move(conn));
+      } else {
+        conn->abort();
+      }
+    }
+  }
+  const double seconds = static_cast<double>(monoNanos() - start_ns) / 1e9;
+  j.outcome.latency_ms = seconds * 1000;
+  j.cells->duration->observe(j.shard, seconds);
+  if (failed) {
+    j.cells->failed->inc(j.shard);
+  } else if (j.outcome.status >= 400) {
+    j.cells->error->inc(j.shard);
+  } else {
+    j.cells->ok->inc(j.shard);
+    UsageScan usage;
+    readUsage(usage, output);
+    if (usage.seen) {
+      j.outcome.prompt_tokens = usage.prompt;
+      j.outcome.completion_tokens = usage.completion;
+    }
+    if (j.compare) {
+      j.outcome.matched = answerOutput(output) == j.primary_output ? 1 : 0;
+      (j.outcome.matched ? j.cells->match : j.cells->mismatch)->inc(j.shard);
+    }
+  }
+  if (j.observer) j.observer->shadowDone(std::move(j.outcome));
+  if (*j.alive) --*j.inflight;
 }
 
 }  // namespace infera::gateway

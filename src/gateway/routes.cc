@@ -2,6 +2,7 @@
 
 #include <chrono>
 
+#include "gateway/internal/split.h"
 #include "net/http.h"
 
 namespace infera::gateway {
@@ -40,6 +41,30 @@ GatewayMetrics::GatewayMetrics(obs::MetricsRegistry& r)
                                     "Requests whose client left before the response ended.", {"model"})),
       stream_errors(r.counterFamily("infera_gateway_stream_errors_total",
                                     "Streams ended by an upstream failure after they started.", {"model"})),
+      arm_requests(r.counterFamily("infera_gateway_arm_requests_total",
+                                   "Requests served by an experiment arm, by status class.",
+                                   {"model", "arm", "code_class"})),
+      arm_errors(r.counterFamily("infera_gateway_arm_errors_total",
+                                 "Requests of an experiment arm answered with status >= 500.", {"model", "arm"})),
+      arm_duration(r.histogramFamily("infera_gateway_arm_request_duration_seconds",
+                                     "Latency of an experiment arm's requests, until the last byte.",
+                                     {"model", "arm"}, obs::MetricsRegistry::latencyBuckets())),
+      arm_ttft(r.histogramFamily("infera_gateway_arm_time_to_first_token_seconds",
+                                 "Time from an experiment arm's request to the first body byte sent.",
+                                 {"model", "arm"}, obs::MetricsRegistry::latencyBuckets())),
+      arm_tokens(r.counterFamily("infera_gateway_arm_tokens_total", "Tokens of an experiment arm's answers.",
+                                 {"model", "arm", "kind"})),
+      shadow_requests(r.counterFamily("infera_gateway_shadow_requests_total",
+                                      "Requests mirrored to a shadow target, by outcome (ok, error, failed, shed).",
+                                      {"model", "shadow", "outcome"})),
+      shadow_duration(r.histogramFamily("infera_gateway_shadow_duration_seconds",
+                                        "Latency of shadow requests (their own deadline bounds it).",
+                                        {"model", "shadow"}, obs::MetricsRegistry::latencyBuckets())),
+      shadow_matches(r.counterFamily("infera_gateway_shadow_comparisons_total",
+                                     "Deterministic shadow answers compared with the primary's (match, mismatch).",
+                                     {"model", "shadow", "result"})),
+      captures(r.counterFamily("infera_gateway_captures_total",
+                               "Inferences captured for review and training data (sampled or flagged).", {"model"})),
       in_flight(r.gaugeFamily("infera_gateway_requests_in_flight", "Data-plane requests in flight.")
                     ->gauge()),
       active_streams(r.gaugeFamily("infera_gateway_active_streams", "Streaming responses in flight.")
@@ -151,6 +176,10 @@ Result<std::shared_ptr<const RouteTable>> buildRouteTable(
       if (!route->first_deployment) route->first_deployment = dep.get();
       table->deployments.push_back(std::move(dep));
     }
+    route->capture = mc.capture;
+    if (mc.capture.enabled()) route->captures = metrics.captures->counter({mc.name});
+    route->tag_responses = mc.tag_responses;
+    route->route_header = {"x-infera-route", mc.name};
     auto addName = [&](const std::string& name) {
       table->by_name[name] = route.get();
       table->names.emplace_back(name, route.get());
@@ -159,17 +188,116 @@ Result<std::shared_ptr<const RouteTable>> buildRouteTable(
     for (const auto& alias : mc.aliases) addName(alias);
     table->routes.push_back(std::move(route));
   }
+  // Experiments name other routes of the table: resolved once every route exists. An arm (or a
+  // shadow) naming no route, or another experiment, is left out.
+  for (size_t i = 0; i < models.size(); ++i) {
+    const ModelConfig& mc = models[i];
+    Route& route = *table->routes[i];
+    auto target = [&](const std::string& name) -> const Route* {
+      const auto it = table->by_name.find(name);
+      if (it == table->by_name.end() || !it->second->arms.empty() || it->second == &route) return nullptr;
+      return it->second;
+    };
+    for (const auto& ac : mc.split.arms) {
+      const Route* r = target(ac.target);
+      if (!r) continue;
+      Arm arm;
+      arm.name = ac.name;
+      arm.route = r;
+      arm.weight = static_cast<uint32_t>(std::max(0, ac.weight));
+      arm.header = {"x-infera-arm", ac.name};
+      for (int c = 0; c < kCodeClasses; ++c) {
+        const std::string cls = c < 5 ? std::to_string(c + 1) + "xx" : "other";
+        arm.requests_by_class[c] = metrics.arm_requests->counter({mc.name, ac.name, cls});
+      }
+      arm.errors = metrics.arm_errors->counter({mc.name, ac.name});
+      arm.duration = metrics.arm_duration->histogram({mc.name, ac.name});
+      arm.ttft = metrics.arm_ttft->histogram({mc.name, ac.name});
+      arm.prompt_tokens = metrics.arm_tokens->counter({mc.name, ac.name, "prompt"});
+      arm.completion_tokens = metrics.arm_tokens->counter({mc.name, ac.name, "completion"});
+      route.arm_weights.push_back(arm.weight);
+      route.arms.push_back(std::move(arm));
+    }
+    route.sticky_by = mc.split.sticky_by;
+    route.sticky_header = mc.split.sticky_header;
+    route.salt = mc.split.salt;
+    if (!mc.shadow.target.empty() && mc.shadow.share > 0) {
+      route.shadow = target(mc.shadow.target);
+      if (route.shadow) {
+        route.shadow_share = mc.shadow.share;
+        route.shadow_timeout_ms = mc.shadow.timeout_ms;
+        route.shadow_max_concurrent = std::max(1, mc.shadow.max_concurrent);
+        const std::string& sh = route.shadow->model;
+        ShadowCells& c = route.shadow_cells;
+        c.ok = metrics.shadow_requests->counter({mc.name, sh, "ok"});
+        c.error = metrics.shadow_requests->counter({mc.name, sh, "error"});
+        c.failed = metrics.shadow_requests->counter({mc.name, sh, "failed"});
+        c.shed = metrics.shadow_requests->counter({mc.name, sh, "shed"});
+        c.match = metrics.shadow_matches->counter({mc.name, sh, "match"});
+        c.mismatch = metrics.shadow_matches->counter({mc.name, sh, "mismatch"});
+        c.duration = metrics.shadow_duration->histogram({mc.name, sh});
+      }
+    }
+  }
   table->created = created;
   table->models_json = modelsJson(*table, [](const std::string&, const Route&) { return true; });
   return std::shared_ptr<const RouteTable>(std::move(table));
 }
 
-Targets resolveTargets(const RouteTable& table, std::string_view model, Protocol protocol) {
-  Targets t;
+namespace {
+
+// The id a request is sticky by (empty: none).
+std::string_view stickyId(const Route& r, const RequestKeys& keys) {
+  if (r.sticky_by == StickyBy::kHeader) {
+    if (keys.headers) {
+      for (const auto& h : *keys.headers) {
+        if (h.name == r.sticky_header) return h.value;
+      }
+    }
+    return {};
+  }
+  if (r.sticky_by == StickyBy::kUser && !keys.user.empty()) return keys.user;
+  return keys.key;
+}
+
+}  // namespace
+
+const Route* findRoute(const RouteTable& table, std::string_view model) {
   const auto it = table.by_name.find(model);
-  if (it == table.by_name.end()) return t;
-  t.route = it->second;
-  t.endpoints = protocol == Protocol::kKServe ? &t.route->kserve_endpoints : &t.route->openai_endpoints;
+  return it == table.by_name.end() ? nullptr : it->second;
+}
+
+Targets resolveTargets(const RouteTable& table, std::string_view model, Protocol protocol, const RequestKeys& keys) {
+  const Route* r = findRoute(table, model);
+  return r ? resolveRoute(*r, protocol, keys) : Targets{};
+}
+
+Targets resolveRoute(const Route& route, Protocol protocol, const RequestKeys& keys) {
+  Targets t;
+  const Route* r = &route;
+  if (!r->arms.empty()) {
+    int arm = -1;
+    if (!keys.forced_arm.empty()) {
+      for (size_t i = 0; i < r->arms.size(); ++i) {
+        if (r->arms[i].name == keys.forced_arm) arm = static_cast<int>(i);
+      }
+    }
+    if (arm < 0) {
+      const std::string_view id = stickyId(*r, keys);
+      // No sticky id: a fresh draw (such requests spread by weight but stick to nothing).
+      const uint64_t h = id.empty() ? keys.random : stickyHash(r->salt, id);
+      arm = armForHash(r->arm_weights, h);
+    }
+    if (arm < 0) return t;
+    t.split = r;
+    t.arm = &r->arms[static_cast<size_t>(arm)];
+    if (r->shadow && keys.shadow_draw < r->shadow_share) t.shadow = r->shadow;
+    r = t.arm->route;
+  } else if (r->shadow && keys.shadow_draw < r->shadow_share) {
+    t.shadow = r->shadow;
+  }
+  t.route = r;
+  t.endpoints = protocol == Protocol::kKServe ? &r->kserve_endpoints : &r->openai_endpoints;
   return t;
 }
 

@@ -8,6 +8,8 @@
 
 namespace infera::net {
 
+class BodyReader;  // net/server.h
+
 struct HttpHeader {
   std::string name;  // lower-case
   std::string value;
@@ -19,6 +21,9 @@ struct HttpRequest {
   std::vector<HttpHeader> headers;
   std::string body;
   bool keep_alive = true;
+  // Set only for a route that reads its body as it arrives (Router::addStreamed): `body` is then
+  // empty and the handler reads the pieces from here. Valid while the handler runs.
+  BodyReader* body_reader = nullptr;
 
   // The path part of target (before '?').
   std::string_view path() const;

@@ -18,19 +18,24 @@ struct Router::Node {
   std::string param_name;
   std::unique_ptr<Node> tail;  // "{name...}": always a leaf
   std::string tail_name;
-  std::vector<std::pair<std::string, RouteHandler>> methods;  // "*" matches any
+  struct Method {
+    std::string method;  // "*" matches any
+    RouteHandler handler;
+    uint64_t streamed_limit = 0;
+  };
+  std::vector<Method> methods;
 
-  const RouteHandler* find(std::string_view method) const {
-    const RouteHandler* any = nullptr;
-    for (const auto& [m, h] : methods) {
-      if (m == method) return &h;
-      if (m == "*") any = &h;
+  const Method* find(std::string_view method) const {
+    const Method* any = nullptr;
+    for (const auto& m : methods) {
+      if (m.method == method) return &m;
+      if (m.method == "*") any = &m;
     }
     return any;
   }
   std::string allowList() const {
     std::string out;
-    for (const auto& [m, h] : methods) out += (out.empty() ? "" : ", ") + m;
+    for (const auto& m : methods) out += (out.empty() ? "" : ", ") + m.method;
     return out;
   }
 };
@@ -57,7 +62,29 @@ Router::~Router() {
 Router::Router(Router&&) noexcept = default;
 Router& Router::operator=(Router&&) noexcept = default;
 
+void Router::addStreamed(std::string_view method, std::string_view pattern, RouteHandler handler,
+                         uint64_t max_body_bytes) {
+  INFERA_CHECK(max_body_bytes > 0, "a streamed route needs a body limit");
+  addRoute(method, pattern, std::move(handler), max_body_bytes);
+  streamed_prefixes_.emplace_back(pattern.substr(0, pattern.find('{')));
+}
+
+std::optional<uint64_t> Router::streamedBodyLimit(const HttpRequest& head) const {
+  const std::string_view path = head.path();
+  bool candidate = false;
+  for (const auto& p : streamed_prefixes_) candidate = candidate || path.starts_with(p);
+  if (!candidate) return std::nullopt;
+  const Match m = match(head.method, path);
+  if (!m.handler || m.streamed_limit == 0) return std::nullopt;
+  return m.streamed_limit;
+}
+
 void Router::add(std::string_view method, std::string_view pattern, RouteHandler handler) {
+  addRoute(method, pattern, std::move(handler), 0);
+}
+
+void Router::addRoute(std::string_view method, std::string_view pattern, RouteHandler handler,
+                      uint64_t streamed_limit) {
   INFERA_CHECK(pattern.starts_with("/"), "route pattern must start with '/'");
   Node* node = root_.get();
   size_t pos = 1;
@@ -90,8 +117,8 @@ void Router::add(std::string_view method, std::string_view pattern, RouteHandler
     }
     node = it->node.get();
   }
-  for (const auto& [m, h] : node->methods) INFERA_CHECK(m != method, "route registered twice");
-  node->methods.emplace_back(std::string(method), std::move(handler));
+  for (const auto& m : node->methods) INFERA_CHECK(m.method != method, "route registered twice");
+  node->methods.push_back({std::string(method), std::move(handler), streamed_limit});
   if (literal && node->methods.size() == 1) exact_.emplace_back(std::string(pattern), node);
 }
 
@@ -128,8 +155,10 @@ Router::Match Router::match(std::string_view method, std::string_view path) cons
   if (!path.starts_with('/')) return m;
   for (const auto& [literal, node] : exact_) {
     if (literal.size() != path.size() || literal != path) continue;
-    m.handler = node->find(method);
-    if (!m.handler) {
+    if (const auto* found = node->find(method)) {
+      m.handler = &found->handler;
+      m.streamed_limit = found->streamed_limit;
+    } else {
       m.status = 405;
       m.allow = node->allowList();
     }
@@ -167,8 +196,10 @@ Router::Match Router::match(std::string_view method, std::string_view path) cons
   } walk{nullptr, &m.params};
   if (walk.go(*root_, path, 1)) found = walk.found;
   if (!found) return m;
-  m.handler = found->find(method);
-  if (!m.handler) {
+  if (const auto* hit = found->find(method)) {
+    m.handler = &hit->handler;
+    m.streamed_limit = hit->streamed_limit;
+  } else {
     m.status = 405;
     m.allow = found->allowList();
   }

@@ -71,6 +71,12 @@ class Router {
   // matches one non-empty segment, a last segment "{name...}" the rest of the path (one segment
   // or more). Registering the same method and pattern twice is a bug (INFERA_CHECK).
   void add(std::string_view method, std::string_view pattern, RouteHandler handler);
+  // A route whose handler reads its body as it arrives (request.body_reader), up to
+  // `max_body_bytes` (which may exceed the server's max_body_bytes; the server must be created
+  // with ServerConfig::max_streamed_body_bytes at least as large for that).
+  void addStreamed(std::string_view method, std::string_view pattern, RouteHandler handler, uint64_t max_body_bytes);
+  // The body limit of the streamed route `head` matches, or nothing (the body is read whole).
+  std::optional<uint64_t> streamedBodyLimit(const HttpRequest& head) const;
   // The fallback for paths starting with `prefix` (the longest registered prefix wins; "" = every
   // path). Without one: a plain-text 404/405.
   void setFallback(std::string prefix, FallbackHandler handler);
@@ -89,6 +95,7 @@ class Router {
 
   struct Match {
     const RouteHandler* handler = nullptr;  // null: no route
+    uint64_t streamed_limit = 0;            // > 0: a streamed route (addStreamed)
     PathParams params;
     int status = 404;   // when handler is null: 404 or 405
     std::string allow;  // for 405
@@ -99,6 +106,7 @@ class Router {
 
  private:
   struct Node;
+  void addRoute(std::string_view method, std::string_view pattern, RouteHandler handler, uint64_t streamed_limit);
   std::unique_ptr<Node> root_;
   // Patterns without parameters by their whole path, looked up first (the common case: a few
   // length-and-bytes compares, no walk). A literal path wins over parameters in the walk too, so
@@ -106,6 +114,8 @@ class Router {
   std::vector<std::pair<std::string, const Node*>> exact_;
   std::vector<std::pair<std::string, FallbackHandler>> fallbacks_;
   std::vector<std::pair<std::string, BeforeBody>> before_body_;
+  // The literal prefixes of streamed routes' patterns: other requests skip the match.
+  std::vector<std::string> streamed_prefixes_;
   std::vector<std::unique_ptr<void, void (*)(void*)>> owned_;
 };
 
@@ -117,6 +127,9 @@ class RouterHandler final : public HttpHandler {
     return router_.dispatch(request, writer);
   }
   std::optional<EarlyAnswer> beforeBody(const HttpRequest& head) override { return router_.beforeBody(head); }
+  std::optional<uint64_t> streamedBodyLimit(const HttpRequest& head) override {
+    return router_.streamedBodyLimit(head);
+  }
   Router& router() { return router_; }
 
  private:

@@ -31,6 +31,9 @@ using boost::system::error_code;
 
 struct LoopState;
 
+// What a streamed body counts against max_body_bytes_in_flight: a read buffer's worth.
+constexpr int64_t kStreamedBodyHeld = 1 << 20;
+
 // What the server does to every connection whatever its stream (drain, shutdown).
 class ConnectionBase : public ResponseWriter {
  public:
@@ -106,6 +109,25 @@ class Connection final : public ConnectionBase {
       return std::move(socket);
     }
   }
+
+  // A streamed route's body, read from the connection piece by piece while its handler runs.
+  class StreamedBody final : public BodyReader {
+   public:
+    StreamedBody(Connection& c, RequestParser& p) : c_(c), p_(p) {}
+    Task<Result<std::string_view>> read() override;
+    int64_t declaredLength() const override {
+      const auto len = p_.content_length();
+      return len ? static_cast<int64_t>(*len) : -1;
+    }
+    bool done() const override { return p_.is_done(); }
+    bool failed() const { return failed_; }
+
+   private:
+    Connection& c_;
+    RequestParser& p_;
+    std::string piece_;
+    bool failed_ = false;
+  };
 
   LoopState& loop_;
   std::shared_ptr<const TlsServerContext> tls_;  // outlives stream_ (which uses its SSL_CTX)
@@ -217,7 +239,9 @@ Task<void> Connection<Stream>::run([[maybe_unused]] std::shared_ptr<Connection> 
     if (loop_.draining) break;
     parser.emplace();
     parser->header_limit(static_cast<std::uint32_t>(cfg.max_header_bytes));
-    parser->body_limit(cfg.max_body_bytes);
+    // A streamed route may take more than max_body_bytes: the head is read with the larger limit
+    // and every request's own limit is applied once its route is known (below).
+    parser->body_limit(std::max<uint64_t>(cfg.max_body_bytes, cfg.max_streamed_body_bytes));
     error_code ec;
     if (!first && buffer_.size() == 0) {
       // Between keep-alive requests: idle until the next request's first byte, then that
@@ -276,12 +300,21 @@ Task<void> Connection<Stream>::run([[maybe_unused]] std::shared_ptr<Connection> 
       co_await lingeringClose();
       break;
     }
+    // A route that reads its body as it arrives has its own limit; every other body is read
+    // whole, up to max_body_bytes.
+    std::optional<uint64_t> streamed;
+    if (cfg.max_streamed_body_bytes > 0 && !parser->is_done()) {
+      streamed = loop_.handler->streamedBodyLimit(request_);
+      if (streamed) streamed = std::min(*streamed, cfg.max_streamed_body_bytes);
+    }
+    const uint64_t body_limit = streamed ? *streamed : cfg.max_body_bytes;
+    parser->body_limit(body_limit);  // a chunked body is counted as it arrives
     // Reject an oversized declared body before reading it.
-    if (const auto len = parser->content_length(); len && *len > cfg.max_body_bytes) {
+    if (const auto len = parser->content_length(); len && *len > body_limit) {
       loop_.stats.rejected_too_large.fetch_add(1, std::memory_order_relaxed);
       // Named, not a temporary: g++ 12 mishandles temporaries with destructors in co_await.
       const std::string msg = "request body of " + std::to_string(*len) +
-                              " bytes exceeds the limit of " + std::to_string(cfg.max_body_bytes) + " bytes";
+                              " bytes exceeds the limit of " + std::to_string(body_limit) + " bytes";
       co_await sendError(413, msg, "invalid_request_error", "request_too_large");
       co_await lingeringClose();
       break;
@@ -295,6 +328,8 @@ Task<void> Connection<Stream>::run([[maybe_unused]] std::shared_ptr<Connection> 
     if (!parser->is_done()) {
       const auto len = parser->content_length();
       body_bytes.held = len ? static_cast<int64_t>(*len) : static_cast<int64_t>(cfg.max_body_bytes);
+      // A streamed body is held a read buffer at a time, not whole.
+      if (streamed) body_bytes.held = std::min<int64_t>(body_bytes.held, kStreamedBodyHeld);
       const int64_t before = loop_.stats.body_bytes_in_flight.fetch_add(body_bytes.held, std::memory_order_relaxed);
       if (cfg.max_body_bytes_in_flight > 0 && before + body_bytes.held > cfg.max_body_bytes_in_flight) {
         loop_.stats.rejected_busy.fetch_add(1, std::memory_order_relaxed);
@@ -318,6 +353,37 @@ Task<void> Connection<Stream>::run([[maybe_unused]] std::shared_ptr<Connection> 
         }
         if (!co_await writeBuffers("HTTP/1.1 100 Continue\r\n\r\n")) break;
       }
+    }
+    if (!parser->is_done() && streamed) {
+      // The handler reads the body itself (request_.body_reader).
+      watchdog_.disarm();
+      loop_.stats.requests_total.fetch_add(1, std::memory_order_relaxed);
+      StreamedBody reader(*this, *parser);
+      request_.body.clear();
+      request_.body_reader = &reader;
+      keep_alive_ = request_.keep_alive && !loop_.draining;
+      started_ = finished_ = chunked_ = no_body_ = head_pending_ = false;
+      head_only_ = request_.method == "HEAD";
+      co_await loop_.handler->handle(request_, *this);
+      request_.body_reader = nullptr;
+      watch_->active = false;
+      watch_->on_close = nullptr;
+      if (!started_ && !gone_) {
+        co_await sendError(500, "handler wrote no response", "server_error", "internal_error");
+      } else if (started_ && !finished_) {
+        keep_alive_ = false;
+      }
+      // A body the handler did not read to its end (it answered early, or the read failed) cannot
+      // be skipped reliably: the connection ends here, without resetting the client's view of the
+      // answer.
+      if (!parser->is_done() && !gone_) {
+        co_await lingeringClose();
+        break;
+      }
+      if (gone_ || !keep_alive_ || loop_.draining) break;
+      continue;
+    }
+    if (!parser->is_done()) {
       watchdog_.expireAfter(cfg.body_timeout);
       co_await http::async_read(stream_, buffer_, *parser,
                                 asio::redirect_error(asio::use_awaitable, ec));
@@ -357,6 +423,40 @@ Task<void> Connection<Stream>::run([[maybe_unused]] std::shared_ptr<Connection> 
   watchdog_.disarm();
   if constexpr (kTls<Stream>) co_await closeNotify();
   closeSocket();
+}
+
+template <class Stream>
+Task<Result<std::string_view>> Connection<Stream>::StreamedBody::read() {
+  if (failed_) co_return Status::unavailable("the request body failed to read earlier");
+  std::string& body = p_.get().body();
+  for (;;) {
+    if (!body.empty()) {
+      // Hands out what the parser appended, keeping both buffers' capacity (no growth past a read).
+      piece_.clear();
+      piece_.swap(body);
+      co_return std::string_view(piece_);
+    }
+    if (p_.is_done()) co_return std::string_view();
+    error_code ec;
+    c_.watchdog_.expireAfter(c_.loop_.config.body_timeout);
+    co_await http::async_read_some(c_.stream_, c_.buffer_, p_, asio::redirect_error(asio::use_awaitable, ec));
+    c_.watchdog_.disarm();
+    if (!ec) continue;
+    failed_ = true;
+    if (ec == http::error::body_limit) {
+      c_.loop_.stats.rejected_too_large.fetch_add(1, std::memory_order_relaxed);
+      co_return Status::payloadTooLarge("request body exceeds the limit");
+    }
+    if (!lowestLayer(c_.stream_).is_open() || ec == asio::error::operation_aborted) {
+      co_return Status::deadlineExceeded("request body: no bytes within the body timeout");
+    }
+    if (ec == http::error::end_of_stream || ec == http::error::partial_message || ec == asio::error::eof ||
+        ec == asio::error::connection_reset) {
+      co_return Status::unavailable("the client closed the connection before the end of the body");
+    }
+    c_.loop_.stats.bad_requests.fetch_add(1, std::memory_order_relaxed);
+    co_return Status::invalidArgument("malformed HTTP request body: " + ec.message());
+  }
 }
 
 template <class Stream>

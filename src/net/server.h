@@ -37,9 +37,31 @@ struct ServerConfig {
   // the head until the handler returns; a chunked body holds max_body_bytes): beyond it a request
   // is answered 503 before its body is read. 0 = no limit.
   int64_t max_body_bytes_in_flight = 0;
+  // The largest body a streamed route (HttpHandler::streamedBodyLimit) may take; 0 = no route
+  // streams its body. Every other request keeps max_body_bytes.
+  uint64_t max_streamed_body_bytes = 0;
   // TLS on this port (loaded by create(); its failure fails create). None: plain HTTP. The
   // handshake has the header timeout.
   std::optional<TlsServerConfig> tls;
+};
+
+// A request body read piece by piece by its handler, for routes that take bodies larger than
+// max_body_bytes without holding them (artifact uploads). The server's checks stay: framing and
+// the head are checked before the handler runs, Expect: 100-continue is answered first, a declared
+// Content-Length over the route's limit is a 413 before the handler runs, and a chunked body
+// beyond it fails the read. Each piece waits at most body_timeout. Used on the connection's loop.
+class BodyReader {
+ public:
+  virtual ~BodyReader() = default;
+  // The next piece (valid until the next call; at most a read buffer, ~64 KiB); empty at the end
+  // of the body. kPayloadTooLarge past the route's limit, kDeadlineExceeded when a piece took
+  // longer than body_timeout, kUnavailable when the client went away, kInvalidArgument for
+  // broken chunked framing. After an error the connection closes after the response.
+  virtual Task<Result<std::string_view>> read() = 0;
+  // The declared Content-Length; -1 for a chunked body.
+  virtual int64_t declaredLength() const = 0;
+  // The whole body was read.
+  virtual bool done() const = 0;
 };
 
 // Writes one response to the client. Methods return false once the client is gone; after that
@@ -86,6 +108,14 @@ class HttpHandler {
   // sending its body: a final answer (a 401, say) instead of reading the body, or nothing (the
   // server sends 100 Continue and reads it). Must not block.
   virtual std::optional<EarlyAnswer> beforeBody(const HttpRequest& head) {
+    (void)head;
+    return std::nullopt;
+  }
+  // Called with the head of a request that has a body, when the server has streamed routes
+  // (ServerConfig::max_streamed_body_bytes): the largest body the handler reads itself through
+  // request.body_reader, or nothing (the server reads the body whole, up to max_body_bytes).
+  // Must not block.
+  virtual std::optional<uint64_t> streamedBodyLimit(const HttpRequest& head) {
     (void)head;
     return std::nullopt;
   }

@@ -17,6 +17,26 @@ void readListen(ConfigReader& r, ListenConfig& l) {
   r.object("tls", [&](ConfigReader& t) { net::readTlsServerConfig(t, l.tls.emplace()); });
 }
 
+// A binding's deployments must be deployments of the config's models ("d" or "model/d").
+void checkBindings(const Config& cfg, ConfigErrors& errors) {
+  for (size_t i = 0; i < cfg.registry.bindings.size(); ++i) {
+    const auto& b = cfg.registry.bindings[i];
+    for (const auto& d : b.deployments) {
+      const size_t slash = d.find('/');
+      bool found = false;
+      for (const auto& m : cfg.gateway.models) {
+        if (slash != std::string::npos && m.name != d.substr(0, slash)) continue;
+        const std::string dep = slash == std::string::npos ? d : d.substr(slash + 1);
+        for (const auto& dc : m.deployments) found = found || dc.name == dep;
+      }
+      if (!found) {
+        errors.add("registry.bindings[" + std::to_string(i) + "].deployments", b.line,
+                   "names unknown deployment '" + d + "' (a deployment of the models: \"name\" or \"model/name\")");
+      }
+    }
+  }
+}
+
 }  // namespace
 
 Result<Config> parseConfig(const YAML::Node& root) {
@@ -49,9 +69,15 @@ Result<Config> parseConfig(const YAML::Node& root) {
   r.object("governance", [&](ConfigReader& g) { access::readAccessConfig(g, cfg.access); });
   r.object("features", [&](ConfigReader& f) { features::readFeaturesConfig(f, cfg.features); });
   r.object("vectors", [&](ConfigReader& vr) { vectors::readVectorsConfig(vr, cfg.vectors); });
+  r.object("registry", [&](ConfigReader& rr) { registry::readRegistryConfig(rr, cfg.registry); });
   gateway::readModels(r, emulator_names, cfg.gateway);
   r.finish();
+  checkBindings(cfg, errors);
   INFERA_RETURN_IF_ERROR(errors.toStatus());
+  if (cfg.registry.enabled && cfg.registry.store.empty()) {
+    // The registry shares access control's store (replicas share it); else a file of its own.
+    cfg.registry.store = cfg.access.enabled ? cfg.access.store : "sqlite:" + cfg.registry.data_dir + "/registry.db";
+  }
   return cfg;
 }
 
@@ -103,6 +129,7 @@ std::vector<std::string> restartNeeded(const Config& running, const Config& next
       rv.fsync != nv.fsync) {
     out.push_back("vectors");
   }
+  for (auto& s : registry::restartNeeded(running.registry, next.registry)) out.push_back(std::move(s));
   return out;
 }
 

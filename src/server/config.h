@@ -15,6 +15,7 @@
 #include "features/features.h"
 #include "gateway/config.h"
 #include "net/tls.h"
+#include "registry/registry.h"
 #include "vectors/vectors.h"
 
 namespace YAML {
@@ -47,6 +48,7 @@ struct Config {
   access::AccessConfig access;     // the `governance` section
   features::FeaturesConfig features;  // the `features` section (enabled when present)
   vectors::VectorsConfig vectors;  // the `vectors` section (off unless present)
+  registry::RegistryConfig registry;  // the `registry` section (off unless present)
 };
 
 Result<Config> parseConfig(const YAML::Node& root);

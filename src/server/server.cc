@@ -16,6 +16,7 @@
 #include "net/server.h"
 #include "obs/access_log.h"
 #include "obs/metrics.h"
+#include "registry/registry.h"
 #include "vectors/vectors.h"
 
 #ifndef INFERA_VERSION
@@ -58,6 +59,7 @@ class ServerImpl final : public Server {
     loops_.stop();
     vectors_.reset();  // after the loops: finishes queued writes, snapshots every collection
     features_.reset();
+    model_registry_.reset();  // after the loops, before access (its last tasks may audit) and the gateway
     access_.reset();  // after the workers: writes the last usage records
     admin_loops_.stop();
     gateway_.reset();
@@ -89,9 +91,23 @@ class ServerImpl final : public Server {
       INFERA_ASSIGN_OR_RETURN(access_, access::Access::start(config_.access, registry_, workers_, clock));
     }
     routes_.set(config_.gateway.models);
+    const gateway::RouteSource* source = &routes_;
+    gateway::InferenceObserver* observer = nullptr;
+    if (config_.registry.enabled) {
+      // The registry's routes join the config's: the gateway reads both from one source.
+      const Clock* clock = options_.clock ? options_.clock : &SystemClock::instance();
+      INFERA_ASSIGN_OR_RETURN(model_registry_, registry::Registry::create(config_.registry,
+                                                                     {registry_, access_.get(), workers_, clock}));
+      source = &model_registry_->routeSource(routes_);
+      observer = model_registry_->observer();
+    }
     INFERA_ASSIGN_OR_RETURN(
-        gateway_, gateway::Gateway::create(config_.gateway, routes_,
-                                           {registry_, access_log_.get(), std::move(emulator_urls), workers_}));
+        gateway_, gateway::Gateway::create(config_.gateway, *source,
+                                           {registry_, access_log_.get(), std::move(emulator_urls), workers_, observer}));
+    if (model_registry_) {
+      model_registry_->attach(gateway_.get());
+      model_registry_->start();
+    }
     if (config_.features.enabled) {
       const Clock* clock = options_.clock ? options_.clock : &SystemClock::instance();
       INFERA_ASSIGN_OR_RETURN(features_, features::FeatureStore::create(config_.features, {registry_, workers_, clock}));
@@ -112,6 +128,8 @@ class ServerImpl final : public Server {
     sc.max_connections = config_.max_connections;
     sc.max_body_bytes_in_flight = config_.max_body_bytes_in_flight;
     sc.idle_timeout = std::chrono::milliseconds(config_.idle_timeout_ms);
+    // Artifact uploads stream their bodies (beyond max_body_bytes, never held whole).
+    if (model_registry_) sc.max_streamed_body_bytes = static_cast<uint64_t>(config_.registry.max_artifact_bytes);
     sc.tls = config_.listen.tls;
     auto data = net::HttpServer::create(loops_, sc, [this](int i, net::asio::io_context& ctx) {
       return std::make_unique<net::RouterHandler>(dataRouter(i, ctx));
@@ -122,9 +140,10 @@ class ServerImpl final : public Server {
     net::ServerConfig ac;
     ac.host = config_.admin.host;
     ac.port = config_.admin.port;
+    if (model_registry_) ac.max_streamed_body_bytes = static_cast<uint64_t>(config_.registry.max_artifact_bytes);
     ac.tls = config_.admin.tls;
-    auto admin = net::HttpServer::create(admin_loops_, ac, [this](int, net::asio::io_context&) {
-      return std::make_unique<net::RouterHandler>(adminRouter());
+    auto admin = net::HttpServer::create(admin_loops_, ac, [this](int, net::asio::io_context& ctx) {
+      return std::make_unique<net::RouterHandler>(adminRouter(ctx));
     });
     if (!admin.ok()) return admin.status().withContext("admin");
     admin_ = std::move(*admin);
@@ -170,8 +189,10 @@ class ServerImpl final : public Server {
       admin_tls = std::move(*t);
     }
     routes_.set(next.gateway.models);
+    if (model_registry_) (void)model_registry_->setBindings(next.registry.bindings);
     if (Status s = gateway_->apply(next.gateway); !s.isOk()) {
       routes_.set(config_.gateway.models);
+      if (model_registry_) (void)model_registry_->setBindings(config_.registry.bindings);
       return rejected(std::move(s));
     }
     if (data_tls) INFERA_CHECK(data_->useTls(std::move(data_tls), *next.listen.tls).isOk(), "TLS on a TLS port");
@@ -213,6 +234,7 @@ class ServerImpl final : public Server {
     gateway_->addDataRoutes(i, ctx, r, aw);
     if (features_) features_->addDataRoutes(i, ctx, r, aw);
     if (vectors_) vectors_->addDataRoutes(i, ctx, r, aw);
+    if (model_registry_) model_registry_->addDataRoutes(i, ctx, r, aw);
     return r;
   }
 
@@ -229,7 +251,7 @@ class ServerImpl final : public Server {
     };
   }
 
-  net::Router adminRouter() {
+  net::Router adminRouter(net::asio::io_context& ctx) {
     net::Router r;
     r.add("*", "/metrics", [this](net::HttpRequest&, net::ResponseWriter& w, net::PathParams) -> Task<void> {
       const std::string text = metricsText();
@@ -267,6 +289,7 @@ class ServerImpl final : public Server {
           }));
     gateway_->addAdminRoutes(r, [this](net::RouteHandler h) { return guarded(std::move(h)); });
     if (features_) features_->addAdminRoutes(r, [this](net::RouteHandler h) { return guarded(std::move(h)); });
+    if (model_registry_) model_registry_->addAdminRoutes(ctx, r, [this](net::RouteHandler h) { return guarded(std::move(h)); });
     if (access_) {
       access_->addAdminRoutes(r);
     } else {
@@ -372,6 +395,7 @@ class ServerImpl final : public Server {
   std::unique_ptr<gateway::Gateway> gateway_;
   std::unique_ptr<features::FeatureStore> features_;
   std::unique_ptr<vectors::VectorService> vectors_;
+  std::unique_ptr<registry::Registry> model_registry_;
   net::EventLoops loops_;
   net::EventLoops admin_loops_;
   std::unique_ptr<net::HttpServer> data_;

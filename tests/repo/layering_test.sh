@@ -16,8 +16,9 @@ declare -A ALLOWED=(
   [gateway]="core net obs access"
   [vectors]="core net obs store access"
   [features]="core net obs store access"
+  [registry]="core net obs store access gateway"
   [scheduler]="core"
-  [server]="core net obs store emulator access gateway vectors features"
+  [server]="core net obs store emulator access gateway vectors features registry"
   [cli]="core net emulator scheduler server vectors features"
 )
 fail=0

@@ -11,6 +11,7 @@
 
 #include "access/access.h"
 #include "gateway/internal/routes.h"
+#include "gateway/observer.h"
 #include "net/server.h"
 #include "obs/access_log.h"
 
@@ -31,8 +32,9 @@ class ProxyHandler {
  public:
   using StateVector = std::vector<std::shared_ptr<WorkerEndpoint>>;
   // `access`: this loop's access worker (null: no access control).
+  // `observer`: where shadow outcomes and captured inferences go (null: none are made).
   ProxyHandler(int shard, net::asio::io_context& ctx, GatewayMetrics& metrics, obs::AccessLog* access_log,
-               access::AccessWorker* access);
+               access::AccessWorker* access, InferenceObserver* observer = nullptr);
   ~ProxyHandler();
 
   // Swaps the routing snapshot (on this worker's loop). Requests in flight keep theirs.
@@ -80,6 +82,15 @@ class ProxyHandler {
   void finishAccess(Exchange& x);
   void buildUpstreamBody(Exchange& x, const Deployment& dep, std::string_view& body);
   std::span<const net::HttpHeader> responseHeaders(Exchange& x, net::HttpHeader& rid);
+  // Experiments: the keys a request is sticky by; the per-arm metrics, data capture and the
+  // shadow copy once the client has its answer.
+  RequestKeys requestKeys(Exchange& x);
+  void applyTargets(Exchange& x, const Targets& t);
+  void finishExperiment(Exchange& x, double seconds);
+  void capture(Exchange& x, double seconds);
+  struct ShadowJob;
+  void startShadow(Exchange& x, double seconds);
+  net::Task<void> runShadow(std::unique_ptr<ShadowJob> job);
 
   int shard_;
   net::asio::io_context& ctx_;
@@ -97,6 +108,9 @@ class ProxyHandler {
   std::unique_ptr<net::asio::steady_timer> flush_timer_;
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);  // for the flush timer's callback
   access::AccessWorker* access_;
+  InferenceObserver* observer_;
+  // Shadow requests in flight on this worker, by shadow route (its per-worker cap).
+  std::unordered_map<std::string, int, TransparentStringHash, std::equal_to<>> shadow_inflight_;
 };
 
 }  // namespace infera::gateway

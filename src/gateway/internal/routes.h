@@ -43,6 +43,16 @@ struct GatewayMetrics {
   obs::Family* reloads;           // {result}
   obs::Family* client_aborts;     // {model}
   obs::Family* stream_errors;     // {model}: upstream died mid-stream
+  // Experiments (registry routes): per arm, and shadow outcomes.
+  obs::Family* arm_requests;     // {model, arm, code_class}
+  obs::Family* arm_errors;       // {model, arm}: status >= 500
+  obs::Family* arm_duration;     // {model, arm}
+  obs::Family* arm_ttft;         // {model, arm}: to the first body byte
+  obs::Family* arm_tokens;       // {model, arm, kind}
+  obs::Family* shadow_requests;  // {model, shadow, outcome}
+  obs::Family* shadow_duration;  // {model, shadow}
+  obs::Family* shadow_matches;   // {model, shadow, result}
+  obs::Family* captures;         // {model}
   obs::Gauge* in_flight;
   obs::Gauge* active_streams;
   // Pre-resolved error counters (read-only after construction: no lock on lookup).
@@ -85,6 +95,33 @@ struct Deployment {
   obs::Counter* ejections = nullptr;
 };
 
+struct Route;
+
+// One arm of an experiment: its share of the split route's traffic and its metric cells.
+struct Arm {
+  std::string name;
+  const Route* route = nullptr;
+  uint32_t weight = 0;
+  net::HttpHeader header;  // x-infera-arm
+  obs::Counter* requests_by_class[6] = {};
+  obs::Counter* errors = nullptr;
+  obs::Histogram* duration = nullptr;
+  obs::Histogram* ttft = nullptr;
+  obs::Counter* prompt_tokens = nullptr;
+  obs::Counter* completion_tokens = nullptr;
+};
+
+// Outcome counters of one shadow target, resolved once per table.
+struct ShadowCells {
+  obs::Counter* ok = nullptr;
+  obs::Counter* error = nullptr;    // the shadow answered >= 400
+  obs::Counter* failed = nullptr;   // no answer: connect failure, timeout, no endpoint
+  obs::Counter* shed = nullptr;     // the per-worker cap was full
+  obs::Counter* match = nullptr;
+  obs::Counter* mismatch = nullptr;
+  obs::Histogram* duration = nullptr;
+};
+
 struct Route {
   std::string model;
   std::vector<uint32_t> openai_endpoints;
@@ -98,6 +135,24 @@ struct Route {
   obs::Counter* client_aborts = nullptr;
   obs::Counter* stream_errors = nullptr;
   obs::Counter* no_deployment_by_class[kCodeClasses] = {};
+  // A split route (an experiment): requests go to one of the arms; it has no endpoints itself.
+  std::vector<Arm> arms;
+  std::vector<uint32_t> arm_weights;  // parallel to arms (armForHash)
+  StickyBy sticky_by = StickyBy::kUser;
+  std::string sticky_header;
+  std::string salt;
+  // Shadow: a share of requests mirrored after the answer.
+  const Route* shadow = nullptr;
+  double shadow_share = 0;
+  int64_t shadow_timeout_ms = 0;
+  int shadow_max_concurrent = 0;
+  ShadowCells shadow_cells;
+  CaptureConfig capture;  // capture.enabled(): data capture on
+  obs::Counter* captures = nullptr;
+  bool tag_responses = false;
+  net::HttpHeader route_header;  // x-infera-route: model
+  // An experiment decides per request (an arm, or a shadow draw).
+  bool experiment() const { return !arms.empty() || shadow != nullptr; }
 };
 
 struct RouteTable {
@@ -135,14 +190,35 @@ std::string modelsJson(const RouteTable& t, Keep&& keep) {
   return out;
 }
 
-// Where a request goes: the route of the model it names and the endpoints that speak its API.
-// (The model registry's experiments choose an arm and add a shadow target here.)
+// Where a request goes: the route of the model it names and the endpoints that speak its API;
+// for an experiment, the arm chosen (its route is the one served) and whether a shadow copy goes
+// to the shadow target after the answer.
 struct Targets {
   const Route* route = nullptr;
   const std::vector<uint32_t>* endpoints = nullptr;  // may be empty: the model has none for this API
+  const Route* split = nullptr;  // the experiment's route when an arm was chosen
+  const Arm* arm = nullptr;
+  const Route* shadow = nullptr;  // mirror the request here after answering
 };
-// The targets of `model` (a name or an alias) for `protocol`; route null when no model is so named.
-Targets resolveTargets(const RouteTable& table, std::string_view model, Protocol protocol);
+
+// What an experiment decides on: the ids a request is sticky by, an arm forced by a header
+// (x-infera-arm, for testing), the request's headers (a sticky header), and draws for requests
+// without a sticky id and for the shadow share.
+struct RequestKeys {
+  std::string_view user;
+  std::string_view key;
+  std::string_view forced_arm;
+  const std::vector<net::HttpHeader>* headers = nullptr;
+  uint64_t random = 0;      // a fresh draw
+  double shadow_draw = 1;   // uniform in [0, 1)
+};
+// The targets of `model` (a name or an alias) for `protocol`; route null when no model is so named
+// (or an experiment has no arm with weight). Pure: the same keys give the same targets.
+Targets resolveTargets(const RouteTable& table, std::string_view model, Protocol protocol,
+                       const RequestKeys& keys = {});
+// The two steps of resolveTargets: the route named `model` (null: none), then its targets.
+const Route* findRoute(const RouteTable& table, std::string_view model);
+Targets resolveRoute(const Route& route, Protocol protocol, const RequestKeys& keys);
 
 // Builds a snapshot of `models` with `config`'s settings. Resolves URLs (blocking DNS: control
 // thread only). `emulator_urls` maps in-process emulator names to their URLs; `shared` carries

@@ -1,0 +1,159 @@
+#!/usr/bin/env bash
+# What routing through the model registry costs: the same small chat completions to one emulator
+# through a static route (`model: m`), a registry alias (`fraud@champion`) and a registry A/B split
+# (`fraud`, two arms sticky by user, both served by the same emulator), one infera binary, same run.
+# Two figures: callgrind instructions per request (one keep-alive connection; start-up taken out
+# by running each case twice, N1 and N2 requests, and dividing the difference; repeatable to a
+# fraction of a percent on a shared box), and wrk throughput ratios (ROUNDS interleaved rounds,
+# the median of each case), which move with the box.
+#
+#   bench/load/registry.sh [--requests N] [--rounds R] [--seconds S] [--connections C] [--no-wrk] [--no-callgrind]
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+N=2000 ROUNDS=10 SECONDS_PER=3 CONNS=32 WRK=1 CG=1
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    -h|--help) sed -n '2,/^set -euo/p' "$0" | sed -n 's/^# \{0,1\}//p'; exit 0 ;;
+    --requests) N="$2"; shift 2 ;;
+    --rounds) ROUNDS="$2"; shift 2 ;;
+    --seconds) SECONDS_PER="$2"; shift 2 ;;
+    --connections) CONNS="$2"; shift 2 ;;
+    --no-wrk) WRK=0; shift ;;
+    --no-callgrind) CG=0; shift ;;
+    *) echo "unknown argument $1" >&2; exit 2 ;;
+  esac
+done
+bench_init curl python3
+[[ $CG == 1 ]] && { command -v valgrind >/dev/null || { echo "missing valgrind" >&2; exit 2; }; }
+[[ $WRK == 1 ]] && { command -v wrk >/dev/null || { echo "missing wrk" >&2; exit 2; }; }
+start_emulator emulator "" --models m --ttft-ms 0 --token-ms 0 --workers 1
+
+config() {  # config FILE DATA_DIR
+  cat >"$1" <<EOF
+workers: 1
+listen: {host: 127.0.0.1, port: 0}
+admin: {host: 127.0.0.1, port: 0}
+log_level: warn
+health_check: {enabled: false}
+registry:
+  store: "sqlite:$2/registry.db"
+  data_dir: "$2"
+models:
+  - name: m
+    deployments:
+      - name: emu
+        endpoints: [{url: "http://127.0.0.1:$EMU_PORT"}]
+      - name: emu2
+        upstream_model: m
+        endpoints: [{url: "http://127.0.0.1:$EMU_PORT"}]
+EOF
+}
+
+# setup ADMIN_PORT: fraud v1 and v2 bound to the emulator, champion -> 1, challenger -> 2, and a
+# 50/50 split of `fraud` over them.
+setup() {
+  local a="http://127.0.0.1:$1" j='content-type: application/json'
+  curl -sf -H "$j" -d '{"name":"fraud"}' "$a/api/2.0/mlflow/registered-models/create" >/dev/null
+  for v in 1 2; do
+    curl -sf -H "$j" -d '{"name":"fraud","source":"s3://b/f"}' "$a/api/2.0/mlflow/model-versions/create" >/dev/null
+  done
+  curl -sf -X PUT -H "$j" -d '{"deployments":["emu"]}' "$a/admin/registry/models/fraud/bindings/1" >/dev/null
+  curl -sf -X PUT -H "$j" -d '{"deployments":["emu2"]}' "$a/admin/registry/models/fraud/bindings/2" >/dev/null
+  curl -sf -H "$j" -d '{"version":"1"}' "$a/admin/registry/models/fraud/aliases/champion" >/dev/null
+  curl -sf -H "$j" -d '{"version":"2"}' "$a/admin/registry/models/fraud/aliases/challenger" >/dev/null
+  curl -sf -X PUT -H "$j" -d '{"arms":[{"name":"a","target":"@champion","weight":50},{"name":"b","target":"@challenger","weight":50}],"sticky":"user"}' \
+    "$a/admin/registry/models/fraud/experiment" >/dev/null
+}
+
+body() { echo '{"model":"'"$1"'","max_tokens":16,"messages":[{"role":"user","content":"Hello, how are you?"}]}'; }
+
+# send PORT COUNT MODEL: COUNT sequential chat completions on one keep-alive connection (each with
+# its own user, so a split spreads them).
+send() {
+  python3 - "$1" "$2" "$3" <<'PY'
+import http.client, sys
+port, n, model = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+body = '{"model":"%s","max_tokens":16,"messages":[{"role":"user","content":"Hello, how are you?"}]}' % model
+c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+for i in range(n):
+    c.request("POST", "/v1/chat/completions", body, {"Content-Type": "application/json", "x-infera-user": "u%d" % (i % 1000)})
+    r = c.getresponse()
+    r.read()
+    if r.status != 200:
+        sys.exit("status %d: %s" % (r.status, model))
+PY
+}
+
+# start_registry_gateway PREFIX...: starts infera (under PREFIX, e.g. valgrind) with the registry set up;
+# sets GW_PID, GW_PORT, GW_ADMIN.
+start_registry_gateway() {
+  local name="gw-$RANDOM" line
+  mkdir -p "$BENCH_TMP/$name"
+  config "$BENCH_TMP/$name.yaml" "$BENCH_TMP/$name"
+  "$@" "$INFERA" serve -c "$BENCH_TMP/$name.yaml" >"$BENCH_TMP/$name.log" 2>&1 &
+  GW_PID=$!
+  BENCH_PIDS+=("$GW_PID")
+  line="$(wait_for_line "$BENCH_TMP/$name.log" 'data http://127\.0\.0\.1:[0-9]+ +admin http://127\.0\.0\.1:[0-9]+' 180)"
+  GW_PORT="$(sed -E 's/data http:\/\/127\.0\.0\.1:([0-9]+).*/\1/' <<<"$line")"
+  GW_ADMIN="$(sed -E 's/.*admin http:\/\/127\.0\.0\.1:([0-9]+)/\1/' <<<"$line")"
+  setup "$GW_ADMIN"
+  CG_OUT="$BENCH_TMP/$name.cg"
+}
+
+declare -A CASES=([static]=m [alias]=fraud@champion [split]=fraud)
+ORDER=(static alias split)
+
+if [[ $CG == 1 ]]; then
+  echo "instructions per request (callgrind, one worker, one keep-alive connection; $N requests after $((N / 4)))"
+  declare -A PER=()
+  for c in "${ORDER[@]}"; do
+    counts=()
+    for n in $((N / 4)) $((N / 4 + N)); do
+      out="$BENCH_TMP/cg-$RANDOM.out"
+      start_registry_gateway valgrind --tool=callgrind --callgrind-out-file="$out"
+      # The setup's own requests are the same in both runs: they cancel in the difference.
+      send "$GW_PORT" "$n" "${CASES[$c]}"
+      kill -TERM "$GW_PID"
+      wait "$GW_PID" 2>/dev/null || true
+      counts+=("$(sed -n 's/^summary: //p' "$out")")
+    done
+    PER[$c]="$(awk -v a="${counts[0]}" -v b="${counts[1]}" -v n="$N" 'BEGIN {printf "%.0f", (b - a) / n}')"
+  done
+  for c in "${ORDER[@]}"; do
+    printf '  %-7s %8d  x static %.4f\n' "$c" "${PER[$c]}" "$(awk -v a="${PER[static]}" -v b="${PER[$c]}" 'BEGIN {print b / a}')"
+  done
+fi
+
+if [[ $WRK == 1 ]]; then
+  start_registry_gateway
+  for c in "${ORDER[@]}"; do
+    body "${CASES[$c]}" >"$BENCH_TMP/$c.json"
+    cat >"$BENCH_TMP/$c.lua" <<EOF
+wrk.method = "POST"
+wrk.headers["Content-Type"] = "application/json"
+wrk.body = io.open("$BENCH_TMP/$c.json"):read("a")
+local n = 0
+request = function()
+  n = n + 1
+  wrk.headers["x-infera-user"] = "u" .. (n % 1000)
+  return wrk.format(nil, "/v1/chat/completions")
+end
+EOF
+  done
+  declare -A RPS=()
+  for r in $(seq 1 "$ROUNDS"); do
+    for c in "${ORDER[@]}"; do
+      v="$(wrk -t1 -c"$CONNS" -d"${SECONDS_PER}s" -s "$BENCH_TMP/$c.lua" "http://127.0.0.1:$GW_PORT" |
+        sed -n 's/^Requests\/sec: *//p')"
+      RPS[$c]="${RPS[$c]:-} $v"
+    done
+  done
+  median() { tr ' ' '\n' | sed '/^$/d' | sort -n | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2}'; }
+  echo "wrk: one worker, $CONNS connections, $ROUNDS interleaved rounds of ${SECONDS_PER}s, median req/s"
+  s="$(median <<<"${RPS[static]}")"
+  for c in "${ORDER[@]}"; do
+    m="$(median <<<"${RPS[$c]}")"
+    printf '  %-7s %10.0f req/s  x static %.3f   (rounds:%s)\n' "$c" "$m" "$(awk -v a="$s" -v b="$m" 'BEGIN {print b / a}')" "${RPS[$c]}"
+  done
+fi
