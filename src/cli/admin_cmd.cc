@@ -1,5 +1,7 @@
 #include "cli/admin_cmd.h"
 
+#include <chrono>
+
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -9,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "cli/admin_client.h"
 #include "core/text.h"
 #include "net/client.h"
 
@@ -17,12 +20,6 @@ namespace {
 
 using nlohmann::json;
 
-struct AdminOptions {
-  std::string url;
-  std::string token;
-  std::string actor;
-  bool raw = false;
-};
 
 
 std::string urlEncode(const std::string& s) {
@@ -39,42 +36,9 @@ std::string urlEncode(const std::string& s) {
   return out;
 }
 
-// Sends one admin request; exits 1 with the API's message on failure.
+// One admin request (30 s); exits 1 with the API's message on failure.
 json call(const AdminOptions& o, const std::string& method, const std::string& path, const json& body = nullptr) {
-  std::vector<net::HttpHeader> headers;
-  if (!o.token.empty()) headers.push_back({"authorization", "Bearer " + o.token});
-  if (!o.actor.empty()) headers.push_back({"x-infera-actor", o.actor});
-  if (!body.is_null()) headers.push_back({"content-type", "application/json"});
-  const std::string payload = body.is_null() ? std::string() : body.dump();
-  auto r = net::fetchBlocking(o.url + path, method, payload, headers, std::chrono::seconds(30));
-  if (!r.ok()) {
-    std::fprintf(stderr, "cannot reach the admin API at %s: %s\n", o.url.c_str(), r.status().message().c_str());
-    std::exit(1);
-  }
-  json j = json::parse(r->body, nullptr, false);
-  if (r->status >= 400) {
-    std::string msg = r->body;
-    if (!j.is_discarded() && j.contains("error") && j["error"].contains("message")) {
-      msg = j["error"]["message"].get<std::string>();
-    }
-    std::fprintf(stderr, "error %d: %s\n", r->status, msg.c_str());
-    std::exit(1);
-  }
-  if (j.is_discarded()) {
-    std::fprintf(stderr, "the admin API answered something that is not JSON\n");
-    std::exit(1);
-  }
-  return j;
-}
-
-std::string timeText(int64_t ms) {
-  if (ms <= 0) return "-";
-  const time_t s = static_cast<time_t>(ms / 1000);
-  struct tm tm {};
-  gmtime_r(&s, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof(buf), "%Y-%m-%d %H:%M:%SZ", &tm);
-  return buf;
+  return adminCall(o, method, path, body, std::chrono::seconds(30));
 }
 
 // A time given on the command line, as unix milliseconds: digits are milliseconds already; else
@@ -165,27 +129,11 @@ void printTeamHeader() {
   std::printf("%-16s %-10s %-10s %-12s %-22s %s\n", "TEAM", "RPM", "TPM", "DAILY", "BUDGET", "MODELS");
 }
 
-void output(const AdminOptions& o, const json& j, const std::function<void()>& pretty) {
-  if (o.raw) {
-    std::printf("%s\n", j.dump(2).c_str());
-  } else {
-    pretty();
-  }
-  std::exit(0);
-}
-
 }  // namespace
 
 void registerAdminCommands(CLI::App& app) {
-  auto opts = std::make_shared<AdminOptions>();
-  opts->url = envOr("INFERA_ADMIN_URL", "http://127.0.0.1:9090");
-  opts->token = envOr("INFERA_ADMIN_TOKEN", "");
-  auto common = [opts](CLI::App* c) {
-    c->add_option("--admin-url", opts->url, "Admin API base URL (env INFERA_ADMIN_URL)");
-    c->add_option("--admin-token", opts->token, "Admin token (env INFERA_ADMIN_TOKEN)");
-    c->add_option("--actor", opts->actor, "Who is making the change (for the audit log)");
-    c->add_flag("--json", opts->raw, "Print the API's JSON");
-  };
+  auto opts = std::make_shared<AdminOptions>(adminOptionsFromEnv());
+  auto common = [opts](CLI::App* c) { addAdminOptions(c, *opts, "Who is making the change (for the audit log)"); };
 
   // ---- teams ----
   auto* teams = app.add_subcommand("teams", "Teams: model allow-lists, limits, quotas, budgets");

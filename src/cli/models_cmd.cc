@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "cli/admin_client.h"
 #include "core/text.h"
 #include "net/client.h"
 
@@ -24,12 +25,7 @@ namespace {
 
 using nlohmann::json;
 
-struct Options {
-  std::string url;
-  std::string token;
-  std::string actor;
-  bool raw = false;
-};
+using Options = AdminOptions;
 
 std::string enc(const std::string& s) {
   std::string out;
@@ -50,54 +46,12 @@ std::string enc(const std::string& s) {
   std::exit(1);
 }
 
-std::string errorText(int status, const std::string& body) {
-  const json j = json::parse(body, nullptr, false);
-  if (!j.is_discarded() && j.is_object()) {
-    if (j.contains("error_code")) return j.value("error_code", "") + ": " + j.value("message", "");
-    if (j.contains("error") && j["error"].is_object()) return j["error"].value("message", body);
-  }
-  return "status " + std::to_string(status) + ": " + body;
-}
-
-std::vector<net::HttpHeader> headers(const Options& o, bool json_body) {
-  std::vector<net::HttpHeader> h;
-  if (!o.token.empty()) h.push_back({"authorization", "Bearer " + o.token});
-  if (!o.actor.empty()) h.push_back({"x-infera-actor", o.actor});
-  if (json_body) h.push_back({"content-type", "application/json"});
-  return h;
-}
-
 json call(const Options& o, const std::string& method, const std::string& path, const json& body = nullptr) {
-  const std::string payload = body.is_null() ? std::string() : body.dump();
-  auto r = net::fetchBlocking(o.url + path, method, payload, headers(o, !body.is_null()), std::chrono::seconds(60));
-  if (!r.ok()) die("cannot reach the admin API at " + o.url + ": " + r.status().message());
-  if (r->status >= 400) die("error " + std::to_string(r->status) + ": " + errorText(r->status, r->body));
-  json j = json::parse(r->body.empty() ? "{}" : r->body, nullptr, false);
-  if (j.is_discarded()) die("the admin API answered something that is not JSON");
-  return j;
+  return adminCall(o, method, path, body);
 }
 
 json mlflow(const Options& o, const std::string& method, const std::string& endpoint, const json& body = nullptr) {
   return call(o, method, "/api/2.0/mlflow/" + endpoint, body);
-}
-
-std::string timeText(int64_t ms) {
-  if (ms <= 0) return "-";
-  const time_t s = static_cast<time_t>(ms / 1000);
-  struct tm tm {};
-  gmtime_r(&s, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof(buf), "%Y-%m-%d %H:%M:%SZ", &tm);
-  return buf;
-}
-
-void output(const Options& o, const json& j, const std::function<void()>& pretty) {
-  if (o.raw) {
-    std::printf("%s\n", j.dump(2).c_str());
-  } else {
-    pretty();
-  }
-  std::exit(0);
 }
 
 std::string aliasesOf(const json& m) {
@@ -231,7 +185,7 @@ json uploadFile(const Options& o, const std::string& path, const std::string& fi
   Head h = readHead(fd);
   const std::string body = readRest(fd, std::move(h.rest));
   ::close(fd);
-  if (h.status != 200) die("error " + std::to_string(h.status) + ": " + errorText(h.status, body));
+  if (h.status != 200) die("error " + std::to_string(h.status) + ": " + adminErrorText(body));
   return json::parse(body, nullptr, false);
 }
 
@@ -242,7 +196,7 @@ void downloadFile(const Options& o, const std::string& path, const std::string& 
   Head h = readHead(fd);
   if (h.status != 200) {
     const std::string body = readRest(fd, std::move(h.rest));
-    die("error " + std::to_string(h.status) + ": " + errorText(h.status, body));
+    die("error " + std::to_string(h.status) + ": " + adminErrorText(body));
   }
   const int out = out_file == "-" ? 1 : ::open(out_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (out < 0) die("cannot create " + out_file + ": " + std::strerror(errno));
@@ -299,15 +253,8 @@ void printMove(const json& m) {
 }  // namespace
 
 void registerModelCommands(CLI::App& app) {
-  auto o = std::make_shared<Options>();
-  o->url = envOr("INFERA_ADMIN_URL", "http://127.0.0.1:9090");
-  o->token = envOr("INFERA_ADMIN_TOKEN", "");
-  auto common = [o](CLI::App* c) {
-    c->add_option("--admin-url", o->url, "Admin API base URL (env INFERA_ADMIN_URL)");
-    c->add_option("--admin-token", o->token, "Admin token (env INFERA_ADMIN_TOKEN)");
-    c->add_option("--actor", o->actor, "Who is making the change (alias history, audit log)");
-    c->add_flag("--json", o->raw, "Print the API's JSON");
-  };
+  auto o = std::make_shared<Options>(adminOptionsFromEnv());
+  auto common = [o](CLI::App* c) { addAdminOptions(c, *o, "Who is making the change (alias history, audit log)"); };
   auto* models = app.add_subcommand("models", "Model registry: models, versions, aliases, artifacts, serving");
   models->require_subcommand(1);
   auto name = std::make_shared<std::string>();
@@ -707,9 +654,9 @@ void registerModelCommands(CLI::App& app) {
     std::string q = "/admin/registry/reviews/export?state=reviewed";
     if (!name->empty()) q += "&model=" + enc(*name);
     if (!version->empty()) q += "&version=" + enc(*version);
-    auto r = net::fetchBlocking(o->url + q, "GET", "", headers(*o, false), std::chrono::seconds(600));
+    auto r = net::fetchBlocking(o->url + q, "GET", "", adminHeaders(*o, false), std::chrono::seconds(600));
     if (!r.ok()) die("cannot reach the admin API at " + o->url + ": " + r.status().message());
-    if (r->status >= 400) die("error " + std::to_string(r->status) + ": " + errorText(r->status, r->body));
+    if (r->status >= 400) die("error " + std::to_string(r->status) + ": " + adminErrorText(r->body));
     std::fwrite(r->body.data(), 1, r->body.size(), stdout);
     std::exit(0);
   });
