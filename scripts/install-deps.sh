@@ -8,6 +8,8 @@ PACKAGES=(
   g++ cmake ninja-build ccache make pkg-config git
   # libFuzzer targets (make fuzz): clang 14 and its fuzzer/sanitizer runtimes
   clang libclang-rt-14-dev
+  # STYLE.md formatting (.clang-format; the Style.ClangFormat test)
+  clang-format
   # libraries
   libboost-dev libssl-dev libsimdjson-dev nlohmann-json3-dev libyaml-cpp-dev
   libspdlog-dev libfmt-dev libcli11-dev libsqlite3-dev libpq-dev libhiredis-dev

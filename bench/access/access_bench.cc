@@ -17,8 +17,8 @@ namespace {
 // teams, models and deployments).
 void BM_LocalCounters_ReserveAdjust(benchmark::State& state) {
   LocalCounters counters;
-  const CounterName names[4] = {std::string("k:key1:r"), std::string("k:key1:t"), std::string("t:team:r"),
-                                std::string("t:team:t")};
+  const CounterName names[4] = {std::string("k:key1:r"), std::string("k:key1:t"),
+                                std::string("t:team:r"), std::string("t:team:t")};
   Charge charges[4];
   for (size_t i = 0; i < 4; ++i) {
     charges[i].counter = names[i].name;
@@ -84,7 +84,8 @@ BENCHMARK(BM_RedisReserveCall_BuildAndParse)->Arg(1)->Arg(20);
 // The usage writer: batches of 1,000 records (what 1 s of a busy worker gives) into a SQLite file.
 // Reported per record.
 void BM_UsageInsert_SQLite(benchmark::State& state) {
-  const auto dir = std::filesystem::temp_directory_path() / ("infera-bench-usage-" + std::to_string(::getpid()));
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("infera-bench-usage-" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   auto store = MetaStore::open("sqlite:" + (dir / "usage.db").string());
   if (!store.ok()) {

@@ -3,7 +3,8 @@
 // RocksDB), point reads, and per stored value: bytes in each store and restart time.
 //
 //   build/release/bench/features/features_bench --benchmark_filter=Ingest
-//   FEATURES_BENCH_ROWS=1000000 build/release/bench/features/features_bench --benchmark_filter='Memory|Restart'
+//   FEATURES_BENCH_ROWS=1000000 build/release/bench/features/features_bench
+//   --benchmark_filter='Memory|Restart'
 
 #include <benchmark/benchmark.h>
 #include <stdlib.h>
@@ -80,7 +81,8 @@ std::string frameJson(size_t rows, size_t first_id) {
   return out + "}";
 }
 
-std::vector<RowWrite> buildRows(const std::string& json, simdjson::dom::parser& parser, size_t first_row = 0) {
+std::vector<RowWrite> buildRows(const std::string& json, simdjson::dom::parser& parser,
+                                size_t first_row = 0) {
   simdjson::dom::element doc;
   if (parser.parse(json).get(doc) != simdjson::SUCCESS) std::abort();
   DataFrame df;
@@ -252,8 +254,8 @@ BENCHMARK(BM_Read_RocksDb_OneEntityFiveViews);
 // Single-entity reads through the Redis store's loop session (one MGET of the entity's key) with
 // 16 reads in flight on one loop, against the same loop's AsyncRedis issuing raw GETs of the same
 // keys with the same concurrency (the pipelined floor of the client and redis-server): reads/s.
-net::Task<void> readWorker(Session* session, store::AsyncRedis* raw, std::string prefix, int n, uint64_t seed,
-                           std::atomic<int>* left, std::promise<void>* done) {
+net::Task<void> readWorker(Session* session, store::AsyncRedis* raw, std::string prefix, int n,
+                           uint64_t seed, std::atomic<int>* left, std::promise<void>* done) {
   std::mt19937_64 rng(seed);
   std::vector<std::string> rows;
   for (int i = 0; i < n; ++i) {
@@ -343,12 +345,15 @@ void BM_MemoryAndRestart_RocksDb(benchmark::State& state) {
     auto store = openRocks(dir.path, SystemClock::instance());
     simdjson::dom::parser parser;
     for (size_t first = 0; first < rows; first += 10'000) {
-      if (!store->write(buildRows(frameJson(std::min<size_t>(10'000, rows - first), first), parser)).isOk()) std::abort();
+      if (!store->write(buildRows(frameJson(std::min<size_t>(10'000, rows - first), first), parser))
+               .isOk())
+        std::abort();
     }
     (void)store->compact();
     const StoreStats st = store->stats();
     state.counters["values"] = static_cast<double>(rows * 10);
-    state.counters["bytes_per_value"] = static_cast<double>(st.bytes) / static_cast<double>(rows * 10);
+    state.counters["bytes_per_value"] =
+        static_cast<double>(st.bytes) / static_cast<double>(rows * 10);
     store.reset();
     const auto t0 = std::chrono::steady_clock::now();
     auto again = openRocks(dir.path, SystemClock::instance());
@@ -381,10 +386,13 @@ void BM_MemoryAndRestart_Redis(benchmark::State& state) {
     const int64_t before = used();
     simdjson::dom::parser parser;
     for (size_t first = 0; first < rows; first += 1'000) {
-      if (!store->write(buildRows(frameJson(std::min<size_t>(1'000, rows - first), first), parser)).isOk()) std::abort();
+      if (!store->write(buildRows(frameJson(std::min<size_t>(1'000, rows - first), first), parser))
+               .isOk())
+        std::abort();
     }
     state.counters["values"] = static_cast<double>(rows * 10);
-    state.counters["bytes_per_value"] = static_cast<double>(used() - before) / static_cast<double>(rows * 10);
+    state.counters["bytes_per_value"] =
+        static_cast<double>(used() - before) / static_cast<double>(rows * 10);
     // Restart: SAVE the RDB, SIGKILL, start again on the same directory, until it serves the keys
     // (redis-server answers LOADING while it reads the file).
     auto saved = client->command({"SAVE"});
@@ -398,7 +406,9 @@ void BM_MemoryAndRestart_Redis(benchmark::State& state) {
       auto c = store::RedisClient::connect(*store::parseRedisUrl(redis->url()));
       if (c.ok()) {
         auto n = (*c)->command({"DBSIZE"});
-        if (n.ok() && n->type == store::RedisReply::Type::kInteger && n->integer >= static_cast<int64_t>(rows)) break;
+        if (n.ok() && n->type == store::RedisReply::Type::kInteger &&
+            n->integer >= static_cast<int64_t>(rows))
+          break;
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }

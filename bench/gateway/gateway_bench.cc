@@ -28,7 +28,8 @@ BENCHMARK(BM_ScanRequest_SmallChat);
 
 void BM_PickCandidate_8Endpoints(benchmark::State& state) {
   std::vector<Candidate> c;
-  for (uint32_t i = 0; i < 8; ++i) c.push_back({i, 0.001 * (1 + i % 3), static_cast<int>(i % 4), 1, i < 4});
+  for (uint32_t i = 0; i < 8; ++i)
+    c.push_back({i, 0.001 * (1 + i % 3), static_cast<int>(i % 4), 1, i < 4});
   std::mt19937_64 rng(1);
   for (auto _ : state) benchmark::DoNotOptimize(pickCandidate(c, 0.5, rng));
 }

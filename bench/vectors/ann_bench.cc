@@ -6,8 +6,8 @@
 //   ann_bench clustered N [Q]           # N x 128 clustered (seed 42), Q queries (default 1000), L2
 //   ann_bench cosine N [Q] [DIM]        # N x DIM (default 768) clustered, normalised, cosine
 //   ... --engines infera,hnswlib        # only these (default: infera,filters,hnswlib,faiss,int8)
-#include <hnswlib/hnswlib.h>
 #include <faiss/IndexHNSW.h>
+#include <hnswlib/hnswlib.h>
 #include <omp.h>
 
 #include <algorithm>
@@ -39,12 +39,14 @@ Data sift() {
   }
   d.dim = 128, d.n = 4900, d.nq = 100;
   for (size_t i = 0; i < 4900; ++i) d.base.insert(d.base.end(), s.rows[i].begin(), s.rows[i].end());
-  for (size_t i = 4900; i < 5000; ++i) d.queries.insert(d.queries.end(), s.rows[i].begin(), s.rows[i].end());
+  for (size_t i = 4900; i < 5000; ++i)
+    d.queries.insert(d.queries.end(), s.rows[i].begin(), s.rows[i].end());
   for (auto& g : s.holdout_gt) d.gt.emplace_back(g.begin(), g.begin() + 10);
   return d;
 }
 
-double recall(const std::vector<std::vector<uint32_t>>& got, const std::vector<std::vector<uint32_t>>& gt) {
+double recall(const std::vector<std::vector<uint32_t>>& got,
+              const std::vector<std::vector<uint32_t>>& gt) {
   size_t hits = 0, total = 0;
   for (size_t q = 0; q < gt.size(); ++q) {
     std::set<uint32_t> t(gt[q].begin(), gt[q].end());
@@ -59,9 +61,10 @@ constexpr int kEfConstruction = 100;
 const std::vector<size_t> kEfs = {10, 16, 24, 32, 48, 64, 96, 128, 256};
 
 // bytes: index memory per vector (vectors, links, codes), 0 when not measured.
-void row(const char* engine, const Data& d, double build_s, size_t ef, double r, double qps, double bytes = 0) {
-  std::printf("| %s | %s | %.1f | %zu | %.4f | %.0f | %s |\n", d.name.c_str(), engine, build_s, ef, r, qps,
-              bytes > 0 ? std::to_string(long(bytes + 0.5)).c_str() : "");
+void row(const char* engine, const Data& d, double build_s, size_t ef, double r, double qps,
+         double bytes = 0) {
+  std::printf("| %s | %s | %.1f | %zu | %.4f | %.0f | %s |\n", d.name.c_str(), engine, build_s, ef,
+              r, qps, bytes > 0 ? std::to_string(long(bytes + 0.5)).c_str() : "");
   std::fflush(stdout);
 }
 
@@ -94,15 +97,16 @@ void runInfera(const Data& d, bool quantize, bool filters) {
   if (quantize) index.trainQuantizer();
   const double build = secondsSince(t);
   const double bytes = double(index.memoryBytes()) / double(d.n);
-  std::fprintf(stderr, "infera%s: %.1f bytes/vector, mean degree %.1f\n", quantize ? " int8" : "", bytes,
-               index.meanDegree());
+  std::fprintf(stderr, "infera%s: %.1f bytes/vector, mean degree %.1f\n", quantize ? " int8" : "",
+               bytes, index.meanDegree());
   std::vector<Neighbor> out;
-  sweep(quantize ? "infera int8+rescore" : "infera", d, build, bytes, [&](const float* q, size_t ef) {
-    index.search(q, 10, ef, {}, s, out);
-    std::vector<uint32_t> ids;
-    for (auto& n : out) ids.push_back(n.slot);
-    return ids;
-  });
+  sweep(quantize ? "infera int8+rescore" : "infera", d, build, bytes,
+        [&](const float* q, size_t ef) {
+          index.search(q, 10, ef, {}, s, out);
+          std::vector<uint32_t> ids;
+          for (auto& n : out) ids.push_back(n.slot);
+          return ids;
+        });
   if (quantize || !filters) return;
   // Filtered search at 10% and 1% selectivity (every 10th / 100th point), against the filtered
   // brute force; the planner's exact path is not used here: this is the graph with the filter
@@ -129,7 +133,8 @@ void runInfera(const Data& d, bool quantize, bool filters) {
         }
         ++reps;
       } while (secondsSince(t2) < 0.3);
-      row("infera filtered", fd, build, ef, recall(got, fd.gt), double(reps * fd.nq) / secondsSince(t2));
+      row("infera filtered", fd, build, ef, recall(got, fd.gt),
+          double(reps * fd.nq) / secondsSince(t2));
     }
     // The planner's alternative for a small subset: exact scan of the candidates.
     std::vector<uint32_t> list;
@@ -144,7 +149,8 @@ void runInfera(const Data& d, bool quantize, bool filters) {
       }
       ++reps;
     } while (secondsSince(t3) < 0.3);
-    row("infera exact subset", fd, 0, 0, recall(got, fd.gt), double(reps * fd.nq) / secondsSince(t3));
+    row("infera exact subset", fd, 0, 0, recall(got, fd.gt),
+        double(reps * fd.nq) / secondsSince(t3));
   }
 }
 
@@ -161,7 +167,8 @@ void runHnswlib(const Data& d) {
   const double build = secondsSince(t);
   // Level-0 block (links, vector, label) per element, plus upper-level link lists.
   double bytes = double(index.size_data_per_element_) * double(d.n);
-  for (size_t i = 0; i < d.n; ++i) bytes += double(index.size_links_per_element_) * index.element_levels_[i];
+  for (size_t i = 0; i < d.n; ++i)
+    bytes += double(index.size_links_per_element_) * index.element_levels_[i];
   bytes /= double(d.n);
   sweep("hnswlib 0.6.2", d, build, bytes, [&](const float* q, size_t ef) {
     index.setEf(ef);
@@ -176,15 +183,17 @@ void runHnswlib(const Data& d) {
 }
 
 void runFaiss(const Data& d) {
-  faiss::IndexHNSWFlat index(int(d.dim), kM, d.cosine ? faiss::METRIC_INNER_PRODUCT : faiss::METRIC_L2);
+  faiss::IndexHNSWFlat index(int(d.dim), kM,
+                             d.cosine ? faiss::METRIC_INNER_PRODUCT : faiss::METRIC_L2);
   index.hnsw.efConstruction = kEfConstruction;
   const auto t = Clock::now();
   index.add(faiss::Index::idx_t(d.n), d.base.data());
   const double build = secondsSince(t);
   // Flat storage plus the neighbour array, offsets and levels.
-  const double bytes = (double(d.n) * double(d.dim) * 4 + double(index.hnsw.neighbors.size()) * 4 +
-                        double(index.hnsw.offsets.size()) * 8 + double(index.hnsw.levels.size()) * 4) /
-                       double(d.n);
+  const double bytes =
+      (double(d.n) * double(d.dim) * 4 + double(index.hnsw.neighbors.size()) * 4 +
+       double(index.hnsw.offsets.size()) * 8 + double(index.hnsw.levels.size()) * 4) /
+      double(d.n);
   std::vector<float> dist(10);
   std::vector<faiss::Index::idx_t> ids(10);
   sweep("faiss 1.7.3 HNSWFlat", d, build, bytes, [&](const float* q, size_t ef) {
@@ -212,7 +221,9 @@ int main(int argc, char** argv) {
       args.push_back(argv[i]);
     }
   }
-  auto on = [&](const char* e) { return ("," + engines + ",").find("," + std::string(e) + ",") != std::string::npos; };
+  auto on = [&](const char* e) {
+    return ("," + engines + ",").find("," + std::string(e) + ",") != std::string::npos;
+  };
   const std::string which = args.size() > 0 ? args[0] : "sift";
   Data d;
   if (which == "sift") {
@@ -223,11 +234,16 @@ int main(int argc, char** argv) {
     const size_t dim = which == "cosine" ? (args.size() > 3 ? std::stoul(args[3]) : 768) : 128;
     d = clustered(n, nq, dim, which == "cosine");
   } else {
-    std::fprintf(stderr, "usage: ann_bench sift | clustered N [Q] | cosine N [Q] [DIM]  [--engines infera,filters,hnswlib,faiss,int8]\n");
+    std::fprintf(stderr,
+                 "usage: ann_bench sift | clustered N [Q] | cosine N [Q] [DIM]  [--engines "
+                 "infera,filters,hnswlib,faiss,int8]\n");
     return 2;
   }
-  std::printf("kernels: %s; M=%d, ef_construction=%d, k=10, one thread\n\n", kernels().name, kM, kEfConstruction);
-  std::printf("| data | engine | build s | ef | recall@10 | QPS | bytes/vector |\n|---|---|---|---|---|---|---|\n");
+  std::printf("kernels: %s; M=%d, ef_construction=%d, k=10, one thread\n\n", kernels().name, kM,
+              kEfConstruction);
+  std::printf(
+      "| data | engine | build s | ef | recall@10 | QPS | bytes/vector "
+      "|\n|---|---|---|---|---|---|---|\n");
   if (on("infera")) runInfera(d, false, on("filters"));
   if (on("hnswlib")) runHnswlib(d);
   if (on("faiss")) runFaiss(d);

@@ -17,7 +17,9 @@
 namespace infera::vectors::bench {
 
 using Clock = std::chrono::steady_clock;
-inline double secondsSince(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+inline double secondsSince(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
 
 struct Data {
   std::string name;
@@ -29,7 +31,8 @@ struct Data {
 
 // Exact top-10 per query; queries are split over the box's 2 cores (only the ground truth: every
 // engine is timed on one thread).
-inline void bruteForceTruth(Data& d, const std::vector<uint64_t>* bits, std::vector<std::vector<uint32_t>>& out) {
+inline void bruteForceTruth(Data& d, const std::vector<uint64_t>* bits,
+                            std::vector<std::vector<uint32_t>>& out) {
   out.assign(d.nq, {});
   const auto& k = kernels();
 #pragma omp parallel for num_threads(2) schedule(dynamic, 8)
@@ -69,7 +72,8 @@ inline Data clustered(size_t n, size_t nq, size_t dim, bool cosine, bool truth =
         norm += double(out[i * dim + j]) * out[i * dim + j];
       }
       if (cosine) {
-        for (size_t j = 0; j < dim; ++j) out[i * dim + j] = float(out[i * dim + j] / std::sqrt(norm));
+        for (size_t j = 0; j < dim; ++j)
+          out[i * dim + j] = float(out[i * dim + j] / std::sqrt(norm));
       }
     }
   };
@@ -78,7 +82,8 @@ inline Data clustered(size_t n, size_t nq, size_t dim, bool cosine, bool truth =
   if (truth) {
     const auto t = Clock::now();
     bruteForceTruth(d, nullptr, d.gt);
-    std::fprintf(stderr, "%s: ground truth by brute force in %.1f s\n", d.name.c_str(), secondsSince(t));
+    std::fprintf(stderr, "%s: ground truth by brute force in %.1f s\n", d.name.c_str(),
+                 secondsSince(t));
   }
   return d;
 }

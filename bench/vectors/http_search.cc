@@ -5,7 +5,8 @@
 // fixed rate (open loop: latency counted from each request's scheduled time, so a late answer
 // delays nothing unseen).
 //
-//   http_search URL COLLECTION DIR [--ef 64] [--rate 500] [--seconds 10] [--m 16] [--ef-construct 100]
+//   http_search URL COLLECTION DIR [--ef 64] [--rate 500] [--seconds 10] [--m 16] [--ef-construct
+//   100]
 //               [--cosine] [--no-inprocess]
 //
 // DIR holds base.fvecs, queries.fvecs, gt.ivecs (vecgen); the collection must hold base.fvecs
@@ -50,9 +51,10 @@ class Conn {
   }
   // Status code (0 on a broken connection); the body in `out`.
   int post(const std::string& path, const std::string& body, std::string& out) {
-    std::string req = "POST " + path + " HTTP/1.1\r\nHost: " + host_ +
-                      "\r\nContent-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) +
-                      "\r\n\r\n" + body;
+    std::string req =
+        "POST " + path + " HTTP/1.1\r\nHost: " + host_ +
+        "\r\nContent-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) +
+        "\r\n\r\n" + body;
     for (size_t sent = 0; sent < req.size();) {
       const ssize_t n = ::send(fd_, req.data() + sent, req.size() - sent, MSG_NOSIGNAL);
       if (n <= 0) return 0;
@@ -92,13 +94,15 @@ class Conn {
 // The point ids of a query answer, in order.
 std::vector<uint32_t> idsOf(const std::string& body) {
   std::vector<uint32_t> ids;
-  for (size_t at = body.find("\"id\":"); at != std::string::npos; at = body.find("\"id\":", at + 5)) {
+  for (size_t at = body.find("\"id\":"); at != std::string::npos;
+       at = body.find("\"id\":", at + 5)) {
     ids.push_back(uint32_t(std::strtoul(body.c_str() + at + 5, nullptr, 10)));
   }
   return ids;
 }
 
-double recallOf(const std::vector<std::vector<uint32_t>>& got, const std::vector<uint32_t>& gt, size_t k) {
+double recallOf(const std::vector<std::vector<uint32_t>>& got, const std::vector<uint32_t>& gt,
+                size_t k) {
   size_t hits = 0;
   for (size_t q = 0; q < got.size(); ++q) {
     std::set<uint32_t> t(gt.begin() + long(q * k), gt.begin() + long(q * k + k));
@@ -122,8 +126,9 @@ void line(const char* what, double p50, double p99, double qps, double recall, s
 
 int main(int argc, char** argv) {
   if (argc < 4) {
-    std::fprintf(stderr, "usage: http_search URL COLLECTION DIR [--ef N] [--rate R] [--seconds S] [--m M] "
-                         "[--ef-construct N] [--cosine] [--no-inprocess]\n");
+    std::fprintf(stderr,
+                 "usage: http_search URL COLLECTION DIR [--ef N] [--rate R] [--seconds S] [--m M] "
+                 "[--ef-construct N] [--cosine] [--no-inprocess]\n");
     return 2;
   }
   const std::string url = argv[1], collection = argv[2], dir = argv[3];
@@ -133,18 +138,26 @@ int main(int argc, char** argv) {
   for (int i = 4; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&] { return i + 1 < argc ? std::string(argv[++i]) : std::string("0"); };
-    if (a == "--ef") ef = std::stoul(next());
-    else if (a == "--rate") rate = std::stod(next());
-    else if (a == "--seconds") seconds = std::stod(next());
-    else if (a == "--m") m = std::stoul(next());
-    else if (a == "--ef-construct") efc = std::stoul(next());
-    else if (a == "--cosine") cosine = true;
-    else if (a == "--no-inprocess") inprocess = false;
+    if (a == "--ef")
+      ef = std::stoul(next());
+    else if (a == "--rate")
+      rate = std::stod(next());
+    else if (a == "--seconds")
+      seconds = std::stod(next());
+    else if (a == "--m")
+      m = std::stoul(next());
+    else if (a == "--ef-construct")
+      efc = std::stoul(next());
+    else if (a == "--cosine")
+      cosine = true;
+    else if (a == "--no-inprocess")
+      inprocess = false;
   }
   std::vector<float> base, queries;
   std::vector<uint32_t> gt;
   size_t n = 0, dim = 0, nq = 0, qdim = 0, ng = 0, k = 0;
-  if (!readVecs(dir + "/base.fvecs", base, n, dim) || !readVecs(dir + "/queries.fvecs", queries, nq, qdim) ||
+  if (!readVecs(dir + "/base.fvecs", base, n, dim) ||
+      !readVecs(dir + "/queries.fvecs", queries, nq, qdim) ||
       !readVecs(dir + "/gt.ivecs", gt, ng, k) || qdim != dim || ng != nq || k != 10) {
     std::fprintf(stderr, "cannot read %s/{base,queries}.fvecs and gt.ivecs\n", dir.c_str());
     return 1;
@@ -152,9 +165,11 @@ int main(int argc, char** argv) {
   const size_t colon = url.rfind(':');
   const std::string host = url.substr(url.find("//") + 2, colon - url.find("//") - 2);
   const int port = std::atoi(url.c_str() + colon + 1);
-  std::printf("%zu x %zu, %zu queries, k=10, ef=%zu; HTTP: %s collection %s, one keep-alive connection\n\n", n, dim,
-              nq, ef, url.c_str(), collection.c_str());
-  std::printf("| path | p50 µs | p99 µs | QPS | recall@10 | searches |\n|---|---|---|---|---|---|\n");
+  std::printf(
+      "%zu x %zu, %zu queries, k=10, ef=%zu; HTTP: %s collection %s, one keep-alive connection\n\n",
+      n, dim, nq, ef, url.c_str(), collection.c_str());
+  std::printf(
+      "| path | p50 µs | p99 µs | QPS | recall@10 | searches |\n|---|---|---|---|---|---|\n");
 
   if (inprocess) {
     HnswParams p;
@@ -180,8 +195,8 @@ int main(int argc, char** argv) {
       for (auto& nb : out) got[q].push_back(nb.slot);
       ++done;
     }
-    line("in-process (closed loop, one thread)", pct(lat, 0.5), pct(lat, 0.99), double(done) / secondsSince(t0),
-         recallOf(got, gt, 10), done);
+    line("in-process (closed loop, one thread)", pct(lat, 0.5), pct(lat, 0.99),
+         double(done) / secondsSince(t0), recallOf(got, gt, 10), done);
   }
 
   std::vector<std::string> bodies(nq);
@@ -221,8 +236,8 @@ int main(int argc, char** argv) {
       lat.push_back(secondsSince(a) * 1e6);
       ++done;
     }
-    line("HTTP (closed loop, one connection)", pct(lat, 0.5), pct(lat, 0.99), double(done) / secondsSince(t0),
-         recallOf(got, gt, 10), done);
+    line("HTTP (closed loop, one connection)", pct(lat, 0.5), pct(lat, 0.99),
+         double(done) / secondsSince(t0), recallOf(got, gt, 10), done);
   }
   {
     std::vector<double> lat;
@@ -238,7 +253,8 @@ int main(int argc, char** argv) {
     }
     char what[96];
     std::snprintf(what, sizeof what, "HTTP at %.0f req/s (open loop, one connection)", rate);
-    line(what, pct(lat, 0.5), pct(lat, 0.99), double(total) / secondsSince(t0), recallOf(got, gt, 10), total);
+    line(what, pct(lat, 0.5), pct(lat, 0.99), double(total) / secondsSince(t0),
+         recallOf(got, gt, 10), total);
   }
   return 0;
 }

@@ -26,10 +26,12 @@ int main(int argc, char** argv) {
   std::filesystem::create_directories(dir);
   const Data d = clustered(n, nq, dim, which == "cosine");
   if (!writeFvecs(dir + "/base.fvecs", d.base.data(), d.n, d.dim) ||
-      !writeFvecs(dir + "/queries.fvecs", d.queries.data(), d.nq, d.dim) || !writeIvecs(dir + "/gt.ivecs", d.gt)) {
+      !writeFvecs(dir + "/queries.fvecs", d.queries.data(), d.nq, d.dim) ||
+      !writeIvecs(dir + "/gt.ivecs", d.gt)) {
     std::fprintf(stderr, "cannot write %s\n", dir.c_str());
     return 1;
   }
-  std::printf("%s: %zu base, %zu queries, dim %zu -> %s\n", d.name.c_str(), d.n, d.nq, d.dim, dir.c_str());
+  std::printf("%s: %zu base, %zu queries, dim %zu -> %s\n", d.name.c_str(), d.n, d.nq, d.dim,
+              dir.c_str());
   return 0;
 }

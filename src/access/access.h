@@ -7,7 +7,8 @@
 //   auto access = access::Access::start(config, metrics, workers);        // once per process
 //   auto w = (*access)->worker(loop_index, ctx);                           // once per loop
 //   access::Grant grant;
-//   if (auto denied = w->authenticate(req.header("authorization"), req.header(w->userHeader()), grant)) {
+//   if (auto denied = w->authenticate(req.header("authorization"), req.header(w->userHeader()),
+//   grant)) {
 //     answer(*denied);                                                     // 401
 //   } else if (auto no = w->checkAccess(grant, ResourceKind::kModel, "llama3", "llama-3-8b")) {
 //     answer(*no);                                                         // 403
@@ -148,7 +149,8 @@ class AccessWorker {
 
   // The header that names a user inside a team (governance.user_header).
   virtual std::string_view userHeader() const = 0;
-  // Completion tokens to reserve for a request that sets no max_tokens (governance.default_max_tokens).
+  // Completion tokens to reserve for a request that sets no max_tokens
+  // (governance.default_max_tokens).
   virtual int64_t defaultMaxTokens() const = 0;
   // Who is calling, from the request's Authorization header ("Bearer sk-inf-...") and user header.
   // Fills `grant`; else the denial to answer (401; 403 when the key may not name a user).
@@ -156,18 +158,20 @@ class AccessWorker {
                                              Grant& grant) = 0;
   // Whether the caller's key, team and user may use a resource, named as the client named it or
   // by its canonical name: nothing, or the denial (403).
-  virtual std::optional<Denial> checkAccess(const Grant& grant, ResourceKind kind, std::string_view requested,
+  virtual std::optional<Denial> checkAccess(const Grant& grant, ResourceKind kind,
+                                            std::string_view requested,
                                             std::string_view canonical) const = 0;
   // Reserves the request's worst case on every counter that applies (key, team, user, their daily
   // quotas and budgets, and the resource's own limits), all or nothing, and appends the
   // x-ratelimit-* headers to `headers`. Nothing, or the denial (429; 503 when Redis is down and
   // governance.redis_fallback is closed).
   virtual net::Task<std::optional<Denial>> admit(Grant& grant, const AdmitRequest& request,
-                                            std::vector<net::HttpHeader>& headers) = 0;
+                                                 std::vector<net::HttpHeader>& headers) = 0;
   // Reserves one request and its tokens on a further resource's own limits (the deployment a
   // request is sent to), giving back what the grant held on a previous one. Nothing, or what was
   // full.
-  virtual net::Task<std::optional<ResourceFull>> admitResource(Grant& grant, const LimitedResource& resource) = 0;
+  virtual net::Task<std::optional<ResourceFull>> admitResource(Grant& grant,
+                                                               const LimitedResource& resource) = 0;
   // The request is over: reservations reconciled to `record`'s tokens, and the record written.
   virtual void finish(Grant& grant, UsageRecord&& record, const PriceConfig& price) = 0;
 
@@ -176,7 +180,8 @@ class AccessWorker {
   // The key of a request for `model` whose canonical form (the caller's one reading of the body:
   // keys sorted, strings and numbers written one way) is `canonical_request`, per team unless
   // cache.scope is global.
-  virtual std::string cacheKey(std::string_view model, std::string_view canonical_request, const Grant& grant) const = 0;
+  virtual std::string cacheKey(std::string_view model, std::string_view canonical_request,
+                               const Grant& grant) const = 0;
   virtual net::Task<std::optional<CachedAnswer>> cacheGet(const std::string& key) = 0;
   // Stores `answer` for cache.ttl_ms from now.
   virtual void cachePut(const std::string& key, CachedAnswer answer) = 0;
@@ -187,8 +192,9 @@ class Access {
  public:
   // Opens the store (SQLite file or PostgreSQL), loads keys and teams, starts the control thread
   // (snapshot sync, usage writes, pruning). kInvalidArgument/kUnavailable on a bad store or secret.
-  static Result<std::unique_ptr<Access>> start(const AccessConfig& config, obs::MetricsRegistry& metrics,
-                                               int workers, const Clock& clock = SystemClock::instance());
+  static Result<std::unique_ptr<Access>> start(const AccessConfig& config,
+                                               obs::MetricsRegistry& metrics, int workers,
+                                               const Clock& clock = SystemClock::instance());
   virtual ~Access() = default;
 
   // The per-loop side for loop `shard` (0 <= shard < workers). Call on that loop's thread; every
@@ -209,7 +215,8 @@ class Access {
 
   // Settings that take effect only at a restart, changed between `running` and `next` (a reload
   // with such a change is refused): enabled, store and redis.
-  static std::vector<std::string> restartNeeded(const AccessConfig& running, const AccessConfig& next);
+  static std::vector<std::string> restartNeeded(const AccessConfig& running,
+                                                const AccessConfig& next);
 };
 
 // Without access control: /admin/{teams,users,keys,usage,audit} answer 404 governance_disabled.

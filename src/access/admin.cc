@@ -66,19 +66,25 @@ std::unordered_map<std::string, std::string> parseQuery(std::string_view q) {
 
 AdminReply errorReply(int status, const std::string& message, std::string_view code) {
   const std::string_view type = status == 401 || status == 403 ? "authentication_error"
-                                : status >= 500               ? "server_error"
-                                                              : "invalid_request_error";
+                                : status >= 500                ? "server_error"
+                                                               : "invalid_request_error";
   return {status, net::errorJson(message, type, code)};
 }
 
 AdminReply statusReply(const Status& s) {
   switch (s.code()) {
-    case StatusCode::kNotFound: return errorReply(404, s.message(), "not_found");
-    case StatusCode::kAlreadyExists: return errorReply(409, s.message(), "already_exists");
-    case StatusCode::kInvalidArgument: return errorReply(400, s.message(), "invalid_request");
-    case StatusCode::kFailedPrecondition: return errorReply(409, s.message(), "conflict");
-    case StatusCode::kUnavailable: return errorReply(503, s.message(), "store_unavailable");
-    default: return errorReply(500, s.message(), "internal_error");
+    case StatusCode::kNotFound:
+      return errorReply(404, s.message(), "not_found");
+    case StatusCode::kAlreadyExists:
+      return errorReply(409, s.message(), "already_exists");
+    case StatusCode::kInvalidArgument:
+      return errorReply(400, s.message(), "invalid_request");
+    case StatusCode::kFailedPrecondition:
+      return errorReply(409, s.message(), "conflict");
+    case StatusCode::kUnavailable:
+      return errorReply(503, s.message(), "store_unavailable");
+    default:
+      return errorReply(500, s.message(), "internal_error");
   }
 }
 
@@ -101,7 +107,9 @@ json keyToJson(const KeyRecord& k, int64_t now) {
   j["created_ms"] = k.created_ms;
   j["revoked_ms"] = k.revoked_ms;
   j["rotated_from"] = k.rotated_from;
-  j["state"] = k.revoked_ms ? "revoked" : (k.expires_ms && k.expires_ms <= now) ? "expired" : "active";
+  j["state"] = k.revoked_ms                            ? "revoked"
+               : (k.expires_ms && k.expires_ms <= now) ? "expired"
+                                                       : "active";
   return j;
 }
 
@@ -138,7 +146,8 @@ Status checkNonNegative(const char* name, int64_t v) {
 Status readTeam(const json& j, TeamRecord& t, bool create) {
   BodyReader r{j, {}};
   if (create && !r.get("name", t.name)) return Status::invalidArgument("field 'name' is required");
-  if (create && (t.name.empty() || t.name.size() > 128 || t.name.find_first_of(" ,/\":") != std::string::npos)) {
+  if (create && (t.name.empty() || t.name.size() > 128 ||
+                 t.name.find_first_of(" ,/\":") != std::string::npos)) {
     return Status::invalidArgument(
         "team name must be 1-128 characters without spaces, commas, slashes, colons or quotes");
   }
@@ -169,8 +178,10 @@ Status readUser(const json& j, UserRecord& u, bool create) {
   BodyReader r{j, {}};
   if (create && !r.get("team", u.team)) return Status::invalidArgument("field 'team' is required");
   if (create && !r.get("name", u.name)) return Status::invalidArgument("field 'name' is required");
-  if (create && (u.name.empty() || u.name.size() > 128 || u.name.find_first_of("\n/") != std::string::npos)) {
-    return Status::invalidArgument("user name must be 1-128 characters without slashes or newlines");
+  if (create &&
+      (u.name.empty() || u.name.size() > 128 || u.name.find_first_of("\n/") != std::string::npos)) {
+    return Status::invalidArgument(
+        "user name must be 1-128 characters without slashes or newlines");
   }
   r.models(u.models);
   r.get("rpm", u.rpm);
@@ -198,7 +209,8 @@ Status readKey(const json& j, KeyRecord& k, bool create, int64_t now_ms) {
   std::string expires_in;
   if (r.get("expires_in", expires_in)) {
     const auto d = parseDuration(expires_in);
-    if (!d || *d <= 0) return Status::invalidArgument("expires_in must be a duration like 30d, 12h, 15m");
+    if (!d || *d <= 0)
+      return Status::invalidArgument("expires_in must be a duration like 30d, 12h, 15m");
     k.expires_ms = now_ms + *d;
   }
   r.get("expires_ms", k.expires_ms);
@@ -214,25 +226,29 @@ std::string denialJson(const Denial& d) { return net::errorJson(d.message, d.typ
 
 std::optional<Denial> Governance::refuseAdmin(std::string_view authorization) const {
   if (admin_token_.empty()) {
-    return Denial{403, "the admin API is disabled: set INFERA_ADMIN_TOKEN or governance.admin_token",
+    return Denial{403,
+                  "the admin API is disabled: set INFERA_ADMIN_TOKEN or governance.admin_token",
                   "authentication_error", "admin_disabled"};
   }
   std::string_view given = authorization;
-  if (given.size() > 7 && (given.substr(0, 7) == "Bearer " || given.substr(0, 7) == "bearer ")) given.remove_prefix(7);
+  if (given.size() > 7 && (given.substr(0, 7) == "Bearer " || given.substr(0, 7) == "bearer "))
+    given.remove_prefix(7);
   if (!constantTimeEqual(given, admin_token_)) {
-    return Denial{401, "missing or wrong admin token (Authorization: Bearer <token>)", "authentication_error",
-                  "invalid_admin_token"};
+    return Denial{401, "missing or wrong admin token (Authorization: Bearer <token>)",
+                  "authentication_error", "invalid_admin_token"};
   }
   return std::nullopt;
 }
 
-Status Governance::audit(std::string_view actor, const std::string& action, const std::string& target,
-                         const std::string& detail) {
+Status Governance::audit(std::string_view actor, const std::string& action,
+                         const std::string& target, const std::string& detail) {
   std::lock_guard<std::mutex> lock(admin_mu_);
-  return admin_store_->recordEvent(actor.empty() ? "admin" : std::string(actor), action, target, detail);
+  return admin_store_->recordEvent(actor.empty() ? "admin" : std::string(actor), action, target,
+                                   detail);
 }
 
-void Governance::addAdminRoute(net::Router& router, std::string_view method, std::string_view pattern, AdminFn fn) {
+void Governance::addAdminRoute(net::Router& router, std::string_view method,
+                               std::string_view pattern, AdminFn fn) {
   const bool mutates = method != "GET";
   router.add(method, pattern,
              [this, mutates, fn = std::move(fn)](net::HttpRequest& req, net::ResponseWriter& w,
@@ -243,10 +259,13 @@ void Governance::addAdminRoute(net::Router& router, std::string_view method, std
                } else {
                  std::lock_guard<std::mutex> lock(admin_mu_);
                  const std::string_view actor = req.header("x-infera-actor");
-                 r = fn(req, params, *admin_store_, actor.empty() ? std::string("admin") : std::string(actor));
+                 r = fn(req, params, *admin_store_,
+                        actor.empty() ? std::string("admin") : std::string(actor));
                  if (mutates && r.status < 300) {
                    const Status s = sync(false);
-                   if (!s.isOk()) INFERA_LOG(log, warn, "snapshot refresh after an admin change failed: {}", s.message());
+                   if (!s.isOk())
+                     INFERA_LOG(log, warn, "snapshot refresh after an admin change failed: {}",
+                                s.message());
                  }
                }
                co_await w.send(r.status, "application/json", r.body);
@@ -257,7 +276,8 @@ namespace {
 
 std::optional<AdminReply> parseBody(std::string_view body, json& out) {
   out = body.empty() ? json::object() : json::parse(body, nullptr, false);
-  if (out.is_discarded() || !out.is_object()) return errorReply(400, "request body must be a JSON object", "invalid_json");
+  if (out.is_discarded() || !out.is_object())
+    return errorReply(400, "request body must be a JSON object", "invalid_json");
   return std::nullopt;
 }
 
@@ -273,80 +293,90 @@ std::string param(const net::PathParams& p, std::string_view name) { return urlD
 
 void Governance::addAdminRoutes(net::Router& r) {
   // Teams.
-  addAdminRoute(r, "GET", "/admin/teams", [](net::HttpRequest&, const net::PathParams&, MetaStore& st, const std::string&) {
-    auto teams = st.teams();
-    if (!teams.ok()) return statusReply(teams.status());
-    json arr = json::array();
-    for (const auto& t : *teams) arr.push_back(teamToJson(t));
-    return AdminReply{200, json{{"teams", arr}}.dump()};
-  });
-  addAdminRoute(r, "POST", "/admin/teams",
-                [](net::HttpRequest& req, const net::PathParams&, MetaStore& st, const std::string& actor) {
-                  json j;
-                  if (auto e = parseBody(req.body, j)) return *e;
-                  TeamRecord t;
-                  if (Status s = readTeam(j, t, true); !s.isOk()) return statusReply(s);
-                  if (Status s = st.createTeam(t, actor); !s.isOk()) return statusReply(s);
-                  auto created = st.team(t.name);
-                  return AdminReply{201, teamToJson(created.ok() && *created ? **created : t).dump()};
+  addAdminRoute(r, "GET", "/admin/teams",
+                [](net::HttpRequest&, const net::PathParams&, MetaStore& st, const std::string&) {
+                  auto teams = st.teams();
+                  if (!teams.ok()) return statusReply(teams.status());
+                  json arr = json::array();
+                  for (const auto& t : *teams) arr.push_back(teamToJson(t));
+                  return AdminReply{200, json{{"teams", arr}}.dump()};
                 });
-  auto team = [](MetaStore& st, const std::string& id, std::optional<TeamRecord>& out) -> std::optional<AdminReply> {
+  addAdminRoute(
+      r, "POST", "/admin/teams",
+      [](net::HttpRequest& req, const net::PathParams&, MetaStore& st, const std::string& actor) {
+        json j;
+        if (auto e = parseBody(req.body, j)) return *e;
+        TeamRecord t;
+        if (Status s = readTeam(j, t, true); !s.isOk()) return statusReply(s);
+        if (Status s = st.createTeam(t, actor); !s.isOk()) return statusReply(s);
+        auto created = st.team(t.name);
+        return AdminReply{201, teamToJson(created.ok() && *created ? **created : t).dump()};
+      });
+  auto team = [](MetaStore& st, const std::string& id,
+                 std::optional<TeamRecord>& out) -> std::optional<AdminReply> {
     auto cur = st.team(id);
     if (!cur.ok()) return statusReply(cur.status());
     if (!*cur) return errorReply(404, "no team '" + id + "'", "not_found");
     out = std::move(*cur);
     return std::nullopt;
   };
-  addAdminRoute(r, "GET", "/admin/teams/{name}",
-                [team](net::HttpRequest&, const net::PathParams& p, MetaStore& st, const std::string&) {
-                  std::optional<TeamRecord> cur;
-                  if (auto e = team(st, param(p, "name"), cur)) return *e;
-                  return AdminReply{200, teamToJson(*cur).dump()};
-                });
-  addAdminRoute(r, "PATCH", "/admin/teams/{name}",
-                [team](net::HttpRequest& req, const net::PathParams& p, MetaStore& st, const std::string& actor) {
-                  const std::string id = param(p, "name");
-                  std::optional<TeamRecord> cur;
-                  if (auto e = team(st, id, cur)) return *e;
-                  json j;
-                  if (auto e = parseBody(req.body, j)) return *e;
-                  TeamRecord t = *cur;
-                  if (Status s = readTeam(j, t, false); !s.isOk()) return statusReply(s);
-                  if (Status s = st.updateTeam(t, actor); !s.isOk()) return statusReply(s);
-                  auto updated = st.team(id);
-                  return AdminReply{200, teamToJson(updated.ok() && *updated ? **updated : t).dump()};
-                });
-  addAdminRoute(r, "DELETE", "/admin/teams/{name}",
-                [team](net::HttpRequest&, const net::PathParams& p, MetaStore& st, const std::string& actor) {
-                  const std::string id = param(p, "name");
-                  std::optional<TeamRecord> cur;
-                  if (auto e = team(st, id, cur)) return *e;
-                  if (Status s = st.deleteTeam(id, actor); !s.isOk()) return statusReply(s);
-                  return AdminReply{200, json{{"deleted", id}}.dump()};
-                });
+  addAdminRoute(
+      r, "GET", "/admin/teams/{name}",
+      [team](net::HttpRequest&, const net::PathParams& p, MetaStore& st, const std::string&) {
+        std::optional<TeamRecord> cur;
+        if (auto e = team(st, param(p, "name"), cur)) return *e;
+        return AdminReply{200, teamToJson(*cur).dump()};
+      });
+  addAdminRoute(
+      r, "PATCH", "/admin/teams/{name}",
+      [team](net::HttpRequest& req, const net::PathParams& p, MetaStore& st,
+             const std::string& actor) {
+        const std::string id = param(p, "name");
+        std::optional<TeamRecord> cur;
+        if (auto e = team(st, id, cur)) return *e;
+        json j;
+        if (auto e = parseBody(req.body, j)) return *e;
+        TeamRecord t = *cur;
+        if (Status s = readTeam(j, t, false); !s.isOk()) return statusReply(s);
+        if (Status s = st.updateTeam(t, actor); !s.isOk()) return statusReply(s);
+        auto updated = st.team(id);
+        return AdminReply{200, teamToJson(updated.ok() && *updated ? **updated : t).dump()};
+      });
+  addAdminRoute(
+      r, "DELETE", "/admin/teams/{name}",
+      [team](net::HttpRequest&, const net::PathParams& p, MetaStore& st, const std::string& actor) {
+        const std::string id = param(p, "name");
+        std::optional<TeamRecord> cur;
+        if (auto e = team(st, id, cur)) return *e;
+        if (Status s = st.deleteTeam(id, actor); !s.isOk()) return statusReply(s);
+        return AdminReply{200, json{{"deleted", id}}.dump()};
+      });
 
   // Users: /admin/users[?team=T] (GET list, POST create), /admin/users/{team}/{name}.
-  addAdminRoute(r, "GET", "/admin/users",
-                [](net::HttpRequest& req, const net::PathParams&, MetaStore& st, const std::string&) {
-                  const auto query = parseQuery(queryOf(req));
-                  const auto it = query.find("team");
-                  auto users = st.users(it == query.end() ? "" : it->second);
-                  if (!users.ok()) return statusReply(users.status());
-                  json arr = json::array();
-                  for (const auto& u : *users) arr.push_back(userToJson(u));
-                  return AdminReply{200, json{{"users", arr}}.dump()};
-                });
-  addAdminRoute(r, "POST", "/admin/users",
-                [](net::HttpRequest& req, const net::PathParams&, MetaStore& st, const std::string& actor) {
-                  json j;
-                  if (auto e = parseBody(req.body, j)) return *e;
-                  UserRecord u;
-                  if (Status s = readUser(j, u, true); !s.isOk()) return statusReply(s);
-                  if (Status s = st.createUser(u, actor); !s.isOk()) return statusReply(s);
-                  auto created = st.user(u.team, u.name);
-                  return AdminReply{201, userToJson(created.ok() && *created ? **created : u).dump()};
-                });
-  auto user = [](MetaStore& st, const net::PathParams& p, std::optional<UserRecord>& out) -> std::optional<AdminReply> {
+  addAdminRoute(
+      r, "GET", "/admin/users",
+      [](net::HttpRequest& req, const net::PathParams&, MetaStore& st, const std::string&) {
+        const auto query = parseQuery(queryOf(req));
+        const auto it = query.find("team");
+        auto users = st.users(it == query.end() ? "" : it->second);
+        if (!users.ok()) return statusReply(users.status());
+        json arr = json::array();
+        for (const auto& u : *users) arr.push_back(userToJson(u));
+        return AdminReply{200, json{{"users", arr}}.dump()};
+      });
+  addAdminRoute(
+      r, "POST", "/admin/users",
+      [](net::HttpRequest& req, const net::PathParams&, MetaStore& st, const std::string& actor) {
+        json j;
+        if (auto e = parseBody(req.body, j)) return *e;
+        UserRecord u;
+        if (Status s = readUser(j, u, true); !s.isOk()) return statusReply(s);
+        if (Status s = st.createUser(u, actor); !s.isOk()) return statusReply(s);
+        auto created = st.user(u.team, u.name);
+        return AdminReply{201, userToJson(created.ok() && *created ? **created : u).dump()};
+      });
+  auto user = [](MetaStore& st, const net::PathParams& p,
+                 std::optional<UserRecord>& out) -> std::optional<AdminReply> {
     const std::string tm = param(p, "team"), name = param(p, "name");
     auto cur = st.user(tm, name);
     if (!cur.ok()) return statusReply(cur.status());
@@ -354,45 +384,51 @@ void Governance::addAdminRoutes(net::Router& r) {
     out = std::move(*cur);
     return std::nullopt;
   };
-  addAdminRoute(r, "GET", "/admin/users/{team}/{name}",
-                [user](net::HttpRequest&, const net::PathParams& p, MetaStore& st, const std::string&) {
-                  std::optional<UserRecord> cur;
-                  if (auto e = user(st, p, cur)) return *e;
-                  return AdminReply{200, userToJson(*cur).dump()};
-                });
-  addAdminRoute(r, "PATCH", "/admin/users/{team}/{name}",
-                [user](net::HttpRequest& req, const net::PathParams& p, MetaStore& st, const std::string& actor) {
-                  std::optional<UserRecord> cur;
-                  if (auto e = user(st, p, cur)) return *e;
-                  json j;
-                  if (auto e = parseBody(req.body, j)) return *e;
-                  UserRecord u = *cur;
-                  if (Status s = readUser(j, u, false); !s.isOk()) return statusReply(s);
-                  if (Status s = st.updateUser(u, actor); !s.isOk()) return statusReply(s);
-                  auto updated = st.user(u.team, u.name);
-                  return AdminReply{200, userToJson(updated.ok() && *updated ? **updated : u).dump()};
-                });
-  addAdminRoute(r, "DELETE", "/admin/users/{team}/{name}",
-                [user](net::HttpRequest&, const net::PathParams& p, MetaStore& st, const std::string& actor) {
-                  std::optional<UserRecord> cur;
-                  if (auto e = user(st, p, cur)) return *e;
-                  if (Status s = st.deleteUser(cur->team, cur->name, actor); !s.isOk()) return statusReply(s);
-                  return AdminReply{200, json{{"deleted", cur->team + "/" + cur->name}}.dump()};
-                });
+  addAdminRoute(
+      r, "GET", "/admin/users/{team}/{name}",
+      [user](net::HttpRequest&, const net::PathParams& p, MetaStore& st, const std::string&) {
+        std::optional<UserRecord> cur;
+        if (auto e = user(st, p, cur)) return *e;
+        return AdminReply{200, userToJson(*cur).dump()};
+      });
+  addAdminRoute(
+      r, "PATCH", "/admin/users/{team}/{name}",
+      [user](net::HttpRequest& req, const net::PathParams& p, MetaStore& st,
+             const std::string& actor) {
+        std::optional<UserRecord> cur;
+        if (auto e = user(st, p, cur)) return *e;
+        json j;
+        if (auto e = parseBody(req.body, j)) return *e;
+        UserRecord u = *cur;
+        if (Status s = readUser(j, u, false); !s.isOk()) return statusReply(s);
+        if (Status s = st.updateUser(u, actor); !s.isOk()) return statusReply(s);
+        auto updated = st.user(u.team, u.name);
+        return AdminReply{200, userToJson(updated.ok() && *updated ? **updated : u).dump()};
+      });
+  addAdminRoute(
+      r, "DELETE", "/admin/users/{team}/{name}",
+      [user](net::HttpRequest&, const net::PathParams& p, MetaStore& st, const std::string& actor) {
+        std::optional<UserRecord> cur;
+        if (auto e = user(st, p, cur)) return *e;
+        if (Status s = st.deleteUser(cur->team, cur->name, actor); !s.isOk()) return statusReply(s);
+        return AdminReply{200, json{{"deleted", cur->team + "/" + cur->name}}.dump()};
+      });
 
   // Keys.
-  addAdminRoute(r, "GET", "/admin/keys", [this](net::HttpRequest& req, const net::PathParams&, MetaStore& st,
-                                                const std::string&) {
-    const auto query = parseQuery(queryOf(req));
-    const auto it = query.find("team");
-    auto keys = st.keys(it == query.end() ? "" : it->second);
-    if (!keys.ok()) return statusReply(keys.status());
-    json arr = json::array();
-    for (const auto& k : *keys) arr.push_back(keyToJson(k, nowMs()));
-    return AdminReply{200, json{{"keys", arr}}.dump()};
-  });
+  addAdminRoute(
+      r, "GET", "/admin/keys",
+      [this](net::HttpRequest& req, const net::PathParams&, MetaStore& st, const std::string&) {
+        const auto query = parseQuery(queryOf(req));
+        const auto it = query.find("team");
+        auto keys = st.keys(it == query.end() ? "" : it->second);
+        if (!keys.ok()) return statusReply(keys.status());
+        json arr = json::array();
+        for (const auto& k : *keys) arr.push_back(keyToJson(k, nowMs()));
+        return AdminReply{200, json{{"keys", arr}}.dump()};
+      });
   addAdminRoute(r, "POST", "/admin/keys",
-                [this](net::HttpRequest& req, const net::PathParams&, MetaStore& st, const std::string& actor) {
+                [this](net::HttpRequest& req, const net::PathParams&, MetaStore& st,
+                       const std::string& actor) {
                   json j;
                   if (auto e = parseBody(req.body, j)) return *e;
                   KeyRecord k;
@@ -404,21 +440,24 @@ void Governance::addAdminRoutes(net::Router& r) {
                   out["note"] = "store this key now: it is shown only once";
                   return AdminReply{201, out.dump()};
                 });
-  auto key = [](MetaStore& st, const std::string& id, std::optional<KeyRecord>& out) -> std::optional<AdminReply> {
+  auto key = [](MetaStore& st, const std::string& id,
+                std::optional<KeyRecord>& out) -> std::optional<AdminReply> {
     auto cur = st.key(id);
     if (!cur.ok()) return statusReply(cur.status());
     if (!*cur) return errorReply(404, "no key '" + id + "'", "not_found");
     out = std::move(*cur);
     return std::nullopt;
   };
-  addAdminRoute(r, "GET", "/admin/keys/{id}",
-                [this, key](net::HttpRequest&, const net::PathParams& p, MetaStore& st, const std::string&) {
-                  std::optional<KeyRecord> cur;
-                  if (auto e = key(st, param(p, "id"), cur)) return *e;
-                  return AdminReply{200, keyToJson(*cur, nowMs()).dump()};
-                });
+  addAdminRoute(
+      r, "GET", "/admin/keys/{id}",
+      [this, key](net::HttpRequest&, const net::PathParams& p, MetaStore& st, const std::string&) {
+        std::optional<KeyRecord> cur;
+        if (auto e = key(st, param(p, "id"), cur)) return *e;
+        return AdminReply{200, keyToJson(*cur, nowMs()).dump()};
+      });
   addAdminRoute(r, "PATCH", "/admin/keys/{id}",
-                [this, key](net::HttpRequest& req, const net::PathParams& p, MetaStore& st, const std::string& actor) {
+                [this, key](net::HttpRequest& req, const net::PathParams& p, MetaStore& st,
+                            const std::string& actor) {
                   std::optional<KeyRecord> cur;
                   if (auto e = key(st, param(p, "id"), cur)) return *e;
                   json j;
@@ -429,7 +468,8 @@ void Governance::addAdminRoutes(net::Router& r) {
                   return AdminReply{200, keyToJson(k, nowMs()).dump()};
                 });
   addAdminRoute(r, "POST", "/admin/keys/{id}/revoke",
-                [this, key](net::HttpRequest&, const net::PathParams& p, MetaStore& st, const std::string& actor) {
+                [this, key](net::HttpRequest&, const net::PathParams& p, MetaStore& st,
+                            const std::string& actor) {
                   const std::string id = param(p, "id");
                   std::optional<KeyRecord> cur;
                   if (auto e = key(st, id, cur)) return *e;
@@ -438,7 +478,8 @@ void Governance::addAdminRoutes(net::Router& r) {
                   return AdminReply{200, keyToJson(k.ok() && *k ? **k : *cur, nowMs()).dump()};
                 });
   addAdminRoute(r, "POST", "/admin/keys/{id}/rotate",
-                [this, key](net::HttpRequest& req, const net::PathParams& p, MetaStore& st, const std::string& actor) {
+                [this, key](net::HttpRequest& req, const net::PathParams& p, MetaStore& st,
+                            const std::string& actor) {
                   const std::string id = param(p, "id");
                   std::optional<KeyRecord> cur;
                   if (auto e = key(st, id, cur)) return *e;
@@ -447,7 +488,9 @@ void Governance::addAdminRoutes(net::Router& r) {
                   int64_t grace_ms = 86'400'000;
                   if (j.contains("grace") && j["grace"].is_string()) {
                     const auto d = parseDuration(j["grace"].get<std::string>());
-                    if (!d) return errorReply(400, "grace must be a duration like 24h, 15m or 0s", "invalid_request");
+                    if (!d)
+                      return errorReply(400, "grace must be a duration like 24h, 15m or 0s",
+                                        "invalid_request");
                     grace_ms = *d;
                   }
                   KeyRecord created;
@@ -461,67 +504,77 @@ void Governance::addAdminRoutes(net::Router& r) {
                 });
 
   // Usage and audit.
-  addAdminRoute(r, "GET", "/admin/usage", [this](net::HttpRequest& req, const net::PathParams&, MetaStore& st,
-                                                 const std::string&) {
-    const auto query = parseQuery(queryOf(req));
-    UsageQuery uq;
-    auto get = [&](const char* k) {
-      const auto it = query.find(k);
-      return it == query.end() ? std::string() : it->second;
-    };
-    uq.team = get("team");
-    uq.key_id = get("key");
-    uq.model = get("model");
-    uq.user = get("user");
-    if (!get("granularity").empty()) uq.granularity = get("granularity");
-    if (!get("group_by").empty()) uq.group_by = splitPatterns(get("group_by"));
-    if (get("group_by") == "none") uq.group_by.clear();
-    const std::string since = get("since"), from = get("from"), to = get("to");
-    if (!since.empty()) {
-      const auto d = parseDuration(since);
-      if (!d) return errorReply(400, "since must be a duration like 1h or 7d", "invalid_request");
-      uq.from_ms = nowMs() - *d;
-    }
-    try {
-      if (!from.empty()) uq.from_ms = std::stoll(from);
-      if (!to.empty()) uq.to_ms = std::stoll(to);
-    } catch (const std::exception&) {
-      return errorReply(400, "from and to are unix milliseconds", "invalid_request");
-    }
-    auto rows = st.queryUsage(uq);
-    if (!rows.ok()) return statusReply(rows.status());
-    return AdminReply{200, "{\"granularity\":\"" + uq.granularity + "\",\"rows\":" + *rows + "}"};
-  });
-  addAdminRoute(r, "GET", "/admin/audit", [this](net::HttpRequest& req, const net::PathParams&, MetaStore& st,
-                                                 const std::string&) {
-    const auto query = parseQuery(queryOf(req));
-    int64_t since_ms = 0;
-    int limit = 100;
-    const auto it = query.find("since");
-    if (it != query.end()) {
-      const auto d = parseDuration(it->second);
-      if (!d) return errorReply(400, "since must be a duration like 1h or 7d", "invalid_request");
-      since_ms = nowMs() - *d;
-    }
-    const auto lt = query.find("limit");
-    if (lt != query.end()) limit = std::clamp(std::atoi(lt->second.c_str()), 1, 10'000);
-    auto rows = st.audit(since_ms, limit);
-    if (!rows.ok()) return statusReply(rows.status());
-    json arr = json::array();
-    for (const auto& a : *rows) {
-      json d = json::parse(a.detail, nullptr, false);
-      arr.push_back({{"ts_ms", a.ts_ms}, {"actor", a.actor}, {"action", a.action}, {"target", a.target},
-                     {"detail", d.is_discarded() ? json(a.detail) : d}});
-    }
-    return AdminReply{200, json{{"audit", arr}}.dump()};
-  });
+  addAdminRoute(
+      r, "GET", "/admin/usage",
+      [this](net::HttpRequest& req, const net::PathParams&, MetaStore& st, const std::string&) {
+        const auto query = parseQuery(queryOf(req));
+        UsageQuery uq;
+        auto get = [&](const char* k) {
+          const auto it = query.find(k);
+          return it == query.end() ? std::string() : it->second;
+        };
+        uq.team = get("team");
+        uq.key_id = get("key");
+        uq.model = get("model");
+        uq.user = get("user");
+        if (!get("granularity").empty()) uq.granularity = get("granularity");
+        if (!get("group_by").empty()) uq.group_by = splitPatterns(get("group_by"));
+        if (get("group_by") == "none") uq.group_by.clear();
+        const std::string since = get("since"), from = get("from"), to = get("to");
+        if (!since.empty()) {
+          const auto d = parseDuration(since);
+          if (!d)
+            return errorReply(400, "since must be a duration like 1h or 7d", "invalid_request");
+          uq.from_ms = nowMs() - *d;
+        }
+        try {
+          if (!from.empty()) uq.from_ms = std::stoll(from);
+          if (!to.empty()) uq.to_ms = std::stoll(to);
+        } catch (const std::exception&) {
+          return errorReply(400, "from and to are unix milliseconds", "invalid_request");
+        }
+        auto rows = st.queryUsage(uq);
+        if (!rows.ok()) return statusReply(rows.status());
+        return AdminReply{200,
+                          "{\"granularity\":\"" + uq.granularity + "\",\"rows\":" + *rows + "}"};
+      });
+  addAdminRoute(
+      r, "GET", "/admin/audit",
+      [this](net::HttpRequest& req, const net::PathParams&, MetaStore& st, const std::string&) {
+        const auto query = parseQuery(queryOf(req));
+        int64_t since_ms = 0;
+        int limit = 100;
+        const auto it = query.find("since");
+        if (it != query.end()) {
+          const auto d = parseDuration(it->second);
+          if (!d)
+            return errorReply(400, "since must be a duration like 1h or 7d", "invalid_request");
+          since_ms = nowMs() - *d;
+        }
+        const auto lt = query.find("limit");
+        if (lt != query.end()) limit = std::clamp(std::atoi(lt->second.c_str()), 1, 10'000);
+        auto rows = st.audit(since_ms, limit);
+        if (!rows.ok()) return statusReply(rows.status());
+        json arr = json::array();
+        for (const auto& a : *rows) {
+          json d = json::parse(a.detail, nullptr, false);
+          arr.push_back({{"ts_ms", a.ts_ms},
+                         {"actor", a.actor},
+                         {"action", a.action},
+                         {"target", a.target},
+                         {"detail", d.is_discarded() ? json(a.detail) : d}});
+        }
+        return AdminReply{200, json{{"audit", arr}}.dump()};
+      });
 }
 
 void addDisabledAdminRoutes(net::Router& r) {
-  for (const char* prefix : {"/admin/teams", "/admin/users", "/admin/keys", "/admin/usage", "/admin/audit"}) {
+  for (const char* prefix :
+       {"/admin/teams", "/admin/users", "/admin/keys", "/admin/usage", "/admin/audit"}) {
     auto off = [](net::HttpRequest&, net::ResponseWriter& w, net::PathParams) -> net::Task<void> {
-      const std::string body = net::errorJson("governance is off: add a governance section to the config",
-                                              "invalid_request_error", "governance_disabled");
+      const std::string body =
+          net::errorJson("governance is off: add a governance section to the config",
+                         "invalid_request_error", "governance_disabled");
       co_await w.send(404, "application/json", body);
     };
     r.add("*", prefix, off);

@@ -42,7 +42,8 @@ size_t ResponseCache::size() {
   return lru_.size();
 }
 
-std::string cacheKey(std::string_view model, std::string_view canonical_request, std::string_view team) {
+std::string cacheKey(std::string_view model, std::string_view canonical_request,
+                     std::string_view team) {
   std::string key(model);
   key += '\n';
   if (!team.empty()) {

@@ -22,7 +22,8 @@ void readAccessConfig(ConfigReader& g, AccessConfig& gc) {
   g.optional("store", gc.store);
   if (!(gc.store.rfind("sqlite:", 0) == 0 || gc.store.rfind("postgresql://", 0) == 0 ||
         gc.store.rfind("postgres://", 0) == 0)) {
-    g.error("store", "must be sqlite:PATH or a postgresql:// URL (got '" + redactUrl(gc.store) + "')");
+    g.error("store",
+            "must be sqlite:PATH or a postgresql:// URL (got '" + redactUrl(gc.store) + "')");
   }
   g.optional("admin_token", gc.admin_token);
   g.optional("key_secret", gc.key_secret);

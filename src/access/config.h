@@ -37,16 +37,16 @@ struct CacheConfig {
 // Keys, teams, limits, usage, budgets, cache. Off unless the `governance` section is present.
 struct AccessConfig {
   bool enabled = false;
-  bool require_keys = true;  // false: requests without a key pass as team "anonymous"
+  bool require_keys = true;                // false: requests without a key pass as team "anonymous"
   std::string store = "sqlite:infera.db";  // sqlite:PATH or postgresql://...
-  std::string admin_token;  // bearer token for /admin/*; env INFERA_ADMIN_TOKEN wins
-  std::string key_secret;   // server secret keying the key hashes; env INFERA_KEY_SECRET wins
-  int64_t sync_interval_ms = 500;   // how often the key/team snapshot is checked for changes
-  int64_t usage_flush_ms = 1'000;   // usage records reach the store at least this often
-  int64_t usage_retention_days = 0;          // raw usage records older than this are deleted; 0 = keep
-  int64_t usage_rollup_retention_days = 0;   // per-minute roll-ups (what queries read); 0 = keep
-  int64_t default_max_tokens = 1'024;  // completion tokens reserved when a request sets none
-  std::string redis;                 // redis://host:port shared counters; "" = this process only
+  std::string admin_token;                 // bearer token for /admin/*; env INFERA_ADMIN_TOKEN wins
+  std::string key_secret;  // server secret keying the key hashes; env INFERA_KEY_SECRET wins
+  int64_t sync_interval_ms = 500;    // how often the key/team snapshot is checked for changes
+  int64_t usage_flush_ms = 1'000;    // usage records reach the store at least this often
+  int64_t usage_retention_days = 0;  // raw usage records older than this are deleted; 0 = keep
+  int64_t usage_rollup_retention_days = 0;  // per-minute roll-ups (what queries read); 0 = keep
+  int64_t default_max_tokens = 1'024;       // completion tokens reserved when a request sets none
+  std::string redis;  // redis://host:port shared counters; "" = this process only
   int64_t redis_timeout_ms = 50;
   std::string redis_fallback = "local";  // local (a 1/replicas share) | open | closed
   int replicas = 1;                      // replicas sharing the limits (for the local share)

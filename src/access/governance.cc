@@ -35,13 +35,15 @@ Result<std::string> fileSecret(const std::string& db_path) {
 
 }  // namespace
 
-Result<std::unique_ptr<Access>> Access::start(const AccessConfig& config, obs::MetricsRegistry& metrics, int workers,
+Result<std::unique_ptr<Access>> Access::start(const AccessConfig& config,
+                                              obs::MetricsRegistry& metrics, int workers,
                                               const Clock& clock) {
   INFERA_ASSIGN_OR_RETURN(auto g, Governance::start(config, metrics, workers, clock));
   return std::unique_ptr<Access>(std::move(g));
 }
 
-std::vector<std::string> Access::restartNeeded(const AccessConfig& running, const AccessConfig& next) {
+std::vector<std::string> Access::restartNeeded(const AccessConfig& running,
+                                               const AccessConfig& next) {
   std::vector<std::string> out;
   if (running.enabled != next.enabled) out.push_back("governance (on or off)");
   if (running.store != next.store) out.push_back("governance.store");
@@ -49,8 +51,9 @@ std::vector<std::string> Access::restartNeeded(const AccessConfig& running, cons
   return out;
 }
 
-Result<std::unique_ptr<Governance>> Governance::start(const AccessConfig& config, obs::MetricsRegistry& metrics,
-                                                      int workers, const Clock& clock) {
+Result<std::unique_ptr<Governance>> Governance::start(const AccessConfig& config,
+                                                      obs::MetricsRegistry& metrics, int workers,
+                                                      const Clock& clock) {
   std::unique_ptr<Governance> g(new Governance(config, workers, clock));
   INFERA_RETURN_IF_ERROR(g->init(metrics));
   return g;
@@ -63,89 +66,113 @@ Status Governance::init(obs::MetricsRegistry& metrics) {
   if (key_secret_.empty()) {
     if (!sqlite) {
       return Status::failedPrecondition(
-          "governance.key_secret (or INFERA_KEY_SECRET) is required with a shared PostgreSQL store: every replica "
+          "governance.key_secret (or INFERA_KEY_SECRET) is required with a shared PostgreSQL "
+          "store: every replica "
           "must hash keys with the same secret");
     }
     INFERA_ASSIGN_OR_RETURN(key_secret_, fileSecret(config_.store.substr(7)));
   }
   admin_token_ = envOr("INFERA_ADMIN_TOKEN", config_.admin_token);
   auto cs = MetaStore::open(config_.store, clock_);
-  if (!cs.ok()) return cs.status().withContext("opening governance store " + redactUrl(config_.store));
+  if (!cs.ok())
+    return cs.status().withContext("opening governance store " + redactUrl(config_.store));
   control_store_ = std::move(*cs);
   auto as = MetaStore::open(config_.store, clock_);
-  if (!as.ok()) return as.status().withContext("opening governance store " + redactUrl(config_.store));
+  if (!as.ok())
+    return as.status().withContext("opening governance store " + redactUrl(config_.store));
   admin_store_ = std::move(*as);
   if (config_.cache.enabled) {
-    cache_ = std::make_unique<ResponseCache>(config_.cache.max_bytes, config_.cache.max_entry_bytes);
+    cache_ =
+        std::make_unique<ResponseCache>(config_.cache.max_bytes, config_.cache.max_entry_bytes);
   }
 
-  usage_tokens = metrics.counterFamily("infera_usage_tokens_total", "Tokens used, by team, model and kind.",
-                                       {"team", "model", "kind"});
-  usage_requests = metrics.counterFamily("infera_usage_requests_total", "Governed requests, by team and model.",
-                                         {"team", "model"});
-  denied_auth = metrics.counterFamily("infera_auth_failures_total", "Requests refused for a missing or bad key.")
-                    ->counter();
-  limited = metrics.counterFamily("infera_rate_limited_total", "Requests refused by a limit, by scope.", {"scope"});
-  redis_fallbacks = metrics.counterFamily("infera_ratelimit_fallback_total",
-                                          "Admissions decided without Redis (unreachable), by the fallback rule.")
-                        ->counter();
-  redis_errors = metrics.counterFamily("infera_ratelimit_redis_errors_total", "Failed Redis rate-limit calls.")
-                     ->counter();
-  redis_cancelled = metrics
-                        .counterFamily("infera_ratelimit_redis_cancelled_calls_total",
-                                       "Admission calls whose answer never came, undone in Redis (refunded if "
-                                       "they ran, else cancelled before they could).")
-                        ->counter();
-  seed_refreshes = metrics
-                       .counterFamily("infera_ratelimit_quota_refreshes_total",
-                                      "Times the store's day/month quota figures (where a counter Redis lost "
-                                      "starts) were rebuilt.")
-                       ->counter();
-  redis_adjust_retries = metrics
-                             .counterFamily("infera_ratelimit_redis_adjust_retries_total",
-                                            "Reconciliation calls re-sent because Redis did not answer (each applies "
-                                            "once: the script records the call's id).")
-                             ->counter();
-  redis_call_seconds = metrics
-                           .histogramFamily("infera_ratelimit_redis_call_seconds",
-                                            "Redis admission script calls: time from send to reply.", {},
-                                            obs::MetricsRegistry::latencyBuckets())
-                           ->histogram();
+  usage_tokens =
+      metrics.counterFamily("infera_usage_tokens_total", "Tokens used, by team, model and kind.",
+                            {"team", "model", "kind"});
+  usage_requests = metrics.counterFamily(
+      "infera_usage_requests_total", "Governed requests, by team and model.", {"team", "model"});
+  denied_auth =
+      metrics
+          .counterFamily("infera_auth_failures_total", "Requests refused for a missing or bad key.")
+          ->counter();
+  limited = metrics.counterFamily("infera_rate_limited_total",
+                                  "Requests refused by a limit, by scope.", {"scope"});
+  redis_fallbacks =
+      metrics
+          .counterFamily("infera_ratelimit_fallback_total",
+                         "Admissions decided without Redis (unreachable), by the fallback rule.")
+          ->counter();
+  redis_errors =
+      metrics
+          .counterFamily("infera_ratelimit_redis_errors_total", "Failed Redis rate-limit calls.")
+          ->counter();
+  redis_cancelled =
+      metrics
+          .counterFamily("infera_ratelimit_redis_cancelled_calls_total",
+                         "Admission calls whose answer never came, undone in Redis (refunded if "
+                         "they ran, else cancelled before they could).")
+          ->counter();
+  seed_refreshes =
+      metrics
+          .counterFamily("infera_ratelimit_quota_refreshes_total",
+                         "Times the store's day/month quota figures (where a counter Redis lost "
+                         "starts) were rebuilt.")
+          ->counter();
+  redis_adjust_retries =
+      metrics
+          .counterFamily("infera_ratelimit_redis_adjust_retries_total",
+                         "Reconciliation calls re-sent because Redis did not answer (each applies "
+                         "once: the script records the call's id).")
+          ->counter();
+  redis_call_seconds =
+      metrics
+          .histogramFamily("infera_ratelimit_redis_call_seconds",
+                           "Redis admission script calls: time from send to reply.", {},
+                           obs::MetricsRegistry::latencyBuckets())
+          ->histogram();
   redis_call_admissions = metrics
                               .histogramFamily("infera_ratelimit_redis_call_admissions",
                                                "Admissions decided by one Redis script call.", {},
                                                {1, 2, 4, 8, 16, 32, 64, 128})
                               ->histogram();
-  redis_leases = metrics
-                     .counterFamily("infera_ratelimit_redis_leases_total",
-                                    "Leases granted: capacity a worker reserved in Redis ahead of its requests.")
-                     ->counter();
-  redis_lease_admissions = metrics
-                               .counterFamily("infera_ratelimit_redis_lease_admissions_total",
-                                              "Admissions decided from a lease, without a Redis call.")
-                               ->counter();
-  usage_dropped = metrics.counterFamily("infera_usage_write_failures_total",
-                                        "Usage batches that could not be written (kept and retried).")
+  redis_leases =
+      metrics
+          .counterFamily(
+              "infera_ratelimit_redis_leases_total",
+              "Leases granted: capacity a worker reserved in Redis ahead of its requests.")
+          ->counter();
+  redis_lease_admissions =
+      metrics
+          .counterFamily("infera_ratelimit_redis_lease_admissions_total",
+                         "Admissions decided from a lease, without a Redis call.")
+          ->counter();
+  usage_dropped = metrics
+                      .counterFamily("infera_usage_write_failures_total",
+                                     "Usage batches that could not be written (kept and retried).")
                       ->counter();
   cache_hits = metrics.counterFamily("infera_cache_hits_total", "Response cache hits.")->counter();
-  cache_misses = metrics.counterFamily("infera_cache_misses_total", "Response cache misses.")->counter();
-  metrics.gaugeFamily("infera_cache_bytes", "Bytes held by the response cache.")->setCallback([this] {
-    return cache_ ? static_cast<double>(cache_->bytes()) : 0.0;
-  });
+  cache_misses =
+      metrics.counterFamily("infera_cache_misses_total", "Response cache misses.")->counter();
+  metrics.gaugeFamily("infera_cache_bytes", "Bytes held by the response cache.")
+      ->setCallback([this] { return cache_ ? static_cast<double>(cache_->bytes()) : 0.0; });
   metrics
       .gaugeFamily("infera_ratelimit_local_counters",
-                   "In-process rate-limit counters held (those of names seen only in requests go once idle).")
+                   "In-process rate-limit counters held (those of names seen only in requests go "
+                   "once idle).")
       ->setCallback([this] { return static_cast<double>(local_.size()); });
-  metrics.gaugeFamily("infera_governance_generation", "Key/team snapshot generation in use.")->setCallback([this] {
-    auto s = snapshot();
-    return s ? static_cast<double>(s->generation) : 0.0;
-  });
+  metrics.gaugeFamily("infera_governance_generation", "Key/team snapshot generation in use.")
+      ->setCallback([this] {
+        auto s = snapshot();
+        return s ? static_cast<double>(s->generation) : 0.0;
+      });
 
   INFERA_RETURN_IF_ERROR(sync(true));
   control_ = std::thread([this] { controlLoop(); });
-  INFERA_LOG(log, info, "governance on: store {}, limits {}, {} keys, {} teams", sqlite ? config_.store : "postgresql",
-             config_.redis.empty() ? "in-process" : "redis (fallback " + config_.redis_fallback + ")",
-             snapshot()->keys.size(), snapshot()->teams.size());
+  INFERA_LOG(
+      log, info, "governance on: store {}, limits {}, {} keys, {} teams",
+      sqlite ? config_.store : "postgresql",
+      config_.redis.empty() ? "in-process" : "redis (fallback " + config_.redis_fallback + ")",
+      snapshot()->keys.size(), snapshot()->teams.size());
   return Status::ok();
 }
 
@@ -216,7 +243,9 @@ void Governance::refreshQuotaSeeds(const GovSnapshot& s) {
     if (used > 0) seeds->emplace(redisCounterKey(c, now), used);
   });
   if (!complete) {
-    INFERA_LOG(log, warn, "quota figures for Redis not refreshed: a usage query failed (keeping the last ones)");
+    INFERA_LOG(
+        log, warn,
+        "quota figures for Redis not refreshed: a usage query failed (keeping the last ones)");
     return;
   }
   {
@@ -226,12 +255,14 @@ void Governance::refreshQuotaSeeds(const GovSnapshot& s) {
   seed_refreshes->inc(0);
 }
 
-bool Governance::eachQuotaUse(const GovSnapshot& s, const std::function<void(const Charge&, int64_t used)>& fn) {
+bool Governance::eachQuotaUse(const GovSnapshot& s,
+                              const std::function<void(const Charge&, int64_t used)>& fn) {
   const int64_t now = nowMs();
   bool complete = true;
   // Counter `name` (as the snapshot names it) with the tokens, or the cost in micro-USD, that
   // `team` (or one user of it) used since the period began.
-  auto seed = [&](const CounterName& name, Window w, bool cost, const std::string& team, const std::string* user) {
+  auto seed = [&](const CounterName& name, Window w, bool cost, const std::string& team,
+                  const std::string* user) {
     auto used = control_store_->teamUsageSince(team, periodStartMs(w, now), user);
     if (!used.ok()) {
       complete = false;
@@ -282,7 +313,9 @@ void Governance::controlLoop() {
     if (poked || now >= next_sync) {
       next_sync = now + sync_every;
       const Status s = sync(false);
-      if (!s.isOk() && !store_down) INFERA_LOG(log, warn, "governance store unreachable, keeping the last snapshot: {}", s.message());
+      if (!s.isOk() && !store_down)
+        INFERA_LOG(log, warn, "governance store unreachable, keeping the last snapshot: {}",
+                   s.message());
       if (s.isOk() && store_down) INFERA_LOG(log, info, "governance store reachable again");
       store_down = !s.isOk();
     }
@@ -308,9 +341,10 @@ void Governance::controlLoop() {
       // pace; while there is more to remove the next step follows shortly.
       const auto removed = pruneUsageStep();
       if (!removed.ok()) INFERA_LOG(log, warn, "usage retention: {}", removed.status().message());
-      if (removed.ok() && *removed > 0) INFERA_LOG(log, debug, "usage retention removed {} rows", *removed);
+      if (removed.ok() && *removed > 0)
+        INFERA_LOG(log, debug, "usage retention removed {} rows", *removed);
       next_prune = now + (removed.ok() && *removed > 0 ? std::chrono::milliseconds(100)
-                                                        : std::chrono::milliseconds(3'600'000));
+                                                       : std::chrono::milliseconds(3'600'000));
     }
   }
   (void)flushUsage();
@@ -319,9 +353,11 @@ void Governance::controlLoop() {
 Result<int64_t> Governance::pruneUsageStep() {
   constexpr int64_t kDay = 86'400'000;
   const int64_t now = nowMs();
-  const int64_t records = config_.usage_retention_days > 0 ? now - config_.usage_retention_days * kDay : 0;
-  const int64_t rollups =
-      config_.usage_rollup_retention_days > 0 ? now - config_.usage_rollup_retention_days * kDay : 0;
+  const int64_t records =
+      config_.usage_retention_days > 0 ? now - config_.usage_retention_days * kDay : 0;
+  const int64_t rollups = config_.usage_rollup_retention_days > 0
+                              ? now - config_.usage_rollup_retention_days * kDay
+                              : 0;
   if (records == 0 && rollups == 0) return int64_t{0};
   std::lock_guard<std::mutex> lock(store_mu_);
   return control_store_->pruneUsage(records, rollups);
@@ -362,7 +398,8 @@ Status Governance::flushUsage() {
   }
   if (!s.isOk()) {
     usage_dropped->inc(0);
-    INFERA_LOG(log, warn, "usage write of {} records failed (kept for the next flush): {}", batch.size(), s.message());
+    INFERA_LOG(log, warn, "usage write of {} records failed (kept for the next flush): {}",
+               batch.size(), s.message());
     // Put them back in front of newer records (bounded: beyond 1M records the oldest are dropped).
     UsageBuffer& b = usage_buffers_[0];
     std::lock_guard<std::mutex> lock(b.mu);

@@ -97,14 +97,16 @@ std::string keyToken(std::string_view id, std::string_view secret) {
 }
 
 bool parseKeyToken(std::string_view token, std::string_view& id, std::string_view& secret) {
-  if (!token.starts_with(kPrefix) || token.size() != kPrefix.size() + kIdChars + 1 + kSecretChars) return false;
+  if (!token.starts_with(kPrefix) || token.size() != kPrefix.size() + kIdChars + 1 + kSecretChars)
+    return false;
   id = token.substr(kPrefix.size(), kIdChars);
   if (token[kPrefix.size() + kIdChars] != '-') return false;
   secret = token.substr(kPrefix.size() + kIdChars + 1);
   return true;
 }
 
-std::string hashSecret(std::string_view server_secret, std::string_view salt, std::string_view secret) {
+std::string hashSecret(std::string_view server_secret, std::string_view salt,
+                       std::string_view secret) {
   unsigned char out[EVP_MAX_MD_SIZE];
   unsigned int len = 0;
   std::string msg;
@@ -122,9 +124,15 @@ bool constantTimeEqual(std::string_view a, std::string_view b) {
 }
 
 nlohmann::json fieldsJson(const TeamRecord& t) {
-  return {{"name", t.name},         {"models", t.models},           {"rpm", t.rpm},
-          {"tpm", t.tpm},           {"daily_tokens", t.daily_tokens}, {"budget_tokens", t.budget_tokens},
-          {"budget_usd", t.budget_usd}, {"budget_period", t.budget_period}, {"user_rpm", t.user_rpm},
+  return {{"name", t.name},
+          {"models", t.models},
+          {"rpm", t.rpm},
+          {"tpm", t.tpm},
+          {"daily_tokens", t.daily_tokens},
+          {"budget_tokens", t.budget_tokens},
+          {"budget_usd", t.budget_usd},
+          {"budget_period", t.budget_period},
+          {"user_rpm", t.user_rpm},
           {"user_tpm", t.user_tpm}};
 }
 
@@ -140,8 +148,14 @@ nlohmann::json fieldsJson(const UserRecord& u) {
 }
 
 nlohmann::json fieldsJson(const KeyRecord& k) {
-  return {{"id", k.id},     {"team", k.team}, {"name", k.name}, {"models", k.models},
-          {"rpm", k.rpm},   {"tpm", k.tpm},   {"allow_user", k.allow_user}, {"expires_ms", k.expires_ms}};
+  return {{"id", k.id},
+          {"team", k.team},
+          {"name", k.name},
+          {"models", k.models},
+          {"rpm", k.rpm},
+          {"tpm", k.tpm},
+          {"allow_user", k.allow_user},
+          {"expires_ms", k.expires_ms}};
 }
 
 // ---- MetaStore ----
@@ -191,18 +205,22 @@ DROP INDEX IF EXISTS infera_usage_team_ts;
 CREATE INDEX IF NOT EXISTS infera_keys_team ON infera_keys (team)
 )sql";
   INFERA_RETURN_IF_ERROR(db_->execScript(schema));
-  auto r = db_->exec("INSERT INTO infera_meta (k, v) VALUES ('generation', 1) ON CONFLICT (k) DO NOTHING");
+  auto r = db_->exec(
+      "INSERT INTO infera_meta (k, v) VALUES ('generation', 1) ON CONFLICT (k) DO NOTHING");
   if (!r.ok()) return r.status();
   // Stores written before the per-minute roll-ups existed get them from their raw records, once:
   // the replica whose insert of the marker lands does it, in the same transaction (on PostgreSQL
   // the others wait on the marker's row and then find it there).
   INFERA_RETURN_IF_ERROR(db_->begin());
-  auto mark = db_->exec("INSERT INTO infera_meta (k, v) VALUES ('usage_rollups', 1) ON CONFLICT (k) DO NOTHING");
+  auto mark = db_->exec(
+      "INSERT INTO infera_meta (k, v) VALUES ('usage_rollups', 1) ON CONFLICT (k) DO NOTHING");
   if (mark.ok() && mark->affected == 1) {
     mark = db_->exec(
-        "INSERT INTO infera_usage_minute SELECT (ts_ms / 60000) * 60000, team, key_id, user_id, model, deployment, "
+        "INSERT INTO infera_usage_minute SELECT (ts_ms / 60000) * 60000, team, key_id, user_id, "
+        "model, deployment, "
         "COUNT(*), SUM(prompt_tokens), SUM(completion_tokens), SUM(cached), SUM(aborted), "
-        "SUM(CASE WHEN status >= 400 THEN 1 ELSE 0 END), SUM(cost_usd), SUM(latency_ms) FROM infera_usage "
+        "SUM(CASE WHEN status >= 400 THEN 1 ELSE 0 END), SUM(cost_usd), SUM(latency_ms) FROM "
+        "infera_usage "
         "GROUP BY (ts_ms / 60000) * 60000, team, key_id, user_id, model, deployment");
   }
   if (!mark.ok()) {
@@ -213,13 +231,15 @@ CREATE INDEX IF NOT EXISTS infera_keys_team ON infera_keys (team)
 }
 
 Result<int64_t> MetaStore::generation() {
-  INFERA_ASSIGN_OR_RETURN(SqlResult r, db_->exec("SELECT v FROM infera_meta WHERE k = 'generation'"));
+  INFERA_ASSIGN_OR_RETURN(SqlResult r,
+                          db_->exec("SELECT v FROM infera_meta WHERE k = 'generation'"));
   if (r.rows.empty()) return Status::internal("infera_meta has no generation row");
   return r.integer(0, 0);
 }
 
-Status MetaStore::mutate(const std::string& actor, const std::string& action, const std::string& target,
-                         const std::string& detail, const std::function<Status()>& body) {
+Status MetaStore::mutate(const std::string& actor, const std::string& action,
+                         const std::string& target, const std::string& detail,
+                         const std::function<Status()>& body) {
   INFERA_RETURN_IF_ERROR(db_->begin());
   Status s = body();
   if (s.isOk()) {
@@ -242,8 +262,8 @@ Status MetaStore::mutate(const std::string& actor, const std::string& action, co
   return db_->commit();
 }
 
-Status MetaStore::recordEvent(const std::string& actor, const std::string& action, const std::string& target,
-                              const std::string& detail) {
+Status MetaStore::recordEvent(const std::string& actor, const std::string& action,
+                              const std::string& target, const std::string& detail) {
   return mutate(actor, action, target, detail, [] { return Status::ok(); });
 }
 
@@ -269,21 +289,24 @@ UserRecord userFromRow(const SqlResult& r, size_t i) {
 
 // A key's or user's (`what`) limits are at most the team's, its model patterns within the team's.
 // One without its own limit (0) is held to the team's at request time.
-Status checkWithinTeam(const char* what, int64_t rpm, int64_t tpm, const std::vector<std::string>& models,
-                       const TeamRecord& t) {
+Status checkWithinTeam(const char* what, int64_t rpm, int64_t tpm,
+                       const std::vector<std::string>& models, const TeamRecord& t) {
   const std::string w = what;
   if (t.rpm > 0 && rpm > t.rpm) {
-    return Status::invalidArgument(w + " rpm " + std::to_string(rpm) + " exceeds team rpm " + std::to_string(t.rpm));
+    return Status::invalidArgument(w + " rpm " + std::to_string(rpm) + " exceeds team rpm " +
+                                   std::to_string(t.rpm));
   }
   if (t.tpm > 0 && tpm > t.tpm) {
-    return Status::invalidArgument(w + " tpm " + std::to_string(tpm) + " exceeds team tpm " + std::to_string(t.tpm));
+    return Status::invalidArgument(w + " tpm " + std::to_string(tpm) + " exceeds team tpm " +
+                                   std::to_string(t.tpm));
   }
   if (!t.models.empty()) {
     for (const auto& p : models) {
       bool covered = false;
       for (const auto& tp : t.models) covered = covered || globMatch(tp, p);
       if (!covered) {
-        return Status::invalidArgument(w + " model pattern '" + p + "' is outside team '" + t.name + "''s models");
+        return Status::invalidArgument(w + " model pattern '" + p + "' is outside team '" + t.name +
+                                       "''s models");
       }
     }
   }
@@ -323,10 +346,12 @@ TeamRecord teamFromRow(const SqlResult& r, size_t i) {
 }
 
 constexpr const char* kTeamCols =
-    "name, models, rpm, tpm, daily_tokens, budget_tokens, budget_usd, budget_period, created_ms, updated_ms, "
+    "name, models, rpm, tpm, daily_tokens, budget_tokens, budget_usd, budget_period, created_ms, "
+    "updated_ms, "
     "user_rpm, user_tpm";
 constexpr const char* kKeyCols =
-    "id, team, name, salt, hash, models, rpm, tpm, allow_user, created_ms, expires_ms, revoked_ms, rotated_from";
+    "id, team, name, salt, hash, models, rpm, tpm, allow_user, created_ms, expires_ms, revoked_ms, "
+    "rotated_from";
 
 KeyRecord keyFromRow(const SqlResult& r, size_t i) {
   KeyRecord k;
@@ -376,7 +401,8 @@ Result<std::vector<std::string>> clampKeyToTeam(KeyRecord& k, const TeamRecord& 
       }
     }
     if (kept.empty()) {
-      return Status::failedPrecondition("none of the key's model patterns is within team '" + t.name +
+      return Status::failedPrecondition("none of the key's model patterns is within team '" +
+                                        t.name +
                                         "''s models any more; update the key's models first");
     }
     k.models = std::move(kept);
@@ -389,11 +415,12 @@ Result<std::vector<std::string>> clampKeyToTeam(KeyRecord& k, const TeamRecord& 
 Status MetaStore::createTeam(const TeamRecord& t, const std::string& actor) {
   const int64_t now = clock_.unixMillis();
   return mutate(actor, "team.create", t.name, fieldsJson(t).dump(), [&]() -> Status {
-    auto r = db_->exec(std::string("INSERT INTO infera_teams (") + kTeamCols +
-                           ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?9, ?10, ?11)",
-                       {SqlValue(t.name), SqlValue(joinPatterns(t.models)), SqlValue(t.rpm), SqlValue(t.tpm),
-                        SqlValue(t.daily_tokens), SqlValue(t.budget_tokens), SqlValue(t.budget_usd),
-                        SqlValue(t.budget_period), SqlValue(now), SqlValue(t.user_rpm), SqlValue(t.user_tpm)});
+    auto r = db_->exec(
+        std::string("INSERT INTO infera_teams (") + kTeamCols +
+            ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?9, ?10, ?11)",
+        {SqlValue(t.name), SqlValue(joinPatterns(t.models)), SqlValue(t.rpm), SqlValue(t.tpm),
+         SqlValue(t.daily_tokens), SqlValue(t.budget_tokens), SqlValue(t.budget_usd),
+         SqlValue(t.budget_period), SqlValue(now), SqlValue(t.user_rpm), SqlValue(t.user_tpm)});
     if (!r.ok() && r.status().code() == StatusCode::kAlreadyExists) {
       return Status::alreadyExists("team '" + t.name + "' already exists");
     }
@@ -406,11 +433,14 @@ Status MetaStore::updateTeam(const TeamRecord& t, const std::string& actor) {
   return mutate(actor, "team.update", t.name, fieldsJson(t).dump(), [&]() -> Status {
     INFERA_ASSIGN_OR_RETURN(
         SqlResult r,
-        db_->exec("UPDATE infera_teams SET models = ?2, rpm = ?3, tpm = ?4, daily_tokens = ?5, budget_tokens = ?6, "
-                  "budget_usd = ?7, budget_period = ?8, updated_ms = ?9, user_rpm = ?10, user_tpm = ?11 WHERE name = ?1",
-                  {SqlValue(t.name), SqlValue(joinPatterns(t.models)), SqlValue(t.rpm), SqlValue(t.tpm),
-                   SqlValue(t.daily_tokens), SqlValue(t.budget_tokens), SqlValue(t.budget_usd),
-                   SqlValue(t.budget_period), SqlValue(now), SqlValue(t.user_rpm), SqlValue(t.user_tpm)}));
+        db_->exec("UPDATE infera_teams SET models = ?2, rpm = ?3, tpm = ?4, daily_tokens = ?5, "
+                  "budget_tokens = ?6, "
+                  "budget_usd = ?7, budget_period = ?8, updated_ms = ?9, user_rpm = ?10, user_tpm "
+                  "= ?11 WHERE name = ?1",
+                  {SqlValue(t.name), SqlValue(joinPatterns(t.models)), SqlValue(t.rpm),
+                   SqlValue(t.tpm), SqlValue(t.daily_tokens), SqlValue(t.budget_tokens),
+                   SqlValue(t.budget_usd), SqlValue(t.budget_period), SqlValue(now),
+                   SqlValue(t.user_rpm), SqlValue(t.user_tpm)}));
     if (r.affected == 0) return Status::notFound("no team '" + t.name + "'");
     return Status::ok();
   });
@@ -418,14 +448,17 @@ Status MetaStore::updateTeam(const TeamRecord& t, const std::string& actor) {
 
 Status MetaStore::deleteTeam(const std::string& name, const std::string& actor) {
   return mutate(actor, "team.delete", name, "{}", [&]() -> Status {
-    INFERA_ASSIGN_OR_RETURN(SqlResult active,
-                            db_->exec("SELECT COUNT(*) FROM infera_keys WHERE team = ?1 AND revoked_ms = 0",
-                                      {SqlValue(name)}));
+    INFERA_ASSIGN_OR_RETURN(
+        SqlResult active,
+        db_->exec("SELECT COUNT(*) FROM infera_keys WHERE team = ?1 AND revoked_ms = 0",
+                  {SqlValue(name)}));
     if (active.integer(0, 0) > 0) {
-      return Status::failedPrecondition("team '" + name + "' still has " + std::to_string(active.integer(0, 0)) +
+      return Status::failedPrecondition("team '" + name + "' still has " +
+                                        std::to_string(active.integer(0, 0)) +
                                         " active keys; revoke them first");
     }
-    INFERA_ASSIGN_OR_RETURN(SqlResult r, db_->exec("DELETE FROM infera_teams WHERE name = ?1", {SqlValue(name)}));
+    INFERA_ASSIGN_OR_RETURN(
+        SqlResult r, db_->exec("DELETE FROM infera_teams WHERE name = ?1", {SqlValue(name)}));
     if (r.affected == 0) return Status::notFound("no team '" + name + "'");
     // Its users go with it (their usage records stay).
     return db_->exec("DELETE FROM infera_users WHERE team = ?1", {SqlValue(name)}).status();
@@ -440,9 +473,9 @@ Status MetaStore::createUser(const UserRecord& u, const std::string& actor) {
     INFERA_RETURN_IF_ERROR(checkUserWithinTeam(u, *team));
     auto r = db_->exec(std::string("INSERT INTO infera_users (") + kUserCols +
                            ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?9)",
-                       {SqlValue(u.team), SqlValue(u.name), SqlValue(joinPatterns(u.models)), SqlValue(u.rpm),
-                        SqlValue(u.tpm), SqlValue(u.daily_tokens), SqlValue(u.budget_tokens), SqlValue(u.budget_usd),
-                        SqlValue(now)});
+                       {SqlValue(u.team), SqlValue(u.name), SqlValue(joinPatterns(u.models)),
+                        SqlValue(u.rpm), SqlValue(u.tpm), SqlValue(u.daily_tokens),
+                        SqlValue(u.budget_tokens), SqlValue(u.budget_usd), SqlValue(now)});
     if (!r.ok() && r.status().code() == StatusCode::kAlreadyExists) {
       return Status::alreadyExists("user '" + u.name + "' of team '" + u.team + "' already exists");
     }
@@ -458,20 +491,24 @@ Status MetaStore::updateUser(const UserRecord& u, const std::string& actor) {
     INFERA_RETURN_IF_ERROR(checkUserWithinTeam(u, *team));
     INFERA_ASSIGN_OR_RETURN(
         SqlResult r,
-        db_->exec("UPDATE infera_users SET models = ?3, rpm = ?4, tpm = ?5, daily_tokens = ?6, budget_tokens = ?7, "
+        db_->exec("UPDATE infera_users SET models = ?3, rpm = ?4, tpm = ?5, daily_tokens = ?6, "
+                  "budget_tokens = ?7, "
                   "budget_usd = ?8, updated_ms = ?9 WHERE team = ?1 AND name = ?2",
-                  {SqlValue(u.team), SqlValue(u.name), SqlValue(joinPatterns(u.models)), SqlValue(u.rpm),
-                   SqlValue(u.tpm), SqlValue(u.daily_tokens), SqlValue(u.budget_tokens), SqlValue(u.budget_usd),
-                   SqlValue(now)}));
-    if (r.affected == 0) return Status::notFound("no user '" + u.name + "' in team '" + u.team + "'");
+                  {SqlValue(u.team), SqlValue(u.name), SqlValue(joinPatterns(u.models)),
+                   SqlValue(u.rpm), SqlValue(u.tpm), SqlValue(u.daily_tokens),
+                   SqlValue(u.budget_tokens), SqlValue(u.budget_usd), SqlValue(now)}));
+    if (r.affected == 0)
+      return Status::notFound("no user '" + u.name + "' in team '" + u.team + "'");
     return Status::ok();
   });
 }
 
-Status MetaStore::deleteUser(const std::string& team, const std::string& name, const std::string& actor) {
+Status MetaStore::deleteUser(const std::string& team, const std::string& name,
+                             const std::string& actor) {
   return mutate(actor, "user.delete", team + "/" + name, "{}", [&]() -> Status {
-    INFERA_ASSIGN_OR_RETURN(SqlResult r, db_->exec("DELETE FROM infera_users WHERE team = ?1 AND name = ?2",
-                                                   {SqlValue(team), SqlValue(name)}));
+    INFERA_ASSIGN_OR_RETURN(SqlResult r,
+                            db_->exec("DELETE FROM infera_users WHERE team = ?1 AND name = ?2",
+                                      {SqlValue(team), SqlValue(name)}));
     if (r.affected == 0) return Status::notFound("no user '" + name + "' in team '" + team + "'");
     return Status::ok();
   });
@@ -480,35 +517,41 @@ Status MetaStore::deleteUser(const std::string& team, const std::string& name, c
 Result<std::vector<UserRecord>> MetaStore::users(const std::string& team) {
   const std::string sql = std::string("SELECT ") + kUserCols + " FROM infera_users" +
                           (team.empty() ? "" : " WHERE team = ?1") + " ORDER BY team, name";
-  INFERA_ASSIGN_OR_RETURN(SqlResult r, team.empty() ? db_->exec(sql) : db_->exec(sql, {SqlValue(team)}));
+  INFERA_ASSIGN_OR_RETURN(SqlResult r,
+                          team.empty() ? db_->exec(sql) : db_->exec(sql, {SqlValue(team)}));
   std::vector<UserRecord> out;
   for (size_t i = 0; i < r.rows.size(); ++i) out.push_back(userFromRow(r, i));
   return out;
 }
 
-Result<std::optional<UserRecord>> MetaStore::user(const std::string& team, const std::string& name) {
-  INFERA_ASSIGN_OR_RETURN(SqlResult r, db_->exec(std::string("SELECT ") + kUserCols +
-                                                     " FROM infera_users WHERE team = ?1 AND name = ?2",
-                                                 {SqlValue(team), SqlValue(name)}));
+Result<std::optional<UserRecord>> MetaStore::user(const std::string& team,
+                                                  const std::string& name) {
+  INFERA_ASSIGN_OR_RETURN(SqlResult r,
+                          db_->exec(std::string("SELECT ") + kUserCols +
+                                        " FROM infera_users WHERE team = ?1 AND name = ?2",
+                                    {SqlValue(team), SqlValue(name)}));
   if (r.rows.empty()) return std::optional<UserRecord>();
   return std::optional<UserRecord>(userFromRow(r, 0));
 }
 
 Result<std::vector<TeamRecord>> MetaStore::teams() {
-  INFERA_ASSIGN_OR_RETURN(SqlResult r, db_->exec(std::string("SELECT ") + kTeamCols + " FROM infera_teams ORDER BY name"));
+  INFERA_ASSIGN_OR_RETURN(SqlResult r, db_->exec(std::string("SELECT ") + kTeamCols +
+                                                 " FROM infera_teams ORDER BY name"));
   std::vector<TeamRecord> out;
   for (size_t i = 0; i < r.rows.size(); ++i) out.push_back(teamFromRow(r, i));
   return out;
 }
 
 Result<std::optional<TeamRecord>> MetaStore::team(const std::string& name) {
-  INFERA_ASSIGN_OR_RETURN(SqlResult r, db_->exec(std::string("SELECT ") + kTeamCols + " FROM infera_teams WHERE name = ?1",
+  INFERA_ASSIGN_OR_RETURN(SqlResult r, db_->exec(std::string("SELECT ") + kTeamCols +
+                                                     " FROM infera_teams WHERE name = ?1",
                                                  {SqlValue(name)}));
   if (r.rows.empty()) return std::optional<TeamRecord>();
   return std::optional<TeamRecord>(teamFromRow(r, 0));
 }
 
-Result<std::string> MetaStore::createKey(KeyRecord& k, const std::string& server_secret, const std::string& actor) {
+Result<std::string> MetaStore::createKey(KeyRecord& k, const std::string& server_secret,
+                                         const std::string& actor) {
   k.id = randomToken(kIdChars);
   k.salt = randomToken(16);
   const std::string secret = randomToken(kSecretChars);
@@ -520,10 +563,10 @@ Result<std::string> MetaStore::createKey(KeyRecord& k, const std::string& server
     INFERA_RETURN_IF_ERROR(checkKeyWithinTeam(k, *team));
     auto r = db_->exec(std::string("INSERT INTO infera_keys (") + kKeyCols +
                            ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, 0, ?12)",
-                       {SqlValue(k.id), SqlValue(k.team), SqlValue(k.name), SqlValue(k.salt), SqlValue(k.hash),
-                        SqlValue(joinPatterns(k.models)), SqlValue(k.rpm), SqlValue(k.tpm),
-                        SqlValue(int64_t{k.allow_user ? 1 : 0}), SqlValue(k.created_ms), SqlValue(k.expires_ms),
-                        SqlValue(k.rotated_from)});
+                       {SqlValue(k.id), SqlValue(k.team), SqlValue(k.name), SqlValue(k.salt),
+                        SqlValue(k.hash), SqlValue(joinPatterns(k.models)), SqlValue(k.rpm),
+                        SqlValue(k.tpm), SqlValue(int64_t{k.allow_user ? 1 : 0}),
+                        SqlValue(k.created_ms), SqlValue(k.expires_ms), SqlValue(k.rotated_from)});
     return r.ok() ? Status::ok() : r.status();
   });
   if (!s.isOk()) return s;
@@ -536,10 +579,12 @@ Status MetaStore::updateKey(const KeyRecord& k, const std::string& actor) {
     if (!team) return Status::notFound("no team '" + k.team + "'");
     INFERA_RETURN_IF_ERROR(checkKeyWithinTeam(k, *team));
     INFERA_ASSIGN_OR_RETURN(
-        SqlResult r, db_->exec("UPDATE infera_keys SET name = ?2, models = ?3, rpm = ?4, tpm = ?5, allow_user = ?6, "
-                               "expires_ms = ?7 WHERE id = ?1",
-                               {SqlValue(k.id), SqlValue(k.name), SqlValue(joinPatterns(k.models)), SqlValue(k.rpm),
-                                SqlValue(k.tpm), SqlValue(int64_t{k.allow_user ? 1 : 0}), SqlValue(k.expires_ms)}));
+        SqlResult r,
+        db_->exec(
+            "UPDATE infera_keys SET name = ?2, models = ?3, rpm = ?4, tpm = ?5, allow_user = ?6, "
+            "expires_ms = ?7 WHERE id = ?1",
+            {SqlValue(k.id), SqlValue(k.name), SqlValue(joinPatterns(k.models)), SqlValue(k.rpm),
+             SqlValue(k.tpm), SqlValue(int64_t{k.allow_user ? 1 : 0}), SqlValue(k.expires_ms)}));
     if (r.affected == 0) return Status::notFound("no key '" + k.id + "'");
     return Status::ok();
   });
@@ -547,15 +592,18 @@ Status MetaStore::updateKey(const KeyRecord& k, const std::string& actor) {
 
 Status MetaStore::revokeKey(const std::string& id, const std::string& actor) {
   return mutate(actor, "key.revoke", id, "{}", [&]() -> Status {
-    INFERA_ASSIGN_OR_RETURN(SqlResult r, db_->exec("UPDATE infera_keys SET revoked_ms = ?2 WHERE id = ?1 AND revoked_ms = 0",
-                                                   {SqlValue(id), SqlValue(clock_.unixMillis())}));
+    INFERA_ASSIGN_OR_RETURN(
+        SqlResult r,
+        db_->exec("UPDATE infera_keys SET revoked_ms = ?2 WHERE id = ?1 AND revoked_ms = 0",
+                  {SqlValue(id), SqlValue(clock_.unixMillis())}));
     if (r.affected == 0) return Status::notFound("no active key '" + id + "'");
     return Status::ok();
   });
 }
 
-Result<std::string> MetaStore::rotateKey(const std::string& id, int64_t grace_ms, const std::string& server_secret,
-                                         const std::string& actor, KeyRecord& created) {
+Result<std::string> MetaStore::rotateKey(const std::string& id, int64_t grace_ms,
+                                         const std::string& server_secret, const std::string& actor,
+                                         KeyRecord& created) {
   INFERA_ASSIGN_OR_RETURN(auto old, key(id));
   if (!old || old->revoked_ms != 0) return Status::notFound("no active key '" + id + "'");
   if (old->expires_ms != 0 && old->expires_ms <= clock_.unixMillis()) {
@@ -572,7 +620,8 @@ Result<std::string> MetaStore::rotateKey(const std::string& id, int64_t grace_ms
   // The new key gets at most what the team allows now (checked again inside the transaction).
   INFERA_ASSIGN_OR_RETURN(auto team_now, team(created.team));
   if (!team_now) return Status::notFound("no team '" + created.team + "'");
-  INFERA_ASSIGN_OR_RETURN(const std::vector<std::string> clamped, clampKeyToTeam(created, *team_now));
+  INFERA_ASSIGN_OR_RETURN(const std::vector<std::string> clamped,
+                          clampKeyToTeam(created, *team_now));
   nlohmann::json detail = fieldsJson(created);
   detail["rotated_from"] = id;
   detail["grace_ms"] = grace_ms;
@@ -581,23 +630,26 @@ Result<std::string> MetaStore::rotateKey(const std::string& id, int64_t grace_ms
     // A key rotated already is in its grace period: a second successor would inherit that end.
     INFERA_ASSIGN_OR_RETURN(
         SqlResult successor,
-        db_->exec("SELECT id FROM infera_keys WHERE rotated_from = ?1 AND revoked_ms = 0 LIMIT 1", {SqlValue(id)}));
+        db_->exec("SELECT id FROM infera_keys WHERE rotated_from = ?1 AND revoked_ms = 0 LIMIT 1",
+                  {SqlValue(id)}));
     if (!successor.rows.empty()) {
-      return Status::failedPrecondition("key '" + id + "' was already rotated to '" + successor.text(0, 0) +
-                                        "': rotate that one");
+      return Status::failedPrecondition("key '" + id + "' was already rotated to '" +
+                                        successor.text(0, 0) + "': rotate that one");
     }
     INFERA_ASSIGN_OR_RETURN(auto team_in_tx, this->team(created.team));
     if (!team_in_tx) return Status::notFound("no team '" + created.team + "'");
     INFERA_RETURN_IF_ERROR(checkKeyWithinTeam(created, *team_in_tx));
     auto r = db_->exec(std::string("INSERT INTO infera_keys (") + kKeyCols +
                            ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, 0, ?12)",
-                       {SqlValue(created.id), SqlValue(created.team), SqlValue(created.name), SqlValue(created.salt),
-                        SqlValue(created.hash), SqlValue(joinPatterns(created.models)), SqlValue(created.rpm),
+                       {SqlValue(created.id), SqlValue(created.team), SqlValue(created.name),
+                        SqlValue(created.salt), SqlValue(created.hash),
+                        SqlValue(joinPatterns(created.models)), SqlValue(created.rpm),
                         SqlValue(created.tpm), SqlValue(int64_t{created.allow_user ? 1 : 0}),
                         SqlValue(created.created_ms), SqlValue(created.expires_ms), SqlValue(id)});
     if (!r.ok()) return r.status();
     auto u = db_->exec(
-        "UPDATE infera_keys SET expires_ms = ?2 WHERE id = ?1 AND (expires_ms = 0 OR expires_ms > ?2)",
+        "UPDATE infera_keys SET expires_ms = ?2 WHERE id = ?1 AND (expires_ms = 0 OR expires_ms > "
+        "?2)",
         {SqlValue(id), SqlValue(old_expiry)});
     return u.ok() ? Status::ok() : u.status();
   });
@@ -606,11 +658,12 @@ Result<std::string> MetaStore::rotateKey(const std::string& id, int64_t grace_ms
 }
 
 Result<std::vector<KeyRecord>> MetaStore::keys(const std::string& team) {
-  Result<SqlResult> r = team.empty()
-                            ? db_->exec(std::string("SELECT ") + kKeyCols + " FROM infera_keys ORDER BY created_ms, id")
-                            : db_->exec(std::string("SELECT ") + kKeyCols +
-                                            " FROM infera_keys WHERE team = ?1 ORDER BY created_ms, id",
-                                        {SqlValue(team)});
+  Result<SqlResult> r =
+      team.empty() ? db_->exec(std::string("SELECT ") + kKeyCols +
+                               " FROM infera_keys ORDER BY created_ms, id")
+                   : db_->exec(std::string("SELECT ") + kKeyCols +
+                                   " FROM infera_keys WHERE team = ?1 ORDER BY created_ms, id",
+                               {SqlValue(team)});
   if (!r.ok()) return r.status();
   std::vector<KeyRecord> out;
   for (size_t i = 0; i < r->rows.size(); ++i) out.push_back(keyFromRow(*r, i));
@@ -618,17 +671,19 @@ Result<std::vector<KeyRecord>> MetaStore::keys(const std::string& team) {
 }
 
 Result<std::optional<KeyRecord>> MetaStore::key(const std::string& id) {
-  INFERA_ASSIGN_OR_RETURN(SqlResult r,
-                          db_->exec(std::string("SELECT ") + kKeyCols + " FROM infera_keys WHERE id = ?1", {SqlValue(id)}));
+  INFERA_ASSIGN_OR_RETURN(
+      SqlResult r, db_->exec(std::string("SELECT ") + kKeyCols + " FROM infera_keys WHERE id = ?1",
+                             {SqlValue(id)}));
   if (r.rows.empty()) return std::optional<KeyRecord>();
   return std::optional<KeyRecord>(keyFromRow(r, 0));
 }
 
 Result<std::vector<AuditRecord>> MetaStore::audit(int64_t since_ms, int limit) {
   INFERA_ASSIGN_OR_RETURN(
-      SqlResult r, db_->exec("SELECT ts_ms, actor, action, target, detail FROM infera_audit WHERE ts_ms >= ?1 "
-                             "ORDER BY ts_ms DESC, seq DESC LIMIT ?2",
-                             {SqlValue(since_ms), SqlValue(int64_t{limit})}));
+      SqlResult r,
+      db_->exec("SELECT ts_ms, actor, action, target, detail FROM infera_audit WHERE ts_ms >= ?1 "
+                "ORDER BY ts_ms DESC, seq DESC LIMIT ?2",
+                {SqlValue(since_ms), SqlValue(int64_t{limit})}));
   std::vector<AuditRecord> out;
   for (size_t i = 0; i < r.rows.size(); ++i) {
     out.push_back({r.integer(i, 0), r.text(i, 1), r.text(i, 2), r.text(i, 3), r.text(i, 4)});
@@ -668,7 +723,9 @@ class MultiRowInsert {
   }
   // Rows for the next statement when `left` (> 0) remain.
   static size_t rowsFor(size_t left) { return std::min(kMaxRows, std::bit_floor(left)); }
-  const std::string& sql(size_t rows) const { return sql_[static_cast<size_t>(std::countr_zero(rows))]; }
+  const std::string& sql(size_t rows) const {
+    return sql_[static_cast<size_t>(std::countr_zero(rows))];
+  }
 
  private:
   std::array<std::string, 6> sql_;  // sql_[i]: 2^i rows
@@ -682,7 +739,8 @@ struct RollupId {
   auto operator<=>(const RollupId&) const = default;
 };
 struct RollupSums {
-  int64_t requests = 0, prompt_tokens = 0, completion_tokens = 0, cached = 0, aborted = 0, errors = 0;
+  int64_t requests = 0, prompt_tokens = 0, completion_tokens = 0, cached = 0, aborted = 0,
+          errors = 0;
   double cost_usd = 0, latency_ms = 0;
 };
 
@@ -693,11 +751,14 @@ Status MetaStore::insertUsage(const std::vector<UsageRecord>& batch) {
   constexpr size_t kCols = 18;
   constexpr size_t kRollupCols = 14;
   static const MultiRowInsert kInsertRecords(
-      "infera_usage (ts_ms, request_id, key_id, team, user_id, model, deployment, region, prompt_tokens, "
-      "completion_tokens, latency_ms, ttft_ms, status, cached, stream, aborted, estimated, cost_usd)",
+      "infera_usage (ts_ms, request_id, key_id, team, user_id, model, deployment, region, "
+      "prompt_tokens, "
+      "completion_tokens, latency_ms, ttft_ms, status, cached, stream, aborted, estimated, "
+      "cost_usd)",
       kCols, "");
   static const MultiRowInsert kUpsertRollups(
-      "infera_usage_minute (minute_ms, team, key_id, user_id, model, deployment, requests, prompt_tokens, "
+      "infera_usage_minute (minute_ms, team, key_id, user_id, model, deployment, requests, "
+      "prompt_tokens, "
       "completion_tokens, cached, aborted, errors, cost_usd, latency_ms_sum)",
       kRollupCols,
       " ON CONFLICT (minute_ms, team, key_id, user_id, model, deployment) DO UPDATE SET "
@@ -712,7 +773,8 @@ Status MetaStore::insertUsage(const std::vector<UsageRecord>& batch) {
   // Ordered, so that replicas sharing a PostgreSQL store lock roll-up rows in the same order.
   std::map<RollupId, RollupSums> rollups;
   for (const UsageRecord& u : batch) {
-    RollupSums& r = rollups[{u.ts_ms - u.ts_ms % 60'000, u.team, u.key_id, u.user, u.model, u.deployment}];
+    RollupSums& r =
+        rollups[{u.ts_ms - u.ts_ms % 60'000, u.team, u.key_id, u.user, u.model, u.deployment}];
     ++r.requests;
     r.prompt_tokens += u.prompt_tokens;
     r.completion_tokens += u.completion_tokens;
@@ -788,12 +850,14 @@ Result<int64_t> MetaStore::pruneUsage(int64_t records_before_ms, int64_t rollups
   int64_t removed = 0;
   auto prune = [&](const char* table, const char* column, int64_t before, int64_t span) -> Status {
     if (before <= 0) return Status::ok();
-    INFERA_ASSIGN_OR_RETURN(SqlResult oldest, db_->exec(std::string("SELECT MIN(") + column + ") FROM " + table));
-    if (oldest.rows.empty() || oldest.isNull(0, 0) || oldest.integer(0, 0) >= before) return Status::ok();
+    INFERA_ASSIGN_OR_RETURN(SqlResult oldest,
+                            db_->exec(std::string("SELECT MIN(") + column + ") FROM " + table));
+    if (oldest.rows.empty() || oldest.isNull(0, 0) || oldest.integer(0, 0) >= before)
+      return Status::ok();
     const int64_t end = std::min(before, oldest.integer(0, 0) + span);
     INFERA_ASSIGN_OR_RETURN(
-        SqlResult r,
-        db_->exec(std::string("DELETE FROM ") + table + " WHERE " + column + " < ?1", {SqlValue(end)}));
+        SqlResult r, db_->exec(std::string("DELETE FROM ") + table + " WHERE " + column + " < ?1",
+                               {SqlValue(end)}));
     removed += r.affected;
     return Status::ok();
   };
@@ -804,7 +868,11 @@ Result<int64_t> MetaStore::pruneUsage(int64_t records_before_ms, int64_t rollups
 
 Result<std::string> MetaStore::queryUsage(const UsageQuery& q) {
   static const std::vector<std::pair<std::string, std::string>> kGroupable = {
-      {"team", "team"}, {"key", "key_id"}, {"model", "model"}, {"user", "user_id"}, {"deployment", "deployment"}};
+      {"team", "team"},
+      {"key", "key_id"},
+      {"model", "model"},
+      {"user", "user_id"},
+      {"deployment", "deployment"}};
   int64_t bucket = 0;
   if (q.granularity == "minute") {
     bucket = 60'000;
@@ -813,7 +881,8 @@ Result<std::string> MetaStore::queryUsage(const UsageQuery& q) {
   } else if (q.granularity == "day") {
     bucket = 86'400'000;
   } else if (q.granularity != "total") {
-    return Status::invalidArgument("granularity must be minute, hour, day or total (got '" + q.granularity + "')");
+    return Status::invalidArgument("granularity must be minute, hour, day or total (got '" +
+                                   q.granularity + "')");
   }
   std::vector<std::string> cols;
   std::vector<std::string> names;
@@ -826,16 +895,21 @@ Result<std::string> MetaStore::queryUsage(const UsageQuery& q) {
         found = true;
       }
     }
-    if (!found) return Status::invalidArgument("cannot group usage by '" + g + "' (use team, key, model, user, deployment)");
+    if (!found)
+      return Status::invalidArgument("cannot group usage by '" + g +
+                                     "' (use team, key, model, user, deployment)");
   }
   // Read from the per-minute roll-ups: a minute counts when it starts in [from rounded down to its
   // minute, to).
-  std::string select = bucket ? "(minute_ms / " + std::to_string(bucket) + ") * " + std::to_string(bucket) : "0";
+  std::string select =
+      bucket ? "(minute_ms / " + std::to_string(bucket) + ") * " + std::to_string(bucket) : "0";
   std::string sql = "SELECT " + select + " AS bucket";
   for (const auto& c : cols) sql += ", " + c;
   sql +=
-      ", SUM(requests), SUM(prompt_tokens), SUM(completion_tokens), SUM(cached), SUM(aborted), SUM(cost_usd), "
-      "SUM(latency_ms_sum), SUM(errors) FROM infera_usage_minute WHERE minute_ms >= ?1 AND minute_ms < ?2";
+      ", SUM(requests), SUM(prompt_tokens), SUM(completion_tokens), SUM(cached), SUM(aborted), "
+      "SUM(cost_usd), "
+      "SUM(latency_ms_sum), SUM(errors) FROM infera_usage_minute WHERE minute_ms >= ?1 AND "
+      "minute_ms < ?2";
   const int64_t from = q.from_ms - ((q.from_ms % 60'000) + 60'000) % 60'000;
   std::vector<SqlValue> params = {SqlValue(from),
                                   SqlValue(q.to_ms > 0 ? q.to_ms : clock_.unixMillis() + 1)};
@@ -862,7 +936,8 @@ Result<std::string> MetaStore::queryUsage(const UsageQuery& q) {
     row["requests"] = r.integer(i, c++);
     row["prompt_tokens"] = r.integer(i, c++);
     row["completion_tokens"] = r.integer(i, c++);
-    row["total_tokens"] = row["prompt_tokens"].get<int64_t>() + row["completion_tokens"].get<int64_t>();
+    row["total_tokens"] =
+        row["prompt_tokens"].get<int64_t>() + row["completion_tokens"].get<int64_t>();
     row["cached"] = r.integer(i, c++);
     row["aborted"] = r.integer(i, c++);
     row["cost_usd"] = r.real(i, c++);
@@ -875,14 +950,17 @@ Result<std::string> MetaStore::queryUsage(const UsageQuery& q) {
   return rows.dump();
 }
 
-Result<std::pair<int64_t, double>> MetaStore::teamUsageSince(const std::string& team, int64_t since_ms,
+Result<std::pair<int64_t, double>> MetaStore::teamUsageSince(const std::string& team,
+                                                             int64_t since_ms,
                                                              const std::string* user) {
-  const std::string sql = std::string(
-                              "SELECT SUM(prompt_tokens + completion_tokens), SUM(cost_usd) FROM infera_usage_minute "
-                              "WHERE team = ?1 AND minute_ms >= ?2") +
-                          (user ? " AND user_id = ?3" : "");
-  INFERA_ASSIGN_OR_RETURN(SqlResult r, user ? db_->exec(sql, {SqlValue(team), SqlValue(since_ms), SqlValue(*user)})
-                                            : db_->exec(sql, {SqlValue(team), SqlValue(since_ms)}));
+  const std::string sql =
+      std::string(
+          "SELECT SUM(prompt_tokens + completion_tokens), SUM(cost_usd) FROM infera_usage_minute "
+          "WHERE team = ?1 AND minute_ms >= ?2") +
+      (user ? " AND user_id = ?3" : "");
+  INFERA_ASSIGN_OR_RETURN(
+      SqlResult r, user ? db_->exec(sql, {SqlValue(team), SqlValue(since_ms), SqlValue(*user)})
+                        : db_->exec(sql, {SqlValue(team), SqlValue(since_ms)}));
   if (r.rows.empty()) return std::pair<int64_t, double>{0, 0};
   return std::pair<int64_t, double>{r.integer(0, 0), r.real(0, 1)};
 }
@@ -914,7 +992,8 @@ const UserInfo* GovSnapshot::user(std::string_view team, std::string_view name) 
 }
 
 std::shared_ptr<const GovSnapshot> buildSnapshot(int64_t generation, std::vector<TeamRecord> teams,
-                                                 std::vector<KeyRecord> keys, std::vector<UserRecord> users) {
+                                                 std::vector<KeyRecord> keys,
+                                                 std::vector<UserRecord> users) {
   auto s = std::make_shared<GovSnapshot>();
   s->generation = generation;
   for (auto& t : teams) {

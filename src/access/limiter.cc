@@ -14,17 +14,28 @@ namespace infera::access {
 
 std::string_view scopeName(Scope s) {
   switch (s) {
-    case Scope::kKey: return "key";
-    case Scope::kTeam: return "team";
-    case Scope::kUser: return "user";
-    case Scope::kModel: return "model";
-    case Scope::kDeployment: return "deployment";
-    case Scope::kDaily: return "daily quota";
-    case Scope::kBudgetTokens: return "token budget";
-    case Scope::kBudgetCost: return "cost budget";
-    case Scope::kUserDaily: return "user daily quota";
-    case Scope::kUserBudgetTokens: return "user token budget";
-    case Scope::kUserBudgetCost: return "user cost budget";
+    case Scope::kKey:
+      return "key";
+    case Scope::kTeam:
+      return "team";
+    case Scope::kUser:
+      return "user";
+    case Scope::kModel:
+      return "model";
+    case Scope::kDeployment:
+      return "deployment";
+    case Scope::kDaily:
+      return "daily quota";
+    case Scope::kBudgetTokens:
+      return "token budget";
+    case Scope::kBudgetCost:
+      return "cost budget";
+    case Scope::kUserDaily:
+      return "user daily quota";
+    case Scope::kUserBudgetTokens:
+      return "user token budget";
+    case Scope::kUserBudgetCost:
+      return "user cost budget";
   }
   return "?";
 }
@@ -186,7 +197,8 @@ Admission LocalCounters::reserve(std::span<const Charge> charges, int64_t now_ms
   std::vector<LocalCounterEntry*> entry_large, order_large;
   std::vector<int64_t> used_large;
   const size_t inline_n = std::min(n, kInline);
-  std::span<LocalCounterEntry*> entry(entry_small.data(), inline_n), order(order_small.data(), inline_n);
+  std::span<LocalCounterEntry*> entry(entry_small.data(), inline_n),
+      order(order_small.data(), inline_n);
   std::span<int64_t> used(used_small.data(), inline_n);
   if (n > kInline) {
     entry_large.assign(n, nullptr);
@@ -210,7 +222,8 @@ Admission LocalCounters::reserve(std::span<const Charge> charges, int64_t now_ms
     std::span<LocalCounterEntry*> held;  // locked entries
     ~Unlock() {
       for (LocalCounterEntry* e : held) e->mu.unlock();
-      for (uint32_t m = shards; m != 0; m &= m - 1) self->shards_[static_cast<size_t>(std::countr_zero(m))].mu.unlock();
+      for (uint32_t m = shards; m != 0; m &= m - 1)
+        self->shards_[static_cast<size_t>(std::countr_zero(m))].mu.unlock();
     }
   } unlock{this, 0, {}};
   for (uint32_t m = shards; m != 0; m &= m - 1) {
@@ -225,9 +238,11 @@ Admission LocalCounters::reserve(std::span<const Charge> charges, int64_t now_ms
   // Insertion sort (a request has a handful of counters), by std::less: a total order of pointers.
   const std::less<LocalCounterEntry*> before;
   for (size_t i = 1; i < order.size(); ++i) {
-    for (size_t j = i; j > 0 && before(order[j], order[j - 1]); --j) std::swap(order[j], order[j - 1]);
+    for (size_t j = i; j > 0 && before(order[j], order[j - 1]); --j)
+      std::swap(order[j], order[j - 1]);
   }
-  const size_t distinct = static_cast<size_t>(std::unique(order.begin(), order.end()) - order.begin());
+  const size_t distinct =
+      static_cast<size_t>(std::unique(order.begin(), order.end()) - order.begin());
   for (size_t i = 0; i < distinct; ++i) {
     order[i]->mu.lock();
     unlock.held = order.first(i + 1);
@@ -273,10 +288,12 @@ Admission LocalCounters::reserve(std::span<const Charge> charges, int64_t now_ms
     for (size_t i = 0; i < n; ++i) {
       const Charge& ch = charges[i];
       const LocalCounter& c = entry[i]->c;
-      a.remaining[i] = std::max<int64_t>(0, scaledLimit(ch.limit, share) - usedLocked(entry[i]->c, ch.window, now_ms));
+      a.remaining[i] = std::max<int64_t>(
+          0, scaledLimit(ch.limit, share) - usedLocked(entry[i]->c, ch.window, now_ms));
       a.reset_ms[i] = static_cast<int>(i) == a.refused ? a.retry_after_ms
-                      : ch.window == Window::kMinute   ? (std::min(now, c.oldestLive()) + 60) * 1000 - now_ms
-                                                       : periodEndMs(ch.window, now_ms) - now_ms;
+                      : ch.window == Window::kMinute
+                          ? (std::min(now, c.oldestLive()) + 60) * 1000 - now_ms
+                          : periodEndMs(ch.window, now_ms) - now_ms;
     }
     return a;
   }
@@ -297,8 +314,8 @@ Admission LocalCounters::reserve(std::span<const Charge> charges, int64_t now_ms
   return a;
 }
 
-void LocalCounters::adjust(std::span<const Charge> charges, std::span<const int64_t> delta, int64_t stamp_ms,
-                           int64_t now_ms) {
+void LocalCounters::adjust(std::span<const Charge> charges, std::span<const int64_t> delta,
+                           int64_t stamp_ms, int64_t now_ms) {
   const int64_t stamp = stamp_ms / 1000;
   const int64_t now = now_ms / 1000;
   for (size_t i = 0; i < charges.size() && i < delta.size(); ++i) {
@@ -347,7 +364,8 @@ size_t LocalCounters::sweep(int64_t now_ms) {
       if (e.pinned) return false;
       std::lock_guard<std::mutex> entry_lock(e.mu);
       e.c.advance(now);
-      const bool period_live = e.c.period == day || e.c.period == month;  // kept while its period runs
+      const bool period_live =
+          e.c.period == day || e.c.period == month;  // kept while its period runs
       const bool idle = e.c.sum == 0 && !period_live;
       removed += idle ? 1 : 0;
       return idle;
@@ -367,13 +385,7 @@ size_t LocalCounters::size() {
 
 // ---- Redis ----
 
-namespace {
-
-
-
-
-
-}  // namespace
+namespace {}  // namespace
 
 const store::RedisScript& reserveScript() {
   static const store::RedisScript s(std::string(lua::counters()) + std::string(lua::reserve()));
@@ -409,8 +421,8 @@ std::string redisCounterKey(const Charge& c, int64_t unix_ms) {
   return k;
 }
 
-void buildReserveCall(std::span<const std::span<const Charge>> admissions, int64_t now_ms, std::string_view call_id,
-                      ReserveCall& call) {
+void buildReserveCall(std::span<const std::span<const Charge>> admissions, int64_t now_ms,
+                      std::string_view call_id, ReserveCall& call) {
   call.keys.clear();
   call.args.clear();
   call.args.emplace_back(call_id);
@@ -425,7 +437,8 @@ void buildReserveCall(std::span<const std::span<const Charge>> admissions, int64
     shape.assign(2, 0);
     for (const Charge& c : admissions[a]) {
       uint32_t i = 0;
-      while (i < first.size() && !(first[i]->counter == c.counter && first[i]->window == c.window)) ++i;
+      while (i < first.size() && !(first[i]->counter == c.counter && first[i]->window == c.window))
+        ++i;
       if (i == first.size()) first.push_back(&c);
       call.counter_of[a].push_back(i);
       auto& sl = slots[a];
@@ -445,7 +458,8 @@ void buildReserveCall(std::span<const std::span<const Charge>> admissions, int64
   call.counters = first.size();
   std::vector<int64_t> sums(first.size(), 0);
   for (size_t a = 0; a < admissions.size(); ++a) {
-    for (size_t i = 0; i < admissions[a].size(); ++i) sums[call.counter_of[a][i]] += admissions[a][i].amount;
+    for (size_t i = 0; i < admissions[a].size(); ++i)
+      sums[call.counter_of[a][i]] += admissions[a][i].amount;
   }
   auto& args = call.args;
   args.reserve(4 + 5 * first.size());
@@ -456,8 +470,9 @@ void buildReserveCall(std::span<const std::span<const Charge>> admissions, int64
     args.push_back(c->window == Window::kMinute ? "0" : "1");
     args.push_back(std::to_string(c->limit));
     // Period counters outlive their period by a day (clock skew between replicas).
-    const int64_t ttl_s =
-        c->window == Window::kMinute ? 61 : (periodEndMs(c->window, now_ms) - now_ms) / 1000 + 86'400;
+    const int64_t ttl_s = c->window == Window::kMinute
+                              ? 61
+                              : (periodEndMs(c->window, now_ms) - now_ms) / 1000 + 86'400;
     args.push_back(std::to_string(ttl_s));
     args.push_back(std::to_string(sums[i]));
     args.push_back(std::to_string(c->seedAt(now_ms)));
@@ -482,21 +497,22 @@ void buildReserveCall(std::span<const std::span<const Charge>> admissions, int64
   args.push_back(std::move(packed));
 }
 
-Result<std::vector<Admission>> parseReserveReply(const store::RedisReply& r,
-                                                 std::span<const std::span<const Charge>> admissions,
-                                                 const ReserveCall& call) {
+Result<std::vector<Admission>> parseReserveReply(
+    const store::RedisReply& r, std::span<const std::span<const Charge>> admissions,
+    const ReserveCall& call) {
   using T = store::RedisReply::Type;
   if (r.type == T::kError) return Status::internal("rate-limit script failed: " + r.str);
   // After the counters: -1 (all admitted), or one verdict per admission.
   const size_t head = 1 + 2 * call.counters;
-  const bool all = r.type == T::kArray && r.elements.size() == head + 1 && r.elements[head].type == T::kInteger &&
-                   r.elements[head].integer == -1;
+  const bool all = r.type == T::kArray && r.elements.size() == head + 1 &&
+                   r.elements[head].type == T::kInteger && r.elements[head].integer == -1;
   if (r.type != T::kArray || (!all && r.elements.size() != head + admissions.size()) ||
       call.counter_of.size() != admissions.size()) {
     return Status::internal("rate-limit script: unexpected reply");
   }
   for (const auto& e : r.elements) {
-    if (e.type != T::kInteger) return Status::internal("rate-limit script: non-integer reply element");
+    if (e.type != T::kInteger)
+      return Status::internal("rate-limit script: non-integer reply element");
   }
   const int64_t now_ms = r.elements[0].integer;
   const int64_t now = now_ms / 1000;
@@ -555,22 +571,24 @@ Result<std::vector<Admission>> parseReserveReply(const store::RedisReply& r,
       const size_t c = idx[i];
       if (charges[i].window == Window::kMinute && total[c] == 0) oldest[c] = now;
       total[c] += charges[i].amount;
-      ad.reset_ms[i] = charges[i].window == Window::kMinute ? (oldest[c] + 60) * 1000 - now_ms
-                                                             : periodEndMs(charges[i].window, now_ms) - now_ms;
+      ad.reset_ms[i] = charges[i].window == Window::kMinute
+                           ? (oldest[c] + 60) * 1000 - now_ms
+                           : periodEndMs(charges[i].window, now_ms) - now_ms;
     }
   }
   return out;
 }
 
-void PendingAdjustments::add(std::span<const Charge> charges, std::span<const int64_t> delta, int64_t stamp_ms,
-                             int64_t key_ms) {
+void PendingAdjustments::add(std::span<const Charge> charges, std::span<const int64_t> delta,
+                             int64_t stamp_ms, int64_t key_ms) {
   for (size_t i = 0; i < charges.size() && i < delta.size(); ++i) {
     if (delta[i] == 0) continue;
     const bool minute = charges[i].window == Window::kMinute;
     // Kept without redisCounterKey's prefix (take() adds it); a minute counter's is its name.
     std::string period_key;
     if (!minute) appendPeriodName(period_key, charges[i], key_ms);
-    const IdView id{minute ? charges[i].counter : std::string_view(period_key), minute, stamp_ms / 1000};
+    const IdView id{minute ? charges[i].counter : std::string_view(period_key), minute,
+                    stamp_ms / 1000};
     const auto it = sums_.find(id);
     if (it != sums_.end()) {
       it->second += delta[i];
@@ -678,8 +696,8 @@ bool RedisLeases::take(std::span<const Charge> charges, int64_t now_ms, Admissio
   }
   for (size_t i = 0; i < charges.size(); ++i) {
     const Window w = charges[i].window;
-    if (w != Window::kMinute &&
-        (periodId(w, es[i]->key_ms) != periodId(w, key_ms) || periodId(w, key_ms) != periodId(w, now_ms))) {
+    if (w != Window::kMinute && (periodId(w, es[i]->key_ms) != periodId(w, key_ms) ||
+                                 periodId(w, key_ms) != periodId(w, now_ms))) {
       return false;
     }
   }
@@ -701,7 +719,8 @@ bool RedisLeases::take(std::span<const Charge> charges, int64_t now_ms, Admissio
   return true;
 }
 
-void RedisLeases::plan(std::span<const std::span<const Charge>> admissions, int64_t now_ms, std::vector<Charge>& out) {
+void RedisLeases::plan(std::span<const std::span<const Charge>> admissions, int64_t now_ms,
+                       std::vector<Charge>& out) {
   if (!enabled()) return;
   struct Seen {
     Entry* e;
@@ -744,8 +763,8 @@ void RedisLeases::plan(std::span<const std::span<const Charge>> admissions, int6
   }
 }
 
-void RedisLeases::observe(std::span<const std::span<const Charge>> admissions, std::span<const Admission> decided,
-                          int64_t now_ms) {
+void RedisLeases::observe(std::span<const std::span<const Charge>> admissions,
+                          std::span<const Admission> decided, int64_t now_ms) {
   if (!enabled()) return;
   // The last admission on a counter saw what it had left after the call.
   std::vector<const Entry*> done;
@@ -768,7 +787,8 @@ void RedisLeases::observe(std::span<const std::span<const Charge>> admissions, s
   }
 }
 
-int64_t RedisLeases::grant(const Charge& lease, const Admission& a, int64_t sent_ms, PendingAdjustments& back) {
+int64_t RedisLeases::grant(const Charge& lease, const Admission& a, int64_t sent_ms,
+                           PendingAdjustments& back) {
   if (!a.admitted) return std::numeric_limits<int64_t>::max();
   if (!enabled() || a.remaining.size() != 1 || a.reset_ms.size() != 1) {
     // Reserved in Redis but of no use here: back it goes.
@@ -780,9 +800,10 @@ int64_t RedisLeases::grant(const Charge& lease, const Admission& a, int64_t sent
   // Redis reserved it in second a.stamp_ms / 1000, no earlier than the call was sent: it can be
   // used until that second ends, measured from the sending.
   const int64_t expires = sent_ms + (1000 - a.stamp_ms % 1000);
-  const bool same_period =
-      lease.window == Window::kMinute || periodId(lease.window, e.key_ms) == periodId(lease.window, a.key_ms);
-  const bool same = e.live && e.stamp_ms / 1000 == a.stamp_ms / 1000 && e.limit == lease.limit && same_period;
+  const bool same_period = lease.window == Window::kMinute ||
+                           periodId(lease.window, e.key_ms) == periodId(lease.window, a.key_ms);
+  const bool same =
+      e.live && e.stamp_ms / 1000 == a.stamp_ms / 1000 && e.limit == lease.limit && same_period;
   if (same) {
     e.left += lease.amount;
     e.granted += lease.amount;
@@ -802,11 +823,14 @@ int64_t RedisLeases::grant(const Charge& lease, const Admission& a, int64_t sent
   return e.expires_ms;
 }
 
-int64_t RedisLeases::giveBack(const Charge& c, int64_t refund, int64_t stamp_ms, int64_t key_ms, int64_t now_ms) {
+int64_t RedisLeases::giveBack(const Charge& c, int64_t refund, int64_t stamp_ms, int64_t key_ms,
+                              int64_t now_ms) {
   if (!enabled() || refund <= 0) return 0;
   Entry* e = find(c);
-  if (e == nullptr || !e->live || !e->usable(now_ms) || e->stamp_ms / 1000 != stamp_ms / 1000) return 0;
-  if (c.window != Window::kMinute && periodId(c.window, e->key_ms) != periodId(c.window, key_ms)) return 0;
+  if (e == nullptr || !e->live || !e->usable(now_ms) || e->stamp_ms / 1000 != stamp_ms / 1000)
+    return 0;
+  if (c.window != Window::kMinute && periodId(c.window, e->key_ms) != periodId(c.window, key_ms))
+    return 0;
   // Never more than was granted: a lease holds no more than its cap allowed.
   const int64_t taken = std::clamp<int64_t>(e->granted - e->left, 0, refund);
   e->left += taken;

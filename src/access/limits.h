@@ -22,7 +22,8 @@ struct CounterName {
   mutable std::atomic<LocalCounterEntry*> local{nullptr};
 
   CounterName() = default;
-  CounterName(std::string n) : name(std::move(n)) {}  // NOLINT: implicit, names are built as strings
+  CounterName(std::string n)
+      : name(std::move(n)) {}  // NOLINT: implicit, names are built as strings
   CounterName(const CounterName& o) : name(o.name) {}
   CounterName& operator=(const CounterName& o) {
     name = o.name;

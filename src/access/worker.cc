@@ -27,13 +27,15 @@ GovWorker::GovWorker(Governance& g, int shard, net::asio::io_context& ctx)
     g_.subscribers_.push_back({&ctx_, this});
   }
   std::random_device rd;
-  call_prefix_ = std::to_string((static_cast<uint64_t>(rd()) << 32) | rd()) + "-" + std::to_string(shard) + "-";
+  call_prefix_ = std::to_string((static_cast<uint64_t>(rd()) << 32) | rd()) + "-" +
+                 std::to_string(shard) + "-";
   if (!g_.config_.redis.empty()) {
     auto addr = store::parseRedisUrl(g_.config_.redis);
     if (addr.ok()) {
       store::AsyncRedisOptions o;
       o.command_timeout = std::chrono::milliseconds(g_.config_.redis_timeout_ms);
-      o.connect_timeout = std::chrono::milliseconds(std::max<int64_t>(g_.config_.redis_timeout_ms, 200));
+      o.connect_timeout =
+          std::chrono::milliseconds(std::max<int64_t>(g_.config_.redis_timeout_ms, 200));
       redis_ = std::shared_ptr<store::AsyncRedis>(store::AsyncRedis::create(ctx_, *addr, o));
     }
   }
@@ -42,7 +44,8 @@ GovWorker::GovWorker(Governance& g, int shard, net::asio::io_context& ctx)
 GovWorker::~GovWorker() {
   {
     std::lock_guard<std::mutex> lock(g_.publish_mu_);
-    std::erase_if(g_.subscribers_, [this](const Governance::Subscriber& s) { return s.worker == this; });
+    std::erase_if(g_.subscribers_,
+                  [this](const Governance::Subscriber& s) { return s.worker == this; });
   }
   *alive_ = false;
   flush_timer_.cancel();
@@ -69,7 +72,8 @@ GovWorker::~GovWorker() {
     } else if (!addr.ok()) {
       s = addr.status();
     } else {
-      const auto timeout = std::chrono::milliseconds(std::clamp<int64_t>(g_.config_.redis_timeout_ms, 200, 1'000));
+      const auto timeout =
+          std::chrono::milliseconds(std::clamp<int64_t>(g_.config_.redis_timeout_ms, 200, 1'000));
       auto rc = store::RedisClient::connect(*addr, timeout);
       if (!rc.ok()) s = rc.status();
       for (; sent < calls.size() && s.isOk(); ++sent) {
@@ -86,7 +90,8 @@ GovWorker::~GovWorker() {
     if (unsent > 0) {
       g_.redis_errors->inc(shard_);
       INFERA_LOG(g_.log, warn,
-                 "rate limits: {} reconciliation/cancel calls (leases given back included) not sent to Redis at "
+                 "rate limits: {} reconciliation/cancel calls (leases given back included) not "
+                 "sent to Redis at "
                  "shutdown: {}",
                  unsent, s.message());
     }
@@ -99,8 +104,10 @@ std::string_view GovWorker::userHeader() const { return g_.config_.user_header; 
 bool GovWorker::cacheEnabled() const { return g_.cache_ != nullptr; }
 void GovWorker::countCache(bool hit) { (hit ? g_.cache_hits : g_.cache_misses)->inc(shard_); }
 
-std::string GovWorker::cacheKey(std::string_view model, std::string_view canonical_request, const Grant& grant) const {
-  return access::cacheKey(model, canonical_request, cache_per_team_ && grant ? std::string_view(grant.t_->team) : "");
+std::string GovWorker::cacheKey(std::string_view model, std::string_view canonical_request,
+                                const Grant& grant) const {
+  return access::cacheKey(model, canonical_request,
+                          cache_per_team_ && grant ? std::string_view(grant.t_->team) : "");
 }
 
 namespace {
@@ -108,7 +115,8 @@ namespace {
 std::string redisCacheKey(const std::string& key) {
   unsigned char digest[SHA256_DIGEST_LENGTH];
   SHA256(reinterpret_cast<const unsigned char*>(key.data()), key.size(), digest);
-  // "cache2": entries carry their expiry first (an earlier version's "infera:cache:" entries did not).
+  // "cache2": entries carry their expiry first (an earlier version's "infera:cache:" entries did
+  // not).
   return "infera:cache2:" + toHex(digest, sizeof(digest));
 }
 
@@ -145,13 +153,17 @@ net::Task<std::optional<CachedAnswer>> GovWorker::cacheGet(const std::string& ke
 
 void GovWorker::cachePut(const std::string& key, CachedAnswer e) {
   e.expires_ms = g_.nowMs() + g_.config_.cache.ttl_ms;
-  if (redis_ && g_.config_.cache.redis && static_cast<int64_t>(e.body.size()) <= g_.config_.cache.max_entry_bytes) {
-    std::string v = std::to_string(e.expires_ms) + "\n" + e.content_type + "\n" + std::to_string(e.prompt_tokens) +
-                    "\n" + std::to_string(e.completion_tokens) + "\n" + e.body;
+  if (redis_ && g_.config_.cache.redis &&
+      static_cast<int64_t>(e.body.size()) <= g_.config_.cache.max_entry_bytes) {
+    std::string v = std::to_string(e.expires_ms) + "\n" + e.content_type + "\n" +
+                    std::to_string(e.prompt_tokens) + "\n" + std::to_string(e.completion_tokens) +
+                    "\n" + e.body;
     const int64_t ttl = std::max<int64_t>(1, e.expires_ms - g_.nowMs());
-    std::vector<std::string> argv = {"SET", redisCacheKey(key), std::move(v), "PX", std::to_string(ttl)};
+    std::vector<std::string> argv = {"SET", redisCacheKey(key), std::move(v), "PX",
+                                     std::to_string(ttl)};
     struct Put {
-      static net::Task<void> run(std::shared_ptr<store::AsyncRedis> r, std::vector<std::string> args) {
+      static net::Task<void> run(std::shared_ptr<store::AsyncRedis> r,
+                                 std::vector<std::string> args) {
         auto set = r->command(std::move(args));
         auto ignored = co_await std::move(set);
         (void)ignored;  // best effort: the local tier has it
@@ -162,8 +174,8 @@ void GovWorker::cachePut(const std::string& key, CachedAnswer e) {
   g_.cache_->put(key, std::move(e));
 }
 
-std::optional<Denial> GovWorker::authenticate(std::string_view authorization, std::string_view user_header,
-                                                GovTicket& t) {
+std::optional<Denial> GovWorker::authenticate(std::string_view authorization,
+                                              std::string_view user_header, GovTicket& t) {
   t.snapshot = snapshot_;
   std::string_view token = authorization;
   if (token.size() > 7 && (token.substr(0, 7) == "Bearer " || token.substr(0, 7) == "bearer ")) {
@@ -178,9 +190,10 @@ std::optional<Denial> GovWorker::authenticate(std::string_view authorization, st
     }
     g_.denied_auth->inc(shard_);
     return Denial{401,
-                    "You didn't provide an API key. You need to provide your API key in an Authorization header "
-                    "using Bearer auth (i.e. Authorization: Bearer YOUR_KEY).",
-                    "invalid_request_error", "missing_api_key"};
+                  "You didn't provide an API key. You need to provide your API key in an "
+                  "Authorization header "
+                  "using Bearer auth (i.e. Authorization: Bearer YOUR_KEY).",
+                  "invalid_request_error", "missing_api_key"};
   }
   const KeyInfo* key = nullptr;
   std::string_view id, secret;
@@ -191,7 +204,8 @@ std::optional<Denial> GovWorker::authenticate(std::string_view authorization, st
     } else if (snapshot_) {
       const auto it = snapshot_->by_id.find(std::string(id));
       if (it != snapshot_->by_id.end() &&
-          constantTimeEqual(hashSecret(g_.key_secret_, it->second->rec.salt, secret), it->second->rec.hash)) {
+          constantTimeEqual(hashSecret(g_.key_secret_, it->second->rec.salt, secret),
+                            it->second->rec.hash)) {
         key = it->second;
         if (token_cache_.size() > 4096) token_cache_.clear();
         token_cache_.insert_or_assign(std::string(id), VerifiedKey{key, std::string(secret)});
@@ -212,7 +226,7 @@ std::optional<Denial> GovWorker::authenticate(std::string_view authorization, st
   if (!user_header.empty()) {
     if (!key->rec.allow_user) {
       return Denial{403, "this API key may not set " + g_.config_.user_header, "permission_error",
-                      "user_header_not_allowed"};
+                    "user_header_not_allowed"};
     }
     t.user = std::string(user_header.substr(0, 128));
     if (snapshot_) t.user_info = snapshot_->user(t.team, t.user);
@@ -220,7 +234,8 @@ std::optional<Denial> GovWorker::authenticate(std::string_view authorization, st
   return std::nullopt;
 }
 
-bool GovWorker::allowed(const GovTicket& t, std::string_view requested, std::string_view canonical) const {
+bool GovWorker::allowed(const GovTicket& t, std::string_view requested,
+                        std::string_view canonical) const {
   if (!t.key) return true;
   auto matchAny = [&](const std::vector<std::string>& patterns) {
     if (patterns.empty()) return true;
@@ -233,20 +248,32 @@ bool GovWorker::allowed(const GovTicket& t, std::string_view requested, std::str
          (!t.user_info || matchAny(t.user_info->rec.models));
 }
 
-Denial GovWorker::refusal(const GovTicket& t, std::span<const Charge> charges, const Admission& a) const {
+Denial GovWorker::refusal(const GovTicket& t, std::span<const Charge> charges,
+                          const Admission& a) const {
   if (a.refused == -2) {
-    return Denial{503, "rate limiter unavailable (Redis unreachable and governance.redis_fallback is closed)",
-                    "server_error", "rate_limiter_unavailable"};
+    return Denial{
+        503, "rate limiter unavailable (Redis unreachable and governance.redis_fallback is closed)",
+        "server_error", "rate_limiter_unavailable"};
   }
   const Charge& c = charges[static_cast<size_t>(a.refused)];
   g_.limited->counter({std::string(scopeName(c.scope))})->inc(shard_);
   std::string who;
   switch (c.scope) {
-    case Scope::kKey: who = "key " + (t.key ? t.key->rec.id : std::string("?")); break;
-    case Scope::kUser: who = "user '" + t.user + "' of team '" + t.team + "'"; break;
-    case Scope::kModel: who = "model"; break;
-    case Scope::kDeployment: who = "deployment"; break;
-    default: who = "team '" + t.team + "'"; break;
+    case Scope::kKey:
+      who = "key " + (t.key ? t.key->rec.id : std::string("?"));
+      break;
+    case Scope::kUser:
+      who = "user '" + t.user + "' of team '" + t.team + "'";
+      break;
+    case Scope::kModel:
+      who = "model";
+      break;
+    case Scope::kDeployment:
+      who = "deployment";
+      break;
+    default:
+      who = "team '" + t.team + "'";
+      break;
   }
   char wait[32];
   std::snprintf(wait, sizeof(wait), "%.3gs", static_cast<double>(a.retry_after_ms) / 1000.0);
@@ -257,16 +284,18 @@ Denial GovWorker::refusal(const GovTicket& t, std::span<const Charge> charges, c
     const std::string unit = isCostScope(c.scope) ? " micro-USD" : " tokens";
     std::string what = std::string(scopeName(c.scope));
     if (user) what.erase(0, 5);  // "user daily quota" -> "daily quota"
-    return Denial{429,
-                    (user ? "User '" + t.user + "' of team '" + t.team + "'" : "Team '" + t.team + "'") +
-                        " is over its " + what + ": limit " + std::to_string(c.limit) + unit + ", used " +
-                        std::to_string(a.used) + ", this request needs up to " + std::to_string(c.amount) +
-                        ". It resets in " + formatResetDuration(a.retry_after_ms) + ".",
-                    "insufficient_quota", daily ? "daily_quota_exceeded" : "budget_exceeded"};
+    return Denial{
+        429,
+        (user ? "User '" + t.user + "' of team '" + t.team + "'" : "Team '" + t.team + "'") +
+            " is over its " + what + ": limit " + std::to_string(c.limit) + unit + ", used " +
+            std::to_string(a.used) + ", this request needs up to " + std::to_string(c.amount) +
+            ". It resets in " + formatResetDuration(a.retry_after_ms) + ".",
+        "insufficient_quota", daily ? "daily_quota_exceeded" : "budget_exceeded"};
   }
   const std::string what = c.tokens ? "tokens per min (TPM)" : "requests per min (RPM)";
-  std::string msg = "Rate limit reached for " + who + " on " + what + ": Limit " + std::to_string(c.limit) + ", Used " +
-                    std::to_string(a.used) + ", Requested " + std::to_string(c.amount) + ".";
+  std::string msg = "Rate limit reached for " + who + " on " + what + ": Limit " +
+                    std::to_string(c.limit) + ", Used " + std::to_string(a.used) + ", Requested " +
+                    std::to_string(c.amount) + ".";
   if (c.amount > c.limit) {
     msg += " This request alone exceeds the limit (lower max_tokens).";
   } else {
@@ -388,7 +417,8 @@ net::Task<void> GovWorker::runBatch(std::vector<PendingAdmission*> batch) {
     const auto sent = std::chrono::steady_clock::now();
     auto call = redis_->eval(reserveScript(), std::move(rc.keys), std::move(rc.args));
     auto reply = co_await std::move(call);
-    g_.redis_call_seconds->observe(shard_, std::chrono::duration<double>(std::chrono::steady_clock::now() - sent).count());
+    g_.redis_call_seconds->observe(
+        shard_, std::chrono::duration<double>(std::chrono::steady_clock::now() - sent).count());
     g_.redis_call_admissions->observe(shard_, static_cast<double>(n));
     bool ok = reply.ok();
     std::string why = !reply.ok() ? reply.status().message() : std::string();
@@ -426,12 +456,14 @@ net::Task<void> GovWorker::runBatch(std::vector<PendingAdmission*> batch) {
       if (may_have_run) {
         if (*cancels_ < kMaxCancels) {
           ++*cancels_;  // the task lowers it when it ends
-          ReserveCall undo;  // the same arguments again (rebuilt here rather than kept for every call)
+          ReserveCall
+              undo;  // the same arguments again (rebuilt here rather than kept for every call)
           buildReserveCall(admissions, now, call_id, undo);
-          auto [listed, cancel] = unanswered_->add(cancelScript(), std::move(undo.keys), std::move(undo.args));
+          auto [listed, cancel] =
+              unanswered_->add(cancelScript(), std::move(undo.keys), std::move(undo.args));
           net::spawn(ctx_,
-                     cancelRemote(ctx_, redis_, g_.redis_cancelled, g_.redis_errors, shard_, cancels_,
-                                  unanswered_, listed, std::move(cancel)),
+                     cancelRemote(ctx_, redis_, g_.redis_cancelled, g_.redis_errors, shard_,
+                                  cancels_, unanswered_, listed, std::move(cancel)),
                      "rate-limit cancel");
         } else {
           g_.redis_errors->inc(shard_);
@@ -465,7 +497,8 @@ void GovWorker::answer(std::span<PendingAdmission* const> waiters, int64_t now) 
   }
 }
 
-void GovWorker::adjust(std::span<const Charge> charges, std::span<const int64_t> delta, const Admission& a) {
+void GovWorker::adjust(std::span<const Charge> charges, std::span<const int64_t> delta,
+                       const Admission& a) {
   bool any = false;
   for (int64_t d : delta) any = any || d != 0;
   if (!any || a.skipped || !a.admitted) return;
@@ -480,7 +513,8 @@ void GovWorker::adjust(std::span<const Charge> charges, std::span<const int64_t>
     bool left = false;
     for (size_t i = 0; i < charges.size() && i < delta.size(); ++i) {
       rest[i] = delta[i];
-      if (delta[i] < 0) rest[i] += leases_.giveBack(charges[i], -delta[i], a.stamp_ms, a.key_ms, now);
+      if (delta[i] < 0)
+        rest[i] += leases_.giveBack(charges[i], -delta[i], a.stamp_ms, a.key_ms, now);
       left = left || rest[i] != 0;
     }
     if (!left) return;
@@ -532,17 +566,15 @@ void GovWorker::flushAdjustments() {
   if (keys.empty()) return;
   auto [listed, call] = unanswered_->add(adjustScript(), std::move(keys), std::move(args));
   net::spawn(ctx_,
-             adjustRemote(ctx_, redis_, g_.redis_adjust_retries, g_.redis_errors, shard_, adjust_retrying_,
-                          unanswered_, listed, std::move(call)),
+             adjustRemote(ctx_, redis_, g_.redis_adjust_retries, g_.redis_errors, shard_,
+                          adjust_retrying_, unanswered_, listed, std::move(call)),
              "rate-limit adjust");
 }
 
-net::Task<Result<store::RedisReply>> GovWorker::callUntilAnswered(net::asio::io_context& ctx,
-                                                                   std::shared_ptr<store::AsyncRedis> redis,
-                                                                   const store::RedisScript& script,
-                                                                   const std::vector<std::string>& keys,
-                                                                   const std::vector<std::string>& args,
-                                                                   std::chrono::steady_clock::time_point give_up) {
+net::Task<Result<store::RedisReply>> GovWorker::callUntilAnswered(
+    net::asio::io_context& ctx, std::shared_ptr<store::AsyncRedis> redis,
+    const store::RedisScript& script, const std::vector<std::string>& keys,
+    const std::vector<std::string>& args, std::chrono::steady_clock::time_point give_up) {
   net::asio::steady_timer wait(ctx);
   for (;;) {
     auto call = redis->eval(script, keys, args);
@@ -555,10 +587,12 @@ net::Task<Result<store::RedisReply>> GovWorker::callUntilAnswered(net::asio::io_
   }
 }
 
-net::Task<void> GovWorker::cancelRemote(net::asio::io_context& ctx, std::shared_ptr<store::AsyncRedis> redis,
+net::Task<void> GovWorker::cancelRemote(net::asio::io_context& ctx,
+                                        std::shared_ptr<store::AsyncRedis> redis,
                                         obs::Counter* cancelled, obs::Counter* errors, int shard,
-                                        std::shared_ptr<int> running, std::shared_ptr<Unanswered> unanswered,
-                                        uint64_t listed, std::shared_ptr<const Unanswered::Call> call) {
+                                        std::shared_ptr<int> running,
+                                        std::shared_ptr<Unanswered> unanswered, uint64_t listed,
+                                        std::shared_ptr<const Unanswered::Call> call) {
   struct Done {
     std::shared_ptr<int> n;
     ~Done() { --*n; }
@@ -574,10 +608,12 @@ net::Task<void> GovWorker::cancelRemote(net::asio::io_context& ctx, std::shared_
   }
 }
 
-net::Task<void> GovWorker::adjustRemote(net::asio::io_context& ctx, std::shared_ptr<store::AsyncRedis> redis,
+net::Task<void> GovWorker::adjustRemote(net::asio::io_context& ctx,
+                                        std::shared_ptr<store::AsyncRedis> redis,
                                         obs::Counter* retried, obs::Counter* errors, int shard,
-                                        std::shared_ptr<int> retrying, std::shared_ptr<Unanswered> unanswered,
-                                        uint64_t listed, std::shared_ptr<const Unanswered::Call> call) {
+                                        std::shared_ptr<int> retrying,
+                                        std::shared_ptr<Unanswered> unanswered, uint64_t listed,
+                                        std::shared_ptr<const Unanswered::Call> call) {
   const Unlist unlist{std::move(unanswered), listed};
   auto first = redis->eval(adjustScript(), call->keys, call->args);
   auto r = co_await std::move(first);
@@ -597,17 +633,21 @@ net::Task<void> GovWorker::adjustRemote(net::asio::io_context& ctx, std::shared_
 
 namespace {
 std::atomic<LocalCounterEntry*>* localMemo(const CounterName& c) { return &c.local; }
-std::atomic<LocalCounterEntry*>* localMemo(const std::string&) { return nullptr; }  // named per request
+std::atomic<LocalCounterEntry*>* localMemo(const std::string&) {
+  return nullptr;
+}  // named per request
 }  // namespace
 
-void GovWorker::buildCharges(GovTicket& t, const LimitedResource* resource, const PriceConfig& price,
-                             bool count_resource) {
+void GovWorker::buildCharges(GovTicket& t, const LimitedResource* resource,
+                             const PriceConfig& price, bool count_resource) {
   t.reserved_tokens = t.est_prompt + t.max_completion;
-  t.reserved_cost = static_cast<int64_t>(std::ceil(static_cast<double>(t.est_prompt) * price.prompt_per_1m +
-                                                   static_cast<double>(t.max_completion) * price.completion_per_1m));
+  t.reserved_cost = static_cast<int64_t>(
+      std::ceil(static_cast<double>(t.est_prompt) * price.prompt_per_1m +
+                static_cast<double>(t.max_completion) * price.completion_per_1m));
   t.charges.clear();
   t.charges.reserve(8);  // one allocation for the usual key, team, user and model charges
-  auto add = [&](const auto& counter, Window w, Scope s, bool tokens, int64_t limit, int64_t amount) {
+  auto add = [&](const auto& counter, Window w, Scope s, bool tokens, int64_t limit,
+                 int64_t amount) {
     if (limit <= 0) return;
     t.charges.push_back(Charge{counter, w, s, tokens, limit, amount, localMemo(counter)});
   };
@@ -623,23 +663,27 @@ void GovWorker::buildCharges(GovTicket& t, const LimitedResource* resource, cons
     if (const UserInfo* u = t.user_info) {
       // A user with a record: its own limits (the team's per-user ones where it sets none),
       // daily quota and budgets.
-      add(u->c_req, Window::kMinute, Scope::kUser, false, u->rec.rpm > 0 ? u->rec.rpm : tm.rec.user_rpm, 1);
-      add(u->c_tok, Window::kMinute, Scope::kUser, true, u->rec.tpm > 0 ? u->rec.tpm : tm.rec.user_tpm,
-          t.reserved_tokens);
+      add(u->c_req, Window::kMinute, Scope::kUser, false,
+          u->rec.rpm > 0 ? u->rec.rpm : tm.rec.user_rpm, 1);
+      add(u->c_tok, Window::kMinute, Scope::kUser, true,
+          u->rec.tpm > 0 ? u->rec.tpm : tm.rec.user_tpm, t.reserved_tokens);
       add(u->c_day, Window::kDay, Scope::kUserDaily, true, u->rec.daily_tokens, t.reserved_tokens);
-      add(u->c_budget_tokens, bw, Scope::kUserBudgetTokens, true, u->rec.budget_tokens, t.reserved_tokens);
-      add(u->c_budget_cost, bw, Scope::kUserBudgetCost, true, static_cast<int64_t>(u->rec.budget_usd * 1e6),
-          t.reserved_cost);
+      add(u->c_budget_tokens, bw, Scope::kUserBudgetTokens, true, u->rec.budget_tokens,
+          t.reserved_tokens);
+      add(u->c_budget_cost, bw, Scope::kUserBudgetCost, true,
+          static_cast<int64_t>(u->rec.budget_usd * 1e6), t.reserved_cost);
     } else if (!t.user.empty() && (tm.rec.user_rpm > 0 || tm.rec.user_tpm > 0)) {
-      // Any other user of the team has the team's per-user limits (counter names owned by the ticket).
+      // Any other user of the team has the team's per-user limits (counter names owned by the
+      // ticket).
       t.user_req = userCounter(tm.c_req, t.user);
       t.user_tok = userCounter(tm.c_tok, t.user);
       add(t.user_req, Window::kMinute, Scope::kUser, false, tm.rec.user_rpm, 1);
       add(t.user_tok, Window::kMinute, Scope::kUser, true, tm.rec.user_tpm, t.reserved_tokens);
     }
-    add(tm.c_budget_tokens, bw, Scope::kBudgetTokens, true, tm.rec.budget_tokens, t.reserved_tokens);
-    add(tm.c_budget_cost, bw, Scope::kBudgetCost, true, static_cast<int64_t>(tm.rec.budget_usd * 1e6),
-        t.reserved_cost);
+    add(tm.c_budget_tokens, bw, Scope::kBudgetTokens, true, tm.rec.budget_tokens,
+        t.reserved_tokens);
+    add(tm.c_budget_cost, bw, Scope::kBudgetCost, true,
+        static_cast<int64_t>(tm.rec.budget_usd * 1e6), t.reserved_cost);
     if (remote()) {
       // Day/month counters Redis may have lost start from the store's figures.
       std::shared_ptr<const Governance::QuotaSeeds> seeds;
@@ -661,7 +705,8 @@ void GovWorker::buildCharges(GovTicket& t, const LimitedResource* resource, cons
   }
   if (resource && count_resource) {
     add(resource->req, Window::kMinute, Scope::kModel, false, resource->limits.rpm, 1);
-    add(resource->tok, Window::kMinute, Scope::kModel, true, resource->limits.tpm, t.reserved_tokens);
+    add(resource->tok, Window::kMinute, Scope::kModel, true, resource->limits.tpm,
+        t.reserved_tokens);
   }
 }
 
@@ -681,12 +726,12 @@ bool GovWorker::buildResourceCharges(GovTicket& t, const LimitedResource& dep) {
   }
   t.dep_charges.clear();
   if (dep.limits.rpm > 0) {
-    t.dep_charges.push_back(
-        {dep.req, Window::kMinute, Scope::kDeployment, false, dep.limits.rpm, 1, localMemo(dep.req)});
+    t.dep_charges.push_back({dep.req, Window::kMinute, Scope::kDeployment, false, dep.limits.rpm, 1,
+                             localMemo(dep.req)});
   }
   if (dep.limits.tpm > 0) {
-    t.dep_charges.push_back(
-        {dep.tok, Window::kMinute, Scope::kDeployment, true, dep.limits.tpm, t.reserved_tokens, localMemo(dep.tok)});
+    t.dep_charges.push_back({dep.tok, Window::kMinute, Scope::kDeployment, true, dep.limits.tpm,
+                             t.reserved_tokens, localMemo(dep.tok)});
   }
   return !t.dep_charges.empty();
 }
@@ -760,7 +805,8 @@ void GovWorker::rateLimitHeaders(const GovTicket& t, std::vector<net::HttpHeader
     const Charge& c = t.charges[i];
     if (c.window != Window::kMinute) continue;
     int& slot = c.tokens ? tok : req;
-    if (slot < 0 || a.remaining[i] < a.remaining[static_cast<size_t>(slot)]) slot = static_cast<int>(i);
+    if (slot < 0 || a.remaining[i] < a.remaining[static_cast<size_t>(slot)])
+      slot = static_cast<int>(i);
   }
   if (a.refused >= 0 && static_cast<size_t>(a.refused) < n &&
       t.charges[static_cast<size_t>(a.refused)].window == Window::kMinute) {
@@ -768,7 +814,8 @@ void GovWorker::rateLimitHeaders(const GovTicket& t, std::vector<net::HttpHeader
   }
   // Names per kind (0 requests, 1 tokens): limit, remaining, reset.
   static const std::string kNames[2][3] = {
-      {"x-ratelimit-limit-requests", "x-ratelimit-remaining-requests", "x-ratelimit-reset-requests"},
+      {"x-ratelimit-limit-requests", "x-ratelimit-remaining-requests",
+       "x-ratelimit-reset-requests"},
       {"x-ratelimit-limit-tokens", "x-ratelimit-remaining-tokens", "x-ratelimit-reset-tokens"}};
   out.reserve(out.size() + 9);
   auto emit = [&](int idx, int kind) {
@@ -783,17 +830,18 @@ void GovWorker::rateLimitHeaders(const GovTicket& t, std::vector<net::HttpHeader
   if (a.refused >= 0) appendRetryAfter(out, a.retry_after_ms);
 }
 
-
 // ---------------- the AccessWorker API ----------------
 
-std::optional<Denial> GovWorker::authenticate(std::string_view authorization, std::string_view user, Grant& grant) {
+std::optional<Denial> GovWorker::authenticate(std::string_view authorization, std::string_view user,
+                                              Grant& grant) {
   grant.t_ = std::make_unique<GovTicket>();
   auto denied = authenticate(authorization, user, *grant.t_);
   if (denied) grant.t_.reset();  // not identified: no usage record
   return denied;
 }
 
-std::optional<Denial> GovWorker::checkAccess(const Grant& grant, ResourceKind kind, std::string_view requested,
+std::optional<Denial> GovWorker::checkAccess(const Grant& grant, ResourceKind kind,
+                                             std::string_view requested,
                                              std::string_view canonical) const {
   if (!grant) return std::nullopt;
   // Model allow-lists are the teams', keys' and users' `models`; they cover registered models
@@ -803,8 +851,8 @@ std::optional<Denial> GovWorker::checkAccess(const Grant& grant, ResourceKind ki
   const GovTicket& t = *grant.t_;
   if (allowed(t, requested, canonical)) return std::nullopt;
   return Denial{403,
-                "The key " + (t.key ? t.key->rec.id : std::string()) + " of team '" + t.team + "' may not use model `" +
-                    std::string(canonical) + "`.",
+                "The key " + (t.key ? t.key->rec.id : std::string()) + " of team '" + t.team +
+                    "' may not use model `" + std::string(canonical) + "`.",
                 "permission_error", "model_not_allowed"};
 }
 
@@ -825,7 +873,8 @@ net::Task<std::optional<Denial>> GovWorker::admit(Grant& grant, const AdmitReque
   co_return refused;
 }
 
-net::Task<std::optional<ResourceFull>> GovWorker::admitResource(Grant& grant, const LimitedResource& resource) {
+net::Task<std::optional<ResourceFull>> GovWorker::admitResource(Grant& grant,
+                                                                const LimitedResource& resource) {
   GovTicket& t = *grant.t_;
   if (!buildResourceCharges(t, resource)) co_return std::nullopt;
   if (remote()) {
@@ -866,7 +915,8 @@ void Grant::refusedByResources() {
 }
 
 void appendRetryAfter(std::vector<net::HttpHeader>& out, int64_t retry_after_ms) {
-  out.push_back({"retry-after", std::to_string(std::max<int64_t>(1, (retry_after_ms + 999) / 1000))});
+  out.push_back(
+      {"retry-after", std::to_string(std::max<int64_t>(1, (retry_after_ms + 999) / 1000))});
   out.push_back({"retry-after-ms", std::to_string(std::max<int64_t>(1, retry_after_ms))});
 }
 

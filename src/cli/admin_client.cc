@@ -42,12 +42,14 @@ std::string adminErrorText(const std::string& body) {
   return body;
 }
 
-json adminCall(const AdminOptions& o, const std::string& method, const std::string& path, const json& body,
-               std::chrono::seconds timeout) {
+json adminCall(const AdminOptions& o, const std::string& method, const std::string& path,
+               const json& body, std::chrono::seconds timeout) {
   const std::string payload = body.is_null() ? std::string() : body.dump();
-  auto r = net::fetchBlocking(o.url + path, method, payload, adminHeaders(o, !body.is_null()), timeout);
+  auto r =
+      net::fetchBlocking(o.url + path, method, payload, adminHeaders(o, !body.is_null()), timeout);
   if (!r.ok()) {
-    std::fprintf(stderr, "cannot reach the admin API at %s: %s\n", o.url.c_str(), r.status().message().c_str());
+    std::fprintf(stderr, "cannot reach the admin API at %s: %s\n", o.url.c_str(),
+                 r.status().message().c_str());
     std::exit(1);
   }
   if (r->status >= 400) {

@@ -41,6 +41,7 @@ nlohmann::json adminCall(const AdminOptions& o, const std::string& method, const
 // Unix milliseconds as "YYYY-MM-DD HH:MM:SSZ" ("-" for 0 or less).
 std::string timeText(int64_t ms);
 // --json: the JSON; else `pretty()`. Exits 0.
-[[noreturn]] void output(const AdminOptions& o, const nlohmann::json& j, const std::function<void()>& pretty);
+[[noreturn]] void output(const AdminOptions& o, const nlohmann::json& j,
+                         const std::function<void()>& pretty);
 
 }  // namespace infera::cli

@@ -30,12 +30,14 @@ struct Options {
 
 // One admin request; the status and the parsed body (null when it is not JSON). Exits 1 when the
 // admin API cannot be reached.
-std::pair<int, json> call(const Options& o, const std::string& method, const std::string& path, const std::string& body = {}) {
+std::pair<int, json> call(const Options& o, const std::string& method, const std::string& path,
+                          const std::string& body = {}) {
   std::vector<net::HttpHeader> headers{{"content-type", "application/json"}};
   if (!o.token.empty()) headers.push_back({"authorization", "Bearer " + o.token});
   auto r = net::fetchBlocking(o.url + path, method, body, headers, std::chrono::seconds(120));
   if (!r.ok()) {
-    std::fprintf(stderr, "cannot reach the admin API at %s: %s\n", o.url.c_str(), r.status().message().c_str());
+    std::fprintf(stderr, "cannot reach the admin API at %s: %s\n", o.url.c_str(),
+                 r.status().message().c_str());
     std::exit(1);
   }
   json j = json::parse(r->body, nullptr, false);
@@ -44,7 +46,8 @@ std::pair<int, json> call(const Options& o, const std::string& method, const std
 
 [[noreturn]] void failWith(int status, const json& j) {
   std::string msg = j.dump();
-  if (j.is_object() && j.contains("error") && j["error"].contains("message")) msg = j["error"]["message"];
+  if (j.is_object() && j.contains("error") && j["error"].contains("message"))
+    msg = j["error"]["message"];
   std::fprintf(stderr, "error %d: %s\n", status, msg.c_str());
   std::exit(1);
 }
@@ -74,7 +77,8 @@ std::map<std::string, std::string> readRepository(const std::string& dir) {
 
 int planOrApply(const Options& o, const std::string& dir, bool apply) {
   const json body = {{"files", readRepository(dir)}};
-  auto [status, j] = call(o, "POST", apply ? "/admin/features/apply" : "/admin/features/plan", body.dump());
+  auto [status, j] =
+      call(o, "POST", apply ? "/admin/features/apply" : "/admin/features/plan", body.dump());
   if (status != 200) failWith(status, j);
   if (o.raw) {
     std::printf("%s\n", j.dump(2).c_str());
@@ -94,22 +98,28 @@ int showRegistry(const Options& o) {
     std::printf("%s\n", j.dump(2).c_str());
     return 0;
   }
-  std::printf("project %s, store %s (~%lld keys, ~%lld bytes)\n", j["project"].get<std::string>().c_str(),
-              j["store"].get<std::string>().c_str(), static_cast<long long>(j["store_stats"]["keys"].get<int64_t>()),
+  std::printf("project %s, store %s (~%lld keys, ~%lld bytes)\n",
+              j["project"].get<std::string>().c_str(), j["store"].get<std::string>().c_str(),
+              static_cast<long long>(j["store_stats"]["keys"].get<int64_t>()),
               static_cast<long long>(j["store_stats"]["bytes"].get<int64_t>()));
   for (const auto& v : j["views"]) {
     std::string keys;
-    for (const auto& e : v["entities"]) keys += (keys.empty() ? "" : ", ") + e["join_key"].get<std::string>();
+    for (const auto& e : v["entities"])
+      keys += (keys.empty() ? "" : ", ") + e["join_key"].get<std::string>();
     std::printf("view %s [%s] ttl %llds%s%s\n", v["name"].get<std::string>().c_str(), keys.c_str(),
                 static_cast<long long>(v["ttl_s"].get<int64_t>()),
-                v["source"].get<std::string>().empty() ? "" : (" source " + v["source"].get<std::string>()).c_str(),
+                v["source"].get<std::string>().empty()
+                    ? ""
+                    : (" source " + v["source"].get<std::string>()).c_str(),
                 v["aggregated"].get<bool>() ? " (aggregations)" : "");
     for (const auto& f : v["features"]) {
-      std::printf("  %-24s %s\n", f["name"].get<std::string>().c_str(), f["type"].get<std::string>().c_str());
+      std::printf("  %-24s %s\n", f["name"].get<std::string>().c_str(),
+                  f["type"].get<std::string>().c_str());
     }
   }
   for (const auto& s : j["feature_services"]) {
-    std::printf("service %s: %zu features\n", s["name"].get<std::string>().c_str(), s["features"].size());
+    std::printf("service %s: %zu features\n", s["name"].get<std::string>().c_str(),
+                s["features"].size());
   }
   return 0;
 }
@@ -182,26 +192,29 @@ struct Progress {
     if (!done && (!tty || now - last < std::chrono::milliseconds(100))) return;
     last = now;
     const double secs = std::chrono::duration<double>(now - start).count();
-    const double frac = total_bytes ? static_cast<double>(bytes) / static_cast<double>(total_bytes) : 1.0;
+    const double frac =
+        total_bytes ? static_cast<double>(bytes) / static_cast<double>(total_bytes) : 1.0;
     const int width = 30;
     const int filled = static_cast<int>(frac * width);
     std::string bar(static_cast<size_t>(filled), '#');
     bar.append(static_cast<size_t>(width - filled), '.');
-    std::fprintf(stderr, "%s%-8s [%s] %3d%% %zu rows, %.0f rows/s%s", tty ? "\r" : "", phase, bar.c_str(),
-                 static_cast<int>(frac * 100), rows, secs > 0 ? static_cast<double>(rows) / secs : 0.0,
-                 done || !tty ? "\n" : "");
+    std::fprintf(stderr, "%s%-8s [%s] %3d%% %zu rows, %.0f rows/s%s", tty ? "\r" : "", phase,
+                 bar.c_str(), static_cast<int>(frac * 100), rows,
+                 secs > 0 ? static_cast<double>(rows) / secs : 0.0, done || !tty ? "\n" : "");
   }
 };
 
 // Reads FILE in batches of column-major frames and hands each to `send` (first data row, frame).
 template <typename Send>
-void forEachBatch(const std::string& file, size_t batch_rows, Progress& progress, const char* phase, Send send) {
+void forEachBatch(const std::string& file, size_t batch_rows, Progress& progress, const char* phase,
+                  Send send) {
   std::ifstream in(file, std::ios::binary);
   if (!in) {
     std::fprintf(stderr, "cannot open %s\n", file.c_str());
     std::exit(1);
   }
-  const bool jsonl = file.ends_with(".jsonl") || file.ends_with(".ndjson") || file.ends_with(".json");
+  const bool jsonl =
+      file.ends_with(".jsonl") || file.ends_with(".ndjson") || file.ends_with(".json");
   progress.start = std::chrono::steady_clock::now();
   size_t rows = 0, first = 1;
   std::vector<std::string> names;
@@ -246,10 +259,12 @@ void forEachBatch(const std::string& file, size_t batch_rows, Progress& progress
     while (csv.next(cells, quoted)) {
       if (cells.size() == 1 && cells[0].empty()) continue;
       if (cells.size() != names.size()) {
-        std::fprintf(stderr, "row %zu: %zu cells, the header has %zu columns\n", rows + 1, cells.size(), names.size());
+        std::fprintf(stderr, "row %zu: %zu cells, the header has %zu columns\n", rows + 1,
+                     cells.size(), names.size());
         std::exit(1);
       }
-      for (size_t i = 0; i < names.size(); ++i) frame[names[i]].push_back(csvCell(cells[i], quoted[i]));
+      for (size_t i = 0; i < names.size(); ++i)
+        frame[names[i]].push_back(csvCell(cells[i], quoted[i]));
       ++rows;
       if (rows + 1 - first >= batch_rows) flush();
       progress.show(phase, rows, static_cast<size_t>(in.tellg()), false);
@@ -267,28 +282,34 @@ int ingest(const Options& o, const std::string& view, const std::string& file) {
   }
   size_t written = 0, expired = 0;
   auto pass = [&](bool dry_run) {
-    forEachBatch(file, o.batch_rows, progress, dry_run ? "checking" : "writing", [&](size_t first, const json& frame) {
-      const json body = {{"feature_view_name", view}, {"df", frame}, {"first_row", first}, {"dry_run", dry_run}};
-      auto [status, j] = call(o, "POST", "/admin/features/ingest", body.dump());
-      if (status != 200) {
-        if (!dry_run && written > 0) {
-          std::fprintf(stderr, "\nthe rows before row %zu were written\n", first);
-        } else if (progress.tty) {
-          std::fprintf(stderr, "\n");
-        }
-        failWith(status, j);
-      }
-      if (!dry_run) {
-        written += j["written"].get<size_t>();
-        expired += j["expired"].get<size_t>();
-      }
-    });
+    forEachBatch(file, o.batch_rows, progress, dry_run ? "checking" : "writing",
+                 [&](size_t first, const json& frame) {
+                   const json body = {{"feature_view_name", view},
+                                      {"df", frame},
+                                      {"first_row", first},
+                                      {"dry_run", dry_run}};
+                   auto [status, j] = call(o, "POST", "/admin/features/ingest", body.dump());
+                   if (status != 200) {
+                     if (!dry_run && written > 0) {
+                       std::fprintf(stderr, "\nthe rows before row %zu were written\n", first);
+                     } else if (progress.tty) {
+                       std::fprintf(stderr, "\n");
+                     }
+                     failWith(status, j);
+                   }
+                   if (!dry_run) {
+                     written += j["written"].get<size_t>();
+                     expired += j["expired"].get<size_t>();
+                   }
+                 });
   };
   // Checked whole first, so a bad row anywhere writes nothing.
   if (o.precheck) pass(true);
   pass(false);
-  std::printf("%s: %zu rows written to %s%s\n", file.c_str(), written, view.c_str(),
-              expired ? (" (" + std::to_string(expired) + " already past the view's ttl: skipped)").c_str() : "");
+  std::printf(
+      "%s: %zu rows written to %s%s\n", file.c_str(), written, view.c_str(),
+      expired ? (" (" + std::to_string(expired) + " already past the view's ttl: skipped)").c_str()
+              : "");
   return 0;
 }
 
@@ -303,28 +324,34 @@ void registerFeaturesCommands(CLI::App& app) {
     c->add_option("--admin-token", o->token, "Admin token (env INFERA_ADMIN_TOKEN)");
     c->add_flag("--json", o->raw, "Print the API's JSON");
   };
-  auto* f = app.add_subcommand("features", "The feature store: plan/apply a repository, ingest files, show the registry");
+  auto* f = app.add_subcommand(
+      "features", "The feature store: plan/apply a repository, ingest files, show the registry");
   f->require_subcommand(1);
   auto dir = std::make_shared<std::string>();
-  auto* plan = f->add_subcommand("plan", "Show what applying a feature repository (a directory of YAML) would change");
+  auto* plan = f->add_subcommand(
+      "plan", "Show what applying a feature repository (a directory of YAML) would change");
   plan->add_option("dir", *dir, "Feature repository directory")->required();
   common(plan);
   plan->callback([o, dir] { std::exit(planOrApply(*o, *dir, false)); });
-  auto* apply = f->add_subcommand("apply", "Validate and register a feature repository (removed views are freed)");
+  auto* apply = f->add_subcommand(
+      "apply", "Validate and register a feature repository (removed views are freed)");
   apply->add_option("dir", *dir, "Feature repository directory")->required();
   common(apply);
   apply->callback([o, dir] { std::exit(planOrApply(*o, *dir, true)); });
-  auto* reg = f->add_subcommand("registry", "Show the registered entities, views and feature services");
+  auto* reg =
+      f->add_subcommand("registry", "Show the registered entities, views and feature services");
   common(reg);
   reg->callback([o] { std::exit(showRegistry(*o)); });
   auto view = std::make_shared<std::string>();
   auto file = std::make_shared<std::string>();
-  auto* ing = f->add_subcommand("ingest", "Write a CSV or JSON-lines file into a feature view (all or nothing)");
+  auto* ing = f->add_subcommand(
+      "ingest", "Write a CSV or JSON-lines file into a feature view (all or nothing)");
   ing->add_option("view", *view, "Feature view")->required();
   ing->add_option("file", *file, "CSV (header row) or .jsonl/.ndjson file")->required();
   ing->add_option("--batch-rows", o->batch_rows, "Rows per request (default 10000)");
   ing->add_flag("!--no-precheck", o->precheck,
-                "Skip the checking pass (faster; a bad row then stops the ingest after the batches before it)");
+                "Skip the checking pass (faster; a bad row then stops the ingest after the batches "
+                "before it)");
   common(ing);
   ing->callback([o, view, file] { std::exit(ingest(*o, *view, *file)); });
 }

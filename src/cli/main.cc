@@ -1,10 +1,10 @@
 // The `infera` binary: flags and wiring only.
 
+#include <pthread.h>
 #include <CLI/CLI.hpp>
 #include <csignal>
 #include <cstdio>
 #include <iostream>
-#include <pthread.h>
 
 #include "cli/admin_cmd.h"
 #include "cli/features_cmd.h"
@@ -50,8 +50,8 @@ int runServe(const std::string& config_path, const std::string& log_level) {
     std::fprintf(stderr, "cannot start: %s\n", gw.status().message().c_str());
     return 1;
   }
-  std::printf("infera gateway: data %s://127.0.0.1:%u  admin %s://127.0.0.1:%u\n", data_scheme, (*gw)->port(),
-              admin_scheme, (*gw)->adminPort());
+  std::printf("infera gateway: data %s://127.0.0.1:%u  admin %s://127.0.0.1:%u\n", data_scheme,
+              (*gw)->port(), admin_scheme, (*gw)->adminPort());
   std::fflush(stdout);
   for (;;) {
     int sig = 0;
@@ -103,25 +103,34 @@ int main(int argc, char** argv) {
   emulator::EmulatorConfig ecfg;
   std::string emu_config;
   std::string models_csv;
-  auto* emulate = app.add_subcommand("emulate", "Run the model-server emulator (OpenAI + KServe v2)");
-  emulate->add_option("-c,--config", emu_config, "Emulator config YAML (same keys as gateway emulators)");
+  auto* emulate =
+      app.add_subcommand("emulate", "Run the model-server emulator (OpenAI + KServe v2)");
+  emulate->add_option("-c,--config", emu_config,
+                      "Emulator config YAML (same keys as gateway emulators)");
   emulate->add_option("--host", ecfg.host, "Listen address");
   emulate->add_option("--port", ecfg.port, "Listen port (0 = any free port)");
   emulate->add_option("--workers", ecfg.workers, "Event loops");
   emulate->add_option("--models", models_csv, "Comma-separated model names");
   emulate->add_option("--ttft-ms", ecfg.ttft_ms, "Time to first token");
   emulate->add_option("--token-ms", ecfg.token_ms, "Latency per token after the first");
-  emulate->add_option("--max-tokens", ecfg.default_max_tokens, "Tokens when a request sets no max_tokens");
-  emulate->add_option("--error-rate", ecfg.faults.error_rate, "Share of requests answered with --error-status");
+  emulate->add_option("--max-tokens", ecfg.default_max_tokens,
+                      "Tokens when a request sets no max_tokens");
+  emulate->add_option("--error-rate", ecfg.faults.error_rate,
+                      "Share of requests answered with --error-status");
   emulate->add_option("--error-status", ecfg.faults.error_status, "Status of injected errors");
-  emulate->add_option("--latency-ms", ecfg.faults.added_latency_ms, "Latency added before any response");
+  emulate->add_option("--latency-ms", ecfg.faults.added_latency_ms,
+                      "Latency added before any response");
   emulate->add_option("--hang-rate", ecfg.faults.hang_rate, "Share of requests never answered");
-  emulate->add_option("--disconnect-rate", ecfg.faults.disconnect_rate, "Share of streams cut mid-stream");
-  emulate->add_option("--disconnect-after", ecfg.faults.disconnect_after_tokens, "Tokens before a cut");
+  emulate->add_option("--disconnect-rate", ecfg.faults.disconnect_rate,
+                      "Share of streams cut mid-stream");
+  emulate->add_option("--disconnect-after", ecfg.faults.disconnect_after_tokens,
+                      "Tokens before a cut");
   net::TlsServerConfig emu_tls;
-  emulate->add_option("--tls-cert", emu_tls.cert_file, "Serve HTTPS with this PEM certificate chain");
+  emulate->add_option("--tls-cert", emu_tls.cert_file,
+                      "Serve HTTPS with this PEM certificate chain");
   emulate->add_option("--tls-key", emu_tls.key_file, "The certificate's PEM private key");
-  emulate->add_option("--tls-client-ca", emu_tls.client_ca_file, "Require client certificates signed by these CAs");
+  emulate->add_option("--tls-client-ca", emu_tls.client_ca_file,
+                      "Require client certificates signed by these CAs");
   emulate->callback([&] {
     if (!emu_tls.cert_file.empty() || !emu_tls.key_file.empty()) ecfg.tls = emu_tls;
     if (!emu_config.empty()) {
@@ -144,7 +153,8 @@ int main(int argc, char** argv) {
       size_t start = 0;
       while (start <= models_csv.size()) {
         const size_t comma = models_csv.find(',', start);
-        const std::string m = models_csv.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+        const std::string m = models_csv.substr(
+            start, comma == std::string::npos ? std::string::npos : comma - start);
         if (!m.empty()) ecfg.models.push_back(m);
         if (comma == std::string::npos) break;
         start = comma + 1;
@@ -156,7 +166,8 @@ int main(int argc, char** argv) {
   auto* config = app.add_subcommand("config", "Configuration tools");
   config->require_subcommand(1);
   std::string validate_path;
-  auto* validate = config->add_subcommand("validate", "Validate a gateway config without binding any port");
+  auto* validate =
+      config->add_subcommand("validate", "Validate a gateway config without binding any port");
   validate->add_option("file", validate_path, "Config YAML")->required();
   validate->callback([&] {
     auto cfg = server::loadConfig(validate_path);
@@ -168,8 +179,8 @@ int main(int argc, char** argv) {
     for (const auto& m : cfg->gateway.models) {
       for (const auto& d : m.deployments) endpoints += d.endpoints.size();
     }
-    std::printf("%s: ok (%zu models, %zu endpoints, %zu emulators)\n", validate_path.c_str(), cfg->gateway.models.size(),
-                endpoints, cfg->emulators.size());
+    std::printf("%s: ok (%zu models, %zu endpoints, %zu emulators)\n", validate_path.c_str(),
+                cfg->gateway.models.size(), endpoints, cfg->emulators.size());
     if (cfg->features.enabled && !cfg->features.repository.empty()) {
       auto repo = features::checkRepository(cfg->features.repository);
       if (!repo.ok()) {

@@ -46,11 +46,13 @@ std::string enc(const std::string& s) {
   std::exit(1);
 }
 
-json call(const Options& o, const std::string& method, const std::string& path, const json& body = nullptr) {
+json call(const Options& o, const std::string& method, const std::string& path,
+          const json& body = nullptr) {
   return adminCall(o, method, path, body);
 }
 
-json mlflow(const Options& o, const std::string& method, const std::string& endpoint, const json& body = nullptr) {
+json mlflow(const Options& o, const std::string& method, const std::string& endpoint,
+            const json& body = nullptr) {
   return call(o, method, "/api/2.0/mlflow/" + endpoint, body);
 }
 
@@ -59,7 +61,8 @@ std::string aliasesOf(const json& m) {
   if (m.contains("aliases")) {
     for (const auto& a : m["aliases"]) {
       if (!s.empty()) s += ",";
-      s += a.is_object() ? a.value("alias", "") + "->" + a.value("version", "") : a.get<std::string>();
+      s += a.is_object() ? a.value("alias", "") + "->" + a.value("version", "")
+                         : a.get<std::string>();
     }
   }
   return s.empty() ? "-" : s;
@@ -88,7 +91,8 @@ int connectTo(const Url& u) {
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
   addrinfo* res = nullptr;
-  if (getaddrinfo(u.host.c_str(), u.port.c_str(), &hints, &res) != 0 || !res) die("cannot resolve " + u.host);
+  if (getaddrinfo(u.host.c_str(), u.port.c_str(), &hints, &res) != 0 || !res)
+    die("cannot resolve " + u.host);
   int fd = -1;
   for (addrinfo* a = res; a; a = a->ai_next) {
     fd = ::socket(a->ai_family, a->ai_socktype, a->ai_protocol);
@@ -133,7 +137,8 @@ Head readHead(int fd) {
   size_t pos = head.find("\r\n");
   while (pos != std::string::npos && pos + 2 < head.size()) {
     const size_t next = head.find("\r\n", pos + 2);
-    const std::string line = head.substr(pos + 2, next == std::string::npos ? std::string::npos : next - pos - 2);
+    const std::string line =
+        head.substr(pos + 2, next == std::string::npos ? std::string::npos : next - pos - 2);
     const size_t colon = line.find(':');
     if (colon != std::string::npos) {
       std::string name = line.substr(0, colon);
@@ -158,12 +163,15 @@ std::string readRest(int fd, std::string have) {
   return have;
 }
 
-std::string requestHead(const Options& o, const Url& u, const std::string& method, const std::string& path,
-                        int64_t length) {
-  std::string h = method + " " + path + " HTTP/1.1\r\nHost: " + u.host + ":" + u.port + "\r\nConnection: close\r\n";
+std::string requestHead(const Options& o, const Url& u, const std::string& method,
+                        const std::string& path, int64_t length) {
+  std::string h = method + " " + path + " HTTP/1.1\r\nHost: " + u.host + ":" + u.port +
+                  "\r\nConnection: close\r\n";
   if (!o.token.empty()) h += "Authorization: Bearer " + o.token + "\r\n";
   if (!o.actor.empty()) h += "X-Infera-Actor: " + o.actor + "\r\n";
-  if (length >= 0) h += "Content-Type: application/octet-stream\r\nContent-Length: " + std::to_string(length) + "\r\n";
+  if (length >= 0)
+    h += "Content-Type: application/octet-stream\r\nContent-Length: " + std::to_string(length) +
+         "\r\n";
   return h + "\r\n";
 }
 
@@ -198,7 +206,9 @@ void downloadFile(const Options& o, const std::string& path, const std::string& 
     const std::string body = readRest(fd, std::move(h.rest));
     die("error " + std::to_string(h.status) + ": " + adminErrorText(body));
   }
-  const int out = out_file == "-" ? 1 : ::open(out_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  const int out = out_file == "-"
+                      ? 1
+                      : ::open(out_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (out < 0) die("cannot create " + out_file + ": " + std::strerror(errno));
   EVP_MD_CTX* sha = EVP_MD_CTX_new();
   EVP_DigestInit_ex(sha, EVP_sha256(), nullptr);
@@ -234,8 +244,11 @@ void downloadFile(const Options& o, const std::string& path, const std::string& 
   if (clen != h.headers.end() && std::to_string(total) != clen->second) {
     die("download cut short: " + std::to_string(total) + " of " + clen->second + " bytes");
   }
-  if (want != h.headers.end() && want->second != got) die("sha256 mismatch: got " + got + ", expected " + want->second);
-  if (out != 1) std::fprintf(stderr, "%s: %lld bytes, sha256 %s\n", out_file.c_str(), static_cast<long long>(total), got.c_str());
+  if (want != h.headers.end() && want->second != got)
+    die("sha256 mismatch: got " + got + ", expected " + want->second);
+  if (out != 1)
+    std::fprintf(stderr, "%s: %lld bytes, sha256 %s\n", out_file.c_str(),
+                 static_cast<long long>(total), got.c_str());
 }
 
 std::string baseName(const std::string& p) {
@@ -244,18 +257,25 @@ std::string baseName(const std::string& p) {
 }
 
 void printMove(const json& m) {
-  const auto v = [](const json& x) { return x.is_null() ? std::string("-") : x.get<std::string>(); };
-  std::printf("%-4lld %-22s %-12s %-6s -> %-6s %-16s %s\n", static_cast<long long>(m.value("seq", int64_t{0})),
-              timeText(m.value("ts_ms", int64_t{0})).c_str(), m.value("alias", "").c_str(), v(m["from_version"]).c_str(),
-              v(m["to_version"]).c_str(), m.value("actor", "").c_str(), m.value("reason", "").c_str());
+  const auto v = [](const json& x) {
+    return x.is_null() ? std::string("-") : x.get<std::string>();
+  };
+  std::printf("%-4lld %-22s %-12s %-6s -> %-6s %-16s %s\n",
+              static_cast<long long>(m.value("seq", int64_t{0})),
+              timeText(m.value("ts_ms", int64_t{0})).c_str(), m.value("alias", "").c_str(),
+              v(m["from_version"]).c_str(), v(m["to_version"]).c_str(),
+              m.value("actor", "").c_str(), m.value("reason", "").c_str());
 }
 
 }  // namespace
 
 void registerModelCommands(CLI::App& app) {
   auto o = std::make_shared<Options>(adminOptionsFromEnv());
-  auto common = [o](CLI::App* c) { addAdminOptions(c, *o, "Who is making the change (alias history, audit log)"); };
-  auto* models = app.add_subcommand("models", "Model registry: models, versions, aliases, artifacts, serving");
+  auto common = [o](CLI::App* c) {
+    addAdminOptions(c, *o, "Who is making the change (alias history, audit log)");
+  };
+  auto* models =
+      app.add_subcommand("models", "Model registry: models, versions, aliases, artifacts, serving");
   models->require_subcommand(1);
   auto name = std::make_shared<std::string>();
   auto version = std::make_shared<std::string>();
@@ -291,23 +311,29 @@ void registerModelCommands(CLI::App& app) {
         std::string latest = "-";
         if (m.contains("latest_versions")) {
           int64_t best = 0;
-          for (const auto& v : m["latest_versions"]) best = std::max<int64_t>(best, std::stoll(v.value("version", "0")));
+          for (const auto& v : m["latest_versions"])
+            best = std::max<int64_t>(best, std::stoll(v.value("version", "0")));
           if (best > 0) latest = std::to_string(best);
         }
         std::printf("%-28s %-8s %-22s %s\n", m.value("name", "").c_str(), latest.c_str(),
-                    timeText(m.value("last_updated_timestamp", int64_t{0})).c_str(), aliasesOf(m).c_str());
+                    timeText(m.value("last_updated_timestamp", int64_t{0})).c_str(),
+                    aliasesOf(m).c_str());
       }
     });
   });
 
-  auto* show = models->add_subcommand("show", "Show a model: versions, aliases, bindings, experiment");
+  auto* show =
+      models->add_subcommand("show", "Show a model: versions, aliases, bindings, experiment");
   show->add_option("name", *name, "Model")->required();
   common(show);
   show->callback([o, name, admin] {
     const json m = mlflow(*o, "GET", "registered-models/get?name=" + enc(*name));
-    const json vs = mlflow(*o, "GET", "model-versions/search?filter=" + enc("name='" + *name + "'") + "&max_results=10000");
+    const json vs = mlflow(
+        *o, "GET",
+        "model-versions/search?filter=" + enc("name='" + *name + "'") + "&max_results=10000");
     const json b = call(*o, "GET", admin + enc(*name) + "/bindings");
-    json j = {{"registered_model", m["registered_model"]}, {"model_versions", vs.value("model_versions", json::array())},
+    json j = {{"registered_model", m["registered_model"]},
+              {"model_versions", vs.value("model_versions", json::array())},
               {"bindings", b}};
     output(*o, j, [&] {
       const json& rm = m["registered_model"];
@@ -316,16 +342,19 @@ void registerModelCommands(CLI::App& app) {
                   timeText(rm.value("last_updated_timestamp", int64_t{0})).c_str());
       if (rm.contains("description")) std::printf("  %s\n", rm.value("description", "").c_str());
       std::printf("aliases: %s\n", aliasesOf(rm).c_str());
-      std::printf("%-8s %-12s %-22s %-10s %s\n", "VERSION", "STAGE", "CREATED", "ALIASES", "SOURCE");
+      std::printf("%-8s %-12s %-22s %-10s %s\n", "VERSION", "STAGE", "CREATED", "ALIASES",
+                  "SOURCE");
       for (const auto& v : j["model_versions"]) {
-        std::printf("%-8s %-12s %-22s %-10s %s\n", v.value("version", "").c_str(), v.value("current_stage", "").c_str(),
-                    timeText(v.value("creation_timestamp", int64_t{0})).c_str(), aliasesOf(v).c_str(),
-                    v.value("source", "").c_str());
+        std::printf("%-8s %-12s %-22s %-10s %s\n", v.value("version", "").c_str(),
+                    v.value("current_stage", "").c_str(),
+                    timeText(v.value("creation_timestamp", int64_t{0})).c_str(),
+                    aliasesOf(v).c_str(), v.value("source", "").c_str());
       }
       for (const auto& bd : b["bindings"]) {
         std::string deps;
         for (const auto& d : bd["deployments"]) {
-          // Appended piece by piece: "literal" + std::string trips g++ 12's false -Wrestrict at -O3.
+          // Appended piece by piece: "literal" + std::string trips g++ 12's false -Wrestrict at
+          // -O3.
           if (!deps.empty()) deps += ',';
           deps += d.get<std::string>();
         }
@@ -345,7 +374,8 @@ void registerModelCommands(CLI::App& app) {
     json tags = json::array();
     for (const auto& t : *list_a) {
       const size_t eq = t.find('=');
-      tags.push_back({{"key", t.substr(0, eq)}, {"value", eq == std::string::npos ? "" : t.substr(eq + 1)}});
+      tags.push_back(
+          {{"key", t.substr(0, eq)}, {"value", eq == std::string::npos ? "" : t.substr(eq + 1)}});
     }
     if (!tags.empty()) body["tags"] = tags;
     const json j = mlflow(*o, "POST", "registered-models/create", body);
@@ -360,44 +390,53 @@ void registerModelCommands(CLI::App& app) {
                           "model-versions/search?filter=" + enc("name='" + *name + "'") +
                               "&max_results=10000&order_by=" + enc("version_number DESC"));
     output(*o, j, [&] {
-      std::printf("%-8s %-12s %-22s %-10s %-8s %s\n", "VERSION", "STAGE", "CREATED", "ALIASES", "STATUS", "SOURCE");
+      std::printf("%-8s %-12s %-22s %-10s %-8s %s\n", "VERSION", "STAGE", "CREATED", "ALIASES",
+                  "STATUS", "SOURCE");
       if (!j.contains("model_versions")) return;
       for (const auto& v : j["model_versions"]) {
-        std::printf("%-8s %-12s %-22s %-10s %-8s %s\n", v.value("version", "").c_str(), v.value("current_stage", "").c_str(),
-                    timeText(v.value("creation_timestamp", int64_t{0})).c_str(), aliasesOf(v).c_str(),
-                    v.value("status", "").c_str(), v.value("source", "").c_str());
+        std::printf("%-8s %-12s %-22s %-10s %-8s %s\n", v.value("version", "").c_str(),
+                    v.value("current_stage", "").c_str(),
+                    timeText(v.value("creation_timestamp", int64_t{0})).c_str(),
+                    aliasesOf(v).c_str(), v.value("status", "").c_str(),
+                    v.value("source", "").c_str());
       }
     });
   });
 
-  auto* upload = models->add_subcommand("upload", "Upload files as a version's artifacts (a new version by default)");
+  auto* upload = models->add_subcommand(
+      "upload", "Upload files as a version's artifacts (a new version by default)");
   upload->add_option("name", *name, "Model")->required();
   upload->add_option("files", *list_a, "Files to upload")->required();
   upload->add_option("--version", *version, "An existing version (default: create a new one)");
-  upload->add_option("--source", *text, "The new version's source URI (default: the registry's own artifacts)");
+  upload->add_option("--source", *text,
+                     "The new version's source URI (default: the registry's own artifacts)");
   common(upload);
   upload->callback([o, name, list_a, version, text, admin] {
     std::string v = *version;
     if (v.empty()) {
       const std::string source = text->empty() ? "mlflow-artifacts:/registry/" + enc(*name) : *text;
-      const json created = mlflow(*o, "POST", "model-versions/create", json{{"name", *name}, {"source", source}});
+      const json created =
+          mlflow(*o, "POST", "model-versions/create", json{{"name", *name}, {"source", source}});
       v = created["model_version"].value("version", "");
     }
     json files = json::array();
     for (const auto& f : *list_a) {
-      const json r = uploadFile(*o, admin + enc(*name) + "/versions/" + v + "/artifacts/" + enc(baseName(f)), f);
+      const json r = uploadFile(
+          *o, admin + enc(*name) + "/versions/" + v + "/artifacts/" + enc(baseName(f)), f);
       files.push_back(r);
     }
     output(*o, json{{"version", v}, {"files", files}}, [&] {
       std::printf("model %s version %s\n", name->c_str(), v.c_str());
       for (const auto& f : files) {
         std::printf("  %-30s %12lld bytes  sha256 %s\n", f.value("path", "").c_str(),
-                    static_cast<long long>(f.value("size", int64_t{0})), f.value("sha256", "").c_str());
+                    static_cast<long long>(f.value("size", int64_t{0})),
+                    f.value("sha256", "").c_str());
       }
     });
   });
 
-  auto* download = models->add_subcommand("download", "Download a version's artifact (to a file, or - for stdout)");
+  auto* download = models->add_subcommand(
+      "download", "Download a version's artifact (to a file, or - for stdout)");
   download->add_option("name", *name, "Model")->required();
   download->add_option("version", *version, "Version")->required();
   download->add_option("path", *text, "Artifact path (as listed by --list)");
@@ -410,7 +449,8 @@ void registerModelCommands(CLI::App& app) {
       const json j = call(*o, "GET", base);
       output(*o, j, [&] {
         for (const auto& f : j["artifacts"]) {
-          std::printf("%-30s %12lld  %s\n", f.value("path", "").c_str(), static_cast<long long>(f.value("size", int64_t{0})),
+          std::printf("%-30s %12lld  %s\n", f.value("path", "").c_str(),
+                      static_cast<long long>(f.value("size", int64_t{0})),
                       f.value("sha256", "").c_str());
         }
       });
@@ -426,7 +466,8 @@ void registerModelCommands(CLI::App& app) {
     std::exit(0);
   });
 
-  auto* al = models->add_subcommand("alias", "Point an alias at a version (recorded in its history)");
+  auto* al =
+      models->add_subcommand("alias", "Point an alias at a version (recorded in its history)");
   al->add_option("name", *name, "Model")->required();
   al->add_option("alias", *alias, "Alias")->required();
   al->add_option("version", *version, "Version (omit with --delete)");
@@ -444,13 +485,15 @@ void registerModelCommands(CLI::App& app) {
     output(*o, j, [&] { printMove(j["move"]); });
   });
 
-  auto* rb = models->add_subcommand("rollback", "Move an alias back to the version it pointed to before its last move");
+  auto* rb = models->add_subcommand(
+      "rollback", "Move an alias back to the version it pointed to before its last move");
   rb->add_option("name", *name, "Model")->required();
   rb->add_option("--alias", *alias, "Alias")->required();
   rb->add_option("--reason", *reason, "Why (kept in the history)");
   common(rb);
   rb->callback([o, name, alias, reason, admin] {
-    const json j = call(*o, "POST", admin + enc(*name) + "/aliases/" + enc(*alias) + "/rollback", json{{"reason", *reason}});
+    const json j = call(*o, "POST", admin + enc(*name) + "/aliases/" + enc(*alias) + "/rollback",
+                        json{{"reason", *reason}});
     output(*o, j, [&] {
       const json& m = j["move"];
       std::printf("%s@%s rolled back: %s -> %s\n", name->c_str(), alias->c_str(),
@@ -464,18 +507,23 @@ void registerModelCommands(CLI::App& app) {
   hist->add_option("--alias", *alias, "Only this alias");
   common(hist);
   hist->callback([o, name, alias, admin] {
-    const json j = call(*o, "GET", admin + enc(*name) + "/history" + (alias->empty() ? "" : "?alias=" + enc(*alias)));
+    const json j =
+        call(*o, "GET",
+             admin + enc(*name) + "/history" + (alias->empty() ? "" : "?alias=" + enc(*alias)));
     output(*o, j, [&] {
-      std::printf("%-4s %-22s %-12s %-6s    %-6s %-16s %s\n", "SEQ", "WHEN", "ALIAS", "FROM", "TO", "WHO", "REASON");
+      std::printf("%-4s %-22s %-12s %-6s    %-6s %-16s %s\n", "SEQ", "WHEN", "ALIAS", "FROM", "TO",
+                  "WHO", "REASON");
       for (const auto& m : j["history"]) printMove(m);
     });
   });
 
-  auto* bind = models->add_subcommand("bind", "Serve a version or an alias with gateway deployments");
+  auto* bind =
+      models->add_subcommand("bind", "Serve a version or an alias with gateway deployments");
   bind->add_option("name", *name, "Model")->required();
   bind->add_option("--version", *version, "Version");
   bind->add_option("--alias", *alias, "Alias");
-  bind->add_option("--deployment", *list_a, "Deployment of the config's models (\"d\" or \"model/d\"; repeat)");
+  bind->add_option("--deployment", *list_a,
+                   "Deployment of the config's models (\"d\" or \"model/d\"; repeat)");
   bind->add_flag("--unbind", *flag, "Remove the binding");
   common(bind);
   bind->callback([o, name, version, alias, list_a, flag, admin] {
@@ -495,7 +543,8 @@ void registerModelCommands(CLI::App& app) {
     });
   });
 
-  auto* ex = models->add_subcommand("experiment", "A/B split and shadow of a model's traffic; with no flags, its arms' figures");
+  auto* ex = models->add_subcommand(
+      "experiment", "A/B split and shadow of a model's traffic; with no flags, its arms' figures");
   ex->add_option("name", *name, "Model")->required();
   ex->add_option("--arm", *list_a, "name=target:weight, target \"3\" or \"@alias\" (repeat)");
   ex->add_option("--weights", *list_b, "name=weight: change live weights (repeat)");
@@ -527,8 +576,10 @@ void registerModelCommands(CLI::App& app) {
       for (const auto& a : *list_a) {
         const size_t eq = a.find('=');
         const size_t colon = a.rfind(':');
-        if (eq == std::string::npos || colon == std::string::npos || colon < eq) die("--arm takes name=target:weight");
-        arms.push_back({{"name", a.substr(0, eq)}, {"target", a.substr(eq + 1, colon - eq - 1)},
+        if (eq == std::string::npos || colon == std::string::npos || colon < eq)
+          die("--arm takes name=target:weight");
+        arms.push_back({{"name", a.substr(0, eq)},
+                        {"target", a.substr(eq + 1, colon - eq - 1)},
                         {"weight", std::stoll(a.substr(colon + 1))}});
       }
       body["arms"] = arms;
@@ -546,22 +597,25 @@ void registerModelCommands(CLI::App& app) {
     }
     const json j = call(*o, "GET", path);
     output(*o, j, [&] {
-      std::printf("%-12s %-18s %-7s %-9s %-7s %-9s %-9s %-9s %s\n", "ARM", "TARGET", "WEIGHT", "REQUESTS", "ERRORS",
-                  "P50_MS", "P99_MS", "TTFT_P50", "TOKENS(P/C)");
+      std::printf("%-12s %-18s %-7s %-9s %-7s %-9s %-9s %-9s %s\n", "ARM", "TARGET", "WEIGHT",
+                  "REQUESTS", "ERRORS", "P50_MS", "P99_MS", "TTFT_P50", "TOKENS(P/C)");
       if (!j.contains("stats")) return;
       for (const auto& a : j["stats"]["arms"]) {
-        std::printf("%-12s %-18s %-7lld %-9.0f %-7.0f %-9.1f %-9.1f %-9.1f %.0f/%.0f\n", a.value("arm", "").c_str(),
-                    a.value("target", "").c_str(), static_cast<long long>(a.value("weight", int64_t{0})),
-                    a.value("requests", 0.0), a.value("errors", 0.0), a.value("latency_p50_s", 0.0) * 1000,
+        std::printf("%-12s %-18s %-7lld %-9.0f %-7.0f %-9.1f %-9.1f %-9.1f %.0f/%.0f\n",
+                    a.value("arm", "").c_str(), a.value("target", "").c_str(),
+                    static_cast<long long>(a.value("weight", int64_t{0})), a.value("requests", 0.0),
+                    a.value("errors", 0.0), a.value("latency_p50_s", 0.0) * 1000,
                     a.value("latency_p99_s", 0.0) * 1000, a.value("ttft_p50_s", 0.0) * 1000,
                     a.value("prompt_tokens", 0.0), a.value("completion_tokens", 0.0));
       }
       if (j["stats"].contains("shadow")) {
         const json& s = j["stats"]["shadow"];
-        std::printf("shadow %s (share %.2f): ok %.0f, errors %.0f, failed %.0f, shed %.0f, match %.0f, mismatch %.0f, p99 %.1f ms\n",
-                    s.value("target", "").c_str(), s.value("share", 0.0), s.value("ok", 0.0), s.value("error", 0.0),
-                    s.value("failed", 0.0), s.value("shed", 0.0), s.value("match", 0.0), s.value("mismatch", 0.0),
-                    s.value("latency_p99_s", 0.0) * 1000);
+        std::printf(
+            "shadow %s (share %.2f): ok %.0f, errors %.0f, failed %.0f, shed %.0f, match %.0f, "
+            "mismatch %.0f, p99 %.1f ms\n",
+            s.value("target", "").c_str(), s.value("share", 0.0), s.value("ok", 0.0),
+            s.value("error", 0.0), s.value("failed", 0.0), s.value("shed", 0.0),
+            s.value("match", 0.0), s.value("mismatch", 0.0), s.value("latency_p99_s", 0.0) * 1000);
       }
     });
   });
@@ -574,17 +628,21 @@ void registerModelCommands(CLI::App& app) {
     output(*o, j, [&] {
       const json& s = j["summary"];
       std::printf("%lld outcomes: %lld ok, %lld failed, %lld matched, %lld mismatched\n",
-                  static_cast<long long>(s.value("count", int64_t{0})), static_cast<long long>(s.value("ok", int64_t{0})),
-                  static_cast<long long>(s.value("failed", int64_t{0})), static_cast<long long>(s.value("matched", int64_t{0})),
+                  static_cast<long long>(s.value("count", int64_t{0})),
+                  static_cast<long long>(s.value("ok", int64_t{0})),
+                  static_cast<long long>(s.value("failed", int64_t{0})),
+                  static_cast<long long>(s.value("matched", int64_t{0})),
                   static_cast<long long>(s.value("mismatched", int64_t{0})));
     });
   });
 
-  auto* cap = models->add_subcommand("capture", "Data capture of a version's requests and responses");
+  auto* cap =
+      models->add_subcommand("capture", "Data capture of a version's requests and responses");
   cap->add_option("name", *name, "Model")->required();
   cap->add_option("version", *version, "Version")->required();
   cap->add_option("--sample", *num, "Share captured, 0..1");
-  cap->add_option("--flag-contains", *list_a, "Flag (and capture) answers containing this (repeat)");
+  cap->add_option("--flag-contains", *list_a,
+                  "Flag (and capture) answers containing this (repeat)");
   cap->add_flag("--off", *flag, "Stop capturing");
   auto flag_errors = std::make_shared<bool>(false);
   cap->add_flag("--flag-errors", *flag_errors, "Flag (and capture) answers with status >= 500");
@@ -593,18 +651,21 @@ void registerModelCommands(CLI::App& app) {
     const std::string path = admin + enc(*name) + "/versions/" + *version + "/capture";
     if (*flag) {
       const json j = call(*o, "DELETE", path);
-      output(*o, j, [&] { std::printf("capture of %s/%s off\n", name->c_str(), version->c_str()); });
+      output(*o, j,
+             [&] { std::printf("capture of %s/%s off\n", name->c_str(), version->c_str()); });
     }
     if (*num < 0 && list_a->empty() && !*flag_errors) {
       const json j = call(*o, "GET", path);
       output(*o, j, [&] { std::printf("%s\n", j["capture"].dump().c_str()); });
     }
-    json body = {{"sample", std::max(0.0, *num)}, {"flag_errors", *flag_errors}, {"flag_contains", *list_a}};
+    json body = {
+        {"sample", std::max(0.0, *num)}, {"flag_errors", *flag_errors}, {"flag_contains", *list_a}};
     const json j = call(*o, "PUT", path, body);
     output(*o, j, [&] { std::printf("%s\n", j["capture"].dump().c_str()); });
   });
 
-  auto* rv = models->add_subcommand("reviews", "The review queue: flagged inferences (of a model, or a version)");
+  auto* rv = models->add_subcommand(
+      "reviews", "The review queue: flagged inferences (of a model, or a version)");
   rv->add_option("name", *name, "Model (\"\" = all)");
   rv->add_option("--version", *version, "Version");
   rv->add_option("--state", *text, "pending (default) | reviewed | flagged | captured");
@@ -615,16 +676,20 @@ void registerModelCommands(CLI::App& app) {
     if (!version->empty()) q += "&version=" + enc(*version);
     const json j = call(*o, "GET", q);
     output(*o, j, [&] {
-      std::printf("%-26s %-16s %-8s %-6s %-10s %s\n", "REQUEST", "TARGET", "ARM", "STATUS", "VERDICT", "REASON");
+      std::printf("%-26s %-16s %-8s %-6s %-10s %s\n", "REQUEST", "TARGET", "ARM", "STATUS",
+                  "VERDICT", "REASON");
       for (const auto& r : j["reviews"]) {
-        std::printf("%-26s %-16s %-8s %-6lld %-10s %s\n", r.value("request_id", "").c_str(), r.value("target", "").c_str(),
-                    r.value("arm", "").c_str(), static_cast<long long>(r.value("status", int64_t{0})),
-                    r.value("verdict", "").empty() ? "-" : r.value("verdict", "").c_str(), r.value("reason", "").c_str());
+        std::printf("%-26s %-16s %-8s %-6lld %-10s %s\n", r.value("request_id", "").c_str(),
+                    r.value("target", "").c_str(), r.value("arm", "").c_str(),
+                    static_cast<long long>(r.value("status", int64_t{0})),
+                    r.value("verdict", "").empty() ? "-" : r.value("verdict", "").c_str(),
+                    r.value("reason", "").c_str());
       }
     });
   });
 
-  auto* review = models->add_subcommand("review", "Answer a review: a verdict and a label for an inference");
+  auto* review =
+      models->add_subcommand("review", "Answer a review: a verdict and a label for an inference");
   review->add_option("request_id", *text, "The inference's x-request-id")->required();
   review->add_option("--verdict", *alias, "e.g. good | bad")->required();
   review->add_option("--label", *version, "The label for training");
@@ -642,11 +707,13 @@ void registerModelCommands(CLI::App& app) {
   fl->add_option("--model", *name, "The model it was for (when it was not captured)");
   common(fl);
   fl->callback([o, text, reason, name] {
-    const json j = call(*o, "POST", "/admin/registry/flags", json{{"request_id", *text}, {"reason", *reason}, {"model", *name}});
+    const json j = call(*o, "POST", "/admin/registry/flags",
+                        json{{"request_id", *text}, {"reason", *reason}, {"model", *name}});
     output(*o, j, [&] { std::printf("flagged %s\n", text->c_str()); });
   });
 
-  auto* ex2 = models->add_subcommand("export", "Reviewed cases as JSON lines (the next training set)");
+  auto* ex2 =
+      models->add_subcommand("export", "Reviewed cases as JSON lines (the next training set)");
   ex2->add_option("name", *name, "Model (\"\" = all)");
   ex2->add_option("--version", *version, "Version");
   common(ex2);
@@ -654,9 +721,11 @@ void registerModelCommands(CLI::App& app) {
     std::string q = "/admin/registry/reviews/export?state=reviewed";
     if (!name->empty()) q += "&model=" + enc(*name);
     if (!version->empty()) q += "&version=" + enc(*version);
-    auto r = net::fetchBlocking(o->url + q, "GET", "", adminHeaders(*o, false), std::chrono::seconds(600));
+    auto r = net::fetchBlocking(o->url + q, "GET", "", adminHeaders(*o, false),
+                                std::chrono::seconds(600));
     if (!r.ok()) die("cannot reach the admin API at " + o->url + ": " + r.status().message());
-    if (r->status >= 400) die("error " + std::to_string(r->status) + ": " + adminErrorText(r->body));
+    if (r->status >= 400)
+      die("error " + std::to_string(r->status) + ": " + adminErrorText(r->body));
     std::fwrite(r->body.data(), 1, r->body.size(), stdout);
     std::exit(0);
   });

@@ -11,7 +11,8 @@ namespace infera::cli {
 
 class ProgressBar {
  public:
-  ProgressBar(std::string label, bool enabled) : label_(std::move(label)), enabled_(enabled && isatty(STDERR_FILENO)) {}
+  ProgressBar(std::string label, bool enabled)
+      : label_(std::move(label)), enabled_(enabled && isatty(STDERR_FILENO)) {}
   ~ProgressBar() { done(); }
   ProgressBar(const ProgressBar&) = delete;
   ProgressBar& operator=(const ProgressBar&) = delete;
@@ -26,8 +27,9 @@ class ProgressBar {
     drawn_ = true;
     const int width = 40;
     const int filled = pct * width / 100;
-    std::fprintf(stderr, "\r%-16s [%s%s] %3d%% %s\033[K", label_.c_str(), std::string(filled, '#').c_str(),
-                 std::string(width - filled, '.').c_str(), pct, detail.c_str());
+    std::fprintf(stderr, "\r%-16s [%s%s] %3d%% %s\033[K", label_.c_str(),
+                 std::string(filled, '#').c_str(), std::string(width - filled, '.').c_str(), pct,
+                 detail.c_str());
     std::fflush(stderr);
   }
   // Ends the line (once).

@@ -89,8 +89,8 @@ int runSimulate(const SimulateOptions& o) {
     const Status s = writeFgdReport(o.out_dir, results, o.reference);
     if (!s.isOk()) return fail(s);
     std::printf("%s", fgdSummary(results, o.reference).c_str());
-    std::printf("report: %s/report.json, %s/alloc_vs_load.svg, %s/unallocated_vs_load.svg\n", o.out_dir.c_str(),
-                o.out_dir.c_str(), o.out_dir.c_str());
+    std::printf("report: %s/report.json, %s/alloc_vs_load.svg, %s/unallocated_vs_load.svg\n",
+                o.out_dir.c_str(), o.out_dir.c_str(), o.out_dir.c_str());
     return 0;
   }
   ReplayConfig cfg;
@@ -115,8 +115,10 @@ int runSimulate(const SimulateOptions& o) {
     const Status s = writeReplayReport(dir, *r);
     if (!s.isOk()) rc = fail(s);
     std::printf("%s", replaySummary(*r).c_str());
-    std::printf("report: %s/report.json (+ allocation.svg, pending_time.svg, "
-                "free_node_aggregation.svg)\n", dir.c_str());
+    std::printf(
+        "report: %s/report.json (+ allocation.svg, pending_time.svg, "
+        "free_node_aggregation.svg)\n",
+        dir.c_str());
   }
   return rc;
 }
@@ -147,7 +149,8 @@ void registerSchedCommands(CLI::App& app) {
   sim->add_option("--data", opts->data_dir,
                   "trace directory (default: the shipped data/alibaba-gpu-v2023, found next to "
                   "the binary or in its source tree; or $INFERA_DATA_DIR/alibaba-gpu-v2023)");
-  sim->add_option("--nodes", opts->nodes_csv, "node CSV (default: DATA/csv/openb_node_list_gpu_node.csv)");
+  sim->add_option("--nodes", opts->nodes_csv,
+                  "node CSV (default: DATA/csv/openb_node_list_gpu_node.csv)");
   sim->add_option("--pod-list", opts->pod_list, "pod list name: default, cpu050, gpuspec33, ...")
       ->capture_default_str();
   sim->add_option("--pods", opts->pods_csv, "pod CSV (overrides --pod-list)");
@@ -165,11 +168,13 @@ void registerSchedCommands(CLI::App& app) {
   sim->add_option("--speedup", opts->speedup, "divide arrival times by this (replay mode)")
       ->check(CLI::Range(0.001, 1e6))
       ->capture_default_str();
-  sim->add_option("--offered-load", opts->offered_load,
-                  "replay mode: synthetic arrivals drawn from the pod list (trace durations) at this "
-                  "offered GPU load, instead of the trace's own times (--speedup is then unused)")
+  sim->add_option(
+         "--offered-load", opts->offered_load,
+         "replay mode: synthetic arrivals drawn from the pod list (trace durations) at this "
+         "offered GPU load, instead of the trace's own times (--speedup is then unused)")
       ->check(CLI::Range(0.0, 10.0));
-  sim->add_option("--horizon", opts->horizon_h, "replay mode with --offered-load: hours of arrivals")
+  sim->add_option("--horizon", opts->horizon_h,
+                  "replay mode with --offered-load: hours of arrivals")
       ->check(CLI::Range(1.0, 24.0 * 365))
       ->capture_default_str();
   sim->add_option("--sample", opts->sample_s, "sampling interval in seconds (replay mode)")
@@ -177,14 +182,16 @@ void registerSchedCommands(CLI::App& app) {
       ->capture_default_str();
   sim->add_option("--config", opts->config, "scheduler YAML: queues, tiers, ladder (replay mode)");
   sim->add_option("-o,--out", opts->out_dir, "output directory")->capture_default_str();
-  sim->add_option("--reference", opts->reference,
-                  "fgd mode: the policy the others are compared with at every step of the load curve")
+  sim->add_option(
+         "--reference", opts->reference,
+         "fgd mode: the policy the others are compared with at every step of the load curve")
       ->capture_default_str();
   sim->add_flag("!--no-progress", opts->progress, "no progress bar");
   sim->callback([opts] { std::exit(runSimulate(*opts)); });
 
   auto files = std::make_shared<std::vector<std::string>>();
-  CLI::App* val = sched->add_subcommand("validate", "validate scheduler YAML files (queues, quota)");
+  CLI::App* val =
+      sched->add_subcommand("validate", "validate scheduler YAML files (queues, quota)");
   val->add_option("files", *files, "YAML files")->required();
   val->callback([files] { std::exit(runValidate(*files)); });
 

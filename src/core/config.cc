@@ -27,7 +27,8 @@ Status ConfigErrors::toStatus(std::string_view source) const {
   if (!source.empty()) {
     msg += std::string(source) + ": ";
   }
-  msg += std::to_string(errors_.size()) + (errors_.size() == 1 ? " config error" : " config errors");
+  msg +=
+      std::to_string(errors_.size()) + (errors_.size() == 1 ? " config error" : " config errors");
   for (const auto& e : errors_) {
     msg += "\n  ";
     msg += e.toString();
@@ -156,7 +157,8 @@ bool ConfigReader::optional(const std::string& key, std::vector<std::string>& ou
   out.clear();
   for (size_t i = 0; i < n.size(); ++i) {
     if (!n[i].IsScalar()) {
-      errors_->add(childPath(key) + "[" + std::to_string(i) + "]", lineOf(n[i]), "must be a string");
+      errors_->add(childPath(key) + "[" + std::to_string(i) + "]", lineOf(n[i]),
+                   "must be a string");
       return false;
     }
     out.push_back(n[i].Scalar());
@@ -178,7 +180,8 @@ bool ConfigReader::optionalEnum(const std::string& key, std::string& out,
   for (const auto& a : allowed) {
     list += list.empty() ? a : ", " + a;
   }
-  errors_->add(childPath(key), lineOf(node_[key]), "must be one of [" + list + "], got '" + v + "'");
+  errors_->add(childPath(key), lineOf(node_[key]),
+               "must be one of [" + list + "], got '" + v + "'");
   return false;
 }
 

@@ -57,15 +57,18 @@ class ConfigReader {
   // Scalars. The `optional` forms leave `out` (its default) untouched when the key is absent.
   bool optional(const std::string& key, std::string& out);
   bool optional(const std::string& key, bool& out);
-  bool optional(const std::string& key, double& out, double min = -std::numeric_limits<double>::max(),
+  bool optional(const std::string& key, double& out,
+                double min = -std::numeric_limits<double>::max(),
                 double max = std::numeric_limits<double>::max());
-  bool optional(const std::string& key, int64_t& out, int64_t min = std::numeric_limits<int64_t>::min(),
+  bool optional(const std::string& key, int64_t& out,
+                int64_t min = std::numeric_limits<int64_t>::min(),
                 int64_t max = std::numeric_limits<int64_t>::max());
   bool optional(const std::string& key, int& out, int min = std::numeric_limits<int>::min(),
                 int max = std::numeric_limits<int>::max());
   bool optional(const std::string& key, std::vector<std::string>& out);
   // One of `allowed`.
-  bool optionalEnum(const std::string& key, std::string& out, const std::vector<std::string>& allowed);
+  bool optionalEnum(const std::string& key, std::string& out,
+                    const std::vector<std::string>& allowed);
   template <typename T, typename... Args>
   bool required(const std::string& key, T& out, Args&&... args) {
     if (!present(key)) {
@@ -77,7 +80,8 @@ class ConfigReader {
   }
 
   // Sub-mapping; calls fn with a reader for it, then checks its unknown keys.
-  void object(const std::string& key, const std::function<void(ConfigReader&)>& fn, bool required = false);
+  void object(const std::string& key, const std::function<void(ConfigReader&)>& fn,
+              bool required = false);
   // Sequence of mappings; fn gets each element's reader and index.
   void forEach(const std::string& key, const std::function<void(ConfigReader&, size_t)>& fn,
                bool required = false);

@@ -47,8 +47,10 @@ Result<std::string> findDataDir(std::string_view name) {
 #endif
   std::string where;
   for (const auto& t : tried) where += (where.empty() ? "" : ", ") + t;
-  return Status::notFound("data set " + sub + " not found (looked in data/ and share/infera/data/ "
-                          "of " + where + "); pass --data DIR or set INFERA_DATA_DIR");
+  return Status::notFound("data set " + sub +
+                          " not found (looked in data/ and share/infera/data/ "
+                          "of " +
+                          where + "); pass --data DIR or set INFERA_DATA_DIR");
 }
 
 }  // namespace infera

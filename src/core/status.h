@@ -38,17 +38,31 @@ class [[nodiscard]] Status {
   Status(StatusCode code, std::string message);
 
   static Status ok() { return Status(); }
-  static Status invalidArgument(std::string m) { return {StatusCode::kInvalidArgument, std::move(m)}; }
+  static Status invalidArgument(std::string m) {
+    return {StatusCode::kInvalidArgument, std::move(m)};
+  }
   static Status notFound(std::string m) { return {StatusCode::kNotFound, std::move(m)}; }
   static Status alreadyExists(std::string m) { return {StatusCode::kAlreadyExists, std::move(m)}; }
-  static Status permissionDenied(std::string m) { return {StatusCode::kPermissionDenied, std::move(m)}; }
-  static Status unauthenticated(std::string m) { return {StatusCode::kUnauthenticated, std::move(m)}; }
-  static Status resourceExhausted(std::string m) { return {StatusCode::kResourceExhausted, std::move(m)}; }
-  static Status failedPrecondition(std::string m) { return {StatusCode::kFailedPrecondition, std::move(m)}; }
+  static Status permissionDenied(std::string m) {
+    return {StatusCode::kPermissionDenied, std::move(m)};
+  }
+  static Status unauthenticated(std::string m) {
+    return {StatusCode::kUnauthenticated, std::move(m)};
+  }
+  static Status resourceExhausted(std::string m) {
+    return {StatusCode::kResourceExhausted, std::move(m)};
+  }
+  static Status failedPrecondition(std::string m) {
+    return {StatusCode::kFailedPrecondition, std::move(m)};
+  }
   static Status unavailable(std::string m) { return {StatusCode::kUnavailable, std::move(m)}; }
-  static Status deadlineExceeded(std::string m) { return {StatusCode::kDeadlineExceeded, std::move(m)}; }
+  static Status deadlineExceeded(std::string m) {
+    return {StatusCode::kDeadlineExceeded, std::move(m)};
+  }
   static Status cancelled(std::string m) { return {StatusCode::kCancelled, std::move(m)}; }
-  static Status payloadTooLarge(std::string m) { return {StatusCode::kPayloadTooLarge, std::move(m)}; }
+  static Status payloadTooLarge(std::string m) {
+    return {StatusCode::kPayloadTooLarge, std::move(m)};
+  }
   static Status internal(std::string m) { return {StatusCode::kInternal, std::move(m)}; }
   static Status unimplemented(std::string m) { return {StatusCode::kUnimplemented, std::move(m)}; }
 
@@ -79,7 +93,7 @@ class [[nodiscard]] Status {
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : v_(std::move(value)) {}  // NOLINT(google-explicit-constructor)
+  Result(T value) : v_(std::move(value)) {}        // NOLINT(google-explicit-constructor)
   Result(Status status) : v_(std::move(status)) {  // NOLINT(google-explicit-constructor)
     if (std::get<Status>(v_).isOk()) {
       std::fprintf(stderr, "INFERA_CHECK failed: Result constructed from an ok Status\n");
@@ -94,9 +108,18 @@ class [[nodiscard]] Result {
   }
   Status takeStatus() { return ok() ? Status() : std::move(std::get<Status>(v_)); }
 
-  T& value() & { check(); return std::get<T>(v_); }
-  const T& value() const& { check(); return std::get<T>(v_); }
-  T&& value() && { check(); return std::get<T>(std::move(v_)); }
+  T& value() & {
+    check();
+    return std::get<T>(v_);
+  }
+  const T& value() const& {
+    check();
+    return std::get<T>(v_);
+  }
+  T&& value() && {
+    check();
+    return std::get<T>(std::move(v_));
+  }
   T& operator*() & { return value(); }
   const T& operator*() const& { return value(); }
   T&& operator*() && { return std::move(*this).value(); }
@@ -118,16 +141,18 @@ namespace internal {
 [[noreturn]] void checkFailed(const char* file, int line, const char* expr, const std::string& msg);
 inline Status asStatus(Status s) { return s; }
 template <typename T>
-Status asStatus(Result<T>&& r) { return r.takeStatus(); }
+Status asStatus(Result<T>&& r) {
+  return r.takeStatus();
+}
 }  // namespace internal
 
 }  // namespace infera
 
-#define INFERA_CHECK(cond, ...)                                                          \
-  do {                                                                                  \
-    if (!(cond)) [[unlikely]] {                                                         \
+#define INFERA_CHECK(cond, ...)                                                             \
+  do {                                                                                      \
+    if (!(cond)) [[unlikely]] {                                                             \
       ::infera::internal::checkFailed(__FILE__, __LINE__, #cond, std::string(__VA_ARGS__)); \
-    }                                                                                   \
+    }                                                                                       \
   } while (0)
 
 #ifdef NDEBUG
@@ -141,10 +166,10 @@ Status asStatus(Result<T>&& r) { return r.takeStatus(); }
 #define INFERA_CONCAT_INNER(a, b) a##b
 #define INFERA_CONCAT(a, b) INFERA_CONCAT_INNER(a, b)
 
-#define INFERA_RETURN_IF_ERROR(expr)                                     \
-  do {                                                                   \
+#define INFERA_RETURN_IF_ERROR(expr)                                      \
+  do {                                                                    \
     ::infera::Status infera_status_ = ::infera::internal::asStatus(expr); \
-    if (!infera_status_.isOk()) return infera_status_;                   \
+    if (!infera_status_.isOk()) return infera_status_;                    \
   } while (0)
 
 #define INFERA_ASSIGN_OR_RETURN_IMPL(tmp, lhs, expr) \

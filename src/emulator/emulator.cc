@@ -6,8 +6,8 @@
 #include <cmath>
 #include <deque>
 #include <mutex>
-#include <unordered_map>
 #include <random>
+#include <unordered_map>
 
 #include "core/log.h"
 #include "net/loops.h"
@@ -23,10 +23,10 @@ using net::ResponseWriter;
 using net::Task;
 
 constexpr std::string_view kWords[] = {
-    "The",    " quick", " brown", " fox",   " jumps", " over",  " the",    " lazy",
-    " dog",   ".",      " A",     " model", " of",    " the",   " world",  " is",
-    " built", " one",   " token", " at",    " a",     " time",  ",",       " and",
-    " every", " token", " costs", " a",     " little", " time", " and",    " money"};
+    "The",    " quick", " brown", " fox",   " jumps",  " over", " the",   " lazy",
+    " dog",   ".",      " A",     " model", " of",     " the",  " world", " is",
+    " built", " one",   " token", " at",    " a",      " time", ",",      " and",
+    " every", " token", " costs", " a",     " little", " time", " and",   " money"};
 
 int64_t unixSeconds() {
   return std::chrono::duration_cast<std::chrono::seconds>(
@@ -102,8 +102,9 @@ class EmulatorImpl final : public Emulator {
     sc.max_body_bytes = 64 << 20;
     sc.tls = config_.tls;
     loops_.start();
-    auto server = net::HttpServer::create(
-        loops_, sc, [this](int i, net::asio::io_context&) { return std::make_unique<Handler>(*this, i); });
+    auto server = net::HttpServer::create(loops_, sc, [this](int i, net::asio::io_context&) {
+      return std::make_unique<Handler>(*this, i);
+    });
     if (!server.ok()) {
       loops_.stop();
       return server.takeStatus();
@@ -114,7 +115,8 @@ class EmulatorImpl final : public Emulator {
 
   uint16_t port() const override { return server_->port(); }
   std::string url() const override {
-    return (config_.tls ? "https://" : "http://") + config_.host + ":" + std::to_string(server_->port());
+    return (config_.tls ? "https://" : "http://") + config_.host + ":" +
+           std::to_string(server_->port());
   }
   FaultControl& faults() override { return faults_; }
   const EmulatorStats& stats() const override { return stats_; }
@@ -226,7 +228,8 @@ Result<ParsedRequest> Handler::parseOpenAi(const HttpRequest& req, bool chat) {
 
 Task<void> Handler::sleepFor(net::Deadline until, const bool* gone) {
   while (net::SteadyClock::now() < until && !emu_.stopping() && !(gone && *gone)) {
-    co_await net::sleepUntil(std::min(until, net::SteadyClock::now() + std::chrono::milliseconds(50)));
+    co_await net::sleepUntil(
+        std::min(until, net::SteadyClock::now() + std::chrono::milliseconds(50)));
   }
 }
 
@@ -256,8 +259,8 @@ Task<void> Handler::handle(HttpRequest& req, ResponseWriter& w) {
     if (const double er = f.error_rate.load(); er > 0 && uniform() < er) {
       stats.injected_errors.fetch_add(1, std::memory_order_relaxed);
       const int status = f.error_status.load();
-      co_await error(w, status, "injected fault", status >= 500 ? "server_error" : "invalid_request_error",
-                     "injected_fault");
+      co_await error(w, status, "injected fault",
+                     status >= 500 ? "server_error" : "invalid_request_error", "injected_fault");
       co_return;
     }
   }
@@ -289,8 +292,7 @@ Task<void> Handler::generate(HttpRequest& req, ResponseWriter& w, bool chat) {
   const ParsedRequest& p = *parsed;
   if (!knownModel(p.model)) {
     const std::string msg = "The model `" + p.model + "` does not exist.";
-    co_await error(w, 404, msg, "invalid_request_error",
-                   "model_not_found");
+    co_await error(w, 404, msg, "invalid_request_error", "model_not_found");
     co_return;
   }
   auto& stats = emu_.mutableStats();
@@ -320,7 +322,8 @@ Task<void> Handler::generate(HttpRequest& req, ResponseWriter& w, bool chat) {
     body.reserve(256 + text.size());
     body += "{\"id\":\"" + id + "\",\"object\":\"";
     body += object;
-    body += "\",\"created\":" + std::to_string(created) + ",\"model\":" + model_json + ",\"choices\":[{\"index\":0,";
+    body += "\",\"created\":" + std::to_string(created) + ",\"model\":" + model_json +
+            ",\"choices\":[{\"index\":0,";
     if (chat) {
       body += "\"message\":{\"role\":\"assistant\",\"content\":";
       net::appendJsonString(body, text);
@@ -370,7 +373,9 @@ Task<void> Handler::generate(HttpRequest& req, ResponseWriter& w, bool chat) {
   auto next = net::SteadyClock::now() + ttft;
   if (chat) {
     // vLLM sends the role first, with no content token.
-    chunk = prefix + "{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"},\"logprobs\":null,\"finish_reason\":null}]";
+    chunk = prefix +
+            "{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"},\"logprobs\":null,"
+            "\"finish_reason\":null}]";
     usageTail(0);
     chunk += "}";
     event.clear();
@@ -440,18 +445,19 @@ Task<void> Handler::embeddings(HttpRequest& req, ResponseWriter& w) {
   simdjson::dom::element doc;
   if (parser_.parse(req.body.data(), req.body.size(), true).get(doc) != simdjson::SUCCESS ||
       !doc.is_object()) {
-    co_await error(w, 400, "request body is not a JSON object", "invalid_request_error", "invalid_json");
+    co_await error(w, 400, "request body is not a JSON object", "invalid_request_error",
+                   "invalid_json");
     co_return;
   }
   std::string_view model;
   if (doc["model"].get(model) != simdjson::SUCCESS) {
-    co_await error(w, 400, "missing required field 'model'", "invalid_request_error", "invalid_request");
+    co_await error(w, 400, "missing required field 'model'", "invalid_request_error",
+                   "invalid_request");
     co_return;
   }
   if (!knownModel(model)) {
     const std::string msg = "The model `" + std::string(model) + "` does not exist.";
-    co_await error(w, 404, msg,
-                   "invalid_request_error", "model_not_found");
+    co_await error(w, 404, msg, "invalid_request_error", "model_not_found");
     co_return;
   }
   std::vector<std::string_view> inputs;
@@ -462,14 +468,15 @@ Task<void> Handler::embeddings(HttpRequest& req, ResponseWriter& w) {
   } else if (doc["input"].get(arr) == simdjson::SUCCESS) {
     for (auto e : arr) {
       if (e.get(one) != simdjson::SUCCESS) {
-        co_await error(w, 400, "'input' must be a string or an array of strings", "invalid_request_error",
-                       "invalid_request");
+        co_await error(w, 400, "'input' must be a string or an array of strings",
+                       "invalid_request_error", "invalid_request");
         co_return;
       }
       inputs.push_back(one);
     }
   } else {
-    co_await error(w, 400, "missing required field 'input'", "invalid_request_error", "invalid_request");
+    co_await error(w, 400, "missing required field 'input'", "invalid_request_error",
+                   "invalid_request");
     co_return;
   }
   const int dim = emu_.config().embedding_dim;
@@ -549,9 +556,10 @@ Task<void> Handler::kserve(HttpRequest& req, ResponseWriter& w) {
   if (tail.empty() && req.method == "GET") {
     std::string body = "{\"name\":";
     net::appendJsonString(body, model);
-    body += ",\"versions\":[\"1\"],\"platform\":\"infera-emulator\","
-            "\"inputs\":[{\"name\":\"INPUT0\",\"datatype\":\"FP32\",\"shape\":[-1,-1]}],"
-            "\"outputs\":[{\"name\":\"OUTPUT0\",\"datatype\":\"FP32\",\"shape\":[-1,-1]}]}";
+    body +=
+        ",\"versions\":[\"1\"],\"platform\":\"infera-emulator\","
+        "\"inputs\":[{\"name\":\"INPUT0\",\"datatype\":\"FP32\",\"shape\":[-1,-1]}],"
+        "\"outputs\":[{\"name\":\"OUTPUT0\",\"datatype\":\"FP32\",\"shape\":[-1,-1]}]}";
     co_await w.send(200, "application/json", body);
   } else if (tail == "/ready" && req.method == "GET") {
     std::string body = "{\"name\":";
@@ -573,7 +581,8 @@ Task<void> Handler::kserveInfer(std::string_view model, HttpRequest& req, Respon
   simdjson::dom::array inputs;
   if (parser_.parse(req.body.data(), req.body.size(), true).get(doc) != simdjson::SUCCESS ||
       doc["inputs"].get(inputs) != simdjson::SUCCESS) {
-    co_await w.send(400, "application/json", "{\"error\":\"request must be a JSON object with 'inputs'\"}");
+    co_await w.send(400, "application/json",
+                    "{\"error\":\"request must be a JSON object with 'inputs'\"}");
     co_return;
   }
   std::string body = "{\"model_name\":";
@@ -589,8 +598,8 @@ Task<void> Handler::kserveInfer(std::string_view model, HttpRequest& req, Respon
   for (auto in : inputs) {
     std::string_view datatype;
     simdjson::dom::array shape, data;
-    if (in["datatype"].get(datatype) != simdjson::SUCCESS || in["shape"].get(shape) != simdjson::SUCCESS ||
-        in["data"].get(data) != simdjson::SUCCESS) {
+    if (in["datatype"].get(datatype) != simdjson::SUCCESS ||
+        in["shape"].get(shape) != simdjson::SUCCESS || in["data"].get(data) != simdjson::SUCCESS) {
       co_await w.send(400, "application/json",
                       "{\"error\":\"each input needs 'name', 'shape', 'datatype' and 'data'\"}");
       co_return;

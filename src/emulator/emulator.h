@@ -20,11 +20,11 @@
 namespace infera::emulator {
 
 struct FaultConfig {
-  double error_rate = 0;       // share of requests answered with error_status
+  double error_rate = 0;  // share of requests answered with error_status
   int error_status = 500;
   int64_t added_latency_ms = 0;  // before anything is sent
-  double hang_rate = 0;        // share of requests never answered (until the client leaves)
-  double disconnect_rate = 0;  // share of streams cut (connection closed) mid-stream
+  double hang_rate = 0;          // share of requests never answered (until the client leaves)
+  double disconnect_rate = 0;    // share of streams cut (connection closed) mid-stream
   int disconnect_after_tokens = 3;
 };
 
@@ -43,7 +43,8 @@ struct EmulatorConfig {
   // would otherwise grow by the ledger's size.
   size_t usage_ledger = 0;
   FaultConfig faults;
-  std::optional<net::TlsServerConfig> tls;  // serve HTTPS (an https:// backend for tests and benchmarks)
+  std::optional<net::TlsServerConfig>
+      tls;  // serve HTTPS (an https:// backend for tests and benchmarks)
 };
 
 // Reads an emulator mapping (used by `infera emulate -c` and gateway backends of type emulator).

@@ -17,7 +17,9 @@ int64_t floorDiv(int64_t a, int64_t b) {
   return q;
 }
 
-int64_t bucketOf(int64_t ts_us, const Aggregation& a) { return floorDiv(ts_us, a.bucket_s * 1'000'000); }
+int64_t bucketOf(int64_t ts_us, const Aggregation& a) {
+  return floorDiv(ts_us, a.bucket_s * 1'000'000);
+}
 int64_t bucketsPerWindow(const Aggregation& a) { return a.window_s / a.bucket_s; }
 
 void putDouble(std::string& out, double d) {
@@ -40,7 +42,8 @@ void hllAdd(AggBucket& b, uint64_t hash) {
     b.hll_dense[reg] = std::max(b.hll_dense[reg], rank);
     return;
   }
-  auto it = std::lower_bound(b.hll_sparse.begin(), b.hll_sparse.end(), static_cast<uint16_t>(reg << 6));
+  auto it =
+      std::lower_bound(b.hll_sparse.begin(), b.hll_sparse.end(), static_cast<uint16_t>(reg << 6));
   if (it != b.hll_sparse.end() && (*it >> 6) == reg) {
     if ((*it & 63) < rank) *it = static_cast<uint16_t>((reg << 6) | rank);
     return;
@@ -58,7 +61,8 @@ void hllMerge(const AggBucket& b, std::vector<uint8_t>& regs) {
   if (!b.hll_dense.empty()) {
     for (size_t i = 0; i < kHllM; ++i) regs[i] = std::max(regs[i], b.hll_dense[i]);
   } else {
-    for (uint16_t e : b.hll_sparse) regs[e >> 6] = std::max(regs[e >> 6], static_cast<uint8_t>(e & 63));
+    for (uint16_t e : b.hll_sparse)
+      regs[e >> 6] = std::max(regs[e >> 6], static_cast<uint8_t>(e & 63));
   }
 }
 
@@ -103,14 +107,22 @@ void encodeAggState(const FeatureView& view, const AggState& state, std::string&
       putVarint(out, zigzag(b.index - prev));
       prev = b.index;
       switch (a.function) {
-        case AggFunction::kCount: putVarint(out, static_cast<uint64_t>(b.count)); break;
-        case AggFunction::kSum: putDouble(out, b.sum); break;
+        case AggFunction::kCount:
+          putVarint(out, static_cast<uint64_t>(b.count));
+          break;
+        case AggFunction::kSum:
+          putDouble(out, b.sum);
+          break;
         case AggFunction::kAvg:
           putVarint(out, static_cast<uint64_t>(b.count));
           putDouble(out, b.sum);
           break;
-        case AggFunction::kMin: putDouble(out, b.min); break;
-        case AggFunction::kMax: putDouble(out, b.max); break;
+        case AggFunction::kMin:
+          putDouble(out, b.min);
+          break;
+        case AggFunction::kMax:
+          putDouble(out, b.max);
+          break;
         case AggFunction::kLast:
           putVarint(out, zigzag(b.last_ts));
           putVarint(out, b.last.size());
@@ -139,7 +151,8 @@ AggState decodeAggState(const FeatureView& view, std::string_view in) {
   for (size_t i = 0; i < view.aggregations.size(); ++i) {
     const Aggregation& a = view.aggregations[i];
     uint64_t n = 0;
-    if (!getVarint(in, n) || n > 100'000) return AggState{INT64_MIN, std::vector<std::vector<AggBucket>>(view.aggregations.size())};
+    if (!getVarint(in, n) || n > 100'000)
+      return AggState{INT64_MIN, std::vector<std::vector<AggBucket>>(view.aggregations.size())};
     int64_t prev = 0;
     auto& out = s.per_agg[i];
     out.reserve(n);
@@ -154,13 +167,19 @@ AggState decodeAggState(const FeatureView& view, std::string_view in) {
           ok = ok && getVarint(in, v);
           b.count = static_cast<int64_t>(v);
           break;
-        case AggFunction::kSum: ok = ok && getDouble(in, b.sum); break;
+        case AggFunction::kSum:
+          ok = ok && getDouble(in, b.sum);
+          break;
         case AggFunction::kAvg:
           ok = ok && getVarint(in, v) && getDouble(in, b.sum);
           b.count = static_cast<int64_t>(v);
           break;
-        case AggFunction::kMin: ok = ok && getDouble(in, b.min); break;
-        case AggFunction::kMax: ok = ok && getDouble(in, b.max); break;
+        case AggFunction::kMin:
+          ok = ok && getDouble(in, b.min);
+          break;
+        case AggFunction::kMax:
+          ok = ok && getDouble(in, b.max);
+          break;
         case AggFunction::kLast: {
           uint64_t len = 0;
           ok = ok && getVarint(in, v) && getVarint(in, len) && len <= in.size();
@@ -182,28 +201,31 @@ AggState decodeAggState(const FeatureView& view, std::string_view in) {
           } else if (ok) {
             ok = v <= kSparseMax && in.size() >= 2 * v;
             for (uint64_t e = 0; ok && e < v; ++e) {
-              b.hll_sparse.push_back(static_cast<uint16_t>((static_cast<uint8_t>(in[0]) << 8) | static_cast<uint8_t>(in[1])));
+              b.hll_sparse.push_back(static_cast<uint16_t>((static_cast<uint8_t>(in[0]) << 8) |
+                                                           static_cast<uint8_t>(in[1])));
               in.remove_prefix(2);
             }
           }
           break;
         }
       }
-      if (!ok) return AggState{INT64_MIN, std::vector<std::vector<AggBucket>>(view.aggregations.size())};
+      if (!ok)
+        return AggState{INT64_MIN, std::vector<std::vector<AggBucket>>(view.aggregations.size())};
       out.push_back(std::move(b));
     }
   }
   return s;
 }
 
-bool addEvent(const FeatureView& view, AggState& state, int64_t ts_us, const std::vector<AggInput>& inputs,
-              int64_t now_us) {
+bool addEvent(const FeatureView& view, AggState& state, int64_t ts_us,
+              const std::vector<AggInput>& inputs, int64_t now_us) {
   state.per_agg.resize(view.aggregations.size());
   bool changed = false;
   for (size_t i = 0; i < view.aggregations.size(); ++i) {
     const Aggregation& a = view.aggregations[i];
     auto& buckets = state.per_agg[i];
-    const int64_t oldest = bucketOf(now_us, a) - bucketsPerWindow(a) + 1;  // first bucket still in the window
+    const int64_t oldest =
+        bucketOf(now_us, a) - bucketsPerWindow(a) + 1;  // first bucket still in the window
     auto keep = std::lower_bound(buckets.begin(), buckets.end(), oldest,
                                  [](const AggBucket& b, int64_t idx) { return b.index < idx; });
     buckets.erase(buckets.begin(), keep);
@@ -222,18 +244,27 @@ bool addEvent(const FeatureView& view, AggState& state, int64_t ts_us, const std
     AggBucket& b = *it;
     ++b.count;
     switch (a.function) {
-      case AggFunction::kCount: break;
+      case AggFunction::kCount:
+        break;
       case AggFunction::kSum:
-      case AggFunction::kAvg: b.sum += in.number; break;
-      case AggFunction::kMin: b.min = std::min(b.min, in.number); break;
-      case AggFunction::kMax: b.max = std::max(b.max, in.number); break;
+      case AggFunction::kAvg:
+        b.sum += in.number;
+        break;
+      case AggFunction::kMin:
+        b.min = std::min(b.min, in.number);
+        break;
+      case AggFunction::kMax:
+        b.max = std::max(b.max, in.number);
+        break;
       case AggFunction::kLast:
         if (ts_us >= b.last_ts) {
           b.last_ts = ts_us;
           b.last = in.encoded;
         }
         break;
-      case AggFunction::kDistinctCount: hllAdd(b, in.hash); break;
+      case AggFunction::kDistinctCount:
+        hllAdd(b, in.hash);
+        break;
     }
     changed = true;
   }
@@ -241,8 +272,8 @@ bool addEvent(const FeatureView& view, AggState& state, int64_t ts_us, const std
   return changed;
 }
 
-void appendAggJson(const FeatureView& view, const AggState& state, size_t agg, int64_t now_us, std::string& json,
-                   bool& null) {
+void appendAggJson(const FeatureView& view, const AggState& state, size_t agg, int64_t now_us,
+                   std::string& json, bool& null) {
   const Aggregation& a = view.aggregations[agg];
   const int64_t last = bucketOf(now_us, a);
   const int64_t first = last - bucketsPerWindow(a) + 1;
@@ -270,8 +301,12 @@ void appendAggJson(const FeatureView& view, const AggState& state, size_t agg, i
   }
   null = false;
   switch (a.function) {
-    case AggFunction::kCount: json += std::to_string(count); return;
-    case AggFunction::kSum: appendDouble(json, sum); return;
+    case AggFunction::kCount:
+      json += std::to_string(count);
+      return;
+    case AggFunction::kSum:
+      appendDouble(json, sum);
+      return;
     case AggFunction::kAvg:
       if (count == 0) break;
       appendDouble(json, sum / static_cast<double>(count));

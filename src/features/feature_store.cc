@@ -40,17 +40,21 @@ Task<void> sendJson(net::ResponseWriter& w, int status, const std::string& body)
 
 std::string adminError(const Status& s) {
   const char* code = s.code() == StatusCode::kFailedPrecondition ? "breaking_change"
-                     : s.code() == StatusCode::kNotFound        ? "not_found"
-                                                                : "invalid_repository";
+                     : s.code() == StatusCode::kNotFound         ? "not_found"
+                                                                 : "invalid_repository";
   return net::errorJson(s.message(), "invalid_request_error", code);
 }
 
 int adminStatus(const Status& s) {
   switch (s.code()) {
-    case StatusCode::kFailedPrecondition: return 409;
-    case StatusCode::kNotFound: return 404;
-    case StatusCode::kInvalidArgument: return 400;
-    default: return 503;
+    case StatusCode::kFailedPrecondition:
+      return 409;
+    case StatusCode::kNotFound:
+      return 404;
+    case StatusCode::kInvalidArgument:
+      return 400;
+    default:
+      return 503;
   }
 }
 
@@ -68,7 +72,8 @@ class FeatureStoreImpl final : public FeatureStore {
 
   Status init() {
     log_ = componentLogger("features");
-    pool_ = std::make_unique<WorkerPool>(config_.pool_threads, static_cast<size_t>(config_.pool_queue));
+    pool_ =
+        std::make_unique<WorkerPool>(config_.pool_threads, static_cast<size_t>(config_.pool_queue));
     if (config_.store == "rocksdb") {
       INFERA_RETURN_IF_ERROR(makeDirs(config_.data_dir));
       RocksDbOptions o;
@@ -92,8 +97,9 @@ class FeatureStoreImpl final : public FeatureStore {
     shared_.pool = pool_.get();
     shared_.clock = &clock_;
     shared_.metrics = &metrics_;
-    metrics_registry().counterFamily("infera_features_pool_shed_total",
-                                     "Feature store jobs refused because the worker pool's queue was full.")
+    metrics_registry()
+        .counterFamily("infera_features_pool_shed_total",
+                       "Feature store jobs refused because the worker pool's queue was full.")
         ->setCallback([this] { return static_cast<double>(pool_->shed()); });
 
     // The registry kept with the data, then the configured repository over it.
@@ -102,22 +108,24 @@ class FeatureStoreImpl final : public FeatureStore {
     if (!blob.empty()) {
       INFERA_ASSIGN_OR_RETURN(auto saved, parseSerializedRegistry(blob));
       auto reg = buildRegistry(saved.first, saved.second);
-      if (!reg.ok()) return reg.status().withContext("the stored feature registry no longer builds");
+      if (!reg.ok())
+        return reg.status().withContext("the stored feature registry no longer builds");
       current_ = std::move(*reg);
     }
     // Storage a crash left behind (a view removed after the registry was saved) is freed now.
     for (uint32_t id : store_->storedViews()) {
       if (!current_->viewById(id)) INFERA_RETURN_IF_ERROR(store_->dropView(id));
     }
-    for (const auto& [n, v] : current_->views) INFERA_RETURN_IF_ERROR(store_->createView(v->id, v->ttl_s));
+    for (const auto& [n, v] : current_->views)
+      INFERA_RETURN_IF_ERROR(store_->createView(v->id, v->ttl_s));
     if (!config_.repository.empty()) {
       INFERA_ASSIGN_OR_RETURN(auto files, readRepositoryDir(config_.repository));
       auto r = apply(files);
       if (!r.ok()) return r.status().withContext("features.repository " + config_.repository);
       for (const auto& c : r->changes) INFERA_LOG(log_, info, "feature repository: {}", c);
     }
-    INFERA_LOG(log_, info, "feature store: {} ({} views, {} feature services)", store_->kind(), current_->views.size(),
-               current_->services.size());
+    INFERA_LOG(log_, info, "feature store: {} ({} views, {} feature services)", store_->kind(),
+               current_->views.size(), current_->services.size());
     return Status::ok();
   }
 
@@ -136,17 +144,27 @@ class FeatureStoreImpl final : public FeatureStore {
       p->setRegistry(current_);  // an apply between the two locks
     }
     router.add("POST", "/get-online-features",
-               [p](net::HttpRequest& req, net::ResponseWriter& w, net::PathParams) { return p->getOnlineFeatures(req, w); });
-    router.add("POST", "/push", [p](net::HttpRequest& req, net::ResponseWriter& w, net::PathParams) { return p->push(req, w); });
-    router.add("POST", "/write-to-online-store", [p](net::HttpRequest& req, net::ResponseWriter& w, net::PathParams) {
-      return p->writeToOnlineStore(req, w);
-    });
-    router.add("GET", "/health", [p](net::HttpRequest& req, net::ResponseWriter& w, net::PathParams) { return p->health(req, w); });
+               [p](net::HttpRequest& req, net::ResponseWriter& w, net::PathParams) {
+                 return p->getOnlineFeatures(req, w);
+               });
+    router.add("POST", "/push",
+               [p](net::HttpRequest& req, net::ResponseWriter& w, net::PathParams) {
+                 return p->push(req, w);
+               });
+    router.add("POST", "/write-to-online-store",
+               [p](net::HttpRequest& req, net::ResponseWriter& w, net::PathParams) {
+                 return p->writeToOnlineStore(req, w);
+               });
+    router.add("GET", "/health",
+               [p](net::HttpRequest& req, net::ResponseWriter& w, net::PathParams) {
+                 return p->health(req, w);
+               });
     router.own(std::move(h));
   }
 
   void addAdminRoutes(net::Router& admin, const net::RouteGuard& guard) override {
-    auto files_of = [](const std::string& body, std::map<std::string, std::string>& files) -> Status {
+    auto files_of = [](const std::string& body,
+                       std::map<std::string, std::string>& files) -> Status {
       json j = json::parse(body, nullptr, false);
       if (j.is_discarded() || !j.is_object() || !j.contains("files") || !j["files"].is_object()) {
         return Status::invalidArgument("expected {\"files\": {\"name.yaml\": \"<yaml>\", ...}}");
@@ -158,10 +176,12 @@ class FeatureStoreImpl final : public FeatureStore {
       return Status::ok();
     };
     auto planning = [this, files_of](bool do_apply) {
-      return [this, files_of, do_apply](net::HttpRequest& req, net::ResponseWriter& w, net::PathParams) -> Task<void> {
+      return [this, files_of, do_apply](net::HttpRequest& req, net::ResponseWriter& w,
+                                        net::PathParams) -> Task<void> {
         std::map<std::string, std::string> files;
         Status s = files_of(req.body, files);
-        Result<PlanResult> r = s.isOk() ? (do_apply ? apply(files) : plan(files)) : Result<PlanResult>(s);
+        Result<PlanResult> r =
+            s.isOk() ? (do_apply ? apply(files) : plan(files)) : Result<PlanResult>(s);
         if (!r.ok()) {
           const std::string error = adminError(r.status());
           co_await sendJson(w, adminStatus(r.status()), error);
@@ -174,16 +194,18 @@ class FeatureStoreImpl final : public FeatureStore {
     };
     admin.add("POST", "/admin/features/plan", guard(planning(false)));
     admin.add("POST", "/admin/features/apply", guard(planning(true)));
-    admin.add("GET", "/admin/features/registry",
-              guard([this](net::HttpRequest&, net::ResponseWriter& w, net::PathParams) -> Task<void> {
-                const std::string text = registryJson();
-                co_await sendJson(w, 200, text);
-              }));
-    admin.add("POST", "/admin/features/ingest",
-              guard([this](net::HttpRequest& req, net::ResponseWriter& w, net::PathParams) -> Task<void> {
-                auto [status, body] = ingest(req.body);
-                co_await sendJson(w, status, body);
-              }));
+    admin.add(
+        "GET", "/admin/features/registry",
+        guard([this](net::HttpRequest&, net::ResponseWriter& w, net::PathParams) -> Task<void> {
+          const std::string text = registryJson();
+          co_await sendJson(w, 200, text);
+        }));
+    admin.add(
+        "POST", "/admin/features/ingest",
+        guard([this](net::HttpRequest& req, net::ResponseWriter& w, net::PathParams) -> Task<void> {
+          auto [status, body] = ingest(req.body);
+          co_await sendJson(w, status, body);
+        }));
   }
 
   Result<PlanResult> plan(const std::map<std::string, std::string>& files) override {
@@ -202,7 +224,8 @@ class FeatureStoreImpl final : public FeatureStore {
       for (const auto& b : p.breaking) msg += "\n  " + b;
       return Status::failedPrecondition(msg);
     }
-    for (const auto& [n, v] : next->views) INFERA_RETURN_IF_ERROR(store_->createView(v->id, v->ttl_s));
+    for (const auto& [n, v] : next->views)
+      INFERA_RETURN_IF_ERROR(store_->createView(v->id, v->ttl_s));
     // The registry first: a crash before the drops leaves storage that start-up frees, never a
     // registry that names missing storage.
     INFERA_RETURN_IF_ERROR(store_->saveMeta(serializeRegistry(*next)));
@@ -212,7 +235,10 @@ class FeatureStoreImpl final : public FeatureStore {
     }
     for (uint32_t id : p.dropped_views) {
       Status s = store_->dropView(id);
-      if (!s.isOk()) INFERA_LOG(log_, warn, "freeing a removed view's storage failed (freed at the next start): {}", s.message());
+      if (!s.isOk())
+        INFERA_LOG(log_, warn,
+                   "freeing a removed view's storage failed (freed at the next start): {}",
+                   s.message());
     }
     return PlanResult{p.changes, {}, true};
   }
@@ -230,7 +256,9 @@ class FeatureStoreImpl final : public FeatureStore {
     json views = json::array();
     for (const auto& [n, v] : reg->views) {
       json ents = json::array();
-      for (const auto* e : v->entities) ents.push_back({{"name", e->name}, {"join_key", e->join_key}, {"type", typeName({e->type, false})}});
+      for (const auto* e : v->entities)
+        ents.push_back(
+            {{"name", e->name}, {"join_key", e->join_key}, {"type", typeName({e->type, false})}});
       json feats = json::array();
       for (const auto& f : v->features) {
         json jf = {{"name", f.name}, {"type", typeName(f.type)}};
@@ -246,8 +274,14 @@ class FeatureStoreImpl final : public FeatureStore {
       std::string ts = "event_timestamp";
       auto src = reg->push_sources.find(v->source);
       if (src != reg->push_sources.end()) ts = src->second.timestamp_field;
-      views.push_back({{"name", n}, {"entities", ents}, {"features", feats}, {"ttl_s", v->ttl_s}, {"online", v->online},
-                       {"source", v->source}, {"timestamp_field", ts}, {"aggregated", v->aggregated()}});
+      views.push_back({{"name", n},
+                       {"entities", ents},
+                       {"features", feats},
+                       {"ttl_s", v->ttl_s},
+                       {"online", v->online},
+                       {"source", v->source},
+                       {"timestamp_field", ts},
+                       {"aggregated", v->aggregated()}});
     }
     json services = json::array();
     for (const auto& [n, s] : reg->services) {
@@ -258,12 +292,19 @@ class FeatureStoreImpl final : public FeatureStore {
       services.push_back({{"name", n}, {"features", refs}});
     }
     json sources = json::array();
-    for (const auto& [n, ps] : reg->push_sources) sources.push_back({{"name", n}, {"timestamp_field", ps.timestamp_field}});
+    for (const auto& [n, ps] : reg->push_sources)
+      sources.push_back({{"name", n}, {"timestamp_field", ps.timestamp_field}});
     json entities = json::array();
-    for (const auto& [n, e] : reg->entities) entities.push_back({{"name", n}, {"join_key", e->join_key}, {"type", typeName({e->type, false})}});
+    for (const auto& [n, e] : reg->entities)
+      entities.push_back(
+          {{"name", n}, {"join_key", e->join_key}, {"type", typeName({e->type, false})}});
     StoreStats st = store_->stats();
-    json out = {{"project", reg->project}, {"store", store_->kind()}, {"entities", entities}, {"views", views},
-                {"push_sources", sources}, {"feature_services", services},
+    json out = {{"project", reg->project},
+                {"store", store_->kind()},
+                {"entities", entities},
+                {"views", views},
+                {"push_sources", sources},
+                {"feature_services", services},
                 {"store_stats", {{"keys", st.keys}, {"bytes", st.bytes}}}};
     return out.dump();
   }
@@ -277,12 +318,14 @@ class FeatureStoreImpl final : public FeatureStore {
     auto err = [](int status, const std::string& m, const char* code) {
       return std::make_pair(status, net::errorJson(m, "invalid_request_error", code));
     };
-    if (ingest_parser_.parse(body.data(), body.size(), true).get(doc) != simdjson::SUCCESS || doc.get(obj) != simdjson::SUCCESS) {
+    if (ingest_parser_.parse(body.data(), body.size(), true).get(doc) != simdjson::SUCCESS ||
+        doc.get(obj) != simdjson::SUCCESS) {
       return err(400, "the body is not a JSON object", "invalid_json");
     }
     std::string_view name;
     simdjson::dom::element df;
-    if (obj["feature_view_name"].get(name) != simdjson::SUCCESS || obj["df"].get(df) != simdjson::SUCCESS) {
+    if (obj["feature_view_name"].get(name) != simdjson::SUCCESS ||
+        obj["df"].get(df) != simdjson::SUCCESS) {
       return err(400, "expected {\"feature_view_name\", \"df\"}", "invalid_request");
     }
     const FeatureView* v = reg->view(name);
@@ -290,7 +333,8 @@ class FeatureStoreImpl final : public FeatureStore {
     IngestOptions o;
     o.lenient = true;
     int64_t first_row = 0;
-    if (obj["first_row"].get(first_row) == simdjson::SUCCESS && first_row > 0) o.first_row = static_cast<size_t>(first_row);
+    if (obj["first_row"].get(first_row) == simdjson::SUCCESS && first_row > 0)
+      o.first_row = static_cast<size_t>(first_row);
     bool dry_run = false;
     if (obj["dry_run"].get(dry_run) != simdjson::SUCCESS) dry_run = false;
     o.now_us = clock_.unixMillis() * 1000;
@@ -299,7 +343,10 @@ class FeatureStoreImpl final : public FeatureStore {
     Status s = readDataFrame(df, frame);
     std::vector<ViewBatch> batches(1);
     auto src = reg->push_sources.find(v->source);
-    if (s.isOk()) s = buildViewBatch(*v, src == reg->push_sources.end() ? "event_timestamp" : src->second.timestamp_field, frame, o, batches[0]);
+    if (s.isOk())
+      s = buildViewBatch(
+          *v, src == reg->push_sources.end() ? "event_timestamp" : src->second.timestamp_field,
+          frame, o, batches[0]);
     if (!s.isOk()) return err(400, s.message(), "invalid_rows");
     const size_t rows = frame.rows, expired = batches[0].expired;
     const size_t written = batches[0].rows.size() + batches[0].events.size();
@@ -308,7 +355,10 @@ class FeatureStoreImpl final : public FeatureStore {
       if (!s.isOk()) return err(503, s.message(), "store_unavailable");
       metrics_.rows_written->inc(0, static_cast<double>(written));
     }
-    json out = {{"rows", rows}, {"written", dry_run ? 0 : written}, {"expired", expired}, {"dry_run", dry_run}};
+    json out = {{"rows", rows},
+                {"written", dry_run ? 0 : written},
+                {"expired", expired},
+                {"dry_run", dry_run}};
     return {200, out.dump()};
   }
 
@@ -369,7 +419,8 @@ std::vector<std::string> restartNeeded(const FeaturesConfig& a, const FeaturesCo
   if (a.redis_prefix != b.redis_prefix) out.push_back("features.redis_prefix");
   if (a.retain_expired_s != b.retain_expired_s) out.push_back("features.retain_expired");
   if (a.enforce_ttl != b.enforce_ttl) out.push_back("features.enforce_ttl");
-  if (a.pool_threads != b.pool_threads || a.pool_queue != b.pool_queue) out.push_back("features.pool_threads");
+  if (a.pool_threads != b.pool_threads || a.pool_queue != b.pool_queue)
+    out.push_back("features.pool_threads");
   if (a.sync_writes != b.sync_writes) out.push_back("features.sync_writes");
   if (a.block_cache_mb != b.block_cache_mb) out.push_back("features.block_cache_mb");
   if (a.redis_timeout_ms != b.redis_timeout_ms) out.push_back("features.redis_timeout_ms");
@@ -382,7 +433,8 @@ Result<RepositorySummary> checkRepository(const std::string& dir) {
   return RepositorySummary{reg->entities.size(), reg->views.size(), reg->services.size()};
 }
 
-Result<std::unique_ptr<FeatureStore>> FeatureStore::create(const FeaturesConfig& config, FeaturesDeps deps) {
+Result<std::unique_ptr<FeatureStore>> FeatureStore::create(const FeaturesConfig& config,
+                                                           FeaturesDeps deps) {
   auto s = std::make_unique<FeatureStoreImpl>(config, deps);
   INFERA_RETURN_IF_ERROR(s->init());
   return std::unique_ptr<FeatureStore>(std::move(s));

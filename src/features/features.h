@@ -43,19 +43,20 @@ class AccessWorker;
 namespace infera::features {
 
 struct FeaturesConfig {
-  bool enabled = false;            // true when the config file has a `features:` section
-  std::string store = "rocksdb";   // "rocksdb" (embedded, under data_dir) or "redis://host:port/db"
+  bool enabled = false;           // true when the config file has a `features:` section
+  std::string store = "rocksdb";  // "rocksdb" (embedded, under data_dir) or "redis://host:port/db"
   std::string data_dir = "infera-features";  // RocksDB goes in <data_dir>/rocksdb
-  std::string repository;          // a directory of definitions applied at start ("" = keep the stored ones)
+  std::string
+      repository;  // a directory of definitions applied at start ("" = keep the stored ones)
   std::string redis_prefix = "infera:f:";
   int64_t redis_timeout_ms = 200;
   // A value past its view's ttl is served as OUTSIDE_MAX_AGE (value kept) for this long, then is
   // gone (NOT_FOUND) and the store reclaims it.
   int64_t retain_expired_s = 86400;
-  bool enforce_ttl = true;         // false: stale values stay PRESENT (Feast's Python server)
-  int pool_threads = 2;            // blocking work: RocksDB, aggregation updates
+  bool enforce_ttl = true;  // false: stale values stay PRESENT (Feast's Python server)
+  int pool_threads = 2;     // blocking work: RocksDB, aggregation updates
   int pool_queue = 4096;
-  bool sync_writes = false;        // RocksDB WAL fsync per write (power loss; kill -9 needs none)
+  bool sync_writes = false;  // RocksDB WAL fsync per write (power loss; kill -9 needs none)
   int64_t block_cache_mb = 256;
 };
 
@@ -89,7 +90,8 @@ Result<RepositorySummary> checkRepository(const std::string& dir);
 
 class FeatureStore {
  public:
-  static Result<std::unique_ptr<FeatureStore>> create(const FeaturesConfig& config, FeaturesDeps deps);
+  static Result<std::unique_ptr<FeatureStore>> create(const FeaturesConfig& config,
+                                                      FeaturesDeps deps);
   virtual ~FeatureStore() = default;
 
   // On loop `loop`'s thread before it serves: the Feast routes, with that loop's store session

@@ -7,13 +7,13 @@ namespace infera::features {
 namespace {
 
 Status cellError(const IngestOptions& o, size_t row, std::string_view column, const Status& s) {
-  return Status::invalidArgument("row " + std::to_string(o.first_row + row) + ", column " + std::string(column) + ": " +
-                                 s.message());
+  return Status::invalidArgument("row " + std::to_string(o.first_row + row) + ", column " +
+                                 std::string(column) + ": " + s.message());
 }
 
 Status missingColumn(std::string_view what, std::string_view name, const FeatureView& v) {
-  return Status::invalidArgument("column " + std::string(name) + " (" + std::string(what) + " of feature view " + v.name +
-                                 ") is missing");
+  return Status::invalidArgument("column " + std::string(name) + " (" + std::string(what) +
+                                 " of feature view " + v.name + ") is missing");
 }
 
 bool numberOf(simdjson::dom::element e, bool lenient, double& out) {
@@ -39,7 +39,8 @@ void appendEntityKeyPart(std::string& key, std::string_view part) { key.append(p
 
 Status readDataFrame(simdjson::dom::element df, DataFrame& out) {
   simdjson::dom::object obj;
-  if (df.get(obj) != simdjson::SUCCESS) return Status::invalidArgument("df must be an object of columns");
+  if (df.get(obj) != simdjson::SUCCESS)
+    return Status::invalidArgument("df must be an object of columns");
   bool any_list = false;
   size_t rows = 0;
   for (auto field : obj) {
@@ -50,8 +51,9 @@ Status readDataFrame(simdjson::dom::element df, DataFrame& out) {
       c.values.reserve(arr.size());
       for (simdjson::dom::element e : arr) c.values.push_back(e);
       if (any_list && c.values.size() != rows) {
-        return Status::invalidArgument("All arrays must be of the same length (column " + std::string(c.name) + " has " +
-                                       std::to_string(c.values.size()) + " values, others " + std::to_string(rows) + ")");
+        return Status::invalidArgument(
+            "All arrays must be of the same length (column " + std::string(c.name) + " has " +
+            std::to_string(c.values.size()) + " values, others " + std::to_string(rows) + ")");
       }
       any_list = true;
       rows = c.values.size();
@@ -62,14 +64,15 @@ Status readDataFrame(simdjson::dom::element df, DataFrame& out) {
     out.columns.push_back(std::move(c));
   }
   if (!any_list && !out.columns.empty()) {
-    return Status::invalidArgument("If using all scalar values, you must pass an index (df columns must be lists)");
+    return Status::invalidArgument(
+        "If using all scalar values, you must pass an index (df columns must be lists)");
   }
   out.rows = rows;
   return Status::ok();
 }
 
-Status buildViewBatch(const FeatureView& view, const std::string& timestamp_field, const DataFrame& df,
-                      const IngestOptions& o, ViewBatch& out) {
+Status buildViewBatch(const FeatureView& view, const std::string& timestamp_field,
+                      const DataFrame& df, const IngestOptions& o, ViewBatch& out) {
   out.view = &view;
   if (df.rows == 0) return Status::ok();
   std::vector<const DataFrame::Column*> keys;
@@ -136,7 +139,8 @@ Status buildViewBatch(const FeatureView& view, const std::string& timestamp_fiel
               return cellError(o, r, cols[i]->name, Status::invalidArgument("expected a number"));
             }
             break;
-          case AggFunction::kCount: break;
+          case AggFunction::kCount:
+            break;
           case AggFunction::kLast:
           case AggFunction::kDistinctCount: {
             scratch.clear();
@@ -175,8 +179,8 @@ Status buildViewBatch(const FeatureView& view, const std::string& timestamp_fiel
   return Status::ok();
 }
 
-Status applyAggEvents(OnlineStore& store, const FeatureView& view, std::vector<AggEvent>& events, int64_t now_us,
-                      int64_t retain_expired_s, std::mutex& lock) {
+Status applyAggEvents(OnlineStore& store, const FeatureView& view, std::vector<AggEvent>& events,
+                      int64_t now_us, int64_t retain_expired_s, std::mutex& lock) {
   if (events.empty()) return Status::ok();
   // One state per entity: read each once, fold its events, write each once. Folding needs no
   // time order (an event lands in its bucket; `last` compares event times, and on a tie the later

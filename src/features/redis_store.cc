@@ -31,7 +31,8 @@ class RedisStore final : public OnlineStore {
         put_script_(std::string(lua::put())) {}
 
   Status open() {
-    INFERA_ASSIGN_OR_RETURN(client_, store::RedisClient::connect(address_, std::chrono::milliseconds(2000)));
+    INFERA_ASSIGN_OR_RETURN(client_,
+                            store::RedisClient::connect(address_, std::chrono::milliseconds(2000)));
     auto r = client_->command({"PING"});
     return replyError(r, "ping");
   }
@@ -42,7 +43,9 @@ class RedisStore final : public OnlineStore {
     return k;
   }
 
-  Status createView(uint32_t, int64_t) override { return Status::ok(); }  // keys carry their own expiry
+  Status createView(uint32_t, int64_t) override {
+    return Status::ok();
+  }  // keys carry their own expiry
   std::vector<uint32_t> storedViews() override { return {}; }
 
   Status dropView(uint32_t view) override {
@@ -66,13 +69,15 @@ class RedisStore final : public OnlineStore {
     return Status::ok();
   }
 
-  void scriptArgs(const std::vector<RowWrite>& rows, std::vector<std::string>& keys, std::vector<std::string>& args) const {
+  void scriptArgs(const std::vector<RowWrite>& rows, std::vector<std::string>& keys,
+                  std::vector<std::string>& args) const {
     keys.reserve(rows.size());
     args.reserve(rows.size() * 2);
     for (const auto& r : rows) {
       keys.push_back(keyOf(r.view, r.key));
       args.push_back(r.row);
-      args.push_back(std::to_string(r.expire_at_us > 0 ? std::max<int64_t>(r.expire_at_us / 1000, 1) : 0));
+      args.push_back(
+          std::to_string(r.expire_at_us > 0 ? std::max<int64_t>(r.expire_at_us / 1000, 1) : 0));
     }
   }
 
@@ -107,7 +112,8 @@ class RedisStore final : public OnlineStore {
 
   Status saveMeta(const std::string& blob) override {
     std::lock_guard<std::mutex> lock(mu_);
-    return replyError(client_->command({"SET", options_.prefix + "registry", blob}), "save registry");
+    return replyError(client_->command({"SET", options_.prefix + "registry", blob}),
+                      "save registry");
   }
 
   std::unique_ptr<Session> session(net::asio::io_context& ctx, WorkerPool& pool) override;
@@ -191,7 +197,8 @@ std::unique_ptr<Session> RedisStore::session(net::asio::io_context& ctx, WorkerP
 
 }  // namespace
 
-Result<std::unique_ptr<OnlineStore>> openRedisStore(const RedisStoreOptions& options, const Clock&) {
+Result<std::unique_ptr<OnlineStore>> openRedisStore(const RedisStoreOptions& options,
+                                                    const Clock&) {
   INFERA_ASSIGN_OR_RETURN(store::RedisAddress address, store::parseRedisUrl(options.url));
   auto s = std::make_unique<RedisStore>(options, std::move(address));
   INFERA_RETURN_IF_ERROR(s->open());

@@ -65,7 +65,8 @@ struct Builder {
   std::map<std::string, std::string> names;  // every definition's name -> where
   bool project_seen = false;
 
-  void duplicate(ConfigReader& r, const std::string& kind, const std::string& name, const std::string& file) {
+  void duplicate(ConfigReader& r, const std::string& kind, const std::string& name,
+                 const std::string& file) {
     const std::string key = kind + ":" + name;
     auto [it, inserted] = names.emplace(key, file + ":" + std::to_string(r.line()));
     if (!inserted) r.error("name", kind + " '" + name + "' is already defined at " + it->second);
@@ -88,7 +89,8 @@ struct Builder {
 
   void readFile(const std::string& file, const YAML::Node& root) {
     ConfigReader r(root, &errors, file + ":");
-    // The path prefix "file:" makes every message read "file:key (line N): ..."; childPath adds '.'.
+    // The path prefix "file:" makes every message read "file:key (line N): ..."; childPath adds
+    // '.'.
     std::string project;
     if (r.optional("project", project)) {
       if (project_seen && project != reg->project) {
@@ -103,14 +105,17 @@ struct Builder {
       ent->origin = {file, e.line()};
       std::vector<std::string> keys;
       if (e.optional("join_keys", keys)) {
-        if (keys.size() != 1) e.error("join_keys", "an entity has exactly one join key, got " + std::to_string(keys.size()));
+        if (keys.size() != 1)
+          e.error("join_keys",
+                  "an entity has exactly one join key, got " + std::to_string(keys.size()));
       }
       ent->join_key = keys.empty() ? ent->name : keys[0];
       std::string vt = "int64";
       e.optional("value_type", vt);
       auto t = parseFeatureType(vt);
       if (!t || t->list || t->scalar == Scalar::kDouble || t->scalar == Scalar::kFloat) {
-        e.error("value_type", "bad entity key type '" + vt + "' (int64, int32, string, bytes, bool or unix_timestamp)");
+        e.error("value_type", "bad entity key type '" + vt +
+                                  "' (int64, int32, string, bytes, bool or unix_timestamp)");
       } else {
         ent->type = t->scalar;
       }
@@ -171,9 +176,10 @@ struct Builder {
       if (f.required("dtype", dtype)) {
         auto t = parseFeatureType(dtype);
         if (!t) {
-          f.error("dtype", "bad type '" + dtype +
-                               "' (int64, int32, double, float, string, bytes, bool, unix_timestamp, or "
-                               "Array(T) of them)");
+          f.error("dtype",
+                  "bad type '" + dtype +
+                      "' (int64, int32, double, float, string, bytes, bool, unix_timestamp, or "
+                      "Array(T) of them)");
         } else {
           feat.type = *t;
         }
@@ -189,7 +195,8 @@ struct Builder {
       if (a.required("function", fn)) {
         auto f = parseAggFunction(fn);
         if (!f) {
-          a.error("function", "unknown aggregation '" + fn + "' (count, sum, avg, min, max, last, distinct_count)");
+          a.error("function", "unknown aggregation '" + fn +
+                                  "' (count, sum, avg, min, max, last, distinct_count)");
         } else {
           agg.function = *f;
         }
@@ -207,8 +214,8 @@ struct Builder {
       if (agg.column.empty() && agg.function != AggFunction::kCount) {
         a.error("", std::string(aggFunctionName(agg.function)) + " needs a column");
       }
-      if ((agg.function == AggFunction::kSum || agg.function == AggFunction::kAvg || agg.function == AggFunction::kMin ||
-           agg.function == AggFunction::kMax) &&
+      if ((agg.function == AggFunction::kSum || agg.function == AggFunction::kAvg ||
+           agg.function == AggFunction::kMin || agg.function == AggFunction::kMax) &&
           !numeric(agg.column_type.scalar)) {
         a.error("dtype", std::string(aggFunctionName(agg.function)) + " needs a numeric column");
       }
@@ -227,9 +234,15 @@ struct Builder {
       }
       switch (agg.function) {
         case AggFunction::kCount:
-        case AggFunction::kDistinctCount: feat.type = {Scalar::kInt64, false}; break;
-        case AggFunction::kLast: feat.type = agg.column_type; break;
-        default: feat.type = {Scalar::kDouble, false}; break;
+        case AggFunction::kDistinctCount:
+          feat.type = {Scalar::kInt64, false};
+          break;
+        case AggFunction::kLast:
+          feat.type = agg.column_type;
+          break;
+        default:
+          feat.type = {Scalar::kDouble, false};
+          break;
       }
       feat.agg = static_cast<int>(fv.aggregations.size());
       fv.aggregations.push_back(agg);
@@ -241,7 +254,8 @@ struct Builder {
     if (fv.aggregated() && v.present("schema")) {
       v.error("schema", "a view has either schema: or aggregations:, not both");
     }
-    if (fv.aggregated() && fv.source.empty()) v.error("", "an aggregation view needs a push source (source:)");
+    if (fv.aggregated() && fv.source.empty())
+      v.error("", "an aggregation view needs a push source (source:)");
     if (fv.aggregated() && fv.ttl_s == 0) {
       for (const auto& a : fv.aggregations) fv.ttl_s = std::max(fv.ttl_s, a.window_s);
     }
@@ -278,8 +292,9 @@ struct Builder {
         p.view = refs[i].substr(0, colon);
         if (colon != std::string::npos) p.features.push_back(refs[i].substr(colon + 1));
         // "view:a" and "view:b" are one projection of the view.
-        auto same = std::find_if(raw.projections.begin(), raw.projections.end(),
-                                 [&](const RawProjection& q) { return q.view == p.view && q.alias.empty(); });
+        auto same = std::find_if(
+            raw.projections.begin(), raw.projections.end(),
+            [&](const RawProjection& q) { return q.view == p.view && q.alias.empty(); });
         if (same != raw.projections.end() && !p.features.empty() && !same->features.empty()) {
           same->features.push_back(p.features[0]);
           continue;
@@ -296,7 +311,8 @@ struct Builder {
       pr.optional("alias", p.alias);
       raw.projections.push_back(std::move(p));
     });
-    if (raw.projections.empty()) s.error("", "a feature service needs features: [...] or projections: [...]");
+    if (raw.projections.empty())
+      s.error("", "a feature service needs features: [...] or projections: [...]");
     if (raw.service.name.empty()) return;
     duplicate(s, "feature service", raw.service.name, file);
     services.push_back(std::move(raw));
@@ -307,8 +323,8 @@ struct Builder {
       auto [it, inserted] = reg->by_join_key.emplace(ent->join_key, ent.get());
       if (!inserted && it->second->type != ent->type) {
         errors.add(ent->origin.file + ":entities", ent->origin.line,
-                   "join key '" + ent->join_key + "' of entity '" + name + "' has another type in entity '" +
-                       it->second->name + "'");
+                   "join key '" + ent->join_key + "' of entity '" + name +
+                       "' has another type in entity '" + it->second->name + "'");
       }
     }
     for (auto& raw : views) {
@@ -321,21 +337,25 @@ struct Builder {
           continue;
         }
         if (!keys.insert(it->second->join_key).second) {
-          errors.add(raw.path + ".entities", line, "join key '" + it->second->join_key + "' appears twice");
+          errors.add(raw.path + ".entities", line,
+                     "join key '" + it->second->join_key + "' appears twice");
         }
         fv.entities.push_back(it->second.get());
       }
       for (const auto& f : fv.features) {
         if (keys.count(f.name)) {
-          errors.add(raw.path, fv.origin.line, "feature '" + f.name + "' has the name of a join key");
+          errors.add(raw.path, fv.origin.line,
+                     "feature '" + f.name + "' has the name of a join key");
         }
       }
       if (!fv.source.empty() && !reg->push_sources.count(fv.source)) {
-        errors.add(raw.path + ".source", raw.source_line, "unknown push source '" + fv.source + "'");
+        errors.add(raw.path + ".source", raw.source_line,
+                   "unknown push source '" + fv.source + "'");
       }
       for (const auto& a : fv.aggregations) {
         if (!a.column.empty() && keys.count(a.column)) {
-          errors.add(raw.path + ".aggregations", fv.origin.line, "column '" + a.column + "' is a join key");
+          errors.add(raw.path + ".aggregations", fv.origin.line,
+                     "column '" + a.column + "' is a join key");
         }
       }
     }
@@ -357,7 +377,8 @@ struct Builder {
         proj.view = v;
         proj.alias = p.alias.empty() ? v->name : p.alias;
         if (!used.insert(proj.alias).second) {
-          errors.add(p.path, p.line, "view '" + proj.alias + "' is projected twice (give one an alias)");
+          errors.add(p.path, p.line,
+                     "view '" + proj.alias + "' is projected twice (give one an alias)");
         }
         if (p.features.empty()) {
           for (size_t i = 0; i < v->features.size(); ++i) proj.features.push_back(i);
@@ -392,7 +413,9 @@ struct Builder {
       }
       v->id = sv.id;
       for (auto& f : v->features) {
-        const std::string tn = typeName(f.type) + (f.agg >= 0 ? std::string("/") + aggFunctionName(v->aggregations[f.agg].function) : "");
+        const std::string tn =
+            typeName(f.type) +
+            (f.agg >= 0 ? std::string("/") + aggFunctionName(v->aggregations[f.agg].function) : "");
         if (prev != previous.views.end()) {
           auto pf = prev->second.features.find(f.name);
           if (pf != prev->second.features.end() && pf->second.second == tn) {
@@ -412,13 +435,20 @@ struct Builder {
 
 const char* aggFunctionName(AggFunction f) {
   switch (f) {
-    case AggFunction::kCount: return "count";
-    case AggFunction::kSum: return "sum";
-    case AggFunction::kAvg: return "avg";
-    case AggFunction::kMin: return "min";
-    case AggFunction::kMax: return "max";
-    case AggFunction::kLast: return "last";
-    case AggFunction::kDistinctCount: return "distinct_count";
+    case AggFunction::kCount:
+      return "count";
+    case AggFunction::kSum:
+      return "sum";
+    case AggFunction::kAvg:
+      return "avg";
+    case AggFunction::kMin:
+      return "min";
+    case AggFunction::kMax:
+      return "max";
+    case AggFunction::kLast:
+      return "last";
+    case AggFunction::kDistinctCount:
+      return "distinct_count";
   }
   return "?";
 }
@@ -444,12 +474,13 @@ Result<int64_t> parseDuration(std::string_view s) {
   if (unit == "h") mult = 3600;
   if (unit == "d") mult = 86400;
   if (unit == "w") mult = 7 * 86400;
-  if (mult == 0) return Status::invalidArgument("bad duration unit in '" + std::string(s) + "' (s, m, h, d, w)");
+  if (mult == 0)
+    return Status::invalidArgument("bad duration unit in '" + std::string(s) + "' (s, m, h, d, w)");
   return n * mult;
 }
 
-Result<std::shared_ptr<const Registry>> buildRegistry(const std::map<std::string, std::string>& files,
-                                                     const StorageIds& previous) {
+Result<std::shared_ptr<const Registry>> buildRegistry(
+    const std::map<std::string, std::string>& files, const StorageIds& previous) {
   Builder b;
   b.reg->files = files;
   std::vector<std::string> syntax;
@@ -502,11 +533,14 @@ Result<std::map<std::string, std::string>> readRepositoryDir(const std::string& 
 
 Plan planChanges(const Registry& cur, const Registry& next) {
   Plan plan;
-  auto count = [](size_t n, const char* what) { return std::to_string(n) + " " + what + (n == 1 ? "" : "s"); };
+  auto count = [](size_t n, const char* what) {
+    return std::to_string(n) + " " + what + (n == 1 ? "" : "s");
+  };
   for (const auto& [n, e] : next.entities) {
     auto it = cur.entities.find(n);
     if (it == cur.entities.end()) {
-      plan.changes.push_back("+ entity " + n + " (join key " + e->join_key + ", " + typeName({e->type, false}) + ")");
+      plan.changes.push_back("+ entity " + n + " (join key " + e->join_key + ", " +
+                             typeName({e->type, false}) + ")");
     } else if (it->second->join_key != e->join_key || it->second->type != e->type) {
       plan.changes.push_back("~ entity " + n + ": join key " + it->second->join_key + " " +
                              typeName({it->second->type, false}) + " -> " + e->join_key + " " +
@@ -534,8 +568,9 @@ Plan planChanges(const Registry& cur, const Registry& next) {
   for (const auto& [n, v] : next.views) {
     const FeatureView* old = cur.view(n);
     if (!old) {
-      plan.changes.push_back("+ feature view " + n + " (" +
-                             count(v->features.size(), v->aggregated() ? "aggregation" : "feature") + ")");
+      plan.changes.push_back(
+          "+ feature view " + n + " (" +
+          count(v->features.size(), v->aggregated() ? "aggregation" : "feature") + ")");
       plan.created_views.push_back(v.get());
       continue;
     }
@@ -547,8 +582,9 @@ Plan planChanges(const Registry& cur, const Registry& next) {
       } else if (of->id != f.id) {
         diffs.push_back(f.name + " " + typeName(of->type) + " -> " + typeName(f.type));
         if (served.count({n, f.name})) {
-          plan.breaking.push_back("feature view " + n + ": feature " + f.name + " changes type (" + typeName(of->type) +
-                                  " -> " + typeName(f.type) + ") but a feature service serves it");
+          plan.breaking.push_back("feature view " + n + ": feature " + f.name + " changes type (" +
+                                  typeName(of->type) + " -> " + typeName(f.type) +
+                                  ") but a feature service serves it");
         }
       }
     }
@@ -556,17 +592,25 @@ Plan planChanges(const Registry& cur, const Registry& next) {
       if (!v->feature(f.name)) diffs.push_back("- " + f.name);
     }
     std::vector<std::string> oldkeys, newkeys;
-    for (const auto* e : old->entities) oldkeys.push_back(e->join_key + ":" + typeName({e->type, false}));
-    for (const auto* e : v->entities) newkeys.push_back(e->join_key + ":" + typeName({e->type, false}));
+    for (const auto* e : old->entities)
+      oldkeys.push_back(e->join_key + ":" + typeName({e->type, false}));
+    for (const auto* e : v->entities)
+      newkeys.push_back(e->join_key + ":" + typeName({e->type, false}));
     if (oldkeys != newkeys) {
       diffs.push_back("entity keys change");
       bool is_served = false;
       for (const auto& [vn, fn] : served) is_served = is_served || vn == n;
-      if (is_served) plan.breaking.push_back("feature view " + n + ": its entity keys change but a feature service serves it");
+      if (is_served)
+        plan.breaking.push_back("feature view " + n +
+                                ": its entity keys change but a feature service serves it");
     }
-    if (old->ttl_s != v->ttl_s) diffs.push_back("ttl " + std::to_string(old->ttl_s) + "s -> " + std::to_string(v->ttl_s) + "s");
-    if (old->source != v->source) diffs.push_back("source '" + old->source + "' -> '" + v->source + "'");
-    if (old->online != v->online) diffs.push_back(std::string("online ") + (v->online ? "on" : "off"));
+    if (old->ttl_s != v->ttl_s)
+      diffs.push_back("ttl " + std::to_string(old->ttl_s) + "s -> " + std::to_string(v->ttl_s) +
+                      "s");
+    if (old->source != v->source)
+      diffs.push_back("source '" + old->source + "' -> '" + v->source + "'");
+    if (old->online != v->online)
+      diffs.push_back(std::string("online ") + (v->online ? "on" : "off"));
     if (!diffs.empty()) {
       std::string s = "~ feature view " + n + ":";
       for (const auto& d : diffs) s += " " + d + ";";
@@ -601,7 +645,8 @@ Plan planChanges(const Registry& cur, const Registry& next) {
   for (const auto& [n, s] : cur.services) {
     if (!next.services.count(n)) plan.changes.push_back("- feature service " + n);
   }
-  if (cur.project != next.project) plan.changes.push_back("~ project " + cur.project + " -> " + next.project);
+  if (cur.project != next.project)
+    plan.changes.push_back("~ project " + cur.project + " -> " + next.project);
   return plan;
 }
 
@@ -619,10 +664,12 @@ std::string serializeRegistry(const Registry& r) {
   return j.dump();
 }
 
-Result<std::pair<std::map<std::string, std::string>, StorageIds>> parseSerializedRegistry(const std::string& blob) {
+Result<std::pair<std::map<std::string, std::string>, StorageIds>> parseSerializedRegistry(
+    const std::string& blob) {
   try {
     const nlohmann::json j = nlohmann::json::parse(blob);
-    std::map<std::string, std::string> files = j.at("files").get<std::map<std::string, std::string>>();
+    std::map<std::string, std::string> files =
+        j.at("files").get<std::map<std::string, std::string>>();
     StorageIds ids;
     ids.next_view = j.at("next_view").get<uint32_t>();
     for (const auto& [n, v] : j.at("views").items()) {

@@ -57,7 +57,8 @@ class ExpiryFilterFactory final : public rocksdb::CompactionFilterFactory {
   ExpiryFilterFactory(const Clock& clock, int64_t retain_s) : clock_(clock), retain_s_(retain_s) {}
   void setTtl(int64_t ttl_s) { ttl_s_.store(ttl_s, std::memory_order_relaxed); }
 
-  std::unique_ptr<rocksdb::CompactionFilter> CreateCompactionFilter(const rocksdb::CompactionFilter::Context&) override {
+  std::unique_ptr<rocksdb::CompactionFilter> CreateCompactionFilter(
+      const rocksdb::CompactionFilter::Context&) override {
     const int64_t ttl = ttl_s_.load(std::memory_order_relaxed);
     if (ttl <= 0) return nullptr;  // unknown (before the registry is loaded) or forever
     return std::make_unique<Filter>(clock_.unixMillis() * 1000 - (ttl + retain_s_) * 1'000'000);
@@ -68,8 +69,8 @@ class ExpiryFilterFactory final : public rocksdb::CompactionFilterFactory {
   class Filter final : public rocksdb::CompactionFilter {
    public:
     explicit Filter(int64_t cutoff_us) : cutoff_us_(cutoff_us) {}
-    Decision FilterV2(int, const rocksdb::Slice&, ValueType type, const rocksdb::Slice& value, std::string*,
-                      std::string*) const override {
+    Decision FilterV2(int, const rocksdb::Slice&, ValueType type, const rocksdb::Slice& value,
+                      std::string*, std::string*) const override {
       if (type != ValueType::kValue && type != ValueType::kMergeOperand) return Decision::kKeep;
       return rowTime(value) < cutoff_us_ ? Decision::kRemove : Decision::kKeep;
     }
@@ -95,7 +96,8 @@ class RocksSession;
 
 class RocksStore final : public OnlineStore {
  public:
-  RocksStore(RocksDbOptions options, const Clock& clock) : options_(std::move(options)), clock_(clock) {}
+  RocksStore(RocksDbOptions options, const Clock& clock)
+      : options_(std::move(options)), clock_(clock) {}
 
   ~RocksStore() override {
     for (auto& [id, cf] : cfs_) db_->DestroyColumnFamilyHandle(cf.handle);
@@ -137,7 +139,8 @@ class RocksStore final : public OnlineStore {
     }
     std::vector<rocksdb::ColumnFamilyHandle*> handles;
     rocksdb::DB* db = nullptr;
-    INFERA_RETURN_IF_ERROR(fromRocks(rocksdb::DB::Open(o, options_.path, descs, &handles, &db), "open " + options_.path));
+    INFERA_RETURN_IF_ERROR(fromRocks(rocksdb::DB::Open(o, options_.path, descs, &handles, &db),
+                                     "open " + options_.path));
     db_.reset(db);
     for (size_t i = 0; i < handles.size(); ++i) {
       if (ids[i] == 0) {
@@ -161,7 +164,8 @@ class RocksStore final : public OnlineStore {
     auto factory = std::make_shared<ExpiryFilterFactory>(clock_, options_.retain_expired_s);
     factory->setTtl(ttl_s);
     rocksdb::ColumnFamilyHandle* h = nullptr;
-    INFERA_RETURN_IF_ERROR(fromRocks(db_->CreateColumnFamily(viewOptions(factory), cfName(view), &h), "create view"));
+    INFERA_RETURN_IF_ERROR(
+        fromRocks(db_->CreateColumnFamily(viewOptions(factory), cfName(view), &h), "create view"));
     cfs_[view] = {h, factory};
     return Status::ok();
   }
@@ -204,8 +208,8 @@ class RocksStore final : public OnlineStore {
     if (slices.empty()) return Status::ok();
     std::vector<rocksdb::PinnableSlice> values(slices.size());
     std::vector<rocksdb::Status> statuses(slices.size());
-    db_->MultiGet(rocksdb::ReadOptions(), slices.size(), handles.data(), slices.data(), values.data(),
-                  statuses.data());
+    db_->MultiGet(rocksdb::ReadOptions(), slices.size(), handles.data(), slices.data(),
+                  values.data(), statuses.data());
     for (size_t j = 0; j < slices.size(); ++j) {
       if (statuses[j].ok()) {
         rows[at[j]].assign(values[j].data(), values[j].size());
@@ -238,7 +242,8 @@ class RocksStore final : public OnlineStore {
       INFERA_RETURN_IF_ERROR(fromRocks(db_->Flush(rocksdb::FlushOptions(), cf.handle), "flush"));
       rocksdb::CompactRangeOptions co;
       co.bottommost_level_compaction = rocksdb::BottommostLevelCompaction::kForce;
-      INFERA_RETURN_IF_ERROR(fromRocks(db_->CompactRange(co, cf.handle, nullptr, nullptr), "compact"));
+      INFERA_RETURN_IF_ERROR(
+          fromRocks(db_->CompactRange(co, cf.handle, nullptr, nullptr), "compact"));
     }
     return Status::ok();
   }
@@ -248,9 +253,12 @@ class RocksStore final : public OnlineStore {
     StoreStats st;
     for (auto& [id, cf] : cfs_) {
       uint64_t v = 0;
-      if (db_->GetIntProperty(cf.handle, "rocksdb.estimate-num-keys", &v)) st.keys += static_cast<int64_t>(v);
-      if (db_->GetIntProperty(cf.handle, "rocksdb.live-sst-files-size", &v)) st.bytes += static_cast<int64_t>(v);
-      if (db_->GetIntProperty(cf.handle, "rocksdb.cur-size-all-mem-tables", &v)) st.bytes += static_cast<int64_t>(v);
+      if (db_->GetIntProperty(cf.handle, "rocksdb.estimate-num-keys", &v))
+        st.keys += static_cast<int64_t>(v);
+      if (db_->GetIntProperty(cf.handle, "rocksdb.live-sst-files-size", &v))
+        st.bytes += static_cast<int64_t>(v);
+      if (db_->GetIntProperty(cf.handle, "rocksdb.cur-size-all-mem-tables", &v))
+        st.bytes += static_cast<int64_t>(v);
     }
     return st;
   }
@@ -288,8 +296,11 @@ class RocksStore final : public OnlineStore {
     for (const RowWrite* rp : order) {
       const RowWrite& r = *rp;
       auto it = cfs_.find(r.view);
-      if (it == cfs_.end()) return Status::notFound("feature view storage " + std::to_string(r.view) + " does not exist");
-      const rocksdb::Status s = merge ? batch.Merge(it->second.handle, r.key, r.row) : batch.Put(it->second.handle, r.key, r.row);
+      if (it == cfs_.end())
+        return Status::notFound("feature view storage " + std::to_string(r.view) +
+                                " does not exist");
+      const rocksdb::Status s = merge ? batch.Merge(it->second.handle, r.key, r.row)
+                                      : batch.Put(it->second.handle, r.key, r.row);
       INFERA_RETURN_IF_ERROR(fromRocks(s, "batch"));
     }
     return fromRocks(db_->Write(write_options_, &batch), "write");
@@ -310,7 +321,8 @@ class RocksStore final : public OnlineStore {
 // Reads and writes go to the pool (RocksDB may touch disk); the loop only waits for the result.
 class RocksSession final : public Session {
  public:
-  RocksSession(RocksStore& store, net::asio::io_context& ctx, WorkerPool& pool) : store_(store), ctx_(ctx), pool_(pool) {}
+  RocksSession(RocksStore& store, net::asio::io_context& ctx, WorkerPool& pool)
+      : store_(store), ctx_(ctx), pool_(pool) {}
 
   net::Task<Status> read(std::span<const ReadKey> keys, std::vector<std::string>& rows) override {
     // g++ 12 double-destroys temporaries inside co_await expressions: the job and task are named.
@@ -337,7 +349,8 @@ std::unique_ptr<Session> RocksStore::session(net::asio::io_context& ctx, WorkerP
 
 }  // namespace
 
-Result<std::unique_ptr<OnlineStore>> openRocksDbStore(const RocksDbOptions& options, const Clock& clock) {
+Result<std::unique_ptr<OnlineStore>> openRocksDbStore(const RocksDbOptions& options,
+                                                      const Clock& clock) {
   auto s = std::make_unique<RocksStore>(options, clock);
   INFERA_RETURN_IF_ERROR(s->open());
   return std::unique_ptr<OnlineStore>(std::move(s));

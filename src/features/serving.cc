@@ -10,13 +10,20 @@ namespace {
 
 using net::Task;
 
-enum CellStatus : uint8_t { kInvalid = 0, kPresent = 1, kNullValue = 2, kNotFound = 3, kOutsideMaxAge = 4 };
-constexpr const char* kStatusNames[] = {"\"INVALID\"", "\"PRESENT\"", "\"NULL_VALUE\"", "\"NOT_FOUND\"",
-                                        "\"OUTSIDE_MAX_AGE\""};
+enum CellStatus : uint8_t {
+  kInvalid = 0,
+  kPresent = 1,
+  kNullValue = 2,
+  kNotFound = 3,
+  kOutsideMaxAge = 4
+};
+constexpr const char* kStatusNames[] = {"\"INVALID\"", "\"PRESENT\"", "\"NULL_VALUE\"",
+                                        "\"NOT_FOUND\"", "\"OUTSIDE_MAX_AGE\""};
 constexpr const char* kEpoch = "\"1970-01-01T00:00:00Z\"";
 
 enum Endpoint { kGet = 0, kPush, kWrite, kHealth, kEndpoints };
-constexpr const char* kEndpointNames[] = {"get-online-features", "push", "write-to-online-store", "health"};
+constexpr const char* kEndpointNames[] = {"get-online-features", "push", "write-to-online-store",
+                                          "health"};
 
 // A failure in Feast's terms: a FeastError class (its body is the double-encoded detail), a plain
 // exception (its body is the message as a JSON string), or a request-validation error (422).
@@ -27,9 +34,13 @@ struct Failure {
   std::string field;  // validation: the body field
 };
 
-Failure notFound(std::string cls, std::string message) { return {404, std::move(cls), std::move(message), {}}; }
+Failure notFound(std::string cls, std::string message) {
+  return {404, std::move(cls), std::move(message), {}};
+}
 Failure badRequest(std::string message) { return {400, "FeastError", std::move(message), {}}; }
-Failure validation(std::string field, std::string message) { return {422, {}, std::move(message), std::move(field)}; }
+Failure validation(std::string field, std::string message) {
+  return {422, {}, std::move(message), std::move(field)};
+}
 
 std::string failureBody(const Failure& f) {
   if (f.status == 422 && !f.field.empty()) {
@@ -88,8 +99,8 @@ void appendKeyJson(std::string& json, std::string_view part, Scalar t) {
   if (!appendValueJson(in, {t, false}, json, was_null)) json += "null";
 }
 
-std::optional<Failure> resolveFeatures(const Registry& reg, simdjson::dom::object body, ReadPlan& plan,
-                                       bool& full_names) {
+std::optional<Failure> resolveFeatures(const Registry& reg, simdjson::dom::object body,
+                                       ReadPlan& plan, bool& full_names) {
   bool found = false;
   full_names = false;
   simdjson::dom::element fe = member(body, "full_feature_names", found);
@@ -106,13 +117,15 @@ std::optional<Failure> resolveFeatures(const Registry& reg, simdjson::dom::objec
   simdjson::dom::element svc = member(body, "feature_service", found);
   std::string_view service;
   if (found && !svc.is_null()) {
-    if (svc.get(service) != simdjson::SUCCESS) return validation("feature_service", "Input should be a valid string");
+    if (svc.get(service) != simdjson::SUCCESS)
+      return validation("feature_service", "Input should be a valid string");
   }
   if (!service.empty()) {
     auto it = reg.services.find(std::string(service));
     if (it == reg.services.end()) {
-      return notFound("FeatureServiceNotFoundException",
-                      "Feature service " + std::string(service) + " does not exist in project " + reg.project);
+      return notFound(
+          "FeatureServiceNotFoundException",
+          "Feature service " + std::string(service) + " does not exist in project " + reg.project);
     }
     plan.service = std::string(service);
     for (const auto& p : it->second.projections) {
@@ -127,24 +140,30 @@ std::optional<Failure> resolveFeatures(const Registry& reg, simdjson::dom::objec
     if (found && !fl.is_null()) {
       for (simdjson::dom::element e : arr) {
         std::string_view ref;
-        if (e.get(ref) != simdjson::SUCCESS) return validation("features", "Input should be a valid string");
+        if (e.get(ref) != simdjson::SUCCESS)
+          return validation("features", "Input should be a valid string");
         const size_t colon = ref.find(':');
         if (colon == std::string_view::npos) {
-          return Failure{500, {}, "Invalid feature reference '" + std::string(ref) +
-                                      "'. Expected format: '<feature_view>:<feature>' or "
-                                      "'<feature_view>@<version>:<feature>'", {}};
+          return Failure{500,
+                         {},
+                         "Invalid feature reference '" + std::string(ref) +
+                             "'. Expected format: '<feature_view>:<feature>' or "
+                             "'<feature_view>@<version>:<feature>'",
+                         {}};
         }
         const std::string_view vn = ref.substr(0, colon);
         const std::string_view fn = ref.substr(colon + 1);
         const FeatureView* v = reg.view(vn);
         if (!v) {
-          return notFound("FeatureViewNotFoundException",
-                          "Feature view " + std::string(vn) + " does not exist in project " + reg.project);
+          return notFound(
+              "FeatureViewNotFoundException",
+              "Feature view " + std::string(vn) + " does not exist in project " + reg.project);
         }
         const Feature* f = v->feature(fn);
         if (!f) {
-          return notFound("FeastObjectNotFoundException",
-                          "Feature " + std::string(fn) + " not found in projection " + std::string(vn));
+          return notFound(
+              "FeastObjectNotFoundException",
+              "Feature " + std::string(fn) + " not found in projection " + std::string(vn));
         }
         refs.push_back({std::string(vn), v, f});
       }
@@ -154,7 +173,8 @@ std::optional<Failure> resolveFeatures(const Registry& reg, simdjson::dom::objec
   // Collisions: the same output name twice.
   std::vector<std::string> names;
   names.reserve(refs.size());
-  for (const auto& r : refs) names.push_back(full_names ? r.alias + "__" + r.feature->name : r.feature->name);
+  for (const auto& r : refs)
+    names.push_back(full_names ? r.alias + "__" + r.feature->name : r.feature->name);
   {
     std::vector<std::string> sorted = names;
     std::sort(sorted.begin(), sorted.end());
@@ -165,11 +185,14 @@ std::optional<Failure> resolveFeatures(const Registry& reg, simdjson::dom::objec
       }
     }
     if (!dups.empty()) {
-      return Failure{500, "FeatureNameCollisionError",
-                     "Duplicate features named " + dups +
-                         " found.\nTo resolve this collision, either use the full feature name by setting "
-                         "'full_feature_names=True', or ensure that the features in question have different names.",
-                     {}};
+      return Failure{
+          500,
+          "FeatureNameCollisionError",
+          "Duplicate features named " + dups +
+              " found.\nTo resolve this collision, either use the full feature name by setting "
+              "'full_feature_names=True', or ensure that the features in question have different "
+              "names.",
+          {}};
     }
   }
   // Views in order of first appearance (one slot per alias: a service may project a view twice).
@@ -186,12 +209,14 @@ std::optional<Failure> resolveFeatures(const Registry& reg, simdjson::dom::objec
   return std::nullopt;
 }
 
-std::optional<Failure> readEntities(const Registry& reg, simdjson::dom::object body, ReadPlan& plan) {
+std::optional<Failure> readEntities(const Registry& reg, simdjson::dom::object body,
+                                    ReadPlan& plan) {
   bool found = false;
   simdjson::dom::element ent = member(body, "entities", found);
   if (!found) return validation("entities", "Field required");
   simdjson::dom::object obj;
-  if (ent.get(obj) != simdjson::SUCCESS) return validation("entities", "Input should be a valid dictionary");
+  if (ent.get(obj) != simdjson::SUCCESS)
+    return validation("entities", "Input should be a valid dictionary");
   bool first = true;
   for (auto field : obj) {
     const Entity* e = nullptr;
@@ -204,7 +229,8 @@ std::optional<Failure> readEntities(const Registry& reg, simdjson::dom::object b
     }
     if (!e) continue;  // Feast drops keys it does not know
     simdjson::dom::array arr;
-    if (field.value.get(arr) != simdjson::SUCCESS) return validation("entities", "Input should be a valid list");
+    if (field.value.get(arr) != simdjson::SUCCESS)
+      return validation("entities", "Input should be a valid list");
     KeyColumn kc{e->join_key, e->type, {}};
     kc.parts.reserve(arr.size());
     size_t row = 0;
@@ -212,13 +238,15 @@ std::optional<Failure> readEntities(const Registry& reg, simdjson::dom::object b
       std::string part;
       Status s = encodeJsonKey(v, e->type, part);
       if (!s.isOk()) {
-        return badRequest("entity key " + std::string(field.key) + ", row " + std::to_string(row) + ": " + s.message() +
-                          " (the join key's type is " + typeName({e->type, false}) + ")");
+        return badRequest("entity key " + std::string(field.key) + ", row " + std::to_string(row) +
+                          ": " + s.message() + " (the join key's type is " +
+                          typeName({e->type, false}) + ")");
       }
       kc.parts.push_back(std::move(part));
       ++row;
     }
-    if (!first && kc.parts.size() != plan.rows) return badRequest("All entity rows must have the same columns.");
+    if (!first && kc.parts.size() != plan.rows)
+      return badRequest("All entity rows must have the same columns.");
     first = false;
     plan.rows = kc.parts.size();
     bool dup = false;
@@ -234,7 +262,8 @@ std::optional<Failure> readEntities(const Registry& reg, simdjson::dom::object b
       if (!have) missing += (missing.empty() ? "" : ", ") + e->join_key;
     }
     if (!missing.empty() || plan.rows == 0) {
-      return badRequest("Missing join key values for keys: [" + (missing.empty() ? v->entities[0]->join_key : missing) +
+      return badRequest("Missing join key values for keys: [" +
+                        (missing.empty() ? v->entities[0]->join_key : missing) +
                         "] (feature view " + v->name + ")");
     }
   }
@@ -277,8 +306,9 @@ struct Cell {
 // The cells of view slot `s` (one per requested column of the view and entity row): the tagged
 // value bytes of a plain view, or an aggregate's JSON appended to `agg_json`; the row's event
 // time; the status by the view's ttl and the stored value.
-void collectSlotCells(const ReadPlan& plan, size_t s, const std::vector<std::string>& rows, const FeaturesConfig& cfg,
-                      int64_t now_us, std::vector<Cell>& cells, std::string& agg_json) {
+void collectSlotCells(const ReadPlan& plan, size_t s, const std::vector<std::string>& rows,
+                      const FeaturesConfig& cfg, int64_t now_us, std::vector<Cell>& cells,
+                      std::string& agg_json) {
   const size_t n = plan.rows;
   const FeatureView& v = *plan.views[s];
   std::vector<int> col_of_id(v.max_feature_id + 1, -1);
@@ -306,7 +336,8 @@ void collectSlotCells(const ReadPlan& plan, size_t s, const std::vector<std::str
         Cell& cell = cells[c * n + r];
         bool null = false;
         cell.agg_begin = static_cast<uint32_t>(agg_json.size());
-        appendAggJson(v, st, static_cast<size_t>(plan.columns[c].feature->agg), now_us, agg_json, null);
+        appendAggJson(v, st, static_cast<size_t>(plan.columns[c].feature->agg), now_us, agg_json,
+                      null);
         cell.agg_len = static_cast<uint32_t>(agg_json.size() - cell.agg_begin);
         cell.agg = true;
         cell.ts = ts;
@@ -348,8 +379,8 @@ void appendEntityColumn(const KeyColumn& k, std::string& out) {
 }
 
 // One feature column from its cells; a value stored under another type reads as NOT_FOUND.
-void appendFeatureColumn(FeatureType type, Cell* cells, size_t n, const std::string& agg_json, std::string& out,
-                         int64_t counts[5]) {
+void appendFeatureColumn(FeatureType type, Cell* cells, size_t n, const std::string& agg_json,
+                         std::string& out, int64_t counts[5]) {
   out += "{\"values\":[";
   for (size_t r = 0; r < n; ++r) {
     Cell& cell = cells[r];
@@ -386,13 +417,14 @@ void appendFeatureColumn(FeatureType type, Cell* cells, size_t n, const std::str
 }
 
 // The column-major response: metadata.feature_names (join keys first), then one result per column.
-std::string buildResponse(const ReadPlan& plan, const std::vector<std::string>& rows, const FeaturesConfig& cfg,
-                          int64_t now_us, FeatureMetrics& m, int shard) {
+std::string buildResponse(const ReadPlan& plan, const std::vector<std::string>& rows,
+                          const FeaturesConfig& cfg, int64_t now_us, FeatureMetrics& m, int shard) {
   const size_t n = plan.rows;
   const size_t ncols = plan.columns.size();
   std::vector<Cell> cells(ncols * n);
   std::string agg_json;
-  for (size_t s = 0; s < plan.views.size(); ++s) collectSlotCells(plan, s, rows, cfg, now_us, cells, agg_json);
+  for (size_t s = 0; s < plan.views.size(); ++s)
+    collectSlotCells(plan, s, rows, cfg, now_us, cells, agg_json);
 
   std::string out;
   out.reserve(64 + ncols * n * 48 + plan.keys.size() * n * 40);
@@ -443,16 +475,20 @@ std::string feastErrorBody(std::string_view cls, std::string_view message) {
 }
 
 FeatureMetrics::FeatureMetrics(obs::MetricsRegistry& r)
-    : requests(r.counterFamily("infera_features_requests_total", "Feature API requests by endpoint and status class.",
+    : requests(r.counterFamily("infera_features_requests_total",
+                               "Feature API requests by endpoint and status class.",
                                {"endpoint", "code_class"})),
-      latency(r.histogramFamily("infera_features_request_duration_seconds",
-                                "Feature API request latency, from the request read to the response written.",
-                                {"endpoint"}, obs::MetricsRegistry::latencyBuckets())),
-      values(r.counterFamily("infera_features_values_total", "Feature values served, by status.", {"status"})),
-      written(r.counterFamily("infera_features_written_total",
-                              "Rows written to the online store, aggregation events folded, and rows not written "
-                              "because they were already past their view's ttl.",
-                              {"kind"})) {
+      latency(r.histogramFamily(
+          "infera_features_request_duration_seconds",
+          "Feature API request latency, from the request read to the response written.",
+          {"endpoint"}, obs::MetricsRegistry::latencyBuckets())),
+      values(r.counterFamily("infera_features_values_total", "Feature values served, by status.",
+                             {"status"})),
+      written(r.counterFamily(
+          "infera_features_written_total",
+          "Rows written to the online store, aggregation events folded, and rows not written "
+          "because they were already past their view's ttl.",
+          {"kind"})) {
   const char* names[] = {"INVALID", "PRESENT", "NULL_VALUE", "NOT_FOUND", "OUTSIDE_MAX_AGE"};
   for (int i = 0; i < 5; ++i) values_by_status[i] = values->counter({names[i]});
   rows_written = written->counter({"rows"});
@@ -476,7 +512,8 @@ Status writeBatchesBlocking(ServingShared& shared, std::vector<ViewBatch>& batch
   for (auto& b : batches) {
     if (!b.rows.empty()) INFERA_RETURN_IF_ERROR(shared.store->write(std::move(b.rows)));
     if (!b.events.empty()) {
-      INFERA_RETURN_IF_ERROR(applyAggEvents(*shared.store, *b.view, b.events, now_us, shared.config->retain_expired_s,
+      INFERA_RETURN_IF_ERROR(applyAggEvents(*shared.store, *b.view, b.events, now_us,
+                                            shared.config->retain_expired_s,
                                             shared.aggLock(b.view->id)));
     }
   }
@@ -496,7 +533,8 @@ struct FeatureHandler::Exchange {
 };
 
 FeatureHandler::FeatureHandler(int loop, net::asio::io_context& ctx, ServingShared& shared,
-                               access::AccessWorker* access, std::shared_ptr<const Registry> registry)
+                               access::AccessWorker* access,
+                               std::shared_ptr<const Registry> registry)
     : loop_(loop),
       ctx_(ctx),
       shared_(shared),
@@ -506,13 +544,14 @@ FeatureHandler::FeatureHandler(int loop, net::asio::io_context& ctx, ServingShar
 
 namespace {
 
-Task<void> answer(net::ResponseWriter& w, int& status_out, const std::vector<net::HttpHeader>& extra, int status,
-                  std::string_view body) {
+Task<void> answer(net::ResponseWriter& w, int& status_out,
+                  const std::vector<net::HttpHeader>& extra, int status, std::string_view body) {
   status_out = status;
   co_await w.send(status, "application/json", body, extra);
 }
 
-Task<void> fail(net::ResponseWriter& w, int& status_out, const std::vector<net::HttpHeader>& extra, const Failure& f) {
+Task<void> fail(net::ResponseWriter& w, int& status_out, const std::vector<net::HttpHeader>& extra,
+                const Failure& f) {
   const std::string body = failureBody(f);
   co_await answer(w, status_out, extra, f.status, body);
 }
@@ -524,7 +563,8 @@ Task<void> fail(net::ResponseWriter& w, int& status_out, const std::vector<net::
 Task<bool> FeatureHandler::admit(Exchange& x, std::string_view service, bool check_service) {
   if (!access_) co_return true;
   if (!x.grant) {
-    if (auto d = access_->authenticate(x.req.header("authorization"), x.req.header(access_->userHeader()), x.grant)) {
+    if (auto d = access_->authenticate(x.req.header("authorization"),
+                                       x.req.header(access_->userHeader()), x.grant)) {
       const Failure f{d->status, "FeastPermissionError", "Permission error:\n" + d->message, {}};
       co_await fail(x.w, x.status, x.extra, f);
       co_return false;
@@ -532,7 +572,8 @@ Task<bool> FeatureHandler::admit(Exchange& x, std::string_view service, bool che
   }
   if (check_service) {
     // A feature list names no service: only keys not limited to services may read one.
-    if (auto d = access_->checkAccess(x.grant, access::ResourceKind::kFeatureService, service, service)) {
+    if (auto d = access_->checkAccess(x.grant, access::ResourceKind::kFeatureService, service,
+                                      service)) {
       const Failure f{d->status, "FeastPermissionError", "Permission error:\n" + d->message, {}};
       co_await fail(x.w, x.status, x.extra, f);
       co_return false;
@@ -557,7 +598,8 @@ Task<void> FeatureHandler::finish(Exchange& x) {
   m.latency->histogram({kEndpointNames[x.endpoint]})->observe(loop_, seconds);
   if (access_ && x.grant) {
     access::UsageRecord r;
-    r.model = x.service.empty() ? std::string("features:") + kEndpointNames[x.endpoint] : "feature_service:" + x.service;
+    r.model = x.service.empty() ? std::string("features:") + kEndpointNames[x.endpoint]
+                                : "feature_service:" + x.service;
     r.latency_ms = seconds * 1000;
     r.status = x.status;
     access_->finish(x.grant, std::move(r), access::PriceConfig{});
@@ -605,8 +647,8 @@ Task<void> FeatureHandler::getOnlineFeatures(net::HttpRequest& req, net::Respons
     co_await finish(x);
     co_return;
   }
-  const std::string out =
-      buildResponse(plan, rows, *shared_.config, shared_.clock->unixMillis() * 1000, *shared_.metrics, loop_);
+  const std::string out = buildResponse(
+      plan, rows, *shared_.config, shared_.clock->unixMillis() * 1000, *shared_.metrics, loop_);
   co_await answer(w, x.status, x.extra, 200, out);
   co_await finish(x);
 }
@@ -665,21 +707,27 @@ Task<void> FeatureHandler::push(net::HttpRequest& req, net::ResponseWriter& w) {
       failure = validation("push_source_name", "Field required");
     } else if (n.get(name) != simdjson::SUCCESS) {
       failure = validation("push_source_name", "Input should be a valid string");
-    } else if (simdjson::dom::element t = member(body, "to", found); found && !t.is_null() && t.get(to) != simdjson::SUCCESS) {
+    } else if (simdjson::dom::element t = member(body, "to", found);
+               found && !t.is_null() && t.get(to) != simdjson::SUCCESS) {
       failure = validation("to", "Input should be a valid string");
     } else if (to != "online" && to != "offline" && to != "online_and_offline") {
-      failure = badRequest(std::string(to) +
-                           " is not a supported push format. Please specify one of these ['online', 'offline', "
-                           "'online_and_offline'].");
+      failure = badRequest(
+          std::string(to) +
+          " is not a supported push format. Please specify one of these ['online', 'offline', "
+          "'online_and_offline'].");
     } else if (to == "offline") {
-      failure = Failure{501, "FeastError", "this feature server has no offline store: push with to=online", {}};
+      failure = Failure{
+          501, "FeastError", "this feature server has no offline store: push with to=online", {}};
     } else if (simdjson::dom::element df = member(body, "df", found); !found) {
       failure = validation("df", "Field required");
     } else {
       auto src = reg->push_sources.find(std::string(name));
       auto views = reg->views_by_source.find(std::string(name));
       if (src == reg->push_sources.end() || views == reg->views_by_source.end()) {
-        failure = Failure{422, "PushSourceNotFoundException", "Unable to find push source '" + std::string(name) + "'.", {}};
+        failure = Failure{422,
+                          "PushSourceNotFoundException",
+                          "Unable to find push source '" + std::string(name) + "'.",
+                          {}};
       } else {
         DataFrame frame;
         Status s = readDataFrame(df, frame);
@@ -729,7 +777,8 @@ Task<void> FeatureHandler::writeToOnlineStore(net::HttpRequest& req, net::Respon
     } else if (simdjson::dom::element df = member(body, "df", found); !found) {
       failure = validation("df", "Field required");
     } else if (const FeatureView* v = reg->view(name); !v) {
-      failure = notFound("FeastObjectNotFoundException", "Can't recognize feast object with a name " + std::string(name));
+      failure = notFound("FeastObjectNotFoundException",
+                         "Can't recognize feast object with a name " + std::string(name));
     } else {
       DataFrame frame;
       Status s = readDataFrame(df, frame);
@@ -737,7 +786,8 @@ Task<void> FeatureHandler::writeToOnlineStore(net::HttpRequest& req, net::Respon
       o.now_us = shared_.clock->unixMillis() * 1000;
       o.retain_expired_s = shared_.config->retain_expired_s;
       auto src = reg->push_sources.find(v->source);
-      const std::string ts_field = src == reg->push_sources.end() ? "event_timestamp" : src->second.timestamp_field;
+      const std::string ts_field =
+          src == reg->push_sources.end() ? "event_timestamp" : src->second.timestamp_field;
       batches.emplace_back();
       if (s.isOk()) s = buildViewBatch(*v, ts_field, frame, o, batches.back());
       if (!s.isOk()) failure = badRequest(s.message());

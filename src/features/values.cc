@@ -34,14 +34,22 @@ std::optional<Scalar> parseScalar(std::string_view name) {
 
 const char* scalarName(Scalar s) {
   switch (s) {
-    case Scalar::kInt64: return "int64";
-    case Scalar::kInt32: return "int32";
-    case Scalar::kDouble: return "double";
-    case Scalar::kFloat: return "float";
-    case Scalar::kString: return "string";
-    case Scalar::kBytes: return "bytes";
-    case Scalar::kBool: return "bool";
-    case Scalar::kUnixTimestamp: return "unix_timestamp";
+    case Scalar::kInt64:
+      return "int64";
+    case Scalar::kInt32:
+      return "int32";
+    case Scalar::kDouble:
+      return "double";
+    case Scalar::kFloat:
+      return "float";
+    case Scalar::kString:
+      return "string";
+    case Scalar::kBytes:
+      return "bytes";
+    case Scalar::kBool:
+      return "bool";
+    case Scalar::kUnixTimestamp:
+      return "unix_timestamp";
   }
   return "?";
 }
@@ -127,8 +135,10 @@ void putFloat(std::string& out, float f) {
 
 std::string describe(simdjson::dom::element v) {
   switch (v.type()) {
-    case simdjson::dom::element_type::ARRAY: return "a list";
-    case simdjson::dom::element_type::OBJECT: return "an object";
+    case simdjson::dom::element_type::ARRAY:
+      return "a list";
+    case simdjson::dom::element_type::OBJECT:
+      return "an object";
     case simdjson::dom::element_type::STRING: {
       std::string s = "the string ";
       std::string_view sv;
@@ -137,9 +147,12 @@ std::string describe(simdjson::dom::element v) {
       net::appendJsonString(s, sv);
       return s;
     }
-    case simdjson::dom::element_type::BOOL: return "a bool";
-    case simdjson::dom::element_type::NULL_VALUE: return "null";
-    default: return "the number " + simdjson::to_string(v);
+    case simdjson::dom::element_type::BOOL:
+      return "a bool";
+    case simdjson::dom::element_type::NULL_VALUE:
+      return "null";
+    default:
+      return "the number " + simdjson::to_string(v);
   }
 }
 
@@ -169,7 +182,8 @@ bool pythonStr(simdjson::dom::element v, std::string& s) {
 }
 
 // A scalar payload (no tag).
-Status encodeScalar(simdjson::dom::element v, Scalar t, bool lenient, bool in_list, std::string& out) {
+Status encodeScalar(simdjson::dom::element v, Scalar t, bool lenient, bool in_list,
+                    std::string& out) {
   using simdjson::SUCCESS;
   switch (t) {
     case Scalar::kInt64:
@@ -187,9 +201,11 @@ Status encodeScalar(simdjson::dom::element v, Scalar t, bool lenient, bool in_li
       } else if (!in_list && t != Scalar::kUnixTimestamp && v.get(s) == SUCCESS && parseInt(s, i)) {
       } else if (lenient && v.get(s) == SUCCESS && parseInt(s, i)) {
       } else {
-        return mismatch(v, t == Scalar::kUnixTimestamp ? "epoch seconds (an integer)" : "an integer");
+        return mismatch(v,
+                        t == Scalar::kUnixTimestamp ? "epoch seconds (an integer)" : "an integer");
       }
-      if (t == Scalar::kInt32 && (i < std::numeric_limits<int32_t>::min() || i > std::numeric_limits<int32_t>::max())) {
+      if (t == Scalar::kInt32 &&
+          (i < std::numeric_limits<int32_t>::min() || i > std::numeric_limits<int32_t>::max())) {
         return Status::invalidArgument("value " + std::to_string(i) + " is out of the int32 range");
       }
       putVarint(out, zigzag(i));
@@ -200,7 +216,8 @@ Status encodeScalar(simdjson::dom::element v, Scalar t, bool lenient, bool in_li
       double d = 0;
       std::string_view s;
       if (v.get(d) == SUCCESS) {
-      } else if ((lenient || (t == Scalar::kFloat && !in_list)) && v.get(s) == SUCCESS && parseDouble(s, d)) {
+      } else if ((lenient || (t == Scalar::kFloat && !in_list)) && v.get(s) == SUCCESS &&
+                 parseDouble(s, d)) {
       } else {
         return mismatch(v, "a number");
       }
@@ -237,7 +254,8 @@ Status encodeScalar(simdjson::dom::element v, Scalar t, bool lenient, bool in_li
       if (v.get(b) == SUCCESS) {
       } else if (!in_list && v.get(i) == SUCCESS) {
         b = i != 0;
-      } else if (lenient && v.get(s) == SUCCESS && (s == "true" || s == "false" || s == "True" || s == "False")) {
+      } else if (lenient && v.get(s) == SUCCESS &&
+                 (s == "true" || s == "false" || s == "True" || s == "False")) {
         b = s[0] == 't' || s[0] == 'T';
       } else {
         return mismatch(v, "a bool");
@@ -389,7 +407,8 @@ std::optional<FeatureType> parseFeatureType(std::string_view name) {
 }
 
 std::string typeName(FeatureType t) {
-  return t.list ? "list<" + std::string(scalarName(t.scalar)) + ">" : std::string(scalarName(t.scalar));
+  return t.list ? "list<" + std::string(scalarName(t.scalar)) + ">"
+                : std::string(scalarName(t.scalar));
 }
 
 void putVarint(std::string& out, uint64_t v) {
@@ -439,23 +458,28 @@ Status encodeJsonValue(simdjson::dom::element v, FeatureType t, bool lenient, st
     return encodeScalar(v, t.scalar, lenient, false, out);
   }
   simdjson::dom::array arr;
-  if (v.get(arr) != simdjson::SUCCESS) return mismatch(v, "a list of " + std::string(scalarName(t.scalar)));
+  if (v.get(arr) != simdjson::SUCCESS)
+    return mismatch(v, "a list of " + std::string(scalarName(t.scalar)));
   out += static_cast<char>(static_cast<uint8_t>(t.scalar) | kListBit);
   putVarint(out, arr.size());
   size_t i = 0;
   for (simdjson::dom::element e : arr) {
-    // Ints are accepted in float lists (Feast rejects [1, 2] for Array(Float64); clients send them).
+    // Ints are accepted in float lists (Feast rejects [1, 2] for Array(Float64); clients send
+    // them).
     Status s = encodeScalar(e, t.scalar, lenient, true, out);
-    if (!s.isOk()) return Status::invalidArgument("element " + std::to_string(i) + ": " + s.message());
+    if (!s.isOk())
+      return Status::invalidArgument("element " + std::to_string(i) + ": " + s.message());
     ++i;
   }
   return Status::ok();
 }
 
 Status encodeJsonKey(simdjson::dom::element v, Scalar t, std::string& out) {
-  if (v.is_null()) return Status::invalidArgument("expected a " + std::string(scalarName(t)) + " key, got null");
+  if (v.is_null())
+    return Status::invalidArgument("expected a " + std::string(scalarName(t)) + " key, got null");
   if (t == Scalar::kDouble || t == Scalar::kFloat) {
-    return Status::invalidArgument("entity keys of type " + std::string(scalarName(t)) + " are not supported");
+    return Status::invalidArgument("entity keys of type " + std::string(scalarName(t)) +
+                                   " are not supported");
   }
   return encodeScalar(v, t, false, false, out);
 }
@@ -550,7 +574,8 @@ Result<int64_t> parseTimestampText(std::string_view s) {
   int64_t offset_s = 0;
   if (i < s.size()) {
     if (s[i] != 'T' && s[i] != 't' && s[i] != ' ') return bad();
-    if (!digits(s, i + 1, 2, h) || i + 3 >= s.size() || s[i + 3] != ':' || !digits(s, i + 4, 2, mi)) return bad();
+    if (!digits(s, i + 1, 2, h) || i + 3 >= s.size() || s[i + 3] != ':' || !digits(s, i + 4, 2, mi))
+      return bad();
     i += 6;
     if (i < s.size() && s[i] == ':') {
       if (!digits(s, i + 1, 2, sec)) return bad();
@@ -625,9 +650,9 @@ void appendTimestamp(std::string& json, int64_t ts_us) {
   unsigned m, d;
   civilFromDays(days, y, m, d);
   char buf[40];
-  int n = std::snprintf(buf, sizeof(buf), "\"%04lld-%02u-%02uT%02lld:%02lld:%02lld", static_cast<long long>(y), m, d,
-                        static_cast<long long>(rem / 3600), static_cast<long long>((rem / 60) % 60),
-                        static_cast<long long>(rem % 60));
+  int n = std::snprintf(buf, sizeof(buf), "\"%04lld-%02u-%02uT%02lld:%02lld:%02lld",
+                        static_cast<long long>(y), m, d, static_cast<long long>(rem / 3600),
+                        static_cast<long long>((rem / 60) % 60), static_cast<long long>(rem % 60));
   json.append(buf, static_cast<size_t>(n));
   if (us != 0) {
     if (us % 1000 == 0) {

@@ -11,8 +11,8 @@ double candidateScore(const Candidate& c) {
   return c.ewma_s * static_cast<double>(c.inflight + 1);
 }
 
-int weightedSample(std::span<const Candidate> candidates, std::span<const int> pool, std::mt19937_64& rng,
-                   int exclude) {
+int weightedSample(std::span<const Candidate> candidates, std::span<const int> pool,
+                   std::mt19937_64& rng, int exclude) {
   int64_t total = 0;
   for (int p : pool) {
     if (p != exclude) total += std::max(candidates[static_cast<size_t>(p)].weight, 1);
@@ -45,21 +45,29 @@ int pickCandidate(std::span<const Candidate> candidates, double region_margin, s
   double best_remote = std::numeric_limits<double>::infinity();
   for (size_t i = 0; i < candidates.size(); ++i) {
     const Candidate& c = candidates[i];
-    const double s = (c.ewma_s > 0 ? c.ewma_s : kUnsampledPrior) * static_cast<double>(c.inflight + 1);
+    const double s =
+        (c.ewma_s > 0 ? c.ewma_s : kUnsampledPrior) * static_cast<double>(c.inflight + 1);
     if (candidates[i].local) {
       best_local = std::min(best_local, s);
-      if (small) local_buf[n_local++] = static_cast<int>(i); else local_vec.push_back(static_cast<int>(i));
+      if (small)
+        local_buf[n_local++] = static_cast<int>(i);
+      else
+        local_vec.push_back(static_cast<int>(i));
     } else {
       best_remote = std::min(best_remote, s);
     }
-    if (small) all_buf[n_all++] = static_cast<int>(i); else all_vec.push_back(static_cast<int>(i));
+    if (small)
+      all_buf[n_all++] = static_cast<int>(i);
+    else
+      all_vec.push_back(static_cast<int>(i));
   }
   std::span<const int> local = small ? std::span<const int>(local_buf, static_cast<size_t>(n_local))
                                      : std::span<const int>(local_vec);
   std::span<const int> all = small ? std::span<const int>(all_buf, static_cast<size_t>(n_all))
                                    : std::span<const int>(all_vec);
   std::span<const int> pool = all;
-  if (!local.empty() && best_local <= best_remote * (1.0 + region_margin) + kScoreTieAbsolute) pool = local;
+  if (!local.empty() && best_local <= best_remote * (1.0 + region_margin) + kScoreTieAbsolute)
+    pool = local;
   if (pool.size() == 1) return pool[0];
   const int a = weightedSample(candidates, pool, rng, -1);
   const int b = weightedSample(candidates, pool, rng, a);

@@ -66,7 +66,8 @@ void readModels(ConfigReader& r, const std::set<std::string>& emulators, Gateway
           m.error("name", "model or alias '" + mc.name + "' is defined twice");
         }
         for (const auto& a : mc.aliases) {
-          if (!names.insert(a).second) m.error("aliases", "model or alias '" + a + "' is defined twice");
+          if (!names.insert(a).second)
+            m.error("aliases", "model or alias '" + a + "' is defined twice");
         }
         std::set<std::string> dep_names;
         m.forEach(
@@ -106,7 +107,8 @@ void readModels(ConfigReader& r, const std::set<std::string>& emulators, Gateway
                     if (https) ec.tls = dc.tls;
                     if (e.present("tls")) {
                       if (!https) e.error("tls", "is for https:// endpoints only");
-                      e.object("tls", [&](ConfigReader& t) { net::readTlsClientConfig(t, ec.tls); });
+                      e.object("tls",
+                               [&](ConfigReader& t) { net::readTlsClientConfig(t, ec.tls); });
                     }
                     if (!ec.emulator.empty() && emulators.count(ec.emulator) == 0) {
                       e.error("emulator", "names unknown emulator '" + ec.emulator +

@@ -37,8 +37,8 @@ struct RetryConfig {
 };
 
 struct EndpointConfig {
-  std::string url;       // http[s]://host:port[/prefix]
-  std::string emulator;  // name of an in-process emulator (instead of url)
+  std::string url;           // http[s]://host:port[/prefix]
+  std::string emulator;      // name of an in-process emulator (instead of url)
   net::TlsClientConfig tls;  // https:// only: the deployment's `tls:`, then the endpoint's own
   Protocol protocol = Protocol::kOpenAi;
   std::string region;
@@ -72,7 +72,7 @@ struct ArmConfig {
 enum class StickyBy { kUser, kKey, kHeader };
 
 struct SplitConfig {
-  std::vector<ArmConfig> arms;  // empty: no split
+  std::vector<ArmConfig> arms;           // empty: no split
   StickyBy sticky_by = StickyBy::kUser;  // kUser falls back to the key, then to a random draw
   std::string sticky_header;             // kHeader: this header's value (lower-case name)
   std::string salt;                      // mixed into the hash (a new salt reshuffles assignments)
@@ -81,21 +81,23 @@ struct SplitConfig {
 // A share of a model's requests mirrored, after the client got its answer, to another model of
 // the route source; the shadow's answer is recorded (InferenceObserver) and never sent anywhere.
 struct ShadowConfig {
-  std::string target;  // "" = none
-  double share = 0;    // 0..1
+  std::string target;           // "" = none
+  double share = 0;             // 0..1
   int64_t timeout_ms = 10'000;  // the whole shadow exchange
   int max_concurrent = 16;      // per worker; more are shed (counted)
 };
 
 // Data capture of a model's requests and responses (InferenceObserver::captured).
 struct CaptureConfig {
-  double sample = 0;             // share captured
-  int64_t max_bytes = 64 * 1024;  // of the request and of the response, each
-  bool flag_errors = false;      // capture and flag answers with status >= 500
-  int64_t flag_slower_ms = 0;    // ... answers slower than this (0 = off)
+  double sample = 0;                       // share captured
+  int64_t max_bytes = 64 * 1024;           // of the request and of the response, each
+  bool flag_errors = false;                // capture and flag answers with status >= 500
+  int64_t flag_slower_ms = 0;              // ... answers slower than this (0 = off)
   std::vector<std::string> flag_contains;  // ... answers containing any of these
   std::vector<std::string> opt_out_keys;   // never captured (key ids)
-  bool enabled() const { return sample > 0 || flag_errors || flag_slower_ms > 0 || !flag_contains.empty(); }
+  bool enabled() const {
+    return sample > 0 || flag_errors || flag_slower_ms > 0 || !flag_contains.empty();
+  }
 };
 
 struct ModelConfig {
@@ -106,7 +108,7 @@ struct ModelConfig {
   bool cache = false;  // cache every non-streaming answer of this model (not only temperature 0)
   std::vector<DeploymentConfig> deployments;
   // Set by the model registry (not read from the config file's models).
-  SplitConfig split;    // requests for this name go to an arm (then it needs no deployments)
+  SplitConfig split;  // requests for this name go to an arm (then it needs no deployments)
   ShadowConfig shadow;
   CaptureConfig capture;
   bool tag_responses = false;  // answers carry x-infera-route (and x-infera-arm)

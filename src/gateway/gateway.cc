@@ -4,8 +4,8 @@
 #include <thread>
 #include <unordered_map>
 
-#include "core/clock.h"
 #include "access/access.h"
+#include "core/clock.h"
 #include "core/log.h"
 #include "gateway/internal/proxy.h"
 #include "gateway/internal/routes.h"
@@ -29,9 +29,11 @@ class GatewayImpl final : public Gateway {
 
   Status init() {
     log_ = componentLogger("gateway");
-    INFERA_ASSIGN_OR_RETURN(current_, buildRouteTable(settings_, routes_.models(), deps_.emulator_urls, shared_,
-                                                      metrics_, ++generation_));
-    metrics_.registry.gaugeFamily("infera_gateway_config_generation", "Generation of the config in use.")
+    INFERA_ASSIGN_OR_RETURN(
+        current_, buildRouteTable(settings_, routes_.models(), deps_.emulator_urls, shared_,
+                                  metrics_, ++generation_));
+    metrics_.registry
+        .gaugeFamily("infera_gateway_config_generation", "Generation of the config in use.")
         ->setCallback([this] { return static_cast<double>(generation_.load()); });
     updateHealthGauges(*current_);
     return Status::ok();
@@ -39,7 +41,8 @@ class GatewayImpl final : public Gateway {
 
   void addDataRoutes(int loop, net::asio::io_context& ctx, net::Router& router,
                      access::AccessWorker* access) override {
-    auto h = std::make_unique<ProxyHandler>(loop, ctx, metrics_, deps_.access_log, access, deps_.observer);
+    auto h = std::make_unique<ProxyHandler>(loop, ctx, metrics_, deps_.access_log, access,
+                                            deps_.observer);
     {
       std::lock_guard<std::mutex> lock(control_mu_);
       h->setTable(current_);
@@ -65,25 +68,28 @@ class GatewayImpl final : public Gateway {
       // A client waiting for 100 Continue without a good key gets its 401 before sending the body.
       auto check = [access](const net::HttpRequest& head) -> std::optional<net::EarlyAnswer> {
         access::Grant g;
-        auto denied = access->authenticate(head.header("authorization"), head.header(access->userHeader()), g);
+        auto denied = access->authenticate(head.header("authorization"),
+                                           head.header(access->userHeader()), g);
         if (!denied) return std::nullopt;
         return net::EarlyAnswer{denied->status, "application/json", access::denialJson(*denied)};
       };
       router.setBeforeBody("/v1/", check);
       router.setBeforeBody("/v2/models/", check);
     }
-    router.setFallback("", [p](net::HttpRequest& req, net::ResponseWriter& w, int status, std::string_view allow) {
-      return p->unmatched(req, w, status, std::string(allow));
-    });
+    router.setFallback(
+        "", [p](net::HttpRequest& req, net::ResponseWriter& w, int status, std::string_view allow) {
+          return p->unmatched(req, w, status, std::string(allow));
+        });
     router.own(std::move(h));
   }
 
   void addAdminRoutes(net::Router& admin, const net::RouteGuard& guard) override {
-    admin.add("GET", "/admin/endpoints",
-              guard([this](net::HttpRequest&, net::ResponseWriter& w, net::PathParams) -> Task<void> {
-                const std::string body = endpointsJson();
-                co_await w.send(200, "application/json", body);
-              }));
+    admin.add(
+        "GET", "/admin/endpoints",
+        guard([this](net::HttpRequest&, net::ResponseWriter& w, net::PathParams) -> Task<void> {
+          const std::string body = endpointsJson();
+          co_await w.send(200, "application/json", body);
+        }));
   }
 
   Status apply(GatewayConfig next) override {
@@ -117,7 +123,8 @@ class GatewayImpl final : public Gateway {
       body += ",\"protocol\":\"" + std::string(protocolName(ep.protocol)) + "\"";
       body += ",\"weight\":" + std::to_string(ep.weight);
       body += std::string(",\"healthy\":") + (ep.shared->healthy.load() ? "true" : "false");
-      body += std::string(",\"ejected\":") + (ep.shared->ejected_until_ns.load() > now ? "true" : "false");
+      body += std::string(",\"ejected\":") +
+              (ep.shared->ejected_until_ns.load() > now ? "true" : "false");
       body += "}";
     }
     body += "]}";
@@ -183,7 +190,8 @@ class GatewayImpl final : public Gateway {
 
  private:
   Status applyLocked(GatewayConfig next) {
-    auto t = buildRouteTable(next, routes_.models(), deps_.emulator_urls, shared_, metrics_, generation_.load() + 1);
+    auto t = buildRouteTable(next, routes_.models(), deps_.emulator_urls, shared_, metrics_,
+                             generation_.load() + 1);
     if (!t.ok()) return t.takeStatus();
     ++generation_;
     settings_ = std::move(next);
@@ -204,7 +212,8 @@ class GatewayImpl final : public Gateway {
     for (const auto& ep : t.endpoints) ep.healthy_gauge->set(ep.shared->healthy.load() ? 1 : 0);
   }
 
-  Task<void> probe(const RouteTable& t, const Endpoint& ep, std::shared_ptr<const RouteTable> keep) {
+  Task<void> probe(const RouteTable& t, const Endpoint& ep,
+                   std::shared_ptr<const RouteTable> keep) {
     (void)keep;
     struct InFlight {
       std::atomic<bool>& flag;
@@ -212,8 +221,9 @@ class GatewayImpl final : public Gateway {
     } in_flight{ep.shared->probe_in_flight};
     const auto& hc = t.health_check;
     const std::string& path = ep.protocol == Protocol::kKServe ? hc.kserve_path : hc.openai_path;
-    auto r = co_await net::fetch(ep.address, "GET", path, "", {},
-                                 net::SteadyClock::now() + std::chrono::milliseconds(hc.timeout_ms));
+    auto r =
+        co_await net::fetch(ep.address, "GET", path, "", {},
+                            net::SteadyClock::now() + std::chrono::milliseconds(hc.timeout_ms));
     const bool ok = r.ok() && r->status >= 200 && r->status < 400;
     EndpointShared& s = *ep.shared;
     if (ok) {
@@ -228,7 +238,8 @@ class GatewayImpl final : public Gateway {
       const int n = ++s.check_failures;
       if (s.healthy.load() && n >= hc.unhealthy_threshold) {
         s.healthy = false;
-        INFERA_LOG(log_, warn, "endpoint {} ({}) failed {} health checks: {}", ep.label, ep.deployment->name, n,
+        INFERA_LOG(log_, warn, "endpoint {} ({}) failed {} health checks: {}", ep.label,
+                   ep.deployment->name, n,
                    r.ok() ? "status " + std::to_string(r->status) : r.status().message());
       }
     }
@@ -279,7 +290,8 @@ class GatewayImpl final : public Gateway {
 
 }  // namespace
 
-Result<std::unique_ptr<Gateway>> Gateway::create(GatewayConfig settings, const RouteSource& routes, GatewayDeps deps) {
+Result<std::unique_ptr<Gateway>> Gateway::create(GatewayConfig settings, const RouteSource& routes,
+                                                 GatewayDeps deps) {
   auto g = std::make_unique<GatewayImpl>(std::move(settings), routes, std::move(deps));
   INFERA_RETURN_IF_ERROR(g->init());
   return std::unique_ptr<Gateway>(std::move(g));

@@ -4,7 +4,8 @@
 // preference, health checks, outlier ejection, retries and failover, streaming chunk by chunk,
 // and reading usage from answers for access control.
 //
-//   auto gw = gateway::Gateway::create(settings, routes, {metrics, access_log, access, urls, workers});
+//   auto gw = gateway::Gateway::create(settings, routes, {metrics, access_log, access, urls,
+//   workers});
 //   // per loop, on that loop, before it serves:
 //   (*gw)->addDataRoutes(i, ctx, data_router, access_worker);
 //   (*gw)->addAdminRoutes(admin_router, guard);

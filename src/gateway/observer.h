@@ -21,7 +21,8 @@ struct ShadowOutcome {
   double primary_latency_ms = 0;
   int64_t prompt_tokens = 0;
   int64_t completion_tokens = 0;
-  int matched = -1;  // deterministic requests: 1 when the shadow's output equals the primary's, 0 not; -1 not compared
+  int matched = -1;  // deterministic requests: 1 when the shadow's output equals the primary's, 0
+                     // not; -1 not compared
 };
 
 struct CapturedInference {

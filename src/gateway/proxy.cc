@@ -34,11 +34,10 @@ bool endsEvent(std::string_view s) { return s.ends_with("\n\n") || s.ends_with("
 // without the id and timestamps that differ between two answers to the same request.
 std::string_view answerOutput(std::string_view json) {
   size_t b = 0, e = 0;
-  if (findTopLevelValue(json, "choices", b, e) || findTopLevelValue(json, "data", b, e)) return json.substr(b, e - b);
+  if (findTopLevelValue(json, "choices", b, e) || findTopLevelValue(json, "data", b, e))
+    return json.substr(b, e - b);
   return json;
 }
-
-
 
 }  // namespace
 
@@ -69,7 +68,7 @@ struct ProxyHandler::Exchange {
   // Access control (only when it is on).
   access::Grant grant;
   std::vector<HttpHeader> extra;  // x-request-id first, then rate-limit and cache headers
-  UsageScan usage;  // the backend's usage, and what of it the client must not see
+  UsageScan usage;                // the backend's usage, and what of it the client must not see
   double ttft_s = 0;
   bool aborted = false;
   bool capture = false;
@@ -81,18 +80,19 @@ struct ProxyHandler::Exchange {
   bool cache_hit = false;
   std::string cache_key;
   // Experiments (registry routes).
-  const Route* split = nullptr;   // the experiment route an arm was chosen from
+  const Route* split = nullptr;  // the experiment route an arm was chosen from
   const Arm* arm = nullptr;
   const Route* shadow = nullptr;  // mirror after answering
   bool want_usage = false;        // read usage from the answer without access control too
   bool compare = false;           // deterministic: keep the primary's output for the shadow's
   std::string primary_output;
-  bool keep_answer = false;       // data capture: keep the answer's first bytes
+  bool keep_answer = false;  // data capture: keep the answer's first bytes
   std::string answer;
 };
 
 ProxyHandler::ProxyHandler(int shard, net::asio::io_context& ctx, GatewayMetrics& metrics,
-                           obs::AccessLog* access_log, access::AccessWorker* access, InferenceObserver* observer)
+                           obs::AccessLog* access_log, access::AccessWorker* access,
+                           InferenceObserver* observer)
     : shard_(shard),
       ctx_(ctx),
       metrics_(metrics),
@@ -107,7 +107,8 @@ ProxyHandler::ProxyHandler(int shard, net::asio::io_context& ctx, GatewayMetrics
     // Hands this worker's access-log buffer to the writer thread every 200 ms.
     struct Flusher {
       ProxyHandler* self;
-      std::shared_ptr<bool> alive;  // false once the handler is gone (a queued run must not touch it)
+      std::shared_ptr<bool>
+          alive;  // false once the handler is gone (a queued run must not touch it)
       void operator()(const boost::system::error_code& ec) const {
         if (ec || !*alive) return;
         self->access_log_->flushShard(self->shard_);
@@ -142,7 +143,7 @@ void ProxyHandler::setTable(std::shared_ptr<const RouteTable> table) {
       const auto it = state_by_key_.find(ep.key);
       if (it != state_by_key_.end()) {
         slot = it->second;
-        slot->pool->configure(pc);          // a reload may have changed the limits,
+        slot->pool->configure(pc);           // a reload may have changed the limits,
         slot->pool->setAddress(ep.address);  // the address or the TLS settings
       } else {
         slot = std::make_shared<WorkerEndpoint>();
@@ -182,7 +183,8 @@ int ProxyHandler::pick(const RouteTable& table, const StateVector& state,
       big.push_back(c);
     }
   }
-  std::span<const Candidate> span = small ? std::span<const Candidate>(buf, n) : std::span<const Candidate>(big);
+  std::span<const Candidate> span =
+      small ? std::span<const Candidate>(buf, n) : std::span<const Candidate>(big);
   int loser = -1;
   const int pos = pickCandidate(span, table.region_margin, rng_, &loser);
   if (loser >= 0) state[span[static_cast<size_t>(loser)].index]->ewma_s *= kLoserDecay;
@@ -257,7 +259,8 @@ Task<void> ProxyHandler::notReady(Exchange& x) {
   co_await sendError(x, 503, "gateway has no configuration yet", "server_error", "not_ready");
 }
 
-Task<void> ProxyHandler::unmatched(net::HttpRequest& req, net::ResponseWriter& w, int status, std::string allow) {
+Task<void> ProxyHandler::unmatched(net::HttpRequest& req, net::ResponseWriter& w, int status,
+                                   std::string allow) {
   Exchange x{req, w};
   const Served served(*this, x);
   const std::string_view path = req.path();
@@ -314,7 +317,8 @@ Task<void> ProxyHandler::handleModels(net::HttpRequest& req, net::ResponseWriter
   const HttpHeader rid{"x-request-id", x.request_id};
   if (!access_) {
     x.status = 200;
-    co_await x.w.send(200, "application/json", x.table->models_json, std::span<const HttpHeader>(&rid, 1));
+    co_await x.w.send(200, "application/json", x.table->models_json,
+                      std::span<const HttpHeader>(&rid, 1));
     co_return;
   }
   const bool ok = co_await authenticate(x);
@@ -351,8 +355,9 @@ Task<void> ProxyHandler::handleOpenAi(net::HttpRequest& req, net::ResponseWriter
     co_return;
   }
   const Route* named = findRoute(*x.table, x.fields.model);
-  const Targets targets =
-      named ? resolveRoute(*named, Protocol::kOpenAi, named->experiment() ? requestKeys(x) : RequestKeys{}) : Targets{};
+  const Targets targets = named ? resolveRoute(*named, Protocol::kOpenAi,
+                                               named->experiment() ? requestKeys(x) : RequestKeys{})
+                                : Targets{};
   if (!targets.route) {
     const std::string msg_text =
         "The model `" + x.fields.model + "` does not exist or you do not have access to it.";
@@ -362,7 +367,8 @@ Task<void> ProxyHandler::handleOpenAi(net::HttpRequest& req, net::ResponseWriter
   x.route = targets.route;
   x.rewrite_model = true;
   x.stream = x.fields.stream;
-  if (targets.split || targets.shadow || targets.route->tag_responses || targets.route->capture.enabled()) {
+  if (targets.split || targets.shadow || targets.route->tag_responses ||
+      targets.route->capture.enabled()) {
     applyTargets(x, targets);
   }
   if (x.grant) {
@@ -382,9 +388,10 @@ Task<void> ProxyHandler::handleKServeMeta(net::HttpRequest& req, net::ResponseWr
   const std::string_view path = x.req.path();
   const HttpHeader rid{"x-request-id", x.request_id};
   x.status = 200;
-  std::string_view body = path == "/v2/health/live"    ? "{\"live\":true}"
-                          : path == "/v2/health/ready" ? "{\"ready\":true}"
-                                                       : "{\"name\":\"infera\",\"version\":\"0.1.0\",\"extensions\":[]}";
+  std::string_view body = path == "/v2/health/live" ? "{\"live\":true}"
+                          : path == "/v2/health/ready"
+                              ? "{\"ready\":true}"
+                              : "{\"name\":\"infera\",\"version\":\"0.1.0\",\"extensions\":[]}";
   co_await x.w.send(200, "application/json", body, std::span<const HttpHeader>(&rid, 1));
 }
 
@@ -418,9 +425,11 @@ Task<void> ProxyHandler::handleKServe(net::HttpRequest& req, net::ResponseWriter
     }
   }
   const Route* named = findRoute(*x.table, model);
-  const Targets targets =
-      named ? resolveRoute(*named, Protocol::kKServe, named->experiment() ? requestKeys(x) : RequestKeys{}) : Targets{};
-  if (targets.route && (targets.split || targets.route->tag_responses || targets.route->capture.enabled())) {
+  const Targets targets = named ? resolveRoute(*named, Protocol::kKServe,
+                                               named->experiment() ? requestKeys(x) : RequestKeys{})
+                                : Targets{};
+  if (targets.route &&
+      (targets.split || targets.route->tag_responses || targets.route->capture.enabled())) {
     Targets no_shadow = targets;
     no_shadow.shadow = nullptr;  // shadows mirror OpenAI requests only
     applyTargets(x, no_shadow);
@@ -474,10 +483,9 @@ Task<bool> ProxyHandler::reserveDeployment(Exchange& x, const Deployment& dep, F
   co_return false;
 }
 
-Task<Result<const net::ClientResponseHead*>> ProxyHandler::tryEndpoint(Exchange& x, const Endpoint& ep,
-                                                                       WorkerEndpoint& ws,
-                                                                       std::unique_ptr<net::UpstreamConnection>& conn,
-                                                                       Deadline total) {
+Task<Result<const net::ClientResponseHead*>> ProxyHandler::tryEndpoint(
+    Exchange& x, const Endpoint& ep, WorkerEndpoint& ws,
+    std::unique_ptr<net::UpstreamConnection>& conn, Deadline total) {
   const Deployment& dep = *ep.deployment;
   std::string_view body = x.req.body;
   buildUpstreamBody(x, dep, body);
@@ -509,7 +517,8 @@ Task<Result<const net::ClientResponseHead*>> ProxyHandler::tryEndpoint(Exchange&
   // more on a new connection, without counting as a try.
   Result<const net::ClientResponseHead*> head = Status::unavailable("not sent");
   for (int fresh = 0; fresh < 2; ++fresh) {
-    auto c = co_await ws.pool->acquire(std::min(total, deadlineAfter(dep.timeouts.connect_ms)), fresh == 1);
+    auto c = co_await ws.pool->acquire(std::min(total, deadlineAfter(dep.timeouts.connect_ms)),
+                                       fresh == 1);
     if (!c.ok()) {
       head = c.takeStatus();
       break;
@@ -554,8 +563,10 @@ Task<void> ProxyHandler::forward(Exchange& x, const std::vector<uint32_t>& candi
   std::array<uint32_t, 16> tried_buf;  // attempts <= 10 (config): no allocation
   size_t n_tried = 0;
   Failure f;
-  for (int attempt = 0; attempt < max_attempts && !x.client_gone && n_tried < tried_buf.size(); ++attempt) {
-    const int idx = pick(table, *x.state, candidates, std::span<const uint32_t>(tried_buf.data(), n_tried), monoNanos());
+  for (int attempt = 0; attempt < max_attempts && !x.client_gone && n_tried < tried_buf.size();
+       ++attempt) {
+    const int idx = pick(table, *x.state, candidates,
+                         std::span<const uint32_t>(tried_buf.data(), n_tried), monoNanos());
     if (idx < 0) break;
     const Endpoint& ep = table.endpoints[static_cast<size_t>(idx)];
     const Deployment& dep = *ep.deployment;
@@ -579,7 +590,8 @@ Task<void> ProxyHandler::forward(Exchange& x, const std::vector<uint32_t>& candi
     } guard{*ws};
 
     std::unique_ptr<net::UpstreamConnection> conn;
-    const Result<const net::ClientResponseHead*> head = co_await tryEndpoint(x, ep, *ws, conn, total);
+    const Result<const net::ClientResponseHead*> head =
+        co_await tryEndpoint(x, ep, *ws, conn, total);
     if (x.client_gone) break;
     if (!head.ok()) {
       x.current = nullptr;
@@ -628,7 +640,8 @@ Task<void> ProxyHandler::forward(Exchange& x, const std::vector<uint32_t>& candi
 }
 
 Task<void> ProxyHandler::answerUnserved(Exchange& x, const Failure& f) {
-  std::string message = f.message.empty() ? "no healthy endpoint for model " + x.route->model : f.message;
+  std::string message =
+      f.message.empty() ? "no healthy endpoint for model " + x.route->model : f.message;
   if (f.status == 429) {
     // Only when no backend got the request (an earlier attempt that did was work done).
     if (x.grant && !x.sent_upstream) x.grant.refusedByResources();
@@ -637,8 +650,9 @@ Task<void> ProxyHandler::answerUnserved(Exchange& x, const Failure& f) {
   co_await sendError(x, f.status, message, f.status == 429 ? f.limit_type : "server_error", f.code);
 }
 
-Task<void> ProxyHandler::relay(Exchange& x, const Endpoint& ep, WorkerEndpoint& ws, net::UpstreamConnection& conn,
-                               const net::ClientResponseHead& h, Deadline total, bool& keep_conn) {
+Task<void> ProxyHandler::relay(Exchange& x, const Endpoint& ep, WorkerEndpoint& ws,
+                               net::UpstreamConnection& conn, const net::ClientResponseHead& h,
+                               Deadline total, bool& keep_conn) {
   (void)ws;
   const RouteTable& table = *x.table;
   x.status = h.status;
@@ -661,7 +675,8 @@ Task<void> ProxyHandler::relay(Exchange& x, const Endpoint& ep, WorkerEndpoint& 
   const std::span<const HttpHeader> out_headers = responseHeaders(x, rid_h);
   // Usage the client did not ask for can only be removed from a chunked stream.
   const bool governed = static_cast<bool>(x.grant);
-  const bool rewrite_sse = sse && governed && clen < 0 && (x.usage.strip_final_usage || x.usage.strip_continuous);
+  const bool rewrite_sse =
+      sse && governed && clen < 0 && (x.usage.strip_final_usage || x.usage.strip_continuous);
   const bool scan_sse = sse && (governed || x.want_usage);
   x.capture = !sse && (governed || x.want_usage) &&
               (content_type.starts_with("application/json") || content_type.empty());
@@ -669,8 +684,10 @@ Task<void> ProxyHandler::relay(Exchange& x, const Endpoint& ep, WorkerEndpoint& 
   std::span<const HttpHeader> relayed = h.headers;
   std::vector<HttpHeader> own_limits_only;
   auto backend_limit = [](const HttpHeader& hh) { return hh.name.starts_with("x-ratelimit-"); };
-  if (governed && !x.extra.empty() && std::any_of(h.headers.begin(), h.headers.end(), backend_limit)) {
-    // The gateway's x-ratelimit-* describe the caller's limits; the backend's would contradict them.
+  if (governed && !x.extra.empty() &&
+      std::any_of(h.headers.begin(), h.headers.end(), backend_limit)) {
+    // The gateway's x-ratelimit-* describe the caller's limits; the backend's would contradict
+    // them.
     for (const auto& hh : h.headers) {
       if (!hh.name.starts_with("x-ratelimit-")) own_limits_only.push_back(hh);
     }
@@ -697,8 +714,9 @@ Task<void> ProxyHandler::relay(Exchange& x, const Endpoint& ep, WorkerEndpoint& 
         // the backend was in the middle of, so that every event the client sees is framed.
         std::string ev = x.mid_event ? "\n\nevent: error\ndata: " : "event: error\ndata: ";
         const bool timeout = piece.status().code() == StatusCode::kDeadlineExceeded;
-        ev += net::errorJson(timeout ? "upstream timed out mid-stream" : "upstream connection lost mid-stream",
-                             "server_error", timeout ? "upstream_timeout" : "upstream_disconnected");
+        ev += net::errorJson(
+            timeout ? "upstream timed out mid-stream" : "upstream connection lost mid-stream",
+            "server_error", timeout ? "upstream_timeout" : "upstream_disconnected");
         ev += "\n\n";
         if (co_await x.w.writeChunk(ev)) co_await x.w.finish();
       } else {
@@ -714,7 +732,9 @@ Task<void> ProxyHandler::relay(Exchange& x, const Endpoint& ep, WorkerEndpoint& 
     }
     std::string_view out = *piece;
     if (x.keep_answer) {
-      const size_t room = static_cast<size_t>(x.route->capture.max_bytes) - std::min(x.answer.size(), static_cast<size_t>(x.route->capture.max_bytes));
+      const size_t room =
+          static_cast<size_t>(x.route->capture.max_bytes) -
+          std::min(x.answer.size(), static_cast<size_t>(x.route->capture.max_bytes));
       x.answer.append(piece->substr(0, std::min(room, piece->size())));
     }
     if (scan_sse) {
@@ -770,7 +790,8 @@ Task<void> ProxyHandler::relay(Exchange& x, const Endpoint& ep, WorkerEndpoint& 
 Task<bool> ProxyHandler::authenticate(Exchange& x) {
   // Usage is read from the answer, so it must come back uncompressed.
   std::erase_if(x.req.headers, [](const HttpHeader& h) { return h.name == "accept-encoding"; });
-  auto denied = access_->authenticate(x.req.header("authorization"), x.req.header(access_->userHeader()), x.grant);
+  auto denied = access_->authenticate(x.req.header("authorization"),
+                                      x.req.header(access_->userHeader()), x.grant);
   if (denied) {
     co_await sendError(x, denied->status, denied->message, denied->type, denied->code);
     co_return false;
@@ -780,8 +801,10 @@ Task<bool> ProxyHandler::authenticate(Exchange& x) {
 
 Task<bool> ProxyHandler::admit(Exchange& x) {
   const Route& route = *x.route;
-  const std::string_view requested = x.fields.has_model ? std::string_view(x.fields.model) : std::string_view(route.model);
-  if (auto denied = access_->checkAccess(x.grant, access::ResourceKind::kModel, requested, route.model)) {
+  const std::string_view requested =
+      x.fields.has_model ? std::string_view(x.fields.model) : std::string_view(route.model);
+  if (auto denied =
+          access_->checkAccess(x.grant, access::ResourceKind::kModel, requested, route.model)) {
     co_await sendError(x, denied->status, denied->message, denied->type, denied->code);
     co_return false;
   }
@@ -796,7 +819,8 @@ Task<bool> ProxyHandler::admit(Exchange& x) {
     // a quarter of the bytes is the estimate, reconciled to the backend's usage afterwards.
     ar.est_prompt_tokens = static_cast<int64_t>(x.req.body.size() / 4) + 1;
     if (!embeddings) {
-      const int64_t per_choice = x.fields.max_tokens >= 0 ? x.fields.max_tokens : access_->defaultMaxTokens();
+      const int64_t per_choice =
+          x.fields.max_tokens >= 0 ? x.fields.max_tokens : access_->defaultMaxTokens();
       ar.max_completion_tokens = per_choice * x.fields.n;
     }
   }
@@ -842,8 +866,10 @@ Task<bool> ProxyHandler::admit(Exchange& x) {
 
 void ProxyHandler::buildUpstreamBody(Exchange& x, const Deployment& dep, std::string_view& body) {
   const RequestFields& f = x.fields;
-  const bool rename = x.rewrite_model && f.model_end > f.model_begin && dep.upstream_model != f.model;
-  // Governance always asks a streaming backend for usage, and strips what the client did not ask for.
+  const bool rename =
+      x.rewrite_model && f.model_end > f.model_begin && dep.upstream_model != f.model;
+  // Governance always asks a streaming backend for usage, and strips what the client did not ask
+  // for.
   const bool add_usage = x.grant && x.stream && !f.include_usage;
   const bool add_continuous = x.grant && x.stream && dep.continuous_usage && !f.continuous_usage;
   x.usage.strip_final_usage = add_usage;
@@ -916,7 +942,6 @@ void ProxyHandler::finishAccess(Exchange& x) {
   access_->finish(x.grant, std::move(r), x.route ? x.route->price : PriceConfig{});
 }
 
-
 // ---------------- experiments: arms, data capture, shadows ----------------
 
 RequestKeys ProxyHandler::requestKeys(Exchange& x) {
@@ -950,7 +975,8 @@ void ProxyHandler::applyTargets(Exchange& x, const Targets& t) {
   const CaptureConfig& c = t.route->capture;
   if (c.enabled() && observer_) {
     const std::string_view key = x.grant ? x.grant.principal().key_id : std::string_view();
-    x.keep_answer = key.empty() || std::find(c.opt_out_keys.begin(), c.opt_out_keys.end(), key) == c.opt_out_keys.end();
+    x.keep_answer = key.empty() || std::find(c.opt_out_keys.begin(), c.opt_out_keys.end(), key) ==
+                                       c.opt_out_keys.end();
   }
   if (t.route->tag_responses || x.arm) {
     x.extra.push_back(t.route->route_header);
@@ -993,7 +1019,8 @@ void ProxyHandler::capture(Exchange& x, double seconds) {
       }
     }
   }
-  const bool sampled = c.sample > 0 && std::uniform_real_distribution<double>(0, 1)(rng_) < c.sample;
+  const bool sampled =
+      c.sample > 0 && std::uniform_real_distribution<double>(0, 1)(rng_) < c.sample;
   if (!flagged && !sampled) return;
   CapturedInference ci;
   ci.ts_ms = SystemClock::instance().unixMillis();
@@ -1106,7 +1133,8 @@ Task<void> ProxyHandler::runShadow(std::unique_ptr<ShadowJob> job) {
   {
     auto c = co_await ws.pool->acquire(j.deadline);
     if (!c.ok()) {
-      j.outcome.error = c.status().code() == StatusCode::kDeadlineExceeded ? "timeout" : "unavailable";
+      j.outcome.error =
+          c.status().code() == StatusCode::kDeadlineExceeded ? "timeout" : "unavailable";
     } else {
       std::unique_ptr<net::UpstreamConnection> conn = std::move(*c);
       net::ClientRequest creq;
@@ -1120,7 +1148,8 @@ Task<void> ProxyHandler::runShadow(std::unique_ptr<ShadowJob> job) {
       const Status sent = co_await conn->send(creq, j.deadline);
       // Not `sent.isOk() ? co_await ... : Result(sent)`: g++ 12 destroys the temporaries of a
       // conditional holding a co_await twice.
-      Result<const net::ClientResponseHead*> head = sent.isOk() ? Status::cancelled("not read") : sent;
+      Result<const net::ClientResponseHead*> head =
+          sent.isOk() ? Status::cancelled("not read") : sent;
       if (sent.isOk()) {
         auto read = co_await conn->readHead(j.deadline);
         head = std::move(read);
@@ -1133,7 +1162,8 @@ Task<void> ProxyHandler::runShadow(std::unique_ptr<ShadowJob> job) {
           auto piece = co_await conn->readBody(j.deadline);
           if (!piece.ok()) {
             clean = false;
-            j.outcome.error = piece.status().code() == StatusCode::kDeadlineExceeded ? "timeout" : "unavailable";
+            j.outcome.error =
+                piece.status().code() == StatusCode::kDeadlineExceeded ? "timeout" : "unavailable";
             break;
           }
           if (piece->empty()) break;
@@ -1141,7 +1171,8 @@ Task<void> ProxyHandler::runShadow(std::unique_ptr<ShadowJob> job) {
         }
         failed = !clean;
       } else {
-        j.outcome.error = head.status().code() == StatusCode::kDeadlineExceeded ? "timeout" : "unavailable";
+        j.outcome.error =
+            head.status().code() == StatusCode::kDeadlineExceeded ? "timeout" : "unavailable";
       }
       if (clean) {
         ws.pool->release(std::move(conn));

@@ -109,22 +109,38 @@ bool unescapeJsonString(std::string_view quoted, std::string& out) {
     }
     if (++i >= s.size()) return false;
     switch (s[i]) {
-      case '"': out += '"'; break;
-      case '\\': out += '\\'; break;
-      case '/': out += '/'; break;
-      case 'b': out += '\b'; break;
-      case 'f': out += '\f'; break;
-      case 'n': out += '\n'; break;
-      case 'r': out += '\r'; break;
-      case 't': out += '\t'; break;
+      case '"':
+        out += '"';
+        break;
+      case '\\':
+        out += '\\';
+        break;
+      case '/':
+        out += '/';
+        break;
+      case 'b':
+        out += '\b';
+        break;
+      case 'f':
+        out += '\f';
+        break;
+      case 'n':
+        out += '\n';
+        break;
+      case 'r':
+        out += '\r';
+        break;
+      case 't':
+        out += '\t';
+        break;
       case 'u': {
         uint32_t cp = 0;
         if (!hex4(s, i + 1, cp)) return false;
         i += 4;
         if (cp >= 0xD800 && cp <= 0xDBFF) {  // a surrogate pair
           uint32_t lo = 0;
-          if (i + 6 < s.size() && s[i + 1] == '\\' && s[i + 2] == 'u' && hex4(s, i + 3, lo) && lo >= 0xDC00 &&
-              lo <= 0xDFFF) {
+          if (i + 6 < s.size() && s[i + 1] == '\\' && s[i + 2] == 'u' && hex4(s, i + 3, lo) &&
+              lo >= 0xDC00 && lo <= 0xDFFF) {
             cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
             i += 6;
           } else {
@@ -136,7 +152,8 @@ bool unescapeJsonString(std::string_view quoted, std::string& out) {
         appendUtf8(out, cp);
         break;
       }
-      default: return false;
+      default:
+        return false;
     }
   }
   return true;
@@ -217,7 +234,8 @@ void appendCanonical(std::string& out, const simdjson::dom::element& e) {
       const simdjson::dom::object obj = e.get_object().value_unsafe();
       std::vector<std::pair<std::string_view, simdjson::dom::element>> fields;
       for (auto f : obj) fields.emplace_back(f.key, f.value);
-      std::sort(fields.begin(), fields.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+      std::sort(fields.begin(), fields.end(),
+                [](const auto& a, const auto& b) { return a.first < b.first; });
       out += '{';
       for (size_t i = 0; i < fields.size(); ++i) {
         if (i) out += ',';
@@ -240,9 +258,15 @@ void appendCanonical(std::string& out, const simdjson::dom::element& e) {
       out += ']';
       break;
     }
-    case simdjson::dom::element_type::STRING: net::appendJsonString(out, e.get_string().value_unsafe()); break;
-    case simdjson::dom::element_type::INT64: out += std::to_string(e.get_int64().value_unsafe()); break;
-    case simdjson::dom::element_type::UINT64: out += std::to_string(e.get_uint64().value_unsafe()); break;
+    case simdjson::dom::element_type::STRING:
+      net::appendJsonString(out, e.get_string().value_unsafe());
+      break;
+    case simdjson::dom::element_type::INT64:
+      out += std::to_string(e.get_int64().value_unsafe());
+      break;
+    case simdjson::dom::element_type::UINT64:
+      out += std::to_string(e.get_uint64().value_unsafe());
+      break;
     case simdjson::dom::element_type::DOUBLE: {
       char buf[32];
       const double d = e.get_double().value_unsafe();
@@ -250,8 +274,12 @@ void appendCanonical(std::string& out, const simdjson::dom::element& e) {
       out.append(buf, ec == std::errc() ? static_cast<size_t>(end - buf) : 0);
       break;
     }
-    case simdjson::dom::element_type::BOOL: out += e.get_bool().value_unsafe() ? "true" : "false"; break;
-    case simdjson::dom::element_type::NULL_VALUE: out += "null"; break;
+    case simdjson::dom::element_type::BOOL:
+      out += e.get_bool().value_unsafe() ? "true" : "false";
+      break;
+    case simdjson::dom::element_type::NULL_VALUE:
+      out += "null";
+      break;
   }
 }
 
@@ -260,7 +288,8 @@ Status wrongType(std::string_view field, std::string_view want) {
 }
 
 // An integer field: absent or null leaves `out`; else a non-negative integer up to `max`.
-Status readCount(const simdjson::dom::element& v, std::string_view name, int64_t max, int64_t& out) {
+Status readCount(const simdjson::dom::element& v, std::string_view name, int64_t max,
+                 int64_t& out) {
   if (v.is_null()) return Status::ok();
   int64_t i = 0;
   if (v.get(i) != simdjson::SUCCESS) {
@@ -277,7 +306,8 @@ Status readCount(const simdjson::dom::element& v, std::string_view name, int64_t
 
 }  // namespace
 
-Result<RequestFields> scanRequest(simdjson::dom::parser& parser, const std::string& body, bool canonical) {
+Result<RequestFields> scanRequest(simdjson::dom::parser& parser, const std::string& body,
+                                  bool canonical) {
   simdjson::dom::element doc;
   const auto err = parser.parse(body.data(), body.size(), true).get(doc);
   if (err != simdjson::SUCCESS) {
@@ -307,11 +337,13 @@ Result<RequestFields> scanRequest(simdjson::dom::parser& parser, const std::stri
   size_t i = 0;
   for (auto field : obj) {
     const JsonMember& m = members[i++];
-    if (m.key != field.key) return Status::invalidArgument("request body could not be read as one JSON object");
+    if (m.key != field.key)
+      return Status::invalidArgument("request body could not be read as one JSON object");
     if (m.escaped) {
       // OpenAI's top-level keys are plain identifiers; a client that escapes one is up to
       // something (and a reader that compares raw bytes would miss it).
-      return Status::invalidArgument("top-level keys must be written without escapes (\"" + m.key + "\")");
+      return Status::invalidArgument("top-level keys must be written without escapes (\"" + m.key +
+                                     "\")");
     }
     const std::string_view key = field.key;
     const simdjson::dom::element& v = field.value;
@@ -324,7 +356,8 @@ Result<RequestFields> scanRequest(simdjson::dom::parser& parser, const std::stri
       f.model_end = m.end;
     } else if (key == "stream") {
       bool stream = false;
-      if (!v.is_null() && v.get(stream) != simdjson::SUCCESS) return wrongType("stream", "true or false");
+      if (!v.is_null() && v.get(stream) != simdjson::SUCCESS)
+        return wrongType("stream", "true or false");
       f.stream = stream;
     } else if (key == "max_tokens") {
       INFERA_RETURN_IF_ERROR(readCount(v, key, int64_t{1} << 31, max_tokens));
@@ -384,7 +417,8 @@ Result<RequestFields> scanRequest(simdjson::dom::parser& parser, const std::stri
       if (field.key == "model" || field.key == "user" || field.key == "stream_options") continue;
       fields.emplace_back(field.key, field.value);
     }
-    std::sort(fields.begin(), fields.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    std::sort(fields.begin(), fields.end(),
+              [](const auto& a, const auto& b) { return a.first < b.first; });
     for (size_t k = 0; k < fields.size(); ++k) {
       if (k) f.canonical += ',';
       net::appendJsonString(f.canonical, fields[k].first);

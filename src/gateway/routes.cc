@@ -18,16 +18,17 @@ GatewayMetrics::GatewayMetrics(obs::MetricsRegistry& r)
                                "Data-plane requests by model, deployment and status class.",
                                {"model", "deployment", "code_class"})),
       duration(r.histogramFamily("infera_gateway_request_duration_seconds",
-                                 "Request latency seen by the client, until the last byte.", {"model"},
-                                 obs::MetricsRegistry::latencyBuckets())),
+                                 "Request latency seen by the client, until the last byte.",
+                                 {"model"}, obs::MetricsRegistry::latencyBuckets())),
       ttft(r.histogramFamily("infera_gateway_time_to_first_token_seconds",
-                             "Streams: time from the request to the first body chunk sent.", {"model"},
-                             obs::MetricsRegistry::latencyBuckets())),
+                             "Streams: time from the request to the first body chunk sent.",
+                             {"model"}, obs::MetricsRegistry::latencyBuckets())),
       upstream_latency(r.histogramFamily("infera_gateway_upstream_latency_seconds",
                                          "Time from sending to an endpoint to its response head.",
                                          {"deployment"}, obs::MetricsRegistry::latencyBuckets())),
       retries(r.counterFamily("infera_gateway_upstream_retries_total",
-                              "Tries after the first (failover to another endpoint).", {"deployment"})),
+                              "Tries after the first (failover to another endpoint).",
+                              {"deployment"})),
       ejections(r.counterFamily("infera_gateway_endpoint_ejections_total",
                                 "Passive outlier ejections of endpoints.", {"deployment"})),
       errors(r.counterFamily("infera_gateway_errors_total",
@@ -38,40 +39,52 @@ GatewayMetrics::GatewayMetrics(obs::MetricsRegistry& r)
       reloads(r.counterFamily("infera_gateway_config_reloads_total", "Config reloads by result.",
                               {"result"})),
       client_aborts(r.counterFamily("infera_gateway_client_aborts_total",
-                                    "Requests whose client left before the response ended.", {"model"})),
+                                    "Requests whose client left before the response ended.",
+                                    {"model"})),
       stream_errors(r.counterFamily("infera_gateway_stream_errors_total",
-                                    "Streams ended by an upstream failure after they started.", {"model"})),
+                                    "Streams ended by an upstream failure after they started.",
+                                    {"model"})),
       arm_requests(r.counterFamily("infera_gateway_arm_requests_total",
                                    "Requests served by an experiment arm, by status class.",
                                    {"model", "arm", "code_class"})),
       arm_errors(r.counterFamily("infera_gateway_arm_errors_total",
-                                 "Requests of an experiment arm answered with status >= 500.", {"model", "arm"})),
-      arm_duration(r.histogramFamily("infera_gateway_arm_request_duration_seconds",
-                                     "Latency of an experiment arm's requests, until the last byte.",
-                                     {"model", "arm"}, obs::MetricsRegistry::latencyBuckets())),
-      arm_ttft(r.histogramFamily("infera_gateway_arm_time_to_first_token_seconds",
-                                 "Time from an experiment arm's request to the first body byte sent.",
-                                 {"model", "arm"}, obs::MetricsRegistry::latencyBuckets())),
-      arm_tokens(r.counterFamily("infera_gateway_arm_tokens_total", "Tokens of an experiment arm's answers.",
+                                 "Requests of an experiment arm answered with status >= 500.",
+                                 {"model", "arm"})),
+      arm_duration(
+          r.histogramFamily("infera_gateway_arm_request_duration_seconds",
+                            "Latency of an experiment arm's requests, until the last byte.",
+                            {"model", "arm"}, obs::MetricsRegistry::latencyBuckets())),
+      arm_ttft(
+          r.histogramFamily("infera_gateway_arm_time_to_first_token_seconds",
+                            "Time from an experiment arm's request to the first body byte sent.",
+                            {"model", "arm"}, obs::MetricsRegistry::latencyBuckets())),
+      arm_tokens(r.counterFamily("infera_gateway_arm_tokens_total",
+                                 "Tokens of an experiment arm's answers.",
                                  {"model", "arm", "kind"})),
-      shadow_requests(r.counterFamily("infera_gateway_shadow_requests_total",
-                                      "Requests mirrored to a shadow target, by outcome (ok, error, failed, shed).",
-                                      {"model", "shadow", "outcome"})),
-      shadow_duration(r.histogramFamily("infera_gateway_shadow_duration_seconds",
-                                        "Latency of shadow requests (their own deadline bounds it).",
-                                        {"model", "shadow"}, obs::MetricsRegistry::latencyBuckets())),
-      shadow_matches(r.counterFamily("infera_gateway_shadow_comparisons_total",
-                                     "Deterministic shadow answers compared with the primary's (match, mismatch).",
-                                     {"model", "shadow", "result"})),
-      captures(r.counterFamily("infera_gateway_captures_total",
-                               "Inferences captured for review and training data (sampled or flagged).", {"model"})),
+      shadow_requests(r.counterFamily(
+          "infera_gateway_shadow_requests_total",
+          "Requests mirrored to a shadow target, by outcome (ok, error, failed, shed).",
+          {"model", "shadow", "outcome"})),
+      shadow_duration(
+          r.histogramFamily("infera_gateway_shadow_duration_seconds",
+                            "Latency of shadow requests (their own deadline bounds it).",
+                            {"model", "shadow"}, obs::MetricsRegistry::latencyBuckets())),
+      shadow_matches(r.counterFamily(
+          "infera_gateway_shadow_comparisons_total",
+          "Deterministic shadow answers compared with the primary's (match, mismatch).",
+          {"model", "shadow", "result"})),
+      captures(r.counterFamily(
+          "infera_gateway_captures_total",
+          "Inferences captured for review and training data (sampled or flagged).", {"model"})),
       in_flight(r.gaugeFamily("infera_gateway_requests_in_flight", "Data-plane requests in flight.")
                     ->gauge()),
-      active_streams(r.gaugeFamily("infera_gateway_active_streams", "Streaming responses in flight.")
-                         ->gauge()) {
-  for (const char* code : {"invalid_json", "missing_model", "model_not_found", "no_healthy_endpoint",
-                           "upstream_timeout", "upstream_unavailable", "upstream_error", "not_found",
-                           "method_not_allowed", "not_ready", "other"}) {
+      active_streams(
+          r.gaugeFamily("infera_gateway_active_streams", "Streaming responses in flight.")
+              ->gauge()) {
+  for (const char* code :
+       {"invalid_json", "missing_model", "model_not_found", "no_healthy_endpoint",
+        "upstream_timeout", "upstream_unavailable", "upstream_error", "not_found",
+        "method_not_allowed", "not_ready", "other"}) {
     error_counters.emplace_back(code, errors->counter({code}));
   }
 }
@@ -86,8 +99,8 @@ obs::Counter* GatewayMetrics::errorCounter(std::string_view code) const {
 Result<std::shared_ptr<const RouteTable>> buildRouteTable(
     const GatewayConfig& config, const std::vector<ModelConfig>& models,
     const std::unordered_map<std::string, std::string>& emulator_urls,
-    std::unordered_map<std::string, std::shared_ptr<EndpointShared>>& shared, GatewayMetrics& metrics,
-    int64_t generation) {
+    std::unordered_map<std::string, std::shared_ptr<EndpointShared>>& shared,
+    GatewayMetrics& metrics, int64_t generation) {
   auto table = std::make_shared<RouteTable>();
   table->generation = generation;
   table->region = config.region;
@@ -95,9 +108,9 @@ Result<std::shared_ptr<const RouteTable>> buildRouteTable(
   table->outlier = config.outlier;
   table->health_check = config.health_check;
   const int workers = std::max(1, metrics.registry.shards());
-  const auto created = std::to_string(
-      std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
-          .count());
+  const auto created = std::to_string(std::chrono::duration_cast<std::chrono::seconds>(
+                                          std::chrono::system_clock::now().time_since_epoch())
+                                          .count());
   for (const auto& mc : models) {
     auto route = std::make_unique<Route>();
     route->model = mc.name;
@@ -138,8 +151,8 @@ Result<std::shared_ptr<const RouteTable>> buildRouteTable(
         if (!ec.emulator.empty()) {
           const auto it = emulator_urls.find(ec.emulator);
           if (it == emulator_urls.end()) {
-            return Status::failedPrecondition("emulator '" + ec.emulator +
-                                              "' is not running (emulators start with the process)");
+            return Status::failedPrecondition(
+                "emulator '" + ec.emulator + "' is not running (emulators start with the process)");
           }
           url = it->second;
           ep.label = "emulator:" + ec.emulator;
@@ -195,7 +208,8 @@ Result<std::shared_ptr<const RouteTable>> buildRouteTable(
     Route& route = *table->routes[i];
     auto target = [&](const std::string& name) -> const Route* {
       const auto it = table->by_name.find(name);
-      if (it == table->by_name.end() || !it->second->arms.empty() || it->second == &route) return nullptr;
+      if (it == table->by_name.end() || !it->second->arms.empty() || it->second == &route)
+        return nullptr;
       return it->second;
     };
     for (const auto& ac : mc.split.arms) {
@@ -267,7 +281,8 @@ const Route* findRoute(const RouteTable& table, std::string_view model) {
   return it == table.by_name.end() ? nullptr : it->second;
 }
 
-Targets resolveTargets(const RouteTable& table, std::string_view model, Protocol protocol, const RequestKeys& keys) {
+Targets resolveTargets(const RouteTable& table, std::string_view model, Protocol protocol,
+                       const RequestKeys& keys) {
   const Route* r = findRoute(table, model);
   return r ? resolveRoute(*r, protocol, keys) : Targets{};
 }

@@ -11,7 +11,8 @@ namespace infera::gateway {
 namespace {
 
 // The value of a top-level member starts with `open` ('{' for an object, '[' for an array).
-bool memberStartsWith(std::string_view json, std::string_view key, char open, size_t& begin, size_t& end) {
+bool memberStartsWith(std::string_view json, std::string_view key, char open, size_t& begin,
+                      size_t& end) {
   return findTopLevelValue(json, key, begin, end) && begin < end && json[begin] == open;
 }
 
@@ -36,7 +37,8 @@ bool integerMember(std::string_view object, std::string_view key, int64_t& out) 
 
 void readUsage(UsageScan& s, std::string_view json) {
   size_t begin = 0, end = 0;
-  if (memberStartsWith(json, "usage", '{', begin, end)) readUsageObject(s, json.substr(begin, end - begin));
+  if (memberStartsWith(json, "usage", '{', begin, end))
+    readUsageObject(s, json.substr(begin, end - begin));
 }
 
 void readUsageObject(UsageScan& s, std::string_view usage) {
@@ -79,7 +81,8 @@ void scanSse(UsageScan& s, std::string_view piece, std::string* out) {
     const bool has_choice = hasChoice(data);
     if (has_choice) ++s.content_events;
     size_t b = 0, e = 0;
-    if (data.find("\"usage\"") == std::string_view::npos || !findTopLevelValue(data, "usage", b, e) || b >= e) {
+    if (data.find("\"usage\"") == std::string_view::npos ||
+        !findTopLevelValue(data, "usage", b, e) || b >= e) {
       if (out) out->append(whole);
       continue;
     }

@@ -31,8 +31,8 @@ constexpr size_t kBodyChunkBytes = 16 * 1024;
 template <class Stream>
 class UpstreamConnectionImpl final : public UpstreamConnection {
  public:
-  UpstreamConnectionImpl(asio::io_context& ctx, tcp::socket socket, std::shared_ptr<const TlsClientContext> tls,
-                         uint64_t generation)
+  UpstreamConnectionImpl(asio::io_context& ctx, tcp::socket socket,
+                         std::shared_ptr<const TlsClientContext> tls, uint64_t generation)
       : tls_(std::move(tls)),
         stream_(makeStream(std::move(socket), tls_.get())),
         watchdog_(ctx,
@@ -47,25 +47,28 @@ class UpstreamConnectionImpl final : public UpstreamConnection {
     // OpenSSL marks the session of an SSL freed without a shutdown not resumable (and the pool
     // holds that session): a connection closed after clean exchanges counts as shut down.
     if constexpr (kTls<Stream>) {
-      if (!tls_failed_) SSL_set_shutdown(stream_.native_handle(), SSL_SENT_SHUTDOWN | SSL_RECEIVED_SHUTDOWN);
+      if (!tls_failed_)
+        SSL_set_shutdown(stream_.native_handle(), SSL_SENT_SHUTDOWN | SSL_RECEIVED_SHUTDOWN);
     }
   }
 
   // TLS: the client handshake (SNI, the name to verify, the session to offer) until `deadline`.
-  Task<Status> handshake(const std::string& host, const std::shared_ptr<TlsSessionSlot>& slot, Deadline deadline,
-                         const tcp::endpoint& ep) {
+  Task<Status> handshake(const std::string& host, const std::shared_ptr<TlsSessionSlot>& slot,
+                         Deadline deadline, const tcp::endpoint& ep) {
     session_ = slot;
     prepareClientSsl(stream_.native_handle(), *tls_, host, session_.get());
     watchdog_.expireAt(deadline);
     error_code ec;
-    co_await stream_.async_handshake(asio::ssl::stream_base::client, asio::redirect_error(asio::use_awaitable, ec));
+    co_await stream_.async_handshake(asio::ssl::stream_base::client,
+                                     asio::redirect_error(asio::use_awaitable, ec));
     watchdog_.disarm();
     if (!ec) co_return Status::ok();
     tls_failed_ = true;
-    const std::string where = "TLS handshake with upstream " + host + " (" + ep.address().to_string() + ":" +
-                              std::to_string(ep.port()) + ")";
+    const std::string where = "TLS handshake with upstream " + host + " (" +
+                              ep.address().to_string() + ":" + std::to_string(ep.port()) + ")";
     if (timed_out_) co_return Status::deadlineExceeded(where + " timed out");
-    co_return Status::unavailable(where + " failed: " + clientHandshakeError(stream_.native_handle(), ec));
+    co_return Status::unavailable(where +
+                                  " failed: " + clientHandshakeError(stream_.native_handle(), ec));
   }
 
   Task<Status> send(const ClientRequest& req, Deadline deadline) override {
@@ -82,12 +85,14 @@ class UpstreamConnectionImpl final : public UpstreamConnection {
         body = {};
       }
     }
-    std::array<asio::const_buffer, 2> bufs{asio::buffer(request_head_), asio::buffer(body.data(), body.size())};
+    std::array<asio::const_buffer, 2> bufs{asio::buffer(request_head_),
+                                           asio::buffer(body.data(), body.size())};
     watchdog_.expireAt(deadline);
     error_code ec;
     if constexpr (kTls<Stream>) {
       if (body.empty()) {
-        co_await asio::async_write(stream_, asio::buffer(request_head_), asio::redirect_error(asio::use_awaitable, ec));
+        co_await asio::async_write(stream_, asio::buffer(request_head_),
+                                   asio::redirect_error(asio::use_awaitable, ec));
       } else {
         co_await asio::async_write(stream_, bufs, asio::redirect_error(asio::use_awaitable, ec));
       }
@@ -115,8 +120,8 @@ class UpstreamConnectionImpl final : public UpstreamConnection {
                                        asio::redirect_error(asio::use_awaitable, ec));
       if (ec) {
         closed_before_response_ = first && buffered == 0 && !timed_out_ && !aborted_ &&
-                                  (ec == http::error::end_of_stream || ec == asio::error::connection_reset ||
-                                   ec == asio::error::eof);
+                                  (ec == http::error::end_of_stream ||
+                                   ec == asio::error::connection_reset || ec == asio::error::eof);
         break;
       }
       const int status = static_cast<int>(parser_->get().result_int());
@@ -234,8 +239,8 @@ struct ConnectTarget {
 
 template <class Stream>
 Task<Result<std::unique_ptr<UpstreamConnectionImpl<Stream>>>> connectTo(asio::io_context& ctx,
-                                                                         const ConnectTarget& target,
-                                                                         Deadline deadline) {
+                                                                        const ConnectTarget& target,
+                                                                        Deadline deadline) {
   const tcp::endpoint& ep = target.endpoint;
   tcp::socket socket(ctx);
   bool timed_out = false;
@@ -257,12 +262,13 @@ Task<Result<std::unique_ptr<UpstreamConnectionImpl<Stream>>>> connectTo(asio::io
                                   std::to_string(ep.port()) + " failed: " + ec.message());
   }
   socket.set_option(tcp::no_delay(true), ec);
-  auto conn = std::make_unique<UpstreamConnectionImpl<Stream>>(ctx, std::move(socket), target.tls, target.generation);
+  auto conn = std::make_unique<UpstreamConnectionImpl<Stream>>(ctx, std::move(socket), target.tls,
+                                                               target.generation);
   if constexpr (kTls<Stream>) {
     const auto now = SteadyClock::now();
-    const Deadline hs_deadline =
-        target.handshake_budget == std::chrono::milliseconds::max() ? deadline
-                                                                    : std::min(deadline, now + target.handshake_budget);
+    const Deadline hs_deadline = target.handshake_budget == std::chrono::milliseconds::max()
+                                     ? deadline
+                                     : std::min(deadline, now + target.handshake_budget);
     Status hs = co_await conn->handshake(target.host, target.session, hs_deadline, ep);
     if (!hs.isOk()) co_return hs;
   }
@@ -289,7 +295,8 @@ class ConnectionPoolImpl final : public ConnectionPool {
   void setAddress(const UpstreamAddress& address) override {
     bool same = address.endpoint == target_.endpoint && address.host == target_.host;
     if constexpr (kTls<Stream>) {
-      same = same && address.tls && clientTlsFingerprint(*address.tls) == clientTlsFingerprint(*target_.tls);
+      same = same && address.tls &&
+             clientTlsFingerprint(*address.tls) == clientTlsFingerprint(*target_.tls);
     }
     if (same) return;  // keeps its connections and its own (identical) context
     target_.endpoint = address.endpoint;
@@ -302,7 +309,8 @@ class ConnectionPoolImpl final : public ConnectionPool {
     idle_.clear();
   }
 
-  Task<Result<std::unique_ptr<UpstreamConnection>>> acquire(Deadline deadline, bool fresh) override {
+  Task<Result<std::unique_ptr<UpstreamConnection>>> acquire(Deadline deadline,
+                                                            bool fresh) override {
     const auto now = SteadyClock::now();
     while (!fresh && !idle_.empty()) {
       Idle idle = std::move(idle_.back());
@@ -386,14 +394,15 @@ std::string_view SimpleResponse::header(std::string_view lower_name) const {
   return {};
 }
 
-std::unique_ptr<ConnectionPool> ConnectionPool::create(asio::io_context& ctx, const UpstreamAddress& address,
+std::unique_ptr<ConnectionPool> ConnectionPool::create(asio::io_context& ctx,
+                                                       const UpstreamAddress& address,
                                                        PoolConfig config) {
   if (address.tls) return std::make_unique<ConnectionPoolImpl<TlsStream>>(ctx, address, config);
   return std::make_unique<ConnectionPoolImpl<tcp::socket>>(ctx, address, config);
 }
 
-std::unique_ptr<ConnectionPool> ConnectionPool::create(asio::io_context& ctx, tcp::endpoint endpoint,
-                                                       PoolConfig config) {
+std::unique_ptr<ConnectionPool> ConnectionPool::create(asio::io_context& ctx,
+                                                       tcp::endpoint endpoint, PoolConfig config) {
   UpstreamAddress address;
   address.endpoint = endpoint;
   address.host = endpoint.address().to_string();
@@ -464,9 +473,10 @@ Result<UpstreamAddress> resolveUrl(const std::string& url, const TlsClientConfig
 namespace {
 
 template <class Stream>
-Task<Result<SimpleResponse>> fetchOver(asio::io_context& ctx, const UpstreamAddress& address, std::string_view method,
-                                       std::string_view target, std::string_view body,
-                                       std::span<const HttpHeader> headers, Deadline deadline) {
+Task<Result<SimpleResponse>> fetchOver(asio::io_context& ctx, const UpstreamAddress& address,
+                                       std::string_view method, std::string_view target,
+                                       std::string_view body, std::span<const HttpHeader> headers,
+                                       Deadline deadline) {
   ConnectTarget where;
   where.endpoint = address.endpoint;
   where.tls = address.tls;
@@ -504,7 +514,8 @@ Task<Result<SimpleResponse>> fetch(const UpstreamAddress& address, std::string_v
                                    std::span<const HttpHeader> headers, Deadline deadline) {
   auto executor = co_await asio::this_coro::executor;
   auto& ctx = static_cast<asio::io_context&>(asio::query(executor, asio::execution::context));
-  if (address.tls) co_return co_await fetchOver<TlsStream>(ctx, address, method, target, body, headers, deadline);
+  if (address.tls)
+    co_return co_await fetchOver<TlsStream>(ctx, address, method, target, body, headers, deadline);
   co_return co_await fetchOver<tcp::socket>(ctx, address, method, target, body, headers, deadline);
 }
 
@@ -513,7 +524,8 @@ Result<SimpleResponse> fetchBlocking(const std::string& url, std::string_view me
                                      std::chrono::milliseconds timeout) {
   // url = http[s]://host:port/path
   const auto scheme_end = url.find("://");
-  const auto path_start = scheme_end == std::string::npos ? std::string::npos : url.find('/', scheme_end + 3);
+  const auto path_start =
+      scheme_end == std::string::npos ? std::string::npos : url.find('/', scheme_end + 3);
   const std::string base = path_start == std::string::npos ? url : url.substr(0, path_start);
   const std::string target = path_start == std::string::npos ? "/" : url.substr(path_start);
   INFERA_ASSIGN_OR_RETURN(UpstreamAddress address, resolveUrl(base));

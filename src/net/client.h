@@ -20,7 +20,7 @@ namespace infera::net {
 
 // A parsed http[s]://host:port/prefix URL, resolved to an address on the control thread.
 struct UpstreamAddress {
-  std::string host;       // as written, used for the Host header (and TLS's name unless overridden)
+  std::string host;  // as written, used for the Host header (and TLS's name unless overridden)
   uint16_t port = 80;
   std::string base_path;  // "" or "/prefix" (no trailing '/')
   tcp::endpoint endpoint;
@@ -39,11 +39,10 @@ struct ClientRequest {
   std::span<const HttpHeader> headers;
   std::string_view body;
   // Filters applied while writing `headers` (so a proxy forwards a client's headers uncopied):
-  bool skip_hop_by_hop = false;     // connection, keep-alive, te, upgrade, host, content-length, ...
+  bool skip_hop_by_hop = false;  // connection, keep-alive, te, upgrade, host, content-length, ...
   bool skip_authorization = false;  // the client's credentials are not the backend's
   std::string_view request_id;      // when set: sent as x-request-id, replacing any given one
 };
-
 
 struct ClientResponseHead {
   int status = 0;
@@ -87,14 +86,15 @@ struct PoolConfig {
 class ConnectionPool {
  public:
   // Connections to `address` (TLS when it has a context; plain otherwise).
-  static std::unique_ptr<ConnectionPool> create(asio::io_context& ctx, const UpstreamAddress& address,
-                                                PoolConfig config);
+  static std::unique_ptr<ConnectionPool> create(asio::io_context& ctx,
+                                                const UpstreamAddress& address, PoolConfig config);
   // Plain connections to `endpoint`.
   static std::unique_ptr<ConnectionPool> create(asio::io_context& ctx, tcp::endpoint endpoint,
                                                 PoolConfig config);
   virtual ~ConnectionPool() = default;
   // An idle connection (unless `fresh`) or a new one (connect bounded by config and deadline).
-  virtual Task<Result<std::unique_ptr<UpstreamConnection>>> acquire(Deadline deadline, bool fresh = false) = 0;
+  virtual Task<Result<std::unique_ptr<UpstreamConnection>>> acquire(Deadline deadline,
+                                                                    bool fresh = false) = 0;
   // Returns a connection; kept if reusable, made for the pool's current address, and the pool has
   // room.
   virtual void release(std::unique_ptr<UpstreamConnection> conn) = 0;

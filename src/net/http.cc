@@ -36,7 +36,8 @@ bool parseKServeModelPath(std::string_view path, KServeModelPath& out) {
 }
 
 std::string_view unsafePathReason(std::string_view path) {
-  if (path.empty() || path.front() != '/') return "the request target must be a path starting with '/'";
+  if (path.empty() || path.front() != '/')
+    return "the request target must be a path starting with '/'";
   size_t start = 1;
   while (start <= path.size()) {
     size_t end = path.find('/', start);
@@ -47,7 +48,8 @@ std::string_view unsafePathReason(std::string_view path) {
     // grammar already refuses them, but this is the router's check for paths from anywhere (a
     // reader that stops at NUL would route a shorter path). Found by fuzz_path.
     for (const char c : seg) {
-      if (static_cast<unsigned char>(c) <= 0x20 || c == 0x7f) return "control character or space in the path";
+      if (static_cast<unsigned char>(c) <= 0x20 || c == 0x7f)
+        return "control character or space in the path";
     }
     if (seg.find_first_of("%\\") == std::string_view::npos) {  // the common case: nothing to decode
       if (seg == "." || seg == "..") return "dot segment in the path";
@@ -59,7 +61,10 @@ std::string_view unsafePathReason(std::string_view path) {
       char c = seg[i];
       if (c == '%') {
         auto hex = [](char h) {
-          return (h >= '0' && h <= '9') ? h - '0' : (h >= 'a' && h <= 'f') ? h - 'a' + 10 : (h >= 'A' && h <= 'F') ? h - 'A' + 10 : -1;
+          return (h >= '0' && h <= '9')   ? h - '0'
+                 : (h >= 'a' && h <= 'f') ? h - 'a' + 10
+                 : (h >= 'A' && h <= 'F') ? h - 'A' + 10
+                                          : -1;
         };
         if (i + 2 >= seg.size()) return "malformed percent escape in the path";
         const int hi = hex(seg[i + 1]), lo = hex(seg[i + 2]);
@@ -79,37 +84,58 @@ std::string_view unsafePathReason(std::string_view path) {
 }
 
 bool isSingletonHeader(std::string_view n) {
-  return n == "authorization" || n == "host" || n == "x-request-id" || n == "api-key" || n.starts_with("x-infera-");
+  return n == "authorization" || n == "host" || n == "x-request-id" || n == "api-key" ||
+         n.starts_with("x-infera-");
 }
 
 bool isHopByHopHeader(std::string_view n) {
-  return n == "connection" || n == "keep-alive" || n == "transfer-encoding" || n == "content-length" ||
-         n == "te" || n == "trailer" || n == "upgrade" || n == "proxy-connection" ||
-         n == "proxy-authorization" || n == "host" || n == "expect";
+  return n == "connection" || n == "keep-alive" || n == "transfer-encoding" ||
+         n == "content-length" || n == "te" || n == "trailer" || n == "upgrade" ||
+         n == "proxy-connection" || n == "proxy-authorization" || n == "host" || n == "expect";
 }
 
 std::string_view reasonPhrase(int status) {
   switch (status) {
-    case 200: return "OK";
-    case 201: return "Created";
-    case 204: return "No Content";
-    case 400: return "Bad Request";
-    case 401: return "Unauthorized";
-    case 403: return "Forbidden";
-    case 404: return "Not Found";
-    case 405: return "Method Not Allowed";
-    case 408: return "Request Timeout";
-    case 409: return "Conflict";
-    case 413: return "Payload Too Large";
-    case 422: return "Unprocessable Entity";
-    case 429: return "Too Many Requests";
-    case 431: return "Request Header Fields Too Large";
-    case 500: return "Internal Server Error";
-    case 501: return "Not Implemented";
-    case 502: return "Bad Gateway";
-    case 503: return "Service Unavailable";
-    case 504: return "Gateway Timeout";
-    default: return "Unknown";
+    case 200:
+      return "OK";
+    case 201:
+      return "Created";
+    case 204:
+      return "No Content";
+    case 400:
+      return "Bad Request";
+    case 401:
+      return "Unauthorized";
+    case 403:
+      return "Forbidden";
+    case 404:
+      return "Not Found";
+    case 405:
+      return "Method Not Allowed";
+    case 408:
+      return "Request Timeout";
+    case 409:
+      return "Conflict";
+    case 413:
+      return "Payload Too Large";
+    case 422:
+      return "Unprocessable Entity";
+    case 429:
+      return "Too Many Requests";
+    case 431:
+      return "Request Header Fields Too Large";
+    case 500:
+      return "Internal Server Error";
+    case 501:
+      return "Not Implemented";
+    case 502:
+      return "Bad Gateway";
+    case 503:
+      return "Service Unavailable";
+    case 504:
+      return "Gateway Timeout";
+    default:
+      return "Unknown";
   }
 }
 
@@ -117,11 +143,21 @@ void appendJsonString(std::string& out, std::string_view s) {
   out.push_back('"');
   for (const char c : s) {
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
       default:
         if (static_cast<unsigned char>(c) < 0x20) {
           char buf[8];

@@ -68,7 +68,8 @@ std::string requestHeadProblem(unsigned version, const HttpRequest& request) {
     if (version < 11) return "Transfer-Encoding in an HTTP/1.0 request";
     // Only chunked, once: a final coding other than chunked leaves the length unknowable, and the
     // server decodes no other coding.
-    if (codings > 1 || !equalsLowerCase(coding, "chunked")) return "unsupported Transfer-Encoding (only chunked)";
+    if (codings > 1 || !equalsLowerCase(coding, "chunked"))
+      return "unsupported Transfer-Encoding (only chunked)";
   }
   if (hosts > 1) return "header host is repeated";
   if (version >= 11 && hosts == 0) return "missing Host header";

@@ -98,13 +98,15 @@ void Router::addRoute(std::string_view method, std::string_view pattern, RouteHa
         INFERA_CHECK(pos > pattern.size(), "a {name...} tail must be the pattern's last segment");
         name.remove_suffix(3);
         if (!node->tail) node->tail = std::make_unique<Node>();
-        INFERA_CHECK(node->tail_name.empty() || node->tail_name == name, "two tail names at one place");
+        INFERA_CHECK(node->tail_name.empty() || node->tail_name == name,
+                     "two tail names at one place");
         node->tail_name = std::string(name);
         node = node->tail.get();
         break;
       }
       if (!node->param) node->param = std::make_unique<Node>();
-      INFERA_CHECK(node->param_name.empty() || node->param_name == name, "two parameter names at one place");
+      INFERA_CHECK(node->param_name.empty() || node->param_name == name,
+                   "two parameter names at one place");
       node->param_name = std::string(name);
       node = node->param.get();
       continue;
@@ -221,7 +223,8 @@ Task<void> Router::dispatch(HttpRequest& request, ResponseWriter& writer) const 
   if (fb) return (*fb)(request, writer, m.status, m.allow);
   struct Plain {
     static Task<void> send(ResponseWriter& w, int status, std::string allow) {
-      const std::string body = status == 405 ? "method not allowed (allowed: " + allow + ")\n" : "not found\n";
+      const std::string body =
+          status == 405 ? "method not allowed (allowed: " + allow + ")\n" : "not found\n";
       co_await w.send(status, "text/plain", body);
     }
   };

@@ -74,7 +74,8 @@ class Router {
   // A route whose handler reads its body as it arrives (request.body_reader), up to
   // `max_body_bytes` (which may exceed the server's max_body_bytes; the server must be created
   // with ServerConfig::max_streamed_body_bytes at least as large for that).
-  void addStreamed(std::string_view method, std::string_view pattern, RouteHandler handler, uint64_t max_body_bytes);
+  void addStreamed(std::string_view method, std::string_view pattern, RouteHandler handler,
+                   uint64_t max_body_bytes);
   // The body limit of the streamed route `head` matches, or nothing (the body is read whole).
   std::optional<uint64_t> streamedBodyLimit(const HttpRequest& head) const;
   // The fallback for paths starting with `prefix` (the longest registered prefix wins; "" = every
@@ -106,7 +107,8 @@ class Router {
 
  private:
   struct Node;
-  void addRoute(std::string_view method, std::string_view pattern, RouteHandler handler, uint64_t streamed_limit);
+  void addRoute(std::string_view method, std::string_view pattern, RouteHandler handler,
+                uint64_t streamed_limit);
   std::unique_ptr<Node> root_;
   // Patterns without parameters by their whole path, looked up first (the common case: a few
   // length-and-bytes compares, no walk). A literal path wins over parameters in the walk too, so
@@ -126,7 +128,9 @@ class RouterHandler final : public HttpHandler {
   Task<void> handle(HttpRequest& request, ResponseWriter& writer) override {
     return router_.dispatch(request, writer);
   }
-  std::optional<EarlyAnswer> beforeBody(const HttpRequest& head) override { return router_.beforeBody(head); }
+  std::optional<EarlyAnswer> beforeBody(const HttpRequest& head) override {
+    return router_.beforeBody(head);
+  }
   std::optional<uint64_t> streamedBodyLimit(const HttpRequest& head) override {
     return router_.streamedBodyLimit(head);
   }

@@ -166,7 +166,8 @@ struct LoopState {
 };
 
 template <class Stream>
-Connection<Stream>::Connection(LoopState& loop, tcp::socket socket, std::shared_ptr<const TlsServerContext> tls)
+Connection<Stream>::Connection(LoopState& loop, tcp::socket socket,
+                               std::shared_ptr<const TlsServerContext> tls)
     : loop_(loop),
       tls_(std::move(tls)),
       stream_(makeStream(std::move(socket), tls_.get())),
@@ -192,7 +193,8 @@ template <class Stream>
 Task<bool> Connection<Stream>::handshake() {
   watchdog_.expireAfter(loop_.config.header_timeout);
   error_code ec;
-  co_await stream_.async_handshake(asio::ssl::stream_base::server, asio::redirect_error(asio::use_awaitable, ec));
+  co_await stream_.async_handshake(asio::ssl::stream_base::server,
+                                   asio::redirect_error(asio::use_awaitable, ec));
   watchdog_.disarm();
   if (ec) {
     // No client certificate, TLS 1.1, no common ALPN protocol, not TLS at all, a timeout, ...
@@ -200,8 +202,8 @@ Task<bool> Connection<Stream>::handshake() {
     static spdlog::logger* log = componentLogger("net");
     error_code peer_ec;
     const auto peer = lowestLayer(stream_).remote_endpoint(peer_ec);
-    INFERA_LOG(log, debug, "TLS handshake from {} failed: {}", peer_ec ? std::string("?") : peer.address().to_string(),
-               ec.message());
+    INFERA_LOG(log, debug, "TLS handshake from {} failed: {}",
+               peer_ec ? std::string("?") : peer.address().to_string(), ec.message());
     co_return false;
   }
   tls_open_ = true;
@@ -218,7 +220,8 @@ Task<void> Connection<Stream>::closeNotify() {
   tls_open_ = false;
   // As if the client's close_notify had come: SSL_shutdown writes ours and completes.
   SSL_set_shutdown(stream_.native_handle(), SSL_RECEIVED_SHUTDOWN);
-  watchdog_.expireAfter(std::min<std::chrono::milliseconds>(loop_.config.write_timeout, std::chrono::seconds(1)));
+  watchdog_.expireAfter(
+      std::min<std::chrono::milliseconds>(loop_.config.write_timeout, std::chrono::seconds(1)));
   error_code ec;
   co_await stream_.async_shutdown(asio::redirect_error(asio::use_awaitable, ec));
   watchdog_.disarm();
@@ -251,11 +254,12 @@ Task<void> Connection<Stream>::run([[maybe_unused]] std::shared_ptr<Connection> 
       if constexpr (kTls<Stream>) {
         // A readable socket says nothing about bytes already inside the TLS engine (a pipelined
         // request decrypted with the previous one): read instead of waiting.
-        const size_t n = co_await stream_.async_read_some(buffer_.prepare(16 * 1024),
-                                                          asio::redirect_error(asio::use_awaitable, ec));
+        const size_t n = co_await stream_.async_read_some(
+            buffer_.prepare(16 * 1024), asio::redirect_error(asio::use_awaitable, ec));
         buffer_.commit(n);
       } else {
-        co_await stream_.async_wait(tcp::socket::wait_read, asio::redirect_error(asio::use_awaitable, ec));
+        co_await stream_.async_wait(tcp::socket::wait_read,
+                                    asio::redirect_error(asio::use_awaitable, ec));
       }
       if (ec || loop_.draining) break;
     }
@@ -272,7 +276,8 @@ Task<void> Connection<Stream>::run([[maybe_unused]] std::shared_ptr<Connection> 
         // content_length() asserts a finished head; the field itself is already parsed.
         const auto declared = parser->get()[http::field::content_length];
         const std::string msg = "request body of " + std::string(declared.data(), declared.size()) +
-                                " bytes exceeds the limit of " + std::to_string(cfg.max_body_bytes) + " bytes";
+                                " bytes exceeds the limit of " +
+                                std::to_string(cfg.max_body_bytes) + " bytes";
         co_await sendError(413, msg, "invalid_request_error", "request_too_large");
         co_await lingeringClose();
       } else if (ec == http::error::header_limit) {
@@ -280,7 +285,8 @@ Task<void> Connection<Stream>::run([[maybe_unused]] std::shared_ptr<Connection> 
         co_await sendError(431, "request headers too large", "invalid_request_error",
                            "headers_too_large");
       } else if (ec != http::error::end_of_stream && ec != asio::error::eof &&
-                 ec != asio::error::operation_aborted && ec != asio::error::connection_reset && parser->got_some()) {
+                 ec != asio::error::operation_aborted && ec != asio::error::connection_reset &&
+                 parser->got_some()) {
         // Bad framing is answered before closing, never a silent close. got_some(), not the
         // buffer: Beast consumes a complete start line from the buffer, so a head cut after it
         // left the buffer empty when it arrived in one read (closed silently) and not when it
@@ -294,7 +300,8 @@ Task<void> Connection<Stream>::run([[maybe_unused]] std::shared_ptr<Connection> 
     }
     fillRequestHead(parser->get(), request_);
     http10_ = parser->get().version() < 11;
-    if (const std::string problem = requestHeadProblem(parser->get().version(), request_); !problem.empty()) {
+    if (const std::string problem = requestHeadProblem(parser->get().version(), request_);
+        !problem.empty()) {
       loop_.stats.bad_requests.fetch_add(1, std::memory_order_relaxed);
       co_await sendError(400, problem, "invalid_request_error", "bad_request");
       co_await lingeringClose();
@@ -314,7 +321,8 @@ Task<void> Connection<Stream>::run([[maybe_unused]] std::shared_ptr<Connection> 
       loop_.stats.rejected_too_large.fetch_add(1, std::memory_order_relaxed);
       // Named, not a temporary: g++ 12 mishandles temporaries with destructors in co_await.
       const std::string msg = "request body of " + std::to_string(*len) +
-                              " bytes exceeds the limit of " + std::to_string(body_limit) + " bytes";
+                              " bytes exceeds the limit of " + std::to_string(body_limit) +
+                              " bytes";
       co_await sendError(413, msg, "invalid_request_error", "request_too_large");
       co_await lingeringClose();
       break;
@@ -330,22 +338,27 @@ Task<void> Connection<Stream>::run([[maybe_unused]] std::shared_ptr<Connection> 
       body_bytes.held = len ? static_cast<int64_t>(*len) : static_cast<int64_t>(cfg.max_body_bytes);
       // A streamed body is held a read buffer at a time, not whole.
       if (streamed) body_bytes.held = std::min<int64_t>(body_bytes.held, kStreamedBodyHeld);
-      const int64_t before = loop_.stats.body_bytes_in_flight.fetch_add(body_bytes.held, std::memory_order_relaxed);
-      if (cfg.max_body_bytes_in_flight > 0 && before + body_bytes.held > cfg.max_body_bytes_in_flight) {
+      const int64_t before =
+          loop_.stats.body_bytes_in_flight.fetch_add(body_bytes.held, std::memory_order_relaxed);
+      if (cfg.max_body_bytes_in_flight > 0 &&
+          before + body_bytes.held > cfg.max_body_bytes_in_flight) {
         loop_.stats.rejected_busy.fetch_add(1, std::memory_order_relaxed);
-        co_await sendError(503, "server busy: too many request bytes in flight, retry shortly", "server_error",
-                           "server_busy");
+        co_await sendError(503, "server busy: too many request bytes in flight, retry shortly",
+                           "server_error", "server_busy");
         co_await lingeringClose();
         break;
       }
       const auto expect = parser->get()[http::field::expect];
-      if (!http10_ && !expect.empty() && equalsLowerCase(trimOws(std::string_view(expect.data(), expect.size())), "100-continue")) {
+      if (!http10_ && !expect.empty() &&
+          equalsLowerCase(trimOws(std::string_view(expect.data(), expect.size())),
+                          "100-continue")) {
         // The client waits for a go-ahead before sending its body: a final answer now if the
         // request will be refused anyway, else 100 Continue.
         if (auto early = loop_.handler->beforeBody(request_)) {
           keep_alive_ = false;
           started_ = true;
-          writeHead(early->status, early->content_type, {}, static_cast<int64_t>(early->body.size()), false);
+          writeHead(early->status, early->content_type, {},
+                    static_cast<int64_t>(early->body.size()), false);
           co_await writeBuffers(head_, early->body);
           finished_ = true;
           co_await lingeringClose();
@@ -439,7 +452,8 @@ Task<Result<std::string_view>> Connection<Stream>::StreamedBody::read() {
     if (p_.is_done()) co_return std::string_view();
     error_code ec;
     c_.watchdog_.expireAfter(c_.loop_.config.body_timeout);
-    co_await http::async_read_some(c_.stream_, c_.buffer_, p_, asio::redirect_error(asio::use_awaitable, ec));
+    co_await http::async_read_some(c_.stream_, c_.buffer_, p_,
+                                   asio::redirect_error(asio::use_awaitable, ec));
     c_.watchdog_.disarm();
     if (!ec) continue;
     failed_ = true;
@@ -450,8 +464,8 @@ Task<Result<std::string_view>> Connection<Stream>::StreamedBody::read() {
     if (!lowestLayer(c_.stream_).is_open() || ec == asio::error::operation_aborted) {
       co_return Status::deadlineExceeded("request body: no bytes within the body timeout");
     }
-    if (ec == http::error::end_of_stream || ec == http::error::partial_message || ec == asio::error::eof ||
-        ec == asio::error::connection_reset) {
+    if (ec == http::error::end_of_stream || ec == http::error::partial_message ||
+        ec == asio::error::eof || ec == asio::error::connection_reset) {
       co_return Status::unavailable("the client closed the connection before the end of the body");
     }
     c_.loop_.stats.bad_requests.fetch_add(1, std::memory_order_relaxed);
@@ -479,8 +493,8 @@ Task<void> Connection<Stream>::lingeringClose() {
 
 template <class Stream>
 void Connection<Stream>::writeHead(int status, std::string_view content_type,
-                           std::span<const HttpHeader> extra, int64_t content_length,
-                           bool chunked, std::span<const HttpHeader> relayed) {
+                                   std::span<const HttpHeader> extra, int64_t content_length,
+                                   bool chunked, std::span<const HttpHeader> relayed) {
   head_.clear();
   head_ += "HTTP/1.1 ";
   char num[24];
@@ -527,7 +541,8 @@ void Connection<Stream>::writeHead(int status, std::string_view content_type,
 }
 
 template <class Stream>
-Task<bool> Connection<Stream>::writeBuffers(std::string_view a, std::string_view b, std::string_view c) {
+Task<bool> Connection<Stream>::writeBuffers(std::string_view a, std::string_view b,
+                                            std::string_view c) {
   if (gone_) co_return false;
   std::array<asio::const_buffer, 3> bufs{asio::buffer(a.data(), a.size()),
                                          asio::buffer(b.data(), b.size()),
@@ -543,7 +558,8 @@ Task<bool> Connection<Stream>::writeBuffers(std::string_view a, std::string_view
       out_.append(a);
       out_.append(b);
       out_.append(c);
-      co_await asio::async_write(stream_, asio::buffer(out_), asio::redirect_error(asio::use_awaitable, ec));
+      co_await asio::async_write(stream_, asio::buffer(out_),
+                                 asio::redirect_error(asio::use_awaitable, ec));
     } else {
       co_await asio::async_write(stream_, bufs, asio::redirect_error(asio::use_awaitable, ec));
     }
@@ -559,8 +575,8 @@ Task<bool> Connection<Stream>::writeBuffers(std::string_view a, std::string_view
 }
 
 template <class Stream>
-Task<bool> Connection<Stream>::send(int status, std::string_view content_type, std::string_view body,
-                            std::span<const HttpHeader> extra) {
+Task<bool> Connection<Stream>::send(int status, std::string_view content_type,
+                                    std::string_view body, std::span<const HttpHeader> extra) {
   INFERA_CHECK(!started_, "response already started");
   started_ = true;
   writeHead(status, content_type, extra, static_cast<int64_t>(body.size()), false);
@@ -571,8 +587,8 @@ Task<bool> Connection<Stream>::send(int status, std::string_view content_type, s
 
 template <class Stream>
 Task<bool> Connection<Stream>::start(int status, std::string_view content_type,
-                             std::span<const HttpHeader> extra, int64_t content_length,
-                             std::span<const HttpHeader> relayed) {
+                                     std::span<const HttpHeader> extra, int64_t content_length,
+                                     std::span<const HttpHeader> relayed) {
   INFERA_CHECK(!started_, "response already started");
   started_ = true;
   // Statuses that never carry a body (and HEAD answers) get neither chunked framing nor bytes.
@@ -580,8 +596,8 @@ Task<bool> Connection<Stream>::start(int status, std::string_view content_type,
   // An HTTP/1.0 client knows no chunked framing: a body of unknown length ends with the connection.
   if (http10_ && content_length < 0 && !no_body_) keep_alive_ = false;
   chunked_ = content_length < 0 && !no_body_ && !http10_;
-  writeHead(status, content_type, extra, no_body_ && status != 304 && !head_only_ ? -1 : content_length,
-            chunked_, relayed);
+  writeHead(status, content_type, extra,
+            no_body_ && status != 304 && !head_only_ ? -1 : content_length, chunked_, relayed);
   if (!chunked_ && !no_body_ && content_length > 0) {
     // A sized body follows: send the head with its first bytes, in one write (one syscall).
     head_pending_ = true;
@@ -603,8 +619,8 @@ Task<bool> Connection<Stream>::writeChunk(std::string_view data) {
   auto r = std::to_chars(size_line, size_line + 20, data.size(), 16);
   *r.ptr++ = '\r';
   *r.ptr++ = '\n';
-  co_return co_await writeBuffers(std::string_view(size_line, static_cast<size_t>(r.ptr - size_line)),
-                                  data, "\r\n");
+  co_return co_await writeBuffers(
+      std::string_view(size_line, static_cast<size_t>(r.ptr - size_line)), data, "\r\n");
 }
 
 template <class Stream>
@@ -622,8 +638,8 @@ Task<bool> Connection<Stream>::finish() {
 }
 
 template <class Stream>
-Task<void> Connection<Stream>::sendError(int status, std::string_view message, std::string_view type,
-                                 std::string_view code) {
+Task<void> Connection<Stream>::sendError(int status, std::string_view message,
+                                         std::string_view type, std::string_view code) {
   keep_alive_ = false;
   started_ = true;
   const std::string body = errorJson(message, type, code);
@@ -708,13 +724,15 @@ void armWatch(const std::shared_ptr<WatchState>& w) {
 
 class HttpServerImpl final : public HttpServer {
  public:
-  HttpServerImpl(EventLoops& loops, ServerConfig config) : loops_(loops), config_(std::move(config)) {}
+  HttpServerImpl(EventLoops& loops, ServerConfig config)
+      : loops_(loops), config_(std::move(config)) {}
 
   Status init(HandlerFactory factory) {
     error_code addr_ec;
     const auto address = asio::ip::make_address(config_.host, addr_ec);
     if (addr_ec) {
-      return Status::invalidArgument("listen host must be an IP address, got '" + config_.host + "'");
+      return Status::invalidArgument("listen host must be an IP address, got '" + config_.host +
+                                     "'");
     }
     tcp::endpoint endpoint(address, config_.port);
     for (int i = 0; i < loops_.size(); ++i) {
@@ -765,25 +783,30 @@ class HttpServerImpl final : public HttpServer {
   const ServerStats& stats() const override { return stats_; }
 
   Result<std::shared_ptr<const TlsServerContext>> loadTls(const TlsServerConfig& config) override {
-    if (!config_.tls) return Status::failedPrecondition("port " + std::to_string(port_) + " serves plain HTTP");
+    if (!config_.tls)
+      return Status::failedPrecondition("port " + std::to_string(port_) + " serves plain HTTP");
     auto tls = loadServerTls(config);
     if (!tls.ok()) {
       stats_.tls_reload_failures.fetch_add(1, std::memory_order_relaxed);
-      INFERA_LOG(log_, err, "TLS certificate for port {} refused, the previous one keeps serving: {}", port_,
+      INFERA_LOG(log_, err,
+                 "TLS certificate for port {} refused, the previous one keeps serving: {}", port_,
                  tls.status().message());
     }
     return tls;
   }
 
-  Status useTls(std::shared_ptr<const TlsServerContext> context, const TlsServerConfig& config) override {
-    if (!config_.tls) return Status::failedPrecondition("port " + std::to_string(port_) + " serves plain HTTP");
+  Status useTls(std::shared_ptr<const TlsServerContext> context,
+                const TlsServerConfig& config) override {
+    if (!config_.tls)
+      return Status::failedPrecondition("port " + std::to_string(port_) + " serves plain HTTP");
     std::lock_guard<std::mutex> lock(tls_mu_);
     install(std::move(context), config);
     return Status::ok();
   }
 
   Status reloadTls(const TlsServerConfig& config) override {
-    if (!config_.tls) return Status::failedPrecondition("port " + std::to_string(port_) + " serves plain HTTP");
+    if (!config_.tls)
+      return Status::failedPrecondition("port " + std::to_string(port_) + " serves plain HTTP");
     auto tls = loadTls(config);
     if (!tls.ok()) return tls.takeStatus();
     return useTls(std::move(*tls), config);
@@ -872,14 +895,16 @@ class HttpServerImpl final : public HttpServer {
         if (now - st->last_accept_log >= std::chrono::seconds(1)) {
           st->last_accept_log = now;
           static spdlog::logger* log = componentLogger("net");
-          INFERA_LOG(log, warn, "accept on {}:{} failed: {} (existing connections keep being served)", config_.host,
-                     port_, ec.message());
+          INFERA_LOG(log, warn,
+                     "accept on {}:{} failed: {} (existing connections keep being served)",
+                     config_.host, port_, ec.message());
         }
         co_await sleepUntil(now + std::chrono::milliseconds(50));
         continue;
       }
       if (st->draining) continue;
-      if (config_.max_connections > 0 && stats_.connections_open.load(std::memory_order_relaxed) >= config_.max_connections) {
+      if (config_.max_connections > 0 &&
+          stats_.connections_open.load(std::memory_order_relaxed) >= config_.max_connections) {
         stats_.rejected_connections.fetch_add(1, std::memory_order_relaxed);
         error_code ignored;
         socket.close(ignored);
@@ -908,8 +933,8 @@ class HttpServerImpl final : public HttpServer {
       LoopState* st = sp.get();
       asio::post(st->ctx, [st, tls = tls_] { st->tls = tls; });
     }
-    INFERA_LOG(log_, info, "TLS certificate for port {} in use: {} (serial {})", port_, tls_->info.subject,
-               tls_->info.serial);
+    INFERA_LOG(log_, info, "TLS certificate for port {} in use: {} (serial {})", port_,
+               tls_->info.subject, tls_->info.serial);
     tls_cv_.notify_all();
   }
 

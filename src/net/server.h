@@ -122,7 +122,8 @@ class HttpHandler {
 };
 
 // Called once per loop on that loop's thread before accepting.
-using HandlerFactory = std::function<std::unique_ptr<HttpHandler>(int loop_index, asio::io_context&)>;
+using HandlerFactory =
+    std::function<std::unique_ptr<HttpHandler>(int loop_index, asio::io_context&)>;
 
 struct ServerStats {
   std::atomic<int64_t> connections_open{0};
@@ -136,12 +137,14 @@ struct ServerStats {
   std::atomic<uint64_t> rejected_busy{0};         // over max_body_bytes_in_flight
   std::atomic<int64_t> body_bytes_in_flight{0};
   // TLS ports:
-  std::atomic<uint64_t> tls_handshakes{0};          // completed, resumed ones included
-  std::atomic<uint64_t> tls_resumed{0};             // of those, resumed sessions
-  std::atomic<uint64_t> tls_handshake_failures{0};  // failed or timed out (no client cert, TLS 1.1, ALPN, ...)
-  std::atomic<uint64_t> tls_reloads{0};             // certificates put in use after the first
-  std::atomic<uint64_t> tls_reload_failures{0};     // loads refused (the previous certificate kept serving)
-  std::atomic<int64_t> tls_not_after_s{0};          // the serving certificate's expiry, unix seconds
+  std::atomic<uint64_t> tls_handshakes{0};  // completed, resumed ones included
+  std::atomic<uint64_t> tls_resumed{0};     // of those, resumed sessions
+  std::atomic<uint64_t> tls_handshake_failures{
+      0};                                // failed or timed out (no client cert, TLS 1.1, ALPN, ...)
+  std::atomic<uint64_t> tls_reloads{0};  // certificates put in use after the first
+  std::atomic<uint64_t> tls_reload_failures{
+      0};                                   // loads refused (the previous certificate kept serving)
+  std::atomic<int64_t> tls_not_after_s{0};  // the serving certificate's expiry, unix seconds
 };
 
 class HttpServer {
@@ -161,8 +164,10 @@ class HttpServer {
   // (reads files): call off the loops. useTls: new connections get `context` (existing ones keep
   // theirs) and the file watch follows `config`'s files and interval. reloadTls: both.
   // Thread-safe. Besides these, a watch thread reloads the files when they change on disk.
-  virtual Result<std::shared_ptr<const TlsServerContext>> loadTls(const TlsServerConfig& config) = 0;
-  virtual Status useTls(std::shared_ptr<const TlsServerContext> context, const TlsServerConfig& config) = 0;
+  virtual Result<std::shared_ptr<const TlsServerContext>> loadTls(
+      const TlsServerConfig& config) = 0;
+  virtual Status useTls(std::shared_ptr<const TlsServerContext> context,
+                        const TlsServerConfig& config) = 0;
   virtual Status reloadTls(const TlsServerConfig& config) = 0;
   // The certificate new connections get (none on a plain port).
   virtual std::optional<TlsCertificateInfo> tlsCertificate() const = 0;

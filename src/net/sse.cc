@@ -30,7 +30,8 @@ void SseReader::processLine(std::string_view line,
   if (line[0] == ':') return;  // comment
   const size_t colon = line.find(':');
   std::string_view field = line.substr(0, colon);
-  std::string_view value = colon == std::string_view::npos ? std::string_view() : line.substr(colon + 1);
+  std::string_view value =
+      colon == std::string_view::npos ? std::string_view() : line.substr(colon + 1);
   if (!value.empty() && value[0] == ' ') value.remove_prefix(1);
   if (field == "data") {
     if (has_data_) current_.data.push_back('\n');

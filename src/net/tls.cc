@@ -57,7 +57,8 @@ void commonOptions(SSL_CTX* ctx) {
   SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
   // No renegotiation (a client-driven CPU sink), no compression (CRIME); a peer that closes
   // without close_notify is an end of stream like a TCP FIN (HTTP framing catches truncation).
-  SSL_CTX_set_options(ctx, SSL_OP_NO_COMPRESSION | SSL_OP_NO_RENEGOTIATION | SSL_OP_IGNORE_UNEXPECTED_EOF);
+  SSL_CTX_set_options(
+      ctx, SSL_OP_NO_COMPRESSION | SSL_OP_NO_RENEGOTIATION | SSL_OP_IGNORE_UNEXPECTED_EOF);
 }
 
 std::string bioText(BIO* bio) {
@@ -81,37 +82,40 @@ TlsCertificateInfo describe(X509* cert) {
     BN_free(bn);
   }
   std::tm tm{};
-  if (ASN1_TIME_to_tm(X509_get0_notAfter(cert), &tm) == 1) info.not_after_s = static_cast<int64_t>(timegm(&tm));
+  if (ASN1_TIME_to_tm(X509_get0_notAfter(cert), &tm) == 1)
+    info.not_after_s = static_cast<int64_t>(timegm(&tm));
   return info;
 }
 
 int noPassphrase(char*, int, int, void*) { return -1; }
 
-Status loadCertificateAndKey(SSL_CTX* ctx, const std::string& cert_file, const std::string& key_file) {
+Status loadCertificateAndKey(SSL_CTX* ctx, const std::string& cert_file,
+                             const std::string& key_file) {
   if (SSL_CTX_use_certificate_chain_file(ctx, cert_file.c_str()) != 1) {
-    return Status::invalidArgument("cert_file " + cert_file + ": cannot load a PEM certificate chain: " +
-                                   opensslErrors());
+    return Status::invalidArgument("cert_file " + cert_file +
+                                   ": cannot load a PEM certificate chain: " + opensslErrors());
   }
   // Read here rather than by SSL_CTX_use_PrivateKey_file: OpenSSL's default passphrase callback
   // would prompt on the terminal for an encrypted key, and a mismatch gets its own message.
   FILE* f = std::fopen(key_file.c_str(), "r");
   if (f == nullptr) {
-    return Status::invalidArgument("key_file " + key_file + ": cannot open: " + std::strerror(errno));
+    return Status::invalidArgument("key_file " + key_file +
+                                   ": cannot open: " + std::strerror(errno));
   }
   EVP_PKEY* key = PEM_read_PrivateKey(f, nullptr, noPassphrase, nullptr);
   std::fclose(f);
   if (key == nullptr) {
-    return Status::invalidArgument("key_file " + key_file +
-                                   ": cannot load a PEM private key (encrypted keys are not supported): " +
-                                   opensslErrors());
+    return Status::invalidArgument(
+        "key_file " + key_file +
+        ": cannot load a PEM private key (encrypted keys are not supported): " + opensslErrors());
   }
   const bool matches = X509_check_private_key(SSL_CTX_get0_certificate(ctx), key) == 1;
   const bool used = matches && SSL_CTX_use_PrivateKey(ctx, key) == 1;
   EVP_PKEY_free(key);
   if (!matches) {
     ERR_clear_error();
-    return Status::invalidArgument("key_file " + key_file + " does not match the certificate in cert_file " +
-                                   cert_file);
+    return Status::invalidArgument("key_file " + key_file +
+                                   " does not match the certificate in cert_file " + cert_file);
   }
   if (!used) return Status::invalidArgument("key_file " + key_file + ": " + opensslErrors());
   return Status::ok();
@@ -121,8 +125,8 @@ std::string fileStamp(const std::string& path) {
   if (path.empty()) return "-";
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) return "missing";
-  return std::to_string(st.st_ino) + ":" + std::to_string(st.st_size) + ":" + std::to_string(st.st_mtim.tv_sec) +
-         "." + std::to_string(st.st_mtim.tv_nsec);
+  return std::to_string(st.st_ino) + ":" + std::to_string(st.st_size) + ":" +
+         std::to_string(st.st_mtim.tv_sec) + "." + std::to_string(st.st_mtim.tv_nsec);
 }
 
 void checkReadable(ConfigReader& r, const std::string& key, const std::string& path) {
@@ -138,7 +142,8 @@ void readTlsServerConfig(ConfigReader& r, TlsServerConfig& out) {
   r.required("key_file", out.key_file);
   r.optional("client_ca_file", out.client_ca_file);
   int64_t watch_ms = out.watch_interval.count();
-  if (r.optional("watch_interval_ms", watch_ms, 0, 3'600'000)) out.watch_interval = std::chrono::milliseconds(watch_ms);
+  if (r.optional("watch_interval_ms", watch_ms, 0, 3'600'000))
+    out.watch_interval = std::chrono::milliseconds(watch_ms);
   checkReadable(r, "cert_file", out.cert_file);
   checkReadable(r, "key_file", out.key_file);
   checkReadable(r, "client_ca_file", out.client_ca_file);
@@ -150,7 +155,8 @@ void readTlsClientConfig(ConfigReader& r, TlsClientConfig& out) {
   r.optional("server_name", out.server_name);
   r.optional("cert_file", out.cert_file);
   r.optional("key_file", out.key_file);
-  if (out.cert_file.empty() != out.key_file.empty()) r.error("", "cert_file and key_file go together (mutual TLS)");
+  if (out.cert_file.empty() != out.key_file.empty())
+    r.error("", "cert_file and key_file go together (mutual TLS)");
   checkReadable(r, "ca_file", out.ca_file);
   checkReadable(r, "cert_file", out.cert_file);
   checkReadable(r, "key_file", out.key_file);
@@ -185,17 +191,18 @@ Result<std::shared_ptr<const TlsServerContext>> loadServerTls(const TlsServerCon
   X509* cert = SSL_CTX_get0_certificate(ctx);
   out->info = describe(cert);
   if (X509_cmp_current_time(X509_get0_notAfter(cert)) <= 0) {
-    return Status::invalidArgument("cert_file " + c.cert_file + ": the certificate (serial " + out->info.serial +
-                                   ") has expired");
+    return Status::invalidArgument("cert_file " + c.cert_file + ": the certificate (serial " +
+                                   out->info.serial + ") has expired");
   }
   if (!c.client_ca_file.empty()) {
     if (SSL_CTX_load_verify_locations(ctx, c.client_ca_file.c_str(), nullptr) != 1) {
-      return Status::invalidArgument("client_ca_file " + c.client_ca_file + ": cannot load CA certificates: " +
-                                     opensslErrors());
+      return Status::invalidArgument("client_ca_file " + c.client_ca_file +
+                                     ": cannot load CA certificates: " + opensslErrors());
     }
     STACK_OF(X509_NAME)* names = SSL_load_client_CA_file(c.client_ca_file.c_str());
     if (names == nullptr) {
-      return Status::invalidArgument("client_ca_file " + c.client_ca_file + ": no CA certificate in it");
+      return Status::invalidArgument("client_ca_file " + c.client_ca_file +
+                                     ": no CA certificate in it");
     }
     SSL_CTX_set_client_CA_list(ctx, names);
     SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, nullptr);
@@ -221,7 +228,8 @@ Result<std::shared_ptr<const TlsClientContext>> makeClientTls(const TlsClientCon
   if (c.verify) {
     if (!c.ca_file.empty()) {
       if (SSL_CTX_load_verify_locations(ctx, c.ca_file.c_str(), nullptr) != 1) {
-        return Status::invalidArgument("ca_file " + c.ca_file + ": cannot load CA certificates: " + opensslErrors());
+        return Status::invalidArgument("ca_file " + c.ca_file +
+                                       ": cannot load CA certificates: " + opensslErrors());
       }
     } else if (SSL_CTX_set_default_verify_paths(ctx) != 1) {
       return Status::invalidArgument("cannot load the system CA store: " + opensslErrors());
@@ -233,24 +241,30 @@ Result<std::shared_ptr<const TlsClientContext>> makeClientTls(const TlsClientCon
   if (c.cert_file.empty() != c.key_file.empty()) {
     return Status::invalidArgument("a client certificate needs both cert_file and key_file");
   }
-  if (!c.cert_file.empty()) INFERA_RETURN_IF_ERROR(loadCertificateAndKey(ctx, c.cert_file, c.key_file));
+  if (!c.cert_file.empty())
+    INFERA_RETURN_IF_ERROR(loadCertificateAndKey(ctx, c.cert_file, c.key_file));
   if (SSL_CTX_set_alpn_protos(ctx, kAlpnHttp11, sizeof(kAlpnHttp11)) != 0) {
     return Status::internal("cannot set ALPN: " + opensslErrors());
   }
   SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_CLIENT | SSL_SESS_CACHE_NO_INTERNAL_STORE);
   SSL_CTX_sess_set_new_cb(ctx, onNewSession);
-  out->fingerprint = std::string(c.verify ? "verify" : "noverify") + "|" + c.ca_file + "|" + c.server_name + "|" +
-                     c.cert_file + "|" + c.key_file + "|" + fileStamp(c.ca_file) + "|" + fileStamp(c.cert_file) +
-                     "|" + fileStamp(c.key_file);
+  out->fingerprint = std::string(c.verify ? "verify" : "noverify") + "|" + c.ca_file + "|" +
+                     c.server_name + "|" + c.cert_file + "|" + c.key_file + "|" +
+                     fileStamp(c.ca_file) + "|" + fileStamp(c.cert_file) + "|" +
+                     fileStamp(c.key_file);
   ERR_clear_error();
   return std::shared_ptr<const TlsClientContext>(std::move(out));
 }
 
-const std::string& clientTlsFingerprint(const TlsClientContext& context) { return context.fingerprint; }
+const std::string& clientTlsFingerprint(const TlsClientContext& context) {
+  return context.fingerprint;
+}
 
-void prepareClientSsl(SSL* ssl, const TlsClientContext& ctx, const std::string& host, TlsSessionSlot* slot) {
+void prepareClientSsl(SSL* ssl, const TlsClientContext& ctx, const std::string& host,
+                      TlsSessionSlot* slot) {
   std::string name = ctx.config.server_name.empty() ? host : ctx.config.server_name;
-  if (name.size() > 2 && name.front() == '[' && name.back() == ']') name = name.substr(1, name.size() - 2);
+  if (name.size() > 2 && name.front() == '[' && name.back() == ']')
+    name = name.substr(1, name.size() - 2);
   boost::system::error_code ec;
   asio::ip::make_address(name, ec);
   const bool is_ip = !ec;
@@ -272,8 +286,10 @@ void prepareClientSsl(SSL* ssl, const TlsClientContext& ctx, const std::string& 
 std::string clientHandshakeError(SSL* ssl, const boost::system::error_code& ec) {
   const long verdict = SSL_get_verify_result(ssl);
   ERR_clear_error();
-  if (verdict != X509_V_OK) return std::string("certificate verify failed: ") + X509_verify_cert_error_string(verdict);
-  if (ec == asio::error::eof || ec == asio::ssl::error::stream_truncated) return "the server closed the connection";
+  if (verdict != X509_V_OK)
+    return std::string("certificate verify failed: ") + X509_verify_cert_error_string(verdict);
+  if (ec == asio::error::eof || ec == asio::ssl::error::stream_truncated)
+    return "the server closed the connection";
   return ec.message();
 }
 

@@ -59,8 +59,8 @@ class TlsClientContext;
 // What a loaded server certificate says (logs, metrics, tests).
 struct TlsCertificateInfo {
   std::string subject;
-  std::string serial;        // hex, upper case, as `openssl x509 -serial` prints it
-  int64_t not_after_s = 0;   // unix seconds
+  std::string serial;       // hex, upper case, as `openssl x509 -serial` prints it
+  int64_t not_after_s = 0;  // unix seconds
 };
 
 // Loads and checks the certificate chain, the key (it must match the certificate), the client CA

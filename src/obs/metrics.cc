@@ -20,7 +20,8 @@ double Counter::value() const {
 
 void Gauge::set(double v) {
   double others = 0;
-  for (size_t i = 1; i < cells_.size(); ++i) others += cells_[i].value.load(std::memory_order_relaxed);
+  for (size_t i = 1; i < cells_.size(); ++i)
+    others += cells_[i].value.load(std::memory_order_relaxed);
   cells_[0].value.store(v - others, std::memory_order_relaxed);
 }
 
@@ -52,7 +53,8 @@ void Histogram::snapshot(std::vector<uint64_t>& buckets, uint64_t& count, double
   count = 0;
   sum = 0;
   for (const auto& s : shards_) {
-    for (size_t i = 0; i <= bounds_->size(); ++i) buckets[i] += s.counts[i].load(std::memory_order_relaxed);
+    for (size_t i = 0; i <= bounds_->size(); ++i)
+      buckets[i] += s.counts[i].load(std::memory_order_relaxed);
     count += s.count.load(std::memory_order_relaxed);
     sum += s.sum.load(std::memory_order_relaxed);
   }
@@ -96,8 +98,12 @@ Family::Series* Family::series(const std::vector<std::string>& label_values) {
     slot = std::make_unique<Series>();
     slot->labels = label_values;
     switch (type_) {
-      case MetricType::kCounter: slot->counter = std::make_unique<Counter>(shards_); break;
-      case MetricType::kGauge: slot->gauge = std::make_unique<Gauge>(shards_); break;
+      case MetricType::kCounter:
+        slot->counter = std::make_unique<Counter>(shards_);
+        break;
+      case MetricType::kGauge:
+        slot->gauge = std::make_unique<Gauge>(shards_);
+        break;
       case MetricType::kHistogram:
         slot->histogram = std::make_unique<Histogram>(shards_, &bounds_);
         break;
@@ -155,7 +161,8 @@ void appendLabelValue(std::string& out, const std::string& v) {
 }
 }  // namespace
 
-std::string Family::labelString(const std::vector<std::string>& values, const std::string& extra) const {
+std::string Family::labelString(const std::vector<std::string>& values,
+                                const std::string& extra) const {
   if (values.empty() && extra.empty()) return {};
   std::string out = "{";
   for (size_t i = 0; i < values.size(); ++i) {
@@ -177,7 +184,9 @@ void Family::render(std::string& out) const {
   std::lock_guard<std::mutex> lock(mu_);
   out += "# HELP " + name_ + " " + help_ + "\n";
   out += "# TYPE " + name_ + " ";
-  out += type_ == MetricType::kCounter ? "counter" : type_ == MetricType::kGauge ? "gauge" : "histogram";
+  out += type_ == MetricType::kCounter ? "counter"
+         : type_ == MetricType::kGauge ? "gauge"
+                                       : "histogram";
   out += "\n";
   if (callback_) {
     out += name_ + " ";
@@ -187,7 +196,9 @@ void Family::render(std::string& out) const {
   for (const auto& [values, s] : series_) {
     if (s->counter || s->gauge) {
       out += name_ + labelString(values) + " ";
-      appendNumber(out, s->callback ? s->callback() : s->counter ? s->counter->value() : s->gauge->value());
+      appendNumber(out, s->callback  ? s->callback()
+                        : s->counter ? s->counter->value()
+                                     : s->gauge->value());
       out += "\n";
     } else {
       std::vector<uint64_t> buckets;
@@ -241,7 +252,8 @@ Family* MetricsRegistry::gaugeFamily(const std::string& name, const std::string&
   return family(name, help, MetricType::kGauge, std::move(labels), {});
 }
 Family* MetricsRegistry::histogramFamily(const std::string& name, const std::string& help,
-                                         std::vector<std::string> labels, std::vector<double> bounds) {
+                                         std::vector<std::string> labels,
+                                         std::vector<double> bounds) {
   std::sort(bounds.begin(), bounds.end());
   return family(name, help, MetricType::kHistogram, std::move(labels), std::move(bounds));
 }
@@ -273,8 +285,8 @@ double MetricsRegistry::sum(const std::string& name) const {
 }
 
 std::vector<double> MetricsRegistry::latencyBuckets() {
-  return {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
-          0.25,   0.5,     1,      2.5,   5,      10,    30,   60};
+  return {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+          0.1,    0.25,    0.5,    1,     2.5,    5,     10,   30,    60};
 }
 
 int64_t residentBytes() {

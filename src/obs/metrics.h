@@ -23,7 +23,9 @@ inline constexpr int kMaxShards = 64;
 
 struct alignas(64) Cell {
   std::atomic<double> value{0};
-  void add(double v) { value.store(value.load(std::memory_order_relaxed) + v, std::memory_order_relaxed); }
+  void add(double v) {
+    value.store(value.load(std::memory_order_relaxed) + v, std::memory_order_relaxed);
+  }
 };
 
 class Counter {
@@ -98,7 +100,8 @@ class Family {
     std::function<double()> callback;
   };
   Series* series(const std::vector<std::string>& label_values);
-  std::string labelString(const std::vector<std::string>& values, const std::string& extra = {}) const;
+  std::string labelString(const std::vector<std::string>& values,
+                          const std::string& extra = {}) const;
 
   std::string name_;
   std::string help_;

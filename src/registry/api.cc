@@ -15,7 +15,8 @@ using net::Task;
 
 RegistryMetrics::RegistryMetrics(obs::MetricsRegistry& r)
     : registry(r),
-      requests(r.counterFamily("infera_registry_requests_total", "Registry API requests by API and status class.",
+      requests(r.counterFamily("infera_registry_requests_total",
+                               "Registry API requests by API and status class.",
                                {"api", "code_class"})),
       artifact_bytes_in(r.counterFamily("infera_registry_artifact_bytes_total",
                                         "Artifact bytes uploaded and downloaded.", {"direction"})
@@ -23,24 +24,30 @@ RegistryMetrics::RegistryMetrics(obs::MetricsRegistry& r)
       artifact_bytes_out(r.counterFamily("infera_registry_artifact_bytes_total",
                                          "Artifact bytes uploaded and downloaded.", {"direction"})
                              ->counter({"out"})),
-      syncs_ok(r.counterFamily("infera_registry_syncs_total", "Routing state reloads from the store, by result.",
-                               {"result"})
+      syncs_ok(r.counterFamily("infera_registry_syncs_total",
+                               "Routing state reloads from the store, by result.", {"result"})
                    ->counter({"ok"})),
-      syncs_failed(r.counterFamily("infera_registry_syncs_total", "Routing state reloads from the store, by result.",
-                                   {"result"})
+      syncs_failed(r.counterFamily("infera_registry_syncs_total",
+                                   "Routing state reloads from the store, by result.", {"result"})
                        ->counter({"error"})),
       rebuilds(r.counterFamily("infera_registry_route_rebuilds_total",
                                "Gateway route tables rebuilt because the registry's routes moved.")
                    ->counter()),
-      dropped_shadows(r.counterFamily("infera_registry_dropped_total",
-                                      "Shadow outcomes and captures not kept (the write queue was full).", {"kind"})
-                          ->counter({"shadow"})),
-      dropped_captures(r.counterFamily("infera_registry_dropped_total",
-                                       "Shadow outcomes and captures not kept (the write queue was full).", {"kind"})
-                           ->counter({"capture"})),
-      write_failures(r.counterFamily("infera_registry_write_failures_total",
-                                     "Batches of shadow outcomes or captures the store refused (kept and retried).")
-                         ->counter()) {}
+      dropped_shadows(
+          r.counterFamily("infera_registry_dropped_total",
+                          "Shadow outcomes and captures not kept (the write queue was full).",
+                          {"kind"})
+              ->counter({"shadow"})),
+      dropped_captures(
+          r.counterFamily("infera_registry_dropped_total",
+                          "Shadow outcomes and captures not kept (the write queue was full).",
+                          {"kind"})
+              ->counter({"capture"})),
+      write_failures(
+          r.counterFamily(
+               "infera_registry_write_failures_total",
+               "Batches of shadow outcomes or captures the store refused (kept and retried).")
+              ->counter()) {}
 
 namespace {
 
@@ -68,16 +75,25 @@ Task<void> sendJson(net::ResponseWriter& w, int status, const std::string& body)
 
 std::string adminCode(const Status& s) {
   switch (s.code()) {
-    case StatusCode::kInvalidArgument: return "invalid_parameter";
-    case StatusCode::kNotFound: return "not_found";
-    case StatusCode::kAlreadyExists: return "already_exists";
-    case StatusCode::kFailedPrecondition: return "conflict";
-    case StatusCode::kPermissionDenied: return "permission_denied";
-    case StatusCode::kUnauthenticated: return "unauthenticated";
-    case StatusCode::kPayloadTooLarge: return "too_large";
+    case StatusCode::kInvalidArgument:
+      return "invalid_parameter";
+    case StatusCode::kNotFound:
+      return "not_found";
+    case StatusCode::kAlreadyExists:
+      return "already_exists";
+    case StatusCode::kFailedPrecondition:
+      return "conflict";
+    case StatusCode::kPermissionDenied:
+      return "permission_denied";
+    case StatusCode::kUnauthenticated:
+      return "unauthenticated";
+    case StatusCode::kPayloadTooLarge:
+      return "too_large";
     case StatusCode::kUnavailable:
-    case StatusCode::kResourceExhausted: return "unavailable";
-    default: return "internal_error";
+    case StatusCode::kResourceExhausted:
+      return "unavailable";
+    default:
+      return "internal_error";
   }
 }
 
@@ -91,10 +107,14 @@ std::string adminError(const Status& s) {
 }
 
 Json moveJson(const AliasMove& m) {
-  return {{"model", m.name},         {"alias", m.alias},   {"seq", m.seq},       {"ts_ms", m.ts_ms},
+  return {{"model", m.name},
+          {"alias", m.alias},
+          {"seq", m.seq},
+          {"ts_ms", m.ts_ms},
           {"from_version", m.from_version ? Json(std::to_string(m.from_version)) : Json(nullptr)},
           {"to_version", m.to_version ? Json(std::to_string(m.to_version)) : Json(nullptr)},
-          {"actor", m.actor},        {"reason", m.reason}};
+          {"actor", m.actor},
+          {"reason", m.reason}};
 }
 
 Json maybeJson(const std::string& s) {
@@ -104,11 +124,23 @@ Json maybeJson(const std::string& s) {
 }
 
 Json reviewJson(const ReviewItem& r, bool bodies) {
-  Json j = {{"request_id", r.request_id}, {"ts_ms", r.ts_ms},     {"model", r.model},       {"target", r.target},
-            {"arm", r.arm},               {"key_id", r.key_id},   {"status", r.status},     {"latency_ms", r.latency_ms},
-            {"flagged", r.flagged},       {"reason", r.reason},   {"flagged_by", r.flagged_by},
-            {"flagged_ms", r.flagged_ms}, {"verdict", r.verdict}, {"label", r.label},       {"reviewer", r.reviewer},
-            {"note", r.note},             {"reviewed_ms", r.reviewed_ms}};
+  Json j = {{"request_id", r.request_id},
+            {"ts_ms", r.ts_ms},
+            {"model", r.model},
+            {"target", r.target},
+            {"arm", r.arm},
+            {"key_id", r.key_id},
+            {"status", r.status},
+            {"latency_ms", r.latency_ms},
+            {"flagged", r.flagged},
+            {"reason", r.reason},
+            {"flagged_by", r.flagged_by},
+            {"flagged_ms", r.flagged_ms},
+            {"verdict", r.verdict},
+            {"label", r.label},
+            {"reviewer", r.reviewer},
+            {"note", r.note},
+            {"reviewed_ms", r.reviewed_ms}};
   if (bodies) {
     j["request"] = maybeJson(r.request);
     j["response"] = maybeJson(r.response);
@@ -149,10 +181,11 @@ Json statsJson(const gateway::ExperimentStats& s) {
   Json j = {{"arms", arms}};
   if (s.shadow) {
     const auto& sh = *s.shadow;
-    j["shadow"] = {{"target", sh.target}, {"share", sh.share},   {"ok", sh.ok},
-                   {"error", sh.error},   {"failed", sh.failed}, {"shed", sh.shed},
-                   {"match", sh.match},   {"mismatch", sh.mismatch},
-                   {"latency_p50_s", sh.p50_s}, {"latency_p99_s", sh.p99_s}};
+    j["shadow"] = {
+        {"target", sh.target},      {"share", sh.share},       {"ok", sh.ok},
+        {"error", sh.error},        {"failed", sh.failed},     {"shed", sh.shed},
+        {"match", sh.match},        {"mismatch", sh.mismatch}, {"latency_p50_s", sh.p50_s},
+        {"latency_p99_s", sh.p99_s}};
   }
   return j;
 }
@@ -220,8 +253,10 @@ Result<AdminReply> opSetAlias(RegistryStore& s, const AdminCall& c, ApiShared&) 
   INFERA_ASSIGN_OR_RETURN(const std::string version, bodyString(c, "version", true));
   INFERA_ASSIGN_OR_RETURN(const int64_t v, parseVersion(version));
   INFERA_ASSIGN_OR_RETURN(const std::string reason, bodyString(c, "reason", false));
-  INFERA_ASSIGN_OR_RETURN(const AliasMove m, s.setAlias(c.param("name"), c.param("alias"), v, c.actor, reason));
-  return changed(reply({{"move", moveJson(m)}}), "alias.set", c.param("name") + "@" + c.param("alias"));
+  INFERA_ASSIGN_OR_RETURN(const AliasMove m,
+                          s.setAlias(c.param("name"), c.param("alias"), v, c.actor, reason));
+  return changed(reply({{"move", moveJson(m)}}), "alias.set",
+                 c.param("name") + "@" + c.param("alias"));
 }
 
 Result<AdminReply> opDeleteAlias(RegistryStore& s, const AdminCall& c, ApiShared&) {
@@ -234,8 +269,10 @@ Result<AdminReply> opRollback(RegistryStore& s, const AdminCall& c, ApiShared&) 
   if (c.body.is_object()) {
     INFERA_ASSIGN_OR_RETURN(reason, bodyString(c, "reason", false));
   }
-  INFERA_ASSIGN_OR_RETURN(const AliasMove m, s.rollbackAlias(c.param("name"), c.param("alias"), c.actor, reason));
-  return changed(reply({{"move", moveJson(m)}}), "alias.rollback", c.param("name") + "@" + c.param("alias"));
+  INFERA_ASSIGN_OR_RETURN(const AliasMove m,
+                          s.rollbackAlias(c.param("name"), c.param("alias"), c.actor, reason));
+  return changed(reply({{"move", moveJson(m)}}), "alias.rollback",
+                 c.param("name") + "@" + c.param("alias"));
 }
 
 Result<AdminReply> opHistory(RegistryStore& s, const AdminCall& c, ApiShared&) {
@@ -253,7 +290,8 @@ Result<AdminReply> opBindings(RegistryStore& s, const AdminCall& c, ApiShared& s
   INFERA_RETURN_IF_ERROR(s.getModel(c.param("name")).takeStatus());
   INFERA_ASSIGN_OR_RETURN(const auto bs, s.bindings(c.param("name")));
   Json a = Json::array();
-  for (const auto& b : bs) a.push_back({{"ref", b.ref}, {"deployments", b.deployments}, {"updated_ms", b.updated_ms}});
+  for (const auto& b : bs)
+    a.push_back({{"ref", b.ref}, {"deployments", b.deployments}, {"updated_ms", b.updated_ms}});
   Json cfg = Json::array();
   for (const auto& b : sh.config_bindings()) {
     if (b.model == c.param("name")) cfg.push_back({{"ref", b.ref}, {"deployments", b.deployments}});
@@ -267,24 +305,27 @@ Result<AdminReply> opSetBinding(RegistryStore& s, const AdminCall& c, ApiShared&
   b.ref = c.param("ref");
   if (!c.body.is_object() || !c.body.contains("deployments") || !c.body["deployments"].is_array() ||
       c.body["deployments"].empty()) {
-    return Status::invalidArgument("deployments: a non-empty list of deployment names (\"d1\" or \"model/d1\")");
+    return Status::invalidArgument(
+        "deployments: a non-empty list of deployment names (\"d1\" or \"model/d1\")");
   }
   for (const auto& d : c.body["deployments"]) {
     if (!d.is_string()) return Status::invalidArgument("deployments: names must be strings");
     const std::string name = d.get<std::string>();
     if (!sh.deployment_exists(name)) {
-      return Status::invalidArgument("deployments: '" + name + "' is not a deployment of the config's models");
+      return Status::invalidArgument("deployments: '" + name +
+                                     "' is not a deployment of the config's models");
     }
     b.deployments.push_back(name);
   }
   INFERA_RETURN_IF_ERROR(s.setBinding(b));
-  return changed(reply({{"binding", {{"ref", b.ref}, {"deployments", b.deployments}}}}), "binding.set",
-                 routeName(b.model, b.ref));
+  return changed(reply({{"binding", {{"ref", b.ref}, {"deployments", b.deployments}}}}),
+                 "binding.set", routeName(b.model, b.ref));
 }
 
 Result<AdminReply> opDeleteBinding(RegistryStore& s, const AdminCall& c, ApiShared&) {
   INFERA_RETURN_IF_ERROR(s.deleteBinding(c.param("name"), c.param("ref")));
-  return changed(reply(Json::object()), "binding.delete", routeName(c.param("name"), c.param("ref")));
+  return changed(reply(Json::object()), "binding.delete",
+                 routeName(c.param("name"), c.param("ref")));
 }
 
 // ---- experiments ----
@@ -303,7 +344,8 @@ Result<AdminReply> opGetExperiment(RegistryStore& s, const AdminCall& c, ApiShar
   return reply(j);
 }
 
-Result<AdminReply> storeExperiment(RegistryStore& s, const AdminCall& c, const ExperimentSpec& spec) {
+Result<AdminReply> storeExperiment(RegistryStore& s, const AdminCall& c,
+                                   const ExperimentSpec& spec) {
   const std::string name = c.param("name");
   INFERA_RETURN_IF_ERROR(s.getModel(name).takeStatus());
   for (const auto& a : spec.arms) {
@@ -335,18 +377,23 @@ Result<AdminReply> opPatchExperiment(RegistryStore& s, const AdminCall& c, ApiSh
     const Json& w = c.body["weights"];
     if (!w.is_object()) return Status::invalidArgument("weights: an object of arm name to weight");
     for (auto it = w.begin(); it != w.end(); ++it) {
-      auto arm = std::find_if(spec.arms.begin(), spec.arms.end(), [&](const ArmSpec& a) { return a.name == it.key(); });
-      if (arm == spec.arms.end()) return Status::invalidArgument("weights: no arm named " + it.key());
-      if (!it.value().is_number_integer() || it.value().get<int64_t>() < 0 || it.value().get<int64_t>() > 1'000'000) {
+      auto arm = std::find_if(spec.arms.begin(), spec.arms.end(),
+                              [&](const ArmSpec& a) { return a.name == it.key(); });
+      if (arm == spec.arms.end())
+        return Status::invalidArgument("weights: no arm named " + it.key());
+      if (!it.value().is_number_integer() || it.value().get<int64_t>() < 0 ||
+          it.value().get<int64_t>() > 1'000'000) {
         return Status::invalidArgument("weights." + it.key() + ": an integer in [0, 1000000]");
       }
       arm->weight = static_cast<int>(it.value().get<int64_t>());
     }
   }
   if (c.body.contains("shadow_share")) {
-    if (!c.body["shadow_share"].is_number()) return Status::invalidArgument("shadow_share: a number in [0, 1]");
+    if (!c.body["shadow_share"].is_number())
+      return Status::invalidArgument("shadow_share: a number in [0, 1]");
     const double share = c.body["shadow_share"].get<double>();
-    if (!(share >= 0 && share <= 1)) return Status::invalidArgument("shadow_share: a number in [0, 1]");
+    if (!(share >= 0 && share <= 1))
+      return Status::invalidArgument("shadow_share: a number in [0, 1]");
     spec.shadow_share = share;
   }
   INFERA_ASSIGN_OR_RETURN(ExperimentSpec checked, parseExperiment(experimentJson(spec)));
@@ -372,7 +419,12 @@ Result<AdminReply> opShadow(RegistryStore& s, const AdminCall& c, ApiShared& sh)
     if (o.matched == 0) ++mismatched;
   }
   Json j = {{"outcomes", a},
-            {"summary", {{"count", outcomes.size()}, {"ok", ok}, {"failed", failed}, {"matched", matched}, {"mismatched", mismatched}}}};
+            {"summary",
+             {{"count", outcomes.size()},
+              {"ok", ok},
+              {"failed", failed},
+              {"matched", matched},
+              {"mismatched", mismatched}}}};
   if (auto st = sh.stats(c.param("name")); st && st->shadow) j["stats"] = statsJson(*st)["shadow"];
   return reply(j);
 }
@@ -385,7 +437,9 @@ Result<AdminReply> opGetCapture(RegistryStore& s, const AdminCall& c, ApiShared&
   INFERA_ASSIGN_OR_RETURN(const auto cs, s.captureSettings(target(c)));
   if (!cs) return reply({{"capture", nullptr}});
   return reply({{"capture",
-                 {{"sample", cs->sample}, {"flag_errors", cs->flag_errors}, {"flag_slower_ms", cs->flag_slower_ms},
+                 {{"sample", cs->sample},
+                  {"flag_errors", cs->flag_errors},
+                  {"flag_slower_ms", cs->flag_slower_ms},
                   {"flag_contains", cs->flag_contains}}}});
 }
 
@@ -398,7 +452,8 @@ Result<AdminReply> opSetCapture(RegistryStore& s, const AdminCall& c, ApiShared&
   cs.flag_errors = c.body.value("flag_errors", false);
   cs.flag_slower_ms = c.body.value("flag_slower_ms", int64_t{0});
   if (c.body.contains("flag_contains")) {
-    if (!c.body["flag_contains"].is_array()) return Status::invalidArgument("flag_contains: a list of strings");
+    if (!c.body["flag_contains"].is_array())
+      return Status::invalidArgument("flag_contains: a list of strings");
     for (const auto& w : c.body["flag_contains"]) {
       if (!w.is_string()) return Status::invalidArgument("flag_contains: a list of strings");
       cs.flag_contains.push_back(w.get<std::string>());
@@ -406,7 +461,9 @@ Result<AdminReply> opSetCapture(RegistryStore& s, const AdminCall& c, ApiShared&
   }
   INFERA_RETURN_IF_ERROR(s.setCapture(cs));
   return changed(reply({{"capture",
-                         {{"sample", cs.sample}, {"flag_errors", cs.flag_errors}, {"flag_slower_ms", cs.flag_slower_ms},
+                         {{"sample", cs.sample},
+                          {"flag_errors", cs.flag_errors},
+                          {"flag_slower_ms", cs.flag_slower_ms},
                           {"flag_contains", cs.flag_contains}}}}),
                  "capture.set", cs.target);
 }
@@ -424,8 +481,8 @@ Result<AdminReply> opOptOuts(RegistryStore& s, const AdminCall&, ApiShared&) {
 Result<AdminReply> opSetOptOut(RegistryStore& s, const AdminCall& c, ApiShared&) {
   const bool out = c.method != "DELETE";
   INFERA_RETURN_IF_ERROR(s.setOptOut(c.param("key"), out));
-  return changed(reply({{"key", c.param("key")}, {"opted_out", out}}), out ? "optout.set" : "optout.delete",
-                 c.param("key"));
+  return changed(reply({{"key", c.param("key")}, {"opted_out", out}}),
+                 out ? "optout.set" : "optout.delete", c.param("key"));
 }
 
 ReviewQuery reviewQuery(const AdminCall& c) {
@@ -440,20 +497,23 @@ ReviewQuery reviewQuery(const AdminCall& c) {
 
 Result<AdminReply> opReviews(RegistryStore& s, const AdminCall& c, ApiShared&) {
   const ReviewQuery q = reviewQuery(c);
-  if (!q.state.empty() && q.state != "pending" && q.state != "reviewed" && q.state != "flagged" && q.state != "captured") {
+  if (!q.state.empty() && q.state != "pending" && q.state != "reviewed" && q.state != "flagged" &&
+      q.state != "captured") {
     return Status::invalidArgument("state: pending, reviewed, flagged or captured");
   }
   INFERA_ASSIGN_OR_RETURN(const auto items, s.reviews(q));
   Json a = Json::array();
   for (const auto& it : items) a.push_back(reviewJson(it, true));
   Json j = {{"reviews", a}};
-  if (static_cast<int>(items.size()) == q.limit && !items.empty()) j["next"] = items.back().request_id;
+  if (static_cast<int>(items.size()) == q.limit && !items.empty())
+    j["next"] = items.back().request_id;
   return reply(j);
 }
 
 Result<AdminReply> opReview(RegistryStore& s, const AdminCall& c, ApiShared&) {
   INFERA_ASSIGN_OR_RETURN(const auto item, s.reviewItem(c.param("id")));
-  if (!item) return Status::notFound("no captured or flagged inference with request id " + c.param("id"));
+  if (!item)
+    return Status::notFound("no captured or flagged inference with request id " + c.param("id"));
   return reply({{"review", reviewJson(*item, true)}});
 }
 
@@ -492,7 +552,9 @@ Result<AdminReply> opArtifactList(RegistryStore& s, const AdminCall& c, ApiShare
   INFERA_ASSIGN_OR_RETURN(const int64_t v, parseVersion(c.param("version")));
   INFERA_ASSIGN_OR_RETURN(const auto files, s.artifacts(c.param("name"), v));
   Json a = Json::array();
-  for (const auto& f : files) a.push_back({{"path", f.path}, {"size", f.size}, {"sha256", f.sha256}, {"created_ms", f.created_ms}});
+  for (const auto& f : files)
+    a.push_back(
+        {{"path", f.path}, {"size", f.size}, {"sha256", f.sha256}, {"created_ms", f.created_ms}});
   return reply({{"artifacts", a}});
 }
 
@@ -507,7 +569,8 @@ struct Api::Caller {
   std::string actor;
 };
 
-Api::Api(ApiShared& shared, net::asio::io_context& ctx, access::AccessWorker* access, bool admin_port)
+Api::Api(ApiShared& shared, net::asio::io_context& ctx, access::AccessWorker* access,
+         bool admin_port)
     : shared_(shared), ctx_(ctx), access_(access), admin_port_(admin_port) {}
 
 Api::Caller Api::caller(const net::HttpRequest& req) const {
@@ -522,7 +585,8 @@ Api::Caller Api::caller(const net::HttpRequest& req) const {
   }
   std::string authorization(req.header("authorization"));
   // MLflow clients send MLFLOW_TRACKING_USERNAME/PASSWORD as Basic auth: the password is the token.
-  if (authorization.size() > 6 && (authorization.starts_with("Basic ") || authorization.starts_with("basic "))) {
+  if (authorization.size() > 6 &&
+      (authorization.starts_with("Basic ") || authorization.starts_with("basic "))) {
     std::string creds;
     if (base64Decode(authorization.substr(6), creds)) {
       const size_t colon = creds.find(':');
@@ -535,8 +599,8 @@ Api::Caller Api::caller(const net::HttpRequest& req) const {
     return c;
   }
   if (!access_) {
-    c.denied = access::Denial{401, "the registry needs a key or the admin token", "invalid_request_error",
-                              "missing_api_key"};
+    c.denied = access::Denial{401, "the registry needs a key or the admin token",
+                              "invalid_request_error", "missing_api_key"};
     return c;
   }
   c.denied = access_->authenticate(authorization, req.header(access_->userHeader()), c.grant);
@@ -553,8 +617,9 @@ Task<void> Api::mlflow(net::HttpRequest& req, net::ResponseWriter& w, net::PathP
   Caller c = caller(req);
   if (c.denied) {
     const bool unauth = c.denied->status == 401;
-    const std::string body =
-        mlflowError(unauth ? "UNAUTHENTICATED" : "PERMISSION_DENIED", c.denied->status, c.denied->message).body;
+    const std::string body = mlflowError(unauth ? "UNAUTHENTICATED" : "PERMISSION_DENIED",
+                                         c.denied->status, c.denied->message)
+                                 .body;
     shared_.metrics.requests->counter({"mlflow", classOf(c.denied->status)})->inc(0);
     co_await sendJson(w, c.denied->status, body);
     co_return;
@@ -572,7 +637,9 @@ Task<void> Api::mlflow(net::HttpRequest& req, net::ResponseWriter& w, net::PathP
   }
   if (write && !c.admin) {
     const std::string body =
-        mlflowError("PERMISSION_DENIED", 403, "registry writes need the admin token (MLFLOW_TRACKING_TOKEN)").body;
+        mlflowError("PERMISSION_DENIED", 403,
+                    "registry writes need the admin token (MLFLOW_TRACKING_TOKEN)")
+            .body;
     co_await sendJson(w, 403, body);
     co_return;
   }
@@ -586,13 +653,16 @@ Task<void> Api::mlflow(net::HttpRequest& req, net::ResponseWriter& w, net::PathP
     };
   }
   ApiShared* sh = &shared_;
-  const PoolJob<MlflowReply> job = [sh, mr = std::move(mr)](RegistryStore& s) -> Result<MlflowReply> {
+  const PoolJob<MlflowReply> job = [sh,
+                                    mr = std::move(mr)](RegistryStore& s) -> Result<MlflowReply> {
     MlflowReply reply = handleMlflow(s, mr);
     if (reply.status == 200 && reply.changed) {
-      for (const auto& [name, version] : reply.removed_versions) (void)sh->files.remove(name, version);
+      for (const auto& [name, version] : reply.removed_versions)
+        (void)sh->files.remove(name, version);
       sh->after_write(s);
       if (sh->access && !reply.audit_action.empty()) {
-        (void)sh->access->audit(mr.actor, reply.audit_action, reply.audit_target, reply.audit_detail);
+        (void)sh->access->audit(mr.actor, reply.audit_action, reply.audit_target,
+                                reply.audit_detail);
       }
     }
     return reply;
@@ -608,9 +678,10 @@ Task<void> Api::mlflow(net::HttpRequest& req, net::ResponseWriter& w, net::PathP
 Task<void> Api::mlflowArtifacts(net::HttpRequest& req, net::ResponseWriter& w, net::PathParams p) {
   Caller c = caller(req);
   if (c.denied) {
-    const std::string body = mlflowError(c.denied->status == 401 ? "UNAUTHENTICATED" : "PERMISSION_DENIED",
-                                         c.denied->status, c.denied->message)
-                                 .body;
+    const std::string body =
+        mlflowError(c.denied->status == 401 ? "UNAUTHENTICATED" : "PERMISSION_DENIED",
+                    c.denied->status, c.denied->message)
+            .body;
     co_await sendJson(w, c.denied->status, body);
     co_return;
   }
@@ -629,7 +700,9 @@ Task<void> Api::mlflowArtifacts(net::HttpRequest& req, net::ResponseWriter& w, n
   const bool listing = p["rest"].empty();
   if (seg.size() < (listing ? 3u : 4u) || seg[0] != "registry") {
     const std::string body =
-        mlflowError("RESOURCE_DOES_NOT_EXIST", 404, "Infera serves artifacts under registry/<model>/<version>/").body;
+        mlflowError("RESOURCE_DOES_NOT_EXIST", 404,
+                    "Infera serves artifacts under registry/<model>/<version>/")
+            .body;
     co_await sendJson(w, 404, body);
     co_return;
   }
@@ -640,15 +713,16 @@ Task<void> Api::mlflowArtifacts(net::HttpRequest& req, net::ResponseWriter& w, n
     co_await sendJson(w, 400, body);
     co_return;
   }
-  if (!c.admin && access_ && access_->checkAccess(c.grant, access::ResourceKind::kRegisteredModel, name, name)) {
-    const std::string body = mlflowError(Status::notFound("Registered Model with name=" + name + " not found")).body;
+  if (!c.admin && access_ &&
+      access_->checkAccess(c.grant, access::ResourceKind::kRegisteredModel, name, name)) {
+    const std::string body =
+        mlflowError(Status::notFound("Registered Model with name=" + name + " not found")).body;
     co_await sendJson(w, 404, body);
     co_return;
   }
   if (listing) {
-    const PoolJob<std::vector<RegistryStore::Artifact>> job = [name, v = *version](RegistryStore& s) {
-      return s.artifacts(name, v);
-    };
+    const PoolJob<std::vector<RegistryStore::Artifact>> job =
+        [name, v = *version](RegistryStore& s) { return s.artifacts(name, v); };
     auto files = co_await runOnPool<std::vector<RegistryStore::Artifact>>(ctx_, shared_.pool, job);
     if (!files.ok()) {
       const std::string body = mlflowError(files.status()).body;
@@ -656,7 +730,8 @@ Task<void> Api::mlflowArtifacts(net::HttpRequest& req, net::ResponseWriter& w, n
       co_return;
     }
     Json a = Json::array();
-    for (const auto& f : *files) a.push_back({{"path", f.path}, {"is_dir", false}, {"file_size", f.size}});
+    for (const auto& f : *files)
+      a.push_back({{"path", f.path}, {"is_dir", false}, {"file_size", f.size}});
     Json j = Json::object();
     if (!a.empty()) j["files"] = a;
     const std::string body = j.dump();
@@ -667,7 +742,8 @@ Task<void> Api::mlflowArtifacts(net::HttpRequest& req, net::ResponseWriter& w, n
   for (size_t i = 3; i < seg.size(); ++i) path += (i > 3 ? "/" : "") + seg[i];
   if (req.method == "PUT") {
     if (!c.admin) {
-      const std::string body = mlflowError("PERMISSION_DENIED", 403, "registry writes need the admin token").body;
+      const std::string body =
+          mlflowError("PERMISSION_DENIED", 403, "registry writes need the admin token").body;
       co_await sendJson(w, 403, body);
       co_return;
     }
@@ -701,8 +777,8 @@ Task<void> Api::adminArtifacts(net::HttpRequest& req, net::ResponseWriter& w, ne
   }
 }
 
-Task<void> Api::upload(net::HttpRequest& req, net::ResponseWriter& w, const Caller& c, std::string name,
-                       int64_t version, std::string path, bool mlflow_errors) {
+Task<void> Api::upload(net::HttpRequest& req, net::ResponseWriter& w, const Caller& c,
+                       std::string name, int64_t version, std::string path, bool mlflow_errors) {
   auto fail = [&](const Status& s) -> Task<void> {
     const std::string body = mlflow_errors ? mlflowError(s).body : adminError(s);
     co_await sendJson(w, mlflow_errors ? mlflowStatus(s) : adminStatus(s), body);
@@ -712,7 +788,8 @@ Task<void> Api::upload(net::HttpRequest& req, net::ResponseWriter& w, const Call
   const int64_t limit = shared_.config.max_artifact_bytes;
   ArtifactFiles* files = &shared_.files;
   using UploadRef = std::shared_ptr<ArtifactFiles::Upload>;
-  const PoolJob<UploadRef> begin_job = [files, name, version, path](RegistryStore& s) -> Result<UploadRef> {
+  const PoolJob<UploadRef> begin_job = [files, name, version,
+                                        path](RegistryStore& s) -> Result<UploadRef> {
     INFERA_RETURN_IF_ERROR(s.getVersion(name, version).takeStatus());
     INFERA_ASSIGN_OR_RETURN(auto up, files->begin(name, version, path));
     return UploadRef(up.release(), ArtifactFiles::UploadDeleter{});
@@ -753,27 +830,31 @@ Task<void> Api::upload(net::HttpRequest& req, net::ResponseWriter& w, const Call
   ApiShared* sh = &shared_;
   const std::string actor = c.actor;
   const PoolJob<ArtifactFiles::Committed> commit_job =
-      [sh, files, up, name, version, path, actor](RegistryStore& s) -> Result<ArtifactFiles::Committed> {
-        INFERA_ASSIGN_OR_RETURN(ArtifactFiles::Committed cm, files->commit(*up));
-        const std::string location = "mlflow-artifacts:/registry/" + encodeSegment(name) + "/" + std::to_string(version);
-        INFERA_RETURN_IF_ERROR(s.recordArtifact(name, version, path, cm.size, cm.sha256, location));
-        if (sh->access) {
-          const Json detail = {{"path", path}, {"size", cm.size}, {"sha256", cm.sha256}};
-          (void)sh->access->audit(actor, "registry.artifact.upload", name + "/" + std::to_string(version), detail.dump());
-        }
-        return cm;
-      };
+      [sh, files, up, name, version, path,
+       actor](RegistryStore& s) -> Result<ArtifactFiles::Committed> {
+    INFERA_ASSIGN_OR_RETURN(ArtifactFiles::Committed cm, files->commit(*up));
+    const std::string location =
+        "mlflow-artifacts:/registry/" + encodeSegment(name) + "/" + std::to_string(version);
+    INFERA_RETURN_IF_ERROR(s.recordArtifact(name, version, path, cm.size, cm.sha256, location));
+    if (sh->access) {
+      const Json detail = {{"path", path}, {"size", cm.size}, {"sha256", cm.sha256}};
+      (void)sh->access->audit(actor, "registry.artifact.upload",
+                              name + "/" + std::to_string(version), detail.dump());
+    }
+    return cm;
+  };
   auto done = co_await runOnPool<ArtifactFiles::Committed>(ctx_, shared_.pool, commit_job);
   if (!done.ok()) {
     co_await fail(done.status());
     co_return;
   }
-  const std::string answer = Json{{"path", path}, {"size", done->size}, {"sha256", done->sha256}}.dump();
+  const std::string answer =
+      Json{{"path", path}, {"size", done->size}, {"sha256", done->sha256}}.dump();
   co_await sendJson(w, 200, answer);
 }
 
-Task<void> Api::download(net::HttpRequest& req, net::ResponseWriter& w, std::string name, int64_t version,
-                         std::string path, bool mlflow_errors) {
+Task<void> Api::download(net::HttpRequest& req, net::ResponseWriter& w, std::string name,
+                         int64_t version, std::string path, bool mlflow_errors) {
   (void)req;
   auto fail = [&](const Status& s) -> Task<void> {
     const std::string body = mlflow_errors ? mlflowError(s).body : adminError(s);
@@ -784,10 +865,12 @@ Task<void> Api::download(net::HttpRequest& req, net::ResponseWriter& w, std::str
     std::shared_ptr<ArtifactFiles::Reader> reader;
     std::string sha256;
   };
-  const PoolJob<Opened> open_job = [files, name, version, path](RegistryStore& s) -> Result<Opened> {
+  const PoolJob<Opened> open_job = [files, name, version,
+                                    path](RegistryStore& s) -> Result<Opened> {
     INFERA_ASSIGN_OR_RETURN(const auto meta, s.artifact(name, version, path));
     if (!meta) {
-      return Status::notFound("artifact " + path + " of " + name + "/" + std::to_string(version) + " not found");
+      return Status::notFound("artifact " + path + " of " + name + "/" + std::to_string(version) +
+                              " not found");
     }
     INFERA_ASSIGN_OR_RETURN(auto r, files->open(name, version, path));
     return Opened{std::shared_ptr<ArtifactFiles::Reader>(std::move(r)), meta->sha256};
@@ -798,7 +881,8 @@ Task<void> Api::download(net::HttpRequest& req, net::ResponseWriter& w, std::str
     co_return;
   }
   const auto reader = opened->reader;
-  const std::vector<net::HttpHeader> headers = {{"x-infera-sha256", opened->sha256}, {"etag", "\"" + opened->sha256 + "\""}};
+  const std::vector<net::HttpHeader> headers = {{"x-infera-sha256", opened->sha256},
+                                                {"etag", "\"" + opened->sha256 + "\""}};
   if (!co_await w.start(200, "application/octet-stream", headers, reader->size)) co_return;
   int64_t offset = 0;
   while (offset < reader->size) {
@@ -842,7 +926,9 @@ Task<void> Api::flag(net::HttpRequest& req, net::ResponseWriter& w, net::PathPar
 }
 
 void Api::addDataRoutes(net::Router& router) {
-  auto mlflowRoute = [this](net::HttpRequest& req, net::ResponseWriter& w, net::PathParams p) { return mlflow(req, w, p); };
+  auto mlflowRoute = [this](net::HttpRequest& req, net::ResponseWriter& w, net::PathParams p) {
+    return mlflow(req, w, p);
+  };
   router.add("*", "/api/2.0/mlflow/{rest...}", mlflowRoute);
   router.add("*", "/ajax-api/2.0/mlflow/{rest...}", mlflowRoute);
   auto artifacts = [this](net::HttpRequest& req, net::ResponseWriter& w, net::PathParams p) {
@@ -853,10 +939,17 @@ void Api::addDataRoutes(net::Router& router) {
   router.addStreamed("PUT", "/api/2.0/mlflow-artifacts/artifacts/{rest...}", artifacts,
                      static_cast<uint64_t>(shared_.config.max_artifact_bytes));
   router.add("POST", "/api/2.0/infera/flags",
-             [this](net::HttpRequest& req, net::ResponseWriter& w, net::PathParams p) { return flag(req, w, p); });
-  auto notFound = [](net::HttpRequest& req, net::ResponseWriter& w, int status, std::string_view allow) -> Task<void> {
-    const std::string body = status == 405 ? mlflowError("BAD_REQUEST", 405, "method not allowed (allowed: " + std::string(allow) + ")").body
-                                           : mlflowError("ENDPOINT_NOT_FOUND", 404, "no endpoint " + std::string(req.path())).body;
+             [this](net::HttpRequest& req, net::ResponseWriter& w, net::PathParams p) {
+               return flag(req, w, p);
+             });
+  auto notFound = [](net::HttpRequest& req, net::ResponseWriter& w, int status,
+                     std::string_view allow) -> Task<void> {
+    const std::string body =
+        status == 405
+            ? mlflowError("BAD_REQUEST", 405,
+                          "method not allowed (allowed: " + std::string(allow) + ")")
+                  .body
+            : mlflowError("ENDPOINT_NOT_FOUND", 404, "no endpoint " + std::string(req.path())).body;
     co_await sendJson(w, status, body);
   };
   router.setFallback("/api/2.0/mlflow", notFound);
@@ -865,26 +958,32 @@ void Api::addDataRoutes(net::Router& router) {
     // A client waiting for 100 Continue before an upload learns of a bad key first.
     access::Access* acc = shared_.access;
     access::AccessWorker* aw = access_;
-    router.setBeforeBody("/api/2.0/mlflow-artifacts/", [acc, aw](const net::HttpRequest& head) -> std::optional<net::EarlyAnswer> {
-      if (!acc->refuseAdmin(head.header("authorization"))) return std::nullopt;
-      return net::EarlyAnswer{403, "application/json",
-                              mlflowError("PERMISSION_DENIED", 403, "registry writes need the admin token").body};
-    });
+    router.setBeforeBody(
+        "/api/2.0/mlflow-artifacts/",
+        [acc, aw](const net::HttpRequest& head) -> std::optional<net::EarlyAnswer> {
+          if (!acc->refuseAdmin(head.header("authorization"))) return std::nullopt;
+          return net::EarlyAnswer{
+              403, "application/json",
+              mlflowError("PERMISSION_DENIED", 403, "registry writes need the admin token").body};
+        });
     (void)aw;
   }
 }
 
 void Api::addAdminRoutes(net::Router& r, const net::RouteGuard& guard) {
   r.add("*", "/api/2.0/mlflow/{rest...}",
-        guard([this](net::HttpRequest& req, net::ResponseWriter& w, net::PathParams p) { return mlflow(req, w, p); }));
+        guard([this](net::HttpRequest& req, net::ResponseWriter& w, net::PathParams p) {
+          return mlflow(req, w, p);
+        }));
   auto artifacts = guard([this](net::HttpRequest& req, net::ResponseWriter& w, net::PathParams p) {
     return adminArtifacts(req, w, p);
   });
   r.add("GET", "/admin/registry/models/{name}/versions/{version}/artifacts/{path...}", artifacts);
-  r.addStreamed("PUT", "/admin/registry/models/{name}/versions/{version}/artifacts/{path...}", artifacts,
-                static_cast<uint64_t>(shared_.config.max_artifact_bytes));
+  r.addStreamed("PUT", "/admin/registry/models/{name}/versions/{version}/artifacts/{path...}",
+                artifacts, static_cast<uint64_t>(shared_.config.max_artifact_bytes));
   auto op = [this, &guard](AdminOp fn) {
-    return guard([this, fn = std::move(fn)](net::HttpRequest& req, net::ResponseWriter& w, net::PathParams p) -> Task<void> {
+    return guard([this, fn = std::move(fn)](net::HttpRequest& req, net::ResponseWriter& w,
+                                            net::PathParams p) -> Task<void> {
       AdminCall call;
       call.method = req.method;
       for (const char* k : {"name", "alias", "ref", "version", "key", "id"}) {
@@ -946,7 +1045,9 @@ void Api::addAdminRoutes(net::Router& r, const net::RouteGuard& guard) {
           q.limit = 500;
           bool started = false;
           for (;;) {
-            const PoolJob<std::vector<ReviewItem>> job = [q](RegistryStore& s) { return s.reviews(q); };
+            const PoolJob<std::vector<ReviewItem>> job = [q](RegistryStore& s) {
+              return s.reviews(q);
+            };
             auto page = co_await runOnPool<std::vector<ReviewItem>>(ctx_, shared_.pool, job);
             if (!page.ok()) {
               const std::string body = adminError(page.status());
@@ -960,10 +1061,18 @@ void Api::addAdminRoutes(net::Router& r, const net::RouteGuard& guard) {
             }
             std::string lines;
             for (const auto& it : *page) {
-              Json j = {{"request_id", it.request_id}, {"model", it.model},     {"target", it.target},
-                        {"arm", it.arm},               {"ts_ms", it.ts_ms},     {"request", maybeJson(it.request)},
-                        {"response", maybeJson(it.response)}, {"reason", it.reason}, {"verdict", it.verdict},
-                        {"label", it.label},           {"reviewer", it.reviewer}, {"note", it.note}};
+              Json j = {{"request_id", it.request_id},
+                        {"model", it.model},
+                        {"target", it.target},
+                        {"arm", it.arm},
+                        {"ts_ms", it.ts_ms},
+                        {"request", maybeJson(it.request)},
+                        {"response", maybeJson(it.response)},
+                        {"reason", it.reason},
+                        {"verdict", it.verdict},
+                        {"label", it.label},
+                        {"reviewer", it.reviewer},
+                        {"note", it.note}};
               lines += j.dump();
               lines += '\n';
             }

@@ -52,7 +52,8 @@ ArtifactFiles::Reader::~Reader() {
 Status ArtifactFiles::init() {
   std::error_code ec;
   fs::create_directories(root_, ec);
-  if (ec) return Status::internal("cannot create the artifact directory " + root_ + ": " + ec.message());
+  if (ec)
+    return Status::internal("cannot create the artifact directory " + root_ + ": " + ec.message());
   ::chmod(root_.c_str(), 0700);
   return Status::ok();
 }
@@ -61,8 +62,10 @@ Status ArtifactFiles::validatePath(const std::string& path) {
   if (path.empty() || path.front() == '/' || path.back() == '/') {
     return Status::invalidArgument("artifact path '" + path + "' must be a relative file path");
   }
-  if (path.find('\\') != std::string::npos || path.find('\0') != std::string::npos || path.size() > 1024) {
-    return Status::invalidArgument("artifact path '" + path + "' has a backslash or NUL, or is too long");
+  if (path.find('\\') != std::string::npos || path.find('\0') != std::string::npos ||
+      path.size() > 1024) {
+    return Status::invalidArgument("artifact path '" + path +
+                                   "' has a backslash or NUL, or is too long");
   }
   size_t i = 0;
   while (i <= path.size()) {
@@ -70,9 +73,11 @@ Status ArtifactFiles::validatePath(const std::string& path) {
     if (j == std::string::npos) j = path.size();
     const std::string_view seg(path.data() + i, j - i);
     if (seg.empty() || seg == "." || seg == "..") {
-      return Status::invalidArgument("artifact path '" + path + "' has an empty, '.' or '..' segment");
+      return Status::invalidArgument("artifact path '" + path +
+                                     "' has an empty, '.' or '..' segment");
     }
-    if (seg.starts_with(".upload-")) return Status::invalidArgument("artifact names may not start with .upload-");
+    if (seg.starts_with(".upload-"))
+      return Status::invalidArgument("artifact names may not start with .upload-");
     i = j + 1;
   }
   return Status::ok();
@@ -93,11 +98,14 @@ Result<ArtifactFiles::UploadPtr> ArtifactFiles::begin(const std::string& model, 
   std::error_code ec;
   fs::create_directories(parent, ec);
   if (ec) return Status::internal("cannot create " + parent.string() + ": " + ec.message());
-  u->tmp = (parent / (".upload-" + std::to_string(::getpid()) + "-" + std::to_string(reinterpret_cast<uintptr_t>(u.get())))).string();
+  u->tmp = (parent / (".upload-" + std::to_string(::getpid()) + "-" +
+                      std::to_string(reinterpret_cast<uintptr_t>(u.get()))))
+               .string();
   u->fd = ::open(u->tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   if (u->fd < 0) return Status::internal("cannot create " + u->tmp + ": " + std::strerror(errno));
   u->sha = EVP_MD_CTX_new();
-  if (!u->sha || EVP_DigestInit_ex(u->sha, EVP_sha256(), nullptr) != 1) return Status::internal("sha256 init failed");
+  if (!u->sha || EVP_DigestInit_ex(u->sha, EVP_sha256(), nullptr) != 1)
+    return Status::internal("sha256 init failed");
   return u;
 }
 
@@ -112,7 +120,8 @@ Status ArtifactFiles::append(Upload& u, std::string_view data, int64_t limit) {
     const ssize_t n = ::write(u.fd, data.data() + done, data.size() - done);
     if (n < 0) {
       if (errno == EINTR) continue;
-      return errno == ENOSPC ? Status::unavailable("artifact directory is full: " + std::string(std::strerror(errno)))
+      return errno == ENOSPC ? Status::unavailable("artifact directory is full: " +
+                                                   std::string(std::strerror(errno)))
                              : Status::internal("writing " + u.tmp + ": " + std::strerror(errno));
     }
     done += static_cast<size_t>(n);
@@ -122,7 +131,8 @@ Status ArtifactFiles::append(Upload& u, std::string_view data, int64_t limit) {
 }
 
 Result<ArtifactFiles::Committed> ArtifactFiles::commit(Upload& u) {
-  if (::fdatasync(u.fd) != 0) return Status::internal("fdatasync " + u.tmp + ": " + std::strerror(errno));
+  if (::fdatasync(u.fd) != 0)
+    return Status::internal("fdatasync " + u.tmp + ": " + std::strerror(errno));
   ::close(u.fd);
   u.fd = -1;
   if (::rename(u.tmp.c_str(), u.dest.c_str()) != 0) {
@@ -135,18 +145,22 @@ Result<ArtifactFiles::Committed> ArtifactFiles::commit(Upload& u) {
   return Committed{u.size, toHex(md, len)};
 }
 
-Result<std::unique_ptr<ArtifactFiles::Reader>> ArtifactFiles::open(const std::string& model, int64_t version,
+Result<std::unique_ptr<ArtifactFiles::Reader>> ArtifactFiles::open(const std::string& model,
+                                                                   int64_t version,
                                                                    const std::string& path) {
   INFERA_RETURN_IF_ERROR(validatePath(path));
   const std::string file = dirOf(model, version) + "/" + path;
   auto r = std::make_unique<Reader>();
   r->fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
   if (r->fd < 0) {
-    if (errno == ENOENT) return Status::notFound("artifact " + path + " of " + model + "/" + std::to_string(version) + " not found");
+    if (errno == ENOENT)
+      return Status::notFound("artifact " + path + " of " + model + "/" + std::to_string(version) +
+                              " not found");
     return Status::internal("cannot open " + file + ": " + std::strerror(errno));
   }
   struct stat st {};
-  if (::fstat(r->fd, &st) != 0) return Status::internal("fstat " + file + ": " + std::strerror(errno));
+  if (::fstat(r->fd, &st) != 0)
+    return Status::internal("fstat " + file + ": " + std::strerror(errno));
   r->size = st.st_size;
   return r;
 }
@@ -155,7 +169,8 @@ Result<std::string> ArtifactFiles::read(Reader& r, int64_t offset, size_t max) {
   std::string out(max, '\0');
   size_t got = 0;
   while (got < max) {
-    const ssize_t n = ::pread(r.fd, out.data() + got, max - got, offset + static_cast<int64_t>(got));
+    const ssize_t n =
+        ::pread(r.fd, out.data() + got, max - got, offset + static_cast<int64_t>(got));
     if (n < 0) {
       if (errno == EINTR) continue;
       return Status::internal(std::string("reading an artifact: ") + std::strerror(errno));

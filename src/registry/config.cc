@@ -22,7 +22,8 @@ void readRegistryConfig(ConfigReader& r, RegistryConfig& c) {
     cr.optional("max_body_bytes", c.capture_max_body_bytes, 256, 16 << 20);
     cr.optional("max_rows_per_version", c.capture_max_rows, 1, 100'000'000);
   });
-  r.object("shadow", [&](ConfigReader& sr) { sr.optional("max_rows", c.shadow_max_rows, 1, 100'000'000); });
+  r.object("shadow",
+           [&](ConfigReader& sr) { sr.optional("max_rows", c.shadow_max_rows, 1, 100'000'000); });
   r.forEach("bindings", [&](ConfigReader& b, size_t) {
     BindingConfig bc;
     bc.line = b.line();
@@ -33,7 +34,8 @@ void readRegistryConfig(ConfigReader& r, RegistryConfig& c) {
     if (version.empty() == alias.empty()) {
       b.error("", "needs exactly one of 'version' or 'alias'");
     } else if (!version.empty()) {
-      if (!parseVersion(version).ok()) b.error("version", "must be a version number, got '" + version + "'");
+      if (!parseVersion(version).ok())
+        b.error("version", "must be a version number, got '" + version + "'");
       bc.ref = version;
     } else {
       const Status s = validateAlias(alias);
@@ -48,11 +50,12 @@ void readRegistryConfig(ConfigReader& r, RegistryConfig& c) {
 
 std::vector<std::string> restartNeeded(const RegistryConfig& a, const RegistryConfig& b) {
   std::vector<std::string> out;
-  if (a.enabled != b.enabled || a.store != b.store || a.data_dir != b.data_dir || a.artifact_dir != b.artifact_dir ||
-      a.max_artifact_bytes != b.max_artifact_bytes || a.threads != b.threads || a.max_queued != b.max_queued ||
+  if (a.enabled != b.enabled || a.store != b.store || a.data_dir != b.data_dir ||
+      a.artifact_dir != b.artifact_dir || a.max_artifact_bytes != b.max_artifact_bytes ||
+      a.threads != b.threads || a.max_queued != b.max_queued ||
       a.sync_interval_ms != b.sync_interval_ms || a.default_alias != b.default_alias ||
-      a.capture_max_body_bytes != b.capture_max_body_bytes || a.capture_max_rows != b.capture_max_rows ||
-      a.shadow_max_rows != b.shadow_max_rows) {
+      a.capture_max_body_bytes != b.capture_max_body_bytes ||
+      a.capture_max_rows != b.capture_max_rows || a.shadow_max_rows != b.shadow_max_rows) {
     out.push_back("registry (everything but bindings)");
   }
   return out;

@@ -49,14 +49,16 @@ std::string pythonDumps(const Json& v) {
 }
 
 Status typeError(const std::string& field, const Json& v) {
-  return Status::invalidArgument("Invalid value " + pythonDumps(v) + " for parameter '" + field +
-                                 "' supplied:  Hint: Value was of type '" + pythonType(v) +
-                                 "'. See the API docs for more information about request parameters.");
+  return Status::invalidArgument(
+      "Invalid value " + pythonDumps(v) + " for parameter '" + field +
+      "' supplied:  Hint: Value was of type '" + pythonType(v) +
+      "'. See the API docs for more information about request parameters.");
 }
 
 Status missing(const std::string& field) {
-  return Status::invalidArgument("Missing value for required parameter '" + field +
-                                 "'. See the API docs for more information about request parameters.");
+  return Status::invalidArgument(
+      "Missing value for required parameter '" + field +
+      "'. See the API docs for more information about request parameters.");
 }
 
 std::string numberText(const Json& v) {
@@ -126,7 +128,8 @@ class Params {
       if (v.empty()) return std::optional<int64_t>();
       const std::string& s = v.front();
       const bool digits = !s.empty() && s.size() <= 18 &&
-                          std::all_of(s.begin() + (s[0] == '-' ? 1 : 0), s.end(), [](char c) { return c >= '0' && c <= '9'; }) &&
+                          std::all_of(s.begin() + (s[0] == '-' ? 1 : 0), s.end(),
+                                      [](char c) { return c >= '0' && c <= '9'; }) &&
                           s != "-";
       if (!digits) return typeError(field, Json(s));
       return std::optional<int64_t>(std::stoll(s));
@@ -136,7 +139,8 @@ class Params {
     if (v.is_number_integer()) return std::optional<int64_t>(v.get<int64_t>());
     if (v.is_string()) {
       const std::string s = v.get<std::string>();
-      if (!s.empty() && s.size() <= 18 && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+      if (!s.empty() && s.size() <= 18 &&
+          std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; })) {
         return std::optional<int64_t>(std::stoll(s));
       }
     }
@@ -232,7 +236,8 @@ OJson modelObject(const RegisteredModel& m) {
   if (!m.tags.empty()) j["tags"] = tagsJson(m.tags);
   if (!m.aliases.empty()) {
     OJson a = OJson::array();
-    for (const auto& al : m.aliases) a.push_back(OJson{{"alias", al.alias}, {"version", std::to_string(al.version)}});
+    for (const auto& al : m.aliases)
+      a.push_back(OJson{{"alias", al.alias}, {"version", std::to_string(al.version)}});
     j["aliases"] = a;
   }
   return j;
@@ -250,7 +255,8 @@ MlflowReply okEmpty() {
   return r;
 }
 
-MlflowReply written(MlflowReply r, const std::string& action, const std::string& target, const Params& p) {
+MlflowReply written(MlflowReply r, const std::string& action, const std::string& target,
+                    const Params& p) {
   r.audit_action = "registry." + action;
   r.audit_target = target;
   r.audit_detail = p.detail();
@@ -261,30 +267,34 @@ MlflowReply written(MlflowReply r, const std::string& action, const std::string&
 // Checks a model name for what the gateway needs to route "name@alias" and "name/3".
 Status validateModelName(const std::string& name) {
   if (name.find('/') != std::string::npos || name.find('@') != std::string::npos) {
-    return Status::invalidArgument("Invalid registered model name '" + name +
-                                   "': Infera serves versions as name/version and aliases as name@alias, so names "
-                                   "may not contain '/' or '@'.");
+    return Status::invalidArgument(
+        "Invalid registered model name '" + name +
+        "': Infera serves versions as name/version and aliases as name@alias, so names "
+        "may not contain '/' or '@'.");
   }
-  if (name.size() > 256) return Status::invalidArgument("'name' exceeds the maximum length of 256 characters");
+  if (name.size() > 256)
+    return Status::invalidArgument("'name' exceeds the maximum length of 256 characters");
   return Status::ok();
 }
 
-#define MLFLOW_TRY(lhs, expr)                               \
-  auto INFERA_CONCAT(mlflow_r_, __LINE__) = (expr);         \
-  if (!INFERA_CONCAT(mlflow_r_, __LINE__).ok()) {           \
+#define MLFLOW_TRY(lhs, expr)                                        \
+  auto INFERA_CONCAT(mlflow_r_, __LINE__) = (expr);                  \
+  if (!INFERA_CONCAT(mlflow_r_, __LINE__).ok()) {                    \
     return mlflowError(INFERA_CONCAT(mlflow_r_, __LINE__).status()); \
-  }                                                         \
+  }                                                                  \
   lhs = std::move(INFERA_CONCAT(mlflow_r_, __LINE__)).value()
 
-#define MLFLOW_CHECK(expr)                                       \
-  do {                                                           \
+#define MLFLOW_CHECK(expr)                                                 \
+  do {                                                                     \
     const ::infera::Status mlflow_s_ = ::infera::internal::asStatus(expr); \
-    if (!mlflow_s_.isOk()) return mlflowError(mlflow_s_);        \
+    if (!mlflow_s_.isOk()) return mlflowError(mlflow_s_);                  \
   } while (0)
 
 using Handler = MlflowReply (*)(RegistryStore&, const MlflowRequest&, const Params&);
 
-bool hidden(const MlflowRequest& req, const std::string& name) { return req.visible && !req.visible(name); }
+bool hidden(const MlflowRequest& req, const std::string& name) {
+  return req.visible && !req.visible(name);
+}
 
 Status notFoundModel(const std::string& name) {
   return Status::notFound("Registered Model with name=" + name + " not found");
@@ -340,19 +350,23 @@ Result<int64_t> maxResults(const Params& p, int64_t def, int64_t max, Entity ent
   const int64_t v = n.value_or(def);
   if (v > max) {
     if (p.fromQuery()) {
-      return Status::invalidArgument("Invalid value \"" + std::to_string(v) +
-                                     "\" for parameter 'max_results' supplied:  Hint: Value was of type 'str'. See "
-                                     "the API docs for more information about request parameters.");
+      return Status::invalidArgument(
+          "Invalid value \"" + std::to_string(v) +
+          "\" for parameter 'max_results' supplied:  Hint: Value was of type 'str'. See "
+          "the API docs for more information about request parameters.");
     }
-    return Status::invalidArgument("Invalid value for request parameter max_results. It must be at most " +
-                                   std::to_string(max) + ", but got value " + std::to_string(v));
+    return Status::invalidArgument(
+        "Invalid value for request parameter max_results. It must be at most " +
+        std::to_string(max) + ", but got value " + std::to_string(v));
   }
   if (v < 1) {
-    return Status::invalidArgument(entity == Entity::kModelVersion
-                                       ? "Invalid value for max_results. It must be a positive integer, but got " +
-                                             std::to_string(v)
-                                       : "Invalid value for request parameter max_results. It must be a positive "
-                                         "integer, but got value " + std::to_string(v));
+    return Status::invalidArgument(
+        entity == Entity::kModelVersion
+            ? "Invalid value for max_results. It must be a positive integer, but got " +
+                  std::to_string(v)
+            : "Invalid value for request parameter max_results. It must be a positive "
+              "integer, but got value " +
+                  std::to_string(v));
   }
   return v;
 }
@@ -366,11 +380,13 @@ MlflowReply searchModels(RegistryStore& s, const MlflowRequest& req, const Param
   MLFLOW_TRY(const std::vector<OrderKey> order, parseOrderBy(order_by, Entity::kRegisteredModel));
   MLFLOW_TRY(const int64_t offset, decodePageToken(token.value_or("")));
   MLFLOW_TRY(std::vector<RegisteredModel> all, s.allModels());
-  std::erase_if(all, [&](const RegisteredModel& m) { return !matches(filter, m) || hidden(req, m.name); });
+  std::erase_if(
+      all, [&](const RegisteredModel& m) { return !matches(filter, m) || hidden(req, m.name); });
   sortModels(all, order);
   OJson j = OJson::object();
   OJson list = OJson::array();
-  const size_t begin = static_cast<size_t>(std::min<int64_t>(offset, static_cast<int64_t>(all.size())));
+  const size_t begin =
+      static_cast<size_t>(std::min<int64_t>(offset, static_cast<int64_t>(all.size())));
   const size_t end = std::min(all.size(), begin + static_cast<size_t>(max));
   for (size_t i = begin; i < end; ++i) list.push_back(modelObject(all[i]));
   if (!list.empty()) j["registered_models"] = list;
@@ -451,10 +467,12 @@ MlflowReply createVersion(RegistryStore& s, const MlflowRequest& req, const Para
   MLFLOW_TRY(const std::optional<std::string> model_id, p.str("model_id"));
   MLFLOW_TRY(nv.tags, p.tags());
   if (nv.source.find("..") != std::string::npos || nv.source.find("%00") != std::string::npos) {
-    return mlflowError(Status::invalidArgument(
-        "Invalid model version source: '" + nv.source +
-        "'. If supplying a source as an http, https, local file path, ftp, objectstore, or mlflow-artifacts uri, an "
-        "absolute path must be provided without relative path references present. Please provide an absolute path."));
+    return mlflowError(
+        Status::invalidArgument("Invalid model version source: '" + nv.source +
+                                "'. If supplying a source as an http, https, local file path, ftp, "
+                                "objectstore, or mlflow-artifacts uri, an "
+                                "absolute path must be provided without relative path references "
+                                "present. Please provide an absolute path."));
   }
   // The reference server stores "" for what the client did not send.
   nv.run_id = run_id.value_or("");
@@ -499,25 +517,29 @@ MlflowReply deleteVersion(RegistryStore& s, const MlflowRequest& req, const Para
   MLFLOW_TRY(const NameVersion nv, nameVersion(p));
   if (hidden(req, nv.name)) return mlflowError(notFoundModel(nv.name));
   MLFLOW_CHECK(s.deleteVersion(nv.name, nv.version, req.actor));
-  MlflowReply r = written(okEmpty(), "version.delete", nv.name + "/" + std::to_string(nv.version), p);
+  MlflowReply r =
+      written(okEmpty(), "version.delete", nv.name + "/" + std::to_string(nv.version), p);
   r.removed_versions.emplace_back(nv.name, nv.version);
   return r;
 }
 
 MlflowReply searchVersions(RegistryStore& s, const MlflowRequest& req, const Params& p) {
   MLFLOW_TRY(const std::optional<std::string> filter_text, p.str("filter"));
-  MLFLOW_TRY(const int64_t max, maxResults(p, kVersionSearchMax, kVersionSearchMax, Entity::kModelVersion));
+  MLFLOW_TRY(const int64_t max,
+             maxResults(p, kVersionSearchMax, kVersionSearchMax, Entity::kModelVersion));
   MLFLOW_TRY(const std::vector<std::string> order_by, p.list("order_by"));
   MLFLOW_TRY(const std::optional<std::string> token, p.str("page_token"));
   MLFLOW_TRY(const Filter filter, parseFilter(filter_text.value_or(""), Entity::kModelVersion));
   MLFLOW_TRY(const std::vector<OrderKey> order, parseOrderBy(order_by, Entity::kModelVersion));
   MLFLOW_TRY(const int64_t offset, decodePageToken(token.value_or("")));
   MLFLOW_TRY(std::vector<ModelVersion> all, s.allVersions());
-  std::erase_if(all, [&](const ModelVersion& v) { return !matches(filter, v) || hidden(req, v.name); });
+  std::erase_if(all,
+                [&](const ModelVersion& v) { return !matches(filter, v) || hidden(req, v.name); });
   sortVersions(all, order);
   OJson j = OJson::object();
   OJson list = OJson::array();
-  const size_t begin = static_cast<size_t>(std::min<int64_t>(offset, static_cast<int64_t>(all.size())));
+  const size_t begin =
+      static_cast<size_t>(std::min<int64_t>(offset, static_cast<int64_t>(all.size())));
   const size_t end = std::min(all.size(), begin + static_cast<size_t>(max));
   for (size_t i = begin; i < end; ++i) list.push_back(versionObject(all[i]));
   if (!list.empty()) j["model_versions"] = list;
@@ -529,7 +551,8 @@ MlflowReply downloadUri(RegistryStore& s, const MlflowRequest& req, const Params
   // No schema check in MLflow's handler: the store's messages.
   MLFLOW_TRY(const std::optional<std::string> name, p.str("name"));
   MLFLOW_TRY(const std::optional<std::string> version, p.str("version"));
-  if (!name || name->empty()) return mlflowError(Status::invalidArgument("Missing value for required parameter 'name'."));
+  if (!name || name->empty())
+    return mlflowError(Status::invalidArgument("Missing value for required parameter 'name'."));
   MLFLOW_TRY(const int64_t v, parseVersion(version.value_or("")));
   if (hidden(req, *name)) return mlflowError(notFoundModel(*name));
   MLFLOW_TRY(const std::string uri, s.downloadUri(*name, v));
@@ -630,33 +653,52 @@ std::vector<std::string> queryValues(std::string_view query, std::string_view ke
 
 std::string_view mlflowCode(const Status& s) {
   switch (s.code()) {
-    case StatusCode::kInvalidArgument: return "INVALID_PARAMETER_VALUE";
-    case StatusCode::kNotFound: return "RESOURCE_DOES_NOT_EXIST";
-    case StatusCode::kAlreadyExists: return "RESOURCE_ALREADY_EXISTS";
-    case StatusCode::kPermissionDenied: return "PERMISSION_DENIED";
-    case StatusCode::kUnauthenticated: return "UNAUTHENTICATED";
-    case StatusCode::kFailedPrecondition: return "INVALID_STATE";
+    case StatusCode::kInvalidArgument:
+      return "INVALID_PARAMETER_VALUE";
+    case StatusCode::kNotFound:
+      return "RESOURCE_DOES_NOT_EXIST";
+    case StatusCode::kAlreadyExists:
+      return "RESOURCE_ALREADY_EXISTS";
+    case StatusCode::kPermissionDenied:
+      return "PERMISSION_DENIED";
+    case StatusCode::kUnauthenticated:
+      return "UNAUTHENTICATED";
+    case StatusCode::kFailedPrecondition:
+      return "INVALID_STATE";
     case StatusCode::kResourceExhausted:
-    case StatusCode::kUnavailable: return "TEMPORARILY_UNAVAILABLE";
-    case StatusCode::kPayloadTooLarge: return "RESOURCE_EXHAUSTED";
-    case StatusCode::kUnimplemented: return "NOT_IMPLEMENTED";
-    default: return "INTERNAL_ERROR";
+    case StatusCode::kUnavailable:
+      return "TEMPORARILY_UNAVAILABLE";
+    case StatusCode::kPayloadTooLarge:
+      return "RESOURCE_EXHAUSTED";
+    case StatusCode::kUnimplemented:
+      return "NOT_IMPLEMENTED";
+    default:
+      return "INTERNAL_ERROR";
   }
 }
 
 int mlflowStatus(const Status& s) {
   switch (s.code()) {
     case StatusCode::kInvalidArgument:
-    case StatusCode::kAlreadyExists: return 400;  // MLflow answers RESOURCE_ALREADY_EXISTS with 400
-    case StatusCode::kNotFound: return 404;
-    case StatusCode::kPermissionDenied: return 403;
-    case StatusCode::kUnauthenticated: return 401;
-    case StatusCode::kFailedPrecondition: return 409;  // a rollback with nothing to go back to
+    case StatusCode::kAlreadyExists:
+      return 400;  // MLflow answers RESOURCE_ALREADY_EXISTS with 400
+    case StatusCode::kNotFound:
+      return 404;
+    case StatusCode::kPermissionDenied:
+      return 403;
+    case StatusCode::kUnauthenticated:
+      return 401;
+    case StatusCode::kFailedPrecondition:
+      return 409;  // a rollback with nothing to go back to
     case StatusCode::kResourceExhausted:
-    case StatusCode::kUnavailable: return 503;
-    case StatusCode::kPayloadTooLarge: return 413;
-    case StatusCode::kUnimplemented: return 501;
-    default: return 500;
+    case StatusCode::kUnavailable:
+      return 503;
+    case StatusCode::kPayloadTooLarge:
+      return 413;
+    case StatusCode::kUnimplemented:
+      return 501;
+    default:
+      return 500;
   }
 }
 
@@ -670,7 +712,9 @@ MlflowReply mlflowError(std::string_view code, int status, std::string_view mess
   return r;
 }
 
-MlflowReply mlflowError(const Status& s) { return mlflowError(mlflowCode(s), mlflowStatus(s), s.message()); }
+MlflowReply mlflowError(const Status& s) {
+  return mlflowError(mlflowCode(s), mlflowStatus(s), s.message());
+}
 
 std::string versionJson(const ModelVersion& v) { return versionObject(v).dump(); }
 std::string modelJson(const RegisteredModel& m) { return modelObject(m).dump(); }
@@ -684,18 +728,22 @@ MlflowReply handleMlflow(RegistryStore& store, const MlflowRequest& req) {
     if (req.method == r.endpoint.method) route = &r;
   }
   if (!route) {
-    return path_known ? mlflowError("BAD_REQUEST", 405, "method " + req.method + " is not allowed for " + req.endpoint)
-                      : mlflowError("ENDPOINT_NOT_FOUND", 404, "no MLflow endpoint " + req.endpoint);
+    return path_known
+               ? mlflowError("BAD_REQUEST", 405,
+                             "method " + req.method + " is not allowed for " + req.endpoint)
+               : mlflowError("ENDPOINT_NOT_FOUND", 404, "no MLflow endpoint " + req.endpoint);
   }
   if (req.method == "POST" || req.method == "PUT") {
     std::string_view ct = req.content_type;
-    if (ct.empty()) return mlflowError(Status::invalidArgument("Bad Request. Content-Type header is missing."));
+    if (ct.empty())
+      return mlflowError(Status::invalidArgument("Bad Request. Content-Type header is missing."));
     ct = ct.substr(0, ct.find(';'));
     while (!ct.empty() && ct.back() == ' ') ct.remove_suffix(1);
     std::string lower_ct(ct);
     for (auto& c : lower_ct) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
     if (lower_ct != "application/json") {
-      return mlflowError(Status::invalidArgument("Bad Request. Content-Type must be one of ['application/json']."));
+      return mlflowError(Status::invalidArgument(
+          "Bad Request. Content-Type must be one of ['application/json']."));
     }
   }
   const Params params(req);

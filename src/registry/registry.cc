@@ -67,11 +67,13 @@ class RegistryImpl final : public Registry, public gateway::InferenceObserver {
     log_ = componentLogger("registry");
     if (config_.store.starts_with("sqlite:") && config_.store != "sqlite::memory:") {
       std::error_code ec;
-      std::filesystem::create_directories(std::filesystem::path(config_.store.substr(7)).parent_path(), ec);
+      std::filesystem::create_directories(
+          std::filesystem::path(config_.store.substr(7)).parent_path(), ec);
     }
     INFERA_RETURN_IF_ERROR(files_.init());
     INFERA_ASSIGN_OR_RETURN(control_store_, RegistryStore::open(config_.store, clock_));
-    INFERA_RETURN_IF_ERROR(pool_->start([this] { return RegistryStore::open(config_.store, clock_); }));
+    INFERA_RETURN_IF_ERROR(
+        pool_->start([this] { return RegistryStore::open(config_.store, clock_); }));
     shared_.after_write = [this](RegistryStore& s) { (void)sync(s, true); };
     shared_.stats = [this](const std::string& model) -> std::optional<gateway::ExperimentStats> {
       gateway::Gateway* g = gateway_.load();
@@ -88,16 +90,22 @@ class RegistryImpl final : public Registry, public gateway::InferenceObserver {
       std::lock_guard<std::mutex> lock(state_mu_);
       return config_bindings_;
     };
-    metrics_.registry.gaugeFamily("infera_registry_generation", "Registry change generation applied to the routes.")
+    metrics_.registry
+        .gaugeFamily("infera_registry_generation",
+                     "Registry change generation applied to the routes.")
         ->setCallback([this] { return static_cast<double>(applied_.load()); });
-    metrics_.registry.gaugeFamily("infera_registry_queued_tasks", "Store and file tasks waiting for a registry worker.")
+    metrics_.registry
+        .gaugeFamily("infera_registry_queued_tasks",
+                     "Store and file tasks waiting for a registry worker.")
         ->setCallback([this] { return static_cast<double>(pool_ ? pool_->queued() : 0); });
-    metrics_.registry.counterFamily("infera_registry_rejected_tasks_total",
-                                    "Store and file tasks refused because the registry's queue was full (503).")
+    metrics_.registry
+        .counterFamily("infera_registry_rejected_tasks_total",
+                       "Store and file tasks refused because the registry's queue was full (503).")
         ->setCallback([this] { return static_cast<double>(pool_ ? pool_->rejected() : 0); });
     std::lock_guard<std::mutex> lock(store_mu_);
     INFERA_RETURN_IF_ERROR(sync(*control_store_, true));
-    INFERA_LOG(log_, info, "registry on: store {}, artifacts in {}", redactUrl(config_.store), files_.root());
+    INFERA_LOG(log_, info, "registry on: store {}, artifacts in {}", redactUrl(config_.store),
+               files_.root());
     return Status::ok();
   }
 
@@ -114,13 +122,15 @@ class RegistryImpl final : public Registry, public gateway::InferenceObserver {
     control_ = std::thread([this] { controlLoop(); });
   }
 
-  void addDataRoutes(int, net::asio::io_context& ctx, net::Router& router, access::AccessWorker* access) override {
+  void addDataRoutes(int, net::asio::io_context& ctx, net::Router& router,
+                     access::AccessWorker* access) override {
     auto api = std::make_unique<Api>(shared_, ctx, access, false);
     api->addDataRoutes(router);
     router.own(std::move(api));
   }
 
-  void addAdminRoutes(net::asio::io_context& ctx, net::Router& admin, const net::RouteGuard& guard) override {
+  void addAdminRoutes(net::asio::io_context& ctx, net::Router& admin,
+                      const net::RouteGuard& guard) override {
     auto api = std::make_unique<Api>(shared_, ctx, nullptr, true);
     api->addAdminRoutes(admin, guard);
     admin.own(std::move(api));
@@ -138,22 +148,25 @@ class RegistryImpl final : public Registry, public gateway::InferenceObserver {
   Result<AliasMove> setAlias(const std::string& model, const std::string& alias, int64_t version,
                              const std::string& actor, const std::string& reason) override {
     std::lock_guard<std::mutex> lock(store_mu_);
-    INFERA_ASSIGN_OR_RETURN(AliasMove m, control_store_->setAlias(model, alias, version, actor, reason));
+    INFERA_ASSIGN_OR_RETURN(AliasMove m,
+                            control_store_->setAlias(model, alias, version, actor, reason));
     (void)sync(*control_store_, true);
     audit(actor, "registry.alias.set", model + "@" + alias, m);
     return m;
   }
 
-  Result<AliasMove> rollback(const std::string& model, const std::string& alias, const std::string& actor,
-                             const std::string& reason) override {
+  Result<AliasMove> rollback(const std::string& model, const std::string& alias,
+                             const std::string& actor, const std::string& reason) override {
     std::lock_guard<std::mutex> lock(store_mu_);
-    INFERA_ASSIGN_OR_RETURN(AliasMove m, control_store_->rollbackAlias(model, alias, actor, reason));
+    INFERA_ASSIGN_OR_RETURN(AliasMove m,
+                            control_store_->rollbackAlias(model, alias, actor, reason));
     (void)sync(*control_store_, true);
     audit(actor, "registry.alias.rollback", model + "@" + alias, m);
     return m;
   }
 
-  Result<std::vector<AliasMove>> history(const std::string& model, const std::string& alias, int limit) override {
+  Result<std::vector<AliasMove>> history(const std::string& model, const std::string& alias,
+                                         int limit) override {
     std::lock_guard<std::mutex> lock(store_mu_);
     return control_store_->aliasHistory(model, alias, limit);
   }
@@ -161,7 +174,8 @@ class RegistryImpl final : public Registry, public gateway::InferenceObserver {
   std::string routesJson() const override {
     const gateway::RouteSource* base = base_.load();
     std::lock_guard<std::mutex> lock(state_mu_);
-    return deriveRoutes(state_, config_bindings_, base ? base->models() : std::vector<gateway::ModelConfig>{},
+    return deriveRoutes(state_, config_bindings_,
+                        base ? base->models() : std::vector<gateway::ModelConfig>{},
                         config_.default_alias, config_.capture_max_body_bytes)
         .json;
   }
@@ -215,9 +229,12 @@ class RegistryImpl final : public Registry, public gateway::InferenceObserver {
   }
 
   // The gateway's models from the registry, for the route source.
-  std::vector<gateway::ModelConfig> registryModels(const std::vector<gateway::ModelConfig>& base) const {
+  std::vector<gateway::ModelConfig> registryModels(
+      const std::vector<gateway::ModelConfig>& base) const {
     std::lock_guard<std::mutex> lock(state_mu_);
-    return deriveRoutes(state_, config_bindings_, base, config_.default_alias, config_.capture_max_body_bytes).models;
+    return deriveRoutes(state_, config_bindings_, base, config_.default_alias,
+                        config_.capture_max_body_bytes)
+        .models;
   }
   const gateway::RouteSource* base() const { return base_.load(); }
 
@@ -243,7 +260,8 @@ class RegistryImpl final : public Registry, public gateway::InferenceObserver {
     {
       std::lock_guard<std::mutex> slock(state_mu_);
       state_ = std::move(*state);
-      DerivedRoutes d = deriveRoutes(state_, config_bindings_, base ? base->models() : std::vector<gateway::ModelConfig>{},
+      DerivedRoutes d = deriveRoutes(state_, config_bindings_,
+                                     base ? base->models() : std::vector<gateway::ModelConfig>{},
                                      config_.default_alias, config_.capture_max_body_bytes);
       fingerprint = std::move(d.fingerprint);
       // Before routeSource() hands over the config's models every deployment looks unknown:
@@ -258,7 +276,8 @@ class RegistryImpl final : public Registry, public gateway::InferenceObserver {
     if (gateway::Gateway* g = gateway_.load()) {
       const Status s = g->rebuild();
       if (!s.isOk()) {
-        INFERA_LOG(log_, err, "registry routes changed but the gateway kept its routes: {}", s.message());
+        INFERA_LOG(log_, err, "registry routes changed but the gateway kept its routes: {}",
+                   s.message());
         return s;
       }
       metrics_.rebuilds->inc(0);
@@ -266,7 +285,8 @@ class RegistryImpl final : public Registry, public gateway::InferenceObserver {
     return Status::ok();
   }
 
-  void audit(const std::string& actor, const std::string& action, const std::string& target, const AliasMove& m) {
+  void audit(const std::string& actor, const std::string& action, const std::string& target,
+             const AliasMove& m) {
     if (!deps_.access) return;
     const std::string detail = "{\"from_version\":" + std::to_string(m.from_version) +
                                ",\"to_version\":" + std::to_string(m.to_version) + "}";
@@ -287,11 +307,13 @@ class RegistryImpl final : public Registry, public gateway::InferenceObserver {
         std::lock_guard<std::mutex> lock(store_mu_);
         s = sync(*control_store_, false);
       }
-      if (!s.isOk() && !down) INFERA_LOG(log_, warn, "registry store unreachable, routes kept: {}", s.message());
+      if (!s.isOk() && !down)
+        INFERA_LOG(log_, warn, "registry store unreachable, routes kept: {}", s.message());
       if (s.isOk() && down) INFERA_LOG(log_, info, "registry store reachable again");
       down = !s.isOk();
       const Status f = flush();
-      if (!f.isOk()) INFERA_LOG(log_, warn, "shadow outcomes and captures not written yet: {}", f.message());
+      if (!f.isOk())
+        INFERA_LOG(log_, warn, "shadow outcomes and captures not written yet: {}", f.message());
     }
   }
 
@@ -329,7 +351,8 @@ class RegistryImpl final : public Registry, public gateway::InferenceObserver {
 
 std::vector<gateway::ModelConfig> CombinedSource::models() const {
   const gateway::RouteSource* base = r_.base();
-  std::vector<gateway::ModelConfig> out = base ? base->models() : std::vector<gateway::ModelConfig>{};
+  std::vector<gateway::ModelConfig> out =
+      base ? base->models() : std::vector<gateway::ModelConfig>{};
   std::vector<gateway::ModelConfig> mine = r_.registryModels(out);
   for (auto& m : mine) out.push_back(std::move(m));
   return out;
@@ -337,7 +360,8 @@ std::vector<gateway::ModelConfig> CombinedSource::models() const {
 
 }  // namespace
 
-Result<std::unique_ptr<Registry>> Registry::create(const RegistryConfig& config, RegistryDeps deps) {
+Result<std::unique_ptr<Registry>> Registry::create(const RegistryConfig& config,
+                                                   RegistryDeps deps) {
   auto r = std::make_unique<RegistryImpl>(config, deps);
   INFERA_RETURN_IF_ERROR(r->init());
   return std::unique_ptr<Registry>(std::move(r));

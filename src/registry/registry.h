@@ -10,8 +10,8 @@
 // MLflow has that Infera does not.
 //
 //   auto reg = registry::Registry::create(config, {metrics, access, workers});   // opens the store
-//   gateway::RouteSource& routes = (*reg)->routeSource(static_routes);           // config + registry
-//   auto gw = gateway::Gateway::create(settings, routes, {..., (*reg)->observer()});
+//   gateway::RouteSource& routes = (*reg)->routeSource(static_routes);           // config +
+//   registry auto gw = gateway::Gateway::create(settings, routes, {..., (*reg)->observer()});
 //   (*reg)->attach(gw->get());            // alias moves rebuild the gateway's route table
 //   // per loop, on that loop, before it serves:
 //   (*reg)->addDataRoutes(i, ctx, data_router, access_worker);
@@ -78,7 +78,7 @@ struct ModelVersion {
   std::optional<std::string> run_link;
   std::string status = "READY";
   std::string status_message;
-  std::string stage = "None";  // None | Staging | Production | Archived
+  std::string stage = "None";    // None | Staging | Production | Archived
   std::string storage_location;  // the download URI (source unless artifacts were uploaded)
   std::string model_id;
   std::vector<Tag> tags;
@@ -148,7 +148,7 @@ struct RegistryDeps {
   obs::MetricsRegistry& metrics;
   access::Access* access = nullptr;  // null: no access control (every caller may read and write)
   int workers = 1;
-  const Clock* clock = nullptr;      // null: the system clock
+  const Clock* clock = nullptr;  // null: the system clock
 };
 
 class Registry {
@@ -173,18 +173,20 @@ class Registry {
   virtual void addDataRoutes(int loop, net::asio::io_context& ctx, net::Router& router,
                              access::AccessWorker* access) = 0;
   // On the admin loop: the MLflow API and /admin/registry/..., each behind `guard`.
-  virtual void addAdminRoutes(net::asio::io_context& ctx, net::Router& admin, const net::RouteGuard& guard) = 0;
+  virtual void addAdminRoutes(net::asio::io_context& ctx, net::Router& admin,
+                              const net::RouteGuard& guard) = 0;
 
   // Config bindings changed (a reload). Rebuilds the gateway's routes.
   virtual Status setBindings(std::vector<BindingConfig> bindings) = 0;
 
   // Direct calls (blocking; the admin API and CLI do the same over HTTP).
-  virtual Result<AliasMove> setAlias(const std::string& model, const std::string& alias, int64_t version,
-                                     const std::string& actor, const std::string& reason) = 0;
+  virtual Result<AliasMove> setAlias(const std::string& model, const std::string& alias,
+                                     int64_t version, const std::string& actor,
+                                     const std::string& reason) = 0;
   // Moves `alias` back to the version it pointed to before its last move. kFailedPrecondition when
   // there is none (or it was deleted).
-  virtual Result<AliasMove> rollback(const std::string& model, const std::string& alias, const std::string& actor,
-                                     const std::string& reason) = 0;
+  virtual Result<AliasMove> rollback(const std::string& model, const std::string& alias,
+                                     const std::string& actor, const std::string& reason) = 0;
   // Newest first; `alias` empty = every alias of the model.
   virtual Result<std::vector<AliasMove>> history(const std::string& model, const std::string& alias,
                                                  int limit = 100) = 0;

@@ -17,7 +17,8 @@ bool validRef(const std::string& ref) {
 
 Json deploymentJson(const gateway::DeploymentConfig& d) {
   Json eps = Json::array();
-  for (const auto& e : d.endpoints) eps.push_back({e.url, e.emulator, e.region, e.weight, e.max_concurrent});
+  for (const auto& e : d.endpoints)
+    eps.push_back({e.url, e.emulator, e.region, e.weight, e.max_concurrent});
   return {{"name", d.name}, {"upstream_model", d.upstream_model}, {"endpoints", eps}};
 }
 
@@ -35,14 +36,22 @@ Result<ExperimentSpec> parseExperiment(const std::string& json) {
       const std::string at = "experiment.arms[" + std::to_string(i) + "]";
       if (!a.is_object()) return Status::invalidArgument(at + ": must be an object");
       ArmSpec arm;
-      if (!a.contains("target") || !a["target"].is_string()) return Status::invalidArgument(at + ".target: required (\"3\" or \"@alias\")");
+      if (!a.contains("target") || !a["target"].is_string())
+        return Status::invalidArgument(at + ".target: required (\"3\" or \"@alias\")");
       arm.ref = a["target"].get<std::string>();
-      if (!validRef(arm.ref)) return Status::invalidArgument(at + ".target: must be a version (\"3\") or an alias (\"@champion\"), got '" + arm.ref + "'");
-      arm.name = a.contains("name") && a["name"].is_string() ? a["name"].get<std::string>() : arm.ref;
-      if (arm.name.empty() || arm.name.size() > 64) return Status::invalidArgument(at + ".name: 1 to 64 characters");
-      if (!names.insert(arm.name).second) return Status::invalidArgument(at + ".name: '" + arm.name + "' is used twice");
+      if (!validRef(arm.ref))
+        return Status::invalidArgument(
+            at + ".target: must be a version (\"3\") or an alias (\"@champion\"), got '" + arm.ref +
+            "'");
+      arm.name =
+          a.contains("name") && a["name"].is_string() ? a["name"].get<std::string>() : arm.ref;
+      if (arm.name.empty() || arm.name.size() > 64)
+        return Status::invalidArgument(at + ".name: 1 to 64 characters");
+      if (!names.insert(arm.name).second)
+        return Status::invalidArgument(at + ".name: '" + arm.name + "' is used twice");
       if (a.contains("weight")) {
-        if (!a["weight"].is_number_integer() || a["weight"].get<int64_t>() < 0 || a["weight"].get<int64_t>() > 1'000'000) {
+        if (!a["weight"].is_number_integer() || a["weight"].get<int64_t>() < 0 ||
+            a["weight"].get<int64_t>() > 1'000'000) {
           return Status::invalidArgument(at + ".weight: an integer in [0, 1000000]");
         }
         arm.weight = static_cast<int>(a["weight"].get<int64_t>());
@@ -52,27 +61,33 @@ Result<ExperimentSpec> parseExperiment(const std::string& json) {
     if (e.arms.size() > 32) return Status::invalidArgument("experiment.arms: at most 32 arms");
   }
   if (j.contains("sticky")) {
-    if (!j["sticky"].is_string()) return Status::invalidArgument("experiment.sticky: user, key or header");
+    if (!j["sticky"].is_string())
+      return Status::invalidArgument("experiment.sticky: user, key or header");
     e.sticky = j["sticky"].get<std::string>();
     if (e.sticky != "user" && e.sticky != "key" && e.sticky != "header") {
-      return Status::invalidArgument("experiment.sticky: user, key or header (got '" + e.sticky + "')");
+      return Status::invalidArgument("experiment.sticky: user, key or header (got '" + e.sticky +
+                                     "')");
     }
   }
   if (j.contains("header") && j["header"].is_string()) {
     e.header = j["header"].get<std::string>();
     for (auto& c : e.header) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   }
-  if (e.sticky == "header" && e.header.empty()) return Status::invalidArgument("experiment.header: required with sticky: header");
+  if (e.sticky == "header" && e.header.empty())
+    return Status::invalidArgument("experiment.header: required with sticky: header");
   if (j.contains("salt") && j["salt"].is_string()) e.salt = j["salt"].get<std::string>();
   if (j.contains("shadow") && !j["shadow"].is_null()) {
     const Json& s = j["shadow"];
     if (!s.is_object()) return Status::invalidArgument("experiment.shadow: must be an object");
-    if (!s.contains("target") || !s["target"].is_string() || !validRef(s["target"].get<std::string>())) {
-      return Status::invalidArgument("experiment.shadow.target: a version (\"4\") or an alias (\"@challenger\")");
+    if (!s.contains("target") || !s["target"].is_string() ||
+        !validRef(s["target"].get<std::string>())) {
+      return Status::invalidArgument(
+          "experiment.shadow.target: a version (\"4\") or an alias (\"@challenger\")");
     }
     e.shadow = s["target"].get<std::string>();
     e.shadow_share = s.value("share", 1.0);
-    if (!(e.shadow_share >= 0 && e.shadow_share <= 1)) return Status::invalidArgument("experiment.shadow.share: in [0, 1]");
+    if (!(e.shadow_share >= 0 && e.shadow_share <= 1))
+      return Status::invalidArgument("experiment.shadow.share: in [0, 1]");
     e.shadow_timeout_ms = s.value("timeout_ms", int64_t{10'000});
     if (e.shadow_timeout_ms < 1 || e.shadow_timeout_ms > 600'000) {
       return Status::invalidArgument("experiment.shadow.timeout_ms: in [1, 600000]");
@@ -82,13 +97,15 @@ Result<ExperimentSpec> parseExperiment(const std::string& json) {
       return Status::invalidArgument("experiment.shadow.max_concurrent: in [1, 100000]");
     }
   }
-  if (e.arms.empty() && e.shadow.empty()) return Status::invalidArgument("experiment: needs arms or a shadow");
+  if (e.arms.empty() && e.shadow.empty())
+    return Status::invalidArgument("experiment: needs arms or a shadow");
   return e;
 }
 
 std::string experimentJson(const ExperimentSpec& e) {
   Json arms = Json::array();
-  for (const auto& a : e.arms) arms.push_back({{"name", a.name}, {"target", a.ref}, {"weight", a.weight}});
+  for (const auto& a : e.arms)
+    arms.push_back({{"name", a.name}, {"target", a.ref}, {"weight", a.weight}});
   Json j = {{"arms", arms}, {"sticky", e.sticky}};
   if (!e.header.empty()) j["header"] = e.header;
   if (!e.salt.empty()) j["salt"] = e.salt;
@@ -107,7 +124,8 @@ std::string routeName(const std::string& model, const std::string& ref) {
   return {};
 }
 
-const gateway::DeploymentConfig* findDeployment(const std::vector<gateway::ModelConfig>& base, const std::string& ref) {
+const gateway::DeploymentConfig* findDeployment(const std::vector<gateway::ModelConfig>& base,
+                                                const std::string& ref) {
   const size_t slash = ref.find('/');
   for (const auto& m : base) {
     if (slash != std::string::npos && m.name != ref.substr(0, slash)) continue;
@@ -119,9 +137,10 @@ const gateway::DeploymentConfig* findDeployment(const std::vector<gateway::Model
   return nullptr;
 }
 
-DerivedRoutes deriveRoutes(const RoutingState& state, const std::vector<BindingConfig>& config_bindings,
-                           const std::vector<gateway::ModelConfig>& base, const std::string& default_alias,
-                           int64_t capture_max_bytes) {
+DerivedRoutes deriveRoutes(const RoutingState& state,
+                           const std::vector<BindingConfig>& config_bindings,
+                           const std::vector<gateway::ModelConfig>& base,
+                           const std::string& default_alias, int64_t capture_max_bytes) {
   DerivedRoutes out;
   std::set<std::string> taken;
   for (const auto& m : base) {
@@ -140,12 +159,14 @@ DerivedRoutes deriveRoutes(const RoutingState& state, const std::vector<BindingC
   // Bindings: the store's, then the config's where the store has none for the same ref.
   std::map<std::pair<std::string, std::string>, std::vector<std::string>> bindings;
   for (const auto& b : state.bindings) bindings[{b.model, b.ref}] = b.deployments;
-  for (const auto& b : config_bindings) bindings.emplace(std::make_pair(b.model, b.ref), b.deployments);
+  for (const auto& b : config_bindings)
+    bindings.emplace(std::make_pair(b.model, b.ref), b.deployments);
 
   std::map<std::string, size_t> route_of;  // route name -> index in out.models
   auto claim = [&](const std::string& name) {
     if (taken.count(name) || route_of.count(name)) {
-      out.warnings.push_back("registry route " + name + " is not served: the name is taken by the config's models");
+      out.warnings.push_back("registry route " + name +
+                             " is not served: the name is taken by the config's models");
       return false;
     }
     return true;
@@ -185,7 +206,8 @@ DerivedRoutes deriveRoutes(const RoutingState& state, const std::vector<BindingC
     route_of[name] = it->second;
   }
   for (const auto& a : state.aliases) model_names.insert(a.name);
-  std::map<std::string, std::string> experiments(state.experiments.begin(), state.experiments.end());
+  std::map<std::string, std::string> experiments(state.experiments.begin(),
+                                                 state.experiments.end());
   for (const auto& [name, spec] : experiments) model_names.insert(name);
   // The model's own name: its experiment, else its default alias.
   for (const auto& name : model_names) {
@@ -194,7 +216,8 @@ DerivedRoutes deriveRoutes(const RoutingState& state, const std::vector<BindingC
     if (ex != experiments.end()) {
       auto spec = parseExperiment(ex->second);
       if (!spec.ok()) {
-        out.warnings.push_back("experiment of " + name + " is not valid: " + spec.status().message());
+        out.warnings.push_back("experiment of " + name +
+                               " is not valid: " + spec.status().message());
       } else {
         gateway::ModelConfig mc;
         mc.name = name;
@@ -207,8 +230,8 @@ DerivedRoutes deriveRoutes(const RoutingState& state, const std::vector<BindingC
         for (const auto& a : spec->arms) {
           const std::string target = routeName(name, a.ref);
           if (!route_of.count(target)) {
-            out.warnings.push_back("experiment of " + name + ": arm " + a.name + " targets " + target +
-                                   ", which is not served (no binding)");
+            out.warnings.push_back("experiment of " + name + ": arm " + a.name + " targets " +
+                                   target + ", which is not served (no binding)");
             continue;
           }
           mc.split.arms.push_back({a.name, target, a.weight});
@@ -226,7 +249,8 @@ DerivedRoutes deriveRoutes(const RoutingState& state, const std::vector<BindingC
             mc.shadow.timeout_ms = spec->shadow_timeout_ms;
             mc.shadow.max_concurrent = spec->shadow_max_concurrent;
           } else {
-            out.warnings.push_back("experiment of " + name + ": shadow " + target + " is not served (no binding)");
+            out.warnings.push_back("experiment of " + name + ": shadow " + target +
+                                   " is not served (no binding)");
           }
         }
         if (!mc.split.arms.empty()) {
@@ -260,21 +284,24 @@ DerivedRoutes deriveRoutes(const RoutingState& state, const std::vector<BindingC
     for (const auto& d : m.deployments) deps.push_back(deploymentJson(d));
     Json arms = Json::array();
     for (const auto& a : m.split.arms) arms.push_back({a.name, a.target, a.weight});
-    fp.push_back({m.name, m.aliases, deps, arms, static_cast<int>(m.split.sticky_by), m.split.sticky_header,
-                  m.split.salt, m.shadow.target, m.shadow.share, m.shadow.timeout_ms, m.shadow.max_concurrent,
-                  m.capture.sample, m.capture.max_bytes, m.capture.flag_errors, m.capture.flag_slower_ms,
+    fp.push_back({m.name, m.aliases, deps, arms, static_cast<int>(m.split.sticky_by),
+                  m.split.sticky_header, m.split.salt, m.shadow.target, m.shadow.share,
+                  m.shadow.timeout_ms, m.shadow.max_concurrent, m.capture.sample,
+                  m.capture.max_bytes, m.capture.flag_errors, m.capture.flag_slower_ms,
                   m.capture.flag_contains, m.capture.opt_out_keys});
     Json r = Json::object();
     if (!m.split.arms.empty()) {
       Json a = Json::array();
-      for (const auto& arm : m.split.arms) a.push_back({{"arm", arm.name}, {"target", arm.target}, {"weight", arm.weight}});
+      for (const auto& arm : m.split.arms)
+        a.push_back({{"arm", arm.name}, {"target", arm.target}, {"weight", arm.weight}});
       r["arms"] = a;
     } else {
       Json d = Json::array();
       for (const auto& dep : m.deployments) d.push_back(dep.name);
       r["deployments"] = d;
     }
-    if (!m.shadow.target.empty()) r["shadow"] = {{"target", m.shadow.target}, {"share", m.shadow.share}};
+    if (!m.shadow.target.empty())
+      r["shadow"] = {{"target", m.shadow.target}, {"share", m.shadow.share}};
     if (m.capture.enabled()) r["capture"] = {{"sample", m.capture.sample}};
     routes[m.name] = r;
     for (const auto& a : m.aliases) routes[a] = {{"route", m.name}};

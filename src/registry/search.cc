@@ -36,7 +36,8 @@ Result<std::vector<Token>> tokenize(std::string_view s) {
   std::vector<Token> out;
   size_t i = 0;
   auto isWordChar = [](char c) {
-    return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == '-' || c == ':' || c == '+';
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == '-' ||
+           c == ':' || c == '+';
   };
   while (i < s.size()) {
     const char c = s[i];
@@ -52,7 +53,10 @@ Result<std::vector<Token>> tokenize(std::string_view s) {
       continue;
     }
     if (c == '(' || c == ')' || c == ',') {
-      out.push_back({c == '(' ? Token::Kind::kOpen : c == ')' ? Token::Kind::kClose : Token::Kind::kComma, {}});
+      out.push_back({c == '('   ? Token::Kind::kOpen
+                     : c == ')' ? Token::Kind::kClose
+                                : Token::Kind::kComma,
+                     {}});
       ++i;
       continue;
     }
@@ -123,8 +127,10 @@ Status splitIdentifier(const std::string& word, std::string& entity, std::string
 }
 
 Status unquotedValue(const std::string& v) {
-  return Status::invalidArgument("Parameter value is either not quoted or unidentified quote types used for string "
-                                 "value " + v + ". Use either single or double quotes.");
+  return Status::invalidArgument(
+      "Parameter value is either not quoted or unidentified quote types used for string "
+      "value " +
+      v + ". Use either single or double quotes.");
 }
 
 bool compareString(const std::string& op, const std::string& value, std::string_view actual) {
@@ -161,7 +167,8 @@ bool isPrompt(const std::vector<Tag>& tags) {
 bool likeMatch(std::string_view p, std::string_view t, bool ci) {
   auto eq = [ci](char a, char b) {
     if (!ci) return a == b;
-    return std::tolower(static_cast<unsigned char>(a)) == std::tolower(static_cast<unsigned char>(b));
+    return std::tolower(static_cast<unsigned char>(a)) ==
+           std::tolower(static_cast<unsigned char>(b));
   };
   size_t pi = 0, ti = 0, star = std::string_view::npos, mark = 0;
   while (ti < t.size()) {
@@ -185,11 +192,14 @@ bool likeMatch(std::string_view p, std::string_view t, bool ci) {
 Result<Filter> parseFilter(std::string_view filter, Entity entity) {
   Filter f;
   std::string_view trimmed = filter;
-  while (!trimmed.empty() && std::isspace(static_cast<unsigned char>(trimmed.front()))) trimmed.remove_prefix(1);
+  while (!trimmed.empty() && std::isspace(static_cast<unsigned char>(trimmed.front())))
+    trimmed.remove_prefix(1);
   if (trimmed.empty()) return f;
   INFERA_ASSIGN_OR_RETURN(std::vector<Token> toks, tokenize(filter));
   size_t i = 0;
-  auto word = [&](size_t k) -> const Token* { return k < toks.size() && toks[k].kind == Token::Kind::kWord ? &toks[k] : nullptr; };
+  auto word = [&](size_t k) -> const Token* {
+    return k < toks.size() && toks[k].kind == Token::Kind::kWord ? &toks[k] : nullptr;
+  };
   while (i < toks.size()) {
     if (!word(i)) return invalidClause(filter);
     std::string ent, key;
@@ -206,11 +216,12 @@ Result<Filter> parseFilter(std::string_view filter, Entity entity) {
       } else if (entity == Entity::kModelVersion && key == "version_number") {
         c.field = FilterClause::Field::kVersion;
       } else {
-        return Status::invalidArgument(entity == Entity::kRegisteredModel
-                                           ? "Invalid attribute key '" + key + "' specified. Valid keys are '{'name'}'"
-                                           : "Invalid attribute key '" + key +
-                                                 "' specified. Valid keys are '{'name', 'run_id', 'source_path', "
-                                                 "'version_number'}'");
+        return Status::invalidArgument(
+            entity == Entity::kRegisteredModel
+                ? "Invalid attribute key '" + key + "' specified. Valid keys are '{'name'}'"
+                : "Invalid attribute key '" + key +
+                      "' specified. Valid keys are '{'name', 'run_id', 'source_path', "
+                      "'version_number'}'");
       }
     } else {
       c.field = FilterClause::Field::kTag;
@@ -222,7 +233,8 @@ Result<Filter> parseFilter(std::string_view filter, Entity entity) {
       c.op = toks[i].text;
     } else if (toks[i].kind == Token::Kind::kWord) {
       c.op = upper(toks[i].text);
-      if (c.op == "NOT" && word(i + 1) && (upper(toks[i + 1].text) == "LIKE" || upper(toks[i + 1].text) == "ILIKE")) {
+      if (c.op == "NOT" && word(i + 1) &&
+          (upper(toks[i + 1].text) == "LIKE" || upper(toks[i + 1].text) == "ILIKE")) {
         return invalidClause(filter);
       }
     } else {
@@ -246,7 +258,8 @@ Result<Filter> parseFilter(std::string_view filter, Entity entity) {
         any = true;
         const std::string& v = toks[i].text;
         // MLflow drops values with upper-case letters (run ids are lower-case hex).
-        if (std::none_of(v.begin(), v.end(), [](char ch) { return std::isupper(static_cast<unsigned char>(ch)); })) {
+        if (std::none_of(v.begin(), v.end(),
+                         [](char ch) { return std::isupper(static_cast<unsigned char>(ch)); })) {
           c.values.push_back(v);
         }
         ++i;
@@ -254,14 +267,16 @@ Result<Filter> parseFilter(std::string_view filter, Entity entity) {
       if (i >= toks.size()) return invalidClause(filter);
       ++i;  // ')'
       if (!any) {
-        return Status::invalidArgument("While parsing a list in the query, expected a non-empty list of string "
-                                       "values, but got empty list");
+        return Status::invalidArgument(
+            "While parsing a list in the query, expected a non-empty list of string "
+            "values, but got empty list");
       }
     } else if (numeric) {
       if (!number_ops.count(c.op)) return invalidClause(filter);
       if (i >= toks.size() || toks[i].kind != Token::Kind::kWord) return invalidClause(filter);
       const std::string& n = toks[i].text;
-      if (n.empty() || n.size() > 18 || !std::all_of(n.begin(), n.end(), [](char ch) { return ch >= '0' && ch <= '9'; })) {
+      if (n.empty() || n.size() > 18 ||
+          !std::all_of(n.begin(), n.end(), [](char ch) { return ch >= '0' && ch <= '9'; })) {
         return invalidClause(filter);
       }
       c.number = std::stoll(n);
@@ -275,7 +290,8 @@ Result<Filter> parseFilter(std::string_view filter, Entity entity) {
       ++i;
     }
     if (c.field == FilterClause::Field::kTag && c.key == kPromptTag &&
-        ((c.op == "=" && lowerStr(c.value) == "true") || (c.op == "!=" && lowerStr(c.value) == "false"))) {
+        ((c.op == "=" && lowerStr(c.value) == "true") ||
+         (c.op == "!=" && lowerStr(c.value) == "false"))) {
       f.includes_prompts = true;
     }
     f.clauses.push_back(std::move(c));
@@ -291,7 +307,8 @@ Result<Filter> parseFilter(std::string_view filter, Entity entity) {
 bool matches(const Filter& f, const RegisteredModel& m) {
   if (!f.includes_prompts && isPrompt(m.tags)) return false;
   for (const auto& c : f.clauses) {
-    const bool ok = c.field == FilterClause::Field::kTag ? matchTag(c, m.tags) : compareString(c.op, c.value, m.name);
+    const bool ok = c.field == FilterClause::Field::kTag ? matchTag(c, m.tags)
+                                                         : compareString(c.op, c.value, m.name);
     if (!ok) return false;
   }
   return true;
@@ -302,9 +319,15 @@ bool matches(const Filter& f, const ModelVersion& v) {
   for (const auto& c : f.clauses) {
     bool ok = false;
     switch (c.field) {
-      case FilterClause::Field::kName: ok = compareString(c.op, c.value, v.name); break;
-      case FilterClause::Field::kSource: ok = compareString(c.op, c.value, v.source); break;
-      case FilterClause::Field::kTag: ok = matchTag(c, v.tags); break;
+      case FilterClause::Field::kName:
+        ok = compareString(c.op, c.value, v.name);
+        break;
+      case FilterClause::Field::kSource:
+        ok = compareString(c.op, c.value, v.source);
+        break;
+      case FilterClause::Field::kTag:
+        ok = matchTag(c, v.tags);
+        break;
       case FilterClause::Field::kRunId: {
         const std::string run = v.run_id.value_or("");
         if (c.op == "IN") {
@@ -316,8 +339,12 @@ bool matches(const Filter& f, const ModelVersion& v) {
       }
       case FilterClause::Field::kVersion: {
         const int64_t n = v.version;
-        ok = c.op == "=" ? n == c.number : c.op == "!=" ? n != c.number : c.op == "<" ? n < c.number
-             : c.op == "<=" ? n <= c.number : c.op == ">" ? n > c.number : n >= c.number;
+        ok = c.op == "="    ? n == c.number
+             : c.op == "!=" ? n != c.number
+             : c.op == "<"  ? n < c.number
+             : c.op == "<=" ? n <= c.number
+             : c.op == ">"  ? n > c.number
+                            : n >= c.number;
         break;
       }
     }
@@ -342,7 +369,8 @@ Result<std::vector<OrderKey>> parseOrderBy(const std::vector<std::string>& claus
       dir = upper(c.substr(sp + 1));
       while (!key.empty() && std::isspace(static_cast<unsigned char>(key.back()))) key.pop_back();
     }
-    if (key.size() >= 2 && key.front() == '`' && key.back() == '`') key = key.substr(1, key.size() - 2);
+    if (key.size() >= 2 && key.front() == '`' && key.back() == '`')
+      key = key.substr(1, key.size() - 2);
     if (key.starts_with("attribute.")) key = key.substr(10);
     if (!dir.empty() && dir != "ASC" && dir != "DESC") {
       return Status::invalidArgument("Invalid ordering key in order_by clause '" + clause + "'.");
@@ -350,14 +378,16 @@ Result<std::vector<OrderKey>> parseOrderBy(const std::vector<std::string>& claus
     if (entity == Entity::kRegisteredModel) {
       if (key == "timestamp") key = "last_updated_timestamp";
       if (key != "name" && key != "last_updated_timestamp") {
-        return Status::invalidArgument("Invalid order by key '" + key +
-                                       "' specified. Valid keys are '{'name', 'timestamp', 'last_updated_timestamp'}'");
+        return Status::invalidArgument(
+            "Invalid order by key '" + key +
+            "' specified. Valid keys are '{'name', 'timestamp', 'last_updated_timestamp'}'");
       }
     } else if (key != "name" && key != "version_number" && key != "creation_timestamp" &&
                key != "last_updated_timestamp") {
-      return Status::invalidArgument("Invalid attribute key '" + key +
-                                     "' specified. Valid keys are '{'name', 'version_number', 'creation_timestamp', "
-                                     "'last_updated_timestamp'}'");
+      return Status::invalidArgument(
+          "Invalid attribute key '" + key +
+          "' specified. Valid keys are '{'name', 'version_number', 'creation_timestamp', "
+          "'last_updated_timestamp'}'");
     }
     seen.push_back(key);
     out.push_back({key, dir != "DESC"});
@@ -376,43 +406,46 @@ Result<std::vector<OrderKey>> parseOrderBy(const std::vector<std::string>& claus
     out = {{"last_updated_timestamp", false}, {"name", true}, {"version_number", false}};
   }
   if (!has("name")) out.push_back({"name", true});
-  if (entity == Entity::kModelVersion && !has("version_number")) out.push_back({"version_number", false});
+  if (entity == Entity::kModelVersion && !has("version_number"))
+    out.push_back({"version_number", false});
   return out;
 }
 
 void sortModels(std::vector<RegisteredModel>& models, const std::vector<OrderKey>& order) {
-  std::stable_sort(models.begin(), models.end(), [&](const RegisteredModel& a, const RegisteredModel& b) {
-    for (const auto& o : order) {
-      int c = 0;
-      if (o.key == "name") {
-        c = a.name.compare(b.name);
-      } else {
-        c = a.updated_ms < b.updated_ms ? -1 : a.updated_ms > b.updated_ms ? 1 : 0;
-      }
-      if (c != 0) return o.ascending ? c < 0 : c > 0;
-    }
-    return false;
-  });
+  std::stable_sort(models.begin(), models.end(),
+                   [&](const RegisteredModel& a, const RegisteredModel& b) {
+                     for (const auto& o : order) {
+                       int c = 0;
+                       if (o.key == "name") {
+                         c = a.name.compare(b.name);
+                       } else {
+                         c = a.updated_ms < b.updated_ms ? -1 : a.updated_ms > b.updated_ms ? 1 : 0;
+                       }
+                       if (c != 0) return o.ascending ? c < 0 : c > 0;
+                     }
+                     return false;
+                   });
 }
 
 void sortVersions(std::vector<ModelVersion>& versions, const std::vector<OrderKey>& order) {
-  std::stable_sort(versions.begin(), versions.end(), [&](const ModelVersion& a, const ModelVersion& b) {
-    for (const auto& o : order) {
-      int c = 0;
-      auto cmp = [](int64_t x, int64_t y) { return x < y ? -1 : x > y ? 1 : 0; };
-      if (o.key == "name") {
-        c = a.name.compare(b.name);
-      } else if (o.key == "version_number") {
-        c = cmp(a.version, b.version);
-      } else if (o.key == "creation_timestamp") {
-        c = cmp(a.created_ms, b.created_ms);
-      } else {
-        c = cmp(a.updated_ms, b.updated_ms);
-      }
-      if (c != 0) return o.ascending ? c < 0 : c > 0;
-    }
-    return false;
-  });
+  std::stable_sort(versions.begin(), versions.end(),
+                   [&](const ModelVersion& a, const ModelVersion& b) {
+                     for (const auto& o : order) {
+                       int c = 0;
+                       auto cmp = [](int64_t x, int64_t y) { return x < y ? -1 : x > y ? 1 : 0; };
+                       if (o.key == "name") {
+                         c = a.name.compare(b.name);
+                       } else if (o.key == "version_number") {
+                         c = cmp(a.version, b.version);
+                       } else if (o.key == "creation_timestamp") {
+                         c = cmp(a.created_ms, b.created_ms);
+                       } else {
+                         c = cmp(a.updated_ms, b.updated_ms);
+                       }
+                       if (c != 0) return o.ascending ? c < 0 : c > 0;
+                     }
+                     return false;
+                   });
 }
 
 namespace {
@@ -466,7 +499,8 @@ bool base64Decode(std::string_view in, std::string& out) {
       v[k] = val(c);
       if (v[k] < 0) return false;
     }
-    const uint32_t n = (uint32_t(v[0]) << 18) | (uint32_t(v[1]) << 12) | (uint32_t(v[2]) << 6) | uint32_t(v[3]);
+    const uint32_t n =
+        (uint32_t(v[0]) << 18) | (uint32_t(v[1]) << 12) | (uint32_t(v[2]) << 6) | uint32_t(v[3]);
     out += static_cast<char>((n >> 16) & 0xff);
     if (pad < 2) out += static_cast<char>((n >> 8) & 0xff);
     if (pad < 1) out += static_cast<char>(n & 0xff);
@@ -477,10 +511,13 @@ bool base64Decode(std::string_view in, std::string& out) {
 Result<int64_t> decodePageToken(std::string_view token) {
   if (token.empty()) return int64_t{0};
   std::string decoded;
-  if (!base64Decode(token, decoded)) return Status::invalidArgument("Invalid page token, could not base64-decode");
+  if (!base64Decode(token, decoded))
+    return Status::invalidArgument("Invalid page token, could not base64-decode");
   const nlohmann::json j = nlohmann::json::parse(decoded, nullptr, false);
-  if (j.is_discarded()) return Status::invalidArgument("Invalid page token, decoded value=" + decoded);
-  if (!j.is_object() || !j.contains("offset") || !j["offset"].is_number_integer() || j["offset"].get<int64_t>() < 0) {
+  if (j.is_discarded())
+    return Status::invalidArgument("Invalid page token, decoded value=" + decoded);
+  if (!j.is_object() || !j.contains("offset") || !j["offset"].is_number_integer() ||
+      j["offset"].get<int64_t>() < 0) {
     return Status::invalidArgument("Invalid page token, parsed value=" + j.dump());
   }
   return j["offset"].get<int64_t>();

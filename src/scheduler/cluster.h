@@ -43,9 +43,7 @@ struct NodeState {
   // GPU-clustering bookkeeping: running pods per shape class (see shapeClass).
   std::array<int, kMaxGpusPerNode + 2> shape_count{};
 
-  bool typeAllowed(TypeMask m) const {
-    return type < 0 ? m == kAnyType : ((m >> type) & 1u) != 0;
-  }
+  bool typeAllowed(TypeMask m) const { return type < 0 ? m == kAnyType : ((m >> type) & 1u) != 0; }
 };
 
 // Whether `req` fits on `n` with the given free CPU/memory override (proportional mode adjusts
@@ -61,7 +59,8 @@ inline bool gpuFits(const NodeState& n, int num_gpu, int gpu_milli) {
 
 inline bool fits(const NodeState& n, const PodReq& r) {
   if (r.num_gpu > 0 && (n.type < 0 || !n.typeAllowed(r.types))) return false;
-  return n.cpu_free >= r.cpu_milli && n.mem_free >= r.memory_mib && gpuFits(n, r.num_gpu, r.gpu_milli);
+  return n.cpu_free >= r.cpu_milli && n.mem_free >= r.memory_mib &&
+         gpuFits(n, r.num_gpu, r.gpu_milli);
 }
 
 // Shape class for GPU clustering (the FGD simulator's GPU affinity tags): 0 CPU-only (no tag),

@@ -131,12 +131,12 @@ double FragModel::lookup(int type, int64_t cpu_free, int64_t mem_free, const int
     }
     sorted[j] = free[g];
   }
-  const int cpu_rank = static_cast<int>(
-      std::upper_bound(cpu_thresholds_.begin(), cpu_thresholds_.end(), cpu_free) -
-      cpu_thresholds_.begin());
-  const int mem_rank = static_cast<int>(
-      std::upper_bound(mem_thresholds_.begin(), mem_thresholds_.end(), mem_free) -
-      mem_thresholds_.begin());
+  const int cpu_rank =
+      static_cast<int>(std::upper_bound(cpu_thresholds_.begin(), cpu_thresholds_.end(), cpu_free) -
+                       cpu_thresholds_.begin());
+  const int mem_rank =
+      static_cast<int>(std::upper_bound(mem_thresholds_.begin(), mem_thresholds_.end(), mem_free) -
+                       mem_thresholds_.begin());
   Key key{};
   key.w[0] = static_cast<uint64_t>(static_cast<uint8_t>(type)) |
              (static_cast<uint64_t>(gpus) << 8) | (static_cast<uint64_t>(cpu_rank) << 16) |

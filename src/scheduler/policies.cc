@@ -82,9 +82,10 @@ class DotProductPolicy final : public Policy {
   double score(const ClusterView& v, int node, const PodReq& r, int* gpu) override {
     const NodeState& n = (*v.nodes)[node];
     if (r.sharing()) *gpu = bestFitGpu(n, r.gpu_milli);
-    const double dot = static_cast<double>(n.cpu_free) / kSpecCpu * (static_cast<double>(r.cpu_milli) / kSpecCpu) +
-                       static_cast<double>(n.gpu_free_total) / kSpecGpu *
-                           (static_cast<double>(r.gpuTotalMilli()) / kSpecGpu);
+    const double dot =
+        static_cast<double>(n.cpu_free) / kSpecCpu * (static_cast<double>(r.cpu_milli) / kSpecCpu) +
+        static_cast<double>(n.gpu_free_total) / kSpecGpu *
+            (static_cast<double>(r.gpuTotalMilli()) / kSpecGpu);
     return static_cast<double>(static_cast<int64_t>((1.0 - dot / 2) * kMaxScore));
   }
 };
@@ -125,7 +126,8 @@ class GpuClusteringPolicy final : public Policy {
     for (size_t s = 1; s < n.shape_count.size(); ++s) shapes_present += n.shape_count[s] > 0;
     const int64_t base = kMaxScore / 4 * (static_cast<int64_t>(kSpecGpu) - n.gpu_free_total) /
                          static_cast<int64_t>(kSpecGpu);
-    if (n.shape_count[shape] > 0) return static_cast<double>(base + (shapes_present == 1 ? 75 : 50));
+    if (n.shape_count[shape] > 0)
+      return static_cast<double>(base + (shapes_present == 1 ? 75 : 50));
     return static_cast<double>(base + (shapes_present == 0 ? 25 : 0));
   }
 };
@@ -186,7 +188,8 @@ class FgdPolicy : public Policy {
     if (static_cast<size_t>(node) < valid_.size()) valid_[node] = 0;
   }
   double score(const ClusterView& v, int node, const PodReq& r, int* gpu) override {
-    return integer_ ? static_cast<double>(integerScore(v, node, r, gpu)) : -fragDelta(v, node, r, gpu);
+    return integer_ ? static_cast<double>(integerScore(v, node, r, gpu))
+                    : -fragDelta(v, node, r, gpu);
   }
 
  protected:
@@ -269,7 +272,8 @@ class FgdPolicy : public Policy {
 //    only on nearly untouched 8-GPU nodes).
 class InferaPolicy final : public FgdPolicy {
  public:
-  InferaPolicy(const ClusterView& v, const FragModel* model) : FgdPolicy(v, model, /*integer_scores=*/false) {
+  InferaPolicy(const ClusterView& v, const FragModel* model)
+      : FgdPolicy(v, model, /*integer_scores=*/false) {
     double cpu = 0;
     double gpu = 0;
     for (const FragModel::Class& c : model->classes()) {
@@ -292,7 +296,8 @@ class InferaPolicy final : public FgdPolicy {
       }
     }
     for (int t = 0; t < 32; ++t) {
-      typed_share_[static_cast<size_t>(t)] = all_gpu > 0 ? typed[static_cast<size_t>(t)] / all_gpu : 0;
+      typed_share_[static_cast<size_t>(t)] =
+          all_gpu > 0 ? typed[static_cast<size_t>(t)] / all_gpu : 0;
     }
     // The workload's multi-GPU shapes, most of its GPU demand first (at most 32): the nodes that
     // can host each are tracked, so that taking the last hosts of a shape costs.
@@ -300,8 +305,8 @@ class InferaPolicy final : public FgdPolicy {
       if (c.req.num_gpu < 2 || all_gpu <= 0) continue;
       const double share = c.weight * static_cast<double>(c.req.gpuTotalMilli()) / all_gpu;
       auto it = std::find_if(big_.begin(), big_.end(), [&](const Big& b) {
-        return b.num_gpu == c.req.num_gpu && b.cpu == c.req.cpu_milli && b.mem == c.req.memory_mib &&
-               b.types == c.req.types;
+        return b.num_gpu == c.req.num_gpu && b.cpu == c.req.cpu_milli &&
+               b.mem == c.req.memory_mib && b.types == c.req.types;
       });
       if (it != big_.end()) {
         it->share += share;
@@ -309,7 +314,8 @@ class InferaPolicy final : public FgdPolicy {
         big_.push_back(Big{c.req.num_gpu, c.req.cpu_milli, c.req.memory_mib, c.req.types, share});
       }
     }
-    std::sort(big_.begin(), big_.end(), [](const Big& a, const Big& b) { return a.share > b.share; });
+    std::sort(big_.begin(), big_.end(),
+              [](const Big& a, const Big& b) { return a.share > b.share; });
     if (big_.size() > 32) big_.resize(32);
     nodes_ = v.nodes;
     last_free_.assign(v.nodes->size(), 0);
@@ -334,7 +340,8 @@ class InferaPolicy final : public FgdPolicy {
       // filling up presses harder, so pods that could go elsewhere leave its last GPUs to the pods
       // that can use only it (for a pod of one allowed type it is the same on every node).
       const size_t t = static_cast<size_t>(n.type);
-      const double p = free_[t] > 0 ? typed_share_[t] / (free_[t] / std::max(1.0, free_all_)) : typed_share_[t] * 1e3;
+      const double p = free_[t] > 0 ? typed_share_[t] / (free_[t] / std::max(1.0, free_all_))
+                                    : typed_share_[t] * 1e3;
       s -= kTypeWeight * p * static_cast<double>(r.gpuTotalMilli());
     }
     if (w.cpu_deficit > 0 && gpu_per_cpu_ > 0) {
@@ -374,8 +381,10 @@ class InferaPolicy final : public FgdPolicy {
     TypeMask types;
     double share;  // of the workload's GPU demand
   };
-  bool hosts(const Big& b, const NodeState& n, int full_free, int64_t cpu_free, int64_t mem_free) const {
-    return n.typeAllowed(b.types) && full_free >= b.num_gpu && cpu_free >= b.cpu && mem_free >= b.mem;
+  bool hosts(const Big& b, const NodeState& n, int full_free, int64_t cpu_free,
+             int64_t mem_free) const {
+    return n.typeAllowed(b.types) && full_free >= b.num_gpu && cpu_free >= b.cpu &&
+           mem_free >= b.mem;
   }
   uint32_t hostMask(const NodeState& n) const {
     uint32_t m = 0;
@@ -391,7 +400,8 @@ class InferaPolicy final : public FgdPolicy {
     const uint32_t before = node_mask_[static_cast<size_t>(node)];
     if (before == 0) return 0;
     int whole_taken = r.num_gpu > 0 && !r.sharing() ? r.num_gpu : 0;
-    if (r.sharing() && gpu >= 0 && n.gpu_free[static_cast<size_t>(gpu)] >= kMilliPerGpu) whole_taken = 1;
+    if (r.sharing() && gpu >= 0 && n.gpu_free[static_cast<size_t>(gpu)] >= kMilliPerGpu)
+      whole_taken = 1;
     const int full_after = n.full_free_gpus - whole_taken;
     const int64_t cpu_after = n.cpu_free - r.cpu_milli;
     const int64_t mem_after = n.mem_free - r.memory_mib;
@@ -406,8 +416,10 @@ class InferaPolicy final : public FgdPolicy {
   }
 
   void trackNode(int node) {
-    if (static_cast<size_t>(node) >= last_free_.size()) last_free_.resize(static_cast<size_t>(node) + 1, 0);
-    if (static_cast<size_t>(node) >= node_mask_.size()) node_mask_.resize(static_cast<size_t>(node) + 1, 0);
+    if (static_cast<size_t>(node) >= last_free_.size())
+      last_free_.resize(static_cast<size_t>(node) + 1, 0);
+    if (static_cast<size_t>(node) >= node_mask_.size())
+      node_mask_.resize(static_cast<size_t>(node) + 1, 0);
     const NodeState& n = (*nodes_)[static_cast<size_t>(node)];
     const uint32_t mask = big_.empty() ? 0 : hostMask(n);
     const uint32_t old = node_mask_[static_cast<size_t>(node)];

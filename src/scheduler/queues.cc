@@ -86,7 +86,8 @@ Result<SchedulingConfig> parseSchedulingConfigString(const std::string& yaml_tex
     cfg.gpu_types.push_back(info);
   });
   std::set<std::string> queue_names;
-  r.forEach("queues", [&](ConfigReader& q, size_t) { readQueue(q, "", cfg, queue_names, type_names); });
+  r.forEach("queues",
+            [&](ConfigReader& q, size_t) { readQueue(q, "", cfg, queue_names, type_names); });
 
   r.forEach("placement", [&](ConfigReader& p, size_t) {
     PlacementRule rule;

@@ -72,8 +72,8 @@ std::string lineChart(const std::string& title, const std::string& xlabel,
   }
   s << "<text x=\"" << left + pw / 2 << "\" y=\"" << h - 12 << "\" text-anchor=\"middle\">"
     << xlabel << "</text>\n";
-  s << "<text transform=\"translate(16," << top + ph / 2 << ") rotate(-90)\" text-anchor=\"middle\">"
-    << ylabel << "</text>\n";
+  s << "<text transform=\"translate(16," << top + ph / 2
+    << ") rotate(-90)\" text-anchor=\"middle\">" << ylabel << "</text>\n";
   for (size_t i = 0; i < series.size(); ++i) {
     const char* color = kColors[i % (sizeof(kColors) / sizeof(kColors[0]))];
     if (!series[i].band.empty()) {
@@ -132,13 +132,14 @@ nlohmann::json curveJson(const CurvePoint& c) {
 double paperUnallocatedGpus(const std::string& policy, const std::string& pod_list) {
   if (pod_list != "default") return -1;
   static const std::map<std::string, double> kPaper = {
-      {"random-fit", 778}, {"dot-product", 568}, {"gpu-clustering", 505},
-      {"gpu-packing", 497}, {"best-fit", 430},   {"fgd", 286}};
+      {"random-fit", 778},  {"dot-product", 568}, {"gpu-clustering", 505},
+      {"gpu-packing", 497}, {"best-fit", 430},    {"fgd", 286}};
   const auto it = kPaper.find(policy);
   return it == kPaper.end() ? -1 : it->second;
 }
 
-std::optional<StepComparison> worstStepAgainst(const FgdResult& r, const FgdResult& reference, double from_load) {
+std::optional<StepComparison> worstStepAgainst(const FgdResult& r, const FgdResult& reference,
+                                               double from_load) {
   std::optional<StepComparison> worst;
   const size_t n = std::min(r.mean_curve.size(), reference.mean_curve.size());
   for (size_t i = 0; i < n; ++i) {
@@ -166,8 +167,9 @@ std::string fgdSummary(const std::vector<FgdResult>& results, const std::string&
     dps /= r.runs.size();
     const double paper = paperUnallocatedGpus(r.policy, r.pod_list);
     char line[256];
-    std::snprintf(line, sizeof(line), "%-17s %8.1f (±%5.1f)   %5s   %6.2f   %5.1f   %11.0f   %5.0f\n",
-                  r.policy.c_str(), r.mean_unallocated, r.stddev_unallocated,
+    std::snprintf(line, sizeof(line),
+                  "%-17s %8.1f (±%5.1f)   %5s   %6.2f   %5.1f   %11.0f   %5.0f\n", r.policy.c_str(),
+                  r.mean_unallocated, r.stddev_unallocated,
                   paper < 0 ? "-" : fmt("%.0f", paper).c_str(), 100 * r.mean_alloc_ratio,
                   100 * r.mean_frag_ratio, failed, dps);
     s << line;
@@ -178,7 +180,8 @@ std::string fgdSummary(const std::vector<FgdResult>& results, const std::string&
   }
   if (ref && results.size() > 1) {
     s << "against " << reference << " along the load curve (mean over seeds, 50% to "
-      << fmt("%.0f", 100 * ref->mean_curve.back().load) << "% of arrivals; + = more GPUs left unallocated):\n";
+      << fmt("%.0f", 100 * ref->mean_curve.back().load)
+      << "% of arrivals; + = more GPUs left unallocated):\n";
     for (const FgdResult& r : results) {
       if (&r == ref) continue;
       const auto w = worstStepAgainst(r, *ref, 0.5);
@@ -186,10 +189,12 @@ std::string fgdSummary(const std::vector<FgdResult>& results, const std::string&
       const CurvePoint& at = r.mean_curve.back();
       const CurvePoint& rat = ref->mean_curve.back();
       char line[256];
-      std::snprintf(line, sizeof(line), "  %-15s worst step %3.0f%%: %+7.1f GPUs %s; failed pods at the end %.0f vs %.0f\n",
-                    r.policy.c_str(), 100 * w->load, w->more_unallocated,
-                    w->more_unallocated <= 0 ? "(never behind)" : "(behind there)", at.failed.total(),
-                    rat.failed.total());
+      std::snprintf(
+          line, sizeof(line),
+          "  %-15s worst step %3.0f%%: %+7.1f GPUs %s; failed pods at the end %.0f vs %.0f\n",
+          r.policy.c_str(), 100 * w->load, w->more_unallocated,
+          w->more_unallocated <= 0 ? "(never behind)" : "(behind there)", at.failed.total(),
+          rat.failed.total());
       s << line;
     }
   }
@@ -249,8 +254,9 @@ std::string fgdUnallocatedSvg(const std::vector<FgdResult>& results) {
     }
     series.push_back(std::move(s));
   }
-  return lineChart("Unallocated GPUs vs arrived load (band: min-max over seeds)", "arrived GPU load (% of capacity)",
-                   "GPUs unallocated", series, 50, xmax, 0, ymax * 1.05);
+  return lineChart("Unallocated GPUs vs arrived load (band: min-max over seeds)",
+                   "arrived GPU load (% of capacity)", "GPUs unallocated", series, 50, xmax, 0,
+                   ymax * 1.05);
 }
 
 std::string fgdAllocationSvg(const std::vector<FgdResult>& results) {
@@ -268,7 +274,8 @@ std::string fgdAllocationSvg(const std::vector<FgdResult>& results) {
                    "GPUs allocated (%)", series, 0, xmax, 0, 100);
 }
 
-Status writeFgdReport(const std::string& dir, const std::vector<FgdResult>& results, const std::string& reference) {
+Status writeFgdReport(const std::string& dir, const std::vector<FgdResult>& results,
+                      const std::string& reference) {
   INFERA_RETURN_IF_ERROR(makeDir(dir));
   INFERA_RETURN_IF_ERROR(writeFile(dir + "/report.json", fgdJson(results)));
   INFERA_RETURN_IF_ERROR(writeFile(dir + "/alloc_vs_load.svg", fgdAllocationSvg(results)));
@@ -281,7 +288,8 @@ std::string replaySummary(const ReplayResult& r) {
   s << "Time replay (" << r.policy << "): " << r.pods << " pods, " << r.scheduled << " started, "
     << r.never_scheduled << " never started\n";
   if (r.offered_load > 0) {
-    s << "  synthetic arrivals: " << r.arrivals << " pods drawn from the list, Poisson at an offered GPU load of "
+    s << "  synthetic arrivals: " << r.arrivals
+      << " pods drawn from the list, Poisson at an offered GPU load of "
       << fmt("%.2f", r.offered_load) << " x capacity\n";
   } else {
     s << "  trace times, arrivals sped up " << fmt("%g", r.arrival_speedup) << "x\n";
@@ -344,14 +352,14 @@ Status writeReplayReport(const std::string& dir, const ReplayResult& r) {
     empty.emplace_back(p.t / 86400.0, 100 * p.free_on_empty_share);
     tmax = std::max(tmax, p.t / 86400.0);
   }
-  INFERA_RETURN_IF_ERROR(writeFile(
-      dir + "/allocation.svg",
-      lineChart("GPU allocation over time", "time (days)", "GPUs allocated (%)",
-                {Series{r.policy, downsample(alloc, 600), {}}}, 0, tmax, 0, 100)));
-  INFERA_RETURN_IF_ERROR(writeFile(
-      dir + "/free_node_aggregation.svg",
-      lineChart("Free GPUs on fully empty nodes", "time (days)", "share of free GPUs (%)",
-                {Series{r.policy, downsample(empty, 600), {}}}, 0, tmax, 0, 100)));
+  INFERA_RETURN_IF_ERROR(
+      writeFile(dir + "/allocation.svg",
+                lineChart("GPU allocation over time", "time (days)", "GPUs allocated (%)",
+                          {Series{r.policy, downsample(alloc, 600), {}}}, 0, tmax, 0, 100)));
+  INFERA_RETURN_IF_ERROR(
+      writeFile(dir + "/free_node_aggregation.svg",
+                lineChart("Free GPUs on fully empty nodes", "time (days)", "share of free GPUs (%)",
+                          {Series{r.policy, downsample(empty, 600), {}}}, 0, tmax, 0, 100)));
   // Pending time CDF.
   std::vector<double> w = r.pending_times_s;
   std::sort(w.begin(), w.end());
@@ -361,10 +369,10 @@ Status writeReplayReport(const std::string& dir, const ReplayResult& r) {
     cdf.emplace_back(w[i] / 3600.0, 100.0 * (i + 1) / w.size());
     wmax = std::max(wmax, w[i] / 3600.0);
   }
-  INFERA_RETURN_IF_ERROR(writeFile(
-      dir + "/pending_time.svg",
-      lineChart("Pending time (CDF)", "pending time (hours)", "pods started (%)",
-                {Series{r.policy, downsample(cdf, 600), {}}}, 0, wmax, 0, 100)));
+  INFERA_RETURN_IF_ERROR(
+      writeFile(dir + "/pending_time.svg",
+                lineChart("Pending time (CDF)", "pending time (hours)", "pods started (%)",
+                          {Series{r.policy, downsample(cdf, 600), {}}}, 0, wmax, 0, 100)));
   return writeFile(dir + "/summary.txt", replaySummary(r));
 }
 

@@ -20,7 +20,8 @@ struct StepComparison {
   double load = 0;
   double more_unallocated = 0;
 };
-std::optional<StepComparison> worstStepAgainst(const FgdResult& r, const FgdResult& reference, double from_load);
+std::optional<StepComparison> worstStepAgainst(const FgdResult& r, const FgdResult& reference,
+                                               double from_load);
 
 // The table of policies, then each one's worst step against `reference` (when it is among them).
 std::string fgdSummary(const std::vector<FgdResult>& results, const std::string& reference = "fgd");

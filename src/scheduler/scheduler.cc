@@ -22,7 +22,7 @@ struct QueueState {
   std::array<int64_t, kMaxGpuTypes + 1> max;
   int64_t cpu_max = -1;
   int64_t mem_max = -1;
-  std::array<int64_t, kMaxGpuTypes + 1> used{};     // all tiers
+  std::array<int64_t, kMaxGpuTypes + 1> used{};  // all tiers
   // Tier-0 use per type; at kTotal, the tier-0 use charged to the "*" guarantee (types without a
   // guarantee of their own).
   std::array<int64_t, kMaxGpuTypes + 1> used_t0{};
@@ -303,7 +303,8 @@ class SchedulerImpl final : public Scheduler {
       s.max.fill(-1);
       if (!q.parent.empty()) {
         const auto it = index.find(q.parent);
-        if (it == index.end()) return Status::invalidArgument("queue " + q.name + ": unknown parent");
+        if (it == index.end())
+          return Status::invalidArgument("queue " + q.name + ": unknown parent");
         s.parent = it->second;
       }
       for (const auto* src : {&q.guaranteed, &q.max}) {
@@ -687,11 +688,12 @@ class SchedulerImpl final : public Scheduler {
       const PodRecord& victim = rec(v);
       std::string reason;
       const int t = nodes_[victim.node].type;
-      const bool borrowing = victim.queue >= 0 && t >= 0 &&
-                             queues_[victim.queue].used[t] > std::max<int64_t>(
-                                                                 0, queues_[victim.queue].guaranteed[t]);
+      const bool borrowing =
+          victim.queue >= 0 && t >= 0 &&
+          queues_[victim.queue].used[t] > std::max<int64_t>(0, queues_[victim.queue].guaranteed[t]);
       const std::string qname = plan.queue >= 0 ? queues_[plan.queue].name : "-";
-      reason = (borrowing ? "borrowed quota reclaimed by tier-0 pod " : "tier-2 pod preempted by tier-0 pod ") +
+      reason = (borrowing ? "borrowed quota reclaimed by tier-0 pod "
+                          : "tier-2 pod preempted by tier-0 pod ") +
                pod.name + " (queue " + qname + ")";
       out.evicted.push_back(Eviction{v, victim.name, nodes_[victim.node].name, reason});
       unbind(v);
@@ -781,7 +783,9 @@ class SchedulerImpl final : public Scheduler {
   }
 
   // A PodId is (generation << 32) | slot.
-  PodId idOf(uint32_t slot) const { return (static_cast<PodId>(pods_[slot].generation) << 32) | slot; }
+  PodId idOf(uint32_t slot) const {
+    return (static_cast<PodId>(pods_[slot].generation) << 32) | slot;
+  }
   PodRecord& rec(PodId id) { return pods_[static_cast<uint32_t>(id)]; }
   const PodRecord& rec(PodId id) const { return pods_[static_cast<uint32_t>(id)]; }
   // The running pod `id` names, or nullptr (unknown, ended, or its slot reused since).

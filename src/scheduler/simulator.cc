@@ -104,7 +104,8 @@ Result<FgdResult> runFgdProtocol(const std::vector<NodeSpec>& nodes,
         c.alloc_ratio = static_cast<double>(s.gpu_milli_allocated) / capacity;
         c.frag_ratio = fragRatio(s);
         c.allocated_gpus = static_cast<double>(s.gpu_milli_allocated) / kMilliPerGpu;
-        c.unallocated_gpus = static_cast<double>(s.gpu_milli_capacity - s.gpu_milli_allocated) / kMilliPerGpu;
+        c.unallocated_gpus =
+            static_cast<double>(s.gpu_milli_capacity - s.gpu_milli_allocated) / kMilliPerGpu;
         c.fragmented_gpus = s.fragmentation_milli / kMilliPerGpu;
         c.failed = run.failed;
         run.curve.push_back(c);
@@ -212,8 +213,9 @@ std::vector<PodSpec> syntheticArrivals(const std::vector<PodSpec>& list, int64_t
                                        const ReplayConfig& cfg) {
   const auto horizon = static_cast<double>(cfg.horizon_s);
   auto duration = [&](const PodSpec& p) {
-    return p.deletion_s > p.creation_s ? std::min(horizon, static_cast<double>(p.deletion_s - p.creation_s))
-                                       : horizon;
+    return p.deletion_s > p.creation_s
+               ? std::min(horizon, static_cast<double>(p.deletion_s - p.creation_s))
+               : horizon;
   };
   double mean_gd = 0;  // milli-GPU x seconds per drawn pod
   for (const PodSpec& p : list) mean_gd += static_cast<double>(gpuDemand(p)) * duration(p);
@@ -230,7 +232,8 @@ std::vector<PodSpec> syntheticArrivals(const std::vector<PodSpec>& list, int64_t
     PodSpec p = src;
     p.name = src.name + "#" + std::to_string(k);
     p.creation_s = static_cast<int64_t>(t);
-    p.deletion_s = src.deletion_s > src.creation_s ? p.creation_s + static_cast<int64_t>(duration(src)) : -1;
+    p.deletion_s =
+        src.deletion_s > src.creation_s ? p.creation_s + static_cast<int64_t>(duration(src)) : -1;
     out.push_back(std::move(p));
   }
   return out;
@@ -245,14 +248,18 @@ Result<ReplayResult> runReplay(const std::vector<NodeSpec>& nodes, const std::ve
   if (cfg.arrival_speedup <= 0) return Status::invalidArgument("arrival_speedup must be > 0");
   if (cfg.offered_load < 0) return Status::invalidArgument("offered_load must be >= 0");
   if (cfg.sample_interval_s <= 0) return Status::invalidArgument("sample_interval_s must be > 0");
-  if (cfg.offered_load > 0 && cfg.horizon_s <= 0) return Status::invalidArgument("horizon_s must be > 0");
+  if (cfg.offered_load > 0 && cfg.horizon_s <= 0)
+    return Status::invalidArgument("horizon_s must be > 0");
   if (in.empty()) return Status::invalidArgument("no pods");
   int64_t capacity_milli = 0;
   for (const NodeSpec& n : nodes) capacity_milli += static_cast<int64_t>(n.gpus) * kMilliPerGpu;
   out.offered_load = cfg.offered_load;
   out.arrival_speedup = cfg.offered_load > 0 ? 1.0 : cfg.arrival_speedup;
-  std::vector<PodSpec> pods = cfg.offered_load > 0 ? syntheticArrivals(in, capacity_milli, cfg) : in;
-  if (pods.empty()) return Status::invalidArgument("no arrivals: the pod list asks for no GPUs to offer a load with");
+  std::vector<PodSpec> pods =
+      cfg.offered_load > 0 ? syntheticArrivals(in, capacity_milli, cfg) : in;
+  if (pods.empty())
+    return Status::invalidArgument(
+        "no arrivals: the pod list asks for no GPUs to offer a load with");
   out.arrivals = static_cast<int>(pods.size());
   for (PodSpec& p : pods) {
     const int64_t duration = p.deletion_s > p.creation_s ? p.deletion_s - p.creation_s : -1;
@@ -283,7 +290,7 @@ Result<ReplayResult> runReplay(const std::vector<NodeSpec>& nodes, const std::ve
 
   using Dep = std::pair<int64_t, size_t>;  // (time, pod)
   std::priority_queue<Dep, std::vector<Dep>, std::greater<>> departures;
-  std::vector<size_t> pending;  // kept ordered by (tier, creation)
+  std::vector<size_t> pending;                        // kept ordered by (tier, creation)
   std::unordered_map<PodId, size_t> id_to_pod_index;  // running pods
   auto record = [&](size_t i, const Placement& p, int64_t now) {
     PodSim& s = sim[i];
@@ -307,7 +314,8 @@ Result<ReplayResult> runReplay(const std::vector<NodeSpec>& nodes, const std::ve
       id_to_pod_index.erase(victim);
       PodSim& vs = sim[v];
       vs.running = false;
-      if (vs.remaining_s >= 0) vs.remaining_s = std::max<int64_t>(0, vs.remaining_s - (now - vs.started_s));
+      if (vs.remaining_s >= 0)
+        vs.remaining_s = std::max<int64_t>(0, vs.remaining_s - (now - vs.started_s));
       vs.pending = true;
       pending.push_back(v);
     }
@@ -327,7 +335,8 @@ Result<ReplayResult> runReplay(const std::vector<NodeSpec>& nodes, const std::ve
   };
   auto retryPending = [&](int64_t now) {
     std::stable_sort(pending.begin(), pending.end(), [&](size_t a, size_t b) {
-      return tierOf(a) != tierOf(b) ? tierOf(a) < tierOf(b) : pods[a].creation_s < pods[b].creation_s;
+      return tierOf(a) != tierOf(b) ? tierOf(a) < tierOf(b)
+                                    : pods[a].creation_s < pods[b].creation_s;
     });
     std::unordered_set<uint64_t> failed_shapes;
     std::vector<size_t> still;

@@ -36,9 +36,9 @@ struct FailedPods {
 };
 
 struct CurvePoint {
-  double load = 0;           // arrived GPU demand / capacity
-  double alloc_ratio = 0;    // allocated GPUs / capacity
-  double frag_ratio = 0;     // fragmented free GPU / free GPU
+  double load = 0;         // arrived GPU demand / capacity
+  double alloc_ratio = 0;  // allocated GPUs / capacity
+  double frag_ratio = 0;   // fragmented free GPU / free GPU
   double allocated_gpus = 0;
   double unallocated_gpus = 0;
   double fragmented_gpus = 0;  // the paper's measure against the workload, in GPUs
@@ -52,7 +52,7 @@ struct FgdRun {
   uint64_t seed = 0;
   int pods_arrived = 0;
   int pods_failed = 0;
-  FailedPods failed;  // at the final load
+  FailedPods failed;            // at the final load
   double unallocated_gpus = 0;  // at the final load
   double alloc_ratio = 0;
   double frag_ratio = 0;
@@ -81,7 +81,7 @@ Result<FgdResult> runFgdProtocol(const std::vector<NodeSpec>& nodes,
 struct ReplayConfig {
   std::string policy = "infera";
   uint64_t seed = 42;
-  SchedulingConfig scheduling;   // queues, tiers mapping, ladder, proportional, idle reclaim
+  SchedulingConfig scheduling;  // queues, tiers mapping, ladder, proportional, idle reclaim
   int64_t sample_interval_s = 3600;
   // Arrival times are divided by this (durations kept): the trace's pods mostly live under an
   // hour but arrive over ~150 days, so at speed 1 the cluster is nearly idle.
@@ -110,8 +110,8 @@ struct SeriesPoint {
 struct ReplayResult {
   std::string policy;
   double arrival_speedup = 1;  // trace times: the speed-up used
-  double offered_load = 0;     // synthetic arrivals: the offered GPU load asked for (0 = trace times)
-  int arrivals = 0;            // pods that arrived (synthetic arrivals: drawn from the list)
+  double offered_load = 0;  // synthetic arrivals: the offered GPU load asked for (0 = trace times)
+  int arrivals = 0;         // pods that arrived (synthetic arrivals: drawn from the list)
   int pods = 0;
   int scheduled = 0;        // started at least once
   int never_scheduled = 0;  // still pending at the end of the trace (or refused)
@@ -129,7 +129,7 @@ struct ReplayResult {
   int64_t decisions = 0;
   double seconds = 0;
   std::vector<SeriesPoint> series;
-  std::vector<Eviction> evictions;  // first max_evictions_listed, with reasons
+  std::vector<Eviction> evictions;      // first max_evictions_listed, with reasons
   std::vector<double> pending_times_s;  // per pod that started
 };
 

@@ -2,8 +2,8 @@
 
 #include <algorithm>
 #include <charconv>
-#include <limits>
 #include <fstream>
+#include <limits>
 #include <map>
 
 namespace infera::sched {
@@ -70,7 +70,8 @@ Status fieldInt(const std::vector<std::string_view>& f, size_t col, const std::s
 }  // namespace
 
 Result<std::vector<NodeSpec>> loadNodeCsv(const std::string& path) {
-  INFERA_ASSIGN_OR_RETURN(Csv csv, readCsv(path, {"sn", "cpu_milli", "memory_mib", "gpu", "model"}));
+  INFERA_ASSIGN_OR_RETURN(Csv csv,
+                          readCsv(path, {"sn", "cpu_milli", "memory_mib", "gpu", "model"}));
   std::vector<NodeSpec> nodes;
   nodes.reserve(csv.lines.size());
   for (size_t i = 0; i < csv.lines.size(); ++i) {
@@ -121,7 +122,8 @@ Result<std::vector<PodSpec>> loadPodCsv(const std::string& path) {
     if (c_spec < f.size() && !f[c_spec].empty()) {
       for (const auto t : splitView(f[c_spec], '|')) {
         const std::string s(t);
-        if (!s.empty() && std::find(p.gpu_types.begin(), p.gpu_types.end(), s) == p.gpu_types.end()) {
+        if (!s.empty() &&
+            std::find(p.gpu_types.begin(), p.gpu_types.end(), s) == p.gpu_types.end()) {
           p.gpu_types.push_back(s);
         }
       }

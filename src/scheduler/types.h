@@ -32,22 +32,22 @@ struct PodSpec {
   std::map<std::string, std::string> labels;  // used by queue placement rules
   int64_t cpu_milli = 0;
   int64_t memory_mib = 0;
-  int num_gpu = 0;        // whole GPUs, or 1 for a GPU-sharing pod
-  int gpu_milli = 0;      // per GPU; < 1000 only when num_gpu == 1
+  int num_gpu = 0;    // whole GPUs, or 1 for a GPU-sharing pod
+  int gpu_milli = 0;  // per GPU; < 1000 only when num_gpu == 1
   // Allowed GPU types; empty = any. A ladder minimum ("A10 or better") adds every type ranked at
   // or above it in the configured ladder.
   std::vector<std::string> gpu_types;
   std::string min_gpu_type;
   Tier tier = Tier::kShared;
-  std::string queue;      // "" = resolved by the queue placement rules (or no queues)
+  std::string queue;  // "" = resolved by the queue placement rules (or no queues)
   int priority = 0;
   int64_t creation_s = 0;
   int64_t deletion_s = -1;  // -1 = runs forever
   std::string qos;          // trace QoS class (LS, BE, ...), informational
 };
 
-// A running pod: (generation << 32) | slot. Slots of ended pods are reused; the generation makes the
-// id of an ended pod unknown to the engine even after its slot holds another pod.
+// A running pod: (generation << 32) | slot. Slots of ended pods are reused; the generation makes
+// the id of an ended pod unknown to the engine even after its slot holds another pod.
 using PodId = uint64_t;
 
 struct Eviction {
@@ -59,7 +59,7 @@ struct Eviction {
 
 struct Placement {
   PodId pod = 0;
-  int node = -1;                 // node index in the engine
+  int node = -1;  // node index in the engine
   std::string node_name;
   std::string gpu_type;          // "" for CPU-only placements on CPU nodes
   std::vector<int> gpu_indices;  // device indices on the node
@@ -76,7 +76,7 @@ struct ClusterStats {
   int64_t cpu_milli_capacity = 0;
   int64_t cpu_milli_allocated = 0;
   int running_pods = 0;
-  int empty_gpu_nodes = 0;            // GPU nodes with every GPU free
+  int empty_gpu_nodes = 0;  // GPU nodes with every GPU free
   int64_t gpu_milli_on_empty_nodes = 0;
   // FGD fragmentation (milli-GPU) measured against the configured workload; 0 without one.
   double fragmentation_milli = 0;

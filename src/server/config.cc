@@ -31,7 +31,8 @@ void checkBindings(const Config& cfg, ConfigErrors& errors) {
       }
       if (!found) {
         errors.add("registry.bindings[" + std::to_string(i) + "].deployments", b.line,
-                   "names unknown deployment '" + d + "' (a deployment of the models: \"name\" or \"model/name\")");
+                   "names unknown deployment '" + d +
+                       "' (a deployment of the models: \"name\" or \"model/name\")");
       }
     }
   }
@@ -49,7 +50,8 @@ Result<Config> parseConfig(const YAML::Node& root) {
   int64_t v = static_cast<int64_t>(cfg.max_body_bytes);
   if (r.optional("max_body_bytes", v, 1024, 1LL << 32)) cfg.max_body_bytes = static_cast<size_t>(v);
   v = static_cast<int64_t>(cfg.max_header_bytes);
-  if (r.optional("max_header_bytes", v, 1024, 1 << 20)) cfg.max_header_bytes = static_cast<size_t>(v);
+  if (r.optional("max_header_bytes", v, 1024, 1 << 20))
+    cfg.max_header_bytes = static_cast<size_t>(v);
   r.optional("max_connections", cfg.max_connections, 0, 10'000'000);
   r.optional("max_body_bytes_in_flight", cfg.max_body_bytes_in_flight, 0, 1LL << 40);
   r.optional("header_timeout_ms", cfg.header_timeout_ms, 100, 3'600'000);
@@ -76,7 +78,8 @@ Result<Config> parseConfig(const YAML::Node& root) {
   INFERA_RETURN_IF_ERROR(errors.toStatus());
   if (cfg.registry.enabled && cfg.registry.store.empty()) {
     // The registry shares access control's store (replicas share it); else a file of its own.
-    cfg.registry.store = cfg.access.enabled ? cfg.access.store : "sqlite:" + cfg.registry.data_dir + "/registry.db";
+    cfg.registry.store =
+        cfg.access.enabled ? cfg.access.store : "sqlite:" + cfg.registry.data_dir + "/registry.db";
   }
   return cfg;
 }
@@ -106,30 +109,38 @@ std::vector<std::string> restartNeeded(const Config& running, const Config& next
     return hc > 0 ? hc : 1;
   };
   if (workers(running.workers) != workers(next.workers)) out.push_back("workers");
-  if (running.listen.host != next.listen.host || running.listen.port != next.listen.port) out.push_back("listen");
-  if (running.admin.host != next.admin.host || running.admin.port != next.admin.port) out.push_back("admin");
+  if (running.listen.host != next.listen.host || running.listen.port != next.listen.port)
+    out.push_back("listen");
+  if (running.admin.host != next.admin.host || running.admin.port != next.admin.port)
+    out.push_back("admin");
   // Certificates reload; plain <-> TLS is another kind of port.
-  if (running.listen.tls.has_value() != next.listen.tls.has_value()) out.push_back("listen.tls (on or off)");
-  if (running.admin.tls.has_value() != next.admin.tls.has_value()) out.push_back("admin.tls (on or off)");
+  if (running.listen.tls.has_value() != next.listen.tls.has_value())
+    out.push_back("listen.tls (on or off)");
+  if (running.admin.tls.has_value() != next.admin.tls.has_value())
+    out.push_back("admin.tls (on or off)");
   if (running.max_body_bytes != next.max_body_bytes) out.push_back("max_body_bytes");
   if (running.max_connections != next.max_connections) out.push_back("max_connections");
-  if (running.max_body_bytes_in_flight != next.max_body_bytes_in_flight) out.push_back("max_body_bytes_in_flight");
+  if (running.max_body_bytes_in_flight != next.max_body_bytes_in_flight)
+    out.push_back("max_body_bytes_in_flight");
   if (running.header_timeout_ms != next.header_timeout_ms) out.push_back("header_timeout_ms");
   if (running.access_log != next.access_log) out.push_back("access_log");
   for (const auto& [name, ec] : next.emulators) {
     if (!running.emulators.count(name)) out.push_back("emulators." + name + " (new)");
   }
-  for (auto& s : access::Access::restartNeeded(running.access, next.access)) out.push_back(std::move(s));
-  for (auto& s : features::restartNeeded(running.features, next.features)) out.push_back(std::move(s));
+  for (auto& s : access::Access::restartNeeded(running.access, next.access))
+    out.push_back(std::move(s));
+  for (auto& s : features::restartNeeded(running.features, next.features))
+    out.push_back(std::move(s));
   const auto& rv = running.vectors;
   const auto& nv = next.vectors;
   if (rv.enabled != nv.enabled || rv.data_dir != nv.data_dir || rv.path_prefix != nv.path_prefix ||
       rv.write_threads != nv.write_threads || rv.max_batch_points != nv.max_batch_points ||
-      rv.max_queued_writes != nv.max_queued_writes || rv.snapshot_min_points != nv.snapshot_min_points ||
-      rv.fsync != nv.fsync) {
+      rv.max_queued_writes != nv.max_queued_writes ||
+      rv.snapshot_min_points != nv.snapshot_min_points || rv.fsync != nv.fsync) {
     out.push_back("vectors");
   }
-  for (auto& s : registry::restartNeeded(running.registry, next.registry)) out.push_back(std::move(s));
+  for (auto& s : registry::restartNeeded(running.registry, next.registry))
+    out.push_back(std::move(s));
   return out;
 }
 

@@ -37,17 +37,19 @@ struct Config {
   size_t max_body_bytes = 8 * 1024 * 1024;
   size_t max_header_bytes = 16 * 1024;
   int64_t max_connections = 65'536;  // data port, across workers; more are accepted and closed
-  int64_t max_body_bytes_in_flight = 1LL << 30;  // data port: request body bytes held at once (503 beyond)
-  int64_t header_timeout_ms = 10'000;  // each request's head, from its first byte (or the connection)
+  int64_t max_body_bytes_in_flight =
+      1LL << 30;  // data port: request body bytes held at once (503 beyond)
+  int64_t header_timeout_ms =
+      10'000;  // each request's head, from its first byte (or the connection)
   int64_t idle_timeout_ms = 60'000;
   int64_t drain_timeout_ms = 15'000;
   std::string access_log;  // "" = off, "-" = stdout, else a file path
   std::string log_level = "info";
   std::map<std::string, emulator::EmulatorConfig> emulators;  // backends started in this process
-  gateway::GatewayConfig gateway;  // region, balancing, health, retries, models
-  access::AccessConfig access;     // the `governance` section
+  gateway::GatewayConfig gateway;     // region, balancing, health, retries, models
+  access::AccessConfig access;        // the `governance` section
   features::FeaturesConfig features;  // the `features` section (enabled when present)
-  vectors::VectorsConfig vectors;  // the `vectors` section (off unless present)
+  vectors::VectorsConfig vectors;     // the `vectors` section (off unless present)
   registry::RegistryConfig registry;  // the `registry` section (off unless present)
 };
 

@@ -55,11 +55,13 @@ class ServerImpl final : public Server {
   ~ServerImpl() override {
     if (gateway_) gateway_->stopHealthChecks();
     admin_.reset();  // first: a /metrics scrape reads data_'s stats
-    data_.reset();   // the routers and what they own (the gateway's and access's per-loop state), on their loops
+    data_.reset();  // the routers and what they own (the gateway's and access's per-loop state), on
+                    // their loops
     loops_.stop();
     vectors_.reset();  // after the loops: finishes queued writes, snapshots every collection
     features_.reset();
-    model_registry_.reset();  // after the loops, before access (its last tasks may audit) and the gateway
+    model_registry_
+        .reset();     // after the loops, before access (its last tasks may audit) and the gateway
     access_.reset();  // after the workers: writes the last usage records
     admin_loops_.stop();
     gateway_.reset();
@@ -70,7 +72,8 @@ class ServerImpl final : public Server {
     log_ = componentLogger("server");
     setLogLevel(config_.log_level);
     obs::registerProcessMetrics(registry_, INFERA_VERSION, INFERA_GIT_COMMIT);
-    reloads_ = registry_.counterFamily("infera_gateway_config_reloads_total", "Config reloads by result.", {"result"});
+    reloads_ = registry_.counterFamily("infera_gateway_config_reloads_total",
+                                       "Config reloads by result.", {"result"});
 
     // Backends started in this process (the emulator is a backend like any other to the gateway).
     std::unordered_map<std::string, std::string> emulator_urls;
@@ -88,7 +91,8 @@ class ServerImpl final : public Server {
     }
     if (config_.access.enabled) {
       const Clock& clock = options_.clock ? *options_.clock : SystemClock::instance();
-      INFERA_ASSIGN_OR_RETURN(access_, access::Access::start(config_.access, registry_, workers_, clock));
+      INFERA_ASSIGN_OR_RETURN(access_,
+                              access::Access::start(config_.access, registry_, workers_, clock));
     }
     routes_.set(config_.gateway.models);
     const gateway::RouteSource* source = &routes_;
@@ -96,21 +100,24 @@ class ServerImpl final : public Server {
     if (config_.registry.enabled) {
       // The registry's routes join the config's: the gateway reads both from one source.
       const Clock* clock = options_.clock ? options_.clock : &SystemClock::instance();
-      INFERA_ASSIGN_OR_RETURN(model_registry_, registry::Registry::create(config_.registry,
-                                                                     {registry_, access_.get(), workers_, clock}));
+      INFERA_ASSIGN_OR_RETURN(
+          model_registry_, registry::Registry::create(config_.registry,
+                                                      {registry_, access_.get(), workers_, clock}));
       source = &model_registry_->routeSource(routes_);
       observer = model_registry_->observer();
     }
     INFERA_ASSIGN_OR_RETURN(
         gateway_, gateway::Gateway::create(config_.gateway, *source,
-                                           {registry_, access_log_.get(), std::move(emulator_urls), workers_, observer}));
+                                           {registry_, access_log_.get(), std::move(emulator_urls),
+                                            workers_, observer}));
     if (model_registry_) {
       model_registry_->attach(gateway_.get());
       model_registry_->start();
     }
     if (config_.features.enabled) {
       const Clock* clock = options_.clock ? options_.clock : &SystemClock::instance();
-      INFERA_ASSIGN_OR_RETURN(features_, features::FeatureStore::create(config_.features, {registry_, workers_, clock}));
+      INFERA_ASSIGN_OR_RETURN(features_, features::FeatureStore::create(
+                                             config_.features, {registry_, workers_, clock}));
     }
     if (config_.vectors.enabled) {
       INFERA_ASSIGN_OR_RETURN(vectors_, vectors::VectorService::create(config_.vectors, workers_));
@@ -129,7 +136,8 @@ class ServerImpl final : public Server {
     sc.max_body_bytes_in_flight = config_.max_body_bytes_in_flight;
     sc.idle_timeout = std::chrono::milliseconds(config_.idle_timeout_ms);
     // Artifact uploads stream their bodies (beyond max_body_bytes, never held whole).
-    if (model_registry_) sc.max_streamed_body_bytes = static_cast<uint64_t>(config_.registry.max_artifact_bytes);
+    if (model_registry_)
+      sc.max_streamed_body_bytes = static_cast<uint64_t>(config_.registry.max_artifact_bytes);
     sc.tls = config_.listen.tls;
     auto data = net::HttpServer::create(loops_, sc, [this](int i, net::asio::io_context& ctx) {
       return std::make_unique<net::RouterHandler>(dataRouter(i, ctx));
@@ -140,7 +148,8 @@ class ServerImpl final : public Server {
     net::ServerConfig ac;
     ac.host = config_.admin.host;
     ac.port = config_.admin.port;
-    if (model_registry_) ac.max_streamed_body_bytes = static_cast<uint64_t>(config_.registry.max_artifact_bytes);
+    if (model_registry_)
+      ac.max_streamed_body_bytes = static_cast<uint64_t>(config_.registry.max_artifact_bytes);
     ac.tls = config_.admin.tls;
     auto admin = net::HttpServer::create(admin_loops_, ac, [this](int, net::asio::io_context& ctx) {
       return std::make_unique<net::RouterHandler>(adminRouter(ctx));
@@ -148,8 +157,9 @@ class ServerImpl final : public Server {
     if (!admin.ok()) return admin.status().withContext("admin");
     admin_ = std::move(*admin);
     gateway_->startHealthChecks(admin_loops_.loop(0));
-    INFERA_LOG(log_, info, "serving on {}:{} (admin {}:{}), {} workers, {} models", config_.listen.host,
-               data_->port(), config_.admin.host, admin_->port(), workers_, config_.gateway.models.size());
+    INFERA_LOG(log_, info, "serving on {}:{} (admin {}:{}), {} workers, {} models",
+               config_.listen.host, data_->port(), config_.admin.host, admin_->port(), workers_,
+               config_.gateway.models.size());
     return Status::ok();
   }
 
@@ -171,9 +181,10 @@ class ServerImpl final : public Server {
     if (!restart.empty()) {
       std::string keys;
       for (const auto& k : restart) keys += (keys.empty() ? "" : ", ") + k;
-      return rejected(Status::failedPrecondition(
-          keys + ": need a restart; reload changes routes, limits, timeouts, retries, health checks, balancing "
-                 "and certificates"));
+      return rejected(Status::failedPrecondition(keys +
+                                                 ": need a restart; reload changes routes, limits, "
+                                                 "timeouts, retries, health checks, balancing "
+                                                 "and certificates"));
     }
     // Certificates first (read again even when unchanged): one refused refuses the reload, and
     // the old config and certificates keep serving.
@@ -195,8 +206,12 @@ class ServerImpl final : public Server {
       if (model_registry_) (void)model_registry_->setBindings(config_.registry.bindings);
       return rejected(std::move(s));
     }
-    if (data_tls) INFERA_CHECK(data_->useTls(std::move(data_tls), *next.listen.tls).isOk(), "TLS on a TLS port");
-    if (admin_tls) INFERA_CHECK(admin_->useTls(std::move(admin_tls), *next.admin.tls).isOk(), "TLS on a TLS port");
+    if (data_tls)
+      INFERA_CHECK(data_->useTls(std::move(data_tls), *next.listen.tls).isOk(),
+                   "TLS on a TLS port");
+    if (admin_tls)
+      INFERA_CHECK(admin_->useTls(std::move(admin_tls), *next.admin.tls).isOk(),
+                   "TLS on a TLS port");
     setLogLevel(next.log_level);
     config_ = std::move(next);
     reloads_->counter({"ok"})->inc(0);
@@ -242,7 +257,8 @@ class ServerImpl final : public Server {
   // networks only) in front of a route.
   net::RouteHandler guarded(net::RouteHandler h) const {
     if (!access_) return h;
-    return [this, h = std::move(h)](net::HttpRequest& req, net::ResponseWriter& w, net::PathParams p) -> Task<void> {
+    return [this, h = std::move(h)](net::HttpRequest& req, net::ResponseWriter& w,
+                                    net::PathParams p) -> Task<void> {
       if (auto refused = access_->refuseAdmin(req.header("authorization"))) {
         co_await sendJson(w, refused->status, access::denialJson(*refused));
         co_return;
@@ -253,22 +269,26 @@ class ServerImpl final : public Server {
 
   net::Router adminRouter(net::asio::io_context& ctx) {
     net::Router r;
-    r.add("*", "/metrics", [this](net::HttpRequest&, net::ResponseWriter& w, net::PathParams) -> Task<void> {
-      const std::string text = metricsText();
-      co_await w.send(200, "text/plain; version=0.0.4; charset=utf-8", text);
-    });
-    r.add("*", "/healthz", [](net::HttpRequest&, net::ResponseWriter& w, net::PathParams) -> Task<void> {
-      co_await w.send(200, "text/plain", "ok\n");
-    });
-    r.add("*", "/readyz", [this](net::HttpRequest&, net::ResponseWriter& w, net::PathParams) -> Task<void> {
-      if (draining_.load()) {
-        co_await w.send(503, "text/plain", "draining\n");
-      } else {
-        co_await w.send(200, "text/plain", "ready\n");
-      }
-    });
+    r.add("*", "/metrics",
+          [this](net::HttpRequest&, net::ResponseWriter& w, net::PathParams) -> Task<void> {
+            const std::string text = metricsText();
+            co_await w.send(200, "text/plain; version=0.0.4; charset=utf-8", text);
+          });
+    r.add("*", "/healthz",
+          [](net::HttpRequest&, net::ResponseWriter& w, net::PathParams) -> Task<void> {
+            co_await w.send(200, "text/plain", "ok\n");
+          });
+    r.add("*", "/readyz",
+          [this](net::HttpRequest&, net::ResponseWriter& w, net::PathParams) -> Task<void> {
+            if (draining_.load()) {
+              co_await w.send(503, "text/plain", "draining\n");
+            } else {
+              co_await w.send(200, "text/plain", "ready\n");
+            }
+          });
     r.add("POST", "/admin/reload",
-          guarded([this](net::HttpRequest& req, net::ResponseWriter& w, net::PathParams) -> Task<void> {
+          guarded([this](net::HttpRequest& req, net::ResponseWriter& w,
+                         net::PathParams) -> Task<void> {
             const Status s = reload();
             if (access_) {
               std::string detail = std::string("{\"ok\":") + (s.isOk() ? "true" : "false") +
@@ -278,18 +298,26 @@ class ServerImpl final : public Server {
                 net::appendJsonString(detail, s.message());
               }
               detail += "}";
-              const Status a = access_->audit(req.header("x-infera-actor"), "config.reload", path_, detail);
-              if (!a.isOk()) INFERA_LOG(log_, warn, "audit of a config reload failed: {}", a.message());
+              const Status a =
+                  access_->audit(req.header("x-infera-actor"), "config.reload", path_, detail);
+              if (!a.isOk())
+                INFERA_LOG(log_, warn, "audit of a config reload failed: {}", a.message());
             }
             if (s.isOk()) {
-              co_await sendJson(w, 200, "{\"status\":\"ok\",\"generation\":" + std::to_string(configGeneration()) + "}");
+              co_await sendJson(
+                  w, 200,
+                  "{\"status\":\"ok\",\"generation\":" + std::to_string(configGeneration()) + "}");
             } else {
-              co_await sendJson(w, 400, net::errorJson(s.message(), "invalid_request_error", "invalid_config"));
+              co_await sendJson(
+                  w, 400, net::errorJson(s.message(), "invalid_request_error", "invalid_config"));
             }
           }));
     gateway_->addAdminRoutes(r, [this](net::RouteHandler h) { return guarded(std::move(h)); });
-    if (features_) features_->addAdminRoutes(r, [this](net::RouteHandler h) { return guarded(std::move(h)); });
-    if (model_registry_) model_registry_->addAdminRoutes(ctx, r, [this](net::RouteHandler h) { return guarded(std::move(h)); });
+    if (features_)
+      features_->addAdminRoutes(r, [this](net::RouteHandler h) { return guarded(std::move(h)); });
+    if (model_registry_)
+      model_registry_->addAdminRoutes(
+          ctx, r, [this](net::RouteHandler h) { return guarded(std::move(h)); });
     if (access_) {
       access_->addAdminRoutes(r);
     } else {
@@ -297,72 +325,100 @@ class ServerImpl final : public Server {
     }
     // What no route takes: with access control on, the admin token first (an unknown path tells
     // a caller without it nothing).
-    r.setFallback("", [this](net::HttpRequest& req, net::ResponseWriter& w, int status,
-                             std::string_view allow) -> Task<void> {
-      if (access_) {
-        if (auto refused = access_->refuseAdmin(req.header("authorization"))) {
-          co_await sendJson(w, refused->status, access::denialJson(*refused));
-          co_return;
-        }
-      }
-      const std::string path(req.path());
-      if (status == 405) {
-        co_await sendJson(w, 405, net::errorJson("unsupported method for " + path + " (allowed: " +
-                                                     std::string(allow) + ")",
-                                                 "invalid_request_error", "method_not_allowed"));
-      } else {
-        co_await sendJson(w, 404, net::errorJson("unknown admin path " + path, "invalid_request_error", "not_found"));
-      }
-    });
+    r.setFallback(
+        "",
+        [this](net::HttpRequest& req, net::ResponseWriter& w, int status,
+               std::string_view allow) -> Task<void> {
+          if (access_) {
+            if (auto refused = access_->refuseAdmin(req.header("authorization"))) {
+              co_await sendJson(w, refused->status, access::denialJson(*refused));
+              co_return;
+            }
+          }
+          const std::string path(req.path());
+          if (status == 405) {
+            co_await sendJson(w, 405,
+                              net::errorJson("unsupported method for " + path +
+                                                 " (allowed: " + std::string(allow) + ")",
+                                             "invalid_request_error", "method_not_allowed"));
+          } else {
+            co_await sendJson(
+                w, 404,
+                net::errorJson("unknown admin path " + path, "invalid_request_error", "not_found"));
+          }
+        });
     return r;
   }
 
   void registerNetMetrics() {
-    registry_.gaugeFamily("infera_net_connections_open", "Client connections open on the data port.")
-        ->setCallback([this] { return data_ ? static_cast<double>(data_->stats().connections_open.load()) : 0.0; });
-    registry_.counterFamily("infera_net_connections_total", "Client connections accepted on the data port.")
-        ->setCallback([this] { return data_ ? static_cast<double>(data_->stats().connections_total.load()) : 0.0; });
-    registry_.counterFamily("infera_net_coroutine_failures_total",
-                            "Spawned coroutines that ended with an exception (logged; a bug).")
+    registry_
+        .gaugeFamily("infera_net_connections_open", "Client connections open on the data port.")
+        ->setCallback([this] {
+          return data_ ? static_cast<double>(data_->stats().connections_open.load()) : 0.0;
+        });
+    registry_
+        .counterFamily("infera_net_connections_total",
+                       "Client connections accepted on the data port.")
+        ->setCallback([this] {
+          return data_ ? static_cast<double>(data_->stats().connections_total.load()) : 0.0;
+        });
+    registry_
+        .counterFamily("infera_net_coroutine_failures_total",
+                       "Spawned coroutines that ended with an exception (logged; a bug).")
         ->setCallback([] { return static_cast<double>(net::spawnFailures()); });
-    registry_.counterFamily("infera_net_timeouts_total", "Client connections closed by a read/write timeout.")
-        ->setCallback([this] { return data_ ? static_cast<double>(data_->stats().timeouts.load()) : 0.0; });
+    registry_
+        .counterFamily("infera_net_timeouts_total",
+                       "Client connections closed by a read/write timeout.")
+        ->setCallback(
+            [this] { return data_ ? static_cast<double>(data_->stats().timeouts.load()) : 0.0; });
     auto stat = [this](auto field) {
-      return [this, field] { return data_ ? static_cast<double>((data_->stats().*field).load()) : 0.0; };
+      return [this, field] {
+        return data_ ? static_cast<double>((data_->stats().*field).load()) : 0.0;
+      };
     };
-    registry_.counterFamily("infera_net_bad_requests_total",
-                            "Requests refused for their framing, head or path (400), data port.")
+    registry_
+        .counterFamily("infera_net_bad_requests_total",
+                       "Requests refused for their framing, head or path (400), data port.")
         ->setCallback(stat(&net::ServerStats::bad_requests));
-    registry_.counterFamily("infera_net_connections_rejected_total",
-                            "Connections closed at accept: max_connections were open (data port).")
+    registry_
+        .counterFamily("infera_net_connections_rejected_total",
+                       "Connections closed at accept: max_connections were open (data port).")
         ->setCallback(stat(&net::ServerStats::rejected_connections));
-    registry_.counterFamily("infera_net_accept_errors_total",
-                            "Failed accepts on the data port (EMFILE, ENFILE, ...); serving goes on.")
+    registry_
+        .counterFamily("infera_net_accept_errors_total",
+                       "Failed accepts on the data port (EMFILE, ENFILE, ...); serving goes on.")
         ->setCallback(stat(&net::ServerStats::accept_errors));
-    registry_.counterFamily("infera_net_busy_rejections_total",
-                            "Requests answered 503 before their body: max_body_bytes_in_flight held (data port).")
+    registry_
+        .counterFamily(
+            "infera_net_busy_rejections_total",
+            "Requests answered 503 before their body: max_body_bytes_in_flight held (data port).")
         ->setCallback(stat(&net::ServerStats::rejected_busy));
-    registry_.gaugeFamily("infera_net_body_bytes_in_flight", "Request body bytes held on the data port.")
+    registry_
+        .gaugeFamily("infera_net_body_bytes_in_flight", "Request body bytes held on the data port.")
         ->setCallback(stat(&net::ServerStats::body_bytes_in_flight));
     registerTlsMetrics();
   }
 
   // One series per TLS port (port="data" or "admin").
   void registerTlsMetrics() {
-    auto handshakes = registry_.counterFamily("infera_net_tls_handshakes_total",
-                                              "TLS handshakes completed, resumed ones included.", {"port"});
+    auto handshakes =
+        registry_.counterFamily("infera_net_tls_handshakes_total",
+                                "TLS handshakes completed, resumed ones included.", {"port"});
     auto resumed = registry_.counterFamily("infera_net_tls_resumed_handshakes_total",
                                            "TLS handshakes that resumed a session.", {"port"});
-    auto failures = registry_.counterFamily(
-        "infera_net_tls_handshake_failures_total",
-        "TLS handshakes failed or timed out (no client certificate, TLS < 1.2, no http/1.1 in ALPN, ...).", {"port"});
-    auto reloads = registry_.counterFamily(
-        "infera_net_tls_certificate_reloads_total",
-        "Certificate loads after the first (SIGHUP, /admin/reload, a file change): ok, or error (refused; the "
-        "previous certificate keeps serving).",
-        {"port", "result"});
-    auto expiry = registry_.gaugeFamily("infera_net_tls_certificate_expiry_timestamp_seconds",
-                                        "Expiry (unix time) of the certificate new connections get.", {"port"});
+    auto failures = registry_.counterFamily("infera_net_tls_handshake_failures_total",
+                                            "TLS handshakes failed or timed out (no client "
+                                            "certificate, TLS < 1.2, no http/1.1 in ALPN, ...).",
+                                            {"port"});
+    auto reloads =
+        registry_.counterFamily("infera_net_tls_certificate_reloads_total",
+                                "Certificate loads after the first (SIGHUP, /admin/reload, a file "
+                                "change): ok, or error (refused; the "
+                                "previous certificate keeps serving).",
+                                {"port", "result"});
+    auto expiry = registry_.gaugeFamily(
+        "infera_net_tls_certificate_expiry_timestamp_seconds",
+        "Expiry (unix time) of the certificate new connections get.", {"port"});
     for (const bool is_data : {true, false}) {
       if (!(is_data ? config_.listen.tls : config_.admin.tls)) continue;
       const std::string port = is_data ? "data" : "admin";
@@ -406,7 +462,8 @@ class ServerImpl final : public Server {
 
 }  // namespace
 
-Result<std::unique_ptr<Server>> Server::start(Config config, std::string config_path, Options options) {
+Result<std::unique_ptr<Server>> Server::start(Config config, std::string config_path,
+                                              Options options) {
   auto s = std::make_unique<ServerImpl>(std::move(config), std::move(config_path), options);
   INFERA_RETURN_IF_ERROR(s->init());
   return std::unique_ptr<Server>(std::move(s));

@@ -35,7 +35,8 @@ class Server {
  public:
   // Starts the emulators, access control and the gateway, binds both ports, starts the workers
   // and health checks. `config_path` is where reload() reads from ("" = reload() unavailable).
-  static Result<std::unique_ptr<Server>> start(Config config, std::string config_path = {}, Options options = {});
+  static Result<std::unique_ptr<Server>> start(Config config, std::string config_path = {},
+                                               Options options = {});
   virtual ~Server() = default;
 
   virtual uint16_t port() const = 0;

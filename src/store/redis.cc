@@ -112,7 +112,6 @@ std::vector<std::vector<std::string>> setupCommands(const RedisAddress& a) {
 
 std::string endpointName(const RedisAddress& a) { return a.host + ":" + std::to_string(a.port); }
 
-
 // ---------------------------------------------------------------------------------------------
 // Blocking client
 
@@ -225,8 +224,7 @@ struct Pending {
 };
 
 struct Conn {
-  explicit Conn(asio::io_context& ctx)
-      : socket(ctx), reader(redisReaderCreate()) {}
+  explicit Conn(asio::io_context& ctx) : socket(ctx), reader(redisReaderCreate()) {}
   tcp::socket socket;
   std::optional<tcp::resolver> resolver;
   std::unique_ptr<redisReader, ReaderDeleter> reader;
@@ -473,9 +471,10 @@ Task<Result<RedisReply>> runCommand(std::shared_ptr<AsyncState> s, std::vector<s
           std::to_string(s->options.command_timeout.count()) + " ms"));
       // The others already sent are where this one is: the server may still run them.
       breakConn(*s, c, s->error("connection closed after a command timed out"),
-                Status::deadlineExceeded("redis " + endpointName(s->address) +
-                                         ": sent, then the connection closed after another command timed out (it "
-                                         "may still run)"));
+                Status::deadlineExceeded(
+                    "redis " + endpointName(s->address) +
+                    ": sent, then the connection closed after another command timed out (it "
+                    "may still run)"));
     }
   }
   co_return std::move(*p->result);
@@ -524,9 +523,11 @@ Result<RedisAddress> parseRedisUrl(std::string_view url) {
   constexpr std::string_view kScheme = "redis://";
   if (url.substr(0, kScheme.size()) != kScheme) {
     if (url.substr(0, 9) == "rediss://") {
-      return Status::unimplemented("TLS to redis (rediss://) is not supported: '" + redactUrl(url) + "'");
+      return Status::unimplemented("TLS to redis (rediss://) is not supported: '" + redactUrl(url) +
+                                   "'");
     }
-    return Status::invalidArgument("redis URL must start with redis://, got '" + redactUrl(url) + "'");
+    return Status::invalidArgument("redis URL must start with redis://, got '" + redactUrl(url) +
+                                   "'");
   }
   const auto bad = [&](std::string_view why) {
     return Status::invalidArgument("bad redis URL '" + redactUrl(url) + "': " + std::string(why));

@@ -47,8 +47,8 @@ struct RedisScript {
 // Blocking client. Reconnects on the next command after a failure.
 class RedisClient {
  public:
-  static Result<std::unique_ptr<RedisClient>> connect(const RedisAddress& address,
-                                                      std::chrono::milliseconds timeout = std::chrono::seconds(2));
+  static Result<std::unique_ptr<RedisClient>> connect(
+      const RedisAddress& address, std::chrono::milliseconds timeout = std::chrono::seconds(2));
   virtual ~RedisClient() = default;
   // A Redis error reply is returned as a RedisReply of type kError (not a failed Result); a
   // failed Result means the server could not be reached or the connection broke.
@@ -59,9 +59,10 @@ class RedisClient {
 
 struct AsyncRedisOptions {
   std::chrono::milliseconds connect_timeout{200};
-  std::chrono::milliseconds command_timeout{100};  // per command, from when it is queued
+  std::chrono::milliseconds command_timeout{100};    // per command, from when it is queued
   std::chrono::milliseconds reconnect_backoff{500};  // no reconnect attempt more often than this
-  size_t max_pending = 65536;  // commands queued or in flight; past it command() is kResourceExhausted
+  size_t max_pending =
+      65536;  // commands queued or in flight; past it command() is kResourceExhausted
 };
 
 // Pipelined client bound to one io_context; every method must be called on that context's thread.
@@ -79,7 +80,8 @@ class AsyncRedis {
                                             AsyncRedisOptions options = {});
   virtual ~AsyncRedis() = default;
   virtual net::Task<Result<RedisReply>> command(std::vector<std::string> argv) = 0;
-  virtual net::Task<Result<RedisReply>> eval(const RedisScript& script, std::vector<std::string> keys,
+  virtual net::Task<Result<RedisReply>> eval(const RedisScript& script,
+                                             std::vector<std::string> keys,
                                              std::vector<std::string> args) = 0;
   virtual bool connected() const = 0;
   // Closes the connection; commands in flight fail with kCancelled. Call before the context stops.

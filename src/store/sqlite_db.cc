@@ -21,7 +21,6 @@ struct StmtDeleter {
 };
 using StmtPtr = std::unique_ptr<sqlite3_stmt, StmtDeleter>;
 
-
 Status sqliteError(sqlite3* db, int rc, std::string_view context) {
   std::string msg(context);
   msg += ": ";
@@ -205,7 +204,8 @@ class SqliteDb final : public SqlDb {
   }
 
   sqlite3* db_;
-  std::unordered_map<std::string, StmtPtr, TransparentStringHash, std::equal_to<>> cache_;  // by SQL text
+  std::unordered_map<std::string, StmtPtr, TransparentStringHash, std::equal_to<>>
+      cache_;  // by SQL text
   bool in_txn_ = false;
 };
 

@@ -21,16 +21,26 @@ struct Reply {
 
 int httpStatus(const Status& s) {
   switch (s.code()) {
-    case StatusCode::kInvalidArgument: return 400;
-    case StatusCode::kNotFound: return 404;
-    case StatusCode::kAlreadyExists: return 409;
-    case StatusCode::kFailedPrecondition: return 422;
-    case StatusCode::kPermissionDenied: return 403;
-    case StatusCode::kUnauthenticated: return 401;
-    case StatusCode::kResourceExhausted: return 429;
-    case StatusCode::kUnavailable: return 503;
-    case StatusCode::kPayloadTooLarge: return 413;
-    default: return 500;
+    case StatusCode::kInvalidArgument:
+      return 400;
+    case StatusCode::kNotFound:
+      return 404;
+    case StatusCode::kAlreadyExists:
+      return 409;
+    case StatusCode::kFailedPrecondition:
+      return 422;
+    case StatusCode::kPermissionDenied:
+      return 403;
+    case StatusCode::kUnauthenticated:
+      return 401;
+    case StatusCode::kResourceExhausted:
+      return 429;
+    case StatusCode::kUnavailable:
+      return 503;
+    case StatusCode::kPayloadTooLarge:
+      return 413;
+    default:
+      return 500;
   }
 }
 
@@ -38,7 +48,8 @@ Reply fail(const Status& s) {
   Reply r;
   r.status = httpStatus(s);
   r.error = s.message();
-  if (r.status == 500 && !r.error.starts_with("Service internal error")) r.error = "Service internal error: " + r.error;
+  if (r.status == 500 && !r.error.starts_with("Service internal error"))
+    r.error = "Service internal error: " + r.error;
   return r;
 }
 Reply ok(std::string result) {
@@ -54,10 +65,13 @@ Status collectionMissing(std::string_view name) {
 }
 
 std::string percentDecode(std::string_view s) {
-  auto hex = [](char c) { return std::isdigit(uint8_t(c)) ? c - '0' : std::tolower(uint8_t(c)) - 'a' + 10; };
+  auto hex = [](char c) {
+    return std::isdigit(uint8_t(c)) ? c - '0' : std::tolower(uint8_t(c)) - 'a' + 10;
+  };
   std::string out;
   for (size_t i = 0; i < s.size(); ++i) {
-    if (s[i] == '%' && i + 2 < s.size() && std::isxdigit(uint8_t(s[i + 1])) && std::isxdigit(uint8_t(s[i + 2]))) {
+    if (s[i] == '%' && i + 2 < s.size() && std::isxdigit(uint8_t(s[i + 1])) &&
+        std::isxdigit(uint8_t(s[i + 2]))) {
       out.push_back(char(hex(s[i + 1]) * 16 + hex(s[i + 2])));
       i += 2;
     } else {
@@ -76,7 +90,8 @@ std::string queryParam(std::string_view target, std::string_view key) {
     const size_t amp = rest.find('&');
     const std::string_view kv = rest.substr(0, amp);
     const size_t eq = kv.find('=');
-    if (kv.substr(0, eq) == key) return eq == std::string_view::npos ? "true" : percentDecode(kv.substr(eq + 1));
+    if (kv.substr(0, eq) == key)
+      return eq == std::string_view::npos ? "true" : percentDecode(kv.substr(eq + 1));
     if (amp == std::string_view::npos) break;
     rest.remove_prefix(amp + 1);
   }
@@ -91,8 +106,9 @@ Status validateName(const std::string& name) {
   }
   for (char c : name) {
     if (kBad.find(c) != std::string::npos || c == '\0' || c == '\x1f') {
-      return Status::failedPrecondition(std::string("Validation error in path parameters: [collection_name: ") +
-                                        "collection name cannot contain \"" + std::string(1, c) + "\" char]");
+      return Status::failedPrecondition(
+          std::string("Validation error in path parameters: [collection_name: ") +
+          "collection name cannot contain \"" + std::string(1, c) + "\" char]");
     }
   }
   return Status::ok();
@@ -108,20 +124,24 @@ Result<std::vector<float>> parseVector(const Json& j, const CollectionParams& p)
     } else if (j.contains("indices")) {
       return wrongInput("Conversion between sparse and regular vectors failed");
     } else {
-      return wrongInput("Not existing vector name error: " + (j.empty() ? std::string() : j.begin().key()));
+      return wrongInput("Not existing vector name error: " +
+                        (j.empty() ? std::string() : j.begin().key()));
     }
   }
-  if (!v->is_array()) return Status::invalidArgument("Format error in JSON body: vector must be a list of numbers");
+  if (!v->is_array())
+    return Status::invalidArgument("Format error in JSON body: vector must be a list of numbers");
   if (v->size() != p.dim) {
-    return wrongInput("Vector dimension error: expected dim: " + std::to_string(p.dim) +
-                      ", got " + std::to_string(v->size()));
+    return wrongInput("Vector dimension error: expected dim: " + std::to_string(p.dim) + ", got " +
+                      std::to_string(v->size()));
   }
   std::vector<float> out(p.dim);
   for (size_t i = 0; i < p.dim; ++i) {
     const Json& x = (*v)[i];
-    if (!x.is_number()) return Status::invalidArgument("Format error in JSON body: vector must be a list of numbers");
+    if (!x.is_number())
+      return Status::invalidArgument("Format error in JSON body: vector must be a list of numbers");
     out[i] = float(x.get<double>());
-    if (!std::isfinite(out[i])) return wrongInput("vector component " + std::to_string(i) + " is not a finite number");
+    if (!std::isfinite(out[i]))
+      return wrongInput("vector component " + std::to_string(i) + " is not a finite number");
   }
   if (p.distance == Distance::kCosine) {
     double n = 0;
@@ -143,7 +163,8 @@ Result<std::optional<Filter>> optionalFilter(const Json& body, const char* key =
 Result<size_t> optionalCount(const Json& body, const char* key, size_t def) {
   if (!body.contains(key) || body[key].is_null()) return def;
   if (!body[key].is_number_unsigned()) {
-    return Status::invalidArgument(std::string("Format error in JSON body: ") + key + " must be a non-negative integer");
+    return Status::invalidArgument(std::string("Format error in JSON body: ") + key +
+                                   " must be a non-negative integer");
   }
   return body[key].get<size_t>();
 }
@@ -152,7 +173,8 @@ Result<bool> optionalBool(const Json& body, const char* key, bool def) {
   if (!body.contains(key) || body[key].is_null()) return def;
   if (body[key].is_boolean()) return body[key].get<bool>();
   if (body[key].is_array()) return !body[key].empty();  // with_vector: [names]
-  return Status::invalidArgument(std::string("Format error in JSON body: ") + key + " must be a bool");
+  return Status::invalidArgument(std::string("Format error in JSON body: ") + key +
+                                 " must be a bool");
 }
 
 Result<PayloadSelector> selector(const Json& body, bool def) {
@@ -203,65 +225,84 @@ std::string recordsJson(const std::vector<Record>& rs, bool scored) {
 
 Result<CollectionParams> parseCreate(const Json& body) {
   CollectionParams p;
-  if (!body.is_object()) return Status::invalidArgument("Format error in JSON body: expected an object");
+  if (!body.is_object())
+    return Status::invalidArgument("Format error in JSON body: expected an object");
   if (!body.contains("vectors") || !body["vectors"].is_object()) {
-    return badRequest("Infera needs `vectors: {size, distance}` (collections without vectors are not supported)");
+    return badRequest(
+        "Infera needs `vectors: {size, distance}` (collections without vectors are not supported)");
   }
   const Json& v = body["vectors"];
   if (!v.contains("size")) {
-    if (!v.empty() && v.begin().value().is_object()) return badRequest("named vectors are not supported by Infera");
+    if (!v.empty() && v.begin().value().is_object())
+      return badRequest("named vectors are not supported by Infera");
     return Status::invalidArgument("Format error in JSON body: missing field `size`");
   }
   if (!v["size"].is_number_integer() || v["size"].get<int64_t>() < 1) {
-    return Status::failedPrecondition("Validation error in JSON body: [vectors.size: value must be at least 1]");
+    return Status::failedPrecondition(
+        "Validation error in JSON body: [vectors.size: value must be at least 1]");
   }
   p.dim = v["size"].get<size_t>();
   if (p.dim > 65'536) return badRequest("vector size " + std::to_string(p.dim) + " exceeds 65536");
   const std::string d = v.value("distance", "");
-  if (d == "Cosine") p.distance = Distance::kCosine;
-  else if (d == "Euclid") p.distance = Distance::kEuclid;
-  else if (d == "Dot") p.distance = Distance::kDot;
-  else if (d == "Manhattan") return badRequest("Manhattan distance is not supported by Infera");
-  else return Status::invalidArgument("Format error in JSON body: unknown variant `" + d +
-                                      "`, expected one of `Cosine`, `Euclid`, `Dot`, `Manhattan`");
+  if (d == "Cosine")
+    p.distance = Distance::kCosine;
+  else if (d == "Euclid")
+    p.distance = Distance::kEuclid;
+  else if (d == "Dot")
+    p.distance = Distance::kDot;
+  else if (d == "Manhattan")
+    return badRequest("Manhattan distance is not supported by Infera");
+  else
+    return Status::invalidArgument("Format error in JSON body: unknown variant `" + d +
+                                   "`, expected one of `Cosine`, `Euclid`, `Dot`, `Manhattan`");
   auto hnsw = [&](const Json& h) -> Status {
     if (!h.is_object()) return Status::ok();
     if (h.contains("m") && h["m"].is_number_integer()) {
       p.m = h["m"].get<int>();
-      if (p.m < 2 || p.m > 128) return badRequest("hnsw_config.m must be in [2, 128] (m = 0 is not supported)");
+      if (p.m < 2 || p.m > 128)
+        return badRequest("hnsw_config.m must be in [2, 128] (m = 0 is not supported)");
     }
     if (h.contains("ef_construct") && h["ef_construct"].is_number_integer()) {
       p.ef_construct = h["ef_construct"].get<int>();
       if (p.ef_construct < 4) {
-        return Status::failedPrecondition("Validation error in JSON body: [hnsw_config.ef_construct: value must be at least 4]");
+        return Status::failedPrecondition(
+            "Validation error in JSON body: [hnsw_config.ef_construct: value must be at least 4]");
       }
     }
     if (h.contains("full_scan_threshold") && h["full_scan_threshold"].is_number_integer()) {
       p.full_scan_threshold_kb = h["full_scan_threshold"].get<int64_t>();
       if (p.full_scan_threshold_kb < 10) {
         return Status::failedPrecondition(
-            "Validation error in JSON body: [hnsw_config.full_scan_threshold: value must be at least 10]");
+            "Validation error in JSON body: [hnsw_config.full_scan_threshold: value must be at "
+            "least 10]");
       }
     }
     return Status::ok();
   };
   auto quant = [&](const Json& q) -> Status {
     if (q.is_null()) return Status::ok();
-    if (!q.is_object()) return Status::invalidArgument("Format error in JSON body: quantization_config must be an object");
-    if (!q.contains("scalar")) return badRequest("only scalar (int8) quantization is supported by Infera");
+    if (!q.is_object())
+      return Status::invalidArgument(
+          "Format error in JSON body: quantization_config must be an object");
+    if (!q.contains("scalar"))
+      return badRequest("only scalar (int8) quantization is supported by Infera");
     const Json& s = q["scalar"];
-    if (s.value("type", "int8") != "int8") return badRequest("scalar quantization type must be int8");
+    if (s.value("type", "int8") != "int8")
+      return badRequest("scalar quantization type must be int8");
     p.quantization = true;
     p.quantile = s.value("quantile", 0.99f);
     if (p.quantile < 0.5f || p.quantile > 1.0f) {
-      return Status::failedPrecondition("Validation error in JSON body: [quantization_config.scalar.quantile: value must be in 0.5..1]");
+      return Status::failedPrecondition(
+          "Validation error in JSON body: [quantization_config.scalar.quantile: value must be in "
+          "0.5..1]");
     }
     p.always_ram = s.value("always_ram", true);
     return Status::ok();
   };
   if (body.contains("hnsw_config")) INFERA_RETURN_IF_ERROR(hnsw(body["hnsw_config"]));
   if (v.contains("hnsw_config")) INFERA_RETURN_IF_ERROR(hnsw(v["hnsw_config"]));
-  if (body.contains("quantization_config")) INFERA_RETURN_IF_ERROR(quant(body["quantization_config"]));
+  if (body.contains("quantization_config"))
+    INFERA_RETURN_IF_ERROR(quant(body["quantization_config"]));
   if (v.contains("quantization_config")) INFERA_RETURN_IF_ERROR(quant(v["quantization_config"]));
   if (body.contains("on_disk_payload") && body["on_disk_payload"].is_boolean()) {
     p.on_disk_payload = body["on_disk_payload"].get<bool>();
@@ -272,12 +313,14 @@ Result<CollectionParams> parseCreate(const Json& body) {
 // The per-loop handler.
 class Api {
  public:
-  Api(Store& store, const VectorsConfig& config, net::asio::io_context& ctx, access::AccessWorker* access)
+  Api(Store& store, const VectorsConfig& config, net::asio::io_context& ctx,
+      access::AccessWorker* access)
       : store_(store), config_(config), ctx_(ctx), access_(access) {}
 
   using Fn = Task<Reply> (Api::*)(net::HttpRequest&, const std::string& name, net::PathParams);
 
-  Task<void> serve(net::HttpRequest& req, net::ResponseWriter& w, net::PathParams params, Fn fn, bool scoped) {
+  Task<void> serve(net::HttpRequest& req, net::ResponseWriter& w, net::PathParams params, Fn fn,
+                   bool scoped) {
     const auto t0 = Clock::now();
     const std::string name = percentDecode(params.get("name"));
     access::Grant grant;
@@ -285,10 +328,12 @@ class Api {
     bool denied = false;
     if (access_) {
       std::string auth(req.header("authorization"));
-      if (auth.empty() && !req.header("api-key").empty()) auth = "Bearer " + std::string(req.header("api-key"));
+      if (auth.empty() && !req.header("api-key").empty())
+        auth = "Bearer " + std::string(req.header("api-key"));
       if (auto d = access_->authenticate(auth, req.header(access_->userHeader()), grant)) {
-        r = fail(Status(d->status == 401 ? StatusCode::kUnauthenticated : StatusCode::kPermissionDenied,
-                        "Forbidden: " + d->message));
+        r = fail(
+            Status(d->status == 401 ? StatusCode::kUnauthenticated : StatusCode::kPermissionDenied,
+                   "Forbidden: " + d->message));
         r.status = d->status;
         denied = true;
       } else if (scoped) {
@@ -372,7 +417,8 @@ class Api {
     auto params = parseCreate(*body);
     if (!params.ok()) co_return fail(params.status());
     Wait wait(ctx_);
-    const Status sub = store_.create(name, *params, [this, w = wait.state](Status s) { post(w, std::move(s), 0); });
+    const Status sub = store_.create(
+        name, *params, [this, w = wait.state](Status s) { post(w, std::move(s), 0); });
     if (!sub.isOk()) co_return fail(sub);
     co_await wait.done();
     if (!wait.state->status.isOk()) co_return fail(wait.state->status);
@@ -381,12 +427,14 @@ class Api {
 
   Task<Reply> updateCollection(net::HttpRequest&, const std::string& name, net::PathParams) {
     if (!store_.find(name)) co_return fail(collectionMissing(name));
-    co_return ok("true");  // accepted; Infera's collections are not re-parameterised (docs/vectors.md)
+    co_return ok(
+        "true");  // accepted; Infera's collections are not re-parameterised (docs/vectors.md)
   }
 
   Task<Reply> deleteCollection(net::HttpRequest&, const std::string& name, net::PathParams) {
     Wait wait(ctx_);
-    const Status sub = store_.drop(name, [this, w = wait.state](bool existed) { post(w, Status::ok(), existed ? 1 : 0); });
+    const Status sub = store_.drop(
+        name, [this, w = wait.state](bool existed) { post(w, Status::ok(), existed ? 1 : 0); });
     if (!sub.isOk()) co_return fail(sub);
     co_await wait.done();
     co_return ok(wait.state->op_id ? "true" : "false");
@@ -405,7 +453,8 @@ class Api {
     auto body = parseJson(req.body);
     if (!body.ok()) co_return fail(body.status());
     if (!body->is_object() || !(*body)["field_name"].is_string()) {
-      co_return fail(Status::invalidArgument("Format error in JSON body: missing field `field_name`"));
+      co_return fail(
+          Status::invalidArgument("Format error in JSON body: missing field `field_name`"));
     }
     Op op;
     op.type = Op::Type::kCreateIndex;
@@ -414,12 +463,15 @@ class Api {
     const Json schema = body->value("field_schema", Json());
     std::string type;
     if (schema.is_string()) type = schema.get<std::string>();
-    if (schema.is_object() && schema.contains("type") && schema["type"].is_string()) type = schema["type"].get<std::string>();
+    if (schema.is_object() && schema.contains("type") && schema["type"].is_string())
+      type = schema["type"].get<std::string>();
     if (type.empty()) {
-      co_return fail(wrongInput("Unable to infer type for the field '" + op.key + "'. Please specify `field_type`"));
+      co_return fail(wrongInput("Unable to infer type for the field '" + op.key +
+                                "'. Please specify `field_type`"));
     }
     if (!payloadTypeFromName(type, op.index_type)) {
-      co_return fail(Status::invalidArgument("Format error in JSON body: unknown variant `" + type + "`"));
+      co_return fail(
+          Status::invalidArgument("Format error in JSON body: unknown variant `" + type + "`"));
     }
     co_return co_await write(req, e, std::move(op));
   }
@@ -476,7 +528,8 @@ class Api {
       } else if (int64_t(ids.size()) > config_.max_batch_points) {
         s = tooMany(ids.size());
       }
-      for (size_t i = 0; i < ids.size() && s.isOk(); ++i) s = addPoint(ids[i], vecs[i], pays.is_null() ? Json() : pays[i]);
+      for (size_t i = 0; i < ids.size() && s.isOk(); ++i)
+        s = addPoint(ids[i], vecs[i], pays.is_null() ? Json() : pays[i]);
     } else {
       s = Status::invalidArgument("Format error in JSON body: expected `points` or `batch`");
     }
@@ -539,7 +592,9 @@ class Api {
     PayloadSelector all;
     all.mode = PayloadSelector::Mode::kAll;
     auto rs = e->coll.retrieve({*id}, all, true);
-    if (rs.empty()) co_return fail(Status::notFound("Not found: Point with id " + id->toString() + " does not exists!"));
+    if (rs.empty())
+      co_return fail(
+          Status::notFound("Not found: Point with id " + id->toString() + " does not exists!"));
     std::string out;
     appendRecord(out, rs[0], false);
     co_return ok(std::move(out));
@@ -625,7 +680,9 @@ class Api {
  private:
   // Waits on this loop for a writer's answer.
   struct WaitState {
-    explicit WaitState(net::asio::io_context& ctx) : timer(ctx) { timer.expires_at(net::asio::steady_timer::time_point::max()); }
+    explicit WaitState(net::asio::io_context& ctx) : timer(ctx) {
+      timer.expires_at(net::asio::steady_timer::time_point::max());
+    }
     net::asio::steady_timer timer;
     Status status;
     uint64_t op_id = 0;
@@ -638,7 +695,8 @@ class Api {
       boost::system::error_code ec;
       co_await state->timer.async_wait(net::asio::redirect_error(net::asio::use_awaitable, ec));
     }
-    // Shared with the writer thread's callback, which may outlive neither but runs on another thread.
+    // Shared with the writer thread's callback, which may outlive neither but runs on another
+    // thread.
     std::shared_ptr<WaitState> state;
   };
   void post(const std::shared_ptr<WaitState>& w, Status s, uint64_t id) {
@@ -655,7 +713,8 @@ class Api {
                       std::to_string(config_.max_batch_points) + " (vectors.max_batch_points)");
   }
 
-  Task<Reply> write(net::HttpRequest& req, const std::shared_ptr<CollectionEntry>& e, Op op, bool wait_default = false) {
+  Task<Reply> write(net::HttpRequest& req, const std::shared_ptr<CollectionEntry>& e, Op op,
+                    bool wait_default = false) {
     const std::string w = queryParam(req.target, "wait");
     const bool wait = w.empty() ? wait_default : w == "true";
     Wait waiter(ctx_);
@@ -671,10 +730,13 @@ class Api {
   }
 
   Status selectTargets(const Json& body, Op& op) {
-    if (!body.is_object()) return Status::invalidArgument("Format error in JSON body: expected an object");
+    if (!body.is_object())
+      return Status::invalidArgument("Format error in JSON body: expected an object");
     if (body.contains("points") && !body["points"].is_null()) {
-      if (!body["points"].is_array()) return Status::invalidArgument("Format error in JSON body: points must be a list");
-      if (int64_t(body["points"].size()) > config_.max_batch_points) return tooMany(body["points"].size());
+      if (!body["points"].is_array())
+        return Status::invalidArgument("Format error in JSON body: points must be a list");
+      if (int64_t(body["points"].size()) > config_.max_batch_points)
+        return tooMany(body["points"].size());
       for (const auto& x : body["points"]) {
         INFERA_ASSIGN_OR_RETURN(PointId id, pointIdFromJson(x));
         op.ids.push_back(id);
@@ -699,7 +761,8 @@ class Api {
     if (Status s = selectTargets(*body, op); !s.isOk()) co_return fail(s);
     if (type == Op::Type::kSetPayload || type == Op::Type::kOverwritePayload) {
       if (!(*body)["payload"].is_object()) {
-        co_return fail(Status::invalidArgument("Format error in JSON body: missing field `payload`"));
+        co_return fail(
+            Status::invalidArgument("Format error in JSON body: missing field `payload`"));
       }
       op.payloads.push_back((*body)["payload"]);
       if (body->contains("key") && (*body)["key"].is_string()) {
@@ -708,9 +771,12 @@ class Api {
       }
     }
     if (type == Op::Type::kDeletePayloadKeys) {
-      if (!(*body)["keys"].is_array()) co_return fail(Status::invalidArgument("Format error in JSON body: missing field `keys`"));
+      if (!(*body)["keys"].is_array())
+        co_return fail(Status::invalidArgument("Format error in JSON body: missing field `keys`"));
       for (const auto& k : (*body)["keys"]) {
-        if (!k.is_string()) co_return fail(Status::invalidArgument("Format error in JSON body: keys must be strings"));
+        if (!k.is_string())
+          co_return fail(
+              Status::invalidArgument("Format error in JSON body: keys must be strings"));
         op.keys.push_back(k.get<std::string>());
       }
     }
@@ -720,13 +786,15 @@ class Api {
   // A search (`query`: the /points/query shape, else the legacy /points/search one): the result's
   // JSON text ({"points":[...]} or [...]).
   Result<std::string> runSearch(CollectionEntry& e, const Json& body, bool query) {
-    if (!body.is_object()) return Status::invalidArgument("Format error in JSON body: expected an object");
+    if (!body.is_object())
+      return Status::invalidArgument("Format error in JSON body: expected an object");
     const CollectionParams& p = e.coll.params();
     SearchRequest sr;
     std::optional<Json> qv;
     if (query) {
       for (const char* k : {"prefetch", "lookup_from"}) {
-        if (body.contains(k) && !body[k].is_null()) return badRequest(std::string(k) + " is not supported by Infera");
+        if (body.contains(k) && !body[k].is_null())
+          return badRequest(std::string(k) + " is not supported by Infera");
       }
       if (body.contains("using") && !body["using"].is_null() && body["using"] != "") {
         return wrongInput("Not existing vector name error: " + body["using"].get<std::string>());
@@ -750,7 +818,8 @@ class Api {
         }
       }
     } else {
-      if (!body.contains("vector")) return Status::invalidArgument("Format error in JSON body: missing field `vector`");
+      if (!body.contains("vector"))
+        return Status::invalidArgument("Format error in JSON body: missing field `vector`");
       const Json& v = body["vector"];
       if (v.is_object() && v.contains("vector")) {
         const std::string vname = v.value("name", "");
@@ -764,19 +833,23 @@ class Api {
       INFERA_ASSIGN_OR_RETURN(sr.vector, parseVector(*qv, p));
     }
     INFERA_ASSIGN_OR_RETURN(sr.filter, optionalFilter(body));
-    const char* limit_key = (!query && !body.contains("limit") && body.contains("top")) ? "top" : "limit";
+    const char* limit_key =
+        (!query && !body.contains("limit") && body.contains("top")) ? "top" : "limit";
     if (!query && !body.contains("limit") && !body.contains("top")) {
       return Status::invalidArgument("Format error in JSON body: missing field `limit`");
     }
     INFERA_ASSIGN_OR_RETURN(sr.limit, optionalCount(body, limit_key, 10));
     if (!query && sr.limit == 0) {
-      return Status::failedPrecondition("Validation error in JSON body: [limit: value must be at least 1]");
+      return Status::failedPrecondition(
+          "Validation error in JSON body: [limit: value must be at least 1]");
     }
     INFERA_ASSIGN_OR_RETURN(sr.offset, optionalCount(body, "offset", 0));
     INFERA_ASSIGN_OR_RETURN(sr.with_payload, selector(body, false));
     INFERA_ASSIGN_OR_RETURN(sr.with_vector, withVector(body));
     if (body.contains("score_threshold") && !body["score_threshold"].is_null()) {
-      if (!body["score_threshold"].is_number()) return Status::invalidArgument("Format error in JSON body: score_threshold must be a number");
+      if (!body["score_threshold"].is_number())
+        return Status::invalidArgument(
+            "Format error in JSON body: score_threshold must be a number");
       sr.score_threshold = body["score_threshold"].get<float>();
     }
     if (body.contains("params") && body["params"].is_object()) {
@@ -809,7 +882,8 @@ class Api {
     auto body = parseJson(req.body);
     if (!body.ok()) co_return fail(body.status());
     if (!body->is_object() || !(*body)["searches"].is_array()) {
-      co_return fail(Status::invalidArgument("Format error in JSON body: missing field `searches`"));
+      co_return fail(
+          Status::invalidArgument("Format error in JSON body: missing field `searches`"));
     }
     std::string out = "[";
     bool first = true;
@@ -833,20 +907,22 @@ class Api {
 
 }  // namespace
 
-void addQdrantRoutes(Store& store, const VectorsConfig& config, net::asio::io_context& ctx, net::Router& router,
-                     access::AccessWorker* access) {
+void addQdrantRoutes(Store& store, const VectorsConfig& config, net::asio::io_context& ctx,
+                     net::Router& router, access::AccessWorker* access) {
   auto api = std::make_unique<Api>(store, config, ctx, access);
   Api* a = api.get();
   const std::string& pre = config.path_prefix;
   auto add = [&](const char* method, const std::string& path, Api::Fn fn, bool scoped = true) {
-    router.add(method, pre + path, [a, fn, scoped](net::HttpRequest& req, net::ResponseWriter& w, net::PathParams p) {
-      return a->serve(req, w, p, fn, scoped);
-    });
+    router.add(method, pre + path,
+               [a, fn, scoped](net::HttpRequest& req, net::ResponseWriter& w, net::PathParams p) {
+                 return a->serve(req, w, p, fn, scoped);
+               });
   };
   // The root answer has no envelope (the client's version check reads it).
   const auto root = [](net::HttpRequest&, net::ResponseWriter& w, net::PathParams) -> Task<void> {
-    co_await w.send(200, "application/json",
-                    "{\"title\":\"qdrant - vector search engine (Infera)\",\"version\":\"1.19.0\"}");
+    co_await w.send(
+        200, "application/json",
+        "{\"title\":\"qdrant - vector search engine (Infera)\",\"version\":\"1.19.0\"}");
   };
   router.add("GET", pre + "/", root);
   if (!pre.empty()) router.add("GET", pre, root);
@@ -875,13 +951,16 @@ void addQdrantRoutes(Store& store, const VectorsConfig& config, net::asio::io_co
   add("POST", "/collections/{name}/points/search/batch", &Api::searchBatch);
   add("POST", "/collections/{name}/points/query", &Api::query);
   add("POST", "/collections/{name}/points/query/batch", &Api::queryBatch);
-  router.setFallback(pre + "/collections", [](net::HttpRequest& req, net::ResponseWriter& w, int status,
-                                              std::string_view) -> Task<void> {
-    std::string body = "{\"status\":{\"error\":";
-    net::appendJsonString(body, (status == 405 ? "Method not allowed: " : "Not found: ") + std::string(req.path()));
-    body += "},\"time\":0.0}";
-    co_await w.send(status, "application/json", body);
-  });
+  router.setFallback(pre + "/collections",
+                     [](net::HttpRequest& req, net::ResponseWriter& w, int status,
+                        std::string_view) -> Task<void> {
+                       std::string body = "{\"status\":{\"error\":";
+                       net::appendJsonString(
+                           body, (status == 405 ? "Method not allowed: " : "Not found: ") +
+                                     std::string(req.path()));
+                       body += "},\"time\":0.0}";
+                       co_await w.send(status, "application/json", body);
+                     });
   router.own(std::move(api));
 }
 

@@ -3,9 +3,9 @@
 #include <algorithm>
 #include <cctype>
 #include <charconv>
+#include <cmath>
 #include <cstdio>
 #include <optional>
-#include <cmath>
 #include <random>
 #include <thread>
 
@@ -14,34 +14,48 @@
 namespace infera::vectors {
 namespace {
 
-bool retryable(int status) { return status == 0 || status == 429 || status == 500 || status == 502 || status == 503 || status == 504; }
+bool retryable(int status) {
+  return status == 0 || status == 429 || status == 500 || status == 502 || status == 503 ||
+         status == 504;
+}
 
 // A non-negative number of the header ("2", "0.5"); nothing for an HTTP-date or garbage.
 std::optional<double> headerNumber(const std::string& v) {
   if (v.empty()) return std::nullopt;
   double x = 0;
   const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
-  if (ec != std::errc() || end != v.data() + v.size() || !(x >= 0) || !std::isfinite(x)) return std::nullopt;
+  if (ec != std::errc() || end != v.data() + v.size() || !(x >= 0) || !std::isfinite(x))
+    return std::nullopt;
   return x;
 }
 
 StatusCode codeOf(int status) {
   switch (status) {
-    case 400: return StatusCode::kInvalidArgument;
-    case 401: return StatusCode::kUnauthenticated;
-    case 403: return StatusCode::kPermissionDenied;
-    case 404: return StatusCode::kNotFound;
-    case 409: return StatusCode::kAlreadyExists;
-    case 413: return StatusCode::kPayloadTooLarge;
-    case 422: return StatusCode::kFailedPrecondition;
-    case 429: return StatusCode::kResourceExhausted;
-    default: return status >= 500 ? StatusCode::kUnavailable : StatusCode::kInternal;
+    case 400:
+      return StatusCode::kInvalidArgument;
+    case 401:
+      return StatusCode::kUnauthenticated;
+    case 403:
+      return StatusCode::kPermissionDenied;
+    case 404:
+      return StatusCode::kNotFound;
+    case 409:
+      return StatusCode::kAlreadyExists;
+    case 413:
+      return StatusCode::kPayloadTooLarge;
+    case 422:
+      return StatusCode::kFailedPrecondition;
+    case 429:
+      return StatusCode::kResourceExhausted;
+    default:
+      return status >= 500 ? StatusCode::kUnavailable : StatusCode::kInternal;
   }
 }
 
 }  // namespace
 
-std::chrono::milliseconds retryDelay(const RetryPolicy& policy, const HttpAnswer& answer, int retry, double jitter) {
+std::chrono::milliseconds retryDelay(const RetryPolicy& policy, const HttpAnswer& answer, int retry,
+                                     double jitter) {
   using std::chrono::milliseconds;
   // What the server asked for wins (capped by max_delay, so a bogus hour does not hang a load).
   if (auto ms = headerNumber(answer.retry_after_ms)) {
@@ -56,7 +70,8 @@ std::chrono::milliseconds retryDelay(const RetryPolicy& policy, const HttpAnswer
   return milliseconds(int64_t(d));
 }
 
-HttpAnswer callWithRetry(const RetryPolicy& policy, const std::function<HttpAnswer()>& attempt, int* retries) {
+HttpAnswer callWithRetry(const RetryPolicy& policy, const std::function<HttpAnswer()>& attempt,
+                         int* retries) {
   thread_local std::mt19937_64 rng(std::random_device{}());
   std::uniform_real_distribution<double> u(0, 1);
   HttpAnswer a = attempt();
@@ -119,10 +134,12 @@ Result<nlohmann::json> VectorsClient::call(const std::string& method, const std:
       &retries);
   retries_ += retries;
   const std::string what = method + " " + path;
-  if (a.status != 200) return statusFromAnswer(a, "the vector API (" + config_.url + ") to " + what);
+  if (a.status != 200)
+    return statusFromAnswer(a, "the vector API (" + config_.url + ") to " + what);
   auto j = nlohmann::json::parse(a.body, nullptr, false);
   if (!j.is_object() || !j.contains("result")) {
-    return Status::internal(what + ": the answer is not Qdrant's envelope: " + a.body.substr(0, 200));
+    return Status::internal(what +
+                            ": the answer is not Qdrant's envelope: " + a.body.substr(0, 200));
   }
   return std::move(j["result"]);
 }

@@ -6,7 +6,8 @@
 //   c.url = "http://127.0.0.1:8080";
 //   vectors::VectorsClient client(c);
 //   INFERA_RETURN_IF_ERROR(client.createCollection("docs", {.dim = 768}));
-//   INFERA_ASSIGN_OR_RETURN(auto hits, client.call("POST", "/collections/docs/points/query", body));
+//   INFERA_ASSIGN_OR_RETURN(auto hits, client.call("POST", "/collections/docs/points/query",
+//   body));
 //
 // Threads: every method may be called from any thread at once (each call has its own connection).
 // Errors: the API's own message (`status.error` of Qdrant's envelope, `error.message` of an
@@ -57,9 +58,9 @@ std::chrono::milliseconds retryDelay(const RetryPolicy& policy, const HttpAnswer
                                      double jitter);
 
 struct ClientConfig {
-  std::string url = "http://127.0.0.1:8080";  // the data port (with path_prefix, if any)
-  std::string api_key;                        // sent as `api-key` (Qdrant's header)
-  std::chrono::milliseconds timeout{120'000}; // per try
+  std::string url = "http://127.0.0.1:8080";   // the data port (with path_prefix, if any)
+  std::string api_key;                         // sent as `api-key` (Qdrant's header)
+  std::chrono::milliseconds timeout{120'000};  // per try
   RetryPolicy retry;
 };
 

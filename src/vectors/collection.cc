@@ -13,17 +13,21 @@ namespace infera::vectors {
 
 std::string_view distanceName(Distance d) {
   switch (d) {
-    case Distance::kCosine: return "Cosine";
-    case Distance::kEuclid: return "Euclid";
-    case Distance::kDot: return "Dot";
+    case Distance::kCosine:
+      return "Cosine";
+    case Distance::kEuclid:
+      return "Euclid";
+    case Distance::kDot:
+      return "Dot";
   }
   return "Cosine";
 }
 
 namespace {
 constexpr std::pair<std::string_view, PayloadType> kTypeNames[] = {
-    {"keyword", PayloadType::kKeyword}, {"integer", PayloadType::kInteger}, {"float", PayloadType::kFloat},
-    {"bool", PayloadType::kBool},       {"text", PayloadType::kText},       {"uuid", PayloadType::kUuid},
+    {"keyword", PayloadType::kKeyword},   {"integer", PayloadType::kInteger},
+    {"float", PayloadType::kFloat},       {"bool", PayloadType::kBool},
+    {"text", PayloadType::kText},         {"uuid", PayloadType::kUuid},
     {"datetime", PayloadType::kDatetime}, {"geo", PayloadType::kGeo}};
 }  // namespace
 
@@ -83,7 +87,9 @@ namespace {
 struct Writer {
   std::string out;
   template <typename T>
-  void put(T v) { out.append(reinterpret_cast<const char*>(&v), sizeof v); }
+  void put(T v) {
+    out.append(reinterpret_cast<const char*>(&v), sizeof v);
+  }
   void str(std::string_view s) {
     put(uint32_t(s.size()));
     out.append(s);
@@ -191,9 +197,13 @@ Result<Op> decodeOp(std::string_view bytes) {
 Result<PayloadSelector> parsePayloadSelector(const Json& j) {
   PayloadSelector s;
   auto paths = [&](const Json& list) -> Status {
-    if (!list.is_array()) return Status::invalidArgument("Format error in JSON body: with_payload paths must be a list");
+    if (!list.is_array())
+      return Status::invalidArgument(
+          "Format error in JSON body: with_payload paths must be a list");
     for (const auto& x : list) {
-      if (!x.is_string()) return Status::invalidArgument("Format error in JSON body: with_payload paths must be strings");
+      if (!x.is_string())
+        return Status::invalidArgument(
+            "Format error in JSON body: with_payload paths must be strings");
       INFERA_ASSIGN_OR_RETURN(JsonPath p, parseJsonPath(x.get<std::string>()));
       s.paths.push_back(std::move(p));
     }
@@ -225,7 +235,9 @@ Result<PayloadSelector> parsePayloadSelector(const Json& j) {
       return s;
     }
   }
-  return Status::invalidArgument("Format error in JSON body: data did not match any variant of untagged enum WithPayloadInterface");
+  return Status::invalidArgument(
+      "Format error in JSON body: data did not match any variant of untagged enum "
+      "WithPayloadInterface");
 }
 
 namespace {
@@ -328,7 +340,8 @@ struct Collection::FieldIndex {
     bool any = false;
     forValues(payload, [&](const Json& v) {
       std::string key;
-      if ((type == PayloadType::kKeyword || type == PayloadType::kUuid) && v.is_string()) key = v.get<std::string>();
+      if ((type == PayloadType::kKeyword || type == PayloadType::kUuid) && v.is_string())
+        key = v.get<std::string>();
       if (type == PayloadType::kBool && v.is_boolean()) key = v.get<bool>() ? "true" : "false";
       if (!key.empty() || ((type == PayloadType::kKeyword) && v.is_string())) {
         any = true;
@@ -418,13 +431,15 @@ Collection::Candidates Collection::planCondition(const Condition& c) const {
     out.bits.assign(words(), 0);
     auto lo = fi.numbers.begin();
     if (c.range.gt || c.range.gte) {
-      const double bound = std::max(c.range.gt.value_or(-HUGE_VAL), c.range.gte.value_or(-HUGE_VAL));
+      const double bound =
+          std::max(c.range.gt.value_or(-HUGE_VAL), c.range.gte.value_or(-HUGE_VAL));
       lo = fi.numbers.lower_bound(bound);
     }
     for (auto i = lo; i != fi.numbers.end(); ++i) {
       if (c.range.contains(i->first)) {
         setBit(out.bits, i->second);
-      } else if ((c.range.lt && i->first >= *c.range.lt) || (c.range.lte && i->first > *c.range.lte)) {
+      } else if ((c.range.lt && i->first >= *c.range.lt) ||
+                 (c.range.lte && i->first > *c.range.lte)) {
         break;
       }
     }
@@ -527,7 +542,8 @@ Collection::Collection(std::string name, CollectionParams params)
     : name_(std::move(name)),
       params_(params),
       index_(params.dim, params.distance == Distance::kEuclid ? Metric::kL2 : Metric::kDot,
-             HnswParams{params.m, params.ef_construct, 0x5eed'1e55'ab1e'0001ULL, params.quantization, params.quantile}) {
+             HnswParams{params.m, params.ef_construct, 0x5eed'1e55'ab1e'0001ULL,
+                        params.quantization, params.quantile}) {
   pthread_rwlockattr_t attr;
   pthread_rwlockattr_init(&attr);
   pthread_rwlockattr_setkind_np(&attr, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
@@ -579,7 +595,8 @@ Record Collection::record(uint32_t slot, const PayloadSelector& sel, bool with_v
   return r;
 }
 
-Result<std::vector<Record>> Collection::search(const SearchRequest& req, SearchScratch& scratch, Plan* plan_out) const {
+Result<std::vector<Record>> Collection::search(const SearchRequest& req, SearchScratch& scratch,
+                                               Plan* plan_out) const {
   ReadLock lock(lock_);
   const size_t want = req.limit + req.offset + (req.exclude ? 1 : 0);
   std::vector<Neighbor> found;
@@ -606,17 +623,20 @@ Result<std::vector<Record>> Collection::search(const SearchRequest& req, SearchS
       std::vector<uint32_t> list;
       list.reserve(n);
       for (size_t w = 0; w < cands.bits.size(); ++w) {
-        for (uint64_t b = cands.bits[w]; b; b &= b - 1) list.push_back(uint32_t(w * 64 + size_t(std::countr_zero(b))));
+        for (uint64_t b = cands.bits[w]; b; b &= b - 1)
+          list.push_back(uint32_t(w * 64 + size_t(std::countr_zero(b))));
       }
       index_.bruteForce(req.vector.data(), want, sf, &list, found);
     }
-  } else if (filtered && int64_t(index_.live() * vec_kb_x1024 / 1024) < params_.full_scan_threshold_kb) {
+  } else if (filtered &&
+             int64_t(index_.live() * vec_kb_x1024 / 1024) < params_.full_scan_threshold_kb) {
     plan_used = Plan::kExactAll;  // no index to estimate with, and the whole collection is small
     index_.bruteForce(req.vector.data(), want, sf, nullptr, found);
   }
   if (plan_used == Plan::kHnsw) {
     if (filtered) plan_used = Plan::kHnswFiltered;
-    const size_t ef = req.hnsw_ef ? req.hnsw_ef : std::max<size_t>(size_t(params_.ef_construct), want);
+    const size_t ef =
+        req.hnsw_ef ? req.hnsw_ef : std::max<size_t>(size_t(params_.ef_construct), want);
     index_.search(req.vector.data(), want, std::max(ef, want), sf, scratch, found);
   }
   if (plan_out) *plan_out = plan_used;
@@ -626,7 +646,8 @@ Result<std::vector<Record>> Collection::search(const SearchRequest& req, SearchS
     if (req.exclude && slot_ids_[n.slot] == *req.exclude) continue;
     const float s = score(n.dist);
     if (req.score_threshold) {
-      const bool keep = params_.distance == Distance::kEuclid ? s < *req.score_threshold : s > *req.score_threshold;
+      const bool keep = params_.distance == Distance::kEuclid ? s < *req.score_threshold
+                                                              : s > *req.score_threshold;
       if (!keep) break;  // ranked: the rest are worse
     }
     if (skipped < req.offset) {
@@ -644,13 +665,14 @@ Result<std::vector<Record>> Collection::search(const SearchRequest& req, SearchS
 Result<std::vector<float>> Collection::vectorOf(const PointId& id) const {
   ReadLock lock(lock_);
   const auto it = ids_.find(id);
-  if (it == ids_.end()) return Status::notFound("Not found: No point with id " + id.toString() + " found");
+  if (it == ids_.end())
+    return Status::notFound("Not found: No point with id " + id.toString() + " found");
   const float* v = index_.vector(it->second);
   return std::vector<float>(v, v + params_.dim);
 }
 
-std::vector<Record> Collection::retrieve(const std::vector<PointId>& ids, const PayloadSelector& sel,
-                                         bool with_vector) const {
+std::vector<Record> Collection::retrieve(const std::vector<PointId>& ids,
+                                         const PayloadSelector& sel, bool with_vector) const {
   ReadLock lock(lock_);
   std::vector<Record> out;
   for (const auto& id : ids) {
@@ -660,7 +682,8 @@ std::vector<Record> Collection::retrieve(const std::vector<PointId>& ids, const 
   return out;
 }
 
-std::vector<Record> Collection::scroll(const ScrollRequest& req, std::optional<PointId>& next) const {
+std::vector<Record> Collection::scroll(const ScrollRequest& req,
+                                       std::optional<PointId>& next) const {
   ReadLock lock(lock_);
   std::vector<Record> out;
   next.reset();
@@ -711,7 +734,8 @@ Json Collection::info() const {
   j["points_count"] = ids_.size();
   j["segments_count"] = 1;
   Json params;
-  params["vectors"] = {{"size", params_.dim}, {"distance", std::string(distanceName(params_.distance))}};
+  params["vectors"] = {{"size", params_.dim},
+                       {"distance", std::string(distanceName(params_.distance))}};
   params["shard_number"] = 1;
   params["replication_factor"] = 1;
   params["write_consistency_factor"] = 1;
@@ -723,21 +747,26 @@ Json Collection::info() const {
                            {"full_scan_threshold", params_.full_scan_threshold_kb},
                            {"max_indexing_threads", 0},
                            {"on_disk", false}};
-  config["optimizer_config"] = {{"deleted_threshold", 0.2},      {"vacuum_min_vector_number", 1000},
-                                {"default_segment_number", 0},   {"max_segment_size", nullptr},
-                                {"memmap_threshold", nullptr},   {"indexing_threshold", 10000},
-                                {"flush_interval_sec", 5},       {"max_optimization_threads", nullptr}};
-  config["wal_config"] = {{"wal_capacity_mb", 32}, {"wal_segments_ahead", 0}, {"wal_retain_closed", 1}};
+  config["optimizer_config"] = {
+      {"deleted_threshold", 0.2},    {"vacuum_min_vector_number", 1000},
+      {"default_segment_number", 0}, {"max_segment_size", nullptr},
+      {"memmap_threshold", nullptr}, {"indexing_threshold", 10000},
+      {"flush_interval_sec", 5},     {"max_optimization_threads", nullptr}};
+  config["wal_config"] = {
+      {"wal_capacity_mb", 32}, {"wal_segments_ahead", 0}, {"wal_retain_closed", 1}};
   if (params_.quantization) {
     config["quantization_config"] = {
-        {"scalar", {{"type", "int8"}, {"quantile", params_.quantile}, {"always_ram", params_.always_ram}}}};
+        {"scalar",
+         {{"type", "int8"}, {"quantile", params_.quantile}, {"always_ram", params_.always_ram}}}};
   } else {
     config["quantization_config"] = nullptr;
   }
   j["config"] = config;
   Json schema = Json::object();
   for (const auto& [name, fi] : field_indexes_) {
-    schema[name] = {{"data_type", std::string(payloadTypeName(fi->type))}, {"params", {{"type", std::string(payloadTypeName(fi->type))}}}, {"points", fi->points}};
+    schema[name] = {{"data_type", std::string(payloadTypeName(fi->type))},
+                    {"params", {{"type", std::string(payloadTypeName(fi->type))}}},
+                    {"points", fi->points}};
     schema[name].erase("params");
   }
   j["payload_schema"] = schema;
@@ -755,7 +784,8 @@ Json Collection::stats() const {
   j["m"] = params_.m;
   j["ef_construct"] = params_.ef_construct;
   j["index_bytes"] = index_.memoryBytes();
-  j["index_bytes_per_point"] = ids_.empty() ? 0.0 : double(index_.memoryBytes()) / double(ids_.size());
+  j["index_bytes_per_point"] =
+      ids_.empty() ? 0.0 : double(index_.memoryBytes()) / double(ids_.size());
   j["payload_indexes"] = field_indexes_.size();
   j["mean_degree"] = index_.meanDegree();
   j["quantized"] = index_.quantized();
@@ -945,7 +975,8 @@ Status Collection::save(const std::string& file) const {
   head["params"] = paramsToJson(params_);
   head["applied_seq"] = applied_seq_;
   Json idx = Json::array();
-  for (const auto& [name, fi] : field_indexes_) idx.push_back({{"field", name}, {"type", std::string(payloadTypeName(fi->type))}});
+  for (const auto& [name, fi] : field_indexes_)
+    idx.push_back({{"field", name}, {"type", std::string(payloadTypeName(fi->type))}});
   head["indexes"] = idx;
   const std::string h = dumpJson(head);
   const uint64_t hn = h.size();
@@ -963,7 +994,8 @@ Status Collection::save(const std::string& file) const {
       rows.append(reinterpret_cast<const char*>(&id.hi), 8);
       rows.append(reinterpret_cast<const char*>(&id.lo), 8);
       rows.append(reinterpret_cast<const char*>(&versions_[slot]), 8);
-      const std::string p = payloads_[slot].is_object() && !payloads_[slot].empty() ? dumpJson(payloads_[slot]) : "";
+      const std::string p =
+          payloads_[slot].is_object() && !payloads_[slot].empty() ? dumpJson(payloads_[slot]) : "";
       const uint32_t pn = uint32_t(p.size());
       rows.append(reinterpret_cast<const char*>(&pn), 4);
       rows += p;
@@ -1008,8 +1040,9 @@ Status Collection::load(const std::string& file) {
     PointId id;
     uint8_t u = 0;
     uint32_t pn = 0;
-    bool ok = std::fread(&u, 1, 1, f) == 1 && std::fread(&id.hi, 8, 1, f) == 1 && std::fread(&id.lo, 8, 1, f) == 1 &&
-              std::fread(&versions_[slot], 8, 1, f) == 1 && std::fread(&pn, 4, 1, f) == 1;
+    bool ok = std::fread(&u, 1, 1, f) == 1 && std::fread(&id.hi, 8, 1, f) == 1 &&
+              std::fread(&id.lo, 8, 1, f) == 1 && std::fread(&versions_[slot], 8, 1, f) == 1 &&
+              std::fread(&pn, 4, 1, f) == 1;
     id.uuid = u != 0;
     if (!ok) return fail("truncated");
     p.resize(pn);

@@ -78,7 +78,8 @@ __attribute__((target("avx2,fma"))) float avxNegDot(const float* a, const float*
     s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
     s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), s1);
   }
-  for (; i + 8 <= dim; i += 8) s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
+  for (; i + 8 <= dim; i += 8)
+    s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
   float s = hsum(_mm256_add_ps(s0, s1));
   for (; i < dim; ++i) s += a[i] * b[i];
   return -s;
@@ -96,8 +97,10 @@ __attribute__((target("avx2"))) int32_t avxCodeL2(const int8_t* a, const int8_t*
   __m256i acc = _mm256_setzero_si256();
   size_t i = 0;
   for (; i + 16 <= dim; i += 16) {
-    const __m256i va = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a + i)));
-    const __m256i vb = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + i)));
+    const __m256i va =
+        _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a + i)));
+    const __m256i vb =
+        _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + i)));
     const __m256i d = _mm256_sub_epi16(va, vb);
     acc = _mm256_add_epi32(acc, _mm256_madd_epi16(d, d));
   }
@@ -113,8 +116,10 @@ __attribute__((target("avx2"))) int32_t avxCodeDot(const int8_t* a, const int8_t
   __m256i acc = _mm256_setzero_si256();
   size_t i = 0;
   for (; i + 16 <= dim; i += 16) {
-    const __m256i va = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a + i)));
-    const __m256i vb = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + i)));
+    const __m256i va =
+        _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a + i)));
+    const __m256i vb =
+        _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + i)));
     acc = _mm256_add_epi32(acc, _mm256_madd_epi16(va, vb));
   }
   int32_t s = hsumEpi32(acc);
@@ -123,7 +128,8 @@ __attribute__((target("avx2"))) int32_t avxCodeDot(const int8_t* a, const int8_t
 }
 
 // GCC 12's AVX-512 intrinsics (casts, extracts, reductions: their _mm512_undefined_* operands) warn
-// falsely with -Wuninitialized at -O3 (GCC bug 105593); the AVX-512 kernels are compiled without it.
+// falsely with -Wuninitialized at -O3 (GCC bug 105593); the AVX-512 kernels are compiled without
+// it.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -142,7 +148,8 @@ __attribute__((target("avx512f,avx2"))) inline int32_t hsum512Epi32(__m512i v) {
 // AVX-512: 16 lanes, two accumulators, the tail as one masked load (no scalar loop). At 768-d the
 // traversal is distance-bound and this is what hnswlib gets from -march=native here: the AVX2
 // kernels measured half its QPS on 100k x 768 (docs/benchmarks.md).
-__attribute__((target("avx512f,avx2,fma"))) float avx512L2(const float* a, const float* b, size_t dim) {
+__attribute__((target("avx512f,avx2,fma"))) float avx512L2(const float* a, const float* b,
+                                                           size_t dim) {
   __m512 s0 = _mm512_setzero_ps();
   __m512 s1 = _mm512_setzero_ps();
   size_t i = 0;
@@ -158,13 +165,15 @@ __attribute__((target("avx512f,avx2,fma"))) float avx512L2(const float* a, const
   }
   if (i < dim) {
     const __mmask16 m = __mmask16((1u << (dim - i)) - 1);
-    const __m512 d0 = _mm512_sub_ps(_mm512_maskz_loadu_ps(m, a + i), _mm512_maskz_loadu_ps(m, b + i));
+    const __m512 d0 =
+        _mm512_sub_ps(_mm512_maskz_loadu_ps(m, a + i), _mm512_maskz_loadu_ps(m, b + i));
     s1 = _mm512_fmadd_ps(d0, d0, s1);
   }
   return hsum512(_mm512_add_ps(s0, s1));
 }
 
-__attribute__((target("avx512f,avx2,fma"))) float avx512NegDot(const float* a, const float* b, size_t dim) {
+__attribute__((target("avx512f,avx2,fma"))) float avx512NegDot(const float* a, const float* b,
+                                                               size_t dim) {
   __m512 s0 = _mm512_setzero_ps();
   __m512 s1 = _mm512_setzero_ps();
   size_t i = 0;
@@ -172,7 +181,8 @@ __attribute__((target("avx512f,avx2,fma"))) float avx512NegDot(const float* a, c
     s0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), s0);
     s1 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 16), _mm512_loadu_ps(b + i + 16), s1);
   }
-  for (; i + 16 <= dim; i += 16) s0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), s0);
+  for (; i + 16 <= dim; i += 16)
+    s0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), s0);
   if (i < dim) {
     const __mmask16 m = __mmask16((1u << (dim - i)) - 1);
     s1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, a + i), _mm512_maskz_loadu_ps(m, b + i), s1);
@@ -181,12 +191,15 @@ __attribute__((target("avx512f,avx2,fma"))) float avx512NegDot(const float* a, c
 }
 
 // int8 -> int16 in 32 lanes, madd into 16 int32 lanes.
-__attribute__((target("avx512f,avx512bw,avx2"))) int32_t avx512CodeL2(const int8_t* a, const int8_t* b, size_t dim) {
+__attribute__((target("avx512f,avx512bw,avx2"))) int32_t avx512CodeL2(const int8_t* a,
+                                                                      const int8_t* b, size_t dim) {
   __m512i acc = _mm512_setzero_si512();
   size_t i = 0;
   for (; i + 32 <= dim; i += 32) {
-    const __m512i va = _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + i)));
-    const __m512i vb = _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + i)));
+    const __m512i va =
+        _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + i)));
+    const __m512i vb =
+        _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + i)));
     const __m512i d = _mm512_sub_epi16(va, vb);
     acc = _mm512_add_epi32(acc, _mm512_madd_epi16(d, d));
   }
@@ -198,12 +211,16 @@ __attribute__((target("avx512f,avx512bw,avx2"))) int32_t avx512CodeL2(const int8
   return s;
 }
 
-__attribute__((target("avx512f,avx512bw,avx2"))) int32_t avx512CodeDot(const int8_t* a, const int8_t* b, size_t dim) {
+__attribute__((target("avx512f,avx512bw,avx2"))) int32_t avx512CodeDot(const int8_t* a,
+                                                                       const int8_t* b,
+                                                                       size_t dim) {
   __m512i acc = _mm512_setzero_si512();
   size_t i = 0;
   for (; i + 32 <= dim; i += 32) {
-    const __m512i va = _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + i)));
-    const __m512i vb = _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + i)));
+    const __m512i va =
+        _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + i)));
+    const __m512i vb =
+        _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + i)));
     acc = _mm512_add_epi32(acc, _mm512_madd_epi16(va, vb));
   }
   int32_t s = hsum512Epi32(acc);
@@ -227,10 +244,12 @@ const Kernels& kernels() {
     // INFERA_VECTOR_KERNELS=avx2|scalar picks lesser kernels (benchmarks compare them).
     const char* want = std::getenv("INFERA_VECTOR_KERNELS");
     const std::string_view w = want ? want : "";
-    if (w != "avx2" && w != "scalar" && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw")) {
+    if (w != "avx2" && w != "scalar" && __builtin_cpu_supports("avx512f") &&
+        __builtin_cpu_supports("avx512bw")) {
       return &kAvx512;
     }
-    if (w != "scalar" && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return &kAvx2;
+    if (w != "scalar" && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+      return &kAvx2;
     return &kScalar;
   }();
   return *k;

@@ -7,9 +7,13 @@
 namespace infera::vectors {
 namespace {
 
-Status formatError(const std::string& what) { return Status::invalidArgument("Format error in JSON body: " + what); }
+Status formatError(const std::string& what) {
+  return Status::invalidArgument("Format error in JSON body: " + what);
+}
 
-bool isInteger(const Json& v) { return v.is_number_integer(); }  // signed or unsigned, never a float
+bool isInteger(const Json& v) {
+  return v.is_number_integer();
+}  // signed or unsigned, never a float
 
 bool asI64(const Json& v, int64_t& out) {
   if (v.is_number_unsigned()) {
@@ -33,11 +37,16 @@ Result<Range> parseRange(const Json& j, const char* what) {
     if (v.is_null()) continue;
     if (!v.is_number()) return formatError(std::string(what) + "." + k + " must be a number");
     const double d = v.get<double>();
-    if (k == "gt") r.gt = d;
-    else if (k == "gte") r.gte = d;
-    else if (k == "lt") r.lt = d;
-    else if (k == "lte") r.lte = d;
-    else return formatError("unknown field `" + k + "` in " + what);
+    if (k == "gt")
+      r.gt = d;
+    else if (k == "gte")
+      r.gte = d;
+    else if (k == "lt")
+      r.lt = d;
+    else if (k == "lte")
+      r.lte = d;
+    else
+      return formatError("unknown field `" + k + "` in " + what);
   }
   return r;
 }
@@ -72,10 +81,11 @@ Status parseMatch(const Json& m, Condition& c) {
     }
     return Status::ok();
   }
-  const std::pair<const char*, Condition::Match> texts[] = {{"text", Condition::Match::kText},
-                                                             {"text_any", Condition::Match::kTextAny},
-                                                             {"phrase", Condition::Match::kPhrase},
-                                                             {"prefix", Condition::Match::kPrefix}};
+  const std::pair<const char*, Condition::Match> texts[] = {
+      {"text", Condition::Match::kText},
+      {"text_any", Condition::Match::kTextAny},
+      {"phrase", Condition::Match::kPhrase},
+      {"prefix", Condition::Match::kPrefix}};
   for (const auto& [k, kind] : texts) {
     if (!has(k)) continue;
     if (!m[k].is_string()) return formatError(std::string("match.") + k + " must be a string");
@@ -119,18 +129,22 @@ Result<Condition> parseCondition(const Json& j, int depth) {
     }
     if (set == 0) {
       return Status::failedPrecondition(
-          "Validation error in JSON body: [filter: At least one field condition must be specified]");
+          "Validation error in JSON body: [filter: At least one field condition must be "
+          "specified]");
     }
-    if (set > 1) return formatError("a field condition takes exactly one of match, range, values_count, ...");
+    if (set > 1)
+      return formatError("a field condition takes exactly one of match, range, values_count, ...");
     return c;
   }
   if (j.size() == 1) {
-    // Named, not bound to *j.items().begin(): that proxy is a temporary (g++ -O3 caught the dangling key).
+    // Named, not bound to *j.items().begin(): that proxy is a temporary (g++ -O3 caught the
+    // dangling key).
     const auto first = j.begin();
     const std::string k = first.key();
     const Json& v = first.value();
     if (k == "is_empty" || k == "is_null") {
-      if (!v.is_object() || !v.contains("key") || !v["key"].is_string()) return formatError(k + " needs a key");
+      if (!v.is_object() || !v.contains("key") || !v["key"].is_string())
+        return formatError(k + " needs a key");
       c.kind = k == "is_empty" ? Condition::Kind::kIsEmpty : Condition::Kind::kIsNull;
       INFERA_ASSIGN_OR_RETURN(c.key, parseJsonPath(v["key"].get<std::string>()));
       return c;
@@ -205,7 +219,8 @@ Result<Filter> parseFilterAt(const Json& j, int depth) {
       f.min_count = v["min_count"].get<size_t>();
       f.has_min_should = true;
     } else {
-      return formatError("unknown field `" + k + "`, expected one of `should`, `min_should`, `must`, `must_not`");
+      return formatError("unknown field `" + k +
+                         "`, expected one of `should`, `min_should`, `must`, `must_not`");
     }
   }
   return f;
@@ -217,7 +232,9 @@ bool matchOne(const Condition& c, const Json& v) {
   using M = Condition::Match;
   switch (c.match) {
     case M::kValue:
-      if (c.value.is_string()) return v.is_string() && v.get_ref<const std::string&>() == c.value.get_ref<const std::string&>();
+      if (c.value.is_string())
+        return v.is_string() &&
+               v.get_ref<const std::string&>() == c.value.get_ref<const std::string&>();
       if (c.value.is_boolean()) return v.is_boolean() && v.get<bool>() == c.value.get<bool>();
       {
         int64_t a = 0, b = 0;
@@ -225,8 +242,8 @@ bool matchOne(const Condition& c, const Json& v) {
       }
     case M::kAny:
       if (c.list_is_strings) {
-        return v.is_string() &&
-               std::find(c.strs.begin(), c.strs.end(), v.get_ref<const std::string&>()) != c.strs.end();
+        return v.is_string() && std::find(c.strs.begin(), c.strs.end(),
+                                          v.get_ref<const std::string&>()) != c.strs.end();
       } else {
         int64_t a = 0;
         return asI64(v, a) && std::find(c.ints.begin(), c.ints.end(), a) != c.ints.end();
@@ -234,7 +251,8 @@ bool matchOne(const Condition& c, const Json& v) {
     case M::kExcept:
       if (v.is_null()) return false;
       if (c.list_is_strings && v.is_string()) {
-        return std::find(c.strs.begin(), c.strs.end(), v.get_ref<const std::string&>()) == c.strs.end();
+        return std::find(c.strs.begin(), c.strs.end(), v.get_ref<const std::string&>()) ==
+               c.strs.end();
       }
       if (!c.list_is_strings && isInteger(v)) {
         int64_t a = 0;
@@ -326,7 +344,8 @@ Result<JsonPath> parseJsonPath(std::string_view text) {
 }
 
 namespace {
-void walk(const Json& v, const std::vector<JsonPath::Step>& steps, size_t i, std::vector<const Json*>& out) {
+void walk(const Json& v, const std::vector<JsonPath::Step>& steps, size_t i,
+          std::vector<const Json*>& out) {
   if (i == steps.size()) {
     out.push_back(&v);
     return;
@@ -373,18 +392,22 @@ bool matches(const Condition& c, const Json& payload, const PointId& id) {
     case K::kMatch:
       return anyValue(values, [&](const Json& v) { return matchOne(c, v); });
     case K::kRange:
-      return anyValue(values, [&](const Json& v) { return v.is_number() && c.range.contains(v.get<double>()); });
+      return anyValue(values, [&](const Json& v) {
+        return v.is_number() && c.range.contains(v.get<double>());
+      });
     case K::kValuesCount: {
       size_t n = 0;
       for (const Json* v : values) n += v->is_array() ? v->size() : (v->is_null() ? 0 : 1);
       return c.range.contains(double(n));
     }
     case K::kIsEmpty: {
-      const bool empty = std::all_of(values.begin(), values.end(), [](const Json* v) { return isEmptyValue(*v); });
+      const bool empty =
+          std::all_of(values.begin(), values.end(), [](const Json* v) { return isEmptyValue(*v); });
       return empty == c.flag;
     }
     case K::kIsNull: {
-      const bool null = std::any_of(values.begin(), values.end(), [](const Json* v) { return v->is_null(); });
+      const bool null =
+          std::any_of(values.begin(), values.end(), [](const Json* v) { return v->is_null(); });
       return null == c.flag;
     }
     case K::kNested:

@@ -73,7 +73,8 @@ bool Hnsw::allowed(uint32_t slot, const SlotFilter& f) const {
   return !f.check || (*f.check)(slot);
 }
 
-uint32_t Hnsw::greedy(const float* q, uint32_t ep, float& ep_dist, int from_level, int to_level) const {
+uint32_t Hnsw::greedy(const float* q, uint32_t ep, float& ep_dist, int from_level,
+                      int to_level) const {
   for (int l = from_level; l > to_level; --l) {
     bool changed = true;
     while (changed) {
@@ -97,7 +98,8 @@ uint32_t Hnsw::greedy(const float* q, uint32_t ep, float& ep_dist, int from_leve
 // slots as a max-heap. While fewer than ef allowed slots were found the search keeps going, so a
 // selective filter explores further instead of returning too few.
 template <typename DistFn>
-void Hnsw::searchLevel0(DistFn&& dist, uint32_t ep, size_t ef, const SlotFilter& filter, SearchScratch& s) const {
+void Hnsw::searchLevel0(DistFn&& dist, uint32_t ep, size_t ef, const SlotFilter& filter,
+                        SearchScratch& s) const {
   s.visit(ep);
   const float d0 = dist(ep);
   s.cand.push_back({d0, ep});
@@ -157,8 +159,11 @@ void Hnsw::search(const float* q, size_t k, size_t ef, const SlotFilter& filter,
     const int8_t* qc = s.qcode.data();
     // Smaller is closer in the traversal: the code dot product is negated like the float one.
     const float sign = metric_ == Metric::kL2 ? 1.0f : -1.0f;
-    searchLevel0([&](uint32_t slot) { return sign * float(code_dist_(qc, &codes_[size_t(slot) * dim_], dim_)); }, ep,
-                 ef, filter, s);
+    searchLevel0(
+        [&](uint32_t slot) {
+          return sign * float(code_dist_(qc, &codes_[size_t(slot) * dim_], dim_));
+        },
+        ep, ef, filter, s);
     // Rescore on the original vectors.
     for (auto& r : s.res) r.dist = dist_(q, vector(r.slot), dim_);
   } else {
@@ -171,8 +176,8 @@ void Hnsw::search(const float* q, size_t k, size_t ef, const SlotFilter& filter,
   out = s.res;
 }
 
-void Hnsw::bruteForce(const float* q, size_t k, const SlotFilter& filter, const std::vector<uint32_t>* candidates,
-                      std::vector<Neighbor>& out) const {
+void Hnsw::bruteForce(const float* q, size_t k, const SlotFilter& filter,
+                      const std::vector<uint32_t>* candidates, std::vector<Neighbor>& out) const {
   out.clear();
   if (k == 0) return;
   auto consider = [&](uint32_t slot) {
@@ -203,7 +208,8 @@ namespace {
 // candidates): walk candidates from the closest and keep one unless it is closer to a kept one than
 // to the base. `between(a, b)` is the distance of two candidates.
 template <typename Between>
-void selectNeighbors(std::vector<Neighbor>& sorted_cands, size_t m, Between&& between, std::vector<uint32_t>& out) {
+void selectNeighbors(std::vector<Neighbor>& sorted_cands, size_t m, Between&& between,
+                     std::vector<uint32_t>& out) {
   out.clear();
   if (sorted_cands.size() <= m) {
     for (const auto& c : sorted_cands) out.push_back(c.slot);
@@ -284,10 +290,13 @@ void Hnsw::plan(uint32_t slot, const float* vec, SearchScratch& s, InsertPlan& p
         cands.clear();
         for (uint32_t j = 1; j <= old[0]; ++j) {
           const uint32_t x = old[j];
-          if (x == n || x == slot || deleted_[x] || std::find(list.begin(), list.end(), x) != list.end()) continue;
+          if (x == n || x == slot || deleted_[x] ||
+              std::find(list.begin(), list.end(), x) != list.end())
+            continue;
           cands.push_back({dist_(vector(n), vector(x), dim_), x});
         }
-        std::sort(cands.begin(), cands.end(), [](const Neighbor& a, const Neighbor& b) { return a.dist < b.dist; });
+        std::sort(cands.begin(), cands.end(),
+                  [](const Neighbor& a, const Neighbor& b) { return a.dist < b.dist; });
         chosen = list;
         for (const auto& c : cands) {
           if (chosen.size() >= maxLinks(l)) break;
@@ -348,7 +357,8 @@ void Hnsw::plan(uint32_t slot, const float* vec, SearchScratch& s, InsertPlan& p
       }
     }
     cands = s.res;
-    std::sort(cands.begin(), cands.end(), [](const Neighbor& a, const Neighbor& b) { return a.dist < b.dist; });
+    std::sort(cands.begin(), cands.end(),
+              [](const Neighbor& a, const Neighbor& b) { return a.dist < b.dist; });
     if (!cands.empty()) {
       ep = cands.front().slot;
       ep_dist = cands.front().dist;
@@ -366,7 +376,8 @@ void Hnsw::plan(uint32_t slot, const float* vec, SearchScratch& s, InsertPlan& p
         nc.reserve(list.size() + 1);
         nc.push_back({dist_(vector(n), vec, dim_), slot});
         for (uint32_t x : list) nc.push_back({dist_(vector(n), vector(x), dim_), x});
-        std::sort(nc.begin(), nc.end(), [](const Neighbor& a, const Neighbor& b) { return a.dist < b.dist; });
+        std::sort(nc.begin(), nc.end(),
+                  [](const Neighbor& a, const Neighbor& b) { return a.dist < b.dist; });
         std::vector<uint32_t> pruned;
         selectNeighbors(nc, maxLinks(l), between, pruned);
         list = std::move(pruned);
@@ -413,7 +424,8 @@ void Hnsw::markDeleted(uint32_t slot) {
 }
 
 void Hnsw::encode(const float* v, int8_t* out) const {
-  const float offset = metric_ == Metric::kL2 ? q_inv_scale_ : 0.0f;  // q_inv_scale_ holds the L2 offset
+  const float offset =
+      metric_ == Metric::kL2 ? q_inv_scale_ : 0.0f;  // q_inv_scale_ holds the L2 offset
   for (size_t i = 0; i < dim_; ++i) {
     const float x = std::nearbyint((v[i] - offset) * q_scale_);
     out[i] = int8_t(std::clamp(x, -127.0f, 127.0f));
@@ -476,7 +488,9 @@ struct Out {
     if (ok && n && std::fwrite(p, 1, n, f) != n) ok = false;
   }
   template <typename T>
-  void put(T v) { raw(&v, sizeof v); }
+  void put(T v) {
+    raw(&v, sizeof v);
+  }
 };
 struct In {
   std::FILE* f;
@@ -515,13 +529,15 @@ Status Hnsw::save(std::FILE* f) const {
   o.raw(levels_.data(), slots_);
   o.raw(deleted_.data(), slots_);
   o.raw(links0_.data(), size_t(slots_) * (m0_ + 1) * sizeof(uint32_t));
-  for (uint32_t s = 0; s < slots_; ++s) o.raw(upper_[s].data(), upper_[s].size() * sizeof(uint32_t));
+  for (uint32_t s = 0; s < slots_; ++s)
+    o.raw(upper_[s].data(), upper_[s].size() * sizeof(uint32_t));
   return o.ok ? Status::ok() : Status::internal("writing the index failed");
 }
 
 Status Hnsw::load(std::FILE* f) {
   In in{f};
-  if (in.get<uint32_t>() != kMagic || in.get<uint32_t>() != 1) return Status::internal("not an index file");
+  if (in.get<uint32_t>() != kMagic || in.get<uint32_t>() != 1)
+    return Status::internal("not an index file");
   const auto dim = in.get<uint64_t>();
   const auto metric = in.get<uint8_t>();
   const auto m = in.get<uint32_t>();

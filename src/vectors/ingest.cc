@@ -22,7 +22,9 @@ namespace infera::vectors {
 // ---- Pipeline ----
 
 Pipeline::Pipeline(int concurrency, Work work, Prefix on_prefix)
-    : limit_(size_t(std::max(concurrency, 1))), work_(std::move(work)), on_prefix_(std::move(on_prefix)) {
+    : limit_(size_t(std::max(concurrency, 1))),
+      work_(std::move(work)),
+      on_prefix_(std::move(on_prefix)) {
   for (size_t i = 0; i < limit_; ++i) threads_.emplace_back([this] { run(); });
 }
 
@@ -50,7 +52,8 @@ void Pipeline::waitUntil(std::unique_lock<std::mutex>& lock, const std::function
 
 bool Pipeline::push(Batch b, const std::function<void()>& tick) {
   std::unique_lock lock(mu_);
-  waitUntil(lock, [&] { return in_flight_ < limit_ || !failed_.isOk(); }, tick);
+  waitUntil(
+      lock, [&] { return in_flight_ < limit_ || !failed_.isOk(); }, tick);
   if (!failed_.isOk()) return false;
   b.seq = next_seq_++;
   queue_.push_back(std::move(b));
@@ -61,7 +64,8 @@ bool Pipeline::push(Batch b, const std::function<void()>& tick) {
 
 Status Pipeline::finish(const std::function<void()>& tick) {
   std::unique_lock lock(mu_);
-  waitUntil(lock, [&] { return in_flight_ == 0; }, tick);
+  waitUntil(
+      lock, [&] { return in_flight_ == 0; }, tick);
   return failed_;
 }
 
@@ -115,7 +119,9 @@ void Pipeline::run() {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+double since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
 
 std::string lineRange(uint64_t a, uint64_t b, bool binary) {
   const char* unit = binary ? "records" : "lines";
@@ -132,7 +138,8 @@ Result<size_t> collectionDim(const VectorsClient& client, const std::string& nam
   return v["size"].get<size_t>();
 }
 
-void appendPoint(std::string& body, const nlohmann::json& id, const float* v, size_t dim, const nlohmann::json& payload) {
+void appendPoint(std::string& body, const nlohmann::json& id, const float* v, size_t dim,
+                 const nlohmann::json& payload) {
   if (body.size() > 11) body.push_back(',');
   body += "{\"id\":";
   body += id.dump();
@@ -153,21 +160,23 @@ void appendPoint(std::string& body, const nlohmann::json& id, const float* v, si
 
 // ---- loadFile ----
 
-Result<LoadReport> loadFile(const VectorsClient& client, const std::string& collection, const std::string& path,
-                            ReadOptions read, const LoadOptions& options) {
+Result<LoadReport> loadFile(const VectorsClient& client, const std::string& collection,
+                            const std::string& path, ReadOptions read, const LoadOptions& options) {
   const auto t0 = Clock::now();
   if (read.dim == 0) {
     INFERA_ASSIGN_OR_RETURN(read.dim, collectionDim(client, collection));
   }
   INFERA_ASSIGN_OR_RETURN(auto reader, VectorFileReader::open(path, read));
   const FileFormat format = read.format == FileFormat::kAuto ? formatOf(path) : read.format;
-  const bool binary = format == FileFormat::kFvecs || format == FileFormat::kIvecs || format == FileFormat::kBvecs;
+  const bool binary =
+      format == FileFormat::kFvecs || format == FileFormat::kIvecs || format == FileFormat::kBvecs;
   LoadReport report;
   Pipeline pipe(options.concurrency, [&](Batch& b) -> Status {
     if (options.dry_run) return Status::ok();
     const Status s = client.upsert(collection, b.body);
     if (!s.isOk()) {
-      return Status(s.code(), path + ": the batch of " + lineRange(b.first_line, b.last_line, binary) +
+      return Status(s.code(), path + ": the batch of " +
+                                  lineRange(b.first_line, b.last_line, binary) +
                                   " was refused: " + s.message());
     }
     return Status::ok();
@@ -246,7 +255,8 @@ Result<uint64_t> prefixHash(const std::string& path, uint64_t offset) {
   while (left > 0) {
     const size_t want = size_t(std::min<uint64_t>(left, buf.size()));
     in.read(buf.data(), std::streamsize(want));
-    if (uint64_t(in.gcount()) != want) return Status::failedPrecondition(path + " is shorter than the checkpoint's offset");
+    if (uint64_t(in.gcount()) != want)
+      return Status::failedPrecondition(path + " is shorter than the checkpoint's offset");
     h = fnv1a(buf.data(), want, h);
     left -= want;
   }
@@ -260,9 +270,14 @@ struct Checkpoint {
 };
 
 Status writeCheckpoint(const std::string& path, const Checkpoint& c) {
-  nlohmann::json j = {{"version", 1},         {"input", c.input},   {"collection", c.collection},
-                      {"model", c.model},     {"offset", c.offset}, {"line", c.line},
-                      {"points", c.points},   {"prefix_hash", c.prefix_hash}};
+  nlohmann::json j = {{"version", 1},
+                      {"input", c.input},
+                      {"collection", c.collection},
+                      {"model", c.model},
+                      {"offset", c.offset},
+                      {"line", c.line},
+                      {"points", c.points},
+                      {"prefix_hash", c.prefix_hash}};
   const std::string text = j.dump(1) + "\n";
   const std::string tmp = path + ".tmp";
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -287,7 +302,8 @@ Result<std::optional<Checkpoint>> readCheckpoint(const std::string& path) {
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   auto j = nlohmann::json::parse(text, nullptr, false);
   if (!j.is_object() || !j["offset"].is_number_unsigned() || !j["line"].is_number_unsigned()) {
-    return Status::failedPrecondition("the checkpoint " + path + " is not readable (remove it, or --restart)");
+    return Status::failedPrecondition("the checkpoint " + path +
+                                      " is not readable (remove it, or --restart)");
   }
   Checkpoint c;
   c.input = j.value("input", "");
@@ -301,8 +317,10 @@ Result<std::optional<Checkpoint>> readCheckpoint(const std::string& path) {
 }
 
 // One embeddings call for `texts`: their vectors in input order.
-Result<std::vector<std::vector<float>>> embedTexts(const VectorsClient& client, const EmbedOptions& o,
-                                                   const std::vector<std::string>& texts, int64_t* retries) {
+Result<std::vector<std::vector<float>>> embedTexts(const VectorsClient& client,
+                                                   const EmbedOptions& o,
+                                                   const std::vector<std::string>& texts,
+                                                   int64_t* retries) {
   nlohmann::json req = {{"model", o.model}, {"input", texts}};
   const std::string body = req.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   std::vector<net::HttpHeader> headers = {{"content-type", "application/json"}};
@@ -330,12 +348,14 @@ Result<std::vector<std::vector<float>>> embedTexts(const VectorsClient& client, 
   *retries += n;
   if (a.status != 200) return statusFromAnswer(a, "the embeddings API (" + url + ")");
   auto j = nlohmann::json::parse(a.body, nullptr, false);
-  if (!j.is_object() || !j["data"].is_array()) return Status::internal(url + ": the answer has no `data` list");
+  if (!j.is_object() || !j["data"].is_array())
+    return Status::internal(url + ": the answer has no `data` list");
   std::vector<std::vector<float>> out(texts.size());
   for (const auto& d : j["data"]) {
     const size_t index = d.value("index", size_t(-1));
     if (index >= texts.size() || !d["embedding"].is_array() || !out[index].empty()) {
-      return Status::internal(url + ": the answer's `data` does not match the " + std::to_string(texts.size()) + " inputs");
+      return Status::internal(url + ": the answer's `data` does not match the " +
+                              std::to_string(texts.size()) + " inputs");
     }
     for (const auto& x : d["embedding"]) {
       if (!x.is_number()) return Status::internal(url + ": an embedding holds a non-number");
@@ -349,13 +369,14 @@ Result<std::vector<std::vector<float>>> embedTexts(const VectorsClient& client, 
 }
 
 // One input line {"id", "text", "payload"}.
-Status parseTextLine(const LineReader& lines, std::string_view line, nlohmann::json& id, std::string& text,
-                     nlohmann::json& payload) {
+Status parseTextLine(const LineReader& lines, std::string_view line, nlohmann::json& id,
+                     std::string& text, nlohmann::json& payload) {
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(line);
   } catch (const nlohmann::json::parse_error& e) {
-    return lineError(lines.path(), lines.line(), e.byte == 0 ? 1 : e.byte, "not JSON (" + std::string(e.what()) + ")");
+    return lineError(lines.path(), lines.line(), e.byte == 0 ? 1 : e.byte,
+                     "not JSON (" + std::string(e.what()) + ")");
   }
   auto col = [&](const char* key) {
     std::string quoted_key = "\"";
@@ -364,17 +385,23 @@ Status parseTextLine(const LineReader& lines, std::string_view line, nlohmann::j
     const size_t at = line.find(quoted_key);
     return at == std::string_view::npos ? size_t(1) : at + 1;
   };
-  auto err = [&](const char* key, const std::string& m) { return lineError(lines.path(), lines.line(), col(key), m); };
-  if (!j.is_object()) return lineError(lines.path(), lines.line(), 1, "a line must be a JSON object {\"id\", \"text\", \"payload\"}");
+  auto err = [&](const char* key, const std::string& m) {
+    return lineError(lines.path(), lines.line(), col(key), m);
+  };
+  if (!j.is_object())
+    return lineError(lines.path(), lines.line(), 1,
+                     "a line must be a JSON object {\"id\", \"text\", \"payload\"}");
   const nlohmann::json& jid = j["id"];
   if (jid.is_number_unsigned() || (jid.is_number_integer() && jid.get<int64_t>() >= 0)) {
     id = jid.get<uint64_t>();
   } else if (jid.is_string()) {
     PointId p;
-    if (!parseUuid(jid.get<std::string>(), p)) return err("id", "\"id\" " + jid.dump().substr(0, 40) + " is not a UUID");
+    if (!parseUuid(jid.get<std::string>(), p))
+      return err("id", "\"id\" " + jid.dump().substr(0, 40) + " is not a UUID");
     id = p.toString();
   } else {
-    return err("id", j.contains("id") ? "\"id\" is not an unsigned integer or a UUID" : "missing \"id\"");
+    return err("id",
+               j.contains("id") ? "\"id\" is not an unsigned integer or a UUID" : "missing \"id\"");
   }
   if (!j["text"].is_string() || j["text"].get<std::string>().empty()) {
     return err("text", "\"text\" must be a non-empty string");
@@ -390,16 +417,19 @@ Status parseTextLine(const LineReader& lines, std::string_view line, nlohmann::j
 
 }  // namespace
 
-std::string checkpointPath(const std::string& input, const std::string& collection, const std::string& state_dir) {
-  std::string name = std::filesystem::path(input).filename().string() + "." + pathSegment(collection) + ".embed-checkpoint";
+std::string checkpointPath(const std::string& input, const std::string& collection,
+                           const std::string& state_dir) {
+  std::string name = std::filesystem::path(input).filename().string() + "." +
+                     pathSegment(collection) + ".embed-checkpoint";
   if (state_dir.empty()) return input + "." + pathSegment(collection) + ".embed-checkpoint";
   return (std::filesystem::path(state_dir) / name).string();
 }
 
-Result<EmbedReport> embedFile(const VectorsClient& client, const std::string& collection, const std::string& input,
-                              const EmbedOptions& o) {
+Result<EmbedReport> embedFile(const VectorsClient& client, const std::string& collection,
+                              const std::string& input, const EmbedOptions& o) {
   const auto t0 = Clock::now();
-  if (o.model.empty()) return Status::invalidArgument("no model: --model names the embedding model");
+  if (o.model.empty())
+    return Status::invalidArgument("no model: --model names the embedding model");
   EmbedReport report;
   report.checkpoint = checkpointPath(input, collection, o.state_dir);
   if (!o.state_dir.empty()) {
@@ -418,14 +448,15 @@ Result<EmbedReport> embedFile(const VectorsClient& client, const std::string& co
     INFERA_ASSIGN_OR_RETURN(auto prev, readCheckpoint(report.checkpoint));
     if (prev) {
       if (prev->collection != collection || prev->model != o.model) {
-        return Status::failedPrecondition("the checkpoint " + report.checkpoint + " is for collection " +
-                                          prev->collection + " and model " + prev->model +
-                                          " (--restart to start over)");
+        return Status::failedPrecondition("the checkpoint " + report.checkpoint +
+                                          " is for collection " + prev->collection + " and model " +
+                                          prev->model + " (--restart to start over)");
       }
       auto h = prefixHash(input, prev->offset);
       if (!h.ok() || *h != prev->prefix_hash) {
-        return Status::failedPrecondition(input + " changed before line " + std::to_string(prev->line + 1) +
-                                          " since the checkpoint " + report.checkpoint + " (--restart to start over)");
+        return Status::failedPrecondition(
+            input + " changed before line " + std::to_string(prev->line + 1) +
+            " since the checkpoint " + report.checkpoint + " (--restart to start over)");
       }
       cp = *prev;
       cp.input = abs_input;
@@ -466,14 +497,17 @@ Result<EmbedReport> embedFile(const VectorsClient& client, const std::string& co
           std::lock_guard lock(retries_mu);
           retries += r;
         }
-        if (!vecs.ok()) return vecs.status().withContext("lines " + std::to_string(b.first_line) + "-" + std::to_string(b.last_line));
+        if (!vecs.ok())
+          return vecs.status().withContext("lines " + std::to_string(b.first_line) + "-" +
+                                           std::to_string(b.last_line));
         std::string body = "{\"points\":[";
         for (size_t i = 0; i < b.texts.size(); ++i) {
           const auto& v = (*vecs)[i];
           if (v.size() != dim) {
-            return Status::failedPrecondition("model " + o.model + " returns " + std::to_string(v.size()) +
-                                              "-dimensional vectors; collection " + collection + " has dimension " +
-                                              std::to_string(dim));
+            return Status::failedPrecondition("model " + o.model + " returns " +
+                                              std::to_string(v.size()) +
+                                              "-dimensional vectors; collection " + collection +
+                                              " has dimension " + std::to_string(dim));
           }
           nlohmann::json payload = std::move(b.payloads[i]);
           if (!o.text_key.empty()) payload[o.text_key] = b.texts[i];
@@ -481,7 +515,9 @@ Result<EmbedReport> embedFile(const VectorsClient& client, const std::string& co
         }
         body += "]}";
         const Status s = client.upsert(collection, body);
-        if (!s.isOk()) return s.withContext("lines " + std::to_string(b.first_line) + "-" + std::to_string(b.last_line));
+        if (!s.isOk())
+          return s.withContext("lines " + std::to_string(b.first_line) + "-" +
+                               std::to_string(b.last_line));
         return Status::ok();
       },
       [&](const Batch& b, uint64_t prefix_points) {
@@ -551,13 +587,16 @@ Result<EmbedReport> embedFile(const VectorsClient& client, const std::string& co
     report.lines = cp.line;
   }
   if (!sent.isOk()) {
-    return Status(sent.code(), sent.message() + "; the checkpoint " + report.checkpoint + " holds lines 1-" +
-                                   std::to_string(report.lines) + " (rerun to resume)");
+    return Status(sent.code(), sent.message() + "; the checkpoint " + report.checkpoint +
+                                   " holds lines 1-" + std::to_string(report.lines) +
+                                   " (rerun to resume)");
   }
   if (!cp_status.isOk()) return cp_status;
   if (!bad.isOk()) {
-    return Status(bad.code(), bad.message() + "; its batch was refused, nothing of it sent; lines 1-" +
-                                  std::to_string(report.lines) + " are upserted (checkpoint " + report.checkpoint + ")");
+    return Status(bad.code(), bad.message() +
+                                  "; its batch was refused, nothing of it sent; lines 1-" +
+                                  std::to_string(report.lines) + " are upserted (checkpoint " +
+                                  report.checkpoint + ")");
   }
   return report;
 }

@@ -55,7 +55,8 @@ struct FilePoint {
 class VectorFileReader {
  public:
   // kNotFound / kInvalidArgument when the file cannot be opened or its format not used.
-  static Result<std::unique_ptr<VectorFileReader>> open(const std::string& path, const ReadOptions& options);
+  static Result<std::unique_ptr<VectorFileReader>> open(const std::string& path,
+                                                        const ReadOptions& options);
   virtual ~VectorFileReader() = default;
   // The next point into `out`: true, or false at the end; kInvalidArgument "FILE:LINE:COL: ..."
   // for a bad record.
@@ -68,8 +69,8 @@ class VectorFileReader {
 };
 
 struct Progress {
-  uint64_t points = 0;        // written (confirmed by the server)
-  uint64_t bytes = 0;         // of the input read
+  uint64_t points = 0;  // written (confirmed by the server)
+  uint64_t bytes = 0;   // of the input read
   uint64_t total_bytes = 0;
   int64_t retries = 0;
   double seconds = 0;
@@ -77,8 +78,8 @@ struct Progress {
 
 struct LoadOptions {
   size_t batch_points = 256;
-  int concurrency = 4;      // batches in flight
-  bool dry_run = false;     // read and check everything, send nothing
+  int concurrency = 4;                            // batches in flight
+  bool dry_run = false;                           // read and check everything, send nothing
   std::function<void(const Progress&)> progress;  // after each confirmed batch
 };
 
@@ -92,30 +93,31 @@ struct LoadReport {
 // Loads `path` into `collection` (which must exist; its dimension is used when options.dim is 0).
 // On a bad record: the error (see above) says which batch was refused and how many points were
 // written before it.
-Result<LoadReport> loadFile(const VectorsClient& client, const std::string& collection, const std::string& path,
-                            ReadOptions read, const LoadOptions& options);
+Result<LoadReport> loadFile(const VectorsClient& client, const std::string& collection,
+                            const std::string& path, ReadOptions read, const LoadOptions& options);
 
 // Embedding JSON lines `{"id": 1 | "uuid", "text": "...", "payload": {...}}` (payload optional).
 struct EmbedOptions {
   std::string model;
-  std::string gateway_url;       // where /v1/embeddings is (the data port, normally)
-  std::string gateway_key;       // sent as Authorization: Bearer (empty: none)
-  size_t batch = 64;             // texts per embeddings call (and per upsert)
-  int concurrency = 4;           // batches in flight
-  std::string text_key = "text"; // the text is stored in the payload under this key ("": not stored)
-  std::string state_dir;         // where the checkpoint goes ("": next to the input)
-  bool restart = false;          // ignore (and replace) an existing checkpoint
-  bool create = false;           // create the collection (Cosine, the model's dimension) if missing
+  std::string gateway_url;  // where /v1/embeddings is (the data port, normally)
+  std::string gateway_key;  // sent as Authorization: Bearer (empty: none)
+  size_t batch = 64;        // texts per embeddings call (and per upsert)
+  int concurrency = 4;      // batches in flight
+  std::string text_key =
+      "text";             // the text is stored in the payload under this key ("": not stored)
+  std::string state_dir;  // where the checkpoint goes ("": next to the input)
+  bool restart = false;   // ignore (and replace) an existing checkpoint
+  bool create = false;    // create the collection (Cosine, the model's dimension) if missing
   std::function<void(const Progress&)> progress;
 };
 
 struct EmbedReport {
-  uint64_t points = 0;        // upserted in this run
+  uint64_t points = 0;             // upserted in this run
   uint64_t resumed_from_line = 0;  // 0: from the start; else the first line this run read
-  uint64_t lines = 0;         // lines of the input done in total (this run and earlier ones)
+  uint64_t lines = 0;              // lines of the input done in total (this run and earlier ones)
   double seconds = 0;
   int64_t retries = 0;
-  std::string checkpoint;     // its path
+  std::string checkpoint;  // its path
 };
 
 // The checkpoint: after every batch whose lines and all before them are upserted (wait=true),
@@ -125,8 +127,9 @@ struct EmbedReport {
 // collection (a rerun with others is refused unless restart) and a hash of every byte before the
 // offset (an input changed there is refused unless restart; appending lines is fine: a rerun
 // embeds just them).
-std::string checkpointPath(const std::string& input, const std::string& collection, const std::string& state_dir);
-Result<EmbedReport> embedFile(const VectorsClient& client, const std::string& collection, const std::string& input,
-                              const EmbedOptions& options);
+std::string checkpointPath(const std::string& input, const std::string& collection,
+                           const std::string& state_dir);
+Result<EmbedReport> embedFile(const VectorsClient& client, const std::string& collection,
+                              const std::string& input, const EmbedOptions& options);
 
 }  // namespace infera::vectors

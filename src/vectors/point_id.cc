@@ -69,13 +69,15 @@ Json PointId::toJson() const {
 
 Result<PointId> pointIdFromJson(const Json& j) {
   if (j.is_number_unsigned()) return PointId::num(j.get<uint64_t>());
-  if (j.is_number_integer() && j.get<int64_t>() >= 0) return PointId::num(uint64_t(j.get<int64_t>()));
+  if (j.is_number_integer() && j.get<int64_t>() >= 0)
+    return PointId::num(uint64_t(j.get<int64_t>()));
   if (j.is_string()) {
     PointId id;
     if (parseUuid(j.get_ref<const std::string&>(), id)) return id;
   }
-  return Status::invalidArgument("Format error in JSON body: value " + dumpJson(j) +
-                                 " is not a valid point ID, valid values are either an unsigned integer or a UUID");
+  return Status::invalidArgument(
+      "Format error in JSON body: value " + dumpJson(j) +
+      " is not a valid point ID, valid values are either an unsigned integer or a UUID");
 }
 
 Result<PointId> pointIdFromText(std::string_view s) {
@@ -84,7 +86,8 @@ Result<PointId> pointIdFromText(std::string_view s) {
   if (ec == std::errc() && end == s.data() + s.size() && !s.empty()) return PointId::num(n);
   PointId id;
   if (parseUuid(s, id)) return id;
-  return Status::invalidArgument("Wrong input: Can not recognize \"" + std::string(s) + "\" as point id");
+  return Status::invalidArgument("Wrong input: Can not recognize \"" + std::string(s) +
+                                 "\" as point id");
 }
 
 void appendFloat(std::string& out, float v) {

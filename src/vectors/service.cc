@@ -12,8 +12,10 @@ void readVectorsConfig(ConfigReader& r, VectorsConfig& out) {
   out.enabled = true;
   r.optional("data_dir", out.data_dir);
   r.optional("path_prefix", out.path_prefix);
-  if (!out.path_prefix.empty() && (out.path_prefix.front() != '/' || out.path_prefix.back() == '/')) {
-    r.error("path_prefix", "must start with '/' and not end with one, got \"" + out.path_prefix + "\"");
+  if (!out.path_prefix.empty() &&
+      (out.path_prefix.front() != '/' || out.path_prefix.back() == '/')) {
+    r.error("path_prefix",
+            "must start with '/' and not end with one, got \"" + out.path_prefix + "\"");
   }
   r.optional("write_threads", out.write_threads, 1, 64);
   r.optional("max_batch_points", out.max_batch_points, 1, 1'000'000);
@@ -36,8 +38,11 @@ class VectorServiceImpl final : public VectorService {
     o.snapshot_min_points = uint64_t(config_.snapshot_min_points);
     o.fsync = config_.fsync;
     INFERA_ASSIGN_OR_RETURN(store_, Store::open(o));
-    INFERA_LOG(componentLogger("vectors"), info, "vectors: {} collections loaded from {} in {:.3f} s ({} points replayed from WALs), {} kernels",
-               store_->names().size(), config_.data_dir, store_->openSeconds(), store_->replayedOps(), kernels().name);
+    INFERA_LOG(componentLogger("vectors"), info,
+               "vectors: {} collections loaded from {} in {:.3f} s ({} points replayed from WALs), "
+               "{} kernels",
+               store_->names().size(), config_.data_dir, store_->openSeconds(),
+               store_->replayedOps(), kernels().name);
     return Status::ok();
   }
 
@@ -45,7 +50,8 @@ class VectorServiceImpl final : public VectorService {
     if (store_) store_->snapshotAll();  // a clean stop restarts without a WAL to replay
   }
 
-  void addDataRoutes(int, net::asio::io_context& ctx, net::Router& router, access::AccessWorker* access) override {
+  void addDataRoutes(int, net::asio::io_context& ctx, net::Router& router,
+                     access::AccessWorker* access) override {
     addQdrantRoutes(*store_, config_, ctx, router, access);
   }
   double loadSeconds() const override { return store_->openSeconds(); }

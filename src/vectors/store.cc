@@ -123,7 +123,8 @@ Result<std::shared_ptr<CollectionEntry>> Store::openCollection(const std::string
   INFERA_ASSIGN_OR_RETURN(e->wal, Wal::open(dir + "/wal.log", options_.fsync));
   const uint64_t base = e->coll.appliedSeq();
   uint64_t replayed = 0;
-  INFERA_ASSIGN_OR_RETURN(uint64_t last, e->wal->replay([&](uint64_t seq, std::string_view bytes) -> Status {
+  INFERA_ASSIGN_OR_RETURN(uint64_t last, e->wal->replay([&](uint64_t seq,
+                                                            std::string_view bytes) -> Status {
     if (seq <= base) return Status::ok();  // already in the snapshot
     INFERA_ASSIGN_OR_RETURN(Op op, decodeOp(bytes));
     (void)e->coll.apply(op, seq);  // an op that failed when first applied fails the same way again
@@ -175,14 +176,16 @@ Status Store::submit(std::shared_ptr<CollectionEntry> entry, Op op, Done durable
   return enqueue(t, std::move(task));
 }
 
-Status Store::create(const std::string& name, const CollectionParams& params, std::function<void(Status)> done) {
+Status Store::create(const std::string& name, const CollectionParams& params,
+                     std::function<void(Status)> done) {
   Task task;
   task.meta = [this, name, params, done = std::move(done)] {
     if (find(name)) {
       done(Status::alreadyExists("Wrong input: Collection `" + name + "` already exists!"));
       return;
     }
-    const std::string dir = (fs::path(options_.data_dir) / "collections" / encodeDirName(name)).string();
+    const std::string dir =
+        (fs::path(options_.data_dir) / "collections" / encodeDirName(name)).string();
     std::error_code ec;
     fs::remove_all(dir, ec);
     fs::create_directories(dir, ec);
@@ -308,9 +311,12 @@ void Store::flushGroup(std::vector<Task>& group) {
     if (task.applied) task.applied(std::move(s), seqs[i]);
   }
   for (CollectionEntry* e : touched) {
-    if (!e->dropped && e->ops_since_snapshot >= std::max<uint64_t>(options_.snapshot_min_points, e->coll.points() / 8)) {
+    if (!e->dropped && e->ops_since_snapshot >=
+                           std::max<uint64_t>(options_.snapshot_min_points, e->coll.points() / 8)) {
       const Status s = snapshot(*e);
-      if (!s.isOk()) INFERA_LOG(componentLogger("vectors"), err, "snapshot of {} failed: {}", e->name, s.message());
+      if (!s.isOk())
+        INFERA_LOG(componentLogger("vectors"), err, "snapshot of {} failed: {}", e->name,
+                   s.message());
     }
   }
   group.clear();

@@ -24,7 +24,8 @@ uint64_t fnv1a(const char* p, size_t n, uint64_t h) {
   return h;
 }
 
-Status LineReader::open(const std::string& path, uint64_t offset, uint64_t first_line, uint64_t prefix_hash) {
+Status LineReader::open(const std::string& path, uint64_t offset, uint64_t first_line,
+                        uint64_t prefix_hash) {
   hash_ = offset == 0 ? fnv1a(nullptr, 0) : prefix_hash;
   path_ = path;
   f_ = std::fopen(path.c_str(), "rb");
@@ -52,7 +53,8 @@ bool LineReader::next(std::string_view& line) {
   return true;
 }
 
-Status lineError(const std::string& path, uint64_t line, size_t column, const std::string& message) {
+Status lineError(const std::string& path, uint64_t line, size_t column,
+                 const std::string& message) {
   // Appended piece by piece: g++ 12 -O3 warns falsely (-Wrestrict) on "literal" + std::string&&.
   std::string s = path;
   s += ':';
@@ -67,18 +69,27 @@ Status lineError(const std::string& path, uint64_t line, size_t column, const st
 }
 
 bool parseFileFormat(const std::string& name, FileFormat& out) {
-  if (name == "auto") out = FileFormat::kAuto;
-  else if (name == "fvecs") out = FileFormat::kFvecs;
-  else if (name == "ivecs") out = FileFormat::kIvecs;
-  else if (name == "bvecs") out = FileFormat::kBvecs;
-  else if (name == "tsv") out = FileFormat::kTsv;
-  else if (name == "jsonl" || name == "json" || name == "ndjson") out = FileFormat::kJsonl;
-  else return false;
+  if (name == "auto")
+    out = FileFormat::kAuto;
+  else if (name == "fvecs")
+    out = FileFormat::kFvecs;
+  else if (name == "ivecs")
+    out = FileFormat::kIvecs;
+  else if (name == "bvecs")
+    out = FileFormat::kBvecs;
+  else if (name == "tsv")
+    out = FileFormat::kTsv;
+  else if (name == "jsonl" || name == "json" || name == "ndjson")
+    out = FileFormat::kJsonl;
+  else
+    return false;
   return true;
 }
 
 FileFormat formatOf(const std::string& path) {
-  auto ends = [&](std::string_view ext) { return path.size() >= ext.size() && path.ends_with(ext); };
+  auto ends = [&](std::string_view ext) {
+    return path.size() >= ext.size() && path.ends_with(ext);
+  };
   if (ends(".fvecs")) return FileFormat::kFvecs;
   if (ends(".ivecs")) return FileFormat::kIvecs;
   if (ends(".bvecs")) return FileFormat::kBvecs;
@@ -137,10 +148,12 @@ class BinaryReader final : public VectorFileReader {
     ++record_;
     if (got < 4) return error(at, "truncated record (the file ends inside its dimension)");
     offset_ += 4;
-    if (d <= 0 || d > 65'536) return error(at, "dimension " + std::to_string(d) + " is not in [1, 65536]");
+    if (d <= 0 || d > 65'536)
+      return error(at, "dimension " + std::to_string(d) + " is not in [1, 65536]");
     if (dim_ == 0) dim_ = size_t(d);
     if (size_t(d) != dim_) {
-      return error(at, "dimension " + std::to_string(d) + ", the collection's is " + std::to_string(dim_));
+      return error(
+          at, "dimension " + std::to_string(d) + ", the collection's is " + std::to_string(dim_));
     }
     const size_t width = format_ == FileFormat::kBvecs ? 1 : 4;
     raw_.resize(size_t(d) * width);
@@ -153,7 +166,8 @@ class BinaryReader final : public VectorFileReader {
       if (format_ == FileFormat::kFvecs) {
         float x;
         std::memcpy(&x, &raw_[i * 4], 4);
-        if (!std::isfinite(x)) return error(at, "component " + std::to_string(i + 1) + " is not a finite number");
+        if (!std::isfinite(x))
+          return error(at, "component " + std::to_string(i + 1) + " is not a finite number");
         out.vector[i] = x;
       } else if (format_ == FileFormat::kIvecs) {
         int32_t x;
@@ -174,8 +188,8 @@ class BinaryReader final : public VectorFileReader {
 
  private:
   Status error(uint64_t at, const std::string& m) const {
-    return Status::invalidArgument(path_ + ": record " + std::to_string(record_) + " (byte " + std::to_string(at) +
-                                   "): " + m);
+    return Status::invalidArgument(path_ + ": record " + std::to_string(record_) + " (byte " +
+                                   std::to_string(at) + "): " + m);
   }
   FileFormat format_;
   ReadOptions options_;
@@ -196,7 +210,8 @@ class TsvReader final : public VectorFileReader {
     for (;;) {
       if (!lines_.next(line)) return false;
       const size_t first = line.find_first_not_of(" \t,");
-      if (first != std::string_view::npos && line[first] != '#') break;  // blank lines and # comments
+      if (first != std::string_view::npos && line[first] != '#')
+        break;  // blank lines and # comments
     }
     fields_.clear();
     for (size_t i = 0; i < line.size();) {
@@ -214,13 +229,14 @@ class TsvReader final : public VectorFileReader {
     }
     const size_t want = dim_ + (has_id ? 1 : 0);
     if (fields_.size() < want) {
-      return err(line.size() + 1, std::to_string(fields_.size()) + " columns, want " + std::to_string(want) +
-                                      " (the dimension is " + std::to_string(dim_) + (has_id ? ", plus the id)" : ")"));
+      return err(line.size() + 1, std::to_string(fields_.size()) + " columns, want " +
+                                      std::to_string(want) + " (the dimension is " +
+                                      std::to_string(dim_) + (has_id ? ", plus the id)" : ")"));
     }
     if (fields_.size() > want && !options_.ignore_extra_columns) {
       return err(fields_[want].first + 1,
-                 "column " + std::to_string(want + 1) + ": more columns than the dimension " + std::to_string(dim_) +
-                     (has_id ? " plus the id" : "") +
+                 "column " + std::to_string(want + 1) + ": more columns than the dimension " +
+                     std::to_string(dim_) + (has_id ? " plus the id" : "") +
                      " (an id column: --id-column first|last; or --ignore-extra-columns)");
     }
     size_t v0 = 0;
@@ -229,24 +245,32 @@ class TsvReader final : public VectorFileReader {
       id_field = 0;
       v0 = 1;
     } else if (options_.id_column == ReadOptions::IdColumn::kLast) {
-      id_field = fields_.size() > want && options_.ignore_extra_columns ? want - 1 : fields_.size() - 1;
+      id_field =
+          fields_.size() > want && options_.ignore_extra_columns ? want - 1 : fields_.size() - 1;
     }
     out.vector.resize(dim_);
     for (size_t i = 0; i < dim_; ++i) {
       const auto& [col, text] = fields_[v0 + i];
       float x = 0;
       const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), x);
-      if (ec == std::errc::result_out_of_range) return err(col + 1, "column " + std::to_string(v0 + i + 1) + ": " + quoted(text) + " is out of float range");
+      if (ec == std::errc::result_out_of_range)
+        return err(col + 1, "column " + std::to_string(v0 + i + 1) + ": " + quoted(text) +
+                                " is out of float range");
       if (ec != std::errc() || end != text.data() + text.size()) {
-        return err(col + 1, "column " + std::to_string(v0 + i + 1) + ": " + quoted(text) + " is not a number");
+        return err(col + 1, "column " + std::to_string(v0 + i + 1) + ": " + quoted(text) +
+                                " is not a number");
       }
-      if (!std::isfinite(x)) return err(col + 1, "column " + std::to_string(v0 + i + 1) + ": " + quoted(text) + " is not a finite number");
+      if (!std::isfinite(x))
+        return err(col + 1, "column " + std::to_string(v0 + i + 1) + ": " + quoted(text) +
+                                " is not a finite number");
       out.vector[i] = x;
     }
     if (has_id) {
       const auto& [col, text] = fields_[id_field];
       auto id = idFromText(text);
-      if (!id) return err(col + 1, "column " + std::to_string(id_field + 1) + ": " + quoted(text) + " is not a point id (an unsigned integer or a UUID)");
+      if (!id)
+        return err(col + 1, "column " + std::to_string(id_field + 1) + ": " + quoted(text) +
+                                " is not a point id (an unsigned integer or a UUID)");
       out.id = std::move(*id);
     } else {
       out.id = options_.first_id + rows_;
@@ -261,7 +285,9 @@ class TsvReader final : public VectorFileReader {
   size_t dim() const override { return dim_; }
 
  private:
-  Status err(size_t col, const std::string& m) const { return lineError(lines_.path(), lines_.line(), col, m); }
+  Status err(size_t col, const std::string& m) const {
+    return lineError(lines_.path(), lines_.line(), col, m);
+  }
   ReadOptions options_;
   size_t dim_;
   LineReader lines_;
@@ -286,7 +312,8 @@ class JsonlReader final : public VectorFileReader {
     } catch (const nlohmann::json::parse_error& e) {
       return err(e.byte == 0 ? 1 : e.byte, "not JSON (" + std::string(e.what()) + ")");
     }
-    if (!j.is_object()) return err(1, "a line must be a JSON object {\"id\", \"vector\", \"payload\"}");
+    if (!j.is_object())
+      return err(1, "a line must be a JSON object {\"id\", \"vector\", \"payload\"}");
     auto col = [&](const char* key) { return keyColumn(line, key); };
     if (!j.contains("id")) return err(1, "missing \"id\"");
     const nlohmann::json& id = j["id"];
@@ -294,22 +321,30 @@ class JsonlReader final : public VectorFileReader {
       out.id = id.get<uint64_t>();
     } else if (id.is_string()) {
       PointId p;
-      if (!parseUuid(id.get<std::string>(), p)) return err(col("id"), "\"id\" " + id.dump() + " is not a UUID (ids are unsigned integers or UUIDs)");
+      if (!parseUuid(id.get<std::string>(), p))
+        return err(col("id"),
+                   "\"id\" " + id.dump() + " is not a UUID (ids are unsigned integers or UUIDs)");
       out.id = p.toString();
     } else {
-      return err(col("id"), "\"id\" " + id.dump().substr(0, 40) + " is not an unsigned integer or a UUID");
+      return err(col("id"),
+                 "\"id\" " + id.dump().substr(0, 40) + " is not an unsigned integer or a UUID");
     }
-    if (!j.contains("vector") || !j["vector"].is_array()) return err(col("vector"), "missing \"vector\" (an array of numbers)");
+    if (!j.contains("vector") || !j["vector"].is_array())
+      return err(col("vector"), "missing \"vector\" (an array of numbers)");
     const auto& v = j["vector"];
     if (dim_ == 0) dim_ = v.size();
     if (v.size() != dim_) {
-      return err(col("vector"), "\"vector\" has " + std::to_string(v.size()) + " numbers, the dimension is " + std::to_string(dim_));
+      return err(col("vector"), "\"vector\" has " + std::to_string(v.size()) +
+                                    " numbers, the dimension is " + std::to_string(dim_));
     }
     out.vector.resize(dim_);
     for (size_t i = 0; i < dim_; ++i) {
-      if (!v[i].is_number()) return err(col("vector"), "\"vector\"[" + std::to_string(i) + "] is " + v[i].dump().substr(0, 40) + ", not a number");
+      if (!v[i].is_number())
+        return err(col("vector"), "\"vector\"[" + std::to_string(i) + "] is " +
+                                      v[i].dump().substr(0, 40) + ", not a number");
       const float x = float(v[i].get<double>());
-      if (!std::isfinite(x)) return err(col("vector"), "\"vector\"[" + std::to_string(i) + "] is not a finite float");
+      if (!std::isfinite(x))
+        return err(col("vector"), "\"vector\"[" + std::to_string(i) + "] is not a finite float");
       out.vector[i] = x;
     }
     out.payload = nullptr;
@@ -325,14 +360,17 @@ class JsonlReader final : public VectorFileReader {
   size_t dim() const override { return dim_; }
 
  private:
-  Status err(size_t col, const std::string& m) const { return lineError(lines_.path(), lines_.line(), col, m); }
+  Status err(size_t col, const std::string& m) const {
+    return lineError(lines_.path(), lines_.line(), col, m);
+  }
   size_t dim_;
   LineReader lines_;
 };
 
 }  // namespace
 
-Result<std::unique_ptr<VectorFileReader>> VectorFileReader::open(const std::string& path, const ReadOptions& options) {
+Result<std::unique_ptr<VectorFileReader>> VectorFileReader::open(const std::string& path,
+                                                                 const ReadOptions& options) {
   const FileFormat f = options.format == FileFormat::kAuto ? formatOf(path) : options.format;
   switch (f) {
     case FileFormat::kFvecs:

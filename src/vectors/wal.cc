@@ -81,7 +81,8 @@ void Wal::append(uint64_t seq, std::string_view op) {
 Status Wal::sync() {
   size_t done = 0;
   while (done < pending_.size()) {
-    const ssize_t n = ::pwrite(fd_, pending_.data() + done, pending_.size() - done, off_t(size_ + done));
+    const ssize_t n =
+        ::pwrite(fd_, pending_.data() + done, pending_.size() - done, off_t(size_ + done));
     if (n <= 0) {
       const std::string why = std::strerror(errno);
       pending_.clear();

@@ -9,11 +9,11 @@
 #include <cstring>
 #include <thread>
 
-#include "fakes/http_test_client.h"
-#include "fakes/servers.h"
-#include "core/clock.h"
 #include "access/access_fixture.h"
 #include "access/internal/limiter.h"
+#include "core/clock.h"
+#include "fakes/http_test_client.h"
+#include "fakes/servers.h"
 #include "store/redis.h"
 #include "store/sql.h"
 
@@ -33,8 +33,8 @@ struct LoadResult {
   int64_t other = 0;
 };
 
-LoadResult saturate(const std::vector<server::Server*>& replicas, const std::string& key, std::chrono::milliseconds duration,
-                    int threads) {
+LoadResult saturate(const std::vector<server::Server*>& replicas, const std::string& key,
+                    std::chrono::milliseconds duration, int threads) {
   std::atomic<int64_t> tokens{0}, admitted{0}, limited{0}, other{0};
   std::atomic<int64_t> first_ns{0};
   std::atomic<bool> stop{false};
@@ -45,8 +45,9 @@ LoadResult saturate(const std::vector<server::Server*>& replicas, const std::str
       server::Server& gw = *replicas[static_cast<size_t>(t) % replicas.size()];
       auto client = std::make_unique<TestClient>(gw.port());
       while (!stop.load()) {
-        auto r = client->request("POST", "/v1/chat/completions", body,
-                                 {{"authorization", "Bearer " + key}, {"content-type", "application/json"}});
+        auto r = client->request(
+            "POST", "/v1/chat/completions", body,
+            {{"authorization", "Bearer " + key}, {"content-type", "application/json"}});
         if (!r) {
           client = std::make_unique<TestClient>(gw.port());
           continue;
@@ -66,7 +67,9 @@ LoadResult saturate(const std::vector<server::Server*>& replicas, const std::str
         } else {
           ++other;
         }
-        if (first_ns.load() != 0 && now - first_ns.load() >= std::chrono::nanoseconds(duration).count()) break;
+        if (first_ns.load() != 0 &&
+            now - first_ns.load() >= std::chrono::nanoseconds(duration).count())
+          break;
       }
     });
   }
@@ -86,9 +89,11 @@ TEST(GovernanceCluster, OneReplicaAdmitsTheConfiguredTpmWithin5Percent) {
   ASSERT_TRUE(gw);
   const std::string key = makeKey(*gw, "load", json::object(), json{{"tpm", kTpm}});
   const LoadResult r = saturate({gw.get()}, key, kWindow, 3);
-  std::printf("one replica: admitted %lld tokens in %lld requests (limit %lld), %lld refused, %lld other\n",
-              static_cast<long long>(r.admitted_tokens), static_cast<long long>(r.admitted),
-              static_cast<long long>(kTpm), static_cast<long long>(r.limited), static_cast<long long>(r.other));
+  std::printf(
+      "one replica: admitted %lld tokens in %lld requests (limit %lld), %lld refused, %lld other\n",
+      static_cast<long long>(r.admitted_tokens), static_cast<long long>(r.admitted),
+      static_cast<long long>(kTpm), static_cast<long long>(r.limited),
+      static_cast<long long>(r.other));
   EXPECT_GT(r.limited, r.admitted);  // the load really saturated the limit
   EXPECT_EQ(r.other, 0);
   EXPECT_GE(r.admitted_tokens, kTpm * 95 / 100);
@@ -107,7 +112,8 @@ TEST(GovernanceCluster, ThreeReplicasSharingRedisAdmitTheTpmOnceNotThreeTimes) {
     // another test): a Redis call can take longer than the 50 ms default, and a fallback is not
     // what this test measures.
     replicas.push_back(startGov(
-        govConfig(emu->url(), db, "  redis: " + redis->url() + "\n  replicas: 3\n  redis_timeout_ms: 1000\n")));
+        govConfig(emu->url(), db,
+                  "  redis: " + redis->url() + "\n  replicas: 3\n  redis_timeout_ms: 1000\n")));
     ASSERT_TRUE(replicas.back());
   }
   const std::string measured = makeKey(*replicas[0], "load", json::object(), json{{"tpm", kTpm}});
@@ -119,9 +125,11 @@ TEST(GovernanceCluster, ThreeReplicasSharingRedisAdmitTheTpmOnceNotThreeTimes) {
   std::vector<server::Server*> ptrs;
   for (auto& g : replicas) ptrs.push_back(g.get());
   const LoadResult r = saturate(ptrs, measured, kWindow, 3);
-  std::printf("three replicas, one redis: admitted %lld tokens in %lld requests (limit %lld), %lld refused\n",
-              static_cast<long long>(r.admitted_tokens), static_cast<long long>(r.admitted),
-              static_cast<long long>(kTpm), static_cast<long long>(r.limited));
+  std::printf(
+      "three replicas, one redis: admitted %lld tokens in %lld requests (limit %lld), %lld "
+      "refused\n",
+      static_cast<long long>(r.admitted_tokens), static_cast<long long>(r.admitted),
+      static_cast<long long>(kTpm), static_cast<long long>(r.limited));
   EXPECT_GT(r.limited, r.admitted);
   EXPECT_EQ(r.other, 0);
   // The warm-up calls (max_tokens 0: a few prompt tokens each) share the window; allow for them.
@@ -174,11 +182,13 @@ TEST(GovernanceCluster, ReserveScriptDecidesSeveralShapesInOneCall) {
   auto rc = store::RedisClient::connect(*store::parseRedisUrl(redis->url()));
   ASSERT_TRUE(rc.ok()) << rc.status().message();
   const auto m = Window::kMinute;
-  Charge a1[2] = {{"k:a:r", m, Scope::kKey, false, 10, 1}, {"k:a:t", m, Scope::kKey, true, 100, 60}};
+  Charge a1[2] = {{"k:a:r", m, Scope::kKey, false, 10, 1},
+                  {"k:a:t", m, Scope::kKey, true, 100, 60}};
   Charge b1[3] = {{"k:b:r", m, Scope::kKey, false, 10, 1},
                   {"k:b:t", m, Scope::kKey, true, 100, 30},
                   {"t:x:d", Window::kDay, Scope::kDaily, true, 1000, 30}};
-  Charge a2[2] = {{"k:a:r", m, Scope::kKey, false, 10, 1}, {"k:a:t", m, Scope::kKey, true, 100, 50}};
+  Charge a2[2] = {{"k:a:r", m, Scope::kKey, false, 10, 1},
+                  {"k:a:t", m, Scope::kKey, true, 100, 50}};
   Charge b2[3] = {{"k:b:r", m, Scope::kKey, false, 10, 1},
                   {"k:b:t", m, Scope::kKey, true, 100, 1},
                   {"t:x:d", Window::kDay, Scope::kDaily, true, 1000, 1}};
@@ -203,7 +213,8 @@ TEST(GovernanceCluster, ReserveScriptDecidesSeveralShapesInOneCall) {
 
   auto totals = [&] {
     std::vector<std::string> out;
-    for (const char* k : {"k:a:r", "k:a:t", "k:b:r", "k:b:t"}) out.push_back(summaryTotal(summaryOf(**rc, k)));
+    for (const char* k : {"k:a:r", "k:a:t", "k:b:r", "k:b:t"})
+      out.push_back(summaryTotal(summaryOf(**rc, k)));
     auto day = (*rc)->command({"GET", redisCounterKey(b1[2], now_ms)});
     out.push_back(day.ok() ? day->str : "?");
     return out;
@@ -229,7 +240,8 @@ TEST(GovernanceCluster, ReserveScriptDecidesSeveralShapesInOneCall) {
     auto r = (*rc)->command({"TIME"});
     return r.ok() && !r->elements.empty() ? r->elements[0].str : std::string("?");
   };
-  const std::string call_second = std::to_string(reply->elements[0].integer / 1000);  // the script's clock
+  const std::string call_second =
+      std::to_string(reply->elements[0].integer / 1000);  // the script's clock
   ASSERT_TRUE(waitFor([&] { return second() != call_second; }));
   // The first call of the new second fails after reading the counters (a2 does not fit, so the
   // script reads the packed admissions, which do not add up): it writes nothing, not even the
@@ -356,7 +368,8 @@ TEST(GovernanceCluster, SummaryHashesLiveThreeMinutesAndHoldCallMarkers) {
     return r.ok() ? r->integer : -3;
   };
   const int64_t before = redisMinute(**rc);
-  for (int64_t m = before - 4; m <= before; ++m) ASSERT_TRUE((*rc)->command({"HSET", hash(m), "x", "1"}).ok());
+  for (int64_t m = before - 4; m <= before; ++m)
+    ASSERT_TRUE((*rc)->command({"HSET", hash(m), "x", "1"}).ok());
   Charge a[2] = {{"k:a:r", Window::kMinute, Scope::kKey, false, 10, 1},
                  {"k:a:t", Window::kMinute, Scope::kKey, true, 1000, 60}};
   const std::span<const Charge> one[1] = {a};
@@ -407,8 +420,10 @@ TEST(GovernanceCluster, SummaryHashesLiveThreeMinutesAndHoldCallMarkers) {
   ASSERT_TRUE(u3.ok() && !u3->isError());
   EXPECT_EQ(u3->integer, 0);
   const int64_t k = redisMinute(**rc);
-  const int64_t marked = field(k, "infera:rl:call:lt-3") == "cancelled" ? k : k - 1;  // the minute may have turned
-  for (int64_t m = marked; m <= marked + 2; ++m) EXPECT_EQ(field(m, "infera:rl:call:lt-3"), "cancelled") << m;
+  const int64_t marked =
+      field(k, "infera:rl:call:lt-3") == "cancelled" ? k : k - 1;  // the minute may have turned
+  for (int64_t m = marked; m <= marked + 2; ++m)
+    EXPECT_EQ(field(m, "infera:rl:call:lt-3"), "cancelled") << m;
   EXPECT_EQ(expiry(marked + 2), (marked + 6) * 60);
   if (marked == c) {
     EXPECT_EQ(exists(c - 2), 1);
@@ -434,14 +449,16 @@ TEST(GovernanceCluster, TimedOutAdmissionCallIsUndoneInRedis) {
   auto rc = store::RedisClient::connect(*store::parseRedisUrl(redis->url()));
   ASSERT_TRUE(rc.ok());
   const std::string day_key =
-      "infera:rl:t:undo:d:" + std::to_string(periodId(Window::kDay, SystemClock::instance().unixMillis()));
+      "infera:rl:t:undo:d:" +
+      std::to_string(periodId(Window::kDay, SystemClock::instance().unixMillis()));
   auto day = [&]() -> std::string {
     auto r = (*rc)->command({"GET", day_key});
     return r.ok() ? r->str : "?";
   };
   const auto first = call(*gw, key, chat("m1", 5));
   ASSERT_EQ(first.status, 200) << first.body;
-  const std::string used = std::to_string(parse(first.body)["usage"]["total_tokens"].get<int64_t>());
+  const std::string used =
+      std::to_string(parse(first.body)["usage"]["total_tokens"].get<int64_t>());
   ASSERT_TRUE(waitFor([&] { return day() == used; })) << day() << " vs " << used;  // reconciled
 
   redis->pause();
@@ -449,7 +466,8 @@ TEST(GovernanceCluster, TimedOutAdmissionCallIsUndoneInRedis) {
   redis->resume();
   EXPECT_EQ(second.status, 200) << second.body;
   EXPECT_GE(gw->metricSum("infera_ratelimit_fallback_total"), 1);
-  ASSERT_TRUE(waitFor([&] { return gw->metricSum("infera_ratelimit_redis_cancelled_calls_total") >= 1; }));
+  ASSERT_TRUE(
+      waitFor([&] { return gw->metricSum("infera_ratelimit_redis_cancelled_calls_total") >= 1; }));
   // The stale call, if Redis ran it after resuming (it does: redis-server executes what it had
   // read before it sees the gateway's close), was refunded; if not, it was cancelled first.
   EXPECT_EQ(day(), used);
@@ -467,7 +485,8 @@ TEST(GovernanceCluster, AReconciliationRedisMissedIsResentAndAppliedOnce) {
   auto rc = store::RedisClient::connect(*store::parseRedisUrl(redis->url()));
   ASSERT_TRUE(rc.ok());
   const std::string day_key =
-      "infera:rl:t:recon:d:" + std::to_string(periodId(Window::kDay, SystemClock::instance().unixMillis()));
+      "infera:rl:t:recon:d:" +
+      std::to_string(periodId(Window::kDay, SystemClock::instance().unixMillis()));
   auto day = [&]() -> std::string {
     auto r = (*rc)->command({"GET", day_key});
     return r.ok() ? r->str : "?";
@@ -484,19 +503,22 @@ TEST(GovernanceCluster, AReconciliationRedisMissedIsResentAndAppliedOnce) {
   EXPECT_EQ(call(*gw, key, chat("m1", 1)).status, 200);
   slow_call.join();
   ASSERT_EQ(slow.status, 200) << slow.body;
-  ASSERT_TRUE(waitFor([&] { return gw->metricSum("infera_ratelimit_redis_adjust_retries_total") >= 1; }));
+  ASSERT_TRUE(
+      waitFor([&] { return gw->metricSum("infera_ratelimit_redis_adjust_retries_total") >= 1; }));
   redis->resume();
   const std::string used = std::to_string(parse(slow.body)["usage"]["total_tokens"].get<int64_t>());
   ASSERT_NE(used, reserved);
   // Applied exactly once: the daily counter ends at the slow request's usage (twice would take it
   // below; never would leave the reservation).
-  ASSERT_TRUE(waitFor([&] { return day() == used; }, std::chrono::seconds(10))) << day() << " vs " << used;
-  ASSERT_TRUE(waitFor([&] { return gw->metricSum("infera_ratelimit_redis_cancelled_calls_total") >= 1; }));
+  ASSERT_TRUE(waitFor([&] { return day() == used; }, std::chrono::seconds(10)))
+      << day() << " vs " << used;
+  ASSERT_TRUE(
+      waitFor([&] { return gw->metricSum("infera_ratelimit_redis_cancelled_calls_total") >= 1; }));
   EXPECT_EQ(day(), used);
 }
 
-// A summary an earlier version wrote as text at K:s is still read (and rewritten in the binary form,
-// in the minute's hash).
+// A summary an earlier version wrote as text at K:s is still read (and rewritten in the binary
+// form, in the minute's hash).
 TEST(GovernanceCluster, AnEarlierVersionsTextSummaryIsStillRead) {
   auto redis = testing::RedisServer::start();
   ASSERT_TRUE(redis);
@@ -506,17 +528,21 @@ TEST(GovernanceCluster, AnEarlierVersionsTextSummaryIsStillRead) {
   ASSERT_TRUE(time.ok() && !time->elements.empty());
   const std::string sec = time->elements[0].str;
   // 5 requests this second, all still in the current-second amount.
-  ASSERT_TRUE((*rc)->command({"SET", "infera:rl:k:old:r:s", "5 " + sec + " " + sec + " -1 5", "PX", "61000"}).ok());
+  ASSERT_TRUE(
+      (*rc)
+          ->command({"SET", "infera:rl:k:old:r:s", "5 " + sec + " " + sec + " -1 5", "PX", "61000"})
+          .ok());
   Charge one[1] = {{"k:old:r", Window::kMinute, Scope::kKey, false, 6, 1}};
   const std::span<const Charge> two[2] = {one, one};
   ReserveCall call;
   buildReserveCall(two, SystemClock::instance().unixMillis(), "old-1", call);
   auto reply = (*rc)->eval(reserveScript(), call.keys, call.args);
-  ASSERT_TRUE(reply.ok() && !reply->isError()) << (reply.ok() ? reply->str : reply.status().message());
+  ASSERT_TRUE(reply.ok() && !reply->isError())
+      << (reply.ok() ? reply->str : reply.status().message());
   auto decided = parseReserveReply(*reply, two, call);
   ASSERT_TRUE(decided.ok()) << decided.status().message();
-  EXPECT_TRUE((*decided)[0].admitted);   // 5 + 1 <= 6
-  EXPECT_FALSE((*decided)[1].admitted);  // 7 > 6
+  EXPECT_TRUE((*decided)[0].admitted);                 // 5 + 1 <= 6
+  EXPECT_FALSE((*decided)[1].admitted);                // 7 > 6
   const std::string now = summaryOf(**rc, "k:old:r");  // rewritten, in binary, in the minute's hash
   EXPECT_EQ(now.size(), 41u);
   EXPECT_EQ(summaryTotal(now), "6");
@@ -551,7 +577,8 @@ TEST(GovernanceCluster, ADailyQuotaRedisLostStartsFromTheStoresUsage) {
   ASSERT_TRUE(redis);
   auto emu = startEmulator();
   ASSERT_TRUE(emu);
-  auto gw = startGov(govConfig(emu->url(), "sqlite:" + tempPath("reseed.db"), "  redis: " + redis->url() + "\n"));
+  auto gw = startGov(
+      govConfig(emu->url(), "sqlite:" + tempPath("reseed.db"), "  redis: " + redis->url() + "\n"));
   ASSERT_TRUE(gw);
   const std::string key = makeKey(*gw, "reseed", json{{"daily_tokens", 1'000'000}});
   for (int i = 0; i < 3; ++i) ASSERT_EQ(call(*gw, key, chat("m1", 8)).status, 200);
@@ -566,7 +593,8 @@ TEST(GovernanceCluster, ADailyQuotaRedisLostStartsFromTheStoresUsage) {
   auto rc = store::RedisClient::connect(*store::parseRedisUrl(redis->url()));
   ASSERT_TRUE(rc.ok());
   const std::string day_key =
-      "infera:rl:t:reseed:d:" + std::to_string(periodId(Window::kDay, SystemClock::instance().unixMillis()));
+      "infera:rl:t:reseed:d:" +
+      std::to_string(periodId(Window::kDay, SystemClock::instance().unixMillis()));
   auto before = (*rc)->command({"GET", day_key});
   ASSERT_TRUE(before.ok());
   ASSERT_GE(std::atoll(before->str.c_str()), recorded);  // Redis counted them
@@ -574,7 +602,8 @@ TEST(GovernanceCluster, ADailyQuotaRedisLostStartsFromTheStoresUsage) {
   // Any change of keys or teams has the store's figures refreshed at once (else within a minute).
   const double refreshes = gw->metricSum("infera_ratelimit_quota_refreshes_total");
   ASSERT_EQ(admin(*gw, "PATCH", "/admin/teams/reseed", R"({"rpm":1000})").status, 200);
-  ASSERT_TRUE(waitFor([&] { return gw->metricSum("infera_ratelimit_quota_refreshes_total") > refreshes; }));
+  ASSERT_TRUE(
+      waitFor([&] { return gw->metricSum("infera_ratelimit_quota_refreshes_total") > refreshes; }));
   ASSERT_EQ(call(*gw, key, chat("m1", 8)).status, 200);
   auto after = (*rc)->command({"GET", day_key});
   ASSERT_TRUE(after.ok());
@@ -590,8 +619,11 @@ TEST(GovernanceCluster, ADailyQuotaRedisLostStartsFromTheStoresUsage) {
     return true;
   }));
   const double refreshed = gw->metricSum("infera_ratelimit_quota_refreshes_total");
-  ASSERT_EQ(admin(*gw, "PATCH", "/admin/teams/reseed", json{{"daily_tokens", recorded + 10}}.dump()).status, 200);
-  ASSERT_TRUE(waitFor([&] { return gw->metricSum("infera_ratelimit_quota_refreshes_total") > refreshed; }));
+  ASSERT_EQ(admin(*gw, "PATCH", "/admin/teams/reseed", json{{"daily_tokens", recorded + 10}}.dump())
+                .status,
+            200);
+  ASSERT_TRUE(
+      waitFor([&] { return gw->metricSum("infera_ratelimit_quota_refreshes_total") > refreshed; }));
   redis->kill();
   const auto refused = call(*gw, key, chat("m1", 8));
   EXPECT_EQ(refused.status, 429) << refused.body;
@@ -609,8 +641,9 @@ TEST(GovernanceCluster, RedisDownFailsOpenOrClosedAsConfigured) {
   const std::string url = redis->url();
   redis->kill();
   for (const std::string mode : {"open", "closed"}) {
-    auto gw = startGov(govConfig(emu->url(), "sqlite:" + tempPath("failmode-" + mode + ".db"),
-                                 "  redis: " + url + "\n  redis_fallback: " + mode + "\n  redis_timeout_ms: 200\n"));
+    auto gw = startGov(govConfig(
+        emu->url(), "sqlite:" + tempPath("failmode-" + mode + ".db"),
+        "  redis: " + url + "\n  redis_fallback: " + mode + "\n  redis_timeout_ms: 200\n"));
     ASSERT_TRUE(gw) << mode;
     const std::string key = makeKey(*gw, "fm", json::object(), json{{"rpm", 2}});
     int ok = 0, unavailable = 0, other = 0;
@@ -637,8 +670,9 @@ TEST(GovernanceCluster, RedisDownFallsBackToALocalShareAndComesBack) {
   ASSERT_TRUE(redis);
   auto emu = startEmulator();
   ASSERT_TRUE(emu);
-  auto gw = startGov(govConfig(emu->url(), "sqlite:" + tempPath("fallback.db"),
-                               "  redis: " + redis->url() + "\n  replicas: 3\n  redis_timeout_ms: 200\n"));
+  auto gw = startGov(
+      govConfig(emu->url(), "sqlite:" + tempPath("fallback.db"),
+                "  redis: " + redis->url() + "\n  replicas: 3\n  redis_timeout_ms: 200\n"));
   ASSERT_TRUE(gw);
   const std::string key = makeKey(*gw, "fb", json::object(), json{{"rpm", 30}});
   const std::string id = key.substr(7, 12);
@@ -707,22 +741,25 @@ TEST(GovernanceCluster, RedisCountersRefuseAndReconcileLikeInProcessOnes) {
   EXPECT_FALSE(limited.header("x-ratelimit-reset-requests").empty());
   // Tokens: ~180 reserved, ~21 used; reconciled in Redis, about 10 fit in 400 (2 without refunds).
   const std::string tpm_key = makeKey(*gw, "tpm", json::object(), json{{"tpm", 400}});
-  const std::string body = R"({"model":"m1","messages":[{"role":"user","content":"hello there, how are you"}]})";
+  const std::string body =
+      R"({"model":"m1","messages":[{"role":"user","content":"hello there, how are you"}]})";
   int ok = 0;
   for (int i = 0; i < 30; ++i) {
     const auto r = call(*gw, tpm_key, body);
     if (r.status != 200) {
       EXPECT_EQ(r.status, 429);
       // Refunds are batched every 10 ms: wait for them once before counting a refusal as final.
-      if (!waitFor([&] { return call(*gw, tpm_key, body).status == 200; }, std::chrono::milliseconds(200))) break;
+      if (!waitFor([&] { return call(*gw, tpm_key, body).status == 200; },
+                   std::chrono::milliseconds(200)))
+        break;
     }
     ++ok;
   }
   EXPECT_GE(ok, 6);
   EXPECT_LT(ok, 30);
   // Daily token budget (a period counter): refused with insufficient_quota once spent.
-  const std::string budget_key =
-      makeKey(*gw, "budget", json{{"budget_tokens", 100}, {"budget_period", "day"}}, json::object());
+  const std::string budget_key = makeKey(
+      *gw, "budget", json{{"budget_tokens", 100}, {"budget_period", "day"}}, json::object());
   TestResponse last;
   int spent = 0;
   for (int i = 0; i < 30; ++i) {
@@ -754,7 +791,8 @@ TEST(GovernanceCluster, LeasesAdmitWithoutACallAndLeaveRedisWithWhatWasUsed) {
   ASSERT_TRUE(gw);
   constexpr int64_t kRpm = 1'000'000, kBigTpm = 100'000'000, kDaily = 1'000'000'000;
   const std::string key =
-      makeKey(*gw, "lease", json{{"rpm", kRpm}, {"tpm", kBigTpm}, {"daily_tokens", kDaily}}, json::object());
+      makeKey(*gw, "lease", json{{"rpm", kRpm}, {"tpm", kBigTpm}, {"daily_tokens", kDaily}},
+              json::object());
   constexpr int kThreads = 4, kEach = 500, kBurst = kThreads * kEach;
   std::atomic<int64_t> tokens{0}, ok{0}, bad_headers{0};
   auto burst = [&] {
@@ -764,8 +802,9 @@ TEST(GovernanceCluster, LeasesAdmitWithoutACallAndLeaveRedisWithWhatWasUsed) {
       pool.emplace_back([&] {
         TestClient client(gw->port());
         for (int i = 0; i < kEach; ++i) {
-          auto r = client.request("POST", "/v1/chat/completions", chat("m1", 5),
-                                  {{"authorization", "Bearer " + key}, {"content-type", "application/json"}});
+          auto r = client.request(
+              "POST", "/v1/chat/completions", chat("m1", 5),
+              {{"authorization", "Bearer " + key}, {"content-type", "application/json"}});
           if (!r || r->status != 200) continue;
           ++ok;
           tokens += json::parse(r->body)["usage"]["total_tokens"].get<int64_t>();
@@ -779,14 +818,16 @@ TEST(GovernanceCluster, LeasesAdmitWithoutACallAndLeaveRedisWithWhatWasUsed) {
     for (auto& th : pool) th.join();
   };
   const std::string day =
-      "infera:rl:t:lease:d:" + std::to_string(periodId(Window::kDay, SystemClock::instance().unixMillis()));
+      "infera:rl:t:lease:d:" +
+      std::to_string(periodId(Window::kDay, SystemClock::instance().unixMillis()));
   auto held = [&] {
     auto d = (*rc)->command({"GET", day});
-    return summaryTotal(summaryOf(**rc, "t:lease:r")) + " " + summaryTotal(summaryOf(**rc, "t:lease:t")) + " " +
-           (d.ok() ? d->str : "?");
+    return summaryTotal(summaryOf(**rc, "t:lease:r")) + " " +
+           summaryTotal(summaryOf(**rc, "t:lease:t")) + " " + (d.ok() ? d->str : "?");
   };
   auto used = [&] {
-    return std::to_string(ok.load()) + " " + std::to_string(tokens.load()) + " " + std::to_string(tokens.load());
+    return std::to_string(ok.load()) + " " + std::to_string(tokens.load()) + " " +
+           std::to_string(tokens.load());
   };
   burst();
   ASSERT_EQ(ok.load(), kBurst);
@@ -794,20 +835,22 @@ TEST(GovernanceCluster, LeasesAdmitWithoutACallAndLeaveRedisWithWhatWasUsed) {
   const double from_leases = gw->metricSum("infera_ratelimit_redis_lease_admissions_total");
   const double by_calls = gw->metricSum("infera_ratelimit_redis_call_admissions_sum");
   const double calls = gw->metricSum("infera_ratelimit_redis_call_admissions_count");
-  std::printf("leases: %.0f admissions from leases, %.0f in %.0f calls, %.0f leases\n", from_leases, by_calls, calls,
-              gw->metricSum("infera_ratelimit_redis_leases_total"));
+  std::printf("leases: %.0f admissions from leases, %.0f in %.0f calls, %.0f leases\n", from_leases,
+              by_calls, calls, gw->metricSum("infera_ratelimit_redis_leases_total"));
   EXPECT_EQ(from_leases + by_calls, static_cast<double>(kBurst));
   EXPECT_GT(from_leases, by_calls);
   EXPECT_LT(calls, kBurst / 3);
   EXPECT_EQ(gw->metricSum("infera_ratelimit_fallback_total"), 0);
   // Every lease ends with its Redis second and gives back what it did not use; reconciliations go
   // within 10 ms: then Redis holds the requests and the tokens they used, nothing more.
-  EXPECT_TRUE(waitFor([&] { return held() == used(); }, std::chrono::seconds(5))) << held() << " != " << used();
+  EXPECT_TRUE(waitFor([&] { return held() == used(); }, std::chrono::seconds(5)))
+      << held() << " != " << used();
   // A second burst, and the gateway stopped at once, its leases still live.
   burst();
   ASSERT_EQ(ok.load(), 2 * kBurst);
   EXPECT_EQ(bad_headers.load(), 0);
-  EXPECT_GT(gw->metricSum("infera_ratelimit_redis_lease_admissions_total"), from_leases + kBurst / 2);
+  EXPECT_GT(gw->metricSum("infera_ratelimit_redis_lease_admissions_total"),
+            from_leases + kBurst / 2);
   EXPECT_EQ(gw->metricSum("infera_ratelimit_redis_errors_total"), 0);
   gw.reset();
   EXPECT_EQ(held(), used());
@@ -827,8 +870,8 @@ void startCacheReplicas(CacheReplicas& r, const std::string& team, int64_t ttl_m
   r.emu = startEmulator();
   ASSERT_TRUE(r.emu);
   const std::string db = "sqlite:" + tempPath(team + ".db");
-  const std::string extra =
-      "  redis: " + r.redis->url() + "\n  cache: {ttl_ms: " + std::to_string(ttl_ms) + ", redis: true}\n";
+  const std::string extra = "  redis: " + r.redis->url() +
+                            "\n  cache: {ttl_ms: " + std::to_string(ttl_ms) + ", redis: true}\n";
   r.a = startGov(govConfig(r.emu->url(), db, extra));
   r.b = startGov(govConfig(r.emu->url(), db, extra));
   ASSERT_TRUE(r.a && r.b);
@@ -867,13 +910,15 @@ TEST(GovernanceCluster, ACachedAnswerExpiresOnceAcrossReplicas) {
   ASSERT_EQ(call(*r.a, r.key, body).header("x-infera-cache"), "miss");
   auto since = [&] { return std::chrono::steady_clock::now() - t0; };
   // Read by b well into the entry's life (the answer reaches Redis just after it was relayed).
-  ASSERT_TRUE(waitFor([&] { return since() > std::chrono::milliseconds(1200); }, std::chrono::seconds(3)));
+  ASSERT_TRUE(
+      waitFor([&] { return since() > std::chrono::milliseconds(1200); }, std::chrono::seconds(3)));
   const auto hit = call(*r.b, r.key, body);
   ASSERT_LT(since(), std::chrono::milliseconds(2600));
   ASSERT_EQ(hit.header("x-infera-cache"), "hit");
   // Past the first answer's TTL (plus the time it took to be stored), and well before b's copy
   // would end had it lived a TTL of its own: a miss on b too.
-  ASSERT_TRUE(waitFor([&] { return since() > std::chrono::milliseconds(3500); }, std::chrono::seconds(5)));
+  ASSERT_TRUE(
+      waitFor([&] { return since() > std::chrono::milliseconds(3500); }, std::chrono::seconds(5)));
   EXPECT_EQ(call(*r.b, r.key, body).header("x-infera-cache"), "miss");
 }
 
@@ -895,7 +940,8 @@ TEST(GovernanceCluster, PostgresSharesKeysRevocationsAndUsageAcrossReplicas) {
   ASSERT_TRUE(b);
   const std::string key = makeKey(*a, "shared");
   int64_t served = 0, completion = 0;  // what the test saw admitted, on either replica
-  ASSERT_TRUE(waitFor([&] { return call(*b, key, chat("m1", 3)).status == 200; }, std::chrono::seconds(5)));
+  ASSERT_TRUE(
+      waitFor([&] { return call(*b, key, chat("m1", 3)).status == 200; }, std::chrono::seconds(5)));
   ASSERT_EQ(call(*a, key, chat("m1", 3)).status, 200);
   served += 2;
   completion += 6;
@@ -915,14 +961,16 @@ TEST(GovernanceCluster, PostgresSharesKeysRevocationsAndUsageAcrossReplicas) {
       std::chrono::seconds(5)));
   const auto seen_after = std::chrono::steady_clock::now() - t0;
   std::printf("revocation seen by the second replica after %lld ms\n",
-              static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(seen_after).count()));
+              static_cast<long long>(
+                  std::chrono::duration_cast<std::chrono::milliseconds>(seen_after).count()));
   EXPECT_LT(seen_after, std::chrono::seconds(5));
 
   // Usage from both replicas lands in the one store.
   json rows;
   ASSERT_TRUE(waitFor([&] {
     rows = usageRows(*b, "since=1h&granularity=total&group_by=team&team=shared");
-    return rows.size() == 1 && rows[0]["requests"] == served && rows[0]["completion_tokens"] == completion;
+    return rows.size() == 1 && rows[0]["requests"] == served &&
+           rows[0]["completion_tokens"] == completion;
   })) << rows.dump();
   // A secret is required when the store is shared.
   ::unsetenv("INFERA_KEY_SECRET");

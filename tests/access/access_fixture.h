@@ -34,20 +34,25 @@ inline std::string tempPath(const std::string& stem) {
 // A governance section plus one model `m1` (alias `m1-alias`) and a second model `m2`, served by
 // the emulator at `emulator_url`.
 inline std::string govConfig(const std::string& emulator_url, const std::string& store,
-                             const std::string& governance_extra = "", const std::string& model_extra = "",
+                             const std::string& governance_extra = "",
+                             const std::string& model_extra = "",
                              const std::string& deployment_extra = "") {
   return "workers: 2\nlisten: {host: 127.0.0.1, port: 0}\nadmin: {host: 127.0.0.1, port: 0}\n"
          "health_check: {enabled: false}\n"
-         "governance:\n  store: " + store + "\n  admin_token: " + kAdminToken +
-         "\n  key_secret: test-secret-0123456789abcdef0123456789\n  sync_interval_ms: 100\n  usage_flush_ms: 100\n" +
-         governance_extra +
-         "models:\n  - name: m1\n    aliases: [m1-alias]\n" + model_extra +
-         "    deployments:\n      - name: d1\n" + deployment_extra + "        endpoints: [{url: " + emulator_url +
-         "}]\n  - name: m2\n    deployments:\n      - name: d2\n        endpoints: [{url: " + emulator_url + "}]\n";
+         "governance:\n  store: " +
+         store + "\n  admin_token: " + kAdminToken +
+         "\n  key_secret: test-secret-0123456789abcdef0123456789\n  sync_interval_ms: 100\n  "
+         "usage_flush_ms: 100\n" +
+         governance_extra + "models:\n  - name: m1\n    aliases: [m1-alias]\n" + model_extra +
+         "    deployments:\n      - name: d1\n" + deployment_extra +
+         "        endpoints: [{url: " + emulator_url +
+         "}]\n  - name: m2\n    deployments:\n      - name: d2\n        endpoints: [{url: " +
+         emulator_url + "}]\n";
 }
 
 // `clock`: the clock access control reads (null: the system's); tests step a FakeClock.
-inline std::unique_ptr<server::Server> startGov(const std::string& yaml, const Clock* clock = nullptr) {
+inline std::unique_ptr<server::Server> startGov(const std::string& yaml,
+                                                const Clock* clock = nullptr) {
   ::unsetenv("INFERA_ADMIN_TOKEN");
   ::unsetenv("INFERA_KEY_SECRET");
   auto cfg = server::loadConfigString(yaml);
@@ -74,8 +79,9 @@ inline std::unique_ptr<emulator::Emulator> startEmulator(double token_ms = 0, in
   return emu.ok() ? std::move(*emu) : nullptr;
 }
 
-inline TestResponse admin(const server::Server& gw, const std::string& method, const std::string& target,
-                          const std::string& body = {}, const std::string& token = kAdminToken) {
+inline TestResponse admin(const server::Server& gw, const std::string& method,
+                          const std::string& target, const std::string& body = {},
+                          const std::string& token = kAdminToken) {
   std::vector<std::pair<std::string, std::string>> h = {{"content-type", "application/json"}};
   if (!token.empty()) h.push_back({"authorization", "Bearer " + token});
   auto r = httpRequest(gw.adminPort(), method, target, body, h);
@@ -90,7 +96,8 @@ inline json parse(const std::string& body) {
 }
 
 // Creates a team and a key on it; returns the key's secret token.
-inline std::string makeKey(const server::Server& gw, const std::string& team, const json& team_fields = json::object(),
+inline std::string makeKey(const server::Server& gw, const std::string& team,
+                           const json& team_fields = json::object(),
                            const json& key_fields = json::object()) {
   json t = team_fields;
   t["name"] = team;
@@ -104,7 +111,8 @@ inline std::string makeKey(const server::Server& gw, const std::string& team, co
   return kj.value("key", "");
 }
 
-inline std::string chat(const std::string& model, int max_tokens, bool stream = false, const std::string& extra = "") {
+inline std::string chat(const std::string& model, int max_tokens, bool stream = false,
+                        const std::string& extra = "") {
   return R"({"model":")" + model + R"(","max_tokens":)" + std::to_string(max_tokens) +
          R"(,"stream":)" + (stream ? "true" : "false") + extra +
          R"(,"messages":[{"role":"user","content":"hello there, how are you"}]})";
@@ -124,8 +132,10 @@ inline TestResponse call(const server::Server& gw, const std::string& key, const
 // The gateway reconciles a request's reservation just after its last byte is sent, so a client
 // that fires the next request at once can still see the previous reservation. Counting loops
 // that assert how many requests fit wait for the gateway to be idle first.
-inline TestResponse callSettled(const server::Server& gw, const std::string& key, const std::string& body) {
-  EXPECT_TRUE(testing::waitFor([&] { return gw.metricSum("infera_gateway_requests_in_flight") == 0; }));
+inline TestResponse callSettled(const server::Server& gw, const std::string& key,
+                                const std::string& body) {
+  EXPECT_TRUE(
+      testing::waitFor([&] { return gw.metricSum("infera_gateway_requests_in_flight") == 0; }));
   return call(gw, key, body);
 }
 

@@ -12,9 +12,9 @@
 #include <sstream>
 #include <thread>
 
+#include "access/access_fixture.h"
 #include "core/log.h"
 #include "fakes/http_test_client.h"
-#include "access/access_fixture.h"
 #include "store/sql.h"
 
 namespace infera::access {
@@ -31,7 +31,8 @@ class GovernanceTest : public ::testing::Test {
     emu_ = startEmulator(token_ms);
     ASSERT_TRUE(emu_);
     db_path_ = tempPath("gov.db");
-    gw_ = startGov(govConfig(emu_->url(), "sqlite:" + db_path_, governance_extra, model_extra, deployment_extra),
+    gw_ = startGov(govConfig(emu_->url(), "sqlite:" + db_path_, governance_extra, model_extra,
+                             deployment_extra),
                    stepped_time_ ? &clock_ : nullptr);
     ASSERT_TRUE(gw_);
   }
@@ -42,12 +43,13 @@ class GovernanceTest : public ::testing::Test {
     json out = json::object();
     if (!db.ok()) return out;
     auto r = (*db)->exec(
-        "SELECT request_id, prompt_tokens, completion_tokens, aborted, estimated, status, stream, cached, team, "
+        "SELECT request_id, prompt_tokens, completion_tokens, aborted, estimated, status, stream, "
+        "cached, team, "
         "key_id FROM infera_usage");
     EXPECT_TRUE(r.ok()) << r.status().message();
     if (!r.ok()) return out;
     for (size_t i = 0; i < r->rows.size(); ++i) {
-      out[r->text(i, 0)] = {{"prompt", r->integer(i, 1)}, {"completion", r->integer(i, 2)},
+      out[r->text(i, 0)] = {{"prompt", r->integer(i, 1)},  {"completion", r->integer(i, 2)},
                             {"aborted", r->integer(i, 3)}, {"estimated", r->integer(i, 4)},
                             {"status", r->integer(i, 5)},  {"stream", r->integer(i, 6)},
                             {"cached", r->integer(i, 7)},  {"team", r->text(i, 8)},
@@ -101,7 +103,8 @@ TEST_F(GovernanceTest, KeysPromptsAndCompletionsStayOutOfTheLogs) {
   auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(captured);
   // The loggers exist before the gateway starts: their sinks are not changed while it logs.
   std::vector<spdlog::logger*> loggers;
-  for (const char* c : {"gateway", "governance", "net", "store"}) loggers.push_back(componentLogger(c));
+  for (const char* c : {"gateway", "governance", "net", "store"})
+    loggers.push_back(componentLogger(c));
   for (auto* l : loggers) l->sinks().push_back(sink);
   const spdlog::level::level_enum level = spdlog::get_level();
   setLogLevel("debug");
@@ -111,7 +114,8 @@ TEST_F(GovernanceTest, KeysPromptsAndCompletionsStayOutOfTheLogs) {
     spdlog::level::level_enum level;
     std::unique_ptr<server::Server>& gw;
     ~Restore() {
-      gw.reset();  // nothing logs while the sinks change, also when an assertion ended the test early
+      gw.reset();  // nothing logs while the sinks change, also when an assertion ended the test
+                   // early
       for (auto* l : loggers) std::erase(l->sinks(), sink);
       setLogLevel(spdlog::level::to_string_view(level).data());
     }
@@ -130,7 +134,8 @@ TEST_F(GovernanceTest, KeysPromptsAndCompletionsStayOutOfTheLogs) {
       R"({"model":"m1","max_tokens":6,"messages":[{"role":"user","content":")" + prompt + R"("}]})";
   const auto ok = call(*gw_, key, body);
   ASSERT_EQ(ok.status, 200) << ok.body;
-  const std::string completion = parse(ok.body)["choices"][0]["message"]["content"].get<std::string>();
+  const std::string completion =
+      parse(ok.body)["choices"][0]["message"]["content"].get<std::string>();
   ASSERT_GE(completion.size(), 12u) << completion;  // long enough to be told apart from other text
   EXPECT_EQ(call(*gw_, key, chat("m1", 4, true)).status, 200);
   std::string wrong = key;
@@ -149,11 +154,14 @@ TEST_F(GovernanceTest, KeysPromptsAndCompletionsStayOutOfTheLogs) {
   access_text << in.rdbuf();
   ASSERT_NE(access_text.str().find("\"status\":429"), std::string::npos) << access_text.str();
   const std::string process = captured.str();
-  ASSERT_NE(process.find("governance on: store"), std::string::npos) << "the capture saw nothing: " << process;
+  ASSERT_NE(process.find("governance on: store"), std::string::npos)
+      << "the capture saw nothing: " << process;
   for (const std::string& text : {process, access_text.str()}) {
-    for (const std::string& secret : {key, secret_part, wrong.substr(wrong.size() - 16), std::string(kAdminToken),
-                                      std::string("not-the-token"), prompt, completion}) {
-      EXPECT_EQ(text.find(secret), std::string::npos) << "'" << secret << "' is in a log:\n" << text;
+    for (const std::string& secret :
+         {key, secret_part, wrong.substr(wrong.size() - 16), std::string(kAdminToken),
+          std::string("not-the-token"), prompt, completion}) {
+      EXPECT_EQ(text.find(secret), std::string::npos) << "'" << secret << "' is in a log:\n"
+                                                      << text;
     }
   }
 }
@@ -166,7 +174,8 @@ TEST_F(GovernanceTest, KeysAuthenticateAndAreNeverShownAgain) {
   const auto missing = call(*gw_, "", chat("m1", 2));
   EXPECT_EQ(missing.status, 401);
   EXPECT_EQ(errorCode(missing), "missing_api_key");
-  const auto wrong = call(*gw_, key.substr(0, key.size() - 1) + (key.back() == 'a' ? "b" : "a"), chat("m1", 2));
+  const auto wrong =
+      call(*gw_, key.substr(0, key.size() - 1) + (key.back() == 'a' ? "b" : "a"), chat("m1", 2));
   EXPECT_EQ(wrong.status, 401);
   EXPECT_EQ(errorCode(wrong), "invalid_api_key");
   EXPECT_EQ(wrong.body.find(key.substr(7)), std::string::npos);  // never echoes the key
@@ -233,7 +242,8 @@ TEST_F(GovernanceTest, RequestLimitAnswers429WithOpenAiHeaders) {
   const int64_t tokens_left = std::atoll(limited.header("x-ratelimit-remaining-tokens").c_str());
   EXPECT_GT(tokens_left, 99'000);
   EXPECT_LT(tokens_left, 100'000);
-  EXPECT_NE(parse(limited.body)["error"]["message"].get<std::string>().find("requests per min"), std::string::npos);
+  EXPECT_NE(parse(limited.body)["error"]["message"].get<std::string>().find("requests per min"),
+            std::string::npos);
   EXPECT_EQ(emu_->stats().requests.load(), 3u);  // the refused request never reached the backend
 }
 
@@ -247,7 +257,8 @@ TEST_F(GovernanceTest, TokenReservationRefusesUpFrontAndReconcilesToActualUsage)
   EXPECT_EQ(emu_->stats().requests.load(), 0u);
   // No max_tokens: ~180 tokens reserved (prompt estimate + default_max_tokens 150), ~21 used (the
   // emulator writes 16). Reservations alone would admit 2; reconciled, about 10 fit.
-  const std::string body = R"({"model":"m1","messages":[{"role":"user","content":"hello there, how are you"}]})";
+  const std::string body =
+      R"({"model":"m1","messages":[{"role":"user","content":"hello there, how are you"}]})";
   int ok = 0;
   TestResponse last;
   for (int i = 0; i < 30; ++i) {
@@ -268,7 +279,8 @@ TEST_F(GovernanceTest, UsageIsRecordedPerRequestAndQueryableByTeamAndModel) {
   const std::string b = makeKey(*gw_, "beta");
   for (int i = 0; i < 3; ++i) ASSERT_EQ(call(*gw_, a, chat("m1", 4)).status, 200);
   ASSERT_EQ(call(*gw_, b, chat("m2", 7)).status, 200);
-  ASSERT_EQ(call(*gw_, b, R"({"model":"m1","input":"embed me"})", {}, "/v1/embeddings").status, 200);
+  ASSERT_EQ(call(*gw_, b, R"({"model":"m1","input":"embed me"})", {}, "/v1/embeddings").status,
+            200);
   json rows;
   ASSERT_TRUE(waitFor([&] {
     rows = usageRows(*gw_, "since=1h&granularity=total&group_by=team,model");
@@ -302,7 +314,8 @@ TEST_F(GovernanceTest, UsageIsRecordedPerRequestAndQueryableByTeamAndModel) {
   EXPECT_EQ(n, 3);
   // Prometheus counters by team and model.
   EXPECT_EQ(gw_->metricSum("infera_usage_requests_total"), 5);
-  EXPECT_NE(gw_->metricsText().find("infera_usage_tokens_total{team=\"alpha\",model=\"m1\",kind=\"completion\"} 12"),
+  EXPECT_NE(gw_->metricsText().find(
+                "infera_usage_tokens_total{team=\"alpha\",model=\"m1\",kind=\"completion\"} 12"),
             std::string::npos);
 }
 
@@ -318,7 +331,8 @@ TEST_F(GovernanceTest, StreamsAreBilledExactlyAndUsageTheClientDidNotAskForIsStr
   const auto with_usage =
       call(*gw_, key, chat("m1", 5, true, R"(,"stream_options":{"include_usage":true})"));
   ASSERT_EQ(with_usage.status, 200);
-  EXPECT_NE(with_usage.body.find(R"("choices":[],"usage":{"prompt_tokens")"), std::string::npos) << with_usage.body;
+  EXPECT_NE(with_usage.body.find(R"("choices":[],"usage":{"prompt_tokens")"), std::string::npos)
+      << with_usage.body;
   EXPECT_NE(with_usage.body.find(R"("usage":null)"), std::string::npos) << with_usage.body;
   const std::string ids[2] = {plain.header("x-request-id"), with_usage.header("x-request-id")};
   json usage;
@@ -347,7 +361,9 @@ TEST_F(GovernanceTest, AClientLeavingBeforeTheAnswerIsBilledThePromptEstimate) {
   const std::string body = chat("m1", 20);
   TestClient c(gw_->port());
   ASSERT_TRUE(c.send("POST", "/v1/chat/completions", body,
-                     {{"authorization", "Bearer " + key}, {"content-type", "application/json"}, {"x-request-id", "early-1"}}));
+                     {{"authorization", "Bearer " + key},
+                      {"content-type", "application/json"},
+                      {"x-request-id", "early-1"}}));
   ASSERT_TRUE(waitFor([&] { return emu_->stats().requests.load() == 1; }));
   c.close();
   json usage;
@@ -358,7 +374,8 @@ TEST_F(GovernanceTest, AClientLeavingBeforeTheAnswerIsBilledThePromptEstimate) {
   EXPECT_EQ(usage["early-1"]["aborted"], 1);
   EXPECT_EQ(usage["early-1"]["estimated"], 1);
   EXPECT_EQ(usage["early-1"]["status"], 499);
-  EXPECT_EQ(usage["early-1"]["prompt"], static_cast<int64_t>(body.size() / 4 + 1));  // the byte-based estimate
+  EXPECT_EQ(usage["early-1"]["prompt"],
+            static_cast<int64_t>(body.size() / 4 + 1));  // the byte-based estimate
   EXPECT_EQ(usage["early-1"]["completion"], 0);
 }
 
@@ -434,7 +451,8 @@ TEST_F(GovernanceTest, RevocationTakesEffectWithinOneSecondAndRotationKeepsAGrac
   const auto rot = admin(*gw_, "POST", "/admin/keys/" + id + "/rotate", R"({"grace":"2s"})");
   ASSERT_EQ(rot.status, 201) << rot.body;
   const std::string fresh = parse(rot.body)["key"].get<std::string>();
-  ASSERT_TRUE(waitFor([&] { return call(*gw_, fresh, chat("m1", 1)).status == 200; }, std::chrono::seconds(1)));
+  ASSERT_TRUE(waitFor([&] { return call(*gw_, fresh, chat("m1", 1)).status == 200; },
+                      std::chrono::seconds(1)));
   EXPECT_EQ(call(*gw_, key, chat("m1", 1)).status, 200);
   clock_.advance(std::chrono::milliseconds(1'900));
   EXPECT_EQ(call(*gw_, key, chat("m1", 1)).status, 200);  // still within its 2 s of grace
@@ -480,7 +498,8 @@ TEST_F(GovernanceTest, ExpiredKeysAreRefused) {
 
 TEST_F(GovernanceTest, TeamBudgetAnswers429InsufficientQuota) {
   start();
-  const std::string key = makeKey(*gw_, "capped", json{{"budget_tokens", 100}, {"budget_period", "day"}});
+  const std::string key =
+      makeKey(*gw_, "capped", json{{"budget_tokens", 100}, {"budget_period", "day"}});
   int ok = 0;
   TestResponse last;
   for (int i = 0; i < 30; ++i) {
@@ -493,7 +512,8 @@ TEST_F(GovernanceTest, TeamBudgetAnswers429InsufficientQuota) {
   EXPECT_EQ(last.status, 429);
   EXPECT_EQ(errorCode(last), "budget_exceeded");
   EXPECT_EQ(parse(last.body)["error"]["type"], "insufficient_quota");
-  EXPECT_NE(parse(last.body)["error"]["message"].get<std::string>().find("token budget"), std::string::npos);
+  EXPECT_NE(parse(last.body)["error"]["message"].get<std::string>().find("token budget"),
+            std::string::npos);
 }
 
 TEST_F(GovernanceTest, DailyQuotaAndCostBudgetFromModelPrices) {
@@ -509,15 +529,17 @@ TEST_F(GovernanceTest, DailyQuotaAndCostBudgetFromModelPrices) {
     if (last.status != 200) break;
     ++ok;
   }
-  EXPECT_GE(ok, 8);   // $0.50 / 5 cents = 10, minus the reservation of the one in flight
+  EXPECT_GE(ok, 8);  // $0.50 / 5 cents = 10, minus the reservation of the one in flight
   EXPECT_LE(ok, 10);
   EXPECT_EQ(last.status, 429);
   EXPECT_EQ(errorCode(last), "budget_exceeded");
-  EXPECT_NE(parse(last.body)["error"]["message"].get<std::string>().find("cost budget"), std::string::npos);
+  EXPECT_NE(parse(last.body)["error"]["message"].get<std::string>().find("cost budget"),
+            std::string::npos);
   // The cost is in the usage rows.
   ASSERT_TRUE(waitFor([&] {
     const json rows = usageRows(*gw_, "since=1h&granularity=total&group_by=team&team=spender");
-    return rows.size() == 1 && rows[0]["requests"] == ok + 1 && rows[0]["cost_usd"].get<double>() > 0.05 * ok - 1e-9;
+    return rows.size() == 1 && rows[0]["requests"] == ok + 1 &&
+           rows[0]["cost_usd"].get<double>() > 0.05 * ok - 1e-9;
   }));
   // Daily token quota.
   const std::string daily_key = makeKey(*gw_, "daily", json{{"daily_tokens", 60}}, json::object());
@@ -563,7 +585,8 @@ TEST_F(GovernanceTest, AFullDeploymentAnswers429WhenNoOtherHasRoom) {
   // The gateway refused that request: it does not count against the team's requests per minute
   // (given back when its exchange ends, with its usage record, just after the answer).
   ASSERT_TRUE(waitFor([&] { return usageByRequest().contains(full.header("x-request-id")); }));
-  EXPECT_EQ(call(*gw_, key, chat("m2", 1)).header("x-ratelimit-remaining-requests"), "7");  // another model's deployment
+  EXPECT_EQ(call(*gw_, key, chat("m2", 1)).header("x-ratelimit-remaining-requests"),
+            "7");  // another model's deployment
 }
 
 // A deployment at its own limit is skipped for another deployment of the model that has room.
@@ -571,7 +594,8 @@ TEST_F(GovernanceTest, AFullDeploymentSpillsToAnotherOfTheSameModel) {
   emu_ = startEmulator();
   ASSERT_TRUE(emu_);
   db_path_ = tempPath("spill.db");
-  std::string yaml = govConfig(emu_->url(), "sqlite:" + db_path_, "", "", "        limits: {rpm: 1}\n");
+  std::string yaml =
+      govConfig(emu_->url(), "sqlite:" + db_path_, "", "", "        limits: {rpm: 1}\n");
   const size_t m2 = yaml.find("  - name: m2\n");
   ASSERT_NE(m2, std::string::npos);
   yaml.insert(m2, "      - name: d1b\n        endpoints: [{url: " + emu_->url() + "}]\n");
@@ -584,7 +608,8 @@ TEST_F(GovernanceTest, AFullDeploymentSpillsToAnotherOfTheSameModel) {
     EXPECT_EQ(call(*gw_, key, chat("m1", 1)).status, 200) << sent;
     ++sent;
   }
-  ASSERT_GE(gw_->metricSum("infera_rate_limited_total"), 1);  // d1 refused one, and it still got 200
+  ASSERT_GE(gw_->metricSum("infera_rate_limited_total"),
+            1);  // d1 refused one, and it still got 200
   std::map<std::string, int64_t> by_deployment;
   ASSERT_TRUE(waitFor([&] {
     auto db = store::SqlDb::open("sqlite:" + db_path_);
@@ -623,7 +648,8 @@ TEST_F(GovernanceTest, DeterministicRequestsAreServedFromTheCache) {
   EXPECT_EQ(emu_->stats().requests.load(), before);
   // Non-deterministic requests are not cached unless asked.
   EXPECT_EQ(call(*gw_, key, chat("m1", 3)).header("x-infera-cache"), "");
-  EXPECT_EQ(call(*gw_, key, chat("m1", 3), {{"x-infera-cache", "on"}}).header("x-infera-cache"), "miss");
+  EXPECT_EQ(call(*gw_, key, chat("m1", 3), {{"x-infera-cache", "on"}}).header("x-infera-cache"),
+            "miss");
   // Cached answers still count as usage, marked cached.
   json usage;
   ASSERT_TRUE(waitFor([&] {
@@ -694,13 +720,19 @@ TEST_F(GovernanceTest, AUsersOwnRecordSetsItsLimitsQuotaBudgetAndModels) {
   };
   // A user is at most its team: models outside the team's, limits above it, or an unknown team
   // are refused and nothing is written.
-  EXPECT_EQ(admin(*gw_, "POST", "/admin/users", R"({"team":"lab","name":"dana","models":"m3"})").status, 400);
-  EXPECT_EQ(admin(*gw_, "POST", "/admin/users", R"({"team":"lab","name":"dana","daily_tokens":200000})").status, 400);
+  EXPECT_EQ(
+      admin(*gw_, "POST", "/admin/users", R"({"team":"lab","name":"dana","models":"m3"})").status,
+      400);
+  EXPECT_EQ(
+      admin(*gw_, "POST", "/admin/users", R"({"team":"lab","name":"dana","daily_tokens":200000})")
+          .status,
+      400);
   EXPECT_EQ(admin(*gw_, "POST", "/admin/users", R"({"team":"nope","name":"dana"})").status, 404);
   EXPECT_EQ(admin(*gw_, "POST", "/admin/users", R"({"team":"lab","name":"a/b"})").status, 400);
   EXPECT_EQ(parse(admin(*gw_, "GET", "/admin/users?team=lab").body)["users"].size(), 0u);
   // dana: 2 requests a minute, m1 only.
-  const auto created = admin(*gw_, "POST", "/admin/users", R"({"team":"lab","name":"dana","rpm":2,"models":"m1"})");
+  const auto created =
+      admin(*gw_, "POST", "/admin/users", R"({"team":"lab","name":"dana","rpm":2,"models":"m1"})");
   ASSERT_EQ(created.status, 201) << created.body;
   EXPECT_EQ(parse(created.body)["rpm"], 2);
   EXPECT_EQ(admin(*gw_, "POST", "/admin/users", R"({"team":"lab","name":"dana"})").status, 409);
@@ -712,9 +744,11 @@ TEST_F(GovernanceTest, AUsersOwnRecordSetsItsLimitsQuotaBudgetAndModels) {
   const auto third = as("dana", "m1");
   EXPECT_EQ(third.status, 429);
   EXPECT_NE(third.body.find("user 'dana' of team 'lab'"), std::string::npos) << third.body;
-  for (int i = 0; i < 3; ++i) EXPECT_EQ(as("eve", "m2").status, 200);  // no record: the team's defaults
+  for (int i = 0; i < 3; ++i)
+    EXPECT_EQ(as("eve", "m2").status, 200);  // no record: the team's defaults
   // A daily quota of the user's own (its rpm back to the team's default of 100).
-  ASSERT_EQ(admin(*gw_, "PATCH", "/admin/users/lab/dana", R"({"rpm":0,"daily_tokens":60})").status, 200);
+  ASSERT_EQ(admin(*gw_, "PATCH", "/admin/users/lab/dana", R"({"rpm":0,"daily_tokens":60})").status,
+            200);
   int ok = 0;
   TestResponse last;
   for (int i = 0; i < 30; ++i) {
@@ -726,10 +760,14 @@ TEST_F(GovernanceTest, AUsersOwnRecordSetsItsLimitsQuotaBudgetAndModels) {
   EXPECT_LT(ok, 30);
   EXPECT_EQ(last.status, 429);
   EXPECT_EQ(errorCode(last), "daily_quota_exceeded");
-  EXPECT_NE(last.body.find("User 'dana' of team 'lab' is over its daily quota"), std::string::npos) << last.body;
+  EXPECT_NE(last.body.find("User 'dana' of team 'lab' is over its daily quota"), std::string::npos)
+      << last.body;
   EXPECT_EQ(as("eve", "m1", 5).status, 200);  // the team's quota is far from used
   // A token budget of the user's own, which a restart does not reset (seeded from the usage).
-  ASSERT_EQ(admin(*gw_, "POST", "/admin/users", R"({"team":"lab","name":"fay","budget_tokens":100})").status, 201);
+  ASSERT_EQ(
+      admin(*gw_, "POST", "/admin/users", R"({"team":"lab","name":"fay","budget_tokens":100})")
+          .status,
+      201);
   int fay_ok = 0;
   for (int i = 0; i < 30; ++i) {
     last = as("fay", "m1", 10);

@@ -12,10 +12,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/clock.h"
 #include "access/internal/governance.h"
 #include "access/internal/keys.h"
 #include "access/internal/limiter.h"
+#include "core/clock.h"
 
 namespace infera::access {
 namespace {
@@ -88,11 +88,13 @@ TEST(LocalCounters, ARefusedRequestNeverHoldsACounterAnotherRequestNeeds) {
   // One request a time fits the shared counter (limit 1).
   Charge shared{shared_name.name, Window::kMinute, Scope::kTeam, false, 1, 1};
   shared.local = &shared_name.local;
-  const Charge refused_pair[2] = {shared, Charge{full_name.name, Window::kMinute, Scope::kKey, true, 10, 1, &full_name.local}};
+  const Charge refused_pair[2] = {
+      shared, Charge{full_name.name, Window::kMinute, Scope::kKey, true, 10, 1, &full_name.local}};
   constexpr int kRounds = 100'000;
   std::atomic<bool> stop{false};
   std::thread refused_requests([&] {
-    while (!stop.load(std::memory_order_relaxed)) ASSERT_FALSE(c.reserve(refused_pair, now).admitted);
+    while (!stop.load(std::memory_order_relaxed))
+      ASSERT_FALSE(c.reserve(refused_pair, now).admitted);
   });
   int spurious = 0;
   for (int i = 0; i < kRounds; ++i) {
@@ -102,7 +104,8 @@ TEST(LocalCounters, ARefusedRequestNeverHoldsACounterAnotherRequestNeeds) {
       continue;
     }
     const int64_t back = -1;
-    c.adjust(std::span<const Charge>(&shared, 1), std::span<const int64_t>(&back, 1), a.stamp_ms, now);
+    c.adjust(std::span<const Charge>(&shared, 1), std::span<const int64_t>(&back, 1), a.stamp_ms,
+             now);
   }
   stop = true;
   refused_requests.join();
@@ -118,24 +121,29 @@ TEST(LocalCounters, ManyCountersAndACounterChargedTwiceAreOneStep) {
   std::vector<std::string> names;
   for (int i = 0; i < 20; ++i) names.push_back("u:many:" + std::to_string(i));
   std::vector<Charge> charges;
-  for (const auto& name : names) charges.push_back(Charge{name, Window::kMinute, Scope::kUser, true, 100, 30});
-  charges.push_back(Charge{names[3], Window::kMinute, Scope::kUser, true, 100, 30});  // u:many:3 again: 60
+  for (const auto& name : names)
+    charges.push_back(Charge{name, Window::kMinute, Scope::kUser, true, 100, 30});
+  charges.push_back(
+      Charge{names[3], Window::kMinute, Scope::kUser, true, 100, 30});  // u:many:3 again: 60
   ASSERT_TRUE(c.reserve(charges, now).admitted);
   EXPECT_EQ(c.used(charges[3], now), 60);
   EXPECT_EQ(c.used(charges[19], now), 30);
-  const Admission second = c.reserve(charges, now);  // u:many:3 would reach 120, at its second charge
+  const Admission second =
+      c.reserve(charges, now);  // u:many:3 would reach 120, at its second charge
   ASSERT_FALSE(second.admitted);
   EXPECT_EQ(second.refused, 20);
   EXPECT_EQ(second.used, 90);  // 60 held + the 30 of its first charge in this request
   EXPECT_EQ(second.remaining[3], 40);
   EXPECT_EQ(second.remaining[20], 40);
-  for (size_t i = 0; i < names.size(); ++i) EXPECT_EQ(c.used(charges[i], now), i == 3 ? 60 : 30) << i;
+  for (size_t i = 0; i < names.size(); ++i)
+    EXPECT_EQ(c.used(charges[i], now), i == 3 ? 60 : 30) << i;
 }
 
 TEST(LocalCounters, RefusalSaysWhenToRetryAndReservesNothing) {
   LocalCounters c;
   const int64_t t0 = 1'800'000'000'000;
-  Charge both[2] = {Charge{"k:a:r", Window::kMinute, Scope::kKey, false, 100, 1}, minuteCharge(50, 40)};
+  Charge both[2] = {Charge{"k:a:r", Window::kMinute, Scope::kKey, false, 100, 1},
+                    minuteCharge(50, 40)};
   ASSERT_TRUE(c.reserve(both, t0).admitted);
   const Admission refused = c.reserve(both, t0 + 10'000);
   ASSERT_FALSE(refused.admitted);
@@ -157,7 +165,8 @@ TEST(LocalCounters, AdjustReturnsWhatWasNotUsed) {
   EXPECT_EQ(a.remaining[0], 20);
   EXPECT_FALSE(c.reserve(std::span<const Charge>(&ch, 1), t0 + 5'000).admitted);
   const int64_t delta = -70;  // used 10 of the 80 reserved
-  c.adjust(std::span<const Charge>(&ch, 1), std::span<const int64_t>(&delta, 1), a.stamp_ms, t0 + 5'000);
+  c.adjust(std::span<const Charge>(&ch, 1), std::span<const int64_t>(&delta, 1), a.stamp_ms,
+           t0 + 5'000);
   EXPECT_EQ(c.used(ch, t0 + 5'000), 10);
   EXPECT_TRUE(c.reserve(std::span<const Charge>(&ch, 1), t0 + 5'000).admitted);
 }
@@ -180,7 +189,9 @@ TEST(LocalCounters, RunningMinuteTotalsMatchARecountUnderRandomTraffic) {
   int64_t now_ms = 1'800'000'000'000;
   for (int i = 0; i < 20'000; ++i) {
     const int r = static_cast<int>(rng() % 1000);
-    now_ms += r < 900 ? static_cast<int64_t>(rng() % 50) : r < 995 ? static_cast<int64_t>(rng() % 5'000) : 70'000;
+    now_ms += r < 900   ? static_cast<int64_t>(rng() % 50)
+              : r < 995 ? static_cast<int64_t>(rng() % 5'000)
+                        : 70'000;
     const int64_t now_s = now_ms / 1000;
     Charge one = ch;
     one.amount = 1 + static_cast<int64_t>(rng() % 100);
@@ -200,7 +211,8 @@ TEST(LocalCounters, RunningMinuteTotalsMatchARecountUnderRandomTraffic) {
       delta = -static_cast<int64_t>(rng() % static_cast<uint64_t>(old.left + 1));  // used less
     }
     if (delta != 0) {
-      c.adjust(std::span<const Charge>(&one, 1), std::span<const int64_t>(&delta, 1), old.stamp_ms, now_ms);
+      c.adjust(std::span<const Charge>(&one, 1), std::span<const int64_t>(&delta, 1), old.stamp_ms,
+               now_ms);
       if (delta < 0) {
         book.emplace_back(old_s, delta);
         old.left += delta;
@@ -232,7 +244,8 @@ TEST(LocalCounters, AClockSteppedBackAMinuteStillEnforcesTheLimit) {
   // Small timestamps (under a minute) index slots safely.
   LocalCounters early;
   const Charge one = minuteCharge(5, 1);
-  for (int64_t ms = 0; ms < 5'000; ms += 1'000) ASSERT_TRUE(early.reserve(std::span<const Charge>(&one, 1), ms).admitted);
+  for (int64_t ms = 0; ms < 5'000; ms += 1'000)
+    ASSERT_TRUE(early.reserve(std::span<const Charge>(&one, 1), ms).admitted);
   EXPECT_FALSE(early.reserve(std::span<const Charge>(&one, 1), 5'000).admitted);
 }
 
@@ -297,7 +310,8 @@ TEST(LocalCounters, SweepRemovesIdleCountersKnownOnlyByName) {
   // One user refunded to zero is idle at once.
   const Charge first{names[0], Window::kMinute, Scope::kUser, true, 1000, 5};
   const int64_t refund = -5;
-  c.adjust(std::span<const Charge>(&first, 1), std::span<const int64_t>(&refund, 1), now, now + 30'000);
+  c.adjust(std::span<const Charge>(&first, 1), std::span<const int64_t>(&refund, 1), now,
+           now + 30'000);
   EXPECT_EQ(c.sweep(now + 30'000), 1u);
   // A minute later the rest are idle; the memoised one stays (its memo must stay valid).
   EXPECT_EQ(c.sweep(now + 61'000), 499u);
@@ -364,7 +378,7 @@ TEST(PendingAdjustments, SumsPerCounterAndSecondUnderTheCountersRedisKeys) {
                              Charge{"t:b:d", Window::kDay, Scope::kDaily, true, 1000, 10}};
   const int64_t first[2] = {-4, -4}, second[2] = {-3, 0}, third[2] = {4, 2};
   p.add(charges, first, t0, t0);
-  p.add(charges, second, t0 + 500, t0 + 500);  // the same second: summed
+  p.add(charges, second, t0 + 500, t0 + 500);     // the same second: summed
   p.add(charges, third, t0 + 1'000, t0 + 1'000);  // the next second: apart (the minute -4+4 too)
   EXPECT_EQ(p.size(), 4u);
   std::vector<std::string> keys, args;
@@ -412,7 +426,8 @@ std::map<std::string, std::string> sentSums(PendingAdjustments& p) {
 // the counter had left; what a lease did not use goes back when it ends.
 TEST(RedisLeases, AdmitOnlyWithRoomOnEveryChargeAndGiveBackWhatIsLeft) {
   RedisLeases leases(100, 1);
-  const int64_t t0 = 1'799'971'200'000;  // 2027-01-15 00:00:00 UTC (local and Redis clocks alike here)
+  const int64_t t0 =
+      1'799'971'200'000;  // 2027-01-15 00:00:00 UTC (local and Redis clocks alike here)
   const Charge req{"k:a:r", Window::kMinute, Scope::kKey, false, 1'000, 1};
   const Charge tok{"k:a:t", Window::kMinute, Scope::kKey, true, 100'000, 50};
   const Charge day{"t:b:d", Window::kDay, Scope::kDaily, true, 1'000'000, 50};
@@ -440,7 +455,8 @@ TEST(RedisLeases, AdmitOnlyWithRoomOnEveryChargeAndGiveBackWhatIsLeft) {
   EXPECT_EQ(asked[0].amount, 4);
   EXPECT_EQ(asked[1].amount, 200);
   EXPECT_EQ(asked[2].amount, 200);
-  // Redis grants them in its second t0/1000, at t0 + 300 by its clock: usable until that second ends.
+  // Redis grants them in its second t0/1000, at t0 + 300 by its clock: usable until that second
+  // ends.
   PendingAdjustments back;
   for (size_t i = 0; i < asked.size(); ++i) {
     Admission g;
@@ -536,7 +552,8 @@ TEST(RedisLeases, EveryLeaseEndsOnceWithWhatItHadLeftGivenBack) {
   answer.admitted = true;
   answer.remaining = {99'900};
   answer.reset_ms = {30'000};
-  leases.observe(std::vector<std::span<const Charge>>{std::span(&tok, 1)}, std::span(&answer, 1), t0 + 50);
+  leases.observe(std::vector<std::span<const Charge>>{std::span(&tok, 1)}, std::span(&answer, 1),
+                 t0 + 50);
   ASSERT_TRUE(leases.take(std::span(&tok, 1), t0 + 60, a));
   EXPECT_EQ(a.remaining[0], 100'000);
   EXPECT_EQ(a.reset_ms[0], 29'990);
@@ -665,8 +682,10 @@ TEST(RedisScripts, ACallSendsEachCounterAndShapeOnceAndFewNumbersPerAdmission) {
                       Charge{"k:a:t", Window::kMinute, Scope::kKey, true, 100, 40},
                       Charge{"t:b:d", Window::kDay, Scope::kDaily, true, 1000, 40}};
   Charge third[1] = {Charge{"t:b:d", Window::kDay, Scope::kDaily, true, 1000, 50}};
-  first[2].seed = second[2].seed = third[0].seed = 321;  // the store's use, if Redis lost the counter
-  first[2].seed_period = second[2].seed_period = third[0].seed_period = periodId(Window::kDay, 1'799'971'200'000);
+  first[2].seed = second[2].seed = third[0].seed =
+      321;  // the store's use, if Redis lost the counter
+  first[2].seed_period = second[2].seed_period = third[0].seed_period =
+      periodId(Window::kDay, 1'799'971'200'000);
   const std::span<const Charge> admissions[3] = {first, second, third};
   ReserveCall call;
   buildReserveCall(admissions, 1'799'971'200'000, "w1-7", call);
@@ -674,12 +693,13 @@ TEST(RedisScripts, ACallSendsEachCounterAndShapeOnceAndFewNumbersPerAdmission) {
   EXPECT_EQ(call.keys[0], "infera:rl:k:a:r");
   EXPECT_EQ(call.keys[2], "infera:rl:t:b:d:20270115");
   const std::vector<std::string> expected = {
-      "w1-7",                                               // the call's id
-      "3",                                                  // distinct counters
-      "0", "10", "61", "2", "0",                                   // k:a:r: minute window, limit, ttl, sum, seed
-      "0", "100", "61", "90", "0",                                 // k:a:t: 50 + 40
-      "1", "1000", std::to_string(86'400 + 86'400), "140", "321",  // t:b:d: day, ttl to the day's end + 1 day
-      "3",                                                  // admissions
+      "w1-7",                       // the call's id
+      "3",                          // distinct counters
+      "0", "10", "61", "2", "0",    // k:a:r: minute window, limit, ttl, sum, seed
+      "0", "100", "61", "90", "0",  // k:a:t: 50 + 40
+      "1", "1000", std::to_string(86'400 + 86'400), "140",
+      "321",  // t:b:d: day, ttl to the day's end + 1 day
+      "3",    // admissions
       // packed: 2 shapes — 3 charges, 2 slots, (counter, slot) x3; 1 charge, 1 slot: counter 3
       // slot 1 — then per admission its shape and amounts: (1: 1, 50), (1: 1, 40), (2: 50)
       "2 3 2 1 1 2 2 3 2 1 1 3 1 1 1 50 1 1 40 2 50"};
@@ -697,8 +717,8 @@ TEST(RedisScripts, ACallSendsEachCounterAndShapeOnceAndFewNumbersPerAdmission) {
   using T = store::RedisReply::Type;
   store::RedisReply reply;
   reply.type = T::kArray;
-  for (int64_t v : {int64_t{1'799'971'230'500}, int64_t{3}, int64_t{1'799'971'200}, int64_t{0}, int64_t{0},
-                    int64_t{870}, int64_t{0}, int64_t{0}, int64_t{0}, int64_t{1}}) {
+  for (int64_t v : {int64_t{1'799'971'230'500}, int64_t{3}, int64_t{1'799'971'200}, int64_t{0},
+                    int64_t{0}, int64_t{870}, int64_t{0}, int64_t{0}, int64_t{0}, int64_t{1}}) {
     store::RedisReply e;
     e.type = T::kInteger;
     e.integer = v;
@@ -748,7 +768,8 @@ TEST(ResponseCache, LruWithinBytesAndTtl) {
   EXPECT_FALSE(cache.get("b", 0).has_value());
   EXPECT_TRUE(cache.get("a", 0).has_value());
   EXPECT_LE(cache.bytes(), 1000);
-  cache.put("big", {std::string(500, 'x'), "application/json", 1, 2, 10'000});  // above the entry bound
+  cache.put("big",
+            {std::string(500, 'x'), "application/json", 1, 2, 10'000});  // above the entry bound
   EXPECT_FALSE(cache.get("big", 0).has_value());
   EXPECT_FALSE(cache.get("a", 10'000).has_value());  // expired
 }
@@ -780,7 +801,8 @@ class MetaStoreTest : public ::testing::Test {
 };
 
 // Not inlined: g++ 12 reports a false -Wrestrict on the inlined string assignments.
-[[gnu::noinline]] UsageRecord usageAt(int64_t ts_ms, std::string team, std::string key, int64_t completion, int status = 200) {
+[[gnu::noinline]] UsageRecord usageAt(int64_t ts_ms, std::string team, std::string key,
+                                      int64_t completion, int status = 200) {
   UsageRecord r;
   r.ts_ms = ts_ms;
   r.request_id = std::string("r").append(std::to_string(ts_ms));
@@ -814,7 +836,8 @@ TEST_F(MetaStoreTest, EveryChangeBumpsTheGenerationAndIsAudited) {
   EXPECT_GT(*store_->generation(), g0 + 1);
   KeyRecord too_much = k;
   too_much.tpm = 5000;
-  EXPECT_EQ(store_->createKey(too_much, "secret", "alice").status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(store_->createKey(too_much, "secret", "alice").status().code(),
+            StatusCode::kInvalidArgument);
   ASSERT_TRUE(store_->revokeKey(k.id, "bob").isOk());
   EXPECT_EQ(store_->revokeKey(k.id, "bob").code(), StatusCode::kNotFound);
   EXPECT_EQ(store_->deleteTeam("ml", "bob").code(), StatusCode::kOk);
@@ -866,7 +889,8 @@ TEST_F(MetaStoreTest, RotationClampsTheNewKeyToTheTeamsLimitsNow) {
   KeyRecord twice;
   const auto second = store_->rotateKey(k.id, 60'000, "secret", "bob", twice);
   EXPECT_EQ(second.status().code(), StatusCode::kFailedPrecondition);
-  EXPECT_NE(second.status().message().find(rotated.id), std::string::npos) << second.status().message();
+  EXPECT_NE(second.status().message().find(rotated.id), std::string::npos)
+      << second.status().message();
   KeyRecord short_lived;
   short_lived.team = "ml";
   short_lived.expires_ms = infera::SystemClock::instance().unixMillis() - 1;
@@ -930,7 +954,8 @@ TEST_F(MetaStoreTest, RollupsAddUpAcrossBatchesAndAgreeWithTheRecords) {
     std::vector<UsageRecord> batch;
     for (int i = 0; i < 50; ++i) {
       const int64_t ts = base + (b * 50 + i) * 1'000;  // one a second: minutes 0, 1 and 2
-      batch.push_back(usageAt(ts, i % 3 ? "a" : "b", i % 2 ? "k1" : "k2", i, i % 10 == 0 ? 500 : 200));
+      batch.push_back(
+          usageAt(ts, i % 3 ? "a" : "b", i % 2 ? "k1" : "k2", i, i % 10 == 0 ? 500 : 200));
     }
     ASSERT_TRUE(store_->insertUsage(batch).isOk());
   }
@@ -938,7 +963,8 @@ TEST_F(MetaStoreTest, RollupsAddUpAcrossBatchesAndAgreeWithTheRecords) {
   EXPECT_LE(rowCount(*store_, "infera_usage_minute"), 3 * 2 * 2);  // minutes x teams x keys
   // What the queries read (roll-ups) equals the raw records' own sums.
   auto raw = store_->db().exec(
-      "SELECT team, key_id, COUNT(*), SUM(completion_tokens), SUM(CASE WHEN status >= 400 THEN 1 ELSE 0 END), "
+      "SELECT team, key_id, COUNT(*), SUM(completion_tokens), SUM(CASE WHEN status >= 400 THEN 1 "
+      "ELSE 0 END), "
       "AVG(latency_ms) FROM infera_usage GROUP BY team, key_id ORDER BY team, key_id");
   ASSERT_TRUE(raw.ok());
   UsageQuery q;
@@ -994,7 +1020,8 @@ TEST_F(MetaStoreTest, AStoreWithoutRollupsGetsThemFromItsRecordsOnce) {
   {
     auto db = store::SqlDb::open("sqlite:" + path);
     ASSERT_TRUE(db.ok());
-    ASSERT_TRUE((*db)->execScript(R"sql(
+    ASSERT_TRUE((*db)
+                    ->execScript(R"sql(
 CREATE TABLE infera_meta (k TEXT PRIMARY KEY, v BIGINT NOT NULL);
 INSERT INTO infera_meta (k, v) VALUES ('generation', 7);
 CREATE TABLE infera_usage (
@@ -1007,7 +1034,8 @@ CREATE INDEX infera_usage_team_ts ON infera_usage (team, ts_ms);
 INSERT INTO infera_usage VALUES (60000, 'a', 'k', 't', '', 'm', 'd', 'r', 5, 7, 1.0, 0, 200, 0, 0, 0, 0, 0.5);
 INSERT INTO infera_usage VALUES (61000, 'b', 'k', 't', '', 'm', 'd', 'r', 5, 3, 3.0, 0, 429, 0, 0, 0, 0, 0.25);
 INSERT INTO infera_usage VALUES (180000, 'c', 'k', 't', '', 'm', 'd', 'r', 1, 1, 1.0, 0, 200, 1, 0, 0, 0, 0)
-)sql").isOk());
+)sql")
+                    .isOk());
   }
   for (int open = 0; open < 2; ++open) {  // the second open must not add them again
     auto s = MetaStore::open("sqlite:" + path);
@@ -1018,7 +1046,8 @@ INSERT INTO infera_usage VALUES (180000, 'c', 'k', 't', '', 'm', 'd', 'r', 1, 1,
     ASSERT_TRUE(since.ok());
     EXPECT_EQ(since->first, 5 + 7 + 5 + 3 + 1 + 1);
     EXPECT_DOUBLE_EQ(since->second, 0.75);
-    auto idx = (*s)->db().exec("SELECT COUNT(*) FROM sqlite_master WHERE name = 'infera_usage_team_ts'");
+    auto idx =
+        (*s)->db().exec("SELECT COUNT(*) FROM sqlite_master WHERE name = 'infera_usage_team_ts'");
     ASSERT_TRUE(idx.ok());
     EXPECT_EQ(idx->integer(0, 0), 0);  // dropped: the roll-ups serve the per-team reads
   }
@@ -1027,7 +1056,8 @@ INSERT INTO infera_usage VALUES (180000, 'c', 'k', 't', '', 'm', 'd', 'r', 1, 1,
 TEST_F(MetaStoreTest, RetentionDeletesOldRecordsAndRollupsAnHourAtATime) {
   const int64_t day = 86'400'000, now = 1'800'000'000'000;
   std::vector<UsageRecord> batch;
-  for (int h = 0; h < 72; ++h) batch.push_back(usageAt(now - h * 3'600'000 - 1, "t", "k", 1));  // 3 days, hourly
+  for (int h = 0; h < 72; ++h)
+    batch.push_back(usageAt(now - h * 3'600'000 - 1, "t", "k", 1));  // 3 days, hourly
   ASSERT_TRUE(store_->insertUsage(batch).isOk());
   // Records older than a day go (an hour of them per call); roll-ups are kept.
   int calls = 0;

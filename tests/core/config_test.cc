@@ -22,12 +22,15 @@ Result<TestConfig> parse(const std::string& text) {
   ConfigReader r(root, &errors);
   r.optional("workers", cfg.workers, 1, 256);
   r.optional("verbose", cfg.verbose);
-  r.forEach("backends", [&](ConfigReader& b, size_t) {
-    Backend be;
-    b.required("url", be.url);
-    b.optional("max_connections", be.max_connections, 1, 65536);
-    cfg.backends.push_back(be);
-  }, /*required=*/true);
+  r.forEach(
+      "backends",
+      [&](ConfigReader& b, size_t) {
+        Backend be;
+        b.required("url", be.url);
+        b.optional("max_connections", be.max_connections, 1, 65536);
+        cfg.backends.push_back(be);
+      },
+      /*required=*/true);
   r.finish();
   INFERA_RETURN_IF_ERROR(errors.toStatus());
   return cfg;
@@ -59,7 +62,8 @@ TEST(ConfigTest, ReportsEveryErrorWithPathAndLine) {
   EXPECT_NE(m.find("workers (line 1): must be in [1, 256], got 0"), std::string::npos) << m;
   EXPECT_NE(m.find("verbose (line 2): must be true or false, got 'maybe'"), std::string::npos) << m;
   EXPECT_NE(m.find("backends[2].max_connections (line 7): must be in [1, 65536], got 0"),
-            std::string::npos) << m;
+            std::string::npos)
+      << m;
   EXPECT_NE(m.find("backends[2].colour (line 8): unknown key"), std::string::npos) << m;
   EXPECT_NE(m.find("extra (line 9): unknown key"), std::string::npos) << m;
 }

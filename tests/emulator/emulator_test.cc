@@ -27,20 +27,23 @@ class EmulatorTest : public ::testing::Test {
 };
 
 TEST_F(EmulatorTest, ChatCompletionReportsUsageAndMaxTokens) {
-  const auto r = httpRequest(emu_->port(), "POST", "/v1/chat/completions",
-                             R"({"model":"m1","max_tokens":5,"messages":[{"role":"user","content":"one two three"}]})");
+  const auto r = httpRequest(
+      emu_->port(), "POST", "/v1/chat/completions",
+      R"({"model":"m1","max_tokens":5,"messages":[{"role":"user","content":"one two three"}]})");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 200);
   EXPECT_NE(r->body.find(R"("content":"The quick brown fox jumps")"), std::string::npos) << r->body;
-  EXPECT_NE(r->body.find(R"("usage":{"prompt_tokens":6,"total_tokens":11,"completion_tokens":5})"), std::string::npos)
+  EXPECT_NE(r->body.find(R"("usage":{"prompt_tokens":6,"total_tokens":11,"completion_tokens":5})"),
+            std::string::npos)
       << r->body;
   EXPECT_NE(r->body.find(R"("finish_reason":"length")"), std::string::npos);
 }
 
 TEST_F(EmulatorTest, StreamSendsOneChunkPerTokenThenUsageThenDone) {
   TestClient c(emu_->port());
-  ASSERT_TRUE(c.send("POST", "/v1/chat/completions",
-                     R"({"model":"m1","stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"hi"}]})"));
+  ASSERT_TRUE(c.send(
+      "POST", "/v1/chat/completions",
+      R"({"model":"m1","stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"hi"}]})"));
   TestResponse head;
   ASSERT_TRUE(c.readHead(head));
   EXPECT_EQ(head.status, 200);
@@ -54,8 +57,10 @@ TEST_F(EmulatorTest, StreamSendsOneChunkPerTokenThenUsageThenDone) {
   ASSERT_EQ(events.size(), 10u) << body;
   EXPECT_NE(events[0].find(R"("role":"assistant")"), std::string::npos);
   EXPECT_NE(events[1].find(R"("usage":null)"), std::string::npos);
-  EXPECT_NE(events[8].find(R"("choices":[],"usage":{"prompt_tokens":4,"total_tokens":11,"completion_tokens":7})"),
-            std::string::npos)
+  EXPECT_NE(
+      events[8].find(
+          R"("choices":[],"usage":{"prompt_tokens":4,"total_tokens":11,"completion_tokens":7})"),
+      std::string::npos)
       << events[8];
   EXPECT_EQ(events[9], "[DONE]");
   EXPECT_TRUE(testing::waitFor([&] { return emu_->stats().completed_streams.load() == 1; }));
@@ -74,8 +79,8 @@ TEST_F(EmulatorTest, ContinuousUsageStatsCarryCumulativeCounts) {
 TEST_F(EmulatorTest, InjectedErrorsUseConfiguredStatus) {
   emu_->faults().error_rate = 1.0;
   emu_->faults().error_status = 503;
-  const auto r = httpRequest(emu_->port(), "POST", "/v1/chat/completions",
-                             R"({"model":"m1","messages":[]})");
+  const auto r =
+      httpRequest(emu_->port(), "POST", "/v1/chat/completions", R"({"model":"m1","messages":[]})");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 503);
   EXPECT_NE(r->body.find("injected_fault"), std::string::npos);
@@ -86,7 +91,8 @@ TEST_F(EmulatorTest, DisconnectFaultCutsTheStreamMidway) {
   emu_->faults().disconnect_rate = 1.0;
   emu_->faults().disconnect_after_tokens = 2;
   TestClient c(emu_->port());
-  ASSERT_TRUE(c.send("POST", "/v1/chat/completions", R"({"model":"m1","stream":true,"messages":[]})"));
+  ASSERT_TRUE(
+      c.send("POST", "/v1/chat/completions", R"({"model":"m1","stream":true,"messages":[]})"));
   TestResponse head;
   ASSERT_TRUE(c.readHead(head));
   std::string body;
@@ -104,23 +110,27 @@ TEST_F(EmulatorTest, EmbeddingsAreDeterministicAndCountTokens) {
   EXPECT_EQ(a->status, 200);
   EXPECT_EQ(a->body, b->body);
   EXPECT_NE(a->body.find(R"("index":1)"), std::string::npos);
-  EXPECT_NE(a->body.find(R"("usage":{"prompt_tokens":3,"total_tokens":3})"), std::string::npos) << a->body;
+  EXPECT_NE(a->body.find(R"("usage":{"prompt_tokens":3,"total_tokens":3})"), std::string::npos)
+      << a->body;
 }
 
 TEST_F(EmulatorTest, UnknownModelIs404) {
-  const auto r = httpRequest(emu_->port(), "POST", "/v1/chat/completions", R"({"model":"zzz","messages":[]})");
+  const auto r =
+      httpRequest(emu_->port(), "POST", "/v1/chat/completions", R"({"model":"zzz","messages":[]})");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 404);
   EXPECT_NE(r->body.find("model_not_found"), std::string::npos);
 }
 
 TEST_F(EmulatorTest, KServeInferDoublesNumericInputsAndKeepsShape) {
-  const auto r = httpRequest(emu_->port(), "POST", "/v2/models/m1/versions/1/infer",
-                             R"({"id":"r1","inputs":[{"name":"x","shape":[2,2],"datatype":"FP32","data":[[1,2],[3,4.5]]}]})");
+  const auto r = httpRequest(
+      emu_->port(), "POST", "/v2/models/m1/versions/1/infer",
+      R"({"id":"r1","inputs":[{"name":"x","shape":[2,2],"datatype":"FP32","data":[[1,2],[3,4.5]]}]})");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 200);
-  EXPECT_EQ(r->body,
-            R"({"model_name":"m1","model_version":"1","id":"r1","outputs":[{"name":"OUTPUT0","datatype":"FP32","shape":[2,2],"data":[2,4,6,9]}]})");
+  EXPECT_EQ(
+      r->body,
+      R"({"model_name":"m1","model_version":"1","id":"r1","outputs":[{"name":"OUTPUT0","datatype":"FP32","shape":[2,2],"data":[2,4,6,9]}]})");
   const auto ready = httpRequest(emu_->port(), "GET", "/v2/models/m1/ready");
   ASSERT_TRUE(ready);
   EXPECT_EQ(ready->status, 200);

@@ -53,7 +53,8 @@ bool TestClient::send(const std::string& method, const std::string& target, cons
     if (k == "content-type") has_ct = true;
   }
   if (!has_ct && !body.empty()) req += "content-type: application/json\r\n";
-  if (!body.empty() || method == "POST") req += "content-length: " + std::to_string(body.size()) + "\r\n";
+  if (!body.empty() || method == "POST")
+    req += "content-length: " + std::to_string(body.size()) + "\r\n";
   req += "\r\n";
   req += body;
   return sendRaw(req);
@@ -167,9 +168,9 @@ std::optional<std::string> TestClient::readPiece() {
   return data;
 }
 
-std::optional<TestResponse> TestClient::request(const std::string& method, const std::string& target,
-                                                const std::string& body,
-                                                const std::vector<std::pair<std::string, std::string>>& headers) {
+std::optional<TestResponse> TestClient::request(
+    const std::string& method, const std::string& target, const std::string& body,
+    const std::vector<std::pair<std::string, std::string>>& headers) {
   if (!send(method, target, body, headers)) return std::nullopt;
   TestResponse r;
   if (!readHead(r)) return std::nullopt;
@@ -177,9 +178,9 @@ std::optional<TestResponse> TestClient::request(const std::string& method, const
   return r;
 }
 
-std::optional<TestResponse> httpRequest(uint16_t port, const std::string& method, const std::string& target,
-                                        const std::string& body,
-                                        const std::vector<std::pair<std::string, std::string>>& headers) {
+std::optional<TestResponse> httpRequest(
+    uint16_t port, const std::string& method, const std::string& target, const std::string& body,
+    const std::vector<std::pair<std::string, std::string>>& headers) {
   TestClient c(port);
   if (!c.connected()) return std::nullopt;
   return c.request(method, target, body, headers);
@@ -193,7 +194,6 @@ bool waitFor(const std::function<bool()>& cond, std::chrono::milliseconds timeou
   }
   return cond();
 }
-
 
 std::string TestClient::readAll() {
   while (fill()) {

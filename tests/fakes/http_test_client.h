@@ -14,7 +14,7 @@ namespace infera::testing {
 struct TestResponse {
   int status = 0;
   std::vector<std::pair<std::string, std::string>> headers;  // lower-case names
-  std::string body;                                           // de-chunked
+  std::string body;                                          // de-chunked
   std::string header(const std::string& name) const;
 };
 
@@ -38,9 +38,9 @@ class TestClient {
   // Next body piece (de-chunked): empty optional at the end of the body or on error.
   std::optional<std::string> readPiece();
   // Whole exchange on this connection.
-  std::optional<TestResponse> request(const std::string& method, const std::string& target,
-                                      const std::string& body = {},
-                                      const std::vector<std::pair<std::string, std::string>>& headers = {});
+  std::optional<TestResponse> request(
+      const std::string& method, const std::string& target, const std::string& body = {},
+      const std::vector<std::pair<std::string, std::string>>& headers = {});
   void close();
   bool eof() const { return eof_; }
 
@@ -60,11 +60,13 @@ class TestClient {
 };
 
 // Convenience: one request on a fresh connection.
-std::optional<TestResponse> httpRequest(uint16_t port, const std::string& method, const std::string& target,
-                                        const std::string& body = {},
-                                        const std::vector<std::pair<std::string, std::string>>& headers = {});
+std::optional<TestResponse> httpRequest(
+    uint16_t port, const std::string& method, const std::string& target,
+    const std::string& body = {},
+    const std::vector<std::pair<std::string, std::string>>& headers = {});
 
 // Polls `cond` until true or the deadline passes (no fixed sleeps in tests).
-bool waitFor(const std::function<bool()>& cond, std::chrono::milliseconds timeout = std::chrono::seconds(10));
+bool waitFor(const std::function<bool()>& cond,
+             std::chrono::milliseconds timeout = std::chrono::seconds(10));
 
 }  // namespace infera::testing

@@ -31,7 +31,9 @@ class RecordingBackend::Impl {
 namespace {
 
 std::string event(int i) {
-  return "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"t" +
+  return "data: "
+         "{\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{"
+         "\"content\":\"t" +
          std::to_string(i) + "\"}}]}\n\n";
 }
 
@@ -60,7 +62,8 @@ class Handler final : public net::HttpHandler {
     all += "data: [DONE]\n\n";
     if (!co_await w.start(200, "text/event-stream")) co_return;
     if (b.cut_after_bytes >= 0 && static_cast<size_t>(b.cut_after_bytes) < all.size()) {
-      co_await w.writeChunk(std::string_view(all).substr(0, static_cast<size_t>(b.cut_after_bytes)));
+      co_await w.writeChunk(
+          std::string_view(all).substr(0, static_cast<size_t>(b.cut_after_bytes)));
       w.closeAfterResponse();
       co_return;  // never finished: the server closes the connection
     }
@@ -82,8 +85,9 @@ std::unique_ptr<RecordingBackend> RecordingBackend::start(Behaviour behaviour) {
   auto impl = std::make_unique<Impl>(behaviour);
   impl->loops.start();
   Impl* raw = impl.get();
-  auto s = net::HttpServer::create(impl->loops, net::ServerConfig{},
-                                   [raw](int, net::asio::io_context&) { return std::make_unique<Handler>(*raw); });
+  auto s = net::HttpServer::create(
+      impl->loops, net::ServerConfig{},
+      [raw](int, net::asio::io_context&) { return std::make_unique<Handler>(*raw); });
   if (!s.ok()) return nullptr;
   impl->server = std::move(*s);
   return std::unique_ptr<RecordingBackend>(new RecordingBackend(std::move(impl)));
@@ -96,7 +100,9 @@ RecordingBackend::~RecordingBackend() {
   impl_->loops.stop();
 }
 
-std::string RecordingBackend::url() const { return "http://127.0.0.1:" + std::to_string(impl_->server->port()); }
+std::string RecordingBackend::url() const {
+  return "http://127.0.0.1:" + std::to_string(impl_->server->port());
+}
 
 std::vector<RecordingBackend::Seen> RecordingBackend::requests() const {
   std::lock_guard<std::mutex> lock(impl_->mu);

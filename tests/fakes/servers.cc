@@ -339,11 +339,14 @@ bool PostgresServer::launch() {
   const std::string bin = findPostgresBin();
   const std::string server_log = dir_ + "/log";
   const std::string ctl_log = dir_ + "/pg_ctl.log";
-  const std::string options = "-p " + std::to_string(port_) + " -k " + dir_ + " -c listen_addresses=127.0.0.1" +
-                              (durable_ ? std::string() : " -c fsync=off -c synchronous_commit=off -c full_page_writes=off");
-  const int ctl = runProcess(concat(asPostgresUser(), {bin + "/pg_ctl", "-D", dir_ + "/data", "-l", server_log,
-                                                       "-w", "-t", "60", "-o", options, "start"}),
-                             ctl_log, dir_);
+  const std::string options =
+      "-p " + std::to_string(port_) + " -k " + dir_ + " -c listen_addresses=127.0.0.1" +
+      (durable_ ? std::string()
+                : " -c fsync=off -c synchronous_commit=off -c full_page_writes=off");
+  const int ctl =
+      runProcess(concat(asPostgresUser(), {bin + "/pg_ctl", "-D", dir_ + "/data", "-l", server_log,
+                                           "-w", "-t", "60", "-o", options, "start"}),
+                 ctl_log, dir_);
   if (ctl == 0) {
     started_ = true;
     return true;
@@ -355,9 +358,10 @@ bool PostgresServer::launch() {
 
 bool PostgresServer::stop() {
   if (!started_) return true;
-  const int rc = runProcess(concat(asPostgresUser(), {findPostgresBin() + "/pg_ctl", "-D", dir_ + "/data", "-m",
-                                                      "immediate", "-w", "stop"}),
-                            dir_ + "/pg_ctl.log", dir_);
+  const int rc =
+      runProcess(concat(asPostgresUser(), {findPostgresBin() + "/pg_ctl", "-D", dir_ + "/data",
+                                           "-m", "immediate", "-w", "stop"}),
+                 dir_ + "/pg_ctl.log", dir_);
   if (rc != 0) {
     printTail(dir_ + "/pg_ctl.log", "pg_ctl stop failed");
     return false;

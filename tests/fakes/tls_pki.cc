@@ -12,7 +12,9 @@
 namespace infera::testing {
 namespace {
 
-std::string script() { return std::string(INFERA_TEST_SOURCE_DIR) + "/tests/fakes/make_test_pki.sh"; }
+std::string script() {
+  return std::string(INFERA_TEST_SOURCE_DIR) + "/tests/fakes/make_test_pki.sh";
+}
 
 bool run(const std::string& cmd) {
   const int rc = std::system(cmd.c_str());
@@ -48,7 +50,9 @@ bool replaceFile(const std::string& from, const std::string& to) {
   const std::string tmp = to + ".new";
   std::filesystem::copy_file(from, tmp, std::filesystem::copy_options::overwrite_existing, ec);
   if (!ec) std::filesystem::rename(tmp, to, ec);
-  if (ec) std::fprintf(stderr, "replaceFile(%s, %s): %s\n", from.c_str(), to.c_str(), ec.message().c_str());
+  if (ec)
+    std::fprintf(stderr, "replaceFile(%s, %s): %s\n", from.c_str(), to.c_str(),
+                 ec.message().c_str());
   return !ec;
 }
 

@@ -11,7 +11,8 @@ namespace infera::features {
 namespace {
 
 constexpr int64_t kMin = 60'000'000;  // µs
-constexpr int64_t kT0 = 1'700'000'000LL * 1'000'000 - (1'700'000'000LL * 1'000'000) % (60 * kMin);  // an hour boundary
+constexpr int64_t kT0 =
+    1'700'000'000LL * 1'000'000 - (1'700'000'000LL * 1'000'000) % (60 * kMin);  // an hour boundary
 
 std::shared_ptr<const Registry> repo() {
   auto r = buildRegistry({{"a.yaml", R"(entities: [{name: d, join_keys: [d_id]}]
@@ -43,7 +44,8 @@ class AggregationTest : public ::testing::Test {
       i.number = x;
       i.hash = hashBytes(s);
     }
-    in[5].encoded = std::string(1, static_cast<char>(Scalar::kString)) + static_cast<char>(s.size()) + s;
+    in[5].encoded =
+        std::string(1, static_cast<char>(Scalar::kString)) + static_cast<char>(s.size()) + s;
     addEvent(view_, state_, ts, in, now);
     // Every update is stored and read back as bytes.
     std::string bytes;
@@ -81,7 +83,7 @@ TEST_F(AggregationTest, WindowsSlideWithTimeAlone) {
   add(kT0, 1, "a", kT0);
   add(kT0 + 5 * kMin, 2, "b", kT0 + 5 * kMin);
   EXPECT_EQ(value(0, kT0 + 9 * kMin), "2");
-  EXPECT_EQ(value(0, kT0 + 10 * kMin), "1");   // the first event's bucket left the 10-minute window
+  EXPECT_EQ(value(0, kT0 + 10 * kMin), "1");  // the first event's bucket left the 10-minute window
   EXPECT_EQ(value(0, kT0 + 15 * kMin), "0");
   EXPECT_EQ(value(1, kT0 + 15 * kMin), "3.0");  // still inside the hour
   EXPECT_EQ(value(1, kT0 + 60 * kMin), "2.0");
@@ -107,7 +109,8 @@ TEST_F(AggregationTest, EventsOlderThanTheWindowAreDropped) {
 }
 
 TEST_F(AggregationTest, DistinctCountIsWithinItsErrorBound) {
-  for (int i = 0; i < 5000; ++i) add(kT0 + (i % 50) * kMin / 50, 1, "rider-" + std::to_string(i % 2000), kT0 + kMin);
+  for (int i = 0; i < 5000; ++i)
+    add(kT0 + (i % 50) * kMin / 50, 1, "rider-" + std::to_string(i % 2000), kT0 + kMin);
   const double est = std::stod(value(6, kT0 + kMin));
   EXPECT_NEAR(est, 2000, 2000 * 0.1);  // p = 10: ~3% standard error; 10% is > 3 sigma
 }

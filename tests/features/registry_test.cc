@@ -9,12 +9,14 @@ namespace infera::features {
 namespace {
 
 std::map<std::string, std::string> testRepo() {
-  auto files = readRepositoryDir(std::string(INFERA_TEST_SOURCE_DIR) + "/tests/testdata/features/repo");
+  auto files =
+      readRepositoryDir(std::string(INFERA_TEST_SOURCE_DIR) + "/tests/testdata/features/repo");
   EXPECT_TRUE(files.ok()) << files.status().message();
   return files.ok() ? *files : std::map<std::string, std::string>{};
 }
 
-std::shared_ptr<const Registry> build(const std::map<std::string, std::string>& files, const StorageIds& ids = {}) {
+std::shared_ptr<const Registry> build(const std::map<std::string, std::string>& files,
+                                      const StorageIds& ids = {}) {
   auto r = buildRegistry(files, ids);
   EXPECT_TRUE(r.ok()) << r.status().message();
   return r.ok() ? *r : nullptr;
@@ -61,7 +63,7 @@ TEST(RegistryTest, BuildsTheTestRepository) {
   EXPECT_EQ(typeName(reg->view("driver_profile")->feature("tags")->type), "list<string>");
   const FeatureView& agg = *reg->view("driver_trip_windows");
   EXPECT_TRUE(agg.aggregated());
-  EXPECT_EQ(agg.ttl_s, 86400);  // the longest window
+  EXPECT_EQ(agg.ttl_s, 86400);                  // the longest window
   EXPECT_EQ(agg.aggregations[1].bucket_s, 60);  // 1h / 60
   EXPECT_EQ(typeName(agg.feature("last_city")->type), "string");
   EXPECT_EQ(reg->views_by_source.at("driver_stats_push_source").size(), 1u);
@@ -89,9 +91,15 @@ feature_views:
 feature_services:
   - {name: s, features: ["v:zzz"]}
 )"}});
-  EXPECT_NE(msg.find("bad.yaml:feature_views[0].entities (line 5): unknown entity 'drivr'"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("bad.yaml:feature_views[0].schema[1].name (line 8): duplicate feature 'a'"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("bad.yaml:feature_views[0].schema[2].dtype (line 9): bad type 'decimal'"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("bad.yaml:feature_views[0].entities (line 5): unknown entity 'drivr'"),
+            std::string::npos)
+      << msg;
+  EXPECT_NE(msg.find("bad.yaml:feature_views[0].schema[1].name (line 8): duplicate feature 'a'"),
+            std::string::npos)
+      << msg;
+  EXPECT_NE(msg.find("bad.yaml:feature_views[0].schema[2].dtype (line 9): bad type 'decimal'"),
+            std::string::npos)
+      << msg;
   EXPECT_NE(msg.find("unknown feature 'zzz' in view 'v'"), std::string::npos) << msg;
 }
 
@@ -125,7 +133,8 @@ TEST(RegistryTest, PlansAdditionsAndRemovalsAndFreesRemovedViews) {
   std::string next_text = kBase;
   next_text.replace(next_text.find("  - name: other"), std::string::npos,
                     "feature_services:\n  - {name: svc, features: [\"stats:a\"]}\n");
-  next_text.replace(next_text.find("      - {name: b, dtype: double}"), 0, "      - {name: z, dtype: bool}\n");
+  next_text.replace(next_text.find("      - {name: b, dtype: double}"), 0,
+                    "      - {name: z, dtype: bool}\n");
   auto next = build({{"r.yaml", next_text}}, cur->ids);
   Plan p = planChanges(*cur, *next);
   EXPECT_TRUE(p.breaking.empty());
@@ -134,7 +143,8 @@ TEST(RegistryTest, PlansAdditionsAndRemovalsAndFreesRemovedViews) {
   std::string all;
   for (const auto& c : p.changes) all += c + "\n";
   EXPECT_NE(all.find("~ feature view stats: + z"), std::string::npos) << all;
-  EXPECT_NE(all.find("- feature view other (its stored values are deleted)"), std::string::npos) << all;
+  EXPECT_NE(all.find("- feature view other (its stored values are deleted)"), std::string::npos)
+      << all;
   // Kept views and features keep their ids.
   EXPECT_EQ(next->view("stats")->id, cur->view("stats")->id);
   EXPECT_EQ(next->view("stats")->feature("a")->id, cur->view("stats")->feature("a")->id);
@@ -147,9 +157,11 @@ TEST(RegistryTest, ATypeChangeOfAServedFeatureIsBreaking) {
   served.replace(served.find("{name: a, dtype: int64}"), 23, "{name: a, dtype: string}");
   Plan p = planChanges(*cur, *build({{"r.yaml", served}}, cur->ids));
   ASSERT_EQ(p.breaking.size(), 1u);
-  EXPECT_NE(p.breaking[0].find("feature a changes type (int64 -> string) but a feature service serves it"),
+  EXPECT_NE(p.breaking[0].find(
+                "feature a changes type (int64 -> string) but a feature service serves it"),
             std::string::npos);
-  // b is not served: its type may change, under a new id (old values are never read as the new type).
+  // b is not served: its type may change, under a new id (old values are never read as the new
+  // type).
   std::string unserved = kBase;
   unserved.replace(unserved.find("{name: b, dtype: double}"), 24, "{name: b, dtype: string}");
   auto next = build({{"r.yaml", unserved}}, cur->ids);
@@ -164,7 +176,8 @@ TEST(RegistryTest, SerializedFormRebuildsTheSameIds) {
   auto again = build(parsed->first, parsed->second);
   for (const auto& [n, v] : reg->views) {
     EXPECT_EQ(again->view(n)->id, v->id) << n;
-    for (const auto& f : v->features) EXPECT_EQ(again->view(n)->feature(f.name)->id, f.id) << n << ":" << f.name;
+    for (const auto& f : v->features)
+      EXPECT_EQ(again->view(n)->feature(f.name)->id, f.id) << n << ":" << f.name;
   }
   EXPECT_TRUE(planChanges(*reg, *again).empty());
 }

@@ -51,9 +51,10 @@ class ServingTest : public ::testing::TestWithParam<std::string> {
 
   void start(const std::string& extra = "", const std::string& governance = "") {
     server_.reset();
-    const std::string yaml = "workers: 2\nlisten: {host: 127.0.0.1, port: 0}\nadmin: {host: 127.0.0.1, port: 0}\n" +
-                             governance + "features:\n  store: " + storeLine() + "\n  data_dir: " + dir_ +
-                             "\n  repository: " + kRepo + "\n  retain_expired: 1d\n" + extra;
+    const std::string yaml =
+        "workers: 2\nlisten: {host: 127.0.0.1, port: 0}\nadmin: {host: 127.0.0.1, port: 0}\n" +
+        governance + "features:\n  store: " + storeLine() + "\n  data_dir: " + dir_ +
+        "\n  repository: " + kRepo + "\n  retain_expired: 1d\n" + extra;
     auto cfg = server::loadConfigString(yaml);
     ASSERT_TRUE(cfg.ok()) << cfg.status().message() << "\n" << yaml;
     server::Options o;
@@ -70,8 +71,10 @@ class ServingTest : public ::testing::TestWithParam<std::string> {
     EXPECT_TRUE(r.has_value());
     return r ? *r : TestResponse{};
   }
-  TestResponse admin(const std::string& method, const std::string& path, const std::string& body = {}) {
-    auto r = httpRequest(server_->adminPort(), method, path, body, {{"content-type", "application/json"}});
+  TestResponse admin(const std::string& method, const std::string& path,
+                     const std::string& body = {}) {
+    auto r = httpRequest(server_->adminPort(), method, path, body,
+                         {{"content-type", "application/json"}});
     EXPECT_TRUE(r.has_value());
     return r ? *r : TestResponse{};
   }
@@ -92,9 +95,10 @@ class ServingTest : public ::testing::TestWithParam<std::string> {
     return s + "+00:00";
   }
   std::string pushDriverStats(int64_t driver, double conv, int64_t trips, int64_t ago_s) {
-    return R"({"push_source_name":"driver_stats_push_source","df":{"driver_id":[)" + std::to_string(driver) +
-           R"(],"event_timestamp":[")" + isoAgo(ago_s) + R"("],"created":[")" + isoAgo(ago_s) + R"("],"conv_rate":[)" +
-           json(conv).dump() + R"(],"acc_rate":[1.0],"avg_daily_trips":[)" + std::to_string(trips) +
+    return R"({"push_source_name":"driver_stats_push_source","df":{"driver_id":[)" +
+           std::to_string(driver) + R"(],"event_timestamp":[")" + isoAgo(ago_s) +
+           R"("],"created":[")" + isoAgo(ago_s) + R"("],"conv_rate":[)" + json(conv).dump() +
+           R"(],"acc_rate":[1.0],"avg_daily_trips":[)" + std::to_string(trips) +
            R"(]},"to":"online_and_offline"})";
   }
 
@@ -133,11 +137,14 @@ TEST_P(ServingTest, PushedFeaturesComeBackColumnMajorInFeastsShape) {
 
 TEST_P(ServingTest, FeatureServicesAndFullFeatureNames) {
   ASSERT_EQ(post("/push", pushDriverStats(7, 0.125, 3, 10)).status, 200);
-  json j = getFeatures(R"({"feature_service":"driver_rates","entities":{"driver_id":[7]},"full_feature_names":true})");
-  EXPECT_EQ(j["metadata"]["feature_names"], json::parse(R"(["driver_id","dhs__conv_rate","dhs__acc_rate"])"));
+  json j = getFeatures(
+      R"({"feature_service":"driver_rates","entities":{"driver_id":[7]},"full_feature_names":true})");
+  EXPECT_EQ(j["metadata"]["feature_names"],
+            json::parse(R"(["driver_id","dhs__conv_rate","dhs__acc_rate"])"));
   EXPECT_EQ(j["results"][1]["values"][0], 0.125);
   // The service wins over a features list; without full names the bare feature names.
-  j = getFeatures(R"({"feature_service":"driver_activity","features":["x:y"],"entities":{"driver_id":[7]}})");
+  j = getFeatures(
+      R"({"feature_service":"driver_activity","features":["x:y"],"entities":{"driver_id":[7]}})");
   EXPECT_EQ(j["metadata"]["feature_names"],
             json::parse(R"(["driver_id","conv_rate","acc_rate","avg_daily_trips","trips_10m"])"));
   EXPECT_EQ(j["results"][4]["statuses"][0], "NOT_FOUND");  // no trip events yet
@@ -147,42 +154,55 @@ TEST_P(ServingTest, StatusesFollowTtlAndNulls) {
   // driver_hourly_stats has ttl 1d; retain_expired is 1d.
   ASSERT_EQ(post("/push", pushDriverStats(1, 0.5, 1, 3600)).status, 200);
   ASSERT_EQ(post("/push", pushDriverStats(2, 0.5, 1, 86400 + 3600)).status, 200);  // stale already
-  ASSERT_EQ(post("/push", pushDriverStats(3, 0.5, 1, 3 * 86400)).status, 200);     // past retain: not written
-  const std::string nulls = R"({"push_source_name":"driver_stats_push_source","df":{"driver_id":[4],"event_timestamp":[")" +
-                            isoAgo(5) + R"("],"conv_rate":[null],"acc_rate":[0.5],"avg_daily_trips":[null]}})";
+  ASSERT_EQ(post("/push", pushDriverStats(3, 0.5, 1, 3 * 86400)).status,
+            200);  // past retain: not written
+  const std::string nulls =
+      R"({"push_source_name":"driver_stats_push_source","df":{"driver_id":[4],"event_timestamp":[")" +
+      isoAgo(5) + R"("],"conv_rate":[null],"acc_rate":[0.5],"avg_daily_trips":[null]}})";
   ASSERT_EQ(post("/push", nulls).status, 200);
-  const std::string q = R"({"features":["driver_hourly_stats:conv_rate"],"entities":{"driver_id":[1,2,3,4]}})";
+  const std::string q =
+      R"({"features":["driver_hourly_stats:conv_rate"],"entities":{"driver_id":[1,2,3,4]}})";
   json j = getFeatures(q);
-  EXPECT_EQ(j["results"][1]["statuses"], json::parse(R"(["PRESENT","OUTSIDE_MAX_AGE","NOT_FOUND","NULL_VALUE"])"));
-  EXPECT_EQ(j["results"][1]["values"], json::parse("[0.5,0.5,null,null]"));  // a stale value is kept
+  EXPECT_EQ(j["results"][1]["statuses"],
+            json::parse(R"(["PRESENT","OUTSIDE_MAX_AGE","NOT_FOUND","NULL_VALUE"])"));
+  EXPECT_EQ(j["results"][1]["values"],
+            json::parse("[0.5,0.5,null,null]"));  // a stale value is kept
   EXPECT_EQ(server_->metricSum("infera_features_written_total{kind=\"expired\"}"), 1);
   clock_.advance(std::chrono::hours(24));
   j = getFeatures(q);
-  EXPECT_EQ(j["results"][1]["statuses"], json::parse(R"(["OUTSIDE_MAX_AGE","NOT_FOUND","NOT_FOUND","NULL_VALUE"])"));
+  EXPECT_EQ(j["results"][1]["statuses"],
+            json::parse(R"(["OUTSIDE_MAX_AGE","NOT_FOUND","NOT_FOUND","NULL_VALUE"])"));
 }
 
 TEST_P(ServingTest, AnOlderEventNeverOverwritesANewerOne) {
   ASSERT_EQ(post("/push", pushDriverStats(5, 0.75, 10, 60)).status, 200);
-  ASSERT_EQ(post("/push", pushDriverStats(5, 0.125, 20, 600)).status, 200);  // arrives late, happened earlier
-  json j = getFeatures(R"({"features":["driver_hourly_stats:avg_daily_trips"],"entities":{"driver_id":[5]}})");
+  ASSERT_EQ(post("/push", pushDriverStats(5, 0.125, 20, 600)).status,
+            200);  // arrives late, happened earlier
+  json j = getFeatures(
+      R"({"features":["driver_hourly_stats:avg_daily_trips"],"entities":{"driver_id":[5]}})");
   EXPECT_EQ(j["results"][1]["values"][0], 10);
   ASSERT_EQ(post("/push", pushDriverStats(5, 0.125, 30, 1)).status, 200);
-  j = getFeatures(R"({"features":["driver_hourly_stats:avg_daily_trips"],"entities":{"driver_id":[5]}})");
+  j = getFeatures(
+      R"({"features":["driver_hourly_stats:avg_daily_trips"],"entities":{"driver_id":[5]}})");
   EXPECT_EQ(j["results"][1]["values"][0], 30);
 }
 
 TEST_P(ServingTest, WriteToOnlineStoreTakesTheRemoteClientsColumns) {
   // What Feast's remote online store sends: join keys, every feature, a naive event_timestamp,
   // created (may be null).
-  const std::string body = R"({"feature_view_name":"driver_profile","allow_registry_cache":false,"df":{
+  const std::string body =
+      R"({"feature_view_name":"driver_profile","allow_registry_cache":false,"df":{
       "driver_id":[1001,1002],"city":["Lyon","Nantes"],"rating":[4,4.5],"tags":[["a","b"],[]],"active":[true,false],
-      "event_timestamp":[")" + isoAgo(2).substr(0, 19) + R"(",")" + isoAgo(1).substr(0, 19) + R"("],"created":[null,null]}})";
+      "event_timestamp":[")" +
+      isoAgo(2).substr(0, 19) + R"(",")" + isoAgo(1).substr(0, 19) +
+      R"("],"created":[null,null]}})";
   const auto r = post("/write-to-online-store", body);
   ASSERT_EQ(r.status, 200) << r.body;
   EXPECT_EQ(r.body, "null");
   const json j = getFeatures(
       R"({"features":["driver_profile:city","driver_profile:rating","driver_profile:tags","driver_profile:active"],
-          "entities":{"driver_id":["1002",1001]}})");  // a numeric string is an int64 key, as Feast converts it
+          "entities":{"driver_id":["1002",1001]}})");  // a numeric string is an int64 key, as Feast
+                                                       // converts it
   EXPECT_EQ(j["results"][0]["values"], json::parse("[1002,1001]"));
   EXPECT_EQ(j["results"][1]["values"], json::parse(R"(["Nantes","Lyon"])"));
   EXPECT_EQ(j["results"][2]["values"], json::parse("[4.5,4.0]"));
@@ -191,32 +211,42 @@ TEST_P(ServingTest, WriteToOnlineStoreTakesTheRemoteClientsColumns) {
 }
 
 TEST_P(ServingTest, ErrorsUseFeastsShapesAndStatuses) {
-  auto r = post("/get-online-features", R"({"features":["nope:conv_rate"],"entities":{"driver_id":[1]}})");
+  auto r = post("/get-online-features",
+                R"({"features":["nope:conv_rate"],"entities":{"driver_id":[1]}})");
   EXPECT_EQ(r.status, 404);
   json detail = json::parse(json::parse(r.body).get<std::string>());  // a JSON string holding JSON
   EXPECT_EQ(detail["module"], "feast.errors");
   EXPECT_EQ(detail["class"], "FeatureViewNotFoundException");
   EXPECT_EQ(detail["message"], "Feature view nope does not exist in project rides");
-  r = post("/get-online-features", R"({"features":["driver_hourly_stats:nope"],"entities":{"driver_id":[1]}})");
+  r = post("/get-online-features",
+           R"({"features":["driver_hourly_stats:nope"],"entities":{"driver_id":[1]}})");
   EXPECT_EQ(r.status, 404);
-  EXPECT_NE(r.body.find("Feature nope not found in projection driver_hourly_stats"), std::string::npos) << r.body;
+  EXPECT_NE(r.body.find("Feature nope not found in projection driver_hourly_stats"),
+            std::string::npos)
+      << r.body;
   r = post("/get-online-features", R"({"feature_service":"nope","entities":{"driver_id":[1]}})");
   EXPECT_EQ(r.status, 404);
   EXPECT_NE(r.body.find("FeatureServiceNotFoundException"), std::string::npos);
-  r = post("/get-online-features", R"({"features":["driver_hourly_stats:conv_rate"],"entities":{"driver_id":["abc"]}})");
+  r = post("/get-online-features",
+           R"({"features":["driver_hourly_stats:conv_rate"],"entities":{"driver_id":["abc"]}})");
   EXPECT_EQ(r.status, 400) << r.body;
-  EXPECT_NE(r.body.find("entity key driver_id, row 0: expected an integer"), std::string::npos) << r.body;
+  EXPECT_NE(r.body.find("entity key driver_id, row 0: expected an integer"), std::string::npos)
+      << r.body;
   r = post("/get-online-features", R"({"features":["driver_hourly_stats:conv_rate"]})");
   EXPECT_EQ(r.status, 422);
   EXPECT_EQ(json::parse(r.body)["detail"][0]["loc"], json::parse(R"(["body","entities"])"));
-  r = post("/get-online-features", R"({"features":["driver_hourly_stats:conv_rate"],"entities":{"rider_id":["x"]}})");
+  r = post("/get-online-features",
+           R"({"features":["driver_hourly_stats:conv_rate"],"entities":{"rider_id":["x"]}})");
   EXPECT_EQ(r.status, 400);
-  EXPECT_NE(r.body.find("Missing join key values for keys: [driver_id]"), std::string::npos) << r.body;
-  r = post("/get-online-features",
-           R"({"features":["driver_hourly_stats:rating","driver_profile:rating"],"entities":{"driver_id":[1]}})");
+  EXPECT_NE(r.body.find("Missing join key values for keys: [driver_id]"), std::string::npos)
+      << r.body;
+  r = post(
+      "/get-online-features",
+      R"({"features":["driver_hourly_stats:rating","driver_profile:rating"],"entities":{"driver_id":[1]}})");
   EXPECT_EQ(r.status, 404);  // driver_hourly_stats has no rating
-  r = post("/get-online-features",
-           R"({"features":["rider_profile:rating","driver_profile:rating"],"entities":{"driver_id":[1],"rider_id":["a"]}})");
+  r = post(
+      "/get-online-features",
+      R"({"features":["rider_profile:rating","driver_profile:rating"],"entities":{"driver_id":[1],"rider_id":["a"]}})");
   EXPECT_EQ(r.status, 500);
   EXPECT_NE(r.body.find("FeatureNameCollisionError"), std::string::npos) << r.body;
   r = post("/push", R"({"push_source_name":"nope","df":{"driver_id":[1]}})");
@@ -228,33 +258,43 @@ TEST_P(ServingTest, ErrorsUseFeastsShapesAndStatuses) {
 }
 
 TEST_P(ServingTest, ABadBatchNamesRowAndColumnAndWritesNothing) {
-  const std::string body = R"({"push_source_name":"driver_stats_push_source","df":{"driver_id":[11,12,13],
-      "event_timestamp":[")" + isoAgo(5) + "\",\"" + isoAgo(5) + "\",\"" + isoAgo(5) +
-                           R"("],"conv_rate":[0.5,"high",0.5],"acc_rate":[1,1,1],"avg_daily_trips":[1,2,3]}})";
+  const std::string body =
+      R"({"push_source_name":"driver_stats_push_source","df":{"driver_id":[11,12,13],
+      "event_timestamp":[")" +
+      isoAgo(5) + "\",\"" + isoAgo(5) + "\",\"" + isoAgo(5) +
+      R"("],"conv_rate":[0.5,"high",0.5],"acc_rate":[1,1,1],"avg_daily_trips":[1,2,3]}})";
   auto r = post("/push", body);
   ASSERT_EQ(r.status, 400);
-  EXPECT_NE(r.body.find("row 1, column conv_rate: expected a number, got the string \\\\\\\"high\\\\\\\""),
+  EXPECT_NE(r.body.find(
+                "row 1, column conv_rate: expected a number, got the string \\\\\\\"high\\\\\\\""),
             std::string::npos)
       << r.body;
-  json j = getFeatures(R"({"features":["driver_hourly_stats:avg_daily_trips"],"entities":{"driver_id":[11,12,13]}})");
+  json j = getFeatures(
+      R"({"features":["driver_hourly_stats:avg_daily_trips"],"entities":{"driver_id":[11,12,13]}})");
   EXPECT_EQ(j["results"][1]["statuses"], json::parse(R"(["NOT_FOUND","NOT_FOUND","NOT_FOUND"])"));
   // A missing feature column refuses the batch too.
-  r = post("/push", R"({"push_source_name":"driver_stats_push_source","df":{"driver_id":[11],"event_timestamp":[")" +
-                        isoAgo(5) + R"("],"conv_rate":[0.5]}})");
+  r = post(
+      "/push",
+      R"({"push_source_name":"driver_stats_push_source","df":{"driver_id":[11],"event_timestamp":[")" +
+          isoAgo(5) + R"("],"conv_rate":[0.5]}})");
   EXPECT_EQ(r.status, 400);
-  EXPECT_NE(r.body.find("column acc_rate (feature of feature view driver_hourly_stats) is missing"), std::string::npos)
+  EXPECT_NE(r.body.find("column acc_rate (feature of feature view driver_hourly_stats) is missing"),
+            std::string::npos)
       << r.body;
 }
 
 TEST_P(ServingTest, WindowedAggregatesMoveWithEventsAndTime) {
-  auto trip = [&](int64_t driver, double fare, const std::string& rider, const std::string& city, int64_t ago_s) {
-    return post("/push", R"({"push_source_name":"trips_push","df":{"driver_id":[)" + std::to_string(driver) +
-                             R"(],"event_timestamp":[")" + isoAgo(ago_s) + R"("],"fare":[)" + json(fare).dump() +
-                             R"(],"rider_id":[")" + rider + R"("],"city":[")" + city + R"("]}})");
+  auto trip = [&](int64_t driver, double fare, const std::string& rider, const std::string& city,
+                  int64_t ago_s) {
+    return post("/push", R"({"push_source_name":"trips_push","df":{"driver_id":[)" +
+                             std::to_string(driver) + R"(],"event_timestamp":[")" + isoAgo(ago_s) +
+                             R"("],"fare":[)" + json(fare).dump() + R"(],"rider_id":[")" + rider +
+                             R"("],"city":[")" + city + R"("]}})");
   };
   ASSERT_EQ(trip(9, 10, "r1", "Lyon", 120).status, 200);
   ASSERT_EQ(trip(9, 20, "r2", "Paris", 60).status, 200);
-  ASSERT_EQ(trip(9, 30, "r1", "Nice", 30 * 60).status, 200);  // 30 min ago: not in the 10-minute count
+  ASSERT_EQ(trip(9, 30, "r1", "Nice", 30 * 60).status,
+            200);  // 30 min ago: not in the 10-minute count
   const std::string q =
       R"({"features":["driver_trip_windows:trips_10m","driver_trip_windows:fare_sum_1h","driver_trip_windows:fare_avg_1h",
           "driver_trip_windows:fare_max_1h","driver_trip_windows:riders_1d","driver_trip_windows:last_city"],
@@ -293,22 +333,29 @@ TEST_P(ServingTest, PlanApplyAddsAndRemovesViewsLive) {
   ASSERT_TRUE(files.ok());
   json body = {{"files", *files}};
   body["files"]["extra.yaml"] =
-      "feature_views:\n  - name: driver_extra\n    entities: [driver]\n    schema:\n      - {name: score, dtype: int32}\n";
+      "feature_views:\n  - name: driver_extra\n    entities: [driver]\n    schema:\n      - {name: "
+      "score, dtype: int32}\n";
   auto r = admin("POST", "/admin/features/plan", body.dump());
   ASSERT_EQ(r.status, 200) << r.body;
-  EXPECT_EQ(json::parse(r.body)["changes"], json::parse(R"j(["+ feature view driver_extra (1 feature)"])j"));
-  EXPECT_EQ(post("/get-online-features", R"({"features":["driver_extra:score"],"entities":{"driver_id":[1]}})").status, 404);
+  EXPECT_EQ(json::parse(r.body)["changes"],
+            json::parse(R"j(["+ feature view driver_extra (1 feature)"])j"));
+  EXPECT_EQ(post("/get-online-features",
+                 R"({"features":["driver_extra:score"],"entities":{"driver_id":[1]}})")
+                .status,
+            404);
   r = admin("POST", "/admin/features/apply", body.dump());
   ASSERT_EQ(r.status, 200) << r.body;
-  const std::string w = R"({"feature_view_name":"driver_extra","df":{"driver_id":[1],"score":[42],"event_timestamp":[")" +
-                        isoAgo(1) + R"("]}})";
+  const std::string w =
+      R"({"feature_view_name":"driver_extra","df":{"driver_id":[1],"score":[42],"event_timestamp":[")" +
+      isoAgo(1) + R"("]}})";
   ASSERT_TRUE(testing::waitFor([&] { return post("/write-to-online-store", w).status == 200; }));
   json j = getFeatures(R"({"features":["driver_extra:score"],"entities":{"driver_id":[1]}})");
   EXPECT_EQ(j["results"][1]["values"][0], 42);
   // A change that breaks a served feature is refused, naming it.
   json breaking = {{"files", *files}};
   std::string views = breaking["files"]["views.yaml"];
-  views.replace(views.find("{name: conv_rate, dtype: Float32}"), 33, "{name: conv_rate, dtype: String}");
+  views.replace(views.find("{name: conv_rate, dtype: Float32}"), 33,
+                "{name: conv_rate, dtype: String}");
   breaking["files"]["views.yaml"] = views;
   r = admin("POST", "/admin/features/apply", breaking.dump());
   EXPECT_EQ(r.status, 409);
@@ -318,7 +365,9 @@ TEST_P(ServingTest, PlanApplyAddsAndRemovesViewsLive) {
   ASSERT_EQ(r.status, 200) << r.body;
   EXPECT_NE(r.body.find("- feature view driver_extra"), std::string::npos);
   ASSERT_TRUE(testing::waitFor([&] {
-    return post("/get-online-features", R"({"features":["driver_extra:score"],"entities":{"driver_id":[1]}})").status == 404;
+    return post("/get-online-features",
+                R"({"features":["driver_extra:score"],"entities":{"driver_id":[1]}})")
+               .status == 404;
   }));
   r = admin("GET", "/admin/features/registry");
   ASSERT_EQ(r.status, 200);
@@ -326,9 +375,10 @@ TEST_P(ServingTest, PlanApplyAddsAndRemovesViewsLive) {
 }
 
 TEST_P(ServingTest, AccessControlAuthenticatesAndLimitsRequests) {
-  start("", "governance:\n  store: sqlite://" + dir_ +
-                "/access.db\n  admin_token: tok\n  key_secret: test-secret-0123456789abcdef0123456789\n"
-                "  sync_interval_ms: 100\n  usage_flush_ms: 100\n");
+  start("",
+        "governance:\n  store: sqlite://" + dir_ +
+            "/access.db\n  admin_token: tok\n  key_secret: test-secret-0123456789abcdef0123456789\n"
+            "  sync_interval_ms: 100\n  usage_flush_ms: 100\n");
   auto adm = [&](const std::string& path, const std::string& body) {
     auto r = httpRequest(server_->adminPort(), "POST", path, body,
                          {{"content-type", "application/json"}, {"authorization", "Bearer tok"}});
@@ -357,15 +407,19 @@ INSTANTIATE_TEST_SUITE_P(Stores, ServingTest, ::testing::Values("rocksdb", "redi
                          [](const auto& param_info) { return param_info.param; });
 
 TEST(FeaturesConfigTest, ReadsTheSectionAndRejectsUnknownKeys) {
-  auto ok = server::loadConfigString("features:\n  store: redis://127.0.0.1:6390/2\n  retain_expired: 2h\n");
+  auto ok = server::loadConfigString(
+      "features:\n  store: redis://127.0.0.1:6390/2\n  retain_expired: 2h\n");
   ASSERT_TRUE(ok.ok()) << ok.status().message();
   EXPECT_TRUE(ok->features.enabled);
   EXPECT_EQ(ok->features.retain_expired_s, 7200);
   auto bad = server::loadConfigString("features:\n  store: mysql://x\n  colour: red\n");
   ASSERT_FALSE(bad.ok());
-  EXPECT_NE(bad.status().message().find("features.store (line 2): must be rocksdb or a redis:// URL"), std::string::npos)
+  EXPECT_NE(
+      bad.status().message().find("features.store (line 2): must be rocksdb or a redis:// URL"),
+      std::string::npos)
       << bad.status().message();
-  EXPECT_NE(bad.status().message().find("features.colour (line 3): unknown key"), std::string::npos);
+  EXPECT_NE(bad.status().message().find("features.colour (line 3): unknown key"),
+            std::string::npos);
   EXPECT_FALSE(server::loadConfigString("listen: {port: 0}\n")->features.enabled);
 }
 

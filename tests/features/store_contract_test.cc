@@ -97,7 +97,11 @@ class StoreContractTest : public ::testing::TestWithParam<std::string> {
 };
 
 TEST_P(StoreContractTest, ReadsRowsInKeyOrderAcrossViews) {
-  ASSERT_TRUE(store_->write({{1, "k1", row(10, "a"), 0}, {2, "k1", row(11, "b"), 0}, {1, "k2", row(12, "c"), 0}}).isOk());
+  ASSERT_TRUE(
+      store_
+          ->write(
+              {{1, "k1", row(10, "a"), 0}, {2, "k1", row(11, "b"), 0}, {1, "k2", row(12, "c"), 0}})
+          .isOk());
   const auto rows = read({{2, "k1"}, {1, "missing"}, {1, "k2"}, {1, "k1"}, {3, "k1"}});
   ASSERT_EQ(rows.size(), 5u);
   EXPECT_EQ(rows[0], row(11, "b"));
@@ -112,7 +116,8 @@ TEST_P(StoreContractTest, AnOlderEventNeverOverwritesANewerOne) {
   ASSERT_TRUE(store_->write({{1, "k", row(100, "old"), 0}}).isOk());
   EXPECT_EQ(read({{1, "k"}})[0], row(200, "new"));
   // In one batch too, whatever the order.
-  ASSERT_TRUE(store_->write({{1, "j", row(300, "late"), 0}, {1, "j", row(250, "early"), 0}}).isOk());
+  ASSERT_TRUE(
+      store_->write({{1, "j", row(300, "late"), 0}, {1, "j", row(250, "early"), 0}}).isOk());
   EXPECT_EQ(read({{1, "j"}})[0], row(300, "late"));
   // Equal times: the later write wins; newer always wins.
   ASSERT_TRUE(store_->write({{1, "k", row(200, "again"), 0}}).isOk());
@@ -157,7 +162,8 @@ TEST_P(StoreContractTest, SessionsOnALoopReadAndWriteLikeTheBlockingCalls) {
   WorkerPool pool(2, 64);
   std::promise<std::pair<Status, std::vector<std::string>>> done;
   net::asio::post(loops.loop(0), [&] {
-    net::spawn(loops.loop(0), sessionRoundTrip(store_->session(loops.loop(0), pool), &done), "session test");
+    net::spawn(loops.loop(0), sessionRoundTrip(store_->session(loops.loop(0), pool), &done),
+               "session test");
   });
   auto [s, rows] = done.get_future().get();
   loops.stop();
@@ -168,10 +174,13 @@ TEST_P(StoreContractTest, SessionsOnALoopReadAndWriteLikeTheBlockingCalls) {
 TEST_P(StoreContractTest, ReclaimsRowsPastTheirExpiry) {
   const int64_t now_us = clock_.unixMillis() * 1000;
   ASSERT_TRUE(store_->createView(3, 3600).isOk());  // 1 h ttl
-  ASSERT_TRUE(store_->write({{3, "stale", row(now_us - 7200LL * 1'000'000, "x"), now_us - 3600LL * 1'000'000},
-                             {3, "fresh", row(now_us, "y"), now_us + 3600LL * 1'000'000}})
-                  .isOk());
-  ASSERT_TRUE(store_->compact().isOk());  // RocksDB's compaction filter runs; Redis expired the key on write
+  ASSERT_TRUE(
+      store_
+          ->write({{3, "stale", row(now_us - 7200LL * 1'000'000, "x"), now_us - 3600LL * 1'000'000},
+                   {3, "fresh", row(now_us, "y"), now_us + 3600LL * 1'000'000}})
+          .isOk());
+  ASSERT_TRUE(store_->compact()
+                  .isOk());  // RocksDB's compaction filter runs; Redis expired the key on write
   const auto rows = read({{3, "stale"}, {3, "fresh"}});
   EXPECT_EQ(rows[0], "");
   EXPECT_EQ(rows[1], row(now_us, "y"));

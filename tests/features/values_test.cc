@@ -54,8 +54,9 @@ TEST_F(ValuesTest, DoublesAlwaysPrintAsFloats) {
   EXPECT_EQ(roundTrip("100", "double"), "100.0");
   EXPECT_EQ(roundTrip("0.5", "double"), "0.5");
   EXPECT_EQ(roundTrip("1e-05", "double"), "1e-05");
-  EXPECT_TRUE(roundTrip("\"0.5\"", "double").starts_with("ERR:"));  // Feast refuses strings for Float64
-  EXPECT_EQ(roundTrip("\"0.5\"", "double", true), "0.5");           // CSV ingest reads them
+  EXPECT_TRUE(
+      roundTrip("\"0.5\"", "double").starts_with("ERR:"));  // Feast refuses strings for Float64
+  EXPECT_EQ(roundTrip("\"0.5\"", "double", true), "0.5");   // CSV ingest reads them
   // A float is stored as float32 and widened when printed, as Feast does.
   EXPECT_EQ(roundTrip("0.7", "float"), "0.699999988079071");
 }

@@ -27,7 +27,8 @@ inline std::string printable(std::string_view s) {
   return out;
 }
 
-[[noreturn]] inline void fail(const char* file, int line, const char* cond, const std::string& what) {
+[[noreturn]] inline void fail(const char* file, int line, const char* cond,
+                              const std::string& what) {
   std::fprintf(stderr, "FUZZ FINDING at %s:%d: %s\n  %s\n", file, line, cond, what.c_str());
   std::abort();
 }
@@ -35,7 +36,7 @@ inline std::string printable(std::string_view s) {
 }  // namespace infera::fuzz
 
 // A property of the code under test; its failure aborts with `what` (a std::string expression).
-#define FUZZ_CHECK(cond, what)                                    \
-  do {                                                            \
+#define FUZZ_CHECK(cond, what)                                            \
+  do {                                                                    \
     if (!(cond)) ::infera::fuzz::fail(__FILE__, __LINE__, #cond, (what)); \
   } while (0)

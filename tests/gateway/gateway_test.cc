@@ -97,8 +97,9 @@ class GatewayTest : public ::testing::Test {
            (extra.empty() ? "" : ", " + extra) + "}\n";
   }
 
-  std::optional<TestResponse> post(const std::string& path, const std::string& body,
-                                   const std::vector<std::pair<std::string, std::string>>& headers = {}) {
+  std::optional<TestResponse> post(
+      const std::string& path, const std::string& body,
+      const std::vector<std::pair<std::string, std::string>>& headers = {}) {
     return httpRequest(gw_->port(), "POST", path, body, headers);
   }
 
@@ -155,18 +156,21 @@ class ScriptedBackend final : public net::HttpHandler {
 };
 
 TEST_F(GatewayTest, StreamsChunksByteForByteAsTheyArrive) {
-  const std::vector<std::string> chunks = {"data: {\"a\":1}\n\n", "data: {\"b\"", ":2}\r\n\r\n: keep-alive\n\n",
+  const std::vector<std::string> chunks = {"data: {\"a\":1}\n\n", "data: {\"b\"",
+                                           ":2}\r\n\r\n: keep-alive\n\n",
                                            "event: x\ndata: \xc3\xa9\n\n", "data: [DONE]\n\n"};
   std::atomic<int> released{0};
   net::EventLoops loops(1);
   loops.start();
-  auto backend = net::HttpServer::create(loops, net::ServerConfig{}, [&](int, net::asio::io_context&) {
-    return std::make_unique<ScriptedBackend>(chunks, released);
-  });
+  auto backend =
+      net::HttpServer::create(loops, net::ServerConfig{}, [&](int, net::asio::io_context&) {
+        return std::make_unique<ScriptedBackend>(chunks, released);
+      });
   ASSERT_TRUE(backend.ok());
   startGateway(std::string(kNoHealth) +
                "models:\n  - name: m1\n    deployments:\n      - endpoints:\n"
-               "          - {url: \"http://127.0.0.1:" + std::to_string((*backend)->port()) + "\"}\n");
+               "          - {url: \"http://127.0.0.1:" +
+               std::to_string((*backend)->port()) + "\"}\n");
   TestClient c(gw_->port());
   ASSERT_TRUE(c.send("POST", "/v1/chat/completions", chatBody("m1", true)));
   released = 1;
@@ -177,7 +181,11 @@ TEST_F(GatewayTest, StreamsChunksByteForByteAsTheyArrive) {
   std::string received;
   for (size_t i = 0; i < chunks.size(); ++i) {
     // Everything released so far must arrive before the next chunk is even sent.
-    while (received.size() < [&] { size_t n = 0; for (size_t k = 0; k <= i; ++k) n += chunks[k].size(); return n; }()) {
+    while (received.size() < [&] {
+      size_t n = 0;
+      for (size_t k = 0; k <= i; ++k) n += chunks[k].size();
+      return n;
+    }()) {
       auto piece = c.readPiece();
       ASSERT_TRUE(piece) << "stream ended early after " << received.size() << " bytes";
       received += *piece;
@@ -195,8 +203,10 @@ TEST_F(GatewayTest, StreamsChunksByteForByteAsTheyArrive) {
 
 TEST_F(GatewayTest, FailsOverWhenAnEndpointIsDown) {
   auto& e = startEmulator();
-  startGateway(std::string(kNoHealth) + "retry: {attempts: 3}\nmodels:\n  - name: m1\n    deployments:\n"
-               "      - name: d\n        endpoints:\n" + deadEndpoint() + endpoint(e));
+  startGateway(std::string(kNoHealth) +
+               "retry: {attempts: 3}\nmodels:\n  - name: m1\n    deployments:\n"
+               "      - name: d\n        endpoints:\n" +
+               deadEndpoint() + endpoint(e));
   for (int i = 0; i < 20; ++i) {
     const auto r = post("/v1/chat/completions", chatBody("m1"));
     ASSERT_TRUE(r);
@@ -212,8 +222,10 @@ TEST_F(GatewayTest, RetriesOnAnotherEndpointWhenFirstReturns503) {
     c.faults.error_status = 503;
   });
   auto& good = startEmulator();
-  startGateway(std::string(kNoHealth) + "outlier: {consecutive_failures: 1000}\nmodels:\n  - name: m1\n"
-               "    deployments:\n      - endpoints:\n" + endpoint(bad) + endpoint(good));
+  startGateway(std::string(kNoHealth) +
+               "outlier: {consecutive_failures: 1000}\nmodels:\n  - name: m1\n"
+               "    deployments:\n      - endpoints:\n" +
+               endpoint(bad) + endpoint(good));
   for (int i = 0; i < 20; ++i) {
     const auto r = post("/v1/chat/completions", chatBody("m1"));
     ASSERT_TRUE(r);
@@ -221,7 +233,8 @@ TEST_F(GatewayTest, RetriesOnAnotherEndpointWhenFirstReturns503) {
   }
   EXPECT_GE(bad.stats().injected_errors.load(), 1u);
   EXPECT_EQ(good.stats().requests.load(), 20u);
-  EXPECT_EQ(gw_->metricSum("infera_gateway_upstream_retries_total"), static_cast<double>(bad.stats().requests.load()));
+  EXPECT_EQ(gw_->metricSum("infera_gateway_upstream_retries_total"),
+            static_cast<double>(bad.stats().requests.load()));
 }
 
 TEST_F(GatewayTest, NeverRetriesAStreamThatStartedAndEndsItWithAnErrorEvent) {
@@ -231,8 +244,9 @@ TEST_F(GatewayTest, NeverRetriesAStreamThatStartedAndEndsItWithAnErrorEvent) {
   };
   auto& a = startEmulator({"m1"}, cut);
   auto& b = startEmulator({"m1"}, cut);
-  startGateway(std::string(kNoHealth) + "models:\n  - name: m1\n    deployments:\n      - endpoints:\n" +
-               endpoint(a) + endpoint(b));
+  startGateway(std::string(kNoHealth) +
+               "models:\n  - name: m1\n    deployments:\n      - endpoints:\n" + endpoint(a) +
+               endpoint(b));
   const auto r = post("/v1/chat/completions", chatBody("m1", true, 10));
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 200);
@@ -252,7 +266,8 @@ TEST_F(GatewayTest, EjectsAFailingEndpointAndReadmitsItAfterTheBackoff) {
   auto& good = startEmulator();
   startGateway(std::string(kNoHealth) +
                "retry: {attempts: 1}\noutlier: {consecutive_failures: 2, base_ejection_ms: 400}\n"
-               "models:\n  - name: m1\n    deployments:\n      - endpoints:\n" + endpoint(bad) + endpoint(good));
+               "models:\n  - name: m1\n    deployments:\n      - endpoints:\n" +
+               endpoint(bad) + endpoint(good));
   int failures = 0;
   for (int i = 0; i < 200 && bad.stats().requests.load() < 2; ++i) {
     const auto r = post("/v1/chat/completions", chatBody("m1"));
@@ -281,7 +296,8 @@ TEST_F(GatewayTest, EjectsAFailingEndpointAndReadmitsItAfterTheBackoff) {
 TEST_F(GatewayTest, StaysInItsRegionAndSpillsOverWhenTheRegionIsDown) {
   auto& east = startEmulator();
   auto& west = startEmulator();
-  startGateway(std::string(kNoHealth) + "region: east\nmodels:\n  - name: m1\n    deployments:\n      - endpoints:\n" +
+  startGateway(std::string(kNoHealth) +
+               "region: east\nmodels:\n  - name: m1\n    deployments:\n      - endpoints:\n" +
                endpoint(east, "region: east") + endpoint(west, "region: west"));
   for (int i = 0; i < 30; ++i) ASSERT_EQ(post("/v1/chat/completions", chatBody("m1"))->status, 200);
   EXPECT_EQ(east.stats().requests.load(), 30u);
@@ -298,8 +314,10 @@ TEST_F(GatewayTest, StaysInItsRegionAndSpillsOverWhenTheRegionIsDown) {
 TEST_F(GatewayTest, SpillsOverWhenTheLocalRegionIsMuchSlower) {
   auto& east = startEmulator({"m1"}, [](EmulatorConfig& c) { c.faults.added_latency_ms = 80; });
   auto& west = startEmulator();
-  startGateway(std::string(kNoHealth) + "region: east\nregion_margin: 0.5\nmodels:\n  - name: m1\n    deployments:\n"
-               "      - endpoints:\n" + endpoint(east, "region: east") + endpoint(west, "region: west"));
+  startGateway(std::string(kNoHealth) +
+               "region: east\nregion_margin: 0.5\nmodels:\n  - name: m1\n    deployments:\n"
+               "      - endpoints:\n" +
+               endpoint(east, "region: east") + endpoint(west, "region: west"));
   for (int i = 0; i < 60; ++i) ASSERT_EQ(post("/v1/chat/completions", chatBody("m1"))->status, 200);
   // Each worker learns the local latency once or twice, then prefers the remote region.
   EXPECT_LE(east.stats().requests.load(), 6u);
@@ -309,10 +327,12 @@ TEST_F(GatewayTest, SpillsOverWhenTheLocalRegionIsMuchSlower) {
 TEST_F(GatewayTest, SplitsTrafficByWeight) {
   auto& heavy = startEmulator();
   auto& light = startEmulator();
-  startGateway(std::string(kNoHealth) + "models:\n  - name: m1\n    deployments:\n      - endpoints:\n" +
+  startGateway(std::string(kNoHealth) +
+               "models:\n  - name: m1\n    deployments:\n      - endpoints:\n" +
                endpoint(heavy, "weight: 3") + endpoint(light, "weight: 1"));
   TestClient c(gw_->port());
-  for (int i = 0; i < 400; ++i) ASSERT_EQ(c.request("POST", "/v1/chat/completions", chatBody("m1", false, 1))->status, 200);
+  for (int i = 0; i < 400; ++i)
+    ASSERT_EQ(c.request("POST", "/v1/chat/completions", chatBody("m1", false, 1))->status, 200);
   const double share = static_cast<double>(heavy.stats().requests.load()) / 400.0;
   EXPECT_GT(share, 0.62) << "heavy got " << heavy.stats().requests.load();
   EXPECT_LT(share, 0.88) << "heavy got " << heavy.stats().requests.load();
@@ -321,8 +341,10 @@ TEST_F(GatewayTest, SplitsTrafficByWeight) {
 
 TEST_F(GatewayTest, AnswersGatewayTimeoutWhenTheUpstreamHangs) {
   auto& e = startEmulator({"m1"}, [](EmulatorConfig& c) { c.faults.hang_rate = 1; });
-  startGateway(std::string(kNoHealth) + "retry: {attempts: 1}\nmodels:\n  - name: m1\n    deployments:\n"
-               "      - timeouts: {first_byte_ms: 300}\n        endpoints:\n" + endpoint(e));
+  startGateway(std::string(kNoHealth) +
+               "retry: {attempts: 1}\nmodels:\n  - name: m1\n    deployments:\n"
+               "      - timeouts: {first_byte_ms: 300}\n        endpoints:\n" +
+               endpoint(e));
   const auto start = std::chrono::steady_clock::now();
   const auto r = post("/v1/chat/completions", chatBody("m1"));
   ASSERT_TRUE(r);
@@ -332,8 +354,10 @@ TEST_F(GatewayTest, AnswersGatewayTimeoutWhenTheUpstreamHangs) {
 
 TEST_F(GatewayTest, TotalDeadlineEndsALongStreamWithAnErrorEvent) {
   auto& e = startEmulator({"m1"}, [](EmulatorConfig& c) { c.token_ms = 50; });
-  startGateway(std::string(kNoHealth) + "models:\n  - name: m1\n    deployments:\n"
-               "      - timeouts: {total_ms: 400}\n        endpoints:\n" + endpoint(e));
+  startGateway(std::string(kNoHealth) +
+               "models:\n  - name: m1\n    deployments:\n"
+               "      - timeouts: {total_ms: 400}\n        endpoints:\n" +
+               endpoint(e));
   const auto r = post("/v1/chat/completions", chatBody("m1", true, 100));
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 200);
@@ -344,7 +368,8 @@ TEST_F(GatewayTest, TotalDeadlineEndsALongStreamWithAnErrorEvent) {
 
 TEST_F(GatewayTest, ClientAbortCancelsTheUpstreamStream) {
   auto& e = startEmulator({"m1"}, [](EmulatorConfig& c) { c.token_ms = 20; });
-  startGateway(std::string(kNoHealth) + "models:\n  - name: m1\n    deployments:\n      - endpoints:\n" + endpoint(e));
+  startGateway(std::string(kNoHealth) +
+               "models:\n  - name: m1\n    deployments:\n      - endpoints:\n" + endpoint(e));
   {
     TestClient c(gw_->port());
     ASSERT_TRUE(c.send("POST", "/v1/chat/completions", chatBody("m1", true, 500)));
@@ -353,8 +378,9 @@ TEST_F(GatewayTest, ClientAbortCancelsTheUpstreamStream) {
     ASSERT_TRUE(c.readPiece());
     EXPECT_EQ(e.stats().active_streams.load(), 1);
   }  // the client leaves after the first chunk
-  EXPECT_TRUE(waitFor([&] { return e.stats().aborted_streams.load() == 1 && e.stats().active_streams.load() == 0; },
-                      std::chrono::seconds(5)));
+  EXPECT_TRUE(waitFor(
+      [&] { return e.stats().aborted_streams.load() == 1 && e.stats().active_streams.load() == 0; },
+      std::chrono::seconds(5)));
   EXPECT_EQ(e.stats().completed_streams.load(), 0u);
   EXPECT_TRUE(waitFor([&] { return gw_->metricSum("infera_gateway_client_aborts_total") == 1; }));
   EXPECT_TRUE(waitFor([&] { return gw_->metricSum("infera_gateway_active_streams") == 0; }));
@@ -362,10 +388,13 @@ TEST_F(GatewayTest, ClientAbortCancelsTheUpstreamStream) {
 
 TEST_F(GatewayTest, KServeV2InferRoundTrip) {
   auto& e = startEmulator({"resnet"});
-  startGateway(std::string(kNoHealth) + "models:\n  - name: resnet\n    aliases: [rn]\n    deployments:\n"
-               "      - protocol: kserve\n        endpoints:\n" + endpoint(e));
-  const auto r = post("/v2/models/rn/versions/3/infer",
-                      R"({"id":"q","inputs":[{"name":"INPUT0","shape":[1,2],"datatype":"INT32","data":[5,7]}]})");
+  startGateway(std::string(kNoHealth) +
+               "models:\n  - name: resnet\n    aliases: [rn]\n    deployments:\n"
+               "      - protocol: kserve\n        endpoints:\n" +
+               endpoint(e));
+  const auto r = post(
+      "/v2/models/rn/versions/3/infer",
+      R"({"id":"q","inputs":[{"name":"INPUT0","shape":[1,2],"datatype":"INT32","data":[5,7]}]})");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 200) << r->body;
   EXPECT_NE(r->body.find(R"("model_name":"resnet")"), std::string::npos) << r->body;
@@ -374,28 +403,35 @@ TEST_F(GatewayTest, KServeV2InferRoundTrip) {
   const auto meta = httpRequest(gw_->port(), "GET", "/v2/models/resnet");
   EXPECT_NE(meta->body.find(R"("inputs")"), std::string::npos);
   EXPECT_EQ(httpRequest(gw_->port(), "GET", "/v2/health/live")->status, 200);
-  expectOpenAiError(*httpRequest(gw_->port(), "GET", "/v2/models/nope/ready"), 404, "model_not_found");
+  expectOpenAiError(*httpRequest(gw_->port(), "GET", "/v2/models/nope/ready"), 404,
+                    "model_not_found");
 }
 
 TEST_F(GatewayTest, EveryErrorIsOpenAiShapedWithTheRightStatus) {
   auto& e = startEmulator();
-  startGateway(std::string(kNoHealth) + "max_body_bytes: 2048\nretry: {attempts: 2}\nmodels:\n"
-               "  - name: m1\n    deployments:\n      - endpoints:\n" + endpoint(e) +
-               "  - name: down\n    deployments:\n      - endpoints:\n" + deadEndpoint() + deadEndpoint());
+  startGateway(std::string(kNoHealth) +
+               "max_body_bytes: 2048\nretry: {attempts: 2}\nmodels:\n"
+               "  - name: m1\n    deployments:\n      - endpoints:\n" +
+               endpoint(e) + "  - name: down\n    deployments:\n      - endpoints:\n" +
+               deadEndpoint() + deadEndpoint());
   expectOpenAiError(*post("/v1/chat/completions", "{\"model\": "), 400, "invalid_json");
   expectOpenAiError(*post("/v1/chat/completions", R"({"messages":[]})"), 400, "missing_model");
   expectOpenAiError(*post("/v1/chat/completions", chatBody("nope")), 404, "model_not_found");
-  expectOpenAiError(*post("/v1/chat/completions", std::string(5000, ' ')), 413, "request_too_large");
+  expectOpenAiError(*post("/v1/chat/completions", std::string(5000, ' ')), 413,
+                    "request_too_large");
   expectOpenAiError(*post("/v1/chat/completions", chatBody("down")), 503, "upstream_unavailable");
   expectOpenAiError(*post("/v1/unknown", "{}"), 404, "not_found");
-  expectOpenAiError(*httpRequest(gw_->port(), "GET", "/v1/chat/completions"), 405, "method_not_allowed");
+  expectOpenAiError(*httpRequest(gw_->port(), "GET", "/v1/chat/completions"), 405,
+                    "method_not_allowed");
   EXPECT_EQ(e.stats().requests.load(), 0u);
 }
 
 TEST_F(GatewayTest, AnswersNoHealthyEndpointWhenHealthChecksFail) {
   auto& e = startEmulator();
-  startGateway("health_check: {interval_ms: 50, timeout_ms: 200, unhealthy_threshold: 1}\n"
-               "models:\n  - name: m1\n    deployments:\n      - endpoints:\n" + endpoint(e));
+  startGateway(
+      "health_check: {interval_ms: 50, timeout_ms: 200, unhealthy_threshold: 1}\n"
+      "models:\n  - name: m1\n    deployments:\n      - endpoints:\n" +
+      endpoint(e));
   ASSERT_EQ(post("/v1/chat/completions", chatBody("m1"))->status, 200);
   (void)e;
   emus_[0].reset();  // the backend dies: its /health probe fails
@@ -406,8 +442,9 @@ TEST_F(GatewayTest, AnswersNoHealthyEndpointWhenHealthChecksFail) {
 TEST_F(GatewayTest, HotReloadUnderLoadFailsNoRequest) {
   auto& a = startEmulator();
   auto& b = startEmulator();
-  const std::string base = std::string(kNoHealth) + "models:\n  - name: m1\n    aliases: [x]\n    deployments:\n"
-                                                    "      - endpoints:\n";
+  const std::string base = std::string(kNoHealth) +
+                           "models:\n  - name: m1\n    aliases: [x]\n    deployments:\n"
+                           "      - endpoints:\n";
   const std::string cfg_a = base + endpoint(a);
   const std::string cfg_b = base + endpoint(b) + endpoint(a, "weight: 2");
   startGateway(cfg_a);
@@ -418,7 +455,8 @@ TEST_F(GatewayTest, HotReloadUnderLoadFailsNoRequest) {
     clients.emplace_back([&, t] {
       TestClient c(gw_->port());
       while (!stop.load()) {
-        const auto r = c.request("POST", "/v1/chat/completions", chatBody(t % 2 ? "m1" : "x", t == 3, 3));
+        const auto r =
+            c.request("POST", "/v1/chat/completions", chatBody(t % 2 ? "m1" : "x", t == 3, 3));
         if (r && r->status == 200) {
           ++ok;
         } else {
@@ -450,7 +488,8 @@ TEST_F(GatewayTest, BadReloadIsRejectedAndTheOldConfigKeepsServing) {
   auto& e = startEmulator();
   const std::string path = ::testing::TempDir() + "/infera-reload-test.yaml";
   const std::string good = std::string(kNoHealth) +
-                           "workers: 2\nlisten: {port: 0}\nadmin: {port: 0}\nlog_level: warn\nmodels:\n  - name: m1\n    deployments:\n      - endpoints:\n" +
+                           "workers: 2\nlisten: {port: 0}\nadmin: {port: 0}\nlog_level: "
+                           "warn\nmodels:\n  - name: m1\n    deployments:\n      - endpoints:\n" +
                            endpoint(e);
   std::ofstream(path) << good;
   startGateway(good, path);
@@ -471,15 +510,22 @@ TEST_F(GatewayTest, BadReloadIsRejectedAndTheOldConfigKeepsServing) {
 
 TEST_F(GatewayTest, AdminPortServesMetricsAndProbes) {
   auto& e = startEmulator();
-  startGateway(std::string(kNoHealth) + "models:\n  - name: m1\n    deployments:\n      - name: d1\n"
-               "        endpoints:\n" + endpoint(e));
+  startGateway(std::string(kNoHealth) +
+               "models:\n  - name: m1\n    deployments:\n      - name: d1\n"
+               "        endpoints:\n" +
+               endpoint(e));
   ASSERT_EQ(post("/v1/chat/completions", chatBody("m1", true))->status, 200);
   const std::vector<std::string> names = {
-      "infera_build_info{", "infera_gateway_requests_total{model=\"m1\",deployment=\"d1\",code_class=\"2xx\"} 1",
-      "infera_gateway_request_duration_seconds_bucket", "infera_gateway_time_to_first_token_seconds_count{model=\"m1\"} 1",
-      "infera_gateway_upstream_latency_seconds_bucket", "infera_gateway_requests_in_flight 0",
-      "infera_gateway_active_streams 0", "infera_gateway_upstream_retries_total",
-      "infera_gateway_endpoint_ejections_total", "process_resident_memory_bytes"};
+      "infera_build_info{",
+      "infera_gateway_requests_total{model=\"m1\",deployment=\"d1\",code_class=\"2xx\"} 1",
+      "infera_gateway_request_duration_seconds_bucket",
+      "infera_gateway_time_to_first_token_seconds_count{model=\"m1\"} 1",
+      "infera_gateway_upstream_latency_seconds_bucket",
+      "infera_gateway_requests_in_flight 0",
+      "infera_gateway_active_streams 0",
+      "infera_gateway_upstream_retries_total",
+      "infera_gateway_endpoint_ejections_total",
+      "process_resident_memory_bytes"};
   // The client can read the last byte a moment before the gateway records the request.
   std::string text;
   const bool all = waitFor([&] {
@@ -495,12 +541,14 @@ TEST_F(GatewayTest, AdminPortServesMetricsAndProbes) {
   EXPECT_TRUE(all);
   EXPECT_EQ(httpRequest(gw_->adminPort(), "GET", "/healthz")->status, 200);
   EXPECT_EQ(httpRequest(gw_->adminPort(), "GET", "/readyz")->status, 200);
-  EXPECT_NE(httpRequest(gw_->adminPort(), "GET", "/admin/endpoints")->body.find("\"healthy\":true"), std::string::npos);
+  EXPECT_NE(httpRequest(gw_->adminPort(), "GET", "/admin/endpoints")->body.find("\"healthy\":true"),
+            std::string::npos);
 }
 
 TEST_F(GatewayTest, DrainFinishesStreamsInFlight) {
   auto& e = startEmulator({"m1"}, [](EmulatorConfig& c) { c.token_ms = 10; });
-  startGateway(std::string(kNoHealth) + "models:\n  - name: m1\n    deployments:\n      - endpoints:\n" + endpoint(e));
+  startGateway(std::string(kNoHealth) +
+               "models:\n  - name: m1\n    deployments:\n      - endpoints:\n" + endpoint(e));
   TestClient c(gw_->port());
   ASSERT_TRUE(c.send("POST", "/v1/chat/completions", chatBody("m1", true, 30)));
   TestResponse head;
@@ -524,8 +572,10 @@ TEST_F(GatewayTest, WritesJsonLinesAccessLogWithoutBodies) {
   const std::string path = ::testing::TempDir() + "/infera-access-test.jsonl";
   std::remove(path.c_str());
   startGateway(std::string(kNoHealth) + "access_log: " + path +
-               "\nmodels:\n  - name: m1\n    deployments:\n      - name: d1\n        endpoints:\n" + endpoint(e));
-  ASSERT_EQ(post("/v1/chat/completions", chatBody("m1"), {{"x-request-id", "log-me"}})->status, 200);
+               "\nmodels:\n  - name: m1\n    deployments:\n      - name: d1\n        endpoints:\n" +
+               endpoint(e));
+  ASSERT_EQ(post("/v1/chat/completions", chatBody("m1"), {{"x-request-id", "log-me"}})->status,
+            200);
   ASSERT_EQ(post("/v1/chat/completions", chatBody("nope"))->status, 404);
   gw_.reset();  // flushes every worker's buffer and the writer
   std::ifstream in(path);
@@ -571,21 +621,28 @@ TEST_F(GatewayTest, ForwardsBodyAndHeadersUntouchedExceptCredentialsAndHopByHop)
   net::HttpRequest last;
   net::EventLoops loops(1);
   loops.start();
-  auto backend = net::HttpServer::create(loops, net::ServerConfig{}, [&](int, net::asio::io_context&) {
-    return std::make_unique<CapturingBackend>(last);
-  });
+  auto backend = net::HttpServer::create(
+      loops, net::ServerConfig{},
+      [&](int, net::asio::io_context&) { return std::make_unique<CapturingBackend>(last); });
   ASSERT_TRUE(backend.ok());
   const std::string url = "http://127.0.0.1:" + std::to_string((*backend)->port());
-  startGateway(std::string(kNoHealth) + "models:\n  - name: m1\n    aliases: [renamed]\n    deployments:\n"
-               "      - upstream_model: real/model-name\n        endpoints:\n          - {url: \"" + url + "/prefix\"}\n");
-  const std::string body = R"({ "messages":[{"role":"user","content":"x"}], "model": "renamed" , "vendor_ext":{"a":[1,2]}})";
+  startGateway(std::string(kNoHealth) +
+               "models:\n  - name: m1\n    aliases: [renamed]\n    deployments:\n"
+               "      - upstream_model: real/model-name\n        endpoints:\n          - {url: \"" +
+               url + "/prefix\"}\n");
+  const std::string body =
+      R"({ "messages":[{"role":"user","content":"x"}], "model": "renamed" , "vendor_ext":{"a":[1,2]}})";
   const auto r = post("/v1/chat/completions?trace=1", body,
-                      {{"authorization", "Bearer sk-client"}, {"x-custom", "kept"}, {"x-request-id", "rid-9"},
+                      {{"authorization", "Bearer sk-client"},
+                       {"x-custom", "kept"},
+                       {"x-request-id", "rid-9"},
                        {"connection", "keep-alive"}});
   ASSERT_TRUE(r);
   ASSERT_EQ(r->status, 200) << r->body;
   EXPECT_EQ(last.target, "/prefix/v1/chat/completions?trace=1");
-  EXPECT_EQ(last.body, R"({ "messages":[{"role":"user","content":"x"}], "model": "real/model-name" , "vendor_ext":{"a":[1,2]}})");
+  EXPECT_EQ(
+      last.body,
+      R"({ "messages":[{"role":"user","content":"x"}], "model": "real/model-name" , "vendor_ext":{"a":[1,2]}})");
   EXPECT_EQ(last.header("x-custom"), "kept");
   EXPECT_EQ(last.header("x-request-id"), "rid-9");
   EXPECT_EQ(last.header("authorization"), "");
@@ -609,23 +666,28 @@ TEST_F(GatewayTest, RetryAfterAReloadUsesTheRequestsOwnSnapshot) {
   });
   auto& remote = startEmulator();
   auto& replacement = startEmulator();
-  startGateway(std::string(kNoHealth) + "region: east\nmodels:\n  - name: m1\n    deployments:\n      - endpoints:\n" +
+  startGateway(std::string(kNoHealth) +
+               "region: east\nmodels:\n  - name: m1\n    deployments:\n      - endpoints:\n" +
                endpoint(slow_bad, "region: east") + endpoint(remote, "region: west"));
   std::optional<TestResponse> r;
   std::thread client([&] { r = post("/v1/chat/completions", chatBody("m1")); });
   ASSERT_TRUE(waitFor([&] { return slow_bad.stats().requests.load() == 1; }));
   // While the first try waits on the slow endpoint, a reload replaces both endpoints.
-  auto next = server::loadConfigString(std::string(kNoHealth) + "region: east\nworkers: 2\nlog_level: warn\n"
-                                      "listen: {port: 0}\nadmin: {port: 0}\nmodels:\n  - name: m1\n"
-                                      "    deployments:\n      - endpoints:\n" + endpoint(replacement));
+  auto next =
+      server::loadConfigString(std::string(kNoHealth) +
+                               "region: east\nworkers: 2\nlog_level: warn\n"
+                               "listen: {port: 0}\nadmin: {port: 0}\nmodels:\n  - name: m1\n"
+                               "    deployments:\n      - endpoints:\n" +
+                               endpoint(replacement));
   ASSERT_TRUE(next.ok()) << next.status().message();
   ASSERT_TRUE(gw_->apply(std::move(*next)).isOk());
   client.join();
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 200) << r->body;
-  EXPECT_EQ(remote.stats().requests.load(), 1u);       // the retry stayed in the old snapshot
+  EXPECT_EQ(remote.stats().requests.load(), 1u);  // the retry stayed in the old snapshot
   EXPECT_EQ(replacement.stats().requests.load(), 0u);
-  EXPECT_EQ(post("/v1/chat/completions", chatBody("m1"))->status, 200);  // new requests: new snapshot
+  EXPECT_EQ(post("/v1/chat/completions", chatBody("m1"))->status,
+            200);  // new requests: new snapshot
   EXPECT_EQ(replacement.stats().requests.load(), 1u);
 }
 
@@ -639,7 +701,8 @@ namespace {
 // after 10 s, so that a request lost on the way fails the test instead of hanging it).
 class GateBackend final : public net::HttpHandler {
  public:
-  GateBackend(std::atomic<int>& arrived, std::atomic<int>& target) : arrived_(arrived), target_(target) {}
+  GateBackend(std::atomic<int>& arrived, std::atomic<int>& target)
+      : arrived_(arrived), target_(target) {}
   net::Task<void> handle(net::HttpRequest&, net::ResponseWriter& w) override {
     ++arrived_;
     const auto give_up = net::SteadyClock::now() + std::chrono::seconds(10);
@@ -661,13 +724,15 @@ TEST_F(GatewayTest, KeepsAConnectionPerRequestInFlightForTheNextWave) {
   std::atomic<int> arrived{0}, target{kInFlight};
   net::EventLoops loops(1);
   loops.start();
-  auto backend = net::HttpServer::create(loops, net::ServerConfig{}, [&](int, net::asio::io_context&) {
-    return std::make_unique<GateBackend>(arrived, target);
-  });
+  auto backend = net::HttpServer::create(
+      loops, net::ServerConfig{},
+      [&](int, net::asio::io_context&) { return std::make_unique<GateBackend>(arrived, target); });
   ASSERT_TRUE(backend.ok());
   const std::string url = "http://127.0.0.1:" + std::to_string((*backend)->port());
-  startGateway(std::string(kNoHealth) + "models:\n  - name: m1\n    deployments:\n      - endpoints:\n"
-               "          - {url: \"" + url + "\"}\n");
+  startGateway(std::string(kNoHealth) +
+               "models:\n  - name: m1\n    deployments:\n      - endpoints:\n"
+               "          - {url: \"" +
+               url + "\"}\n");
   std::vector<std::unique_ptr<TestClient>> clients;
   for (int i = 0; i < kInFlight; ++i) clients.push_back(std::make_unique<TestClient>(gw_->port()));
   for (int wave = 1; wave <= 2; ++wave) {

@@ -34,22 +34,34 @@ class HardeningTest : public ::testing::Test {
     db_ = tempPath("hardening.db");
     const std::string url = backend_->url();
     const std::string yaml =
-        "workers: 1\nlisten: {host: 127.0.0.1, port: 0}\nadmin: {host: 127.0.0.1, port: 0}\nlog_level: warn\n"
-        "health_check: {enabled: false}\n" + extra +
+        "workers: 1\nlisten: {host: 127.0.0.1, port: 0}\nadmin: {host: 127.0.0.1, port: "
+        "0}\nlog_level: warn\n"
+        "health_check: {enabled: false}\n" +
+        extra +
         (governance ? "governance:\n  store: sqlite:" + db_ + "\n  admin_token: " + kAdminToken +
-                          "\n  key_secret: test-secret-0123456789abcdef0123456789\n  cache: {ttl_ms: 60000}\n" +
+                          "\n  key_secret: test-secret-0123456789abcdef0123456789\n  cache: "
+                          "{ttl_ms: 60000}\n" +
                           governance_extra
                     : std::string()) +
         "models:\n"
-        "  - {name: echo-a, deployments: [{endpoints: [{url: \"" + url + "\"}]}]}\n"
-        "  - {name: echo-b, deployments: [{endpoints: [{url: \"" + url + "\"}]}]}\n"
-        "  - {name: kecho-a, deployments: [{protocol: kserve, endpoints: [{url: \"" + url + "\"}]}]}\n"
-        "  - {name: kecho-b, deployments: [{protocol: kserve, endpoints: [{url: \"" + url + "\"}]}]}\n";
+        "  - {name: echo-a, deployments: [{endpoints: [{url: \"" +
+        url +
+        "\"}]}]}\n"
+        "  - {name: echo-b, deployments: [{endpoints: [{url: \"" +
+        url +
+        "\"}]}]}\n"
+        "  - {name: kecho-a, deployments: [{protocol: kserve, endpoints: [{url: \"" +
+        url +
+        "\"}]}]}\n"
+        "  - {name: kecho-b, deployments: [{protocol: kserve, endpoints: [{url: \"" +
+        url + "\"}]}]}\n";
     gw_ = access::govtest::startGov(yaml);
     ASSERT_TRUE(gw_);
     if (!governance) return;
     // Team "a" may use echo-a and kecho-a only; its key may name users.
-    ASSERT_EQ(admin(*gw_, "POST", "/admin/teams", R"({"name":"a","models":["echo-a","kecho-a"]})").status, 201);
+    ASSERT_EQ(
+        admin(*gw_, "POST", "/admin/teams", R"({"name":"a","models":["echo-a","kecho-a"]})").status,
+        201);
     const auto k = admin(*gw_, "POST", "/admin/keys", R"({"team":"a","allow_user":true})");
     ASSERT_EQ(k.status, 201) << k.body;
     key_ = json::parse(k.body)["key"].get<std::string>();
@@ -58,12 +70,14 @@ class HardeningTest : public ::testing::Test {
   // A hand-framed request: head lines (without the final blank line) and body.
   std::string frame(const std::string& request_line, const std::vector<std::string>& headers,
                     const std::string& body) const {
-    std::string out = request_line + "\r\nhost: 127.0.0.1\r\nauthorization: Bearer " + key_ + "\r\n";
+    std::string out =
+        request_line + "\r\nhost: 127.0.0.1\r\nauthorization: Bearer " + key_ + "\r\n";
     for (const auto& h : headers) out += h + "\r\n";
     return out + "\r\n" + body;
   }
   // Sends bytes on a fresh connection and reads everything until the gateway closes or goes quiet.
-  std::string exchange(const std::string& bytes, std::chrono::milliseconds quiet = std::chrono::milliseconds(1500)) {
+  std::string exchange(const std::string& bytes,
+                       std::chrono::milliseconds quiet = std::chrono::milliseconds(1500)) {
     TestClient c(gw_->port(), quiet);
     EXPECT_TRUE(c.sendRaw(bytes));
     return c.readAll();
@@ -73,10 +87,12 @@ class HardeningTest : public ::testing::Test {
   }
   static int responses(const std::string& raw) {
     int n = 0;
-    for (size_t p = raw.find("HTTP/1."); p != std::string::npos; p = raw.find("HTTP/1.", p + 1)) ++n;
+    for (size_t p = raw.find("HTTP/1."); p != std::string::npos; p = raw.find("HTTP/1.", p + 1))
+      ++n;
     return n;
   }
-  TestResponse chat(const std::string& body, const std::vector<std::pair<std::string, std::string>>& extra = {}) {
+  TestResponse chat(const std::string& body,
+                    const std::vector<std::pair<std::string, std::string>>& extra = {}) {
     std::vector<std::pair<std::string, std::string>> h = {{"authorization", "Bearer " + key_}};
     for (const auto& e : extra) h.push_back(e);
     auto r = testing::httpRequest(gw_->port(), "POST", "/v1/chat/completions", body, h);
@@ -101,7 +117,8 @@ TEST_F(HardeningTest, AnEscapedDuplicateModelKeyIsRefusedAndNothingIsForwarded) 
   start();
   const auto r = chat(R"({"model":"echo-a","mod\u0065l":"echo-b","messages":[]})");
   EXPECT_EQ(r.status, 400) << r.body;
-  const auto half = chat(R"({"model":"echo-a","max_tokens":1,"max_tok\u0065ns":100000,"messages":[]})");
+  const auto half =
+      chat(R"({"model":"echo-a","max_tokens":1,"max_tok\u0065ns":100000,"messages":[]})");
   EXPECT_EQ(half.status, 400) << half.body;
   EXPECT_EQ(backend_->count(), 0u);
   // A clean request goes through, and the backend reads the model the key was permitted.
@@ -116,15 +133,17 @@ TEST_F(HardeningTest, AnEscapedDuplicateModelKeyIsRefusedAndNothingIsForwarded) 
 // canonical form of the same parse (so an escaped spelling of a prompt is the same prompt).
 TEST_F(HardeningTest, TheCacheKeysOnTheSameReadingAsTheBackend) {
   start();
-  const auto plant = chat(
-      R"({"model":"echo-a","temperature":0,"messages":[{"role":"user","content":"victim"}],)"
-      R"("messages":[{"role":"user","content":"attacker"}]})");
+  const auto plant =
+      chat(R"({"model":"echo-a","temperature":0,"messages":[{"role":"user","content":"victim"}],)"
+           R"("messages":[{"role":"user","content":"attacker"}]})");
   EXPECT_EQ(plant.status, 400);
   EXPECT_EQ(backend_->count(), 0u);
-  const auto first = chat(R"({"model":"echo-a","temperature":0,"messages":[{"role":"user","content":"hi"}]})");
+  const auto first =
+      chat(R"({"model":"echo-a","temperature":0,"messages":[{"role":"user","content":"hi"}]})");
   ASSERT_EQ(first.status, 200);
   EXPECT_EQ(first.header("x-infera-cache"), "miss");
-  const auto same = chat(R"({"messages":[{"content":"h\u0069","role":"user"}],"model":"echo-a","temperature":0.0})");
+  const auto same = chat(
+      R"({"messages":[{"content":"h\u0069","role":"user"}],"model":"echo-a","temperature":0.0})");
   ASSERT_EQ(same.status, 200);
   EXPECT_EQ(same.header("x-infera-cache"), "hit");
   EXPECT_EQ(backend_->count(), 1u);
@@ -163,22 +182,24 @@ TEST_F(HardeningTest, AmbiguousFramingIsRefusedWith400AndTheConnectionClosed) {
 TEST_F(HardeningTest, DotSegmentsAndEncodedSlashesInPathsAreRefused) {
   start();
   const std::string body = R"({"inputs":[{"name":"x","shape":[1],"datatype":"FP32","data":[1]}]})";
-  for (const char* path : {"/v2/models/kecho-a/../kecho-b/infer", "/v2/models/kecho-a/./infer",
-                           "/v2/models/kecho-a/%2e%2e/kecho-b/infer", "/v2/models/kecho-a%2F..%2Fkecho-b/infer",
-                           "/v2/models/kecho-a/..%2fkecho-b/infer", "/v2/models/kecho-a\\..\\kecho-b/infer",
-                           "/v1/chat/../chat/completions"}) {
-    const std::string raw = exchange(frame(std::string("POST ") + path + " HTTP/1.1",
-                                           {"content-type: application/json",
-                                            "content-length: " + std::to_string(body.size())},
-                                           body));
+  for (const char* path :
+       {"/v2/models/kecho-a/../kecho-b/infer", "/v2/models/kecho-a/./infer",
+        "/v2/models/kecho-a/%2e%2e/kecho-b/infer", "/v2/models/kecho-a%2F..%2Fkecho-b/infer",
+        "/v2/models/kecho-a/..%2fkecho-b/infer", "/v2/models/kecho-a\\..\\kecho-b/infer",
+        "/v1/chat/../chat/completions"}) {
+    const std::string raw = exchange(
+        frame(std::string("POST ") + path + " HTTP/1.1",
+              {"content-type: application/json", "content-length: " + std::to_string(body.size())},
+              body));
     EXPECT_EQ(statusOf(raw), 400) << path << "\n" << raw;
   }
   EXPECT_EQ(backend_->count(), 0u);
   // The plain path is permitted and forwarded as the path that was authorised.
-  const std::string ok = exchange(frame("POST /v2/models/kecho-a/infer HTTP/1.1",
-                                        {"content-type: application/json",
-                                         "content-length: " + std::to_string(body.size()), "connection: close"},
-                                        body));
+  const std::string ok =
+      exchange(frame("POST /v2/models/kecho-a/infer HTTP/1.1",
+                     {"content-type: application/json",
+                      "content-length: " + std::to_string(body.size()), "connection: close"},
+                     body));
   EXPECT_EQ(statusOf(ok), 200) << ok;
   ASSERT_EQ(backend_->count(), 1u);
   EXPECT_EQ(backend_->requests()[0].target, "/v2/models/kecho-a/infer");
@@ -214,9 +235,10 @@ TEST_F(HardeningTest, ExpectContinueGetsA100OrAFinalStatusBeforeTheBody) {
   const std::string body = R"({"model":"echo-a","max_tokens":1,"messages":[]})";
   {
     TestClient c(gw_->port(), std::chrono::milliseconds(500));
-    ASSERT_TRUE(c.sendRaw("POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nauthorization: Bearer " + key_ +
-                          "\r\ncontent-type: application/json\r\nexpect: 100-continue\r\ncontent-length: " +
-                          std::to_string(body.size()) + "\r\n\r\n"));
+    ASSERT_TRUE(
+        c.sendRaw("POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nauthorization: Bearer " + key_ +
+                  "\r\ncontent-type: application/json\r\nexpect: 100-continue\r\ncontent-length: " +
+                  std::to_string(body.size()) + "\r\n\r\n"));
     TestResponse interim;
     ASSERT_TRUE(c.readHead(interim)) << "no answer before the body within 500 ms";
     EXPECT_EQ(interim.status, 100);
@@ -228,8 +250,10 @@ TEST_F(HardeningTest, ExpectContinueGetsA100OrAFinalStatusBeforeTheBody) {
   {
     // Without a key the answer is final (401) and no body is awaited.
     TestClient c(gw_->port(), std::chrono::milliseconds(500));
-    ASSERT_TRUE(c.sendRaw("POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
-                          "expect: 100-continue\r\ncontent-length: " + std::to_string(body.size()) + "\r\n\r\n"));
+    ASSERT_TRUE(c.sendRaw(
+        "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+        "expect: 100-continue\r\ncontent-length: " +
+        std::to_string(body.size()) + "\r\n\r\n"));
     TestResponse r;
     ASSERT_TRUE(c.readHead(r));
     EXPECT_EQ(r.status, 401);
@@ -237,8 +261,9 @@ TEST_F(HardeningTest, ExpectContinueGetsA100OrAFinalStatusBeforeTheBody) {
   {
     // Too large: a final 413.
     TestClient c(gw_->port(), std::chrono::milliseconds(500));
-    ASSERT_TRUE(c.sendRaw("POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nauthorization: Bearer " + key_ +
-                          "\r\nexpect: 100-continue\r\ncontent-length: 99999999999\r\n\r\n"));
+    ASSERT_TRUE(
+        c.sendRaw("POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nauthorization: Bearer " + key_ +
+                  "\r\nexpect: 100-continue\r\ncontent-length: 99999999999\r\n\r\n"));
     TestResponse r;
     ASSERT_TRUE(c.readHead(r));
     EXPECT_EQ(r.status, 413);
@@ -249,8 +274,8 @@ TEST_F(HardeningTest, ExpectContinueGetsA100OrAFinalStatusBeforeTheBody) {
 TEST_F(HardeningTest, Http10ClientsGetCloseDelimitedBodies) {
   start({.stream = true, .events = 3});
   const std::string body = R"({"model":"echo-a","stream":true,"max_tokens":3,"messages":[]})";
-  const std::string raw = exchange("POST /v1/chat/completions HTTP/1.0\r\nauthorization: Bearer " + key_ +
-                                   "\r\ncontent-type: application/json\r\ncontent-length: " +
+  const std::string raw = exchange("POST /v1/chat/completions HTTP/1.0\r\nauthorization: Bearer " +
+                                   key_ + "\r\ncontent-type: application/json\r\ncontent-length: " +
                                    std::to_string(body.size()) + "\r\n\r\n" + body);
   ASSERT_EQ(statusOf(raw), 200) << raw;
   EXPECT_EQ(raw.find("transfer-encoding"), std::string::npos) << raw;
@@ -289,13 +314,15 @@ void expectWholeEvents(const TestResponse& r) {
 }
 
 TEST_F(HardeningTest, ABackendDyingMidEventLeavesTheClientOnlyWholeEvents) {
-  start({.stream = true, .events = 4, .cut_after_bytes = 150}, "", "", false);  // inside the second event
+  start({.stream = true, .events = 4, .cut_after_bytes = 150}, "", "",
+        false);  // inside the second event
   expectWholeEvents(chat(R"({"model":"echo-a","stream":true,"max_tokens":4,"messages":[]})"));
 }
 
 TEST_F(HardeningTest, ABackendDyingMidEventLeavesAGovernedClientOnlyWholeEvents) {
   start({.stream = true, .events = 4, .cut_after_bytes = 150});
-  expectWholeEvents(chat(R"({"model":"echo-a","stream":true,"stream_options":{"include_usage":true},"messages":[]})"));
+  expectWholeEvents(chat(
+      R"({"model":"echo-a","stream":true,"stream_options":{"include_usage":true},"messages":[]})"));
   expectWholeEvents(chat(R"({"model":"echo-a","stream":true,"messages":[]})"));
 }
 
@@ -303,8 +330,9 @@ TEST_F(HardeningTest, ABackendDyingMidEventLeavesAGovernedClientOnlyWholeEvents)
 TEST_F(HardeningTest, AnHttp11RequestWithoutHostIs400) {
   start();
   const std::string body = R"({"model":"echo-a","max_tokens":1,"messages":[]})";
-  const std::string raw = exchange("POST /v1/chat/completions HTTP/1.1\r\nauthorization: Bearer " + key_ +
-                                   "\r\ncontent-length: " + std::to_string(body.size()) + "\r\n\r\n" + body);
+  const std::string raw =
+      exchange("POST /v1/chat/completions HTTP/1.1\r\nauthorization: Bearer " + key_ +
+               "\r\ncontent-length: " + std::to_string(body.size()) + "\r\n\r\n" + body);
   EXPECT_EQ(statusOf(raw), 400) << raw;
   EXPECT_EQ(backend_->count(), 0u);
 }
@@ -323,7 +351,8 @@ TEST_F(HardeningTest, CallersAreAuthenticatedBeforeModelsAreLookedUp) {
                                      R"({"model":"no-such-model","messages":[]})");
   ASSERT_TRUE(chat_r);
   EXPECT_EQ(chat_r->status, 401);
-  auto models = testing::httpRequest(gw_->port(), "GET", "/v1/models", "", {{"authorization", "Bearer " + key_}});
+  auto models = testing::httpRequest(gw_->port(), "GET", "/v1/models", "",
+                                     {{"authorization", "Bearer " + key_}});
   ASSERT_TRUE(models);
   ASSERT_EQ(models->status, 200);
   const json m = json::parse(models->body);
@@ -336,7 +365,8 @@ TEST_F(HardeningTest, CallersAreAuthenticatedBeforeModelsAreLookedUp) {
 TEST_F(HardeningTest, EveryRequestHeadOnAKeepAliveConnectionHasTheHeaderTimeout) {
   start({}, "header_timeout_ms: 300\nidle_timeout_ms: 30000\n");
   TestClient c(gw_->port(), std::chrono::seconds(5));
-  const auto first = c.request("POST", "/v1/chat/completions", R"({"model":"echo-a","max_tokens":1,"messages":[]})",
+  const auto first = c.request("POST", "/v1/chat/completions",
+                               R"({"model":"echo-a","max_tokens":1,"messages":[]})",
                                {{"authorization", "Bearer " + key_}});
   ASSERT_TRUE(first);
   ASSERT_EQ(first->status, 200);
@@ -360,8 +390,10 @@ TEST_F(HardeningTest, ConnectionsBeyondTheLimitAreClosedAndCounted) {
   TestClient extra(gw_->port(), std::chrono::milliseconds(2000));
   extra.readAll();
   EXPECT_TRUE(extra.eof());
-  EXPECT_TRUE(waitFor([&] { return gw_->metricSum("infera_net_connections_rejected_total") == 1; }));
-  const auto r = open[0]->request("POST", "/v1/chat/completions", R"({"model":"echo-a","max_tokens":1,"messages":[]})",
+  EXPECT_TRUE(
+      waitFor([&] { return gw_->metricSum("infera_net_connections_rejected_total") == 1; }));
+  const auto r = open[0]->request("POST", "/v1/chat/completions",
+                                  R"({"model":"echo-a","max_tokens":1,"messages":[]})",
                                   {{"authorization", "Bearer " + key_}});
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 200);
@@ -373,14 +405,15 @@ TEST_F(HardeningTest, BodyBytesInFlightAreBoundedServerWide) {
   start({}, "max_body_bytes_in_flight: 4096\n");
   TestClient holder(gw_->port(), std::chrono::milliseconds(2000));
   // A declared 4000-byte body, of which only the start arrives: its 4000 bytes are held.
-  ASSERT_TRUE(holder.sendRaw("POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nauthorization: Bearer " + key_ +
-                             "\r\ncontent-length: 4000\r\n\r\n{\"model\":"));
+  ASSERT_TRUE(
+      holder.sendRaw("POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nauthorization: Bearer " +
+                     key_ + "\r\ncontent-length: 4000\r\n\r\n{\"model\":"));
   ASSERT_TRUE(waitFor([&] { return gw_->metricSum("infera_net_body_bytes_in_flight") == 4000; }));
-  const std::string body = R"({"model":"echo-a","max_tokens":1,"messages":[],"pad":")" + std::string(200, 'x') + "\"}";
-  const std::string raw = exchange(frame("POST /v1/chat/completions HTTP/1.1",
-                                         {"content-type: application/json",
-                                          "content-length: " + std::to_string(body.size())},
-                                         body));
+  const std::string body =
+      R"({"model":"echo-a","max_tokens":1,"messages":[],"pad":")" + std::string(200, 'x') + "\"}";
+  const std::string raw = exchange(frame(
+      "POST /v1/chat/completions HTTP/1.1",
+      {"content-type: application/json", "content-length: " + std::to_string(body.size())}, body));
   EXPECT_EQ(statusOf(raw), 503) << raw;
   EXPECT_EQ(gw_->metricSum("infera_net_busy_rejections_total"), 1);
   holder.close();

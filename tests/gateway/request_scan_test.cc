@@ -7,7 +7,8 @@ namespace {
 
 TEST(RequestScanTest, FindsModelStreamAndTheModelSpan) {
   simdjson::dom::parser p;
-  const std::string body = R"({"messages":[{"model":"inner"}], "model" : "llama3", "stream":true,"x":{"model":1}})";
+  const std::string body =
+      R"({"messages":[{"model":"inner"}], "model" : "llama3", "stream":true,"x":{"model":1}})";
   const auto f = scanRequest(p, body);
   ASSERT_TRUE(f.ok()) << f.status().message();
   EXPECT_EQ(f->model, "llama3");
@@ -42,7 +43,8 @@ namespace {
 
 TEST(RequestScanTest, RejectsDuplicateOrEscapedModelKeys) {
   simdjson::dom::parser p;
-  EXPECT_EQ(scanRequest(p, R"({"model":"a","x":1,"model":"b"})").status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(scanRequest(p, R"({"model":"a","x":1,"model":"b"})").status().code(),
+            StatusCode::kInvalidArgument);
   EXPECT_EQ(scanRequest(p, R"({"mod\u0065l":"a"})").status().code(), StatusCode::kInvalidArgument);
   const auto ok = scanRequest(p, R"({"x":{"model":"inner"},"model":"a"})");
   ASSERT_TRUE(ok.ok()) << ok.status().message();
@@ -88,8 +90,10 @@ namespace {
 // end of the first top-level object and billed the usage of a second one.
 TEST(RequestScanTest, FindTopLevelValueStopsAtTheEndOfTheTopLevelObject) {
   size_t b = 0, e = 0;
-  EXPECT_FALSE(infera::gateway::findTopLevelValue(R"({} {"usage":{"prompt_tokens":8}})", "usage", b, e));
-  EXPECT_FALSE(infera::gateway::findTopLevelValue(std::string_view("{}\0{\"usage\":1}", 14), "usage", b, e));
+  EXPECT_FALSE(
+      infera::gateway::findTopLevelValue(R"({} {"usage":{"prompt_tokens":8}})", "usage", b, e));
+  EXPECT_FALSE(
+      infera::gateway::findTopLevelValue(std::string_view("{}\0{\"usage\":1}", 14), "usage", b, e));
   EXPECT_TRUE(infera::gateway::findTopLevelValue(R"({"a":{},"usage":1})", "usage", b, e));
 }
 
@@ -110,15 +114,17 @@ TEST(RequestScanTest, RefusesAKeyTwiceInAnyObjectAfterUnescaping) {
     EXPECT_NE(f.status().message().find("twice"), std::string::npos) << f.status().message();
   }
   // The same key in different objects is fine, and so are escapes in nested keys and values.
-  const auto ok = scanRequest(p, R"({"model":"m","messages":[{"content":"a"},{"content":"b"}],"x":{"pr\u00e9nom":1}})");
+  const auto ok = scanRequest(
+      p, R"({"model":"m","messages":[{"content":"a"},{"content":"b"}],"x":{"pr\u00e9nom":1}})");
   EXPECT_TRUE(ok.ok()) << ok.status().message();
 }
 
 TEST(RequestScanTest, ReadsEveryFieldItDecidesOnWithItsType) {
   simdjson::dom::parser p;
   const auto f = scanRequest(
-      p, R"({"model":"m","stream":true,"max_tokens":50,"max_completion_tokens":20,"n":3,"temperature":0,)"
-         R"("user":"u","stream_options":{"include_usage":true,"other":[1, 2]}})");
+      p,
+      R"({"model":"m","stream":true,"max_tokens":50,"max_completion_tokens":20,"n":3,"temperature":0,)"
+      R"("user":"u","stream_options":{"include_usage":true,"other":[1, 2]}})");
   ASSERT_TRUE(f.ok()) << f.status().message();
   EXPECT_TRUE(f->stream);
   EXPECT_EQ(f->max_tokens, 20);  // max_completion_tokens supersedes max_tokens
@@ -143,7 +149,8 @@ TEST(RequestScanTest, ReadsEveryFieldItDecidesOnWithItsType) {
     EXPECT_EQ(scanRequest(p, body).status().code(), StatusCode::kInvalidArgument) << body;
   }
   // Null is "not given".
-  const auto nulls = scanRequest(p, R"({"model":"m","stream":null,"max_tokens":null,"temperature":null})");
+  const auto nulls =
+      scanRequest(p, R"({"model":"m","stream":null,"max_tokens":null,"temperature":null})");
   ASSERT_TRUE(nulls.ok()) << nulls.status().message();
   EXPECT_FALSE(nulls->stream);
   EXPECT_EQ(nulls->max_tokens, -1);
@@ -159,11 +166,14 @@ TEST(RequestScanTest, CanonicalFormIgnoresWhitespaceKeyOrderAndEscapesButNotValu
     EXPECT_TRUE(f.ok()) << f.status().message();
     return f.ok() ? f->canonical : std::string();
   };
-  const std::string a = canon(R"({"model":"m","temperature":0,"messages":[{"role":"user","content":"x"}]})");
-  const std::string b =
-      canon(R"({ "messages": [{"content":"\u0078","role":"user"}], "temperature": 0, "model": "alias", "user":"u" })");
-  const std::string c = canon(R"({"model":"m","temperature":0,"messages":[{"role":"user","content":"y"}]})");
-  const std::string d = canon(R"({"model":"m","temperature":0.0,"messages":[{"role":"user","content":"x"}]})");
+  const std::string a =
+      canon(R"({"model":"m","temperature":0,"messages":[{"role":"user","content":"x"}]})");
+  const std::string b = canon(
+      R"({ "messages": [{"content":"\u0078","role":"user"}], "temperature": 0, "model": "alias", "user":"u" })");
+  const std::string c =
+      canon(R"({"model":"m","temperature":0,"messages":[{"role":"user","content":"y"}]})");
+  const std::string d =
+      canon(R"({"model":"m","temperature":0.0,"messages":[{"role":"user","content":"x"}]})");
   EXPECT_FALSE(a.empty());
   EXPECT_EQ(a, b);
   EXPECT_NE(a, c);

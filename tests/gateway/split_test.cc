@@ -48,15 +48,14 @@ TEST(SplitTest, AnotherSaltReshufflesAssignments) {
 
 TEST(SplitTest, ZeroWeightsGetNothingAndNoWeightsMeansNoArm) {
   const uint32_t weights[] = {0, 5, 0};
-  for (int i = 0; i < 500; ++i) EXPECT_EQ(armForHash(weights, stickyHash("", std::to_string(i))), 1);
+  for (int i = 0; i < 500; ++i)
+    EXPECT_EQ(armForHash(weights, stickyHash("", std::to_string(i))), 1);
   const uint32_t none[] = {0, 0};
   EXPECT_EQ(armForHash(none, 12345), -1);
   EXPECT_EQ(armForHash({}, 12345), -1);
 }
 
-TEST(SplitTest, SaltAndIdAreSeparated) {
-  EXPECT_NE(stickyHash("ab", "c"), stickyHash("a", "bc"));
-}
+TEST(SplitTest, SaltAndIdAreSeparated) { EXPECT_NE(stickyHash("ab", "c"), stickyHash("a", "bc")); }
 
 // resolveTargets over a table built from configs: an experiment route with two arms and a shadow.
 class ResolveTest : public ::testing::Test {

@@ -101,17 +101,21 @@ TEST(RouterTest, DispatchesThroughAServerWithPrefixFallbacks) {
   loops.start();
   auto server = HttpServer::create(loops, ServerConfig{}, [](int, asio::io_context&) {
     Router r;
-    r.add("GET", "/collections/{name}", [](HttpRequest&, ResponseWriter& w, PathParams p) -> Task<void> {
-      const std::string body = "collection " + std::string(p["name"]);
-      co_await w.send(200, "text/plain", body);
-    });
-    r.setFallback("", [](HttpRequest&, ResponseWriter& w, int status, std::string_view) -> Task<void> {
-      co_await w.send(status, "text/plain", "root fallback");
-    });
-    r.setFallback("/collections", [](HttpRequest&, ResponseWriter& w, int status, std::string_view allow) -> Task<void> {
-      const std::string body = "qdrant-shaped " + std::string(allow);
-      co_await w.send(status, "application/json", body);
-    });
+    r.add("GET", "/collections/{name}",
+          [](HttpRequest&, ResponseWriter& w, PathParams p) -> Task<void> {
+            const std::string body = "collection " + std::string(p["name"]);
+            co_await w.send(200, "text/plain", body);
+          });
+    r.setFallback("",
+                  [](HttpRequest&, ResponseWriter& w, int status, std::string_view) -> Task<void> {
+                    co_await w.send(status, "text/plain", "root fallback");
+                  });
+    r.setFallback(
+        "/collections",
+        [](HttpRequest&, ResponseWriter& w, int status, std::string_view allow) -> Task<void> {
+          const std::string body = "qdrant-shaped " + std::string(allow);
+          co_await w.send(status, "application/json", body);
+        });
     return std::make_unique<RouterHandler>(std::move(r));
   });
   ASSERT_TRUE(server.ok()) << server.status().message();

@@ -30,7 +30,8 @@ class EchoHandler final : public HttpHandler {
       co_return;
     }
     if (req.path() == "/nothing") co_return;  // the server must answer 500 itself
-    const std::string body = req.method + " " + req.target + " " + std::string(req.header("x-test")) + " " + req.body;
+    const std::string body =
+        req.method + " " + req.target + " " + std::string(req.header("x-test")) + " " + req.body;
     co_await w.send(200, "text/plain", body);
   }
 };
@@ -43,7 +44,8 @@ class ServerTest : public ::testing::Test {
     cfg.max_body_bytes = 1024;
     cfg.max_header_bytes = 2048;
     cfg.header_timeout = std::chrono::milliseconds(300);
-    auto s = HttpServer::create(loops_, cfg, [](int, asio::io_context&) { return std::make_unique<EchoHandler>(); });
+    auto s = HttpServer::create(
+        loops_, cfg, [](int, asio::io_context&) { return std::make_unique<EchoHandler>(); });
     ASSERT_TRUE(s.ok()) << s.status().message();
     server_ = std::move(*s);
   }
@@ -82,7 +84,8 @@ TEST_F(ServerTest, RejectsOversizedBodyWith413JsonError) {
 }
 
 TEST_F(ServerTest, RejectsOversizedHeadersWith431) {
-  const auto r = testing::httpRequest(server_->port(), "GET", "/echo", "", {{"x-big", std::string(4000, 'a')}});
+  const auto r = testing::httpRequest(server_->port(), "GET", "/echo", "",
+                                      {{"x-big", std::string(4000, 'a')}});
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 431);
 }
@@ -130,7 +133,8 @@ TEST_F(ServerTest, DrainClosesIdleConnectionsAndStopsAccepting) {
 }
 
 TEST_F(ServerTest, BlockingClientFetchesThroughThePool) {
-  const auto r = fetchBlocking("http://127.0.0.1:" + std::to_string(server_->port()) + "/x?y=1", "POST", "abc");
+  const auto r = fetchBlocking("http://127.0.0.1:" + std::to_string(server_->port()) + "/x?y=1",
+                               "POST", "abc");
   ASSERT_TRUE(r.ok()) << r.status().message();
   EXPECT_EQ(r->status, 200);
   EXPECT_EQ(r->body, "POST /x?y=1  abc");
@@ -156,7 +160,8 @@ Task<bool> exchange(UpstreamConnection& conn, Deadline deadline) {
   }
 }
 
-// A connection from the pool after one exchange on it (null, with a test failure, if either failed).
+// A connection from the pool after one exchange on it (null, with a test failure, if either
+// failed).
 Task<std::unique_ptr<UpstreamConnection>> acquireAndUse(ConnectionPool& pool, Deadline deadline) {
   auto acquire = pool.acquire(deadline);
   auto c = co_await std::move(acquire);

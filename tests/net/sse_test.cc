@@ -7,12 +7,14 @@ namespace {
 
 TEST(SseReaderTest, AssemblesEventsSplitAcrossArbitraryChunks) {
   const std::string stream =
-      "data: {\"a\":1}\n\n: comment\r\nevent: error\ndata: line1\ndata: line2\r\n\r\ndata: [DONE]\n\n";
+      "data: {\"a\":1}\n\n: comment\r\nevent: error\ndata: line1\ndata: line2\r\n\r\ndata: "
+      "[DONE]\n\n";
   for (size_t step = 1; step <= stream.size(); ++step) {
     SseReader r;
     std::vector<SseEvent> events;
     for (size_t i = 0; i < stream.size(); i += step) {
-      ASSERT_TRUE(r.feed(std::string_view(stream).substr(i, step), [&](const SseEvent& e) { events.push_back(e); }));
+      ASSERT_TRUE(r.feed(std::string_view(stream).substr(i, step),
+                         [&](const SseEvent& e) { events.push_back(e); }));
     }
     ASSERT_EQ(events.size(), 3u) << "step " << step;
     EXPECT_EQ(events[0].data, "{\"a\":1}");

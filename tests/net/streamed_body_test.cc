@@ -1,8 +1,8 @@
-// Routes that read their request body as it arrives (Router::addStreamed, HttpRequest::body_reader):
-// bodies beyond max_body_bytes in pieces, never whole, with every check of the server kept —
-// a declared length over the route's limit is a 413 before the handler runs, a chunked body over
-// it fails the read, Expect: 100-continue is answered first, an answer given before the body's end
-// closes the connection after it, and other routes keep max_body_bytes.
+// Routes that read their request body as it arrives (Router::addStreamed,
+// HttpRequest::body_reader): bodies beyond max_body_bytes in pieces, never whole, with every check
+// of the server kept — a declared length over the route's limit is a 413 before the handler runs, a
+// chunked body over it fails the read, Expect: 100-continue is answered first, an answer given
+// before the body's end closes the connection after it, and other routes keep max_body_bytes.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -32,39 +32,46 @@ class StreamedBodyTest : public ::testing::Test {
     auto s = HttpServer::create(loops_, cfg, [this](int, asio::io_context&) {
       Router r;
       Seen* seen = &seen_;
-      r.addStreamed("PUT", "/upload/{name}", [seen](HttpRequest& req, ResponseWriter& w, PathParams p) -> Task<void> {
-        ++seen->calls;
-        EXPECT_TRUE(req.body.empty());
-        EXPECT_NE(req.body_reader, nullptr);
-        if (p["name"] == "early") {
-          co_await w.send(403, "text/plain", "no");  // answers without reading the body
-          co_return;
-        }
-        uint64_t bytes = 0, sum = 0;
-        int pieces = 0;
-        for (;;) {
-          auto piece = co_await req.body_reader->read();
-          if (!piece.ok()) {
-            const int status = piece.status().code() == StatusCode::kPayloadTooLarge ? 413 : 400;
-            const std::string msg = piece.status().message();
-            co_await w.send(status, "text/plain", msg);
-            co_return;
-          }
-          if (piece->empty()) break;
-          ++pieces;
-          bytes += piece->size();
-          for (unsigned char c : *piece) sum += c;
-          size_t seen_max = seen->largest_piece.load();
-          while (piece->size() > seen_max && !seen->largest_piece.compare_exchange_weak(seen_max, piece->size())) {
-          }
-        }
-        EXPECT_TRUE(req.body_reader->done());
-        const std::string out = "bytes=" + std::to_string(bytes) + " sum=" + std::to_string(sum) +
-                                " pieces=" + std::to_string(pieces > 1 ? 2 : pieces);
-        co_await w.send(200, "text/plain", out);
-      }, 4 << 20);
+      r.addStreamed(
+          "PUT", "/upload/{name}",
+          [seen](HttpRequest& req, ResponseWriter& w, PathParams p) -> Task<void> {
+            ++seen->calls;
+            EXPECT_TRUE(req.body.empty());
+            EXPECT_NE(req.body_reader, nullptr);
+            if (p["name"] == "early") {
+              co_await w.send(403, "text/plain", "no");  // answers without reading the body
+              co_return;
+            }
+            uint64_t bytes = 0, sum = 0;
+            int pieces = 0;
+            for (;;) {
+              auto piece = co_await req.body_reader->read();
+              if (!piece.ok()) {
+                const int status =
+                    piece.status().code() == StatusCode::kPayloadTooLarge ? 413 : 400;
+                const std::string msg = piece.status().message();
+                co_await w.send(status, "text/plain", msg);
+                co_return;
+              }
+              if (piece->empty()) break;
+              ++pieces;
+              bytes += piece->size();
+              for (unsigned char c : *piece) sum += c;
+              size_t seen_max = seen->largest_piece.load();
+              while (piece->size() > seen_max &&
+                     !seen->largest_piece.compare_exchange_weak(seen_max, piece->size())) {
+              }
+            }
+            EXPECT_TRUE(req.body_reader->done());
+            const std::string out = "bytes=" + std::to_string(bytes) +
+                                    " sum=" + std::to_string(sum) +
+                                    " pieces=" + std::to_string(pieces > 1 ? 2 : pieces);
+            co_await w.send(200, "text/plain", out);
+          },
+          4 << 20);
       r.add("POST", "/plain", [](HttpRequest& req, ResponseWriter& w, PathParams) -> Task<void> {
-        const std::string out = "plain " + std::to_string(req.body.size()) + (req.body_reader ? " streamed" : "");
+        const std::string out =
+            "plain " + std::to_string(req.body.size()) + (req.body_reader ? " streamed" : "");
         co_await w.send(200, "text/plain", out);
       });
       return std::make_unique<RouterHandler>(std::move(r));
@@ -97,7 +104,8 @@ TEST_F(StreamedBodyTest, ABodyBeyondMaxBodyBytesArrivesInPiecesAndTheConnectionI
   const auto r = c.request("PUT", "/upload/x", b, {{"content-type", "application/octet-stream"}});
   ASSERT_TRUE(r);
   ASSERT_EQ(r->status, 200) << r->body;
-  EXPECT_EQ(r->body, "bytes=" + std::to_string(b.size()) + " sum=" + std::to_string(sum(b)) + " pieces=2");
+  EXPECT_EQ(r->body,
+            "bytes=" + std::to_string(b.size()) + " sum=" + std::to_string(sum(b)) + " pieces=2");
   EXPECT_LE(seen_.largest_piece.load(), size_t{1} << 20);  // a read buffer, never the body
   // The same connection serves the next request; other routes keep max_body_bytes.
   const auto p = c.request("POST", "/plain", "hello");
@@ -159,7 +167,8 @@ TEST_F(StreamedBodyTest, AChunkedBodyOverTheLimitFailsTheRead) {
 
 TEST_F(StreamedBodyTest, ExpectContinueIsAnsweredBeforeTheBody) {
   TestClient c(server_->port());
-  ASSERT_TRUE(c.sendRaw("PUT /upload/x HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\nExpect: 100-continue\r\n\r\n"));
+  ASSERT_TRUE(c.sendRaw(
+      "PUT /upload/x HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\nExpect: 100-continue\r\n\r\n"));
   testing::TestResponse interim;
   ASSERT_TRUE(c.readHead(interim));
   EXPECT_EQ(interim.status, 100);
@@ -172,7 +181,8 @@ TEST_F(StreamedBodyTest, ExpectContinueIsAnsweredBeforeTheBody) {
 TEST_F(StreamedBodyTest, AnAnswerBeforeTheBodysEndClosesTheConnectionAfterIt) {
   TestClient c(server_->port());
   const std::string b = body(2 << 20);
-  ASSERT_TRUE(c.sendRaw("PUT /upload/early HTTP/1.1\r\nHost: t\r\nContent-Length: " + std::to_string(b.size()) + "\r\n\r\n"));
+  ASSERT_TRUE(c.sendRaw("PUT /upload/early HTTP/1.1\r\nHost: t\r\nContent-Length: " +
+                        std::to_string(b.size()) + "\r\n\r\n"));
   testing::TestResponse head;
   ASSERT_TRUE(c.readHead(head));
   EXPECT_EQ(head.status, 403);

@@ -41,7 +41,8 @@ class Handler final : public HttpHandler {
         disconnects_->fetch_add(1);
       });
       const Deadline until = SteadyClock::now() + std::chrono::seconds(10);
-      while (!gone && SteadyClock::now() < until) co_await sleepUntil(SteadyClock::now() + std::chrono::milliseconds(5));
+      while (!gone && SteadyClock::now() < until)
+        co_await sleepUntil(SteadyClock::now() + std::chrono::milliseconds(5));
       if (!gone) co_await w.send(200, "text/plain", "held");
       co_return;
     }
@@ -145,14 +146,17 @@ class RawTlsClient {
     X509_free(cert);
     return out;
   }
-  bool write(const std::string& bytes) { return SSL_write(ssl_, bytes.data(), static_cast<int>(bytes.size())) > 0; }
+  bool write(const std::string& bytes) {
+    return SSL_write(ssl_, bytes.data(), static_cast<int>(bytes.size())) > 0;
+  }
   // Reads until `count` occurrences of `marker` arrived (or the peer closed / 10 s passed).
   std::string readUntil(const std::string& marker, int count = 1) {
     std::string out;
     char buf[4096];
     for (;;) {
       int seen = 0;
-      for (size_t at = out.find(marker); at != std::string::npos; at = out.find(marker, at + 1)) ++seen;
+      for (size_t at = out.find(marker); at != std::string::npos; at = out.find(marker, at + 1))
+        ++seen;
       if (seen >= count) break;
       const int n = SSL_read(ssl_, buf, sizeof(buf));
       if (n <= 0) break;
@@ -338,7 +342,8 @@ TEST_F(TlsTest, RefusesAServerSignedByAnotherCa) {
   const auto r = fetchOnce(c);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), StatusCode::kUnavailable);
-  EXPECT_NE(r.status().message().find("certificate verify failed: unable to get local issuer certificate"),
+  EXPECT_NE(r.status().message().find(
+                "certificate verify failed: unable to get local issuer certificate"),
             std::string::npos)
       << r.status().message();
   EXPECT_NE(r.status().message().find("TLS handshake with upstream 127.0.0.1"), std::string::npos);
@@ -350,7 +355,8 @@ TEST_F(TlsTest, RefusesACertificateForAnotherName) {
   c.server_name = "wrong.example";
   const auto r = fetchOnce(c);
   ASSERT_FALSE(r.ok());
-  EXPECT_NE(r.status().message().find("certificate verify failed: hostname mismatch"), std::string::npos)
+  EXPECT_NE(r.status().message().find("certificate verify failed: hostname mismatch"),
+            std::string::npos)
       << r.status().message();
   // The certificate names localhost: as the server name it verifies (and is sent as SNI).
   c.server_name = "localhost";
@@ -362,7 +368,8 @@ TEST_F(TlsTest, RefusesAnIpTheCertificateDoesNotName) {
   startServer(serverTls("nameless"));  // DNS:elsewhere.example only
   const auto r = fetchOnce(trusting());
   ASSERT_FALSE(r.ok());
-  EXPECT_NE(r.status().message().find("certificate verify failed: IP address mismatch"), std::string::npos)
+  EXPECT_NE(r.status().message().find("certificate verify failed: IP address mismatch"),
+            std::string::npos)
       << r.status().message();
 }
 
@@ -395,29 +402,36 @@ TEST_F(TlsTest, ClientCertificatesWhenThePortRequiresThem) {
   EXPECT_EQ(*r, "TLS GET /once ");
 
   // A certificate from another CA is refused like none.
-  RawTlsClient foreign(server_->port(), RawTlsClient::trusting(pki_->path("ca.pem"))
-                                             .cert(pki_->path("other-server.pem"), pki_->path("other-server.key")));
-  const bool answered = foreign.connected() && foreign.write(kGet) && !foreign.readUntil("\r\n\r\n").empty();
+  RawTlsClient foreign(server_->port(),
+                       RawTlsClient::trusting(pki_->path("ca.pem"))
+                           .cert(pki_->path("other-server.pem"), pki_->path("other-server.key")));
+  const bool answered =
+      foreign.connected() && foreign.write(kGet) && !foreign.readUntil("\r\n\r\n").empty();
   EXPECT_FALSE(answered);
 }
 
 TEST_F(TlsTest, RefusesTls11AndClientsWithoutHttp11InAlpn) {
   startServer(serverTls());
-  RawTlsClient old(server_->port(), RawTlsClient::trusting(pki_->path("ca.pem")).maxVersion(TLS1_1_VERSION, true));
+  RawTlsClient old(server_->port(),
+                   RawTlsClient::trusting(pki_->path("ca.pem")).maxVersion(TLS1_1_VERSION, true));
   EXPECT_FALSE(old.connected());
   EXPECT_NE(old.error().find("protocol version"), std::string::npos) << old.error();
 
-  RawTlsClient tls12(server_->port(), RawTlsClient::trusting(pki_->path("ca.pem")).maxVersion(TLS1_2_VERSION));
+  RawTlsClient tls12(server_->port(),
+                     RawTlsClient::trusting(pki_->path("ca.pem")).maxVersion(TLS1_2_VERSION));
   ASSERT_TRUE(tls12.connected()) << tls12.error();
   ASSERT_TRUE(tls12.write(kGet));
   EXPECT_NE(tls12.readUntil("TLS GET /x").find("HTTP/1.1 200"), std::string::npos);
 
-  RawTlsClient h2_only(server_->port(), RawTlsClient::trusting(pki_->path("ca.pem")).alpnList(std::string("\x02h2", 3)));
+  RawTlsClient h2_only(
+      server_->port(),
+      RawTlsClient::trusting(pki_->path("ca.pem")).alpnList(std::string("\x02h2", 3)));
   EXPECT_FALSE(h2_only.connected());
   EXPECT_NE(h2_only.error().find("no application protocol"), std::string::npos) << h2_only.error();
 
-  RawTlsClient both(server_->port(),
-                    RawTlsClient::trusting(pki_->path("ca.pem")).alpnList(std::string("\x02h2\x08http/1.1", 12)));
+  RawTlsClient both(
+      server_->port(),
+      RawTlsClient::trusting(pki_->path("ca.pem")).alpnList(std::string("\x02h2\x08http/1.1", 12)));
   ASSERT_TRUE(both.connected()) << both.error();
   EXPECT_EQ(both.alpn(), "http/1.1");
   EXPECT_TRUE(waitFor([&] { return server_->stats().tls_handshake_failures.load() == 2; }));
@@ -475,15 +489,17 @@ TEST_F(TlsTest, ReloadsWhenTheFilesChangeOnDisk) {
   EXPECT_TRUE(waitFor([&] { return serialOfNewConnection() == "1002"; }));
 
   // A broken file is refused, and not retried at every poll: only when the files change again.
-  const uint64_t before = server_->stats().tls_reload_failures.load();  // 1 if a poll fell between key and cert
-  ASSERT_TRUE(testing::replaceFile(pki_->path("ca.key"), cert));        // not a certificate
+  const uint64_t before =
+      server_->stats().tls_reload_failures.load();  // 1 if a poll fell between key and cert
+  ASSERT_TRUE(testing::replaceFile(pki_->path("ca.key"), cert));  // not a certificate
   ASSERT_TRUE(waitFor([&] { return server_->stats().tls_reload_failures.load() == before + 1; }));
   EXPECT_EQ(serialOfNewConnection(), "1002");
   ASSERT_TRUE(pki_->issue("server3", "1003"));  // the openssl CLI takes many polls' time
   ASSERT_TRUE(testing::replaceFile(pki_->path("server3.key"), key));
   ASSERT_TRUE(testing::replaceFile(pki_->path("server3.pem"), cert));
   ASSERT_TRUE(waitFor([&] { return server_->tlsCertificate()->serial == "1003"; }));
-  EXPECT_LE(server_->stats().tls_reload_failures.load(), before + 2);  // + the key-before-cert moment
+  EXPECT_LE(server_->stats().tls_reload_failures.load(),
+            before + 2);  // + the key-before-cert moment
 }
 
 TEST_F(TlsTest, AHandshakeThatNeverComesIsTimedOut) {
@@ -505,7 +521,8 @@ TEST_F(TlsTest, PipelinedRequestsInSeparateRecordsAreAllAnswered) {
   ASSERT_TRUE(c.connected()) << c.error();
   // Three records sent before reading: the engine may hold the later ones when the socket has
   // nothing left to read.
-  for (int i = 0; i < 3; ++i) ASSERT_TRUE(c.write("GET /p" + std::to_string(i) + " HTTP/1.1\r\nhost: t\r\n\r\n"));
+  for (int i = 0; i < 3; ++i)
+    ASSERT_TRUE(c.write("GET /p" + std::to_string(i) + " HTTP/1.1\r\nhost: t\r\n\r\n"));
   const std::string all = c.readUntil("TLS GET /p", 3);
   EXPECT_NE(all.find("TLS GET /p0"), std::string::npos);
   EXPECT_NE(all.find("TLS GET /p1"), std::string::npos);
@@ -546,12 +563,14 @@ TEST(TlsConfig, LoadErrorsNameTheFileAndTheReason) {
   ASSERT_TRUE(pki);
   TlsServerConfig c;
   c.cert_file = pki->path("server.pem");
-  EXPECT_NE(loadServerTls(c).status().message().find("needs both cert_file and key_file"), std::string::npos);
+  EXPECT_NE(loadServerTls(c).status().message().find("needs both cert_file and key_file"),
+            std::string::npos);
   c.key_file = pki->path("client.key");
   EXPECT_NE(loadServerTls(c).status().message().find("does not match"), std::string::npos);
   c.key_file = pki->path("server.key");
   c.client_ca_file = pki->path("server.key");
-  EXPECT_NE(loadServerTls(c).status().message().find("client_ca_file " + c.client_ca_file), std::string::npos);
+  EXPECT_NE(loadServerTls(c).status().message().find("client_ca_file " + c.client_ca_file),
+            std::string::npos);
   c.client_ca_file.clear();
   auto ok = loadServerTls(c);
   ASSERT_TRUE(ok.ok()) << ok.status().message();
@@ -564,7 +583,8 @@ TEST(TlsConfig, LoadErrorsNameTheFileAndTheReason) {
   EXPECT_NE(makeClientTls(cc).status().message().find("ca_file " + cc.ca_file), std::string::npos);
   cc.ca_file.clear();
   cc.cert_file = pki->path("client.pem");
-  EXPECT_NE(makeClientTls(cc).status().message().find("needs both cert_file and key_file"), std::string::npos);
+  EXPECT_NE(makeClientTls(cc).status().message().find("needs both cert_file and key_file"),
+            std::string::npos);
   // Same settings, same files: the same fingerprint (a reload keeps the pool's connections).
   cc.key_file = pki->path("client.key");
   auto one = makeClientTls(cc), two = makeClientTls(cc);

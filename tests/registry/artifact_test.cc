@@ -87,14 +87,17 @@ class ArtifactTest : public ::testing::Test {
   // the sha256 of what was sent.
   Reply upload(const std::string& target, int64_t size, std::string& sent_sha) {
     testing::TestClient c(server_->adminPort(), std::chrono::seconds(120));
-    EXPECT_TRUE(c.sendRaw("PUT " + target + " HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/octet-stream\r\n" +
-                          "content-length: " + std::to_string(size) + "\r\n\r\n"));
+    EXPECT_TRUE(
+        c.sendRaw("PUT " + target +
+                  " HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/octet-stream\r\n" +
+                  "content-length: " + std::to_string(size) + "\r\n\r\n"));
     ByteSource src(42);
     Sha256 sha;
     std::string buf(1 << 20, '\0');
     for (int64_t off = 0; off < size; off += static_cast<int64_t>(buf.size())) {
       src.fill(buf);
-      const std::string_view piece(buf.data(), static_cast<size_t>(std::min<int64_t>(size - off, buf.size())));
+      const std::string_view piece(buf.data(),
+                                   static_cast<size_t>(std::min<int64_t>(size - off, buf.size())));
       sha.update(piece);
       if (!c.sendRaw(std::string(piece))) break;  // the server answered early (a limit) and closed
     }
@@ -111,20 +114,23 @@ class ArtifactTest : public ::testing::Test {
 };
 
 TEST_F(ArtifactTest, AOneGigabyteRoundTripStreamsWithBoundedMemory) {
-  const int64_t size = std::getenv("INFERA_ARTIFACT_TEST_BYTES") ? std::atoll(std::getenv("INFERA_ARTIFACT_TEST_BYTES"))
-                                                                 : int64_t{1} << 30;
+  const int64_t size = std::getenv("INFERA_ARTIFACT_TEST_BYTES")
+                           ? std::atoll(std::getenv("INFERA_ARTIFACT_TEST_BYTES"))
+                           : int64_t{1} << 30;
   registerModel(*api_, "big", 1);
   const int64_t rss_before_kb = procStatusKb("VmRSS");
   ASSERT_TRUE(resetPeakRss());
   std::string sent_sha;
-  const Reply up = upload("/admin/registry/models/big/versions/1/artifacts/model/weights.bin", size, sent_sha);
+  const Reply up =
+      upload("/admin/registry/models/big/versions/1/artifacts/model/weights.bin", size, sent_sha);
   ASSERT_EQ(up.status, 200) << up.text;
   EXPECT_EQ(up.body["size"], size);
   EXPECT_EQ(up.body["sha256"], sent_sha);
 
   // Download through MLflow's artifact API on the data port, hashed as it arrives.
   testing::TestClient c(server_->port(), std::chrono::seconds(120));
-  ASSERT_TRUE(c.send("GET", "/api/2.0/mlflow-artifacts/artifacts/registry/big/1/model/weights.bin", ""));
+  ASSERT_TRUE(
+      c.send("GET", "/api/2.0/mlflow-artifacts/artifacts/registry/big/1/model/weights.bin", ""));
   testing::TestResponse head;
   ASSERT_TRUE(c.readHead(head));
   ASSERT_EQ(head.status, 200);
@@ -140,15 +146,16 @@ TEST_F(ArtifactTest, AOneGigabyteRoundTripStreamsWithBoundedMemory) {
   EXPECT_EQ(got.hex(), sent_sha);
   const int64_t peak_kb = procStatusKb("VmHWM");
   std::printf("artifact round trip of %lld bytes: RSS %lld kB before, peak %lld kB (+%lld kB)\n",
-              static_cast<long long>(size), static_cast<long long>(rss_before_kb), static_cast<long long>(peak_kb),
-              static_cast<long long>(peak_kb - rss_before_kb));
-  EXPECT_LT(peak_kb - rss_before_kb, 16 * 1024) << "the round trip raised the peak RSS by " << (peak_kb - rss_before_kb)
-                                                << " kB";
+              static_cast<long long>(size), static_cast<long long>(rss_before_kb),
+              static_cast<long long>(peak_kb), static_cast<long long>(peak_kb - rss_before_kb));
+  EXPECT_LT(peak_kb - rss_before_kb, 16 * 1024)
+      << "the round trip raised the peak RSS by " << (peak_kb - rss_before_kb) << " kB";
 
   // The version now downloads from the registry, and the listing has the file with its size.
   EXPECT_EQ(api_->get("model-versions/get-download-uri", "name=big&version=1").body["artifact_uri"],
             "mlflow-artifacts:/registry/big/1");
-  const Reply list = toReply(httpRequest(server_->port(), "GET", "/api/2.0/mlflow-artifacts/artifacts?path=registry/big/1"));
+  const Reply list = toReply(httpRequest(
+      server_->port(), "GET", "/api/2.0/mlflow-artifacts/artifacts?path=registry/big/1"));
   ASSERT_EQ(list.status, 200) << list.text;
   EXPECT_EQ(list.body["files"][0]["path"], "model/weights.bin");
   EXPECT_EQ(list.body["files"][0]["file_size"], size);
@@ -162,7 +169,8 @@ TEST_F(ArtifactTest, TheSizeLimitIsA413AndKeepsNothing) {
   EXPECT_EQ(up.status, 413) << up.text;
   const Reply ok = upload("/admin/registry/models/small/versions/1/artifacts/w.bin", 1 << 20, sha);
   EXPECT_EQ(ok.status, 200) << ok.text;
-  const Reply list = toReply(httpRequest(server_->port(), "GET", "/api/2.0/mlflow-artifacts/artifacts?path=registry/small/1"));
+  const Reply list = toReply(httpRequest(
+      server_->port(), "GET", "/api/2.0/mlflow-artifacts/artifacts?path=registry/small/1"));
   ASSERT_EQ(list.body["files"].size(), 1u) << list.text;
   EXPECT_EQ(list.body["files"][0]["file_size"], 1 << 20);
 }
@@ -171,9 +179,11 @@ TEST_F(ArtifactTest, UnknownVersionsMissingFilesAndEscapingPathsAreRefused) {
   registerModel(*api_, "m", 1);
   std::string sha;
   EXPECT_EQ(upload("/admin/registry/models/m/versions/9/artifacts/w.bin", 10, sha).status, 404);
-  EXPECT_EQ(upload("/admin/registry/models/m/versions/1/artifacts/..%2F..%2Fescape", 10, sha).status, 400);
-  const Reply missing =
-      toReply(httpRequest(server_->port(), "GET", "/api/2.0/mlflow-artifacts/artifacts/registry/m/1/nope.bin"));
+  EXPECT_EQ(
+      upload("/admin/registry/models/m/versions/1/artifacts/..%2F..%2Fescape", 10, sha).status,
+      400);
+  const Reply missing = toReply(httpRequest(
+      server_->port(), "GET", "/api/2.0/mlflow-artifacts/artifacts/registry/m/1/nope.bin"));
   EXPECT_EQ(missing.status, 404);
   EXPECT_EQ(missing.body["error_code"], "RESOURCE_DOES_NOT_EXIST");
 }

@@ -80,20 +80,26 @@ inline Reply toReply(const std::optional<TestResponse>& r) {
   return out;
 }
 
-// A client like MLflow's RestStore: `port` is the data port (MLFLOW_TRACKING_URI) or the admin port.
+// A client like MLflow's RestStore: `port` is the data port (MLFLOW_TRACKING_URI) or the admin
+// port.
 class Mlflow {
  public:
   explicit Mlflow(uint16_t port, std::string token = {}) : port_(port), token_(std::move(token)) {}
   Reply get(const std::string& endpoint, const std::string& query = {}) const {
-    return toReply(httpRequest(port_, "GET", "/api/2.0/mlflow/" + endpoint + (query.empty() ? "" : "?" + query), "",
-                               headers(false)));
+    return toReply(httpRequest(port_, "GET",
+                               "/api/2.0/mlflow/" + endpoint + (query.empty() ? "" : "?" + query),
+                               "", headers(false)));
   }
   Reply send(const std::string& method, const std::string& endpoint, const json& body) const {
-    return toReply(httpRequest(port_, method, "/api/2.0/mlflow/" + endpoint, body.dump(), headers(true)));
+    return toReply(
+        httpRequest(port_, method, "/api/2.0/mlflow/" + endpoint, body.dump(), headers(true)));
   }
-  Reply post(const std::string& endpoint, const json& body) const { return send("POST", endpoint, body); }
+  Reply post(const std::string& endpoint, const json& body) const {
+    return send("POST", endpoint, body);
+  }
   std::vector<std::pair<std::string, std::string>> headers(bool body) const {
-    std::vector<std::pair<std::string, std::string>> h = {{"user-agent", "mlflow-python-client/2.9.2"}};
+    std::vector<std::pair<std::string, std::string>> h = {
+        {"user-agent", "mlflow-python-client/2.9.2"}};
     if (body) h.push_back({"content-type", "application/json"});
     if (!token_.empty()) h.push_back({"authorization", "Bearer " + token_});
     return h;
@@ -107,12 +113,13 @@ class Mlflow {
 inline Reply admin(const server::Server& s, const std::string& method, const std::string& target,
                    const json& body = nullptr, const std::string& token = {}) {
   std::vector<std::pair<std::string, std::string>> h = {{"content-type", "application/json"},
-                                                         {"x-infera-actor", "test-operator"}};
+                                                        {"x-infera-actor", "test-operator"}};
   if (!token.empty()) h.push_back({"authorization", "Bearer " + token});
   return toReply(httpRequest(s.adminPort(), method, target, body.is_null() ? "" : body.dump(), h));
 }
 
-inline std::string chat(const std::string& model, int max_tokens = 4, const std::string& extra = "") {
+inline std::string chat(const std::string& model, int max_tokens = 4,
+                        const std::string& extra = "") {
   return R"({"model":")" + model + R"(","max_tokens":)" + std::to_string(max_tokens) + extra +
          R"(,"messages":[{"role":"user","content":"hello there"}]})";
 }
@@ -132,14 +139,19 @@ inline std::unique_ptr<server::Server> startServer(const std::string& yaml) {
 // `backend` with deployments named by `deployments` (name -> URL).
 inline std::string serverYaml(const std::string& store, const std::string& dir,
                               const std::vector<std::pair<std::string, std::string>>& deployments,
-                              const std::string& registry_extra = "", const std::string& top_extra = "") {
-  std::string y = "workers: 2\nlisten: {host: 127.0.0.1, port: 0}\nadmin: {host: 127.0.0.1, port: 0}\n"
-                  "health_check: {enabled: false}\nlog_level: warn\n" + top_extra;
-  y += "registry:\n  store: " + store + "\n  data_dir: " + dir + "\n  sync_interval_ms: 50\n" + registry_extra;
+                              const std::string& registry_extra = "",
+                              const std::string& top_extra = "") {
+  std::string y =
+      "workers: 2\nlisten: {host: 127.0.0.1, port: 0}\nadmin: {host: 127.0.0.1, port: 0}\n"
+      "health_check: {enabled: false}\nlog_level: warn\n" +
+      top_extra;
+  y += "registry:\n  store: " + store + "\n  data_dir: " + dir + "\n  sync_interval_ms: 50\n" +
+       registry_extra;
   if (!deployments.empty()) {
     y += "models:\n  - name: backend\n    deployments:\n";
     for (const auto& [name, url] : deployments) {
-      y += "      - name: " + name + "\n        upstream_model: m\n        endpoints: [{url: " + url + "}]\n";
+      y += "      - name: " + name +
+           "\n        upstream_model: m\n        endpoints: [{url: " + url + "}]\n";
     }
   }
   return y;
@@ -150,8 +162,9 @@ inline void registerModel(const Mlflow& m, const std::string& name, int versions
   const Reply c = m.post("registered-models/create", {{"name", name}});
   ASSERT_EQ(c.status, 200) << c.text;
   for (int v = 1; v <= versions; ++v) {
-    const Reply mv = m.post("model-versions/create",
-                            {{"name", name}, {"source", "s3://bucket/" + name + "/" + std::to_string(v)}});
+    const Reply mv =
+        m.post("model-versions/create",
+               {{"name", name}, {"source", "s3://bucket/" + name + "/" + std::to_string(v)}});
     ASSERT_EQ(mv.status, 200) << mv.text;
     ASSERT_EQ(mv.body["model_version"]["version"], std::to_string(v));
   }

@@ -30,28 +30,40 @@ class ServingTest : public ::testing::TestWithParam<std::string> {
     start();
   }
   void start(const std::string& registry_extra = "") {
-    server_ = startServer(serverYaml(store_, dir_, {{"da", a_->url()}, {"db", b_->url()}, {"dc", c_->url()}},
-                                     registry_extra));
+    server_ = startServer(serverYaml(
+        store_, dir_, {{"da", a_->url()}, {"db", b_->url()}, {"dc", c_->url()}}, registry_extra));
     ASSERT_TRUE(server_);
     api_ = std::make_unique<Mlflow>(server_->port());
   }
   // fraud: versions 1..3 served by da, db, dc; champion -> 1, challenger -> 2.
   void setUpFraud() {
     registerModel(*api_, "fraud", 3);
-    for (const auto& [v, d] : std::vector<std::pair<std::string, std::string>>{{"1", "da"}, {"2", "db"}, {"3", "dc"}}) {
-      const Reply r = admin(*server_, "PUT", "/admin/registry/models/fraud/bindings/" + v, {{"deployments", {d}}});
+    for (const auto& [v, d] :
+         std::vector<std::pair<std::string, std::string>>{{"1", "da"}, {"2", "db"}, {"3", "dc"}}) {
+      const Reply r = admin(*server_, "PUT", "/admin/registry/models/fraud/bindings/" + v,
+                            {{"deployments", {d}}});
       ASSERT_EQ(r.status, 200) << r.text;
     }
-    ASSERT_EQ(admin(*server_, "POST", "/admin/registry/models/fraud/aliases/champion", {{"version", "1"}}).status, 200);
-    ASSERT_EQ(admin(*server_, "POST", "/admin/registry/models/fraud/aliases/challenger", {{"version", "2"}}).status, 200);
+    ASSERT_EQ(
+        admin(*server_, "POST", "/admin/registry/models/fraud/aliases/champion", {{"version", "1"}})
+            .status,
+        200);
+    ASSERT_EQ(admin(*server_, "POST", "/admin/registry/models/fraud/aliases/challenger",
+                    {{"version", "2"}})
+                  .status,
+              200);
   }
-  Reply chatTo(const std::string& model, const std::vector<std::pair<std::string, std::string>>& extra = {},
+  Reply chatTo(const std::string& model,
+               const std::vector<std::pair<std::string, std::string>>& extra = {},
                const std::string& body_extra = "") const {
     std::vector<std::pair<std::string, std::string>> h = {{"content-type", "application/json"}};
     for (const auto& e : extra) h.push_back(e);
-    return toReply(httpRequest(server_->port(), "POST", "/v1/chat/completions", chat(model, 4, body_extra), h));
+    return toReply(httpRequest(server_->port(), "POST", "/v1/chat/completions",
+                               chat(model, 4, body_extra), h));
   }
-  std::string routeOf(const std::string& model) const { return chatTo(model).resp.header("x-infera-route"); }
+  std::string routeOf(const std::string& model) const {
+    return chatTo(model).resp.header("x-infera-route");
+  }
 
   std::unique_ptr<emulator::Emulator> a_, b_, c_;
   std::string dir_, store_;
@@ -83,13 +95,19 @@ TEST_P(ServingTest, VersionsAliasesAndTheModelsNameRouteToTheirDeployments) {
   ASSERT_TRUE(ks);
   EXPECT_EQ(ks->header("x-infera-route"), "fraud/2");
   // An alias bound to deployments of its own serves those, whatever version it points to.
-  ASSERT_EQ(admin(*server_, "PUT", "/admin/registry/models/fraud/bindings/%40champion", {{"deployments", {"dc"}}}).status, 200);
+  ASSERT_EQ(admin(*server_, "PUT", "/admin/registry/models/fraud/bindings/%40champion",
+                  {{"deployments", {"dc"}}})
+                .status,
+            200);
   EXPECT_EQ(routeOf("fraud@champion"), "fraud@champion");
   const uint64_t c_before = c_->stats().requests.load();
   ASSERT_EQ(chatTo("fraud@champion").status, 200);
   EXPECT_EQ(c_->stats().requests.load(), c_before + 1);
   // A binding must name a deployment of the config.
-  EXPECT_EQ(admin(*server_, "PUT", "/admin/registry/models/fraud/bindings/1", {{"deployments", {"nope"}}}).status, 400);
+  EXPECT_EQ(
+      admin(*server_, "PUT", "/admin/registry/models/fraud/bindings/1", {{"deployments", {"nope"}}})
+          .status,
+      400);
 }
 
 TEST_P(ServingTest, AnAliasMoveUnderLoadFailsNoRequestAndLandsWithinASecond) {
@@ -122,13 +140,16 @@ TEST_P(ServingTest, AnAliasMoveUnderLoadFailsNoRequestAndLandsWithinASecond) {
                            {{"version", to}, {"reason", "move " + std::to_string(i)}});
     ASSERT_EQ(mv.status, 200) << mv.text;
     // Every worker: requests on fresh connections land on either loop.
-    ASSERT_TRUE(testing::waitFor([&] {
-      for (int k = 0; k < 4; ++k) {
-        if (routeOf("fraud@champion") != "fraud/" + to) return false;
-      }
-      return true;
-    }, std::chrono::seconds(5)));
-    worst_ms = std::max(worst_ms, std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+    ASSERT_TRUE(testing::waitFor(
+        [&] {
+          for (int k = 0; k < 4; ++k) {
+            if (routeOf("fraud@champion") != "fraud/" + to) return false;
+          }
+          return true;
+        },
+        std::chrono::seconds(5)));
+    worst_ms =
+        std::max(worst_ms, std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
   }
   stop = true;
   for (auto& t : load) t.join();
@@ -149,9 +170,13 @@ TEST_P(ServingTest, AnAliasMoveUnderLoadFailsNoRequestAndLandsWithinASecond) {
 
 TEST_P(ServingTest, RollbackMovesTheAliasBackAndIsRecorded) {
   setUpFraud();
-  ASSERT_EQ(admin(*server_, "POST", "/admin/registry/models/fraud/aliases/champion", {{"version", "2"}, {"reason", "ship v2"}}).status, 200);
+  ASSERT_EQ(admin(*server_, "POST", "/admin/registry/models/fraud/aliases/champion",
+                  {{"version", "2"}, {"reason", "ship v2"}})
+                .status,
+            200);
   EXPECT_EQ(routeOf("fraud"), "fraud/2");
-  const Reply rb = admin(*server_, "POST", "/admin/registry/models/fraud/aliases/champion/rollback", {{"reason", "v2 regressed"}});
+  const Reply rb = admin(*server_, "POST", "/admin/registry/models/fraud/aliases/champion/rollback",
+                         {{"reason", "v2 regressed"}});
   ASSERT_EQ(rb.status, 200) << rb.text;
   EXPECT_EQ(rb.body["move"]["from_version"], "2");
   EXPECT_EQ(rb.body["move"]["to_version"], "1");
@@ -160,9 +185,14 @@ TEST_P(ServingTest, RollbackMovesTheAliasBackAndIsRecorded) {
   ASSERT_EQ(h.body["history"][0]["reason"], "v2 regressed");
   ASSERT_EQ(h.body["history"][1]["reason"], "ship v2");
   // An alias created by its only move has nothing to go back to.
-  EXPECT_EQ(admin(*server_, "POST", "/admin/registry/models/fraud/aliases/challenger/rollback").status, 409);
+  EXPECT_EQ(
+      admin(*server_, "POST", "/admin/registry/models/fraud/aliases/challenger/rollback").status,
+      409);
   // The MLflow API's moves are recorded too.
-  ASSERT_EQ(api_->post("registered-models/alias", {{"name", "fraud"}, {"alias", "challenger"}, {"version", "3"}}).status, 200);
+  ASSERT_EQ(api_->post("registered-models/alias",
+                       {{"name", "fraud"}, {"alias", "challenger"}, {"version", "3"}})
+                .status,
+            200);
   const Reply hc = admin(*server_, "GET", "/admin/registry/models/fraud/history?alias=challenger");
   EXPECT_EQ(hc.body["history"][0]["to_version"], "3");
   EXPECT_EQ(hc.body["history"][0]["from_version"], "2");
@@ -177,7 +207,9 @@ TEST_P(ServingTest, ConcurrentAliasMovesLeaveOneConsistentHistory) {
       Mlflow mine(server_->port());
       for (int i = 0; i < 15; ++i) {
         const std::string v = std::to_string(1 + (t + i) % 4);
-        if (mine.post("registered-models/alias", {{"name", "m"}, {"alias", "live"}, {"version", v}}).status != 200) ++errors;
+        if (mine.post("registered-models/alias", {{"name", "m"}, {"alias", "live"}, {"version", v}})
+                .status != 200)
+          ++errors;
       }
     });
   }
@@ -189,13 +221,15 @@ TEST_P(ServingTest, ConcurrentAliasMovesLeaveOneConsistentHistory) {
   for (size_t i = 0; i < h.body["history"].size(); ++i) {
     seqs.insert(h.body["history"][i]["seq"].get<int64_t>());
     if (i + 1 < h.body["history"].size()) {
-      EXPECT_EQ(h.body["history"][i]["from_version"], h.body["history"][i + 1]["to_version"]) << "at " << i;
+      EXPECT_EQ(h.body["history"][i]["from_version"], h.body["history"][i + 1]["to_version"])
+          << "at " << i;
     }
   }
   EXPECT_EQ(seqs.size(), 90u);
   EXPECT_TRUE(h.body["history"].back()["from_version"].is_null());
-  EXPECT_EQ(api_->get("registered-models/alias", "name=m&alias=live").body["model_version"]["version"],
-            h.body["history"][0]["to_version"]);
+  EXPECT_EQ(
+      api_->get("registered-models/alias", "name=m&alias=live").body["model_version"]["version"],
+      h.body["history"][0]["to_version"]);
 }
 
 INSTANTIATE_TEST_SUITE_P(Stores, ServingTest, ::testing::Values("sqlite", "postgres"),
@@ -207,16 +241,25 @@ TEST(ReplicaTest, AnotherReplicaSeesAnAliasMoveWithinASecond) {
   ASSERT_TRUE(a && b);
   const std::string dir1 = tempDir(), dir2 = tempDir();
   const std::string store = storeUrl("postgres", dir1);
-  auto one = startServer(serverYaml(store, dir1, {{"da", a->url()}, {"db", b->url()}}, "  sync_interval_ms: 200\n"));
-  auto two = startServer(serverYaml(store, dir2, {{"da", a->url()}, {"db", b->url()}}, "  sync_interval_ms: 200\n"));
+  auto one = startServer(
+      serverYaml(store, dir1, {{"da", a->url()}, {"db", b->url()}}, "  sync_interval_ms: 200\n"));
+  auto two = startServer(
+      serverYaml(store, dir2, {{"da", a->url()}, {"db", b->url()}}, "  sync_interval_ms: 200\n"));
   ASSERT_TRUE(one && two);
   Mlflow api(one->port());
   registerModel(api, "fraud", 2);
-  ASSERT_EQ(admin(*one, "PUT", "/admin/registry/models/fraud/bindings/1", {{"deployments", {"da"}}}).status, 200);
-  ASSERT_EQ(admin(*one, "PUT", "/admin/registry/models/fraud/bindings/2", {{"deployments", {"db"}}}).status, 200);
-  ASSERT_EQ(admin(*one, "POST", "/admin/registry/models/fraud/aliases/champion", {{"version", "1"}}).status, 200);
+  ASSERT_EQ(admin(*one, "PUT", "/admin/registry/models/fraud/bindings/1", {{"deployments", {"da"}}})
+                .status,
+            200);
+  ASSERT_EQ(admin(*one, "PUT", "/admin/registry/models/fraud/bindings/2", {{"deployments", {"db"}}})
+                .status,
+            200);
+  ASSERT_EQ(admin(*one, "POST", "/admin/registry/models/fraud/aliases/champion", {{"version", "1"}})
+                .status,
+            200);
   auto routeOn = [](const server::Server& s) {
-    auto r = httpRequest(s.port(), "POST", "/v1/chat/completions", chat("fraud@champion"), {{"content-type", "application/json"}});
+    auto r = httpRequest(s.port(), "POST", "/v1/chat/completions", chat("fraud@champion"),
+                         {{"content-type", "application/json"}});
     return r ? r->header("x-infera-route") : std::string();
   };
   ASSERT_TRUE(testing::waitFor([&] { return routeOn(*two) == "fraud/1"; }));
@@ -224,9 +267,14 @@ TEST(ReplicaTest, AnotherReplicaSeesAnAliasMoveWithinASecond) {
   for (int i = 0; i < 4; ++i) {
     const std::string to = i % 2 == 0 ? "2" : "1";
     const auto t0 = Clock::now();
-    ASSERT_EQ(admin(*one, "POST", "/admin/registry/models/fraud/aliases/champion", {{"version", to}}).status, 200);
-    ASSERT_TRUE(testing::waitFor([&] { return routeOn(*two) == "fraud/" + to; }, std::chrono::seconds(5)));
-    worst_ms = std::max(worst_ms, std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+    ASSERT_EQ(
+        admin(*one, "POST", "/admin/registry/models/fraud/aliases/champion", {{"version", to}})
+            .status,
+        200);
+    ASSERT_TRUE(
+        testing::waitFor([&] { return routeOn(*two) == "fraud/" + to; }, std::chrono::seconds(5)));
+    worst_ms =
+        std::max(worst_ms, std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
   }
   EXPECT_LT(worst_ms, 1000.0) << "the other replica took " << worst_ms << " ms";
 }
@@ -238,8 +286,9 @@ class ExperimentTest : public ServingTest {};
 TEST_P(ExperimentTest, ASplitIsWithinTwoPercentOfItsWeightsOverTenThousandRequestsAndSticky) {
   setUpFraud();
   const Reply ex = admin(*server_, "PUT", "/admin/registry/models/fraud/experiment",
-                         {{"arms", {{{"name", "a"}, {"target", "@champion"}, {"weight", 70}},
-                                    {{"name", "b"}, {"target", "@challenger"}, {"weight", 30}}}},
+                         {{"arms",
+                           {{{"name", "a"}, {"target", "@champion"}, {"weight", 70}},
+                            {{"name", "b"}, {"target", "@challenger"}, {"weight", 30}}}},
                           {"sticky", "user"}});
   ASSERT_EQ(ex.status, 200) << ex.text;
   std::atomic<int> on_a{0}, on_b{0}, bad{0};
@@ -248,8 +297,9 @@ TEST_P(ExperimentTest, ASplitIsWithinTwoPercentOfItsWeightsOverTenThousandReques
     threads.emplace_back([&, t] {
       testing::TestClient client(server_->port());
       for (int i = t; i < 10000; i += 4) {
-        auto r = client.request("POST", "/v1/chat/completions", chat("fraud", 1),
-                                {{"content-type", "application/json"}, {"x-infera-user", "user-" + std::to_string(i)}});
+        auto r = client.request(
+            "POST", "/v1/chat/completions", chat("fraud", 1),
+            {{"content-type", "application/json"}, {"x-infera-user", "user-" + std::to_string(i)}});
         if (!r || r->status != 200) {
           ++bad;
           continue;
@@ -267,14 +317,20 @@ TEST_P(ExperimentTest, ASplitIsWithinTwoPercentOfItsWeightsOverTenThousandReques
   EXPECT_NEAR(on_b / 10000.0, 0.30, 0.02);
   // Sticky: a user's requests stay on its arm.
   const std::string arm = chatTo("fraud", {{"x-infera-user", "alice"}}).header("x-infera-arm");
-  for (int i = 0; i < 30; ++i) ASSERT_EQ(chatTo("fraud", {{"x-infera-user", "alice"}}).header("x-infera-arm"), arm);
+  for (int i = 0; i < 30; ++i)
+    ASSERT_EQ(chatTo("fraud", {{"x-infera-user", "alice"}}).header("x-infera-arm"), arm);
   // The override header, for testing an arm.
-  EXPECT_EQ(chatTo("fraud", {{"x-infera-user", "alice"}, {"x-infera-arm", arm == "a" ? "b" : "a"}}).header("x-infera-arm"),
+  EXPECT_EQ(chatTo("fraud", {{"x-infera-user", "alice"}, {"x-infera-arm", arm == "a" ? "b" : "a"}})
+                .header("x-infera-arm"),
             arm == "a" ? "b" : "a");
   // Weights edited live: everything to b.
-  ASSERT_EQ(admin(*server_, "PATCH", "/admin/registry/models/fraud/experiment", {{"weights", {{"a", 0}, {"b", 100}}}}).status, 200);
+  ASSERT_EQ(admin(*server_, "PATCH", "/admin/registry/models/fraud/experiment",
+                  {{"weights", {{"a", 0}, {"b", 100}}}})
+                .status,
+            200);
   for (int i = 0; i < 50; ++i) {
-    ASSERT_EQ(chatTo("fraud", {{"x-infera-user", "u" + std::to_string(i)}}).header("x-infera-arm"), "b");
+    ASSERT_EQ(chatTo("fraud", {{"x-infera-user", "u" + std::to_string(i)}}).header("x-infera-arm"),
+              "b");
   }
 }
 
@@ -285,12 +341,19 @@ TEST_P(ExperimentTest, TwentyExperimentsRunAtOnceEachOnItsOwnModelAndWeights) {
   for (int i = 0; i < kModels; ++i) {
     const std::string m = "m" + std::to_string(i);
     registerModel(*api_, m, 2);
-    ASSERT_EQ(admin(*server_, "PUT", "/admin/registry/models/" + m + "/bindings/1", {{"deployments", {"da"}}}).status, 200);
-    ASSERT_EQ(admin(*server_, "PUT", "/admin/registry/models/" + m + "/bindings/2", {{"deployments", {"db"}}}).status, 200);
+    ASSERT_EQ(admin(*server_, "PUT", "/admin/registry/models/" + m + "/bindings/1",
+                    {{"deployments", {"da"}}})
+                  .status,
+              200);
+    ASSERT_EQ(admin(*server_, "PUT", "/admin/registry/models/" + m + "/bindings/2",
+                    {{"deployments", {"db"}}})
+                  .status,
+              200);
     const int w1 = i % 2 == 0 ? 100 : 0;
     const Reply ex = admin(*server_, "PUT", "/admin/registry/models/" + m + "/experiment",
-                           {{"arms", {{{"name", "one"}, {"target", "1"}, {"weight", w1}},
-                                      {{"name", "two"}, {"target", "2"}, {"weight", 100 - w1}}}},
+                           {{"arms",
+                             {{{"name", "one"}, {"target", "1"}, {"weight", w1}},
+                              {{"name", "two"}, {"target", "2"}, {"weight", 100 - w1}}}},
                             {"sticky", "user"}});
     ASSERT_EQ(ex.status, 200) << ex.text;
   }
@@ -298,15 +361,18 @@ TEST_P(ExperimentTest, TwentyExperimentsRunAtOnceEachOnItsOwnModelAndWeights) {
   for (int round = 0; round < 5; ++round) {
     for (int i = 0; i < kModels; ++i) {
       const std::string m = "m" + std::to_string(i);
-      auto r = client.request("POST", "/v1/chat/completions", chat(m, 1),
-                              {{"content-type", "application/json"}, {"x-infera-user", "u" + std::to_string(round)}});
+      auto r = client.request(
+          "POST", "/v1/chat/completions", chat(m, 1),
+          {{"content-type", "application/json"}, {"x-infera-user", "u" + std::to_string(round)}});
       ASSERT_TRUE(r && r->status == 200) << m << ": " << (r ? r->body : "no answer");
       EXPECT_EQ(r->header("x-infera-arm"), i % 2 == 0 ? "one" : "two") << m;
       EXPECT_EQ(r->header("x-infera-route"), m + (i % 2 == 0 ? "/1" : "/2")) << m;
     }
   }
   // Editing one experiment's weights moves that model only.
-  ASSERT_EQ(admin(*server_, "PATCH", "/admin/registry/models/m0/experiment", {{"weights", {{"one", 0}, {"two", 100}}}}).status,
+  ASSERT_EQ(admin(*server_, "PATCH", "/admin/registry/models/m0/experiment",
+                  {{"weights", {{"one", 0}, {"two", 100}}}})
+                .status,
             200);
   EXPECT_EQ(chatTo("m0", {{"x-infera-user", "x"}}).header("x-infera-arm"), "two");
   EXPECT_EQ(chatTo("m2", {{"x-infera-user", "x"}}).header("x-infera-arm"), "one");
@@ -320,23 +386,34 @@ TEST_P(ExperimentTest, TwentyExperimentsRunAtOnceEachOnItsOwnModelAndWeights) {
 TEST_P(ExperimentTest, PerArmMetricsAreInPrometheusAndTheAdminApi) {
   setUpFraud();
   ASSERT_EQ(admin(*server_, "PUT", "/admin/registry/models/fraud/experiment",
-                  {{"arms", {{{"name", "ctl"}, {"target", "1"}, {"weight", 1}}, {{"name", "new"}, {"target", "2"}, {"weight", 1}}}}})
+                  {{"arms",
+                    {{{"name", "ctl"}, {"target", "1"}, {"weight", 1}},
+                     {{"name", "new"}, {"target", "2"}, {"weight", 1}}}}})
                 .status,
             200);
   std::map<std::string, int> sent;
-  for (int i = 0; i < 40; ++i) ++sent[chatTo("fraud", {{"x-infera-user", "m" + std::to_string(i)}}).header("x-infera-arm")];
+  for (int i = 0; i < 40; ++i)
+    ++sent[chatTo("fraud", {{"x-infera-user", "m" + std::to_string(i)}}).header("x-infera-arm")];
   ASSERT_EQ(sent["ctl"] + sent["new"], 40);
-  // (an exchange is counted once its answer is written, so the last one may land after the client read it)
+  // (an exchange is counted once its answer is written, so the last one may land after the client
+  // read it)
   std::string text;
   for (const auto& [arm, n] : sent) {
-    const std::string series = "infera_gateway_arm_requests_total{model=\"fraud\",arm=\"" + arm + "\",code_class=\"2xx\"} " + std::to_string(n);
+    const std::string series = "infera_gateway_arm_requests_total{model=\"fraud\",arm=\"" + arm +
+                               "\",code_class=\"2xx\"} " + std::to_string(n);
     EXPECT_TRUE(testing::waitFor([&] {
       text = server_->metricsText();
       return text.find(series) != std::string::npos;
-    })) << series << "\n" << text.substr(0, 2000);
+    })) << series
+        << "\n"
+        << text.substr(0, 2000);
   }
-  EXPECT_NE(text.find("infera_gateway_arm_request_duration_seconds_count{model=\"fraud\",arm=\"ctl\"}"), std::string::npos);
-  EXPECT_NE(text.find("infera_gateway_arm_tokens_total{model=\"fraud\",arm=\"new\",kind=\"completion\"}"), std::string::npos);
+  EXPECT_NE(
+      text.find("infera_gateway_arm_request_duration_seconds_count{model=\"fraud\",arm=\"ctl\"}"),
+      std::string::npos);
+  EXPECT_NE(
+      text.find("infera_gateway_arm_tokens_total{model=\"fraud\",arm=\"new\",kind=\"completion\"}"),
+      std::string::npos);
   const Reply st = admin(*server_, "GET", "/admin/registry/models/fraud/experiment");
   ASSERT_EQ(st.status, 200) << st.text;
   double total = 0, completion = 0;
@@ -366,17 +443,22 @@ class ShadowTest : public ServingTest {
     setUpFraud();
     const Reply ex = admin(*server_, "PUT", "/admin/registry/models/fraud/experiment",
                            {{"arms", json::array()},
-                            {"shadow", {{"target", "3"}, {"share", 1.0}, {"timeout_ms", timeout_ms}, {"max_concurrent", max_concurrent}}}});
+                            {"shadow",
+                             {{"target", "3"},
+                              {"share", 1.0},
+                              {"timeout_ms", timeout_ms},
+                              {"max_concurrent", max_concurrent}}}});
     ASSERT_EQ(ex.status, 200) << ex.text;
   }
   // Interleaves requests with a shadow ("fraud") and without ("fraud@champion": the same version).
-  void measure(int n, std::vector<double>& on, std::vector<double>& off, std::vector<std::string>& answers_on,
-               std::vector<std::string>& answers_off) {
+  void measure(int n, std::vector<double>& on, std::vector<double>& off,
+               std::vector<std::string>& answers_on, std::vector<std::string>& answers_off) {
     testing::TestClient client(server_->port());
     for (int i = 0; i < 2 * n; ++i) {
       const bool shadow = i % 2 == 0;
       const auto t0 = Clock::now();
-      auto r = client.request("POST", "/v1/chat/completions", chat(shadow ? "fraud" : "fraud@champion", 4, R"(,"temperature":0)"),
+      auto r = client.request("POST", "/v1/chat/completions",
+                              chat(shadow ? "fraud" : "fraud@champion", 4, R"(,"temperature":0)"),
                               {{"content-type", "application/json"}});
       const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
       ASSERT_TRUE(r && r->status == 200) << (r ? r->body : "no answer");
@@ -395,14 +477,17 @@ TEST_P(ShadowTest, AHangingShadowChangesNeitherTheAnswerNorItsLatency) {
   measure(150, on, off, ans_on, ans_off);
   for (size_t i = 0; i < ans_on.size(); ++i) ASSERT_EQ(ans_on[i], ans_off[i]);
   const double p99_on = p99(on), p99_off = p99(off);
-  std::printf("hanging shadow: client p99 %.2f ms with shadow, %.2f ms without (n=%zu each)\n", p99_on, p99_off, on.size());
-  EXPECT_LT(p99_on, p99_off * 2 + 10) << "p99 with a hanging shadow " << p99_on << " ms vs " << p99_off << " ms";
+  std::printf("hanging shadow: client p99 %.2f ms with shadow, %.2f ms without (n=%zu each)\n",
+              p99_on, p99_off, on.size());
+  EXPECT_LT(p99_on, p99_off * 2 + 10)
+      << "p99 with a hanging shadow " << p99_on << " ms vs " << p99_off << " ms";
   // Bounded by its own deadline and cap: timeouts and sheds are counted, never the client's.
-  ASSERT_TRUE(testing::waitFor([&] {
-    return server_->metricSum("infera_gateway_shadow_requests_total") >= 150;
-  }));
+  ASSERT_TRUE(testing::waitFor(
+      [&] { return server_->metricSum("infera_gateway_shadow_requests_total") >= 150; }));
   const std::string text = server_->metricsText();
-  EXPECT_NE(text.find("infera_gateway_shadow_requests_total{model=\"fraud\",shadow=\"fraud/3\",outcome=\"shed\"}"), std::string::npos);
+  EXPECT_NE(text.find("infera_gateway_shadow_requests_total{model=\"fraud\",shadow=\"fraud/"
+                      "3\",outcome=\"shed\"}"),
+            std::string::npos);
   ASSERT_TRUE(testing::waitFor([&] {
     const Reply s = admin(*server_, "GET", "/admin/registry/models/fraud/shadow?limit=1000");
     return s.body["summary"]["failed"].get<int64_t>() >= 150;
@@ -447,15 +532,19 @@ TEST_P(ShadowTest, DeterministicShadowAnswersAreComparedWithThePrimarys) {
   auto other = testing::RecordingBackend::start();
   ASSERT_TRUE(other);
   server_.reset();
-  server_ = startServer(serverYaml(store_, dir_, {{"da", a_->url()}, {"db", b_->url()}, {"dc", other->url()}}));
+  server_ = startServer(
+      serverYaml(store_, dir_, {{"da", a_->url()}, {"db", b_->url()}, {"dc", other->url()}}));
   ASSERT_TRUE(server_);
-  ASSERT_EQ(toReply(httpRequest(server_->port(), "POST", "/v1/chat/completions", chat("fraud", 4, R"(,"temperature":0)"),
+  ASSERT_EQ(toReply(httpRequest(server_->port(), "POST", "/v1/chat/completions",
+                                chat("fraud", 4, R"(,"temperature":0)"),
                                 {{"content-type", "application/json"}}))
                 .status,
             200);
   ASSERT_TRUE(testing::waitFor([&] { return other->count() == 1; }));
   ASSERT_TRUE(testing::waitFor([&] {
-    return server_->metricsText().find("infera_gateway_shadow_comparisons_total{model=\"fraud\",shadow=\"fraud/3\",result=\"mismatch\"} 1") != std::string::npos;
+    return server_->metricsText().find(
+               "infera_gateway_shadow_comparisons_total{model=\"fraud\",shadow=\"fraud/"
+               "3\",result=\"mismatch\"} 1") != std::string::npos;
   }));
   // The shadow got the client's body with its own deployment's model name.
   EXPECT_NE(other->requests()[0].body.find("\"model\":\"m\""), std::string::npos);
@@ -470,7 +559,10 @@ class CaptureTest : public ServingTest {};
 
 TEST_P(CaptureTest, SampledCapturesFlagsReviewsAndTheExport) {
   setUpFraud();
-  ASSERT_EQ(admin(*server_, "PUT", "/admin/registry/models/fraud/versions/1/capture", {{"sample", 1.0}}).status, 200);
+  ASSERT_EQ(
+      admin(*server_, "PUT", "/admin/registry/models/fraud/versions/1/capture", {{"sample", 1.0}})
+          .status,
+      200);
   std::vector<std::string> ids;
   for (int i = 0; i < 5; ++i) {
     const Reply r = chatTo("fraud@champion");
@@ -480,28 +572,38 @@ TEST_P(CaptureTest, SampledCapturesFlagsReviewsAndTheExport) {
   // Version 2 has no capture.
   ASSERT_EQ(chatTo("fraud/2").status, 200);
   ASSERT_TRUE(testing::waitFor([&] {
-    return admin(*server_, "GET", "/admin/registry/reviews?model=fraud&state=captured").body["reviews"].size() == 5;
+    return admin(*server_, "GET", "/admin/registry/reviews?model=fraud&state=captured")
+               .body["reviews"]
+               .size() == 5;
   }));
-  const Reply cap = admin(*server_, "GET", "/admin/registry/reviews?model=fraud&version=1&state=captured");
+  const Reply cap =
+      admin(*server_, "GET", "/admin/registry/reviews?model=fraud&version=1&state=captured");
   EXPECT_EQ(cap.body["reviews"][0]["request"]["model"], "fraud@champion");
-  EXPECT_EQ(cap.body["reviews"][0]["response"]["choices"][0]["message"]["content"], "The quick brown fox");
+  EXPECT_EQ(cap.body["reviews"][0]["response"]["choices"][0]["message"]["content"],
+            "The quick brown fox");
   EXPECT_EQ(cap.body["reviews"][0]["target"], "fraud/1");
   // A client flags one (by its x-request-id) on the data port; it joins the review queue.
-  const auto fl = toReply(httpRequest(server_->port(), "POST", "/api/2.0/infera/flags",
-                                      json({{"request_id", ids[2]}, {"reason", "wrong answer"}}).dump(),
-                                      {{"content-type", "application/json"}}));
+  const auto fl =
+      toReply(httpRequest(server_->port(), "POST", "/api/2.0/infera/flags",
+                          json({{"request_id", ids[2]}, {"reason", "wrong answer"}}).dump(),
+                          {{"content-type", "application/json"}}));
   ASSERT_EQ(fl.status, 200) << fl.text;
   const Reply pending = admin(*server_, "GET", "/admin/registry/reviews?model=fraud&state=pending");
   ASSERT_EQ(pending.body["reviews"].size(), 1u);
   EXPECT_EQ(pending.body["reviews"][0]["request_id"], ids[2]);
   EXPECT_EQ(pending.body["reviews"][0]["reason"], "wrong answer");
-  const Reply rv = admin(*server_, "POST", "/admin/registry/reviews/" + ids[2],
-                         {{"verdict", "bad"}, {"label", "The slow red fox"}, {"note", "hallucinated"}});
+  const Reply rv =
+      admin(*server_, "POST", "/admin/registry/reviews/" + ids[2],
+            {{"verdict", "bad"}, {"label", "The slow red fox"}, {"note", "hallucinated"}});
   ASSERT_EQ(rv.status, 200) << rv.text;
   EXPECT_EQ(rv.body["review"]["reviewer"], "test-operator");
-  EXPECT_EQ(admin(*server_, "GET", "/admin/registry/reviews?model=fraud&state=pending").body["reviews"].size(), 0u);
+  EXPECT_EQ(admin(*server_, "GET", "/admin/registry/reviews?model=fraud&state=pending")
+                .body["reviews"]
+                .size(),
+            0u);
   // The export: JSON lines of the reviewed cases.
-  const auto ex = httpRequest(server_->adminPort(), "GET", "/admin/registry/reviews/export?model=fraud");
+  const auto ex =
+      httpRequest(server_->adminPort(), "GET", "/admin/registry/reviews/export?model=fraud");
   ASSERT_TRUE(ex);
   EXPECT_EQ(ex->header("content-type"), "application/x-ndjson");
   ASSERT_EQ(std::count(ex->body.begin(), ex->body.end(), '\n'), 1);
@@ -510,8 +612,14 @@ TEST_P(CaptureTest, SampledCapturesFlagsReviewsAndTheExport) {
   EXPECT_EQ(line["verdict"], "bad");
   EXPECT_EQ(line["request"]["messages"][0]["content"], "hello there");
   // A flag for an inference that was not captured is kept with what the flag says.
-  ASSERT_EQ(admin(*server_, "POST", "/admin/registry/flags", {{"request_id", "not-captured"}, {"model", "fraud"}}).status, 200);
-  EXPECT_EQ(admin(*server_, "GET", "/admin/registry/reviews?model=fraud&state=pending").body["reviews"].size(), 1u);
+  ASSERT_EQ(admin(*server_, "POST", "/admin/registry/flags",
+                  {{"request_id", "not-captured"}, {"model", "fraud"}})
+                .status,
+            200);
+  EXPECT_EQ(admin(*server_, "GET", "/admin/registry/reviews?model=fraud&state=pending")
+                .body["reviews"]
+                .size(),
+            1u);
 }
 
 TEST_P(CaptureTest, RulesFlagErrorsAndWordsWithoutSampling) {
@@ -524,7 +632,9 @@ TEST_P(CaptureTest, RulesFlagErrorsAndWordsWithoutSampling) {
   b_->faults().error_rate = 1.0;
   EXPECT_EQ(chatTo("fraud/2").status, 500);
   ASSERT_TRUE(testing::waitFor([&] {
-    return admin(*server_, "GET", "/admin/registry/reviews?model=fraud&state=pending").body["reviews"].size() == 2;
+    return admin(*server_, "GET", "/admin/registry/reviews?model=fraud&state=pending")
+               .body["reviews"]
+               .size() == 2;
   }));
   const Reply p = admin(*server_, "GET", "/admin/registry/reviews?model=fraud&state=pending");
   std::set<std::string> reasons;

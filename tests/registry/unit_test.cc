@@ -57,7 +57,9 @@ TEST(DeriveRoutesTest, BoundVersionsAliasesAndTheDefaultAlias) {
 
 TEST(DeriveRoutesTest, AnExperimentBecomesASplitRouteWithItsShadow) {
   RoutingState s = fraudState();
-  s.experiments = {{"fraud", R"({"arms":[{"name":"a","target":"@champion","weight":9},{"name":"b","target":"2","weight":1},
+  s.experiments = {
+      {"fraud",
+       R"({"arms":[{"name":"a","target":"@champion","weight":9},{"name":"b","target":"2","weight":1},
                                           {"name":"c","target":"3","weight":5}],
                                  "sticky":"header","header":"X-Session","shadow":{"target":"@challenger","share":0.1}})"}};
   const DerivedRoutes d = deriveRoutes(s, {}, baseModels(), "champion", 1024);
@@ -84,8 +86,8 @@ TEST(DeriveRoutesTest, ConfigBindingsAliasBindingsCaptureAndTakenNames) {
   auto base = baseModels();
   base[0].aliases = {"fraud/2"};  // the config takes this name
   const DerivedRoutes d = deriveRoutes(s, cfg, base, "champion", 4096);
-  EXPECT_EQ(find(d, "fraud/3")->deployments[0].name, "db");   // from the config
-  EXPECT_EQ(find(d, "fraud/1")->deployments[0].name, "da");   // the store's binding wins
+  EXPECT_EQ(find(d, "fraud/3")->deployments[0].name, "db");  // from the config
+  EXPECT_EQ(find(d, "fraud/1")->deployments[0].name, "da");  // the store's binding wins
   EXPECT_EQ(find(d, "fraud@challenger")->deployments.size(), 2u);
   EXPECT_EQ(find(d, "fraud/2"), nullptr);
   EXPECT_FALSE(d.warnings.empty());
@@ -106,10 +108,12 @@ TEST(ExperimentSpecTest, ValidatesArmsStickinessAndTheShadow) {
   EXPECT_FALSE(parseExperiment(R"({})").ok());
   EXPECT_FALSE(parseExperiment(R"({"arms":[{"target":"latest"}]})").ok());
   EXPECT_FALSE(parseExperiment(R"({"arms":[{"target":"1","weight":-1}]})").ok());
-  EXPECT_FALSE(parseExperiment(R"({"arms":[{"name":"a","target":"1"},{"name":"a","target":"2"}]})").ok());
+  EXPECT_FALSE(
+      parseExperiment(R"({"arms":[{"name":"a","target":"1"},{"name":"a","target":"2"}]})").ok());
   EXPECT_FALSE(parseExperiment(R"({"arms":[{"target":"1"}],"sticky":"header"})").ok());
   EXPECT_FALSE(parseExperiment(R"({"shadow":{"target":"2","share":2}})").ok());
-  const auto e = parseExperiment(R"({"arms":[{"target":"@a","weight":3}],"sticky":"key","shadow":{"target":"2"}})");
+  const auto e = parseExperiment(
+      R"({"arms":[{"target":"@a","weight":3}],"sticky":"key","shadow":{"target":"2"}})");
   ASSERT_TRUE(e.ok());
   EXPECT_EQ(e->arms[0].name, "@a");
   EXPECT_DOUBLE_EQ(e->shadow_share, 1.0);

@@ -59,7 +59,8 @@ placement:
   ASSERT_FALSE(cfg.ok());
   const std::string& m = cfg.status().message();
   EXPECT_NE(m.find("queues[0].guaranteed.gpus.A10 (line 5): unknown GPU type 'A10'"),
-            std::string::npos) << m;
+            std::string::npos)
+      << m;
   EXPECT_NE(m.find("queues[0].max.gpus.T4 (line 6): must be in [0,"), std::string::npos) << m;
   EXPECT_NE(m.find("queues[0].colour (line 7): unknown key"), std::string::npos) << m;
   EXPECT_NE(m.find("queues[1].name (line 8): duplicate queue 'team-a'"), std::string::npos) << m;
@@ -76,8 +77,9 @@ TEST(QueuesTest, GuaranteedAboveMaxIsAnError) {
     max: {gpus: {T4: 4}}
 )");
   ASSERT_FALSE(cfg.ok());
-  EXPECT_NE(cfg.status().message().find("queues[0].guaranteed (line 3): guaranteed T4 GPUs exceed max"),
-            std::string::npos)
+  EXPECT_NE(
+      cfg.status().message().find("queues[0].guaranteed (line 3): guaranteed T4 GPUs exceed max"),
+      std::string::npos)
       << cfg.status().message();
 }
 

@@ -252,7 +252,8 @@ queues:
     guaranteed: {gpus: {A10: 4, "*": 2}}
   - name: team-b
 )");
-  auto pod = [](const std::string& name, const std::string& type, const std::string& queue, Tier tier) {
+  auto pod = [](const std::string& name, const std::string& type, const std::string& queue,
+                Tier tier) {
     PodSpec p = gpuPod(name, 1);
     p.gpu_types = {type};
     p.queue = queue;
@@ -260,7 +261,8 @@ queues:
     return p;
   };
   for (int i = 0; i < 4; ++i) {
-    ASSERT_TRUE(engine->schedule(pod("a" + std::to_string(i), "A10", "team-a", Tier::kGuaranteed)).ok());
+    ASSERT_TRUE(
+        engine->schedule(pod("a" + std::to_string(i), "A10", "team-a", Tier::kGuaranteed)).ok());
   }
   // Tier 1 gets the V100s the "*" guarantee does not hold: 4 - 2.
   ASSERT_TRUE(engine->schedule(pod("s0", "V100", "team-b", Tier::kShared)).ok());
@@ -272,7 +274,8 @@ queues:
   ASSERT_TRUE(engine->schedule(pod("v1", "V100", "team-a", Tier::kGuaranteed)).ok());
   const auto over = engine->schedule(pod("v2", "V100", "team-a", Tier::kGuaranteed));
   ASSERT_FALSE(over.ok());
-  EXPECT_NE(over.status().message().find("guaranteed GPUs"), std::string::npos) << over.status().message();
+  EXPECT_NE(over.status().message().find("guaranteed GPUs"), std::string::npos)
+      << over.status().message();
   EXPECT_EQ(engine->stats().running_pods, 8);
 }
 

@@ -32,7 +32,8 @@ TEST(SimulatorTraceTest, PaperBaselinesReproduceAndInferaLeavesFewestOnDefaultPo
   ASSERT_TRUE(pods.ok()) << pods.status().message();
   // policy -> (expected mean, tolerance): the paper's figure (6%) or, for infera, ours.
   std::map<std::string, std::pair<double, double>> expected = {{"infera", {254, 15}}};
-  for (const std::string p : {"fgd", "best-fit", "dot-product", "gpu-packing", "gpu-clustering", "random-fit"}) {
+  for (const std::string p :
+       {"fgd", "best-fit", "dot-product", "gpu-packing", "gpu-clustering", "random-fit"}) {
     const double paper = paperUnallocatedGpus(p, "default");
     ASSERT_GT(paper, 0) << p;
     expected[p] = {paper, 0.06 * paper};
@@ -112,8 +113,8 @@ TEST(SimulatorTraceTest, InferaAtOrBelowFgdAlongTheCurveOnEveryFamily) {
       ASSERT_TRUE(mine && fgd) << list;
       ASSERT_NEAR(mine->load, load, 0.026) << list;
       EXPECT_LE(mine->unallocated_gpus, fgd->unallocated_gpus + kToleranceGpus)
-          << list << " at " << load * 100 << "% of arrivals: infera " << mine->unallocated_gpus << ", fgd "
-          << fgd->unallocated_gpus;
+          << list << " at " << load * 100 << "% of arrivals: infera " << mine->unallocated_gpus
+          << ", fgd " << fgd->unallocated_gpus;
       // Something is still unallocated at 110%: the comparison is not between two full clusters.
       if (load > 1.0) {
         EXPECT_GT(fgd->unallocated_gpus, 0) << list;

@@ -12,7 +12,8 @@ namespace {
 
 // Every one of `expected` appears in the error message `m`.
 void expectEveryMessage(const std::string& m, std::initializer_list<const char*> expected) {
-  for (const char* e : expected) EXPECT_NE(m.find(e), std::string::npos) << "missing: " << e << "\nin:\n" << m;
+  for (const char* e : expected)
+    EXPECT_NE(m.find(e), std::string::npos) << "missing: " << e << "\nin:\n" << m;
 }
 
 TEST(ServerConfigTest, ParsesDeploymentsWithInheritedDefaults) {
@@ -53,16 +54,20 @@ models:
           - {}
 )");
   ASSERT_FALSE(cfg.ok());
-  expectEveryMessage(cfg.status().message(), {
-      "workers (line 1): must be in [0, 256], got -1",
-      "listen.port (line 2): must be in [0, 65535], got 70000",
-      "colour (line 3): unknown key",
-      "models[0].aliases (line 6): model or alias 'm' is defined twice",
-      "models[0].deployments[0].endpoints[0].url (line 9): must start with http://",
-      "models[0].deployments[0].endpoints[0].weight (line 9): must be in [1, 1000], got 0",
-      "models[0].deployments[0].endpoints[1].emulator (line 10): names unknown emulator 'ghost'",
-      "models[0].deployments[0].endpoints[2] (line 11): needs exactly one of 'url' or 'emulator'",
-  });
+  expectEveryMessage(
+      cfg.status().message(),
+      {
+          "workers (line 1): must be in [0, 256], got -1",
+          "listen.port (line 2): must be in [0, 65535], got 70000",
+          "colour (line 3): unknown key",
+          "models[0].aliases (line 6): model or alias 'm' is defined twice",
+          "models[0].deployments[0].endpoints[0].url (line 9): must start with http://",
+          "models[0].deployments[0].endpoints[0].weight (line 9): must be in [1, 1000], got 0",
+          "models[0].deployments[0].endpoints[1].emulator (line 10): names unknown emulator "
+          "'ghost'",
+          "models[0].deployments[0].endpoints[2] (line 11): needs exactly one of 'url' or "
+          "'emulator'",
+      });
 }
 
 // Governance settings: errors name the key path and line, and never echo a password of a URL.
@@ -76,12 +81,15 @@ models: [{name: m, deployments: [{endpoints: [{url: "http://127.0.0.1:1"}]}]}]
 )");
   ASSERT_FALSE(cfg.ok());
   const std::string& m = cfg.status().message();
-  expectEveryMessage(m, {
-      "governance.store (line 2): must be sqlite:PATH or a postgresql:// URL (got 'mysql://infera:***@db/x')",
-      "governance.sync_interval_ms (line 3): must be in [10, 4000], got 10000",
-      "governance.redis (line 4): must be a redis://host:port URL (got 'rediss://:***@cache:6380')",
-      "governance.redis_fallback (line 5)",
-  });
+  expectEveryMessage(m,
+                     {
+                         "governance.store (line 2): must be sqlite:PATH or a postgresql:// URL "
+                         "(got 'mysql://infera:***@db/x')",
+                         "governance.sync_interval_ms (line 3): must be in [10, 4000], got 10000",
+                         "governance.redis (line 4): must be a redis://host:port URL (got "
+                         "'rediss://:***@cache:6380')",
+                         "governance.redis_fallback (line 5)",
+                     });
   EXPECT_EQ(m.find("hunter2"), std::string::npos) << m;
 }
 
@@ -96,13 +104,15 @@ TEST(ServerConfigTest, VectorsSectionIsValidatedAndNeedsARestart) {
   EXPECT_TRUE(on->vectors.enabled);
   EXPECT_EQ(on->vectors.path_prefix, "/qdrant");
   EXPECT_EQ(on->vectors.data_dir, "/tmp/v");
-  const auto bad = loadConfigString("vectors:\n  path_prefix: qdrant/\n  max_batch_points: 0\n  colour: red\n");
+  const auto bad =
+      loadConfigString("vectors:\n  path_prefix: qdrant/\n  max_batch_points: 0\n  colour: red\n");
   ASSERT_FALSE(bad.ok());
-  expectEveryMessage(bad.status().message(), {
-      "vectors.path_prefix (line 2): must start with '/' and not end with one",
-      "vectors.max_batch_points (line 3): must be in [1, 1000000], got 0",
-      "vectors.colour (line 4): unknown key",
-  });
+  expectEveryMessage(bad.status().message(),
+                     {
+                         "vectors.path_prefix (line 2): must start with '/' and not end with one",
+                         "vectors.max_batch_points (line 3): must be in [1, 1000000], got 0",
+                         "vectors.colour (line 4): unknown key",
+                     });
   const auto restart = restartNeeded(*off, *on);
   EXPECT_NE(std::find(restart.begin(), restart.end(), "vectors"), restart.end());
 }
@@ -132,7 +142,8 @@ models:
           - {url: "https://127.0.0.1:1"}
           - {url: "https://127.0.0.1:2", tls: {verify: false, cert_file: PKI/client.pem, key_file: PKI/client.key}}
           - {url: "http://127.0.0.1:3"}
-)", *pki));
+)",
+                                            *pki));
   ASSERT_TRUE(cfg.ok()) << cfg.status().message();
   ASSERT_TRUE(cfg->listen.tls);
   EXPECT_EQ(cfg->listen.tls->cert_file, pki->path("server.pem"));
@@ -172,18 +183,23 @@ models:
           - {url: "http://127.0.0.1:3", tls: {verify: false}}
           - {url: "https://127.0.0.1:3", tls: {cert_file: PKI/client.pem}}
           - {url: "https://127.0.0.1:3", tls: {ca_file: /nonexistent/ca.pem, sni: x}}
-)", *pki));
+)",
+                                            *pki));
   ASSERT_FALSE(cfg.ok());
-  expectEveryMessage(cfg.status().message(), {
-      "listen.tls.key_file (line 2): is required",
-      "listen.tls.cert_file (line 2): cannot read '/nonexistent/c.pem': No such file or directory",
-      "listen.tls.colour (line 2): unknown key",
-      "admin.tls.watch_interval_ms (line 3): must be in [0, 3600000], got -1",
-      "models[0].deployments[0].endpoints[0].tls (line 8): is for https:// endpoints only",
-      "models[0].deployments[0].endpoints[1].tls (line 9): cert_file and key_file go together",
-      "models[0].deployments[0].endpoints[2].tls.ca_file (line 10): cannot read '/nonexistent/ca.pem'",
-      "models[0].deployments[0].endpoints[2].tls.sni (line 10): unknown key",
-  });
+  expectEveryMessage(
+      cfg.status().message(),
+      {
+          "listen.tls.key_file (line 2): is required",
+          "listen.tls.cert_file (line 2): cannot read '/nonexistent/c.pem': No such file or "
+          "directory",
+          "listen.tls.colour (line 2): unknown key",
+          "admin.tls.watch_interval_ms (line 3): must be in [0, 3600000], got -1",
+          "models[0].deployments[0].endpoints[0].tls (line 8): is for https:// endpoints only",
+          "models[0].deployments[0].endpoints[1].tls (line 9): cert_file and key_file go together",
+          "models[0].deployments[0].endpoints[2].tls.ca_file (line 10): cannot read "
+          "'/nonexistent/ca.pem'",
+          "models[0].deployments[0].endpoints[2].tls.sni (line 10): unknown key",
+      });
 }
 
 TEST(ServerConfigTest, MissingFileAndSyntaxErrorsAreClear) {
@@ -195,7 +211,8 @@ TEST(ServerConfigTest, MissingFileAndSyntaxErrorsAreClear) {
 
 TEST(ServerConfigTest, ShippedExamplesAreValid) {
   const char* src = INFERA_TEST_SOURCE_DIR;
-  for (const char* f : {"/examples/quickstart.yaml", "/examples/multi-region.yaml", "/examples/vectors.yaml"}) {
+  for (const char* f :
+       {"/examples/quickstart.yaml", "/examples/multi-region.yaml", "/examples/vectors.yaml"}) {
     const auto cfg = loadConfig(std::string(src) + f);
     EXPECT_TRUE(cfg.ok()) << f << ": " << cfg.status().message();
   }

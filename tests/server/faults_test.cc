@@ -81,7 +81,8 @@ TEST(FaultsTest, RedisRestartedUnderLoadFailsNoRequestAndLimitsReturnToRedis) {
   Load load(*gw, key);
   ASSERT_TRUE(waitFor([&] { return load.count(200) > 50; }));
   redis->kill();
-  ASSERT_TRUE(waitFor([&] { return gw->metricSum("infera_ratelimit_fallback_total") > 20; }, std::chrono::seconds(20)));
+  ASSERT_TRUE(waitFor([&] { return gw->metricSum("infera_ratelimit_fallback_total") > 20; },
+                      std::chrono::seconds(20)));
   ASSERT_TRUE(redis->restart());
   // Back in Redis (after the client's reconnect): a stretch of 100 requests without a fallback.
   EXPECT_TRUE(waitFor(
@@ -112,7 +113,8 @@ TEST(FaultsTest, PostgresRestartedUnderLoadLosesNoUsageAndAdminChangesFailCleanl
   Load load(*gw, key);
   ASSERT_TRUE(waitFor([&] { return load.count(200) > 50; }));
   ASSERT_TRUE(pg->stop());
-  ASSERT_TRUE(waitFor([&] { return gw->metricSum("infera_usage_write_failures_total") > 0; }, std::chrono::seconds(20)));
+  ASSERT_TRUE(waitFor([&] { return gw->metricSum("infera_usage_write_failures_total") > 0; },
+                      std::chrono::seconds(20)));
   const int64_t before = load.count(200);
   ASSERT_TRUE(waitFor([&] { return load.count(200) > before + 50; }, std::chrono::seconds(20)))
       << "requests stopped while the store was down: " << load.summary();
@@ -139,8 +141,9 @@ TEST(FaultsTest, PostgresRestartedUnderLoadLosesNoUsageAndAdminChangesFailCleanl
   auto teams = (*db)->exec("SELECT COUNT(*) FROM infera_teams WHERE name = 'during-outage'");
   ASSERT_TRUE(teams.ok());
   EXPECT_EQ(teams->integer(0, 0), 0);
-  EXPECT_TRUE(waitFor([&] { return admin(*gw, "POST", "/admin/teams", R"({"name":"after"})").status == 201; },
-                      std::chrono::seconds(20)));
+  EXPECT_TRUE(waitFor(
+      [&] { return admin(*gw, "POST", "/admin/teams", R"({"name":"after"})").status == 201; },
+      std::chrono::seconds(20)));
 }
 
 }  // namespace

@@ -103,9 +103,10 @@ TEST_P(SqlBehaviourTest, CountsAffectedRowsOfWritesOnly) {
 TEST_P(SqlBehaviourTest, AggregatesReadAsNumbers) {
   ASSERT_TRUE(db_->execScript(kSchema).isOk());
   for (int64_t i = 1; i <= 4; ++i) {
-    ASSERT_TRUE(db_->exec("INSERT INTO items (id, name, score) VALUES (?1, ?2, ?3)",
-                          {i, std::string("n").append(std::to_string(i)), static_cast<double>(i) / 2})
-                    .ok());
+    ASSERT_TRUE(
+        db_->exec("INSERT INTO items (id, name, score) VALUES (?1, ?2, ?3)",
+                  {i, std::string("n").append(std::to_string(i)), static_cast<double>(i) / 2})
+            .ok());
   }
   // SUM(BIGINT) is numeric on PostgreSQL and an integer on SQLite: the typed reads agree.
   auto r = db_->exec("SELECT SUM(id), AVG(score), COUNT(*), MAX(name) FROM items");

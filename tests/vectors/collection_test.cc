@@ -27,38 +27,49 @@ bool match(const char* filter, const char* payload, PointId id = PointId::num(1)
 }
 
 TEST(FilterSemantics, FollowsQdrant) {
-  EXPECT_TRUE(match(R"({"must":[{"key":"city","match":{"value":"London"}}]})", R"({"city":["Paris","London"]})"));
-  EXPECT_FALSE(match(R"({"must":[{"key":"city","match":{"value":"London"}}]})", R"({"town":"London"})"));
+  EXPECT_TRUE(match(R"({"must":[{"key":"city","match":{"value":"London"}}]})",
+                    R"({"city":["Paris","London"]})"));
+  EXPECT_FALSE(
+      match(R"({"must":[{"key":"city","match":{"value":"London"}}]})", R"({"town":"London"})"));
   EXPECT_FALSE(match(R"({"should":[]})", R"({"a":1})")) << "an empty should matches nothing";
   EXPECT_TRUE(match(R"({"must":[]})", R"({"a":1})"));
-  EXPECT_FALSE(match(R"({"must":[{"key":"n","match":{"value":1}}]})", R"({"n":1.0})")) << "a float is not an integer";
+  EXPECT_FALSE(match(R"({"must":[{"key":"n","match":{"value":1}}]})", R"({"n":1.0})"))
+      << "a float is not an integer";
   EXPECT_TRUE(match(R"({"must":[{"key":"n","range":{"gt":1,"lte":2}}]})", R"({"n":1.5})"));
   EXPECT_FALSE(match(R"({"must":[{"key":"n","range":{"gt":1}}]})", R"({"n":"5"})"));
   EXPECT_TRUE(match(R"({"must":[{"key":"c","match":{"except":["a"]}}]})", R"({"c":["a","b"]})"));
-  EXPECT_FALSE(match(R"({"must":[{"key":"c","match":{"except":["a"]}}]})", R"({})")) << "missing: false";
-  EXPECT_TRUE(match(R"({"must":[{"key":"c","match":{"except":["a"]}}]})", R"({"c":5})")) << "other type: true";
+  EXPECT_FALSE(match(R"({"must":[{"key":"c","match":{"except":["a"]}}]})", R"({})"))
+      << "missing: false";
+  EXPECT_TRUE(match(R"({"must":[{"key":"c","match":{"except":["a"]}}]})", R"({"c":5})"))
+      << "other type: true";
   EXPECT_TRUE(match(R"({"must":[{"is_empty":{"key":"x"}}]})", R"({"x":[]})"));
   EXPECT_TRUE(match(R"({"must":[{"is_empty":{"key":"x"}}]})", R"({})"));
   EXPECT_FALSE(match(R"({"must":[{"is_empty":{"key":"x"}}]})", R"({"x":[null]})"));
   EXPECT_TRUE(match(R"({"must":[{"is_null":{"key":"x"}}]})", R"({"x":null})"));
-  EXPECT_FALSE(match(R"({"must":[{"key":"a.b","match":{"value":1}}]})", R"({"a":[{"b":1}]})")) << "a key step needs []";
+  EXPECT_FALSE(match(R"({"must":[{"key":"a.b","match":{"value":1}}]})", R"({"a":[{"b":1}]})"))
+      << "a key step needs []";
   EXPECT_TRUE(match(R"({"must":[{"key":"a[].b","match":{"value":1}}]})", R"({"a":[{"b":1}]})"));
   EXPECT_TRUE(match(R"({"must_not":[{"has_id":[2,3]}]})", R"({})", PointId::num(1)));
   EXPECT_FALSE(match(R"({"must_not":[{"has_id":[1]}]})", R"({})", PointId::num(1)));
-  EXPECT_TRUE(match(R"({"must":[{"nested":{"key":"d","filter":{"must":[{"key":"x","match":{"value":1}},{"key":"y","match":{"value":2}}]}}}]})",
-                    R"({"d":[{"x":1,"y":0},{"x":1,"y":2}]})"));
-  EXPECT_FALSE(match(R"({"must":[{"nested":{"key":"d","filter":{"must":[{"key":"x","match":{"value":1}},{"key":"y","match":{"value":2}}]}}}]})",
-                     R"({"d":[{"x":1,"y":0},{"x":0,"y":2}]})"));
-  EXPECT_TRUE(match(R"({"min_should":{"conditions":[{"key":"a","match":{"value":1}},{"key":"b","match":{"value":1}},{"key":"c","match":{"value":1}}],"min_count":2}})",
-                    R"({"a":1,"c":1})"));
+  EXPECT_TRUE(match(
+      R"({"must":[{"nested":{"key":"d","filter":{"must":[{"key":"x","match":{"value":1}},{"key":"y","match":{"value":2}}]}}}]})",
+      R"({"d":[{"x":1,"y":0},{"x":1,"y":2}]})"));
+  EXPECT_FALSE(match(
+      R"({"must":[{"nested":{"key":"d","filter":{"must":[{"key":"x","match":{"value":1}},{"key":"y","match":{"value":2}}]}}}]})",
+      R"({"d":[{"x":1,"y":0},{"x":0,"y":2}]})"));
+  EXPECT_TRUE(match(
+      R"({"min_should":{"conditions":[{"key":"a","match":{"value":1}},{"key":"b","match":{"value":1}},{"key":"c","match":{"value":1}}],"min_count":2}})",
+      R"({"a":1,"c":1})"));
 }
 
 TEST(FilterSemantics, MalformedFiltersAreErrors) {
   EXPECT_EQ(parseFilter(j(R"({"wrong":1})")).status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(parseFilter(j(R"({"must":[{"key":"a","match":{"value":[1]}}]})")).status().code(),
             StatusCode::kInvalidArgument);
-  EXPECT_EQ(parseFilter(j(R"({"must":[{"key":"a"}]})")).status().code(), StatusCode::kFailedPrecondition);
-  EXPECT_EQ(parseFilter(j(R"({"must":[{"has_id":["nope"]}]})")).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(parseFilter(j(R"({"must":[{"key":"a"}]})")).status().code(),
+            StatusCode::kFailedPrecondition);
+  EXPECT_EQ(parseFilter(j(R"({"must":[{"has_id":["nope"]}]})")).status().code(),
+            StatusCode::kInvalidArgument);
 }
 
 Op upsertOp(uint64_t first, size_t n, size_t dim, std::mt19937& rng) {
@@ -98,9 +109,11 @@ TEST(CollectionPlanner, IndexedAndUnindexedFiltersGiveTheSameExactAnswers) {
   ix.index_type = PayloadType::kInteger;
   ASSERT_TRUE(indexed.apply(ix, 3).isOk());
   SearchScratch s;
-  for (const char* f : {R"({"must":[{"key":"color","match":{"value":"red"}}]})",
-                        R"({"must":[{"key":"n","range":{"gte":10,"lt":13}}],"must_not":[{"key":"color","match":{"value":"red"}}]})",
-                        R"({"should":[{"key":"n","match":{"any":[1,2]}},{"has_id":[5,6]}]})"}) {
+  for (
+      const char* f :
+      {R"({"must":[{"key":"color","match":{"value":"red"}}]})",
+       R"({"must":[{"key":"n","range":{"gte":10,"lt":13}}],"must_not":[{"key":"color","match":{"value":"red"}}]})",
+       R"({"should":[{"key":"n","match":{"any":[1,2]}},{"has_id":[5,6]}]})"}) {
     SearchRequest req;
     req.vector.assign(16, 0.5f);
     req.limit = 10;
@@ -114,7 +127,9 @@ TEST(CollectionPlanner, IndexedAndUnindexedFiltersGiveTheSameExactAnswers) {
     EXPECT_EQ(ids(*a), ids(*exact)) << f;
     EXPECT_EQ(indexed.count(&*req.filter), plain.count(&*req.filter)) << f;
     for (const auto& r : *a) {
-      EXPECT_TRUE(matches(*req.filter, *indexed.retrieve({r.id}, {PayloadSelector::Mode::kAll, {}}, false)[0].payload, r.id));
+      EXPECT_TRUE(matches(
+          *req.filter,
+          *indexed.retrieve({r.id}, {PayloadSelector::Mode::kAll, {}}, false)[0].payload, r.id));
     }
   }
 }
@@ -141,7 +156,8 @@ TEST(CollectionWrites, DeletesReuseSlotsAndPayloadOpsOnMissingPointsChangeNothin
   EXPECT_EQ(s.code(), StatusCode::kNotFound);
   EXPECT_EQ(s.message(), "Not found: No point with id 424242 found");
   PayloadSelector all{PayloadSelector::Mode::kAll, {}};
-  EXPECT_FALSE(c.retrieve({PointId::num(1)}, all, false)[0].payload->contains("tag")) << "nothing changed";
+  EXPECT_FALSE(c.retrieve({PointId::num(1)}, all, false)[0].payload->contains("tag"))
+      << "nothing changed";
 }
 
 TEST(CollectionConcurrency, SearchesRunWhileTheWriterInserts) {
@@ -167,7 +183,8 @@ TEST(CollectionConcurrency, SearchesRunWhileTheWriterInserts) {
       }
     });
   }
-  for (uint64_t b = 0; b < 20; ++b) ASSERT_TRUE(c.apply(upsertOp(1000 + b * 100, 100, 32, rng), 2 + b).isOk());
+  for (uint64_t b = 0; b < 20; ++b)
+    ASSERT_TRUE(c.apply(upsertOp(1000 + b * 100, 100, 32, rng), 2 + b).isOk());
   done = true;
   for (auto& t : readers) t.join();
   EXPECT_EQ(bad.load(), 0u);
@@ -227,7 +244,8 @@ TEST(WalReplay, StopsAtATornTailAndTruncatesIt) {
   ASSERT_EQ(*(*again)->replay([&](uint64_t, std::string_view op) {
     seen.emplace_back(op);
     return Status::ok();
-  }), 3u);
+  }),
+            3u);
   EXPECT_EQ(seen.size(), 3u) << "the torn bytes were cut before the next append";
   std::remove(file.c_str());
 }

@@ -49,8 +49,10 @@ TEST(DistanceKernels, SimdMatchesScalar) {
     const auto& k = kernels();
     const auto& s = scalarKernels();
     EXPECT_NEAR(k.l2sq(a.data(), b.data(), dim), s.l2sq(a.data(), b.data(), dim), 1e-3) << dim;
-    EXPECT_NEAR(k.neg_dot(a.data(), b.data(), dim), s.neg_dot(a.data(), b.data(), dim), 1e-3) << dim;
-    EXPECT_EQ(k.code_l2sq(ca.data(), cb.data(), dim), s.code_l2sq(ca.data(), cb.data(), dim)) << dim;
+    EXPECT_NEAR(k.neg_dot(a.data(), b.data(), dim), s.neg_dot(a.data(), b.data(), dim), 1e-3)
+        << dim;
+    EXPECT_EQ(k.code_l2sq(ca.data(), cb.data(), dim), s.code_l2sq(ca.data(), cb.data(), dim))
+        << dim;
     EXPECT_EQ(k.code_dot(ca.data(), cb.data(), dim), s.code_dot(ca.data(), cb.data(), dim)) << dim;
   }
 }

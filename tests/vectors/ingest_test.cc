@@ -20,7 +20,8 @@ class IngestFiles : public ::testing::Test {
  protected:
   void SetUp() override {
     dir_ = std::filesystem::temp_directory_path() /
-           ("infera-ingest-" + std::to_string(::getpid()) + "-" + ::testing::UnitTest::GetInstance()->current_test_info()->name());
+           ("infera-ingest-" + std::to_string(::getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
     std::filesystem::create_directories(dir_);
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
@@ -74,7 +75,9 @@ TEST_F(IngestFiles, ReadsFvecsIvecsAndBvecsWithRowIds) {
 TEST_F(IngestFiles, BinaryRecordsOfTheWrongDimensionOrTruncatedAreNamed) {
   auto f = readAll(vecs<float>("d.fvecs", {{1, 2, 3}, {1, 2}}), {.dim = 3});
   ASSERT_FALSE(f.ok());
-  EXPECT_NE(f.status().message().find("d.fvecs: record 2 (byte 16): dimension 2, the collection's is 3"), std::string::npos)
+  EXPECT_NE(
+      f.status().message().find("d.fvecs: record 2 (byte 16): dimension 2, the collection's is 3"),
+      std::string::npos)
       << f.status().message();
   std::string bytes;
   const int32_t d = 4;
@@ -82,7 +85,8 @@ TEST_F(IngestFiles, BinaryRecordsOfTheWrongDimensionOrTruncatedAreNamed) {
   bytes.append(8, '\0');
   auto t = readAll(write("t.fvecs", bytes));
   ASSERT_FALSE(t.ok());
-  EXPECT_NE(t.status().message().find("record 1 (byte 0): truncated record"), std::string::npos) << t.status().message();
+  EXPECT_NE(t.status().message().find("record 1 (byte 0): truncated record"), std::string::npos)
+      << t.status().message();
   const float nan = std::nanf("");
   auto n = readAll(vecs<float>("n.fvecs", {{1, nan}}));
   ASSERT_FALSE(n.ok());
@@ -113,28 +117,36 @@ TEST_F(IngestFiles, ReadsTsvWithAndWithoutAnIdColumn) {
 TEST_F(IngestFiles, BadTsvCellsAreNamedByLineAndColumn) {
   auto bad = readAll(write("b.tsv", "1\t2\t3\n1\t2x\t3\n"), {.dim = 3});
   ASSERT_FALSE(bad.ok());
-  EXPECT_NE(bad.status().message().find("b.tsv:2:3: column 2: '2x' is not a number"), std::string::npos)
+  EXPECT_NE(bad.status().message().find("b.tsv:2:3: column 2: '2x' is not a number"),
+            std::string::npos)
       << bad.status().message();
   auto extra = readAll(write("e.tsv", "1 2 3 4\n"), {.dim = 3});
   ASSERT_FALSE(extra.ok());
-  EXPECT_NE(extra.status().message().find("e.tsv:1:7: column 4: more columns than the dimension 3"), std::string::npos)
+  EXPECT_NE(extra.status().message().find("e.tsv:1:7: column 4: more columns than the dimension 3"),
+            std::string::npos)
       << extra.status().message();
   auto few = readAll(write("f.tsv", "1 2 3\n1 2\n"), {.dim = 3});
   ASSERT_FALSE(few.ok());
-  EXPECT_NE(few.status().message().find("f.tsv:2:4: 2 columns, want 3"), std::string::npos) << few.status().message();
+  EXPECT_NE(few.status().message().find("f.tsv:2:4: 2 columns, want 3"), std::string::npos)
+      << few.status().message();
   auto inf = readAll(write("i.tsv", "1 inf 3\n"), {.dim = 3});
   ASSERT_FALSE(inf.ok());
-  EXPECT_NE(inf.status().message().find("i.tsv:1:3: column 2: 'inf' is not a finite number"), std::string::npos)
+  EXPECT_NE(inf.status().message().find("i.tsv:1:3: column 2: 'inf' is not a finite number"),
+            std::string::npos)
       << inf.status().message();
-  auto id = readAll(write("id.tsv", "x 1 2\n"), {.dim = 2, .id_column = ReadOptions::IdColumn::kFirst});
+  auto id =
+      readAll(write("id.tsv", "x 1 2\n"), {.dim = 2, .id_column = ReadOptions::IdColumn::kFirst});
   ASSERT_FALSE(id.ok());
-  EXPECT_NE(id.status().message().find("id.tsv:1:1: column 1: 'x' is not a point id"), std::string::npos)
+  EXPECT_NE(id.status().message().find("id.tsv:1:1: column 1: 'x' is not a point id"),
+            std::string::npos)
       << id.status().message();
 }
 
 TEST_F(IngestFiles, ReadsJsonLinesWithPayloads) {
-  auto j = readAll(write("a.jsonl", "{\"id\":5,\"vector\":[1,2],\"payload\":{\"city\":\"Berlin\"}}\n"
-                                    "\n{\"id\":\"550e8400-e29b-41d4-a716-446655440000\",\"vector\":[3.5,4]}\n"));
+  auto j =
+      readAll(write("a.jsonl",
+                    "{\"id\":5,\"vector\":[1,2],\"payload\":{\"city\":\"Berlin\"}}\n"
+                    "\n{\"id\":\"550e8400-e29b-41d4-a716-446655440000\",\"vector\":[3.5,4]}\n"));
   ASSERT_TRUE(j.ok()) << j.status().message();
   ASSERT_EQ(j->size(), 2u);
   EXPECT_EQ((*j)[0].id, 5);
@@ -145,17 +157,23 @@ TEST_F(IngestFiles, ReadsJsonLinesWithPayloads) {
 }
 
 TEST_F(IngestFiles, BadJsonLinesAreNamedByLineAndColumn) {
-  auto broken = readAll(write("b.jsonl", "{\"id\":1,\"vector\":[1,2]}\n{\"id\":2,\"vector\":[1,}\n"));
+  auto broken =
+      readAll(write("b.jsonl", "{\"id\":1,\"vector\":[1,2]}\n{\"id\":2,\"vector\":[1,}\n"));
   ASSERT_FALSE(broken.ok());
-  EXPECT_NE(broken.status().message().find("b.jsonl:2:"), std::string::npos) << broken.status().message();
+  EXPECT_NE(broken.status().message().find("b.jsonl:2:"), std::string::npos)
+      << broken.status().message();
   EXPECT_NE(broken.status().message().find("not JSON"), std::string::npos);
   auto dim = readAll(write("d.jsonl", "{\"id\":1,\"vector\":[1,2,3]}\n"), {.dim = 2});
   ASSERT_FALSE(dim.ok());
-  EXPECT_NE(dim.status().message().find("d.jsonl:1:9: \"vector\" has 3 numbers, the dimension is 2"), std::string::npos)
+  EXPECT_NE(
+      dim.status().message().find("d.jsonl:1:9: \"vector\" has 3 numbers, the dimension is 2"),
+      std::string::npos)
       << dim.status().message();
   auto id = readAll(write("i.jsonl", "{\"id\":-1,\"vector\":[1]}\n"));
   ASSERT_FALSE(id.ok());
-  EXPECT_NE(id.status().message().find("i.jsonl:1:2: \"id\" -1 is not an unsigned integer or a UUID"), std::string::npos)
+  EXPECT_NE(
+      id.status().message().find("i.jsonl:1:2: \"id\" -1 is not an unsigned integer or a UUID"),
+      std::string::npos)
       << id.status().message();
   auto str = readAll(write("s.jsonl", "{\"id\":1,\"vector\":[1,\"2\"]}\n"));
   ASSERT_FALSE(str.ok());
@@ -180,7 +198,7 @@ TEST(RetryPolicy, RetryAfterIsHonouredAndBackOffDoublesUpToTheCap) {
   EXPECT_EQ(retryDelay(p, a, 2, 0).count(), 400);
   EXPECT_EQ(retryDelay(p, a, 20, 0).count(), 5000);
   EXPECT_EQ(retryDelay(p, a, 0, 0.99).count(), 75);  // a quarter of jitter at most
-  a.retry_after = "Wed, 21 Oct 2015 07:28:00 GMT";  // an HTTP-date: back-off instead
+  a.retry_after = "Wed, 21 Oct 2015 07:28:00 GMT";   // an HTTP-date: back-off instead
   EXPECT_EQ(retryDelay(p, a, 1, 0).count(), 200);
 }
 
@@ -192,12 +210,15 @@ TEST(RetryPolicy, RetriesOnlyRetryableAnswersAndStopsAtMaxAttempts) {
   std::vector<int> answers = {429, 0, 503, 200};
   size_t i = 0;
   int retries = 0;
-  HttpAnswer got = callWithRetry(p, [&] {
-    HttpAnswer a;
-    a.status = answers[i++];
-    if (a.status == 429) a.retry_after = "1";
-    return a;
-  }, &retries);
+  HttpAnswer got = callWithRetry(
+      p,
+      [&] {
+        HttpAnswer a;
+        a.status = answers[i++];
+        if (a.status == 429) a.retry_after = "1";
+        return a;
+      },
+      &retries);
   EXPECT_EQ(got.status, 200);
   EXPECT_EQ(retries, 3);
   ASSERT_EQ(waits.size(), 3u);
@@ -225,7 +246,8 @@ TEST(RetryPolicy, RetriesOnlyRetryableAnswersAndStopsAtMaxAttempts) {
 }
 
 TEST(RetryPolicy, ErrorsCarryTheApisMessage) {
-  HttpAnswer q{404, R"({"status":{"error":"Not found: Collection `x` doesn't exist!"},"time":0})", "", "", ""};
+  HttpAnswer q{404, R"({"status":{"error":"Not found: Collection `x` doesn't exist!"},"time":0})",
+               "", "", ""};
   const Status s = statusFromAnswer(q, "the vector API");
   EXPECT_EQ(s.code(), StatusCode::kNotFound);
   EXPECT_NE(s.message().find("Collection `x` doesn't exist!"), std::string::npos);
@@ -271,7 +293,8 @@ TEST(Pipeline, PrefixesAdvanceInOrderThoughBatchesFinishOutOfOrder) {
   ASSERT_FALSE(prefixes.empty());
   EXPECT_EQ(prefixes.back(), 5u);
   EXPECT_EQ(prefix_points.back(), 60u);
-  EXPECT_GE(prefixes.front(), 2u);  // batch 0 finished after 1 and 2: the first prefix covers them all
+  EXPECT_GE(prefixes.front(),
+            2u);  // batch 0 finished after 1 and 2: the first prefix covers them all
   for (size_t i = 1; i < prefixes.size(); ++i) EXPECT_LT(prefixes[i - 1], prefixes[i]);
 }
 

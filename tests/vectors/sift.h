@@ -12,8 +12,8 @@
 namespace infera::vectors::testing {
 
 struct SiftSet {
-  std::vector<std::vector<float>> rows;            // 5,000 x 128
-  std::vector<std::vector<uint32_t>> holdout_gt;   // 100 x 100, row ids among 0..4899
+  std::vector<std::vector<float>> rows;           // 5,000 x 128
+  std::vector<std::vector<uint32_t>> holdout_gt;  // 100 x 100, row ids among 0..4899
 };
 
 inline bool loadSift(SiftSet& out, std::string& error) {

@@ -16,7 +16,8 @@ namespace infera::access {
 
 class ResponseCache {
  public:
-  ResponseCache(int64_t max_bytes, int64_t max_entry_bytes) : max_bytes_(max_bytes), max_entry_(max_entry_bytes) {}
+  ResponseCache(int64_t max_bytes, int64_t max_entry_bytes)
+      : max_bytes_(max_bytes), max_entry_(max_entry_bytes) {}
   using Entry = CachedAnswer;
   std::optional<Entry> get(const std::string& key, int64_t now_ms);
   void put(const std::string& key, Entry e);
@@ -38,6 +39,7 @@ class ResponseCache {
 
 // Cache key of a request for `model`: its canonical form (the caller's one reading of the body,
 // see AccessWorker::cacheKey) and the team (empty for a cache shared by all teams).
-std::string cacheKey(std::string_view model, std::string_view canonical_request, std::string_view team = {});
+std::string cacheKey(std::string_view model, std::string_view canonical_request,
+                     std::string_view team = {});
 
 }  // namespace infera::access

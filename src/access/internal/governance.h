@@ -10,8 +10,8 @@
 #include <atomic>
 #include <condition_variable>
 #include <functional>
-#include <list>
 #include <limits>
+#include <list>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -45,7 +45,8 @@ struct GovTicket {
   std::string team = "anonymous";
   std::string user;
   const UserInfo* user_info = nullptr;  // the user's record, if it has one
-  std::string user_req, user_tok;  // counter names of a user without a record (the charges point into them)
+  std::string user_req,
+      user_tok;  // counter names of a user without a record (the charges point into them)
   int64_t est_prompt = 0;
   int64_t max_completion = 0;
   int64_t reserved_tokens = 0;
@@ -75,15 +76,19 @@ class GovWorker final : public AccessWorker {
   // AccessWorker
   std::string_view userHeader() const override;
   int64_t defaultMaxTokens() const override { return config().default_max_tokens; }
-  std::optional<Denial> authenticate(std::string_view authorization, std::string_view user, Grant& grant) override;
-  std::optional<Denial> checkAccess(const Grant& grant, ResourceKind kind, std::string_view requested,
+  std::optional<Denial> authenticate(std::string_view authorization, std::string_view user,
+                                     Grant& grant) override;
+  std::optional<Denial> checkAccess(const Grant& grant, ResourceKind kind,
+                                    std::string_view requested,
                                     std::string_view canonical) const override;
   net::Task<std::optional<Denial>> admit(Grant& grant, const AdmitRequest& request,
                                          std::vector<net::HttpHeader>& headers) override;
-  net::Task<std::optional<ResourceFull>> admitResource(Grant& grant, const LimitedResource& resource) override;
+  net::Task<std::optional<ResourceFull>> admitResource(Grant& grant,
+                                                       const LimitedResource& resource) override;
   void finish(Grant& grant, UsageRecord&& record, const PriceConfig& price) override;
   bool cacheEnabled() const override;
-  std::string cacheKey(std::string_view model, std::string_view canonical_request, const Grant& grant) const override;
+  std::string cacheKey(std::string_view model, std::string_view canonical_request,
+                       const Grant& grant) const override;
   net::Task<std::optional<CachedAnswer>> cacheGet(const std::string& key) override;
   void cachePut(const std::string& key, CachedAnswer answer) override;
   void countCache(bool hit) override;
@@ -91,14 +96,17 @@ class GovWorker final : public AccessWorker {
   // The steps of admit (tests drive them one by one): who is calling (ticket.key/team/user, or a
   // 401), whether the key and its team may use the model, the charges (key, team, quotas, budget,
   // resource), their reservation (in process, or in Redis when remote()), and the refusal to send.
-  std::optional<Denial> authenticate(std::string_view authorization, std::string_view user_header, GovTicket& t);
+  std::optional<Denial> authenticate(std::string_view authorization, std::string_view user_header,
+                                     GovTicket& t);
   bool allowed(const GovTicket& t, std::string_view requested, std::string_view canonical) const;
-  void buildCharges(GovTicket& t, const LimitedResource* resource, const PriceConfig& price, bool count_resource);
+  void buildCharges(GovTicket& t, const LimitedResource* resource, const PriceConfig& price,
+                    bool count_resource);
   bool remote() const { return redis_ != nullptr; }
   Admission reserveLocal(std::span<const Charge> charges);
   net::Task<Admission> reserveRemote(std::span<const Charge> charges);
   std::optional<Denial> settle(GovTicket& t);
-  // The same for a further resource's own limits (false from build: it has none; from settle: full).
+  // The same for a further resource's own limits (false from build: it has none; from settle:
+  // full).
   bool buildResourceCharges(GovTicket& t, const LimitedResource& resource);
   bool settleResource(GovTicket& t);
   // x-ratelimit-* headers for the ticket's admission.
@@ -154,25 +162,27 @@ class GovWorker final : public AccessWorker {
   // Spawned: owns what it uses (it may finish after this worker is gone).
   // Undoes an admission call whose answer never came (it may have run): retried every 500 ms for up
   // to 100 s, within the two minutes the call's marker lives.
-  static net::Task<void> cancelRemote(net::asio::io_context& ctx, std::shared_ptr<store::AsyncRedis> redis,
+  static net::Task<void> cancelRemote(net::asio::io_context& ctx,
+                                      std::shared_ptr<store::AsyncRedis> redis,
                                       obs::Counter* cancelled, obs::Counter* errors, int shard,
-                                      std::shared_ptr<int> running, std::shared_ptr<Unanswered> unanswered,
-                                      uint64_t listed, std::shared_ptr<const Unanswered::Call> call);
+                                      std::shared_ptr<int> running,
+                                      std::shared_ptr<Unanswered> unanswered, uint64_t listed,
+                                      std::shared_ptr<const Unanswered::Call> call);
   // Reconciles in Redis. The call carries an id its script records, so it applies once however
   // often it is sent: one Redis did not answer is re-sent every 500 ms for up to 100 s (at most
   // kMaxRetrying such calls per worker at a time).
-  static net::Task<void> adjustRemote(net::asio::io_context& ctx, std::shared_ptr<store::AsyncRedis> redis,
+  static net::Task<void> adjustRemote(net::asio::io_context& ctx,
+                                      std::shared_ptr<store::AsyncRedis> redis,
                                       obs::Counter* retried, obs::Counter* errors, int shard,
-                                      std::shared_ptr<int> retrying, std::shared_ptr<Unanswered> unanswered,
-                                      uint64_t listed, std::shared_ptr<const Unanswered::Call> call);
+                                      std::shared_ptr<int> retrying,
+                                      std::shared_ptr<Unanswered> unanswered, uint64_t listed,
+                                      std::shared_ptr<const Unanswered::Call> call);
   // Sends a script call until Redis answers it (a reply, even an error reply), every 500 ms until
   // `give_up`; the last transport error otherwise. Only for calls that are safe to repeat.
-  static net::Task<Result<store::RedisReply>> callUntilAnswered(net::asio::io_context& ctx,
-                                                                 std::shared_ptr<store::AsyncRedis> redis,
-                                                                 const store::RedisScript& script,
-                                                                 const std::vector<std::string>& keys,
-                                                                 const std::vector<std::string>& args,
-                                                                 std::chrono::steady_clock::time_point give_up);
+  static net::Task<Result<store::RedisReply>> callUntilAnswered(
+      net::asio::io_context& ctx, std::shared_ptr<store::AsyncRedis> redis,
+      const store::RedisScript& script, const std::vector<std::string>& keys,
+      const std::vector<std::string>& args, std::chrono::steady_clock::time_point give_up);
   static constexpr int kAdjustBatchMs = 10;
   static constexpr int kMaxCallsInFlight = 1;  // admission script calls out per worker
   static constexpr size_t kAdjustBatchMax = 256;
@@ -199,7 +209,8 @@ class GovWorker final : public AccessWorker {
   static constexpr int kMaxCancels = 64;
   std::shared_ptr<int> cancels_ = std::make_shared<int>(0);  // undo tasks running
   static constexpr int kMaxRetrying = 64;
-  std::shared_ptr<int> adjust_retrying_ = std::make_shared<int>(0);  // reconciliations being re-sent
+  std::shared_ptr<int> adjust_retrying_ =
+      std::make_shared<int>(0);  // reconciliations being re-sent
   uint64_t adjust_seq_ = 0;
   std::shared_ptr<Unanswered> unanswered_ = std::make_shared<Unanswered>();
   void dispatchBatch();
@@ -216,7 +227,8 @@ class GovWorker final : public AccessWorker {
     obs::Counter* completion;
     obs::Counter* requests;
   };
-  using ByModel = std::unordered_map<std::string, UsageCounters, TransparentStringHash, std::equal_to<>>;
+  using ByModel =
+      std::unordered_map<std::string, UsageCounters, TransparentStringHash, std::equal_to<>>;
   std::unordered_map<std::string, ByModel, TransparentStringHash, std::equal_to<>> usage_counters_;
 };
 
@@ -228,8 +240,9 @@ struct AdminReply {
 
 class Governance final : public Access {
  public:
-  static Result<std::unique_ptr<Governance>> start(const AccessConfig& config, obs::MetricsRegistry& metrics,
-                                                   int workers, const Clock& clock = SystemClock::instance());
+  static Result<std::unique_ptr<Governance>> start(const AccessConfig& config,
+                                                   obs::MetricsRegistry& metrics, int workers,
+                                                   const Clock& clock = SystemClock::instance());
   ~Governance() override;
 
   // Access
@@ -258,16 +271,17 @@ class Governance final : public Access {
   obs::Family* usage_tokens = nullptr;    // {team, model, kind}
   obs::Family* usage_requests = nullptr;  // {team, model}
   obs::Counter* denied_auth = nullptr;
-  obs::Family* limited = nullptr;         // {scope}
+  obs::Family* limited = nullptr;  // {scope}
   obs::Counter* redis_fallbacks = nullptr;
   obs::Counter* redis_errors = nullptr;
   obs::Counter* redis_cancelled = nullptr;
   obs::Counter* redis_adjust_retries = nullptr;
-  obs::Counter* seed_refreshes = nullptr;  // the store's quota figures for Redis, rebuilt
-  obs::Histogram* redis_call_seconds = nullptr;    // one admission script call, send to reply
+  obs::Counter* seed_refreshes = nullptr;           // the store's quota figures for Redis, rebuilt
+  obs::Histogram* redis_call_seconds = nullptr;     // one admission script call, send to reply
   obs::Histogram* redis_call_admissions = nullptr;  // admissions decided by one call
-  obs::Counter* redis_leases = nullptr;            // leases granted (RedisLeases)
-  obs::Counter* redis_lease_admissions = nullptr;  // admissions decided from a lease, without a call
+  obs::Counter* redis_leases = nullptr;             // leases granted (RedisLeases)
+  obs::Counter* redis_lease_admissions =
+      nullptr;  // admissions decided from a lease, without a call
   obs::Counter* usage_dropped = nullptr;
   obs::Counter* cache_hits = nullptr;
   obs::Counter* cache_misses = nullptr;
@@ -284,14 +298,16 @@ class Governance final : public Access {
   // reaches this replica's workers before the answer leaves.
   using AdminFn = std::function<AdminReply(net::HttpRequest&, const net::PathParams&, MetaStore&,
                                            const std::string& actor)>;
-  void addAdminRoute(net::Router& router, std::string_view method, std::string_view pattern, AdminFn fn);
+  void addAdminRoute(net::Router& router, std::string_view method, std::string_view pattern,
+                     AdminFn fn);
   void controlLoop();
   Status sync(bool force);
   void seedQuotas(const GovSnapshot& s);
   // Calls fn for every day/month quota or budget counter of the snapshot's teams and users, with
   // the tokens (or micro-USD) the store says were used since its period began.
   // False if a query failed (fn was not called for that counter).
-  bool eachQuotaUse(const GovSnapshot& s, const std::function<void(const Charge&, int64_t used)>& fn);
+  bool eachQuotaUse(const GovSnapshot& s,
+                    const std::function<void(const Charge&, int64_t used)>& fn);
   // Redis: rebuilds quota_seeds_ from the store (control thread, under store_mu_: after a new
   // snapshot and every minute); keeps the previous figures if a query fails.
   void refreshQuotaSeeds(const GovSnapshot& s);
@@ -302,13 +318,15 @@ class Governance final : public Access {
   std::string admin_token_;
   // Redis: the store's use of each day/month counter by Redis key (period included), for counters
   // Redis does not hold (Charge::seed).
-  using QuotaSeeds = std::unordered_map<std::string, int64_t, TransparentStringHash, std::equal_to<>>;
+  using QuotaSeeds =
+      std::unordered_map<std::string, int64_t, TransparentStringHash, std::equal_to<>>;
   mutable std::mutex seeds_mu_;
   std::shared_ptr<const QuotaSeeds> quota_seeds_;
   std::atomic<bool> seeds_stale_{true};  // a new snapshot: the control thread refreshes the seeds
-  std::unique_ptr<MetaStore> control_store_;  // under store_mu_ (control thread; admin after a change)
+  std::unique_ptr<MetaStore>
+      control_store_;  // under store_mu_ (control thread; admin after a change)
   std::mutex store_mu_;
-  std::unique_ptr<MetaStore> admin_store_;    // admin loop only (under admin_mu_)
+  std::unique_ptr<MetaStore> admin_store_;  // admin loop only (under admin_mu_)
   std::mutex admin_mu_;
   mutable std::mutex snap_mu_;
   std::mutex publish_mu_;

@@ -17,11 +17,11 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "access/access.h"
+#include "access/limits.h"
 #include "core/clock.h"
 #include "core/status.h"
 #include "core/text.h"
-#include "access/access.h"
-#include "access/limits.h"
 #include "store/sql.h"
 
 namespace infera::access {
@@ -32,10 +32,10 @@ struct TeamRecord {
   int64_t rpm = 0;                  // 0 = no limit
   int64_t tpm = 0;
   int64_t daily_tokens = 0;
-  int64_t user_rpm = 0;             // each user of the team (x-infera-user), 0 = none
+  int64_t user_rpm = 0;  // each user of the team (x-infera-user), 0 = none
   int64_t user_tpm = 0;
-  int64_t budget_tokens = 0;        // per budget_period
-  double budget_usd = 0;            // per budget_period (needs model prices)
+  int64_t budget_tokens = 0;            // per budget_period
+  double budget_usd = 0;                // per budget_period (needs model prices)
   std::string budget_period = "month";  // day | month
   int64_t created_ms = 0;
   int64_t updated_ms = 0;
@@ -85,8 +85,8 @@ struct AuditRecord {
 struct UsageQuery {
   std::string team, key_id, model, user;
   int64_t from_ms = 0;
-  int64_t to_ms = 0;  // 0 = now
-  std::string granularity = "hour";  // minute | hour | day | total
+  int64_t to_ms = 0;                                      // 0 = now
+  std::string granularity = "hour";                       // minute | hour | day | total
   std::vector<std::string> group_by = {"team", "model"};  // of team, key, model, user, deployment
 };
 
@@ -104,14 +104,16 @@ nlohmann::json fieldsJson(const KeyRecord& k);
 std::string randomToken(size_t chars);  // [A-Za-z0-9], from the OS CSPRNG
 std::string keyToken(std::string_view id, std::string_view secret);
 bool parseKeyToken(std::string_view token, std::string_view& id, std::string_view& secret);
-std::string hashSecret(std::string_view server_secret, std::string_view salt, std::string_view secret);
+std::string hashSecret(std::string_view server_secret, std::string_view salt,
+                       std::string_view secret);
 bool constantTimeEqual(std::string_view a, std::string_view b);
 
 // Schema, CRUD and queries. Every mutation bumps the change generation the gateway polls, and
 // writes an audit row, in one transaction. One thread at a time (it owns one SqlDb).
 class MetaStore {
  public:
-  // `clock` stamps what the store records (and decides expiry at rotation); it must outlive the store.
+  // `clock` stamps what the store records (and decides expiry at rotation); it must outlive the
+  // store.
   static Result<std::unique_ptr<MetaStore>> open(const std::string& url,
                                                  const Clock& clock = SystemClock::instance());
   store::SqlDb& db() { return *db_; }
@@ -125,12 +127,14 @@ class MetaStore {
   Result<std::optional<TeamRecord>> team(const std::string& name);
 
   // Fills id, salt, hash, created_ms; returns the full token (shown once).
-  Result<std::string> createKey(KeyRecord& k, const std::string& server_secret, const std::string& actor);
+  Result<std::string> createKey(KeyRecord& k, const std::string& server_secret,
+                                const std::string& actor);
   Status updateKey(const KeyRecord& k, const std::string& actor);
   Status revokeKey(const std::string& id, const std::string& actor);
   // A new key with the same team, permissions and limits; the old one expires after grace_ms.
-  Result<std::string> rotateKey(const std::string& id, int64_t grace_ms, const std::string& server_secret,
-                                const std::string& actor, KeyRecord& created);
+  Result<std::string> rotateKey(const std::string& id, int64_t grace_ms,
+                                const std::string& server_secret, const std::string& actor,
+                                KeyRecord& created);
   Result<std::vector<KeyRecord>> keys(const std::string& team = {});
   Result<std::optional<KeyRecord>> key(const std::string& id);
 
@@ -158,10 +162,11 @@ class MetaStore {
   // quotas after a restart.
   // Tokens and cost a team (or, given `user`, one user of it) used since since_ms (roll-ups).
   Result<std::pair<int64_t, double>> teamUsageSince(const std::string& team, int64_t since_ms,
-                                                     const std::string* user = nullptr);
+                                                    const std::string* user = nullptr);
 
  private:
-  MetaStore(std::unique_ptr<store::SqlDb> db, const Clock& clock) : db_(std::move(db)), clock_(clock) {}
+  MetaStore(std::unique_ptr<store::SqlDb> db, const Clock& clock)
+      : db_(std::move(db)), clock_(clock) {}
   Status migrate();
   Status mutate(const std::string& actor, const std::string& action, const std::string& target,
                 const std::string& detail, const std::function<Status()>& body);
@@ -200,12 +205,14 @@ struct GovSnapshot {
   std::unordered_map<std::string, const TeamInfo*> by_team;
   std::vector<std::unique_ptr<UserInfo>> users;
   // By team, then user name (looked up with string_views: no key is built per request).
-  using UsersByName = std::unordered_map<std::string, const UserInfo*, TransparentStringHash, std::equal_to<>>;
+  using UsersByName =
+      std::unordered_map<std::string, const UserInfo*, TransparentStringHash, std::equal_to<>>;
   std::unordered_map<std::string, UsersByName, TransparentStringHash, std::equal_to<>> by_user;
   const UserInfo* user(std::string_view team, std::string_view name) const;
 };
 
 std::shared_ptr<const GovSnapshot> buildSnapshot(int64_t generation, std::vector<TeamRecord> teams,
-                                                 std::vector<KeyRecord> keys, std::vector<UserRecord> users = {});
+                                                 std::vector<KeyRecord> keys,
+                                                 std::vector<UserRecord> users = {});
 
 }  // namespace infera::access

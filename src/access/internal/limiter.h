@@ -22,8 +22,8 @@
 #include <unordered_map>
 #include <vector>
 
-#include "core/text.h"
 #include "access/limits.h"
+#include "core/text.h"
 #include "net/asio.h"
 #include "store/redis.h"
 
@@ -32,16 +32,25 @@ namespace infera::access {
 enum class Window : uint8_t { kMinute, kDay, kMonth };
 
 enum class Scope : uint8_t {
-  kKey, kTeam, kUser, kModel, kDeployment, kDaily, kBudgetTokens, kBudgetCost,
-  kUserDaily, kUserBudgetTokens, kUserBudgetCost
+  kKey,
+  kTeam,
+  kUser,
+  kModel,
+  kDeployment,
+  kDaily,
+  kBudgetTokens,
+  kBudgetCost,
+  kUserDaily,
+  kUserBudgetTokens,
+  kUserBudgetCost
 };
 std::string_view scopeName(Scope s);
 // Counted in micro-USD rather than tokens.
 inline bool isCostScope(Scope s) { return s == Scope::kBudgetCost || s == Scope::kUserBudgetCost; }
 // A daily quota or a budget (refused as insufficient_quota).
 inline bool isQuotaScope(Scope s) {
-  return s == Scope::kDaily || s == Scope::kBudgetTokens || s == Scope::kBudgetCost || s == Scope::kUserDaily ||
-         s == Scope::kUserBudgetTokens || s == Scope::kUserBudgetCost;
+  return s == Scope::kDaily || s == Scope::kBudgetTokens || s == Scope::kBudgetCost ||
+         s == Scope::kUserDaily || s == Scope::kUserBudgetTokens || s == Scope::kUserBudgetCost;
 }
 
 // UTC period ids: yyyymmdd for days, yyyymm for months.
@@ -55,9 +64,9 @@ struct Charge {
   std::string_view counter;
   Window window = Window::kMinute;
   Scope scope = Scope::kKey;
-  bool tokens = false;   // token (or cost) counter rather than a request counter
-  int64_t limit = 0;     // > 0
-  int64_t amount = 0;    // reserved
+  bool tokens = false;  // token (or cost) counter rather than a request counter
+  int64_t limit = 0;    // > 0
+  int64_t amount = 0;   // reserved
   // The snapshot's or route table's memo of the in-process counter (null for names built per
   // request: those are looked up by name each time, and removed once idle).
   std::atomic<LocalCounterEntry*>* local = nullptr;
@@ -68,22 +77,23 @@ struct Charge {
   // The seed if it is a figure for the period at unix_ms (a request built before midnight carries
   // the day before's), else 0.
   int64_t seedAt(int64_t unix_ms) const {
-    return window != Window::kMinute && seed > 0 && seed_period == periodId(window, unix_ms) ? seed : 0;
+    return window != Window::kMinute && seed > 0 && seed_period == periodId(window, unix_ms) ? seed
+                                                                                             : 0;
   }
 };
 
 struct Admission {
   bool admitted = false;
-  int refused = -1;            // index of the charge that did not fit
-  int64_t used = 0;            // on refusal: what that counter had used
-  int64_t retry_after_ms = 0;  // on refusal
-  int64_t stamp_ms = 0;        // when the reservation was recorded (for adjust)
-  int64_t key_ms = 0;          // Redis: the local time that named the day/month counters
-  bool fallback = false;       // decided by the local fallback (Redis down)
-  bool skipped = false;        // fail-open: nothing was reserved
+  int refused = -1;                // index of the charge that did not fit
+  int64_t used = 0;                // on refusal: what that counter had used
+  int64_t retry_after_ms = 0;      // on refusal
+  int64_t stamp_ms = 0;            // when the reservation was recorded (for adjust)
+  int64_t key_ms = 0;              // Redis: the local time that named the day/month counters
+  bool fallback = false;           // decided by the local fallback (Redis down)
+  bool skipped = false;            // fail-open: nothing was reserved
   std::vector<int64_t> remaining;  // per charge, after this reservation
   std::vector<int64_t> reset_ms;   // per charge: until capacity starts to come back
-  double share = 1.0;              // the part of each limit that applied (the local fallback's 1/replicas)
+  double share = 1.0;  // the part of each limit that applied (the local fallback's 1/replicas)
 };
 
 // `limit` times `share` (at least 1), as in-process counters enforce a share of a limit.
@@ -103,9 +113,10 @@ struct LocalCounter {
   int64_t period = 0;
   int64_t period_used = 0;
   bool live(int64_t s) const { return s > latest - 60 && s <= latest; }
-  void advance(int64_t now);            // moves `latest` up to now, dropping what left the window
-  void add(int64_t s, int64_t amount);  // into second s's slot (restarted if it held another second)
-  int64_t oldestLive() const;           // oldest live second holding something (latest if none)
+  void advance(int64_t now);  // moves `latest` up to now, dropping what left the window
+  void add(int64_t s,
+           int64_t amount);    // into second s's slot (restarted if it held another second)
+  int64_t oldestLive() const;  // oldest live second holding something (latest if none)
   // A day/month counter's use in period p (periodId): restarted at 0 when p is a new period.
   int64_t& periodUse(int64_t p) {
     if (period != p) {
@@ -129,7 +140,8 @@ class LocalCounters {
   // `share` scales every limit (the local share of a limit while Redis is down).
   Admission reserve(std::span<const Charge> charges, int64_t now_ms, double share = 1.0);
   // Adds delta[i] (negative: a refund) to the bucket/period the reservation at stamp_ms used.
-  void adjust(std::span<const Charge> charges, std::span<const int64_t> delta, int64_t stamp_ms, int64_t now_ms);
+  void adjust(std::span<const Charge> charges, std::span<const int64_t> delta, int64_t stamp_ms,
+              int64_t now_ms);
   // Sets a period counter if it has no value yet (usage since the period began, after a restart).
   void seed(const Charge& c, int64_t used, int64_t now_ms);
   // Raises a period counter to at least `used` for the current period (Redis down: the store's
@@ -147,7 +159,8 @@ class LocalCounters {
   static int64_t usedLocked(LocalCounter& c, Window w, int64_t now_ms);
   struct Shard {
     std::mutex mu;
-    std::unordered_map<std::string, std::unique_ptr<LocalCounterEntry>, TransparentStringHash, std::equal_to<>>
+    std::unordered_map<std::string, std::unique_ptr<LocalCounterEntry>, TransparentStringHash,
+                       std::equal_to<>>
         counters;
   };
   Shard& shard(std::string_view key);
@@ -178,31 +191,34 @@ std::string redisCounterKey(const Charge& c, int64_t unix_ms);
 struct ReserveCall {
   std::vector<std::string> keys;
   std::vector<std::string> args;
-  std::vector<std::vector<uint32_t>> counter_of;  // per admission, per charge: distinct counter (0-based)
+  std::vector<std::vector<uint32_t>>
+      counter_of;  // per admission, per charge: distinct counter (0-based)
   size_t counters = 0;
 };
 // `call_id` names the call (unique per call; the script leaves a marker under it for cancelScript).
-void buildReserveCall(std::span<const std::span<const Charge>> admissions, int64_t now_ms, std::string_view call_id,
-                      ReserveCall& call);
+void buildReserveCall(std::span<const std::span<const Charge>> admissions, int64_t now_ms,
+                      std::string_view call_id, ReserveCall& call);
 // The script answers a flat list: now (ms), per counter its use and oldest live second before the
 // call, then -1 (all admitted) or per admission 0 (admitted) or the 1-based index of the charge
 // that did not fit. The remaining/reset of every admitted request are replayed from these in the
 // call's order.
 // kInternal on a malformed reply.
-Result<std::vector<Admission>> parseReserveReply(const store::RedisReply& reply,
-                                                 std::span<const std::span<const Charge>> admissions,
-                                                 const ReserveCall& call);
+Result<std::vector<Admission>> parseReserveReply(
+    const store::RedisReply& reply, std::span<const std::span<const Charge>> admissions,
+    const ReserveCall& call);
 // Adjustments of many requests waiting to go to Redis in one adjust script call, summed per
 // counter and reservation second.
 class PendingAdjustments {
  public:
   // Adds delta[i] for charges[i], reserved at stamp_ms (period counters named at key_ms).
-  void add(std::span<const Charge> charges, std::span<const int64_t> delta, int64_t stamp_ms, int64_t key_ms);
+  void add(std::span<const Charge> charges, std::span<const int64_t> delta, int64_t stamp_ms,
+           int64_t key_ms);
   size_t size() const { return sums_.size(); }
   // Moves the non-zero sums into the script's KEYS and ARGV: ARGV[1] the call's id (unique per
   // call: the script applies a call once), then per key its window, stamp second and delta.
   // Leaves both empty when nothing is to be sent.
-  void take(std::string_view call_id, std::vector<std::string>& keys, std::vector<std::string>& args);
+  void take(std::string_view call_id, std::vector<std::string>& keys,
+            std::vector<std::string>& args);
 
  private:
   struct Id {
@@ -219,7 +235,8 @@ class PendingAdjustments {
   struct IdHash {
     using is_transparent = void;
     size_t operator()(const IdView& id) const {
-      return std::hash<std::string_view>{}(id.key) ^ (static_cast<size_t>(id.stamp_s) * 31 + id.minute);
+      return std::hash<std::string_view>{}(id.key) ^
+             (static_cast<size_t>(id.stamp_s) * 31 + id.minute);
     }
     size_t operator()(const Id& id) const { return (*this)(IdView{id.key, id.minute, id.stamp_s}); }
   };
@@ -248,7 +265,8 @@ class PendingAdjustments {
 class RedisLeases {
  public:
   // lease_ms 0: no leases. holders: the workers of every replica sharing the limits.
-  RedisLeases(int64_t lease_ms, int holders) : lease_ms_(lease_ms), holders_(std::max(1, holders)) {}
+  RedisLeases(int64_t lease_ms, int holders)
+      : lease_ms_(lease_ms), holders_(std::max(1, holders)) {}
   bool enabled() const { return lease_ms_ > 0; }
 
   // Admits `charges` from live leases, all or none (every charge needs a lease of the same Redis
@@ -258,18 +276,20 @@ class RedisLeases {
   // counter, amount = the lease): counters whose lease is missing or nearly used, sized by this
   // worker's use of the counter in the last second, capped by what the counter had left in the
   // latest answer. Also counts the admissions' amounts (the next leases' sizes).
-  void plan(std::span<const std::span<const Charge>> admissions, int64_t now_ms, std::vector<Charge>& out);
+  void plan(std::span<const std::span<const Charge>> admissions, int64_t now_ms,
+            std::vector<Charge>& out);
   // After a call: what each counter had left (the call's last admission on it tells), for the
   // next leases' cap.
-  void observe(std::span<const std::span<const Charge>> admissions, std::span<const Admission> decided,
-               int64_t now_ms);
+  void observe(std::span<const std::span<const Charge>> admissions,
+               std::span<const Admission> decided, int64_t now_ms);
   // Installs a lease the call granted (`a`: its decision; `a.stamp_ms` Redis's time, `a.key_ms`
   // the local time that named its keys; sent_ms: local time the call was sent). A lease it
   // replaces gives back what it had left (`back`). Returns when the lease ends (INT64_MAX: none).
   int64_t grant(const Charge& lease, const Admission& a, int64_t sent_ms, PendingAdjustments& back);
   // Puts a refund of a reservation made at stamp_ms back into the counter's live lease of that
   // second, up to what the lease was granted. Returns the part it took (the rest goes to Redis).
-  int64_t giveBack(const Charge& c, int64_t refund, int64_t stamp_ms, int64_t key_ms, int64_t now_ms);
+  int64_t giveBack(const Charge& c, int64_t refund, int64_t stamp_ms, int64_t key_ms,
+                   int64_t now_ms);
   // Ends the leases that expired by now_ms: what they had left goes to `back` (to Redis). Drops
   // counters idle for seconds. Returns when the next live lease expires (INT64_MAX if none).
   int64_t expire(int64_t now_ms, PendingAdjustments& back);
@@ -285,10 +305,10 @@ class RedisLeases {
     // The live lease (left >= 0 while live).
     bool live = false;
     int64_t left = 0;
-    int64_t granted = 0;      // what Redis reserved for it (left never exceeds it)
-    int64_t stamp_ms = 0;     // Redis's time when it was reserved (its bucket second)
-    int64_t key_ms = 0;       // local time that named a day/month counter's key
-    int64_t expires_ms = 0;   // local time
+    int64_t granted = 0;     // what Redis reserved for it (left never exceeds it)
+    int64_t stamp_ms = 0;    // Redis's time when it was reserved (its bucket second)
+    int64_t key_ms = 0;      // local time that named a day/month counter's key
+    int64_t expires_ms = 0;  // local time
     int64_t limit = 0;
     int64_t use_after = 0;    // the counter's use in Redis after the call, the lease included
     int64_t reset_at_ms = 0;  // local time capacity starts to come back (minute counters)

@@ -38,7 +38,7 @@ struct AggBucket {
 };
 
 struct AggState {
-  int64_t latest_ts = INT64_MIN;  // µs
+  int64_t latest_ts = INT64_MIN;                // µs
   std::vector<std::vector<AggBucket>> per_agg;  // by aggregation, buckets sorted by index
 };
 
@@ -49,13 +49,13 @@ AggState decodeAggState(const FeatureView& view, std::string_view payload);
 
 // Adds one event at `ts_us` (µs) with one input per aggregation; `now_us` prunes buckets that left
 // every window. False when the event is older than every window (nothing changed).
-bool addEvent(const FeatureView& view, AggState& state, int64_t ts_us, const std::vector<AggInput>& inputs,
-              int64_t now_us);
+bool addEvent(const FeatureView& view, AggState& state, int64_t ts_us,
+              const std::vector<AggInput>& inputs, int64_t now_us);
 
 // Appends aggregation `agg`'s value at `now_us` as JSON; `null` when it has none (avg/min/max/last
 // of an empty window).
-void appendAggJson(const FeatureView& view, const AggState& state, size_t agg, int64_t now_us, std::string& json,
-                   bool& null);
+void appendAggJson(const FeatureView& view, const AggState& state, size_t agg, int64_t now_us,
+                   std::string& json, bool& null);
 
 uint64_t hashBytes(std::string_view bytes);
 

@@ -34,7 +34,9 @@ struct DataFrame {
     }
     return nullptr;
   }
-  simdjson::dom::element at(const Column& c, size_t row) const { return c.broadcast ? c.scalar : c.values[row]; }
+  simdjson::dom::element at(const Column& c, size_t row) const {
+    return c.broadcast ? c.scalar : c.values[row];
+  }
 };
 
 // kInvalidArgument for a df that is not an object of lists/scalars or whose lists differ in length.
@@ -54,8 +56,8 @@ struct ViewBatch {
 };
 
 struct IngestOptions {
-  bool lenient = false;      // CSV ingest: numeric strings for numbers, "true"/"false" for bools
-  size_t first_row = 0;      // added to row numbers in messages
+  bool lenient = false;  // CSV ingest: numeric strings for numbers, "true"/"false" for bools
+  size_t first_row = 0;  // added to row numbers in messages
   int64_t now_us = 0;
   int64_t retain_expired_s = 0;
 };
@@ -63,12 +65,12 @@ struct IngestOptions {
 // Checks every row of `df` against `view` (join keys, the event timestamp column, every feature
 // or aggregation input) and appends the rows to `out`. `timestamp_field` is the push source's
 // ("event_timestamp" when there is none, and accepted as a fallback name).
-Status buildViewBatch(const FeatureView& view, const std::string& timestamp_field, const DataFrame& df,
-                      const IngestOptions& options, ViewBatch& out);
+Status buildViewBatch(const FeatureView& view, const std::string& timestamp_field,
+                      const DataFrame& df, const IngestOptions& options, ViewBatch& out);
 
 // Folds the events into the view's stored states (read, add, put), with `lock` held. Blocking.
-Status applyAggEvents(OnlineStore& store, const FeatureView& view, std::vector<AggEvent>& events, int64_t now_us,
-                      int64_t retain_expired_s, std::mutex& lock);
+Status applyAggEvents(OnlineStore& store, const FeatureView& view, std::vector<AggEvent>& events,
+                      int64_t now_us, int64_t retain_expired_s, std::mutex& lock);
 
 // An entity key from its columns' encoded parts (one per join key, the view's entity order).
 void appendEntityKeyPart(std::string& key, std::string_view part);

@@ -38,7 +38,7 @@ class WorkerPool;
 struct RowWrite {
   uint32_t view = 0;
   std::string key;
-  std::string row;        // [event time][entries]
+  std::string row;           // [event time][entries]
   int64_t expire_at_us = 0;  // 0 = never
 };
 
@@ -94,7 +94,8 @@ struct RocksDbOptions {
   bool sync_writes = false;  // fsync the WAL per write (survives power loss; kill -9 needs no sync)
   size_t block_cache_bytes = 256 << 20;
 };
-Result<std::unique_ptr<OnlineStore>> openRocksDbStore(const RocksDbOptions& options, const Clock& clock);
+Result<std::unique_ptr<OnlineStore>> openRocksDbStore(const RocksDbOptions& options,
+                                                      const Clock& clock);
 
 struct RedisStoreOptions {
   std::string url;
@@ -102,6 +103,7 @@ struct RedisStoreOptions {
   int64_t retain_expired_s = 0;
   int64_t timeout_ms = 200;
 };
-Result<std::unique_ptr<OnlineStore>> openRedisStore(const RedisStoreOptions& options, const Clock& clock);
+Result<std::unique_ptr<OnlineStore>> openRedisStore(const RedisStoreOptions& options,
+                                                    const Clock& clock);
 
 }  // namespace infera::features

@@ -44,7 +44,8 @@ class WorkerPool {
 
 // Runs `fn` on the pool and resumes on `ctx` with its result; kUnavailable when the pool is full.
 template <typename T>
-net::Task<Result<T>> runOnPool(WorkerPool& pool, net::asio::io_context& ctx, std::function<Result<T>()> fn) {
+net::Task<Result<T>> runOnPool(WorkerPool& pool, net::asio::io_context& ctx,
+                               std::function<Result<T>()> fn) {
   auto initiate = [&pool, &ctx, fn = std::move(fn)](auto handler) mutable {
     auto h = std::make_shared<decltype(handler)>(std::move(handler));
     const bool queued = pool.submit([h, &ctx, fn = std::move(fn)]() mutable {
@@ -52,17 +53,20 @@ net::Task<Result<T>> runOnPool(WorkerPool& pool, net::asio::io_context& ctx, std
       net::asio::post(ctx, [h, r]() mutable { (*h)(std::move(*r)); });
     });
     if (!queued) {
-      net::asio::post(ctx, [h]() mutable { (*h)(Result<T>(Status::unavailable("feature store worker pool is full"))); });
+      net::asio::post(ctx, [h]() mutable {
+        (*h)(Result<T>(Status::unavailable("feature store worker pool is full")));
+      });
     }
   };
   // Named before co_await (g++ 12 double-destroys temporaries inside co_await expressions).
-  auto op = net::asio::async_initiate<const net::asio::use_awaitable_t<>, void(Result<T>)>(std::move(initiate),
-                                                                                         net::asio::use_awaitable);
+  auto op = net::asio::async_initiate<const net::asio::use_awaitable_t<>, void(Result<T>)>(
+      std::move(initiate), net::asio::use_awaitable);
   Result<T> r = co_await std::move(op);
   co_return r;
 }
 
-inline net::Task<Status> runOnPoolStatus(WorkerPool& pool, net::asio::io_context& ctx, std::function<Status()> fn) {
+inline net::Task<Status> runOnPoolStatus(WorkerPool& pool, net::asio::io_context& ctx,
+                                         std::function<Status()> fn) {
   struct Unit {};
   std::function<Result<Unit>()> job = [fn = std::move(fn)]() -> Result<Unit> {
     Status s = fn();

@@ -7,8 +7,9 @@
 // files; `project` is given once):
 //   project: rides
 //   entities:        [{name, join_keys: [one key], value_type, description}]
-//   push_sources:    [{name, timestamp_field: event_timestamp, created_timestamp_column, description}]
-//   feature_views:   [{name, entities: [names], ttl: 1d, online: true, source: <push source>,
+//   push_sources:    [{name, timestamp_field: event_timestamp, created_timestamp_column,
+//   description}] feature_views:   [{name, entities: [names], ttl: 1d, online: true, source: <push
+//   source>,
 //                      schema: [{name, dtype}], aggregations: [{name, function, column, dtype,
 //                      window, bucket}], description}]
 //   feature_services:[{name, features: ["view", "view:feature", ...],
@@ -49,7 +50,7 @@ const char* aggFunctionName(AggFunction f);
 
 struct Aggregation {
   AggFunction function = AggFunction::kCount;
-  std::string column;        // input column (empty for count: counts events)
+  std::string column;  // input column (empty for count: counts events)
   FeatureType column_type{Scalar::kDouble, false};
   int64_t window_s = 3600;
   int64_t bucket_s = 60;
@@ -119,7 +120,8 @@ struct Registry {
   std::map<std::string, std::unique_ptr<FeatureView>> views;
   std::map<std::string, PushSource> push_sources;
   std::map<std::string, FeatureService> services;
-  std::unordered_map<std::string, const Entity*, TransparentStringHash, std::equal_to<>> by_join_key;
+  std::unordered_map<std::string, const Entity*, TransparentStringHash, std::equal_to<>>
+      by_join_key;
   std::map<std::string, std::vector<const FeatureView*>> views_by_source;
   StorageIds ids;
 
@@ -133,8 +135,8 @@ struct Registry {
 // Parses and validates a repository (file name -> YAML text), assigning storage ids continued
 // from `previous` (ids of views and features that are kept stay; new ones get fresh ids).
 // kInvalidArgument listing every error as "file: path (line N): message".
-Result<std::shared_ptr<const Registry>> buildRegistry(const std::map<std::string, std::string>& files,
-                                                     const StorageIds& previous);
+Result<std::shared_ptr<const Registry>> buildRegistry(
+    const std::map<std::string, std::string>& files, const StorageIds& previous);
 // Reads every *.yaml / *.yml file directly in `dir`.
 Result<std::map<std::string, std::string>> readRepositoryDir(const std::string& dir);
 
@@ -152,7 +154,8 @@ Plan planChanges(const Registry& current, const Registry& next);
 
 // The persisted form (files and ids) and back.
 std::string serializeRegistry(const Registry& r);
-Result<std::pair<std::map<std::string, std::string>, StorageIds>> parseSerializedRegistry(const std::string& blob);
+Result<std::pair<std::map<std::string, std::string>, StorageIds>> parseSerializedRegistry(
+    const std::string& blob);
 
 // "90s", "15m", "1h", "7d", "2w", or a number of seconds.
 Result<int64_t> parseDuration(std::string_view s);

@@ -26,10 +26,10 @@ namespace infera::features {
 
 struct FeatureMetrics {
   explicit FeatureMetrics(obs::MetricsRegistry& registry);
-  obs::Family* requests;   // {endpoint, code_class}
-  obs::Family* latency;    // {endpoint}
-  obs::Family* values;     // {status}
-  obs::Family* written;    // {kind}: rows, events, expired
+  obs::Family* requests;  // {endpoint, code_class}
+  obs::Family* latency;   // {endpoint}
+  obs::Family* values;    // {status}
+  obs::Family* written;   // {kind}: rows, events, expired
   obs::Counter* values_by_status[5];
   obs::Counter* rows_written;
   obs::Counter* events_written;
@@ -55,8 +55,8 @@ Status writeBatchesBlocking(ServingShared& shared, std::vector<ViewBatch>& batch
 
 class FeatureHandler {
  public:
-  FeatureHandler(int loop, net::asio::io_context& ctx, ServingShared& shared, access::AccessWorker* access,
-                 std::shared_ptr<const Registry> registry);
+  FeatureHandler(int loop, net::asio::io_context& ctx, ServingShared& shared,
+                 access::AccessWorker* access, std::shared_ptr<const Registry> registry);
   void setRegistry(std::shared_ptr<const Registry> r) { registry_ = std::move(r); }
 
   net::Task<void> getOnlineFeatures(net::HttpRequest& req, net::ResponseWriter& w);
@@ -68,7 +68,8 @@ class FeatureHandler {
   struct Exchange;
   net::Task<bool> admit(Exchange& x, std::string_view service, bool check_service);
   net::Task<void> finish(Exchange& x);
-  net::Task<void> writeBatches(Exchange& x, std::vector<ViewBatch> batches, int ok_status, std::string_view ok_body);
+  net::Task<void> writeBatches(Exchange& x, std::vector<ViewBatch> batches, int ok_status,
+                               std::string_view ok_body);
 
   int loop_;
   net::asio::io_context& ctx_;

@@ -9,7 +9,8 @@
 //   then the payload: int32/int64/unix_timestamp zigzag varint, double 8 bytes LE, float 4 bytes
 //   LE, bool 1 byte, string/bytes varint length + bytes; a list: tag | 0x80, varint count, then
 //   each element's payload.
-// Entity key: per join key, its payload (strings/bytes length-prefixed), in the view's entity order.
+// Entity key: per join key, its payload (strings/bytes length-prefixed), in the view's entity
+// order.
 //
 // Pure functions, thread-safe.
 
@@ -66,8 +67,12 @@ void appendDouble(std::string& json, double v);
 // Varints.
 void putVarint(std::string& out, uint64_t v);
 bool getVarint(std::string_view& in, uint64_t& v);
-inline uint64_t zigzag(int64_t v) { return (static_cast<uint64_t>(v) << 1) ^ static_cast<uint64_t>(v >> 63); }
-inline int64_t unzigzag(uint64_t v) { return static_cast<int64_t>(v >> 1) ^ -static_cast<int64_t>(v & 1); }
+inline uint64_t zigzag(int64_t v) {
+  return (static_cast<uint64_t>(v) << 1) ^ static_cast<uint64_t>(v >> 63);
+}
+inline int64_t unzigzag(uint64_t v) {
+  return static_cast<int64_t>(v >> 1) ^ -static_cast<int64_t>(v & 1);
+}
 
 // The 8-byte event-time prefix of a row.
 void putEventTime(std::string& out, int64_t ts_us);

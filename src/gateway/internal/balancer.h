@@ -10,11 +10,11 @@
 namespace infera::gateway {
 
 struct Candidate {
-  uint32_t index = 0;     // the endpoint's index in the route table
-  double ewma_s = 0;      // EWMA latency (time to first byte) seen by this worker; 0 = no sample
-  int inflight = 0;       // this worker's requests in flight to it
+  uint32_t index = 0;  // the endpoint's index in the route table
+  double ewma_s = 0;   // EWMA latency (time to first byte) seen by this worker; 0 = no sample
+  int inflight = 0;    // this worker's requests in flight to it
   int weight = 1;
-  bool local = false;     // in the gateway's own region
+  bool local = false;  // in the gateway's own region
 };
 
 // Scores within this ratio of each other count as equal; the first weighted sample then wins,
@@ -43,7 +43,7 @@ inline constexpr double kLoserDecay = 0.95;
 
 // Weighted random position in `candidates` among the positions in `pool` other than `exclude`
 // (-1 = none); -1 when nothing is left.
-int weightedSample(std::span<const Candidate> candidates, std::span<const int> pool, std::mt19937_64& rng,
-                   int exclude);
+int weightedSample(std::span<const Candidate> candidates, std::span<const int> pool,
+                   std::mt19937_64& rng, int exclude);
 
 }  // namespace infera::gateway

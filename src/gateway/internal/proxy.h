@@ -22,7 +22,7 @@ class parser;
 namespace infera::gateway {
 
 struct WorkerEndpoint {
-  double ewma_s = 0;  // EWMA of time to response head (connect time excluded)
+  double ewma_s = 0;       // EWMA of time to response head (connect time excluded)
   int64_t sampled_ns = 0;  // when ewma_s was last updated
   int inflight = 0;
   std::unique_ptr<net::ConnectionPool> pool;
@@ -33,8 +33,9 @@ class ProxyHandler {
   using StateVector = std::vector<std::shared_ptr<WorkerEndpoint>>;
   // `access`: this loop's access worker (null: no access control).
   // `observer`: where shadow outcomes and captured inferences go (null: none are made).
-  ProxyHandler(int shard, net::asio::io_context& ctx, GatewayMetrics& metrics, obs::AccessLog* access_log,
-               access::AccessWorker* access, InferenceObserver* observer = nullptr);
+  ProxyHandler(int shard, net::asio::io_context& ctx, GatewayMetrics& metrics,
+               obs::AccessLog* access_log, access::AccessWorker* access,
+               InferenceObserver* observer = nullptr);
   ~ProxyHandler();
 
   // Swaps the routing snapshot (on this worker's loop). Requests in flight keep theirs.
@@ -44,10 +45,13 @@ class ProxyHandler {
   net::Task<void> handleModels(net::HttpRequest& req, net::ResponseWriter& w);  // GET /v1/models
   // POST /v1/chat/completions, /v1/completions, /v1/embeddings
   net::Task<void> handleOpenAi(net::HttpRequest& req, net::ResponseWriter& w);
-  net::Task<void> handleKServeMeta(net::HttpRequest& req, net::ResponseWriter& w);  // /v2, /v2/health/*
-  net::Task<void> handleKServe(net::HttpRequest& req, net::ResponseWriter& w);      // /v2/models/{model}/...
+  net::Task<void> handleKServeMeta(net::HttpRequest& req,
+                                   net::ResponseWriter& w);  // /v2, /v2/health/*
+  net::Task<void> handleKServe(net::HttpRequest& req,
+                               net::ResponseWriter& w);  // /v2/models/{model}/...
   // A data-port request no route takes: 404, or 405 with the methods `allow`ed.
-  net::Task<void> unmatched(net::HttpRequest& request, net::ResponseWriter& writer, int status, std::string allow);
+  net::Task<void> unmatched(net::HttpRequest& request, net::ResponseWriter& writer, int status,
+                            std::string allow);
 
  private:
   struct Exchange;
@@ -61,18 +65,20 @@ class ProxyHandler {
   // endpoint (the response head, or why not), relaying the answer, and the answer when no try
   // got one.
   net::Task<bool> reserveDeployment(Exchange& x, const Deployment& dep, Failure& f);
-  net::Task<Result<const net::ClientResponseHead*>> tryEndpoint(Exchange& x, const Endpoint& ep, WorkerEndpoint& ws,
-                                                                std::unique_ptr<net::UpstreamConnection>& conn,
-                                                                net::Deadline total);
-  net::Task<void> relay(Exchange& x, const Endpoint& ep, WorkerEndpoint& ws, net::UpstreamConnection& conn,
-                        const net::ClientResponseHead& h, net::Deadline total, bool& keep_conn);
+  net::Task<Result<const net::ClientResponseHead*>> tryEndpoint(
+      Exchange& x, const Endpoint& ep, WorkerEndpoint& ws,
+      std::unique_ptr<net::UpstreamConnection>& conn, net::Deadline total);
+  net::Task<void> relay(Exchange& x, const Endpoint& ep, WorkerEndpoint& ws,
+                        net::UpstreamConnection& conn, const net::ClientResponseHead& h,
+                        net::Deadline total, bool& keep_conn);
   net::Task<void> answerUnserved(Exchange& x, const Failure& f);
   // The client left: the upstream call is dropped and the request counted as aborted.
   void clientLeft(Exchange& x, net::UpstreamConnection* conn);
-  net::Task<void> sendError(Exchange& x, int status, std::string_view message, std::string_view type,
-                            std::string_view code);
-  int pick(const RouteTable& table, const StateVector& state, const std::vector<uint32_t>& candidates,
-           std::span<const uint32_t> tried, int64_t now_ns);
+  net::Task<void> sendError(Exchange& x, int status, std::string_view message,
+                            std::string_view type, std::string_view code);
+  int pick(const RouteTable& table, const StateVector& state,
+           const std::vector<uint32_t>& candidates, std::span<const uint32_t> tried,
+           int64_t now_ns);
   void recordFailure(const RouteTable& table, const Endpoint& ep, int64_t now_ns);
   void recordSuccess(const Endpoint& ep, int64_t now_ns);
   void finishExchange(Exchange& x);

@@ -54,7 +54,8 @@ bool unescapeJsonString(std::string_view quoted, std::string& out);
 // kInvalidArgument for malformed JSON, a non-object body, a key twice in an object, or a field the
 // gateway decides on with the wrong type. A missing model is not an error here (has_model =
 // false) so the caller can answer with the right message.
-Result<RequestFields> scanRequest(simdjson::dom::parser& parser, const std::string& body, bool canonical = false);
+Result<RequestFields> scanRequest(simdjson::dom::parser& parser, const std::string& body,
+                                  bool canonical = false);
 
 // Byte span of the first top-level occurrence of the key's value in a JSON object text, keys
 // compared as written (for backends' answers; requests go through scanRequest); false if absent.

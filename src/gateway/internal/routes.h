@@ -8,9 +8,9 @@
 #include <unordered_map>
 #include <vector>
 
-#include "gateway/config.h"
 #include "access/limits.h"
 #include "core/text.h"
+#include "gateway/config.h"
 #include "net/client.h"
 #include "net/http.h"
 #include "obs/metrics.h"
@@ -114,9 +114,9 @@ struct Arm {
 // Outcome counters of one shadow target, resolved once per table.
 struct ShadowCells {
   obs::Counter* ok = nullptr;
-  obs::Counter* error = nullptr;    // the shadow answered >= 400
-  obs::Counter* failed = nullptr;   // no answer: connect failure, timeout, no endpoint
-  obs::Counter* shed = nullptr;     // the per-worker cap was full
+  obs::Counter* error = nullptr;   // the shadow answered >= 400
+  obs::Counter* failed = nullptr;  // no answer: connect failure, timeout, no endpoint
+  obs::Counter* shed = nullptr;    // the per-worker cap was full
   obs::Counter* match = nullptr;
   obs::Counter* mismatch = nullptr;
   obs::Histogram* duration = nullptr;
@@ -166,7 +166,7 @@ struct RouteTable {
   std::vector<std::unique_ptr<Route>> routes;
   // Models and aliases (looked up with string_views: no key is built per request).
   std::unordered_map<std::string, const Route*, TransparentStringHash, std::equal_to<>> by_name;
-  std::string models_json;                                 // GET /v1/models body
+  std::string models_json;  // GET /v1/models body
   // Models and aliases in config order (GET /v1/models lists those a key may use), and the
   // "created" time the list shows.
   std::vector<std::pair<std::string, const Route*>> names;
@@ -195,7 +195,8 @@ std::string modelsJson(const RouteTable& t, Keep&& keep) {
 // to the shadow target after the answer.
 struct Targets {
   const Route* route = nullptr;
-  const std::vector<uint32_t>* endpoints = nullptr;  // may be empty: the model has none for this API
+  const std::vector<uint32_t>* endpoints =
+      nullptr;                   // may be empty: the model has none for this API
   const Route* split = nullptr;  // the experiment's route when an arm was chosen
   const Arm* arm = nullptr;
   const Route* shadow = nullptr;  // mirror the request here after answering
@@ -209,8 +210,8 @@ struct RequestKeys {
   std::string_view key;
   std::string_view forced_arm;
   const std::vector<net::HttpHeader>* headers = nullptr;
-  uint64_t random = 0;      // a fresh draw
-  double shadow_draw = 1;   // uniform in [0, 1)
+  uint64_t random = 0;     // a fresh draw
+  double shadow_draw = 1;  // uniform in [0, 1)
 };
 // The targets of `model` (a name or an alias) for `protocol`; route null when no model is so named
 // (or an experiment has no arm with weight). Pure: the same keys give the same targets.
@@ -226,7 +227,7 @@ Targets resolveRoute(const Route& route, Protocol protocol, const RequestKeys& k
 Result<std::shared_ptr<const RouteTable>> buildRouteTable(
     const GatewayConfig& config, const std::vector<ModelConfig>& models,
     const std::unordered_map<std::string, std::string>& emulator_urls,
-    std::unordered_map<std::string, std::shared_ptr<EndpointShared>>& shared, GatewayMetrics& metrics,
-    int64_t generation);
+    std::unordered_map<std::string, std::shared_ptr<EndpointShared>>& shared,
+    GatewayMetrics& metrics, int64_t generation);
 
 }  // namespace infera::gateway

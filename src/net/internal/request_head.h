@@ -28,8 +28,8 @@ struct GrowingBody {
     template <class ConstBufferSequence>
     std::size_t put(const ConstBufferSequence& buffers, boost::system::error_code& ec) {
       size_t n = 0;
-      for (auto it = boost::asio::buffer_sequence_begin(buffers); it != boost::asio::buffer_sequence_end(buffers);
-           ++it) {
+      for (auto it = boost::asio::buffer_sequence_begin(buffers);
+           it != boost::asio::buffer_sequence_end(buffers); ++it) {
         const boost::asio::const_buffer b = *it;
         body_.append(static_cast<const char*>(b.data()), b.size());
         n += b.size();

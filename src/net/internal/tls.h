@@ -86,7 +86,8 @@ class TlsSessionSlot {
 
 // Sets SNI, the name the certificate must carry (when verifying), the session to offer, and where
 // new sessions go (`slot` may be null, then none is kept). `name` is a DNS name or an IP address.
-void prepareClientSsl(SSL* ssl, const TlsClientContext& ctx, const std::string& name, TlsSessionSlot* slot);
+void prepareClientSsl(SSL* ssl, const TlsClientContext& ctx, const std::string& name,
+                      TlsSessionSlot* slot);
 // Why a client handshake failed: the verification result when it was that, else OpenSSL's reason.
 std::string clientHandshakeError(SSL* ssl, const boost::system::error_code& ec);
 

@@ -68,10 +68,10 @@ class Api {
   net::Task<void> mlflow(net::HttpRequest& req, net::ResponseWriter& w, net::PathParams p);
   net::Task<void> mlflowArtifacts(net::HttpRequest& req, net::ResponseWriter& w, net::PathParams p);
   net::Task<void> flag(net::HttpRequest& req, net::ResponseWriter& w, net::PathParams p);
-  net::Task<void> upload(net::HttpRequest& req, net::ResponseWriter& w, const Caller& c, std::string name,
-                         int64_t version, std::string path, bool mlflow_errors);
-  net::Task<void> download(net::HttpRequest& req, net::ResponseWriter& w, std::string name, int64_t version,
-                           std::string path, bool mlflow_errors);
+  net::Task<void> upload(net::HttpRequest& req, net::ResponseWriter& w, const Caller& c,
+                         std::string name, int64_t version, std::string path, bool mlflow_errors);
+  net::Task<void> download(net::HttpRequest& req, net::ResponseWriter& w, std::string name,
+                           int64_t version, std::string path, bool mlflow_errors);
   net::Task<void> adminArtifacts(net::HttpRequest& req, net::ResponseWriter& w, net::PathParams p);
   net::Task<void> admin(net::HttpRequest& req, net::ResponseWriter& w, net::PathParams p);
   Caller caller(const net::HttpRequest& req) const;

@@ -44,7 +44,8 @@ class ArtifactFiles {
     int64_t size = 0;
     ~Reader();
   };
-  Result<std::unique_ptr<Reader>> open(const std::string& model, int64_t version, const std::string& path);
+  Result<std::unique_ptr<Reader>> open(const std::string& model, int64_t version,
+                                       const std::string& path);
   // Up to `max` bytes at `offset` (fewer only at the end of the file).
   Result<std::string> read(Reader& r, int64_t offset, size_t max);
 

@@ -38,7 +38,8 @@ struct MlflowReply {
   std::string audit_detail;  // JSON object
   bool changed = false;
   // model-versions/delete and registered-models/delete: artifact directories to remove.
-  std::vector<std::pair<std::string, int64_t>> removed_versions;  // (name, version); version 0 = all
+  std::vector<std::pair<std::string, int64_t>>
+      removed_versions;  // (name, version); version 0 = all
 };
 
 struct MlflowEndpoint {

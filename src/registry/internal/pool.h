@@ -57,7 +57,9 @@ using PoolJob = std::function<Result<T>(RegistryStore&)>;
 template <typename T>
 net::Task<Result<T>> runOnPool(net::asio::io_context& ctx, WorkerPool& pool, const PoolJob<T>& fn) {
   struct State {
-    explicit State(net::asio::io_context& c) : timer(c) { timer.expires_at(net::asio::steady_timer::time_point::max()); }
+    explicit State(net::asio::io_context& c) : timer(c) {
+      timer.expires_at(net::asio::steady_timer::time_point::max());
+    }
     net::asio::steady_timer timer;
     std::optional<Result<T>> result;
   };
@@ -69,7 +71,8 @@ net::Task<Result<T>> runOnPool(net::asio::io_context& ctx, WorkerPool& pool, con
       state->timer.cancel();
     });
   });
-  if (!queued) co_return Status::unavailable("registry busy: too many queued operations, retry shortly");
+  if (!queued)
+    co_return Status::unavailable("registry busy: too many queued operations, retry shortly");
   while (!state->result) {
     boost::system::error_code ec;
     co_await state->timer.async_wait(net::asio::redirect_error(net::asio::use_awaitable, ec));

@@ -5,8 +5,8 @@
 // gateway as models of its RouteSource.
 //
 //   "name/3"        a bound version: the deployments of its binding
-//   "name@alias"    an alias: its own binding's deployments, or else an alias of its version's route
-//   "name"          the model: an experiment's split (and shadow), or else its default alias
+//   "name@alias"    an alias: its own binding's deployments, or else an alias of its version's
+//   route "name"          the model: an experiment's split (and shadow), or else its default alias
 
 #include <cstdint>
 #include <string>
@@ -44,16 +44,18 @@ std::string routeName(const std::string& model, const std::string& ref);
 
 struct DerivedRoutes {
   std::vector<gateway::ModelConfig> models;
-  std::string fingerprint;  // equal fingerprints: the same routes
-  std::string json;         // {"name":"target",...} for GET /admin/registry/routes
+  std::string fingerprint;            // equal fingerprints: the same routes
+  std::string json;                   // {"name":"target",...} for GET /admin/registry/routes
   std::vector<std::string> warnings;  // bindings naming unknown deployments, names taken, ...
 };
 
-DerivedRoutes deriveRoutes(const RoutingState& state, const std::vector<BindingConfig>& config_bindings,
-                           const std::vector<gateway::ModelConfig>& base, const std::string& default_alias,
-                           int64_t capture_max_bytes);
+DerivedRoutes deriveRoutes(const RoutingState& state,
+                           const std::vector<BindingConfig>& config_bindings,
+                           const std::vector<gateway::ModelConfig>& base,
+                           const std::string& default_alias, int64_t capture_max_bytes);
 
 // The deployment a binding names ("d1" or "model/d1") among `base`'s; null when none.
-const gateway::DeploymentConfig* findDeployment(const std::vector<gateway::ModelConfig>& base, const std::string& ref);
+const gateway::DeploymentConfig* findDeployment(const std::vector<gateway::ModelConfig>& base,
+                                                const std::string& ref);
 
 }  // namespace infera::registry

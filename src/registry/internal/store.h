@@ -5,9 +5,9 @@
 // models with everything under them. Every change bumps the change generation replicas poll.
 //
 // Errors carry MLflow's meaning in their code: kInvalidArgument (INVALID_PARAMETER_VALUE),
-// kNotFound (RESOURCE_DOES_NOT_EXIST), kAlreadyExists (RESOURCE_ALREADY_EXISTS), kFailedPrecondition
-// (a rollback with nothing to go back to), kUnavailable (the store is unreachable). Messages are
-// MLflow's texts where MLflow has one.
+// kNotFound (RESOURCE_DOES_NOT_EXIST), kAlreadyExists (RESOURCE_ALREADY_EXISTS),
+// kFailedPrecondition (a rollback with nothing to go back to), kUnavailable (the store is
+// unreachable). Messages are MLflow's texts where MLflow has one.
 //
 // One thread at a time (it owns one SqlDb); open one per thread.
 
@@ -47,9 +47,9 @@ struct Binding {
 // Data capture of a model version ("name/3").
 struct CaptureSettings {
   std::string target;
-  double sample = 0;  // share of requests captured
-  bool flag_errors = false;  // flag (and capture) answers with status >= 500
-  int64_t flag_slower_ms = 0;  // flag answers slower than this (0 = off)
+  double sample = 0;                       // share of requests captured
+  bool flag_errors = false;                // flag (and capture) answers with status >= 500
+  int64_t flag_slower_ms = 0;              // flag answers slower than this (0 = off)
   std::vector<std::string> flag_contains;  // flag answers containing any of these
   int64_t updated_ms = 0;
 };
@@ -80,9 +80,10 @@ struct ReviewItem {
 struct ReviewQuery {
   std::string model;   // the registered model ("" = all)
   std::string target;  // "name/3" ("" = any version)
-  std::string state;   // "pending" (flagged, no verdict) | "reviewed" | "flagged" | "captured" | "" (all)
+  std::string
+      state;  // "pending" (flagged, no verdict) | "reviewed" | "flagged" | "captured" | "" (all)
   int limit = 100;
-  std::string after;   // request id to page after (ts order)
+  std::string after;  // request id to page after (ts order)
 };
 
 // Everything routing needs, loaded at once.
@@ -134,9 +135,10 @@ class RegistryStore {
   Status deleteAlias(const std::string& name, const std::string& alias, const std::string& actor,
                      const std::string& reason);
   Result<ModelVersion> versionByAlias(const std::string& name, const std::string& alias);
-  Result<std::vector<AliasMove>> aliasHistory(const std::string& name, const std::string& alias, int limit);
-  Result<AliasMove> rollbackAlias(const std::string& name, const std::string& alias, const std::string& actor,
-                                  const std::string& reason);
+  Result<std::vector<AliasMove>> aliasHistory(const std::string& name, const std::string& alias,
+                                              int limit);
+  Result<AliasMove> rollbackAlias(const std::string& name, const std::string& alias,
+                                  const std::string& actor, const std::string& reason);
 
   // ---- versions ----
   Result<ModelVersion> createVersion(const NewVersion& v);
@@ -146,16 +148,18 @@ class RegistryStore {
   Status deleteVersion(const std::string& name, int64_t version, const std::string& actor);
   // Every version that is not deleted, with tags and aliases.
   Result<std::vector<ModelVersion>> allVersions();
-  Result<std::vector<ModelVersion>> latestVersions(const std::string& name, const std::vector<std::string>& stages);
-  Result<ModelVersion> transitionStage(const std::string& name, int64_t version, const std::string& stage,
-                                       bool archive_existing);
-  Status setVersionTag(const std::string& name, int64_t version, const std::string& key, const std::string& value);
+  Result<std::vector<ModelVersion>> latestVersions(const std::string& name,
+                                                   const std::vector<std::string>& stages);
+  Result<ModelVersion> transitionStage(const std::string& name, int64_t version,
+                                       const std::string& stage, bool archive_existing);
+  Status setVersionTag(const std::string& name, int64_t version, const std::string& key,
+                       const std::string& value);
   Status deleteVersionTag(const std::string& name, int64_t version, const std::string& key);
   Result<std::string> downloadUri(const std::string& name, int64_t version);
   // After an artifact upload: the version's storage location becomes `location` and its totals
   // are recounted.
-  Status recordArtifact(const std::string& name, int64_t version, const std::string& path, int64_t size,
-                        const std::string& sha256, const std::string& location);
+  Status recordArtifact(const std::string& name, int64_t version, const std::string& path,
+                        int64_t size, const std::string& sha256, const std::string& location);
   struct Artifact {
     std::string path;
     int64_t size = 0;
@@ -163,7 +167,8 @@ class RegistryStore {
     int64_t created_ms = 0;
   };
   Result<std::vector<Artifact>> artifacts(const std::string& name, int64_t version);
-  Result<std::optional<Artifact>> artifact(const std::string& name, int64_t version, const std::string& path);
+  Result<std::optional<Artifact>> artifact(const std::string& name, int64_t version,
+                                           const std::string& path);
 
   // ---- serving ----
   Result<std::vector<Binding>> bindings(const std::string& name);
@@ -195,7 +200,8 @@ class RegistryStore {
   Result<std::optional<ReviewItem>> reviewItem(const std::string& request_id);
 
  private:
-  RegistryStore(std::unique_ptr<store::SqlDb> db, const Clock& clock) : db_(std::move(db)), clock_(clock) {}
+  RegistryStore(std::unique_ptr<store::SqlDb> db, const Clock& clock)
+      : db_(std::move(db)), clock_(clock) {}
   Status migrate();
   int64_t now() const { return clock_.unixMillis(); }
   // Runs `body` in a transaction that also bumps the generation; retried when a concurrent

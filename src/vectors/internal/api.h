@@ -16,7 +16,7 @@ class AccessWorker;
 
 namespace infera::vectors {
 
-void addQdrantRoutes(Store& store, const VectorsConfig& config, net::asio::io_context& ctx, net::Router& router,
-                     access::AccessWorker* access);
+void addQdrantRoutes(Store& store, const VectorsConfig& config, net::asio::io_context& ctx,
+                     net::Router& router, access::AccessWorker* access);
 
 }  // namespace infera::vectors

@@ -33,8 +33,9 @@ struct CollectionParams {
   Distance distance = Distance::kCosine;
   int m = 16;
   int ef_construct = 100;
-  int64_t full_scan_threshold_kb = 10'000;  // filtered subsets smaller than this are scanned exactly
-  bool quantization = false;                 // int8 scalar
+  int64_t full_scan_threshold_kb =
+      10'000;                 // filtered subsets smaller than this are scanned exactly
+  bool quantization = false;  // int8 scalar
   float quantile = 0.99f;
   bool always_ram = true;
   bool on_disk_payload = true;  // echoed only (payloads live in memory)
@@ -42,7 +43,16 @@ struct CollectionParams {
 Json paramsToJson(const CollectionParams& p);
 Result<CollectionParams> paramsFromJson(const Json& j);
 
-enum class PayloadType : uint8_t { kKeyword, kInteger, kFloat, kBool, kText, kUuid, kDatetime, kGeo };
+enum class PayloadType : uint8_t {
+  kKeyword,
+  kInteger,
+  kFloat,
+  kBool,
+  kText,
+  kUuid,
+  kDatetime,
+  kGeo
+};
 std::string_view payloadTypeName(PayloadType t);
 bool payloadTypeFromName(std::string_view s, PayloadType& out);
 
@@ -60,9 +70,9 @@ struct Op {
   };
   Type type = Type::kUpsert;
   std::vector<PointId> ids;
-  std::vector<float> vectors;  // kUpsert: ids.size() x dim, already normalised for cosine
-  std::vector<Json> payloads;  // kUpsert: one per id (null: none); set/overwrite: one
-  Json filter;                 // null: by ids
+  std::vector<float> vectors;     // kUpsert: ids.size() x dim, already normalised for cosine
+  std::vector<Json> payloads;     // kUpsert: one per id (null: none); set/overwrite: one
+  Json filter;                    // null: by ids
   std::vector<std::string> keys;  // kDeletePayloadKeys
   std::string key;                // kSetPayload: merge at this path ("" = top level); index: field
   PayloadType index_type = PayloadType::kKeyword;
@@ -120,10 +130,12 @@ class Collection {
   const CollectionParams& params() const { return params_; }
 
   // --- reads (any thread) ---
-  Result<std::vector<Record>> search(const SearchRequest& req, SearchScratch& scratch, Plan* plan = nullptr) const;
+  Result<std::vector<Record>> search(const SearchRequest& req, SearchScratch& scratch,
+                                     Plan* plan = nullptr) const;
   // The stored vector of `id` (for a query by id); kNotFound "No point with id X found".
   Result<std::vector<float>> vectorOf(const PointId& id) const;
-  std::vector<Record> retrieve(const std::vector<PointId>& ids, const PayloadSelector& sel, bool with_vector) const;
+  std::vector<Record> retrieve(const std::vector<PointId>& ids, const PayloadSelector& sel,
+                               bool with_vector) const;
   // Records in id order from `offset`; `next` is the id after the page, if any.
   std::vector<Record> scroll(const ScrollRequest& req, std::optional<PointId>& next) const;
   size_t count(const Filter* filter) const;

@@ -26,7 +26,8 @@ class LineReader {
   // kNotFound when the file cannot be opened; starts at byte `offset`, counting lines from
   // `first_line` (the 1-based number of the line at that offset); `prefix_hash` is the hash of
   // the bytes before `offset` (0 with offset 0: the empty hash).
-  Status open(const std::string& path, uint64_t offset = 0, uint64_t first_line = 1, uint64_t prefix_hash = 0);
+  Status open(const std::string& path, uint64_t offset = 0, uint64_t first_line = 1,
+              uint64_t prefix_hash = 0);
   // The next line into `line`: false at the end. line() is its number, offset() the byte after it.
   bool next(std::string_view& line);
   uint64_t line() const { return line_; }

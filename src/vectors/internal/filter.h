@@ -46,14 +46,14 @@ struct Condition {
   Kind kind = Kind::kMatch;
   JsonPath key;
   Match match = Match::kValue;
-  Json value;                      // kValue: a string, integer or bool
-  std::vector<std::string> strs;   // kAny/kExcept over strings
-  std::vector<int64_t> ints;       // kAny/kExcept over integers
+  Json value;                     // kValue: a string, integer or bool
+  std::vector<std::string> strs;  // kAny/kExcept over strings
+  std::vector<int64_t> ints;      // kAny/kExcept over integers
   bool list_is_strings = true;
-  std::string text;                // kText, kTextAny, kPhrase, kPrefix
-  Range range;                     // kRange, kValuesCount
-  bool flag = true;                // is_empty / is_null given as a field condition's bool
-  std::vector<PointId> ids;        // kHasId
+  std::string text;                   // kText, kTextAny, kPhrase, kPrefix
+  Range range;                        // kRange, kValuesCount
+  bool flag = true;                   // is_empty / is_null given as a field condition's bool
+  std::vector<PointId> ids;           // kHasId
   std::shared_ptr<const Filter> sub;  // kNested (over key[]), kFilter
 };
 

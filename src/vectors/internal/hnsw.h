@@ -95,8 +95,9 @@ class Hnsw {
     uint32_t slot = 0;
     const float* vec = nullptr;  // the caller keeps it alive until commit
     int level = 0;
-    std::vector<std::vector<uint32_t>> links;                       // per level 0..level
-    std::unordered_map<uint64_t, std::vector<uint32_t>> updates;    // (level << 32 | node) -> new list
+    std::vector<std::vector<uint32_t>> links;  // per level 0..level
+    std::unordered_map<uint64_t, std::vector<uint32_t>>
+        updates;  // (level << 32 | node) -> new list
   };
   // What inserting `vec` at `slot` changes (reads only; see Threads).
   void plan(uint32_t slot, const float* vec, SearchScratch& scratch, InsertPlan& out) const;
@@ -114,8 +115,8 @@ class Hnsw {
   void search(const float* q, size_t k, size_t ef, const SlotFilter& filter, SearchScratch& scratch,
               std::vector<Neighbor>& out) const;
   // Exact: every live allowed slot (or only `candidates` when given), k closest first.
-  void bruteForce(const float* q, size_t k, const SlotFilter& filter, const std::vector<uint32_t>* candidates,
-                  std::vector<Neighbor>& out) const;
+  void bruteForce(const float* q, size_t k, const SlotFilter& filter,
+                  const std::vector<uint32_t>* candidates, std::vector<Neighbor>& out) const;
 
   // The int8 range from the vectors stored so far, and codes for all of them (exclusive lock).
   void trainQuantizer();
@@ -131,14 +132,17 @@ class Hnsw {
  private:
   size_t maxLinks(int level) const { return level == 0 ? m0_ : m_; }
   uint32_t* links(uint32_t slot, int level) {
-    return level == 0 ? &links0_[size_t(slot) * (m0_ + 1)] : &upper_[slot][size_t(level - 1) * (m_ + 1)];
+    return level == 0 ? &links0_[size_t(slot) * (m0_ + 1)]
+                      : &upper_[slot][size_t(level - 1) * (m_ + 1)];
   }
   const uint32_t* links(uint32_t slot, int level) const {
-    return level == 0 ? &links0_[size_t(slot) * (m0_ + 1)] : &upper_[slot][size_t(level - 1) * (m_ + 1)];
+    return level == 0 ? &links0_[size_t(slot) * (m0_ + 1)]
+                      : &upper_[slot][size_t(level - 1) * (m_ + 1)];
   }
   int randomLevel();
   template <typename DistFn>
-  void searchLevel0(DistFn&& dist, uint32_t ep, size_t ef, const SlotFilter& filter, SearchScratch& s) const;
+  void searchLevel0(DistFn&& dist, uint32_t ep, size_t ef, const SlotFilter& filter,
+                    SearchScratch& s) const;
   uint32_t greedy(const float* q, uint32_t ep, float& ep_dist, int from_level, int to_level) const;
   bool allowed(uint32_t slot, const SlotFilter& f) const;
   void encode(const float* v, int8_t* out) const;

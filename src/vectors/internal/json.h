@@ -21,7 +21,9 @@ inline Result<Json> parseJson(std::string_view text) {
   return j;
 }
 
-inline std::string dumpJson(const Json& j) { return j.dump(-1, ' ', false, Json::error_handler_t::replace); }
+inline std::string dumpJson(const Json& j) {
+  return j.dump(-1, ' ', false, Json::error_handler_t::replace);
+}
 
 // Shortest round-trip text of a float, as JSON ("0.5", "1e-07"; NaN and inf never reach here).
 void appendFloat(std::string& out, float v);

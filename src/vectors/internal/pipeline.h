@@ -29,8 +29,8 @@ struct Batch {
   uint64_t end_offset = 0;  // input byte offset after its last line
   uint64_t end_hash = 0;    // embedFile: the input's hash up to end_offset
   size_t points = 0;
-  std::string body;                     // loadFile: the upsert body
-  std::vector<nlohmann::json> ids;      // embedFile: the points to embed
+  std::string body;                 // loadFile: the upsert body
+  std::vector<nlohmann::json> ids;  // embedFile: the points to embed
   std::vector<std::string> texts;
   std::vector<nlohmann::json> payloads;
 };
@@ -67,10 +67,10 @@ class Pipeline {
   bool stop_ = false;
   Status failed_;
   uint64_t next_seq_ = 0;
-  uint64_t prefix_seq_ = 0;           // every batch below this is done
-  std::map<uint64_t, Batch> done_;    // done, above the prefix (bodies dropped)
+  uint64_t prefix_seq_ = 0;         // every batch below this is done
+  std::map<uint64_t, Batch> done_;  // done, above the prefix (bodies dropped)
   uint64_t done_points_ = 0;
-  uint64_t prefix_points_ = 0;       // points of the batches below prefix_seq_
+  uint64_t prefix_points_ = 0;  // points of the batches below prefix_seq_
   std::vector<std::thread> threads_;
 };
 

@@ -30,7 +30,7 @@ namespace infera::vectors {
 struct StoreOptions {
   std::string data_dir;
   int write_threads = 1;
-  size_t max_queued = 1024;           // per thread; beyond it writes are refused (503)
+  size_t max_queued = 1024;  // per thread; beyond it writes are refused (503)
   // A snapshot once this many points were written since the last (or an eighth of the collection,
   // if more): bounds both the WAL to replay at a restart and the snapshot work per write.
   uint64_t snapshot_min_points = 20'000;
@@ -42,8 +42,8 @@ struct CollectionEntry {
   std::string name;
   std::string dir;
   Collection coll;
-  std::unique_ptr<Wal> wal;       // writer thread only
-  uint64_t next_seq = 0;          // writer thread only
+  std::unique_ptr<Wal> wal;  // writer thread only
+  uint64_t next_seq = 0;     // writer thread only
   uint64_t ops_since_snapshot = 0;
   std::atomic<bool> dropped{false};
 };
@@ -63,7 +63,8 @@ class Store {
   // kResourceExhausted when the writer's queue is full.
   Status submit(std::shared_ptr<CollectionEntry> entry, Op op, Done durable, Done applied);
   // result: ok, or kAlreadyExists.
-  Status create(const std::string& name, const CollectionParams& params, std::function<void(Status)> done);
+  Status create(const std::string& name, const CollectionParams& params,
+                std::function<void(Status)> done);
   // result: true if it existed.
   Status drop(const std::string& name, std::function<void(bool)> done);
 

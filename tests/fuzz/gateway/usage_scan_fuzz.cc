@@ -61,7 +61,8 @@ bool expectedInt(const Json& obj, const char* key, int64_t& out) {
   const auto it = obj.find(key);
   if (it == obj.end()) return false;
   if (it->is_number_unsigned()) {
-    if (it->get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) return false;
+    if (it->get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+      return false;
     out = static_cast<int64_t>(it->get<uint64_t>());
     return true;
   }
@@ -92,7 +93,9 @@ bool sameUsage(const UsageScan& a, const UsageScan& b) {
 }
 
 std::string usageText(const UsageScan& s) {
-  return s.seen ? "prompt " + std::to_string(s.prompt) + " completion " + std::to_string(s.completion) : "none";
+  return s.seen
+             ? "prompt " + std::to_string(s.prompt) + " completion " + std::to_string(s.completion)
+             : "none";
 }
 
 void checkJsonAnswer(const std::string& input) {
@@ -101,9 +104,10 @@ void checkJsonAnswer(const std::string& input) {
   Json j;
   if (!comparable(input, j)) return;
   UsageScan want;
-  if (j.is_object() && j.contains("usage") && j["usage"].is_object()) want = expectedUsage(j["usage"]);
-  FUZZ_CHECK(sameUsage(got, want), "usage read " + usageText(got) + ", nlohmann reads " + usageText(want) +
-                                       ": " + printable(input));
+  if (j.is_object() && j.contains("usage") && j["usage"].is_object())
+    want = expectedUsage(j["usage"]);
+  FUZZ_CHECK(sameUsage(got, want), "usage read " + usageText(got) + ", nlohmann reads " +
+                                       usageText(want) + ": " + printable(input));
 }
 
 void checkOneEvent(const std::string& data) {
@@ -112,8 +116,8 @@ void checkOneEvent(const std::string& data) {
   Json j;
   const bool known = comparable(data, j) && data != "[DONE]";
   const bool is_object = known && j.is_object();
-  const bool has_choice = is_object && j.contains("choices") && j["choices"].is_array() && !j["choices"].empty() &&
-                          j["choices"][0].is_object();
+  const bool has_choice = is_object && j.contains("choices") && j["choices"].is_array() &&
+                          !j["choices"].empty() && j["choices"][0].is_object();
   const bool has_usage = is_object && j.contains("usage");
   const bool usage_object = has_usage && j["usage"].is_object();
   for (int flags = 0; flags < 4; ++flags) {
@@ -123,14 +127,17 @@ void checkOneEvent(const std::string& data) {
     std::string out;
     infera::gateway::scanSse(s, event, &out);
     FUZZ_CHECK(s.sse_buf.empty(), "a whole event left buffered: " + printable(event));
-    if (flags == 0) FUZZ_CHECK(out == event, "an event changed without stripping: " + printable(event));
+    if (flags == 0)
+      FUZZ_CHECK(out == event, "an event changed without stripping: " + printable(event));
     if (!known) continue;
-    FUZZ_CHECK(s.content_events == (has_choice ? 1 : 0), "choice counted wrongly: " + printable(event));
+    FUZZ_CHECK(s.content_events == (has_choice ? 1 : 0),
+               "choice counted wrongly: " + printable(event));
     const UsageScan want = usage_object ? expectedUsage(j["usage"]) : UsageScan{};
-    FUZZ_CHECK(sameUsage(s, want), "usage read " + usageText(s) + ", nlohmann reads " + usageText(want) + ": " +
-                                       printable(event));
-    const std::string what = "strip_final " + std::to_string(s.strip_final_usage) + " strip_continuous " +
-                             std::to_string(s.strip_continuous) + ": " + printable(event) + " -> " + printable(out);
+    FUZZ_CHECK(sameUsage(s, want), "usage read " + usageText(s) + ", nlohmann reads " +
+                                       usageText(want) + ": " + printable(event));
+    const std::string what = "strip_final " + std::to_string(s.strip_final_usage) +
+                             " strip_continuous " + std::to_string(s.strip_continuous) + ": " +
+                             printable(event) + " -> " + printable(out);
     if (!has_usage || flags == 0) {
       FUZZ_CHECK(out == event, "an event without usage changed: " + what);
       continue;
@@ -139,7 +146,8 @@ void checkOneEvent(const std::string& data) {
       FUZZ_CHECK(out.empty(), "the usage-only final chunk was not dropped: " + what);
       continue;
     }
-    FUZZ_CHECK(out.starts_with("data: ") && out.ends_with("\n\n"), "a rewritten event is not one data event: " + what);
+    FUZZ_CHECK(out.starts_with("data: ") && out.ends_with("\n\n"),
+               "a rewritten event is not one data event: " + what);
     const Json rewritten = Json::parse(out.substr(6, out.size() - 8), nullptr, false);
     Json want_json = j;
     if (s.strip_final_usage) {
@@ -147,7 +155,8 @@ void checkOneEvent(const std::string& data) {
     } else if (has_choice) {
       want_json["usage"] = nullptr;
     }
-    FUZZ_CHECK(!rewritten.is_discarded() && rewritten == want_json, "the rewritten event reads wrongly: " + what);
+    FUZZ_CHECK(!rewritten.is_discarded() && rewritten == want_json,
+               "the rewritten event reads wrongly: " + what);
   }
 }
 
@@ -166,11 +175,13 @@ void checkStream(const std::string& input) {
     if (input.empty()) infera::gateway::scanSse(pieces, "", &out_pieces);
     FUZZ_CHECK(out_whole == out_pieces && whole.sse_buf == pieces.sse_buf,
                "the client's stream depends on how the backend's is cut: " + printable(input));
-    FUZZ_CHECK(sameUsage(whole, pieces) && sameUsage(whole, counts) && whole.content_events == pieces.content_events &&
+    FUZZ_CHECK(sameUsage(whole, pieces) && sameUsage(whole, counts) &&
+                   whole.content_events == pieces.content_events &&
                    whole.content_events == counts.content_events,
                "the usage read depends on the pieces or on rewriting: " + printable(input));
     if (flags == 0) {
-      FUZZ_CHECK(out_whole + whole.sse_buf == input, "the stream was changed without stripping: " + printable(input));
+      FUZZ_CHECK(out_whole + whole.sse_buf == input,
+                 "the stream was changed without stripping: " + printable(input));
     }
   }
 }

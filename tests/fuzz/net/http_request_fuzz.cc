@@ -94,7 +94,8 @@ std::string describe(const HttpRequest& r) {
 void checkAccepted(const HttpRequest& r, unsigned version) {
   const std::string what = describe(r);
   FUZZ_CHECK(isToken(r.method), "method is not a token: " + printable(what));
-  FUZZ_CHECK(infera::net::unsafePathReason(r.path()).empty(), "accepted an unsafe path: " + printable(what));
+  FUZZ_CHECK(infera::net::unsafePathReason(r.path()).empty(),
+             "accepted an unsafe path: " + printable(what));
   FUZZ_CHECK(r.target.find_first_of(std::string_view(" \r\n\0", 4)) == std::string::npos,
              "target with SP/CR/LF/NUL: " + printable(what));
   int hosts = 0;
@@ -103,7 +104,8 @@ void checkAccepted(const HttpRequest& r, unsigned version) {
   for (size_t i = 0; i < r.headers.size(); ++i) {
     const HttpHeader& h = r.headers[i];
     FUZZ_CHECK(isToken(h.name), "header name is not a token: " + printable(what));
-    for (const char c : h.name) FUZZ_CHECK(!(c >= 'A' && c <= 'Z'), "header name not lower-cased: " + printable(what));
+    for (const char c : h.name)
+      FUZZ_CHECK(!(c >= 'A' && c <= 'Z'), "header name not lower-cased: " + printable(what));
     FUZZ_CHECK(h.value.find_first_of(std::string_view("\r\n\0", 3)) == std::string::npos,
                "header value with CR/LF/NUL: " + printable(what));
     if (h.name == "host") ++hosts;
@@ -116,12 +118,14 @@ void checkAccepted(const HttpRequest& r, unsigned version) {
     }
   }
   FUZZ_CHECK(hosts <= 1 && (version < 11 || hosts == 1), "Host count wrong: " + printable(what));
-  FUZZ_CHECK(length.empty() || !chunked, "Content-Length with Transfer-Encoding: " + printable(what));
+  FUZZ_CHECK(length.empty() || !chunked,
+             "Content-Length with Transfer-Encoding: " + printable(what));
   if (!length.empty()) {
     uint64_t declared = 0;
     const auto [end, err] = std::from_chars(length.data(), length.data() + length.size(), declared);
-    FUZZ_CHECK(err == std::errc() && end == length.data() + length.size() && declared == r.body.size(),
-               "body size differs from Content-Length: " + printable(what));
+    FUZZ_CHECK(
+        err == std::errc() && end == length.data() + length.size() && declared == r.body.size(),
+        "body size differs from Content-Length: " + printable(what));
   } else if (!chunked) {
     FUZZ_CHECK(r.body.empty(), "body without Content-Length or chunked: " + printable(what));
   }
@@ -150,7 +154,8 @@ void checkForwarded(const HttpRequest& r) {
   error_code ec;
   const size_t used = p.put(boost::asio::buffer(wire), ec);
   FUZZ_CHECK(!ec && p.is_done() && used == wire.size(),
-             "the forwarded request does not read back as one request (" + ec.message() + "): " + printable(wire));
+             "the forwarded request does not read back as one request (" + ec.message() +
+                 "): " + printable(wire));
   HttpRequest back;
   infera::net::fillRequestHead(p.get(), back);
   back.body = p.get().body();
@@ -158,7 +163,9 @@ void checkForwarded(const HttpRequest& r) {
              "the forwarded request reads back differently: " + printable(wire));
   std::vector<HttpHeader> want{{"host", "backend:8000"}};
   for (const auto& h : r.headers) {
-    if (infera::net::isHopByHopHeader(h.name) || h.name == "authorization" || h.name == "x-request-id") continue;
+    if (infera::net::isHopByHopHeader(h.name) || h.name == "authorization" ||
+        h.name == "x-request-id")
+      continue;
     want.push_back(h);
   }
   want.push_back({"x-request-id", "rid-1"});
@@ -171,7 +178,8 @@ void checkForwarded(const HttpRequest& r) {
   }
   FUZZ_CHECK(same, "the forwarded headers read back differently: " + printable(wire));
   const std::string problem = infera::net::requestHeadProblem(11, back);
-  FUZZ_CHECK(problem.empty(), "the forwarded request is refused (" + problem + "): " + printable(wire));
+  FUZZ_CHECK(problem.empty(),
+             "the forwarded request is refused (" + problem + "): " + printable(wire));
 }
 
 bool endsQuietly(const error_code& ec) {
@@ -209,7 +217,8 @@ std::string serve(std::string_view data, size_t piece) {
     }
     infera::net::fillRequestHead(parser->get(), req);
     const unsigned version = parser->get().version();
-    if (const std::string problem = infera::net::requestHeadProblem(version, req); !problem.empty()) {
+    if (const std::string problem = infera::net::requestHeadProblem(version, req);
+        !problem.empty()) {
       return transcript + "400 " + problem + "\n";
     }
     if (const auto len = parser->content_length(); len && *len > kMaxBodyBytes) {
@@ -240,7 +249,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view bytes(reinterpret_cast<const char*>(data), size);
   const std::string whole = serve(bytes, bytes.size() + 1);
   const std::string split = serve(bytes, size <= 4096 ? 1 : 61);
-  FUZZ_CHECK(whole == split, "the outcome depends on how the bytes arrive:\nat once:\n" + printable(whole) +
-                                 "\nsplit:\n" + printable(split));
+  FUZZ_CHECK(whole == split, "the outcome depends on how the bytes arrive:\nat once:\n" +
+                                 printable(whole) + "\nsplit:\n" + printable(split));
   return 0;
 }

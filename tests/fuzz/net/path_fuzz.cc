@@ -32,11 +32,12 @@ int hexValue(char h) {
 }
 
 bool isUnreserved(char c) {
-  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '.' ||
-         c == '_' || c == '~';
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
+         c == '.' || c == '_' || c == '~';
 }
 
-// Decodes %XX escapes (all of them, or only those of unreserved characters); false on a malformed one.
+// Decodes %XX escapes (all of them, or only those of unreserved characters); false on a malformed
+// one.
 bool percentDecode(std::string_view in, bool unreserved_only, std::string& out) {
   out.clear();
   for (size_t i = 0; i < in.size(); ++i) {
@@ -90,7 +91,8 @@ std::vector<std::string> split(std::string_view path) {
   size_t start = 0;
   for (;;) {
     const size_t slash = path.find('/', start);
-    out.emplace_back(path.substr(start, slash == std::string_view::npos ? std::string_view::npos : slash - start));
+    out.emplace_back(path.substr(
+        start, slash == std::string_view::npos ? std::string_view::npos : slash - start));
     if (slash == std::string_view::npos) return out;
     start = slash + 1;
   }
@@ -98,11 +100,13 @@ std::vector<std::string> split(std::string_view path) {
 
 void checkAccepted(const std::string& path) {
   const std::string what = "path: " + printable(path);
-  FUZZ_CHECK(!path.empty() && path.front() == '/', "accepted a path not starting with '/': " + what);
+  FUZZ_CHECK(!path.empty() && path.front() == '/',
+             "accepted a path not starting with '/': " + what);
   std::string normal;
   FUZZ_CHECK(percentDecode(path, true, normal), "accepted a malformed escape: " + what);
-  FUZZ_CHECK(removeDotSegments(normal) == normal,
-             "normalisation changes an accepted path to " + printable(removeDotSegments(normal)) + ": " + what);
+  FUZZ_CHECK(removeDotSegments(normal) == normal, "normalisation changes an accepted path to " +
+                                                      printable(removeDotSegments(normal)) + ": " +
+                                                      what);
   std::vector<std::string> decoded_segments;
   for (const auto& seg : split(path)) {
     std::string d;
@@ -122,7 +126,8 @@ bool plainPath(std::string_view path) {
   for (const auto& seg : split(path.substr(1))) {
     if (seg == "." || seg == "..") return false;
     for (const char c : seg) {
-      if (!isUnreserved(c) && std::string_view("!$&'()*+,;=:@").find(c) == std::string_view::npos) return false;
+      if (!isUnreserved(c) && std::string_view("!$&'()*+,;=:@").find(c) == std::string_view::npos)
+        return false;
     }
   }
   return true;
@@ -137,14 +142,16 @@ void checkKServe(std::string_view path) {
   FUZZ_CHECK(kp.model.find('/') == std::string_view::npos, "model with '/': " + printable(path));
   FUZZ_CHECK(std::string(kPrefix) + std::string(kp.model) + std::string(kp.after_model) == path,
              "model + after_model is not the path: " + printable(path));
-  FUZZ_CHECK(kp.after_model.empty() || kp.after_model.front() == '/', "after_model not at a '/': " + printable(path));
+  FUZZ_CHECK(kp.after_model.empty() || kp.after_model.front() == '/',
+             "after_model not at a '/': " + printable(path));
   if (kp.after_model.starts_with("/versions/")) {
     FUZZ_CHECK(kp.version.find('/') == std::string_view::npos &&
                    "/versions/" + std::string(kp.version) + std::string(kp.rest) == kp.after_model,
                "version + rest is not after_model: " + printable(path));
     FUZZ_CHECK(kp.rest.empty() || kp.rest.front() == '/', "rest not at a '/': " + printable(path));
   } else {
-    FUZZ_CHECK(kp.version.empty() && kp.rest == kp.after_model, "a version where none is named: " + printable(path));
+    FUZZ_CHECK(kp.version.empty() && kp.rest == kp.after_model,
+               "a version where none is named: " + printable(path));
   }
 }
 
@@ -155,7 +162,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view reason = infera::net::unsafePathReason(path);
   if (reason.empty()) checkAccepted(path);
   if (plainPath(path)) {
-    FUZZ_CHECK(reason.empty(), "a plain path refused (" + std::string(reason) + "): " + printable(path));
+    FUZZ_CHECK(reason.empty(),
+               "a plain path refused (" + std::string(reason) + "): " + printable(path));
   }
   checkKServe(path);
   return 0;

@@ -31,7 +31,8 @@ bool sameEvents(const std::vector<SseEvent>& a, const std::vector<SseEvent>& b) 
 
 std::string showEvents(const std::vector<SseEvent>& events) {
   std::string out;
-  for (const auto& e : events) out += "[" + printable(e.event) + "|" + printable(e.data) + "|" + printable(e.id) + "]";
+  for (const auto& e : events)
+    out += "[" + printable(e.event) + "|" + printable(e.data) + "|" + printable(e.id) + "]";
   return out;
 }
 
@@ -39,7 +40,8 @@ std::vector<SseEvent> readAll(std::string_view stream, size_t piece) {
   infera::net::SseReader reader;
   std::vector<SseEvent> events;
   for (size_t i = 0; i < stream.size(); i += piece) {
-    const bool ok = reader.feed(stream.substr(i, piece), [&](const SseEvent& e) { events.push_back(e); });
+    const bool ok =
+        reader.feed(stream.substr(i, piece), [&](const SseEvent& e) { events.push_back(e); });
     FUZZ_CHECK(ok, "a short stream overflowed the reader: " + printable(stream));
   }
   return events;
@@ -72,7 +74,8 @@ std::vector<SseEvent> reference(std::string_view stream) {
     if (line.front() == ':') continue;
     const size_t colon = line.find(':');
     const std::string_view field = line.substr(0, colon);
-    std::string_view value = colon == std::string_view::npos ? std::string_view() : line.substr(colon + 1);
+    std::string_view value =
+        colon == std::string_view::npos ? std::string_view() : line.substr(colon + 1);
     if (value.starts_with(' ')) value.remove_prefix(1);
     if (field == "event") {
       cur.event = value;
@@ -121,8 +124,8 @@ void checkRoundTrip(std::string_view input) {
     written.push_back(e);
   }
   const auto read = readAll(stream, 7);
-  FUZZ_CHECK(sameEvents(read, written), "formatted events read back differently: wrote " + showEvents(written) +
-                                            ", read " + showEvents(read));
+  FUZZ_CHECK(sameEvents(read, written), "formatted events read back differently: wrote " +
+                                            showEvents(written) + ", read " + showEvents(read));
 }
 
 }  // namespace
@@ -131,12 +134,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view stream(reinterpret_cast<const char*>(data), size);
   const auto whole = readAll(stream, stream.size() + 1);
   const auto pieces = readAll(stream, 3);
-  FUZZ_CHECK(sameEvents(whole, pieces), "events depend on the pieces: " + printable(stream) + "\nat once " +
-                                            showEvents(whole) + "\nin pieces " + showEvents(pieces));
+  FUZZ_CHECK(sameEvents(whole, pieces), "events depend on the pieces: " + printable(stream) +
+                                            "\nat once " + showEvents(whole) + "\nin pieces " +
+                                            showEvents(pieces));
   if (!hasLoneCr(stream) && !stream.starts_with("\xEF\xBB\xBF")) {
     const auto want = reference(stream);
-    FUZZ_CHECK(sameEvents(whole, want), "events differ from the spec's: " + printable(stream) + "\nread " +
-                                            showEvents(whole) + "\nspec " + showEvents(want));
+    FUZZ_CHECK(sameEvents(whole, want), "events differ from the spec's: " + printable(stream) +
+                                            "\nread " + showEvents(whole) + "\nspec " +
+                                            showEvents(want));
   }
   checkRoundTrip(stream);
   return 0;

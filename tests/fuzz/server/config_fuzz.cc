@@ -19,7 +19,8 @@ namespace {
 
 using infera::fuzz::printable;
 
-void checkRange(double v, double min, double max, const std::string& name, const std::string& yaml) {
+void checkRange(double v, double min, double max, const std::string& name,
+                const std::string& yaml) {
   FUZZ_CHECK(std::isfinite(v) && v >= min && v <= max,
              name + " = " + std::to_string(v) + " was accepted: " + printable(yaml));
 }
@@ -30,7 +31,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string yaml(reinterpret_cast<const char*>(data), size);
   const auto cfg = infera::server::loadConfigString(yaml);
   if (!cfg.ok()) {
-    FUZZ_CHECK(cfg.status().code() == infera::StatusCode::kInvalidArgument && !cfg.status().message().empty(),
+    FUZZ_CHECK(cfg.status().code() == infera::StatusCode::kInvalidArgument &&
+                   !cfg.status().message().empty(),
                "a refusal that is not an invalid-argument Status: " + cfg.status().message());
     return 0;
   }
@@ -45,6 +47,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     checkRange(e.faults.hang_rate, 0, 1, "faults.hang_rate", yaml);
     checkRange(e.faults.disconnect_rate, 0, 1, "faults.disconnect_rate", yaml);
   }
-  FUZZ_CHECK(infera::server::restartNeeded(*cfg, *cfg).empty(), "a config differs from itself: " + printable(yaml));
+  FUZZ_CHECK(infera::server::restartNeeded(*cfg, *cfg).empty(),
+             "a config differs from itself: " + printable(yaml));
   return 0;
 }
