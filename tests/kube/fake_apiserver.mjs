@@ -116,7 +116,7 @@ let compactedRv = 0;
 const stores = new Map(RESOURCES.map((r) => [r.name + '.' + r.group, new Map()]));
 const changes = [];  // {rv, key: resource key, type, object}
 const watchers = new Set();
-const stats = { watches: 0, binds: 0, evictions: 0, evictionsRefused: 0, lists: 0, requests: 0,
+const stats = { watches: 0, binds: 0, bindConflicts: 0, evictions: 0, evictionsRefused: 0, lists: 0, requests: 0,
   admissions: 0 };
 
 function resKey(r) {
@@ -597,6 +597,7 @@ async function subresource(req, res, rt, q, body) {
   if (r.name === 'pods' && sub === 'binding' && req.method === 'POST') {
     const b = JSON.parse(body);
     if (obj.spec.nodeName) {
+      stats.bindConflicts++;
       return send(res, 409, status(409, 'Conflict', `Operation cannot be fulfilled on pods/binding "${name}": pod ${name} is already assigned to node "${obj.spec.nodeName}"`, { name, kind: 'pods/binding' }));
     }
     const target = b.target || {};
@@ -762,6 +763,30 @@ async function handle(req, res) {
       w.res.destroy();
     }
     return send(res, 200, { dropped: n });
+  }
+  if (path === '/_test/bulk' && req.method === 'POST') {
+    // Loads many objects at once for scale runs: {resource, group, namespace, prefix, count,
+    // template}; names are PREFIX-0..N-1. Each is created (and watched) as by a POST.
+    const b = JSON.parse(body);
+    const r = RESOURCES.find((x) => x.name === b.resource && x.group === (b.group || ''));
+    if (!r) return send(res, 404, status(404, 'NotFound', `no resource ${b.resource}`));
+    for (let i = 0; i < b.count; i++) {
+      const obj = clone(b.template);
+      obj.metadata = obj.metadata || {};
+      obj.metadata.name = `${b.prefix}-${i}`;
+      if (r.namespaced) obj.metadata.namespace = b.namespace;
+      obj.metadata.uid = crypto.randomUUID();
+      obj.metadata.creationTimestamp = now();
+      if (r.name === 'pods') {
+        obj.spec.schedulerName = obj.spec.schedulerName || 'default-scheduler';
+        obj.status = { phase: 'Pending' };
+      }
+      if (obj.metadata.labels && obj.metadata.labels['kubernetes.io/hostname'] !== undefined) {
+        obj.metadata.labels['kubernetes.io/hostname'] = obj.metadata.name;
+      }
+      put(r, obj, 'ADDED');
+    }
+    return send(res, 200, { created: b.count, resourceVersion: rv });
   }
   if (path === '/_test/stats') return send(res, 200, { ...stats, resourceVersion: rv, openWatches: watchers.size });
   if (req.method === 'GET' && discovery(path, req, res)) return;
