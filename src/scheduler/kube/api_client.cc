@@ -113,12 +113,13 @@ net::Task<Status> ApiClient::stream(std::string_view target,
       if (!piece.ok() || piece->empty()) break;
       buffer.append(piece->data(), piece->size());
     }
-    co_return Status::failedPrecondition("watch answered HTTP " +
-                                         std::to_string((*head)->status) + ": " + buffer);
+    co_return Status::failedPrecondition("watch answered HTTP " + std::to_string((*head)->status) +
+                                         ": " + buffer);
   }
   for (;;) {
     auto piece = co_await raw->readBody(stream_deadline);
-    if (!piece.ok()) co_return Status::unavailable("watch stream broke: " + piece.status().message());
+    if (!piece.ok())
+      co_return Status::unavailable("watch stream broke: " + piece.status().message());
     if (piece->empty()) break;
     buffer.append(piece->data(), piece->size());
     size_t start = 0;

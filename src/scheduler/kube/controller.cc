@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <chrono>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "core/log.h"
@@ -44,9 +45,10 @@ std::string tierLabel(Tier t) { return std::to_string(static_cast<int>(t)); }
 
 struct CachedPod {
   KubePod pod;
-  PodId engine_id = 0;        // accounted in the engine (bound, or assumed while binding)
-  std::string assumed_node;   // our decision, while the binding is in flight
-  std::string last_reason;    // the unschedulable reason last reported (Event + condition)
+  // Accounted in the engine (bound, or assumed while binding); PodId 0 is a valid id.
+  std::optional<PodId> engine_id;
+  std::string assumed_node;        // our decision, while the binding is in flight
+  std::string last_reason;         // the unschedulable reason last reported (Event + condition)
   std::set<std::string> awaiting;  // victims (keys) whose eviction this pod waits for
   bool accountable() const {
     return !pod.terminal() && (!pod.node_name.empty() || !assumed_node.empty());
@@ -60,8 +62,8 @@ struct Metrics {
                                   "quota, preempting, gang_wait, error)",
                                   {"result"})),
         pending_seconds(r.histogramFamily(
-            "infera_sched_pending_seconds",
-            "Time from pod creation to binding, per queue and tier", {"queue", "tier"},
+            "infera_sched_pending_seconds", "Time from pod creation to binding, per queue and tier",
+            {"queue", "tier"},
             {0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900, 3600, 14400, 86400})),
         decision_seconds(r.histogramFamily("infera_sched_decision_seconds",
                                            "Engine time per scheduling decision", {},
@@ -71,15 +73,15 @@ struct Metrics {
         empty_share(r.gaugeFamily(
             "infera_sched_free_gpus_on_empty_nodes_ratio",
             "Share of free GPUs that sit on fully empty GPU nodes (1 = perfectly packed)")),
-        guarantee_share(r.gaugeFamily(
-            "infera_sched_nodes_for_guarantees_ratio",
-            "Share of GPU nodes needed to hold every tier-0 guarantee at once")),
+        guarantee_share(
+            r.gaugeFamily("infera_sched_nodes_for_guarantees_ratio",
+                          "Share of GPU nodes needed to hold every tier-0 guarantee at once")),
         gpus(r.gaugeFamily("infera_sched_gpus", "GPUs in the engine by state", {"state"})),
         preemptions(r.counterFamily("infera_sched_preemptions_total",
                                     "Pods evicted for a tier-0 pod reclaiming its guarantee")),
-        evictions_refused(r.counterFamily(
-            "infera_sched_evictions_refused_total",
-            "Evictions the API server refused (429: a PodDisruptionBudget)")),
+        evictions_refused(
+            r.counterFamily("infera_sched_evictions_refused_total",
+                            "Evictions the API server refused (429: a PodDisruptionBudget)")),
         watch_restarts(r.counterFamily("infera_sched_watch_restarts_total",
                                        "Watches started again, by resource and reason",
                                        {"resource", "reason"})),
@@ -87,9 +89,9 @@ struct Metrics {
                                 "Full lists of a resource (start, 410 Gone)", {"resource"})),
         engine_rebuilds(r.counterFamily("infera_sched_engine_rebuilds_total",
                                         "Engine state rebuilt from the cache")),
-        unaccounted(r.gaugeFamily(
-            "infera_sched_unaccounted_pods",
-            "Bound pods the engine could not account (unknown node, over capacity)")),
+        unaccounted(
+            r.gaugeFamily("infera_sched_unaccounted_pods",
+                          "Bound pods the engine could not account (unknown node, over capacity)")),
         api_errors(r.counterFamily("infera_sched_api_errors_total",
                                    "API server calls that failed, by operation", {"op"})),
         admission(r.counterFamily("infera_sched_admission_reviews_total",
@@ -231,7 +233,7 @@ class Controller {
     unaccounted_ = 0;
     m_.engine_rebuilds->counter()->inc(0);
     for (auto& [key, p] : pods_) {
-      p.engine_id = 0;
+      p.engine_id.reset();
       if (p.accountable()) account(key, p);
     }
     return Status::ok();
@@ -248,14 +250,14 @@ class Controller {
       return;
     }
     p.engine_id = placed->pod;
-    by_engine_id_[p.engine_id] = key;
+    by_engine_id_[placed->pod] = key;
   }
 
   void unaccount(CachedPod& p) {
-    if (p.engine_id == 0 || !engine_) return;
-    (void)engine_->release(p.engine_id);  // unknown: the engine already unbound it (a victim)
-    by_engine_id_.erase(p.engine_id);
-    p.engine_id = 0;
+    if (!p.engine_id || !engine_) return;
+    (void)engine_->release(*p.engine_id);  // unknown: the engine already unbound it (a victim)
+    by_engine_id_.erase(*p.engine_id);
+    p.engine_id.reset();
   }
 
   // --- cache updates from watch events --------------------------------------------------------
@@ -279,7 +281,7 @@ class Controller {
         if (!engine_->addNode(node.spec).ok()) needs_rebuild_ = true;
         // Pods that were bound to it before we saw it.
         for (auto& [key, p] : pods_) {
-          if (p.engine_id == 0 && p.accountable() &&
+          if (!p.engine_id && p.accountable() &&
               (p.pod.node_name == node.name || p.assumed_node == node.name)) {
             account(key, p);
           }
@@ -289,7 +291,8 @@ class Controller {
       return;
     }
     const KubeNode& old = it->second;
-    const bool same = old.schedulable == n->schedulable && old.spec.cpu_milli == n->spec.cpu_milli &&
+    const bool same = old.schedulable == n->schedulable &&
+                      old.spec.cpu_milli == n->spec.cpu_milli &&
                       old.spec.memory_mib == n->spec.memory_mib && old.spec.gpus == n->spec.gpus &&
                       old.spec.gpu_model == n->spec.gpu_model && old.spec.labels == n->spec.labels;
     it->second = std::move(*n);
@@ -346,7 +349,7 @@ class Controller {
       wake();
       return;
     }
-    if (new_node != old_node || (c.engine_id == 0 && c.accountable())) {
+    if (new_node != old_node || (!c.engine_id && c.accountable())) {
       unaccount(c);
       if (c.accountable()) account(key, c);
       wake();
@@ -464,9 +467,9 @@ class Controller {
         }
         need_list = false;
       }
-      const std::string target = std::string(path(kind)) + "?watch=true&resourceVersion=" + rv +
-                                 "&allowWatchBookmarks=true&timeoutSeconds=" +
-                                 std::to_string(cfg_.kube.watch_timeout_s);
+      const std::string target =
+          std::string(path(kind)) + "?watch=true&resourceVersion=" + rv +
+          "&allowWatchBookmarks=true&timeoutSeconds=" + std::to_string(cfg_.kube.watch_timeout_s);
       bool expired = false;
       bool got_event = false;
       const std::function<Status(std::string_view)> on_line = [&](std::string_view line) -> Status {
@@ -525,7 +528,7 @@ class Controller {
         needs_rebuild_ = false;
         Status s = rebuildEngine();
         if (!s.isOk()) {
-          INFERA_LOG(logger(), error, "engine: {}", s.message());
+          INFERA_LOG(logger(), err, "engine: {}", s.message());
           continue;
         }
       }
@@ -673,8 +676,8 @@ class Controller {
       }
       if (--running == 0) done.cancel();
     };
-    const int n = std::max(1, std::min<int>(cfg_.kube.max_binds_in_flight,
-                                            static_cast<int>(binds.size())));
+    const int n =
+        std::max(1, std::min<int>(cfg_.kube.max_binds_in_flight, static_cast<int>(binds.size())));
     running = n;
     for (int i = 0; i < n; ++i) net::spawn(ctx_, worker(), "kube bind");
     boost::system::error_code ec;
@@ -703,9 +706,9 @@ class Controller {
       co_return;
     }
     m_.api_errors->counter({"bind"})->inc(0);
-    INFERA_LOG(logger(), warn, "binding {} to {} failed: {}", b.key, b.node,
-               r.ok() ? std::to_string(r->status) + " " + r->body.substr(0, 200)
-                      : r.status().message());
+    INFERA_LOG(
+        logger(), warn, "binding {} to {} failed: {}", b.key, b.node,
+        r.ok() ? std::to_string(r->status) + " " + r->body.substr(0, 200) : r.status().message());
     if (it == pods_.end() || it->second.pod.uid != pod.uid) co_return;
     // 409: bound meanwhile (by us before a restart, or by someone else): the watch brings the
     // node. Otherwise the assumption is undone and the pod retried.
@@ -790,7 +793,7 @@ class Controller {
   bool nodes_synced_ = false;
   bool pods_synced_ = false;
   bool needs_rebuild_ = true;
-  bool leader_ = true;          // without leader election every replica schedules
+  bool leader_ = true;               // without leader election every replica schedules
   bool relist_[2] = {false, false};  // by Kind: list again at the next turn of its watch loop
   std::unique_ptr<LeaderElector> elector_;
   std::map<std::string, KubeNode> nodes_;
@@ -803,7 +806,7 @@ class Controller {
 class KubeSchedulerImpl final : public KubeScheduler {
  public:
   KubeSchedulerImpl(ServeConfig cfg, net::UpstreamAddress address)
-      : cfg_(std::move(cfg)), address_(std::move(address)), loops_(1), registry_(1) {}
+      : cfg_(std::move(cfg)), address_(std::move(address)), registry_(1), loops_(1) {}
   ~KubeSchedulerImpl() override { stop(); }
 
   Status start() override {
@@ -816,11 +819,12 @@ class KubeSchedulerImpl final : public KubeScheduler {
     auto metrics_server = net::HttpServer::create(
         loops_, sc, [reg](int, asio::io_context&) -> std::unique_ptr<net::HttpHandler> {
           net::Router router;
-          router.add("GET", "/metrics",
-                     [reg](net::HttpRequest&, net::ResponseWriter& w, net::PathParams) -> Task<void> {
-                       const std::string body = reg->scrape();
-                       co_await w.send(200, "text/plain; version=0.0.4", body);
-                     });
+          router.add(
+              "GET", "/metrics",
+              [reg](net::HttpRequest&, net::ResponseWriter& w, net::PathParams) -> Task<void> {
+                const std::string body = reg->scrape();
+                co_await w.send(200, "text/plain; version=0.0.4", body);
+              });
           router.add("GET", "/healthz",
                      [](net::HttpRequest&, net::ResponseWriter& w, net::PathParams) -> Task<void> {
                        co_await w.send(200, "text/plain", "ok\n");
@@ -836,7 +840,8 @@ class KubeSchedulerImpl final : public KubeScheduler {
       wc.tls = cfg_.webhook.tls;
       const WebhookPolicy policy{cfg_.kube, cfg_.scheduling, cfg_.webhook};
       auto webhook_server = net::HttpServer::create(
-          loops_, wc, [policy, metrics](int, asio::io_context&) -> std::unique_ptr<net::HttpHandler> {
+          loops_, wc,
+          [policy, metrics](int, asio::io_context&) -> std::unique_ptr<net::HttpHandler> {
             net::Router router;
             router.add("POST", "/mutate",
                        [policy, metrics](net::HttpRequest& req, net::ResponseWriter& w,
@@ -871,17 +876,23 @@ class KubeSchedulerImpl final : public KubeScheduler {
     started_ = false;
     Controller* c = controller_.get();
     asio::post(loops_.loop(0), [c] { c->stop(); });
+    // Servers go first, while the loops run (their teardown posts to them); the loops' pending
+    // coroutines are destroyed with the loops, before the controller they point into.
     if (webhook_server_) webhook_server_->drain(std::chrono::seconds(2));
     if (metrics_server_) metrics_server_->drain(std::chrono::seconds(2));
+    webhook_server_.reset();
+    metrics_server_.reset();
     loops_.stop();
   }
 
  private:
+  // Destroyed bottom up: the loops (and the coroutines still queued on them) before the
+  // controller, the controller before the metrics it counts in.
   ServeConfig cfg_;
   net::UpstreamAddress address_;
-  net::EventLoops loops_;
   obs::MetricsRegistry registry_;
   std::unique_ptr<Controller> controller_;
+  net::EventLoops loops_;
   std::unique_ptr<net::HttpServer> metrics_server_;
   std::unique_ptr<net::HttpServer> webhook_server_;
   bool started_ = false;

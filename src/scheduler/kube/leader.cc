@@ -99,8 +99,9 @@ net::Task<void> LeaderElector::run(std::function<void(bool)> on_change) {
     if (held) last_renew_ = now;
     // A leader that cannot renew steps down before its lease can expire for the others.
     const bool leader =
-        held || (leader_ && now - last_renew_ < std::chrono::seconds(cfg_.lease_duration_s) -
-                                                    std::chrono::milliseconds(cfg_.renew_interval_ms));
+        held ||
+        (leader_ && now - last_renew_ < std::chrono::seconds(cfg_.lease_duration_s) -
+                                            std::chrono::milliseconds(cfg_.renew_interval_ms));
     if (leader != leader_) {
       leader_ = leader;
       on_change(leader);

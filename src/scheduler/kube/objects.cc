@@ -145,9 +145,8 @@ std::optional<int64_t> parseQuantityMilli(std::string_view text) {
 int64_t parseTimestamp(std::string_view text) {
   std::tm tm{};
   int y, mo, d, h, mi, s;
-  if (text.size() < 20 ||
-      std::sscanf(std::string(text).c_str(), "%4d-%2d-%2dT%2d:%2d:%2d", &y, &mo, &d, &h, &mi, &s) !=
-          6) {
+  if (text.size() < 20 || std::sscanf(std::string(text).c_str(), "%4d-%2d-%2dT%2d:%2d:%2d", &y, &mo,
+                                      &d, &h, &mi, &s) != 6) {
     return 0;
   }
   tm.tm_year = y - 1900;
@@ -215,8 +214,8 @@ Result<KubePod> podFromJson(const Json& pod, const KubeConfig& cfg) {
   out.ns = str(*meta, "namespace");
   out.name = str(*meta, "name");
   out.resource_version = str(*meta, "resourceVersion");
-  out.deleting = find(*meta, "deletionTimestamp") != nullptr &&
-                 !find(*meta, "deletionTimestamp")->is_null();
+  out.deleting =
+      find(*meta, "deletionTimestamp") != nullptr && !find(*meta, "deletionTimestamp")->is_null();
   const auto annotations = stringMap(find(*meta, "annotations"));
   auto annotation = [&](const std::string& key) {
     const auto it = annotations.find(key);
@@ -360,12 +359,9 @@ std::string eventJson(const KubePod& pod, std::string_view type, std::string_vie
 }
 
 std::string unschedulablePatch(std::string_view message, int64_t now_s) {
-  Json cond = {{"type", "PodScheduled"},
-               {"status", "False"},
-               {"reason", "Unschedulable"},
-               {"message", std::string(message)},
-               {"lastProbeTime", nullptr},
-               {"lastTransitionTime", formatTimestamp(now_s)}};
+  Json cond = {{"type", "PodScheduled"},    {"status", "False"},
+               {"reason", "Unschedulable"}, {"message", std::string(message)},
+               {"lastProbeTime", nullptr},  {"lastTransitionTime", formatTimestamp(now_s)}};
   Json j = {{"status", {{"conditions", Json::array({cond})}}}};
   return j.dump();
 }

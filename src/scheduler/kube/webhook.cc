@@ -103,10 +103,11 @@ void addAffinity(Json& ops, const Json& spec, const std::string& label,
   const Json required = {{"nodeSelectorTerms", Json::array({term})}};
   const Json* affinity = spec.contains("affinity") ? &spec["affinity"] : nullptr;
   if (affinity == nullptr || !affinity->is_object()) {
-    ops.push_back({{"op", "add"},
-                   {"path", "/spec/affinity"},
-                   {"value", {{"nodeAffinity", {{"requiredDuringSchedulingIgnoredDuringExecution",
-                                                 required}}}}}});
+    ops.push_back(
+        {{"op", "add"},
+         {"path", "/spec/affinity"},
+         {"value",
+          {{"nodeAffinity", {{"requiredDuringSchedulingIgnoredDuringExecution", required}}}}}});
     return;
   }
   const Json* na = affinity->contains("nodeAffinity") ? &(*affinity)["nodeAffinity"] : nullptr;
@@ -146,7 +147,8 @@ void addShare(Json& ops, const Json& spec, const std::string& resource, int64_t 
   if (c0.contains("resources") && c0["resources"].contains("requests") &&
       c0["resources"]["requests"].contains(resource) &&
       c0["resources"]["requests"][resource].is_string()) {
-    first = parseQuantityMilli(c0["resources"]["requests"][resource].get<std::string>()).value_or(0);
+    first =
+        parseQuantityMilli(c0["resources"]["requests"][resource].get<std::string>()).value_or(0);
   }
   const int64_t value = first + (want_milli - have_milli);
   const std::string text =
@@ -175,8 +177,8 @@ Result<std::string> respond(std::string_view review_json, const WebhookPolicy& p
   Json ops = Json::array();
   const bool is_pod_create = req.value("operation", "") == "CREATE" && req.contains("object") &&
                              req["object"].is_object() &&
-                             req["object"].value("kind", "Pod") == "Pod" &&
-                             req.contains("kind") && req["kind"].value("kind", "") == "Pod";
+                             req["object"].value("kind", "Pod") == "Pod" && req.contains("kind") &&
+                             req["kind"].value("kind", "") == "Pod";
   if (is_pod_create) {
     Json pod = req["object"];
     const std::string ns = req.value("namespace", "");
@@ -189,26 +191,30 @@ Result<std::string> respond(std::string_view review_json, const WebhookPolicy& p
     const Json& spec = pod.contains("spec") ? pod["spec"] : Json::object();
     if (!parsed.ok()) {
       response["allowed"] = false;
-      response["status"] = {{"code", 400}, {"reason", "BadRequest"},
-                            {"message", parsed.status().message()}};
+      response["status"] = {
+          {"code", 400}, {"reason", "BadRequest"}, {"message", parsed.status().message()}};
     } else if (parsed->spec.num_gpu > 0 || !policy.webhook.gpu_pods_only) {
       const KubePod& kp = *parsed;
-      ops.push_back({{"op", "add"}, {"path", "/spec/schedulerName"},
-                     {"value", policy.kube.scheduler_name}});
+      ops.push_back(
+          {{"op", "add"}, {"path", "/spec/schedulerName"}, {"value", policy.kube.scheduler_name}});
       const Json& meta = pod["metadata"];
       const Json labels = meta.contains("labels") ? meta["labels"] : Json::object();
       const std::string sa = spec.value("serviceAccountName", "default");
       const PlacementRule* rule = matchRule(policy.scheduling, ns, labels, sa);
-      if (!req["object"].contains("metadata") || !req["object"]["metadata"].contains("annotations")) {
-        ops.push_back({{"op", "add"}, {"path", "/metadata/annotations"}, {"value", Json::object()}});
+      if (!req["object"].contains("metadata") ||
+          !req["object"]["metadata"].contains("annotations")) {
+        ops.push_back(
+            {{"op", "add"}, {"path", "/metadata/annotations"}, {"value", Json::object()}});
       }
       const std::string ann = "/metadata/annotations/";
       if (rule != nullptr && !rule->queue.empty()) {
-        ops.push_back({{"op", "add"}, {"path", ann + escape(policy.kube.queue_annotation)},
+        ops.push_back({{"op", "add"},
+                       {"path", ann + escape(policy.kube.queue_annotation)},
                        {"value", rule->queue}});
       }
       if (rule != nullptr && rule->tier) {
-        ops.push_back({{"op", "add"}, {"path", ann + escape(policy.kube.tier_annotation)},
+        ops.push_back({{"op", "add"},
+                       {"path", ann + escape(policy.kube.tier_annotation)},
                        {"value", std::to_string(static_cast<int>(*rule->tier))}});
       }
       if (kp.spec.num_gpu > 0 && spec.contains("containers") && !spec["containers"].empty()) {
@@ -219,16 +225,18 @@ Result<std::string> respond(std::string_view review_json, const WebhookPolicy& p
         const bool cpu = policy.webhook.cpu_per_gpu > 0;
         const bool mem = policy.webhook.memory_gib_per_gpu > 0;
         const int64_t want_cpu = static_cast<int64_t>(gpus * policy.webhook.cpu_per_gpu * 1000);
-        const int64_t want_mem = static_cast<int64_t>(gpus * policy.webhook.memory_gib_per_gpu *
-                                                      1024 * 1024 * 1024) * 1000;
+        const int64_t want_mem =
+            static_cast<int64_t>(gpus * policy.webhook.memory_gib_per_gpu * 1024 * 1024 * 1024) *
+            1000;
         const bool need = (cpu && want_cpu > kp.spec.cpu_milli) ||
                           (mem && want_mem > kp.spec.memory_mib * 1024 * 1024 * 1000);
         if (need && !has_res) {
-          ops.push_back({{"op", "add"}, {"path", "/spec/containers/0/resources"},
-                         {"value", Json::object()}});
+          ops.push_back(
+              {{"op", "add"}, {"path", "/spec/containers/0/resources"}, {"value", Json::object()}});
         }
         if (need && !has_req) {
-          ops.push_back({{"op", "add"}, {"path", "/spec/containers/0/resources/requests"},
+          ops.push_back({{"op", "add"},
+                         {"path", "/spec/containers/0/resources/requests"},
                          {"value", Json::object()}});
         }
         if (cpu) addShare(ops, spec, "cpu", kp.spec.cpu_milli, want_cpu, false);
@@ -244,9 +252,8 @@ Result<std::string> respond(std::string_view review_json, const WebhookPolicy& p
     response["patchType"] = "JSONPatch";
     response["patch"] = base64(ops.dump());
   }
-  const Json out = {{"apiVersion", "admission.k8s.io/v1"},
-                    {"kind", "AdmissionReview"},
-                    {"response", response}};
+  const Json out = {
+      {"apiVersion", "admission.k8s.io/v1"}, {"kind", "AdmissionReview"}, {"response", response}};
   return out.dump();
 }
 

@@ -111,7 +111,8 @@ scheduling:
 }
 
 TEST(KubeServeConfigTest, ParsesTheSchedulingSection) {
-  auto cfg = parseServeConfigString(R"(kube: {api_server: "https://127.0.0.1:6443", scheduler_name: gpu}
+  auto cfg =
+      parseServeConfigString(R"(kube: {api_server: "https://127.0.0.1:6443", scheduler_name: gpu}
 scheduling:
   gpu_types: [{name: A10, rank: 1}]
   queues: [{name: a, guaranteed: {gpus: {A10: 2}}}]

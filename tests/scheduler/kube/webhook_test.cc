@@ -132,9 +132,9 @@ TEST(WebhookTest, LabelsRuleAndLadderMinimumAddNodeAffinityAndKeepAnnotations) {
   EXPECT_EQ(a.pod["metadata"]["annotations"]["infera.ai/queue"], "research");
   EXPECT_EQ(a.pod["metadata"]["annotations"]["infera.ai/tier"], "2");
   EXPECT_EQ(a.pod["metadata"]["annotations"]["owner"], "ana");
-  const Json& expr = a.pod["spec"]["affinity"]["nodeAffinity"]
-                              ["requiredDuringSchedulingIgnoredDuringExecution"]
-                              ["nodeSelectorTerms"][0]["matchExpressions"][0];
+  const Json& expr =
+      a.pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+           ["nodeSelectorTerms"][0]["matchExpressions"][0];
   EXPECT_EQ(expr["key"], "nvidia.com/gpu.product");
   EXPECT_EQ(expr["operator"], "In");
   EXPECT_EQ(expr["values"], Json::array({"A10", "A100"}));
@@ -145,9 +145,9 @@ TEST(WebhookTest, ServiceAccountRuleAndExistingAffinityTermsGetTheLadder) {
   const Answer a = run("service_account_affinity");
   EXPECT_EQ(a.pod["metadata"]["annotations"]["infera.ai/queue"], "batch");
   EXPECT_EQ(a.pod["metadata"]["annotations"]["infera.ai/tier"], "1");
-  const Json& exprs = a.pod["spec"]["affinity"]["nodeAffinity"]
-                               ["requiredDuringSchedulingIgnoredDuringExecution"]
-                               ["nodeSelectorTerms"][0]["matchExpressions"];
+  const Json& exprs =
+      a.pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+           ["nodeSelectorTerms"][0]["matchExpressions"];
   ASSERT_EQ(exprs.size(), 2u);
   EXPECT_EQ(exprs[0]["key"], "topology.kubernetes.io/zone");
   EXPECT_EQ(exprs[1]["values"], Json::array({"A100"}));

@@ -40,10 +40,10 @@ struct KubePod {
   std::string scheduler_name;
   std::string node_name;  // spec.nodeName ("" while pending)
   std::string phase;
-  bool deleting = false;       // metadata.deletionTimestamp set
-  std::string group;           // gang: pods of one job, placed all or none
-  int group_size = 0;          // the gang's size (from the group-size annotation)
-  PodSpec spec;                // the engine's view (name = "ns/name")
+  bool deleting = false;  // metadata.deletionTimestamp set
+  std::string group;      // gang: pods of one job, placed all or none
+  int group_size = 0;     // the gang's size (from the group-size annotation)
+  PodSpec spec;           // the engine's view (name = "ns/name")
   bool terminal() const { return phase == "Succeeded" || phase == "Failed"; }
   std::string key() const { return ns + "/" + name; }
 };
