@@ -123,7 +123,7 @@ check "... on the other node" bash -c "[[ \$(kubectl --kubeconfig '$KCFG' --cach
 
 # 3. Unschedulable: a 3-GPU pod while no node has 3 free GPUs stays pending with a reason.
 pod b5 team-b 3
-check "unschedulable pod gets a FailedScheduling Event" wait_for 20 has_event team-b b5 FailedScheduling "no node fits"
+check "unschedulable pod gets a FailedScheduling Event with the engine's reason" wait_for 20 has_event team-b b5 FailedScheduling "pod team-b/b5: "
 check "... and PodScheduled=False Unschedulable" bash -c "kubectl --kubeconfig '$KCFG' --cache-dir '$KCACHE' get pod b5 -n team-b -o jsonpath='{.status.conditions[?(@.type==\"PodScheduled\")].reason}' | grep -qx Unschedulable"
 check "... and stays unbound" bash -c "! bound team-b b5"
 
@@ -155,11 +155,11 @@ check "preemptions counted" bash -c "[[ \$(curl -s http://127.0.0.1:$metrics_por
 #    running and the beneficiary is told. a1 leaves so a2 is within team-a's guarantee; be3
 #    (tier 2, under the PDB) and b7 (tier 1) fill the room it left.
 k delete pod a1 -n team-a --wait=false >/dev/null
-pod be3 team-b 2 '{"tier":"best-effort","app":"train"}'
+pod be3 team-b 2 '{"tier":"best-effort","job":"protected"}'
 check "tier-2 pod be3 bound" wait_for 20 bound team-b be3
 pod b7 team-b 2
 check "tier-1 pod b7 bound" wait_for 20 bound team-b b7
-node -e 'const p=JSON.parse(require("fs").readFileSync(process.argv[1]));p.metadata.namespace="team-b";process.stdout.write(JSON.stringify(p))' \
+node -e 'const p=JSON.parse(require("fs").readFileSync(process.argv[1]));p.metadata.namespace="team-b";p.spec.selector.matchLabels={job:"protected"};process.stdout.write(JSON.stringify(p))' \
   "$FIXTURES/pdb.json" | k create --validate=false -f - >/dev/null
 pod a2 team-a 2
 check "refused eviction is counted" wait_for 20 bash -c "[[ \$(curl -s http://127.0.0.1:$metrics_port/metrics | awk '\$1==\"infera_sched_evictions_refused_total\" {print \$2}') -ge 1 ]]"
@@ -187,6 +187,8 @@ check "one binding per pod placed, none refused as double ($binds bindings, $con
   bash -c "[[ $binds == 13 && $conflicts == 0 ]]"
 
 # 8. Gang: 3 pods of one group, all or none. Two created: both wait; the third: all bound.
+#    (b5 leaves first: the shared tier-1 pool would not hold 3 more GPUs.)
+k delete pod b5 -n team-b --wait=false >/dev/null
 pod g1 team-b 1 '{}' '{"infera.ai/group":"job1","infera.ai/group-size":"3"}'
 pod g2 team-b 1 '{}' '{"infera.ai/group":"job1","infera.ai/group-size":"3"}'
 check "an incomplete gang waits" wait_for 20 has_event team-b g1 FailedScheduling "gang job1: 2 of 3"
