@@ -83,8 +83,11 @@ net::Task<Status> ApiClient::stream(std::string_view target,
                                     int* http_status) {
   // A watch lives until the server's timeoutSeconds; the deadline only bounds a stuck stream.
   const auto connect_deadline = net::SteadyClock::now() + timeout_;
+  const uint64_t generation = abort_generation_;
   auto conn = co_await pool_->acquire(connect_deadline, /*fresh=*/true);
   if (!conn.ok()) co_return conn.takeStatus();
+  // abortStreams() while this stream was connecting: it is aborted too.
+  if (generation != abort_generation_) co_return Status::cancelled("watch aborted");
   net::UpstreamConnection* raw = conn->get();
   streams_.push_back(raw);
   struct Unregister {
@@ -141,6 +144,7 @@ net::Task<Status> ApiClient::stream(std::string_view target,
 }
 
 void ApiClient::abortStreams() {
+  ++abort_generation_;
   for (net::UpstreamConnection* c : std::vector<net::UpstreamConnection*>(streams_)) c->abort();
 }
 

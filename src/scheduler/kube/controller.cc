@@ -467,6 +467,7 @@ class Controller {
         }
         need_list = false;
       }
+      if (relist_[static_cast<int>(kind)]) continue;  // asked for while this loop listed
       const std::string target =
           std::string(path(kind)) + "?watch=true&resourceVersion=" + rv +
           "&allowWatchBookmarks=true&timeoutSeconds=" + std::to_string(cfg_.kube.watch_timeout_s);

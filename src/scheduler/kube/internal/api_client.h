@@ -35,7 +35,7 @@ class ApiClient {
   net::Task<Status> stream(std::string_view target,
                            const std::function<Status(std::string_view line)>& on_line,
                            int* http_status);
-  // Closes every open stream (their stream() calls return); for shutdown and tests.
+  // Closes every open stream, and any still connecting (their stream() calls return).
   void abortStreams();
   // Re-reads the token file (the kubelet rotates projected tokens).
   void refreshToken();
@@ -50,6 +50,7 @@ class ApiClient {
   std::chrono::milliseconds timeout_;
   std::unique_ptr<net::ConnectionPool> pool_;
   std::vector<net::UpstreamConnection*> streams_;
+  uint64_t abort_generation_ = 0;  // streams started before an abortStreams() end too
 };
 
 }  // namespace infera::sched::kube
