@@ -357,7 +357,11 @@ class Controller {
   }
 
   void forgetVictim(const std::string& key) {
-    for (auto& [k, p] : pods_) p.awaiting.erase(key);
+    const auto v = victims_.find(key);
+    if (v == victims_.end()) return;
+    const auto b = pods_.find(v->second);
+    if (b != pods_.end()) b->second.awaiting.erase(key);
+    victims_.erase(v);
   }
 
   // --- list and watch -------------------------------------------------------------------------
@@ -598,6 +602,7 @@ class Controller {
           const auto v = by_engine_id_.find(e.pod);
           if (v == by_engine_id_.end()) continue;
           c.awaiting.insert(v->second);
+          victims_[v->second] = key;
           evictions.emplace_back(key, e);
         }
         needs_rebuild_ = true;  // the engine unbound victims that still run; the cache has them
@@ -752,6 +757,7 @@ class Controller {
     const std::string message = "eviction of " + e.pod_name + " refused (" + why + ")";
     if (b != pods_.end()) {
       b->second.awaiting.erase(e.pod_name);
+      victims_.erase(e.pod_name);
       if (b->second.last_reason != message) {
         b->second.last_reason = message;
         const KubePod pod = b->second.pod;
@@ -800,6 +806,7 @@ class Controller {
   std::map<std::string, KubeNode> nodes_;
   std::map<std::string, CachedPod> pods_;  // by "ns/name"
   std::map<PodId, std::string> by_engine_id_;
+  std::map<std::string, std::string> victims_;  // victim key -> the beneficiary waiting for it
   std::unique_ptr<Scheduler> engine_;
   int unaccounted_ = 0;
 };
