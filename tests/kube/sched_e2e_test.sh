@@ -168,12 +168,14 @@ check "the beneficiary is told why" wait_for 20 has_event team-a a2 PreemptionRe
 check "... and stays pending" bash -c "! bound team-a a2"
 k delete pod a2 -n team-a --wait=false >/dev/null
 
-# 7. Watch disconnects: drop every watch and compact the history (the scheduler's
+# 7. Watch disconnects: compact the history and drop every watch (the scheduler's
 #    resourceVersion is now too old: 410 Gone), create pods meanwhile; then drop again without
 #    compaction. No pod is lost.
 k delete pod b1 b2 b3 b4 -n team-b --wait=false >/dev/null
-api POST /_test/drop-watches '' >/dev/null
+# Compaction first: the scheduler's resourceVersion is then older than the compaction point when
+# it reconnects, whenever that is.
 api POST /_test/compact '' >/dev/null
+api POST /_test/drop-watches '' >/dev/null
 pod w1 team-b 1
 pod w2 team-b 1
 check "pods created across a 410 relist are bound" wait_for 20 bash -c "bound team-b w1 && bound team-b w2"
