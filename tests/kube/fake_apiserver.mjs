@@ -24,7 +24,8 @@
 // - mutating admission: pods created are sent to every MutatingWebhookConfiguration whose
 //   clientConfig has a url (AdmissionReview v1, the caBundle trusted), and the JSONPatch applied.
 // Test controls (not Kubernetes): POST /_test/compact (watches older than now get 410),
-// POST /_test/drop-watches (closes every open watch), GET /_test/stats.
+// POST /_test/drop-watches (closes every open watch), GET /_test/stats, POST /_test/bulk (many
+// objects from a template), POST /_test/dcgm + GET /_test/dcgm/metrics (a DCGM exporter stand-in).
 import fs from 'node:fs';
 import http from 'node:http';
 import https from 'node:https';
@@ -116,6 +117,7 @@ let compactedRv = 0;
 const stores = new Map(RESOURCES.map((r) => [r.name + '.' + r.group, new Map()]));
 const changes = [];  // {rv, key: resource key, type, object}
 const watchers = new Set();
+let dcgm = {};  // the DCGM stand-in's series: "ns/pod" -> GPU utilisation percent
 const stats = { watches: 0, binds: 0, bindConflicts: 0, evictions: 0, evictionsRefused: 0, lists: 0, requests: 0,
   admissions: 0 };
 
@@ -787,6 +789,25 @@ async function handle(req, res) {
       put(r, obj, 'ADDED');
     }
     return send(res, 200, { created: b.count, resourceVersion: rv });
+  }
+  // A stand-in for NVIDIA's dcgm-exporter (its metric and label names), for a real Prometheus to
+  // scrape: POST /_test/dcgm {"ns/pod": utilisation percent, ...}, GET /_test/dcgm/metrics.
+  if (path === '/_test/dcgm' && req.method === 'POST') {
+    dcgm = JSON.parse(body);
+    return send(res, 200, { series: Object.keys(dcgm).length });
+  }
+  if (path === '/_test/dcgm/metrics' && req.method === 'GET') {
+    let text = '# HELP DCGM_FI_DEV_GPU_UTIL GPU utilization (in %).\n# TYPE DCGM_FI_DEV_GPU_UTIL gauge\n';
+    let gpu = 0;
+    for (const [key, value] of Object.entries(dcgm)) {
+      const [ns, pod] = key.split('/');
+      const p = stores.get('pods.').get(key);
+      const host = (p && p.spec.nodeName) || 'unknown';
+      text += `DCGM_FI_DEV_GPU_UTIL{gpu="${gpu}",UUID="GPU-${String(gpu).padStart(8, '0')}-0000-0000-0000-000000000000",device="nvidia${gpu}",modelName="NVIDIA A10",Hostname="${host}",DCGM_FI_DRIVER_VERSION="550.54.15",container="${pod}",namespace="${ns}",pod="${pod}"} ${value}\n`;
+      gpu++;
+    }
+    res.writeHead(200, { 'Content-Type': 'text/plain; version=0.0.4' });
+    return res.end(text);
   }
   if (path === '/_test/stats') return send(res, 200, { ...stats, resourceVersion: rv, openWatches: watchers.size });
   if (req.method === 'GET' && discovery(path, req, res)) return;

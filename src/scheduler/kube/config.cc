@@ -86,6 +86,23 @@ Result<ServeConfig> parseServeConfigString(const std::string& yaml_text) {
     l.optional("lease_duration_s", cfg.leader_election.lease_duration_s, 1, 3600);
     l.optional("renew_interval_ms", cfg.leader_election.renew_interval_ms, 10, 3'600'000);
   });
+  r.object("reclaim", [&](ConfigReader& c) {
+    ReclaimConfig& rc = cfg.reclaim;
+    rc.enabled = true;
+    c.optional("enabled", rc.enabled);
+    c.required("prometheus_url", rc.prometheus_url);
+    if (!rc.prometheus_url.empty() && rc.prometheus_url.rfind("http://", 0) != 0 &&
+        rc.prometheus_url.rfind("https://", 0) != 0) {
+      c.error("prometheus_url", "must start with http:// or https://");
+    }
+    c.optional("query", rc.query);
+    c.optional("utilization_scale", rc.utilization_scale, 1e-9, 1e9);
+    c.optional("namespace_label", rc.namespace_label);
+    c.optional("pod_label", rc.pod_label);
+    c.optional("interval_ms", rc.interval_ms, 10, 86'400'000);
+    c.optional("warn_before_s", rc.warn_before_s, 0, 30 * 86'400);
+    c.optional("dry_run", rc.dry_run);
+  });
   r.object("scheduling", [&](ConfigReader& s) { readSchedulingConfig(s, cfg.scheduling); });
   r.finish();
   INFERA_RETURN_IF_ERROR(errors.toStatus());

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <map>
 #include <optional>
@@ -50,6 +51,9 @@ struct CachedPod {
   std::string assumed_node;        // our decision, while the binding is in flight
   std::string last_reason;         // the unschedulable reason last reported (Event + condition)
   std::set<std::string> awaiting;  // victims (keys) whose eviction this pod waits for
+  int64_t idle_since_s = -1;       // idle reclaim: first idle sample of the current idle stretch
+  int64_t warned_s = -1;           // ... when the IdleReclaimWarning Event was posted
+  bool reclaimed = false;          // ... evicted (or, dry run, reported) once
   bool accountable() const {
     return !pod.terminal() && (!pod.node_name.empty() || !assumed_node.empty());
   }
@@ -96,6 +100,17 @@ struct Metrics {
                                    "API server calls that failed, by operation", {"op"})),
         admission(r.counterFamily("infera_sched_admission_reviews_total",
                                   "AdmissionReviews answered, by result", {"result"})),
+        idle_reclaims(r.counterFamily(
+            "infera_sched_idle_reclaims_total",
+            "Idle reclaim actions by policy and action (warned, evicted, refused, dry_run)",
+            {"policy", "action"})),
+        reclaimed_gpu_seconds(r.counterFamily(
+            "infera_sched_reclaimed_gpu_seconds_total",
+            "GPU-seconds freed by idle reclaim, counted from eviction to the pod's idle window end",
+            {"policy"})),
+        metric_queries(r.counterFamily("infera_sched_gpu_metric_queries_total",
+                                       "Prometheus queries for GPU utilisation, by result",
+                                       {"result"})),
         leader(r.gaugeFamily("infera_sched_leader",
                              "1 while this replica holds the scheduler's Lease (or has no "
                              "leader election)")) {
@@ -116,15 +131,19 @@ struct Metrics {
   obs::Family* unaccounted;
   obs::Family* api_errors;
   obs::Family* admission;
+  obs::Family* idle_reclaims;
+  obs::Family* reclaimed_gpu_seconds;
+  obs::Family* metric_queries;
   obs::Family* leader;
 };
 
 class Controller {
  public:
   Controller(asio::io_context& ctx, ServeConfig cfg, net::UpstreamAddress address,
-             obs::MetricsRegistry& registry)
+             std::optional<net::UpstreamAddress> prometheus, obs::MetricsRegistry& registry)
       : ctx_(ctx),
         cfg_(std::move(cfg)),
+        prometheus_(std::move(prometheus)),
         api_(ctx, std::move(address), cfg_.kube.token_file,
              std::chrono::milliseconds(cfg_.kube.request_timeout_ms)),
         m_(registry),
@@ -158,6 +177,7 @@ class Controller {
     net::spawn(ctx_, watchLoop(Kind::kNodes), "kube node watch");
     net::spawn(ctx_, watchLoop(Kind::kPods), "kube pod watch");
     net::spawn(ctx_, scheduleLoop(), "kube schedule loop");
+    if (prometheus_) net::spawn(ctx_, reclaimLoop(), "kube idle reclaim");
   }
 
   void stop() {
@@ -790,8 +810,167 @@ class Controller {
     if (!r.ok() || r->status != 201) m_.api_errors->counter({"event"})->inc(0);
   }
 
+  // --- idle reclaim ---------------------------------------------------------------------------
+
+  static std::string urlEncode(std::string_view s) {
+    static constexpr char kHex[] = "0123456789ABCDEF";
+    std::string out;
+    for (const unsigned char c : s) {
+      if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~') {
+        out += static_cast<char>(c);
+      } else {
+        out += '%';
+        out += kHex[c >> 4];
+        out += kHex[c & 15];
+      }
+    }
+    return out;
+  }
+
+  // Utilisation (0..1) by "ns/pod" from one instant query; kUnavailable when Prometheus is not
+  // there or answers something else than a vector.
+  Task<Result<std::map<std::string, double>>> queryUtilization() {
+    const ReclaimConfig& rc = cfg_.reclaim;
+    const std::string target = "/api/v1/query?query=" + urlEncode(rc.query);
+    const std::vector<net::HttpHeader> headers = {{"accept", "application/json"}};
+    const auto deadline =
+        net::SteadyClock::now() + std::chrono::milliseconds(cfg_.kube.request_timeout_ms);
+    auto r = co_await net::fetch(*prometheus_, "GET", target, "", headers, deadline);
+    if (!r.ok()) co_return r.takeStatus();
+    if (r->status != 200) {
+      co_return Status::unavailable("prometheus answered HTTP " + std::to_string(r->status));
+    }
+    std::map<std::string, double> out;
+    try {
+      const Json j = Json::parse(r->body);
+      if (j.value("status", "") != "success" || j["data"].value("resultType", "") != "vector") {
+        co_return Status::unavailable("prometheus: not a vector result");
+      }
+      for (const Json& e : j["data"]["result"]) {
+        const Json& m = e["metric"];
+        const std::string ns = m.value(rc.namespace_label, "");
+        const std::string pod = m.value(rc.pod_label, "");
+        if (ns.empty() || pod.empty()) continue;
+        const double v = std::stod(e["value"][1].get<std::string>());
+        out[ns + "/" + pod] = v / rc.utilization_scale;
+      }
+    } catch (const std::exception& e) {
+      co_return Status::unavailable(std::string("prometheus: malformed answer: ") + e.what());
+    }
+    co_return out;
+  }
+
+  const IdlePolicy* idlePolicyFor(const KubePod& pod) const {
+    for (const IdlePolicy& p : cfg_.scheduling.idle_reclaim) {
+      if (p.match_labels.empty()) continue;
+      bool all = true;
+      for (const auto& [k, v] : p.match_labels) {
+        const auto it = pod.spec.labels.find(k);
+        all = all && it != pod.spec.labels.end() && it->second == v;
+      }
+      if (all) return &p;
+    }
+    return nullptr;
+  }
+
+  Task<void> reclaimLoop() {
+    asio::steady_timer timer(ctx_);
+    while (!stopping_) {
+      co_await sleepFor(timer, cfg_.reclaim.interval_ms);
+      if (stopping_ || !leader_ || !pods_synced_) continue;
+      auto util = co_await queryUtilization();
+      if (!util.ok()) {
+        m_.metric_queries->counter({"error"})->inc(0);
+        INFERA_LOG(logger(), warn, "idle reclaim: {}", util.status().message());
+        continue;
+      }
+      m_.metric_queries->counter({"ok"})->inc(0);
+      co_await reclaimPass(*util);
+    }
+  }
+
+  // One look at every bound pod an idle policy covers: idle stretches start and end with the
+  // samples; past the policy's window a Warning Event, warn_before_s later the eviction. A pod
+  // with no sample keeps its state (no data is not idleness).
+  Task<void> reclaimPass(const std::map<std::string, double>& util) {
+    const ReclaimConfig& rc = cfg_.reclaim;
+    const int64_t now = wallSeconds();
+    struct Action {
+      std::string key;
+      const IdlePolicy* policy;
+      bool evict;
+    };
+    std::vector<Action> actions;
+    for (auto& [key, c] : pods_) {
+      if (c.pod.node_name.empty() || c.pod.deleting || c.reclaimed) continue;
+      const IdlePolicy* policy = idlePolicyFor(c.pod);
+      if (policy == nullptr) continue;
+      const auto sample = util.find(key);
+      if (sample == util.end()) continue;
+      if (sample->second >= policy->utilization_below) {
+        c.idle_since_s = -1;
+        c.warned_s = -1;
+        continue;
+      }
+      if (c.idle_since_s < 0) c.idle_since_s = now;
+      if (now - c.idle_since_s < static_cast<int64_t>(policy->idle_hours * 3600)) continue;
+      if (c.warned_s < 0) {
+        c.warned_s = now;
+        actions.push_back({key, policy, false});
+      } else if (now - c.warned_s >= rc.warn_before_s) {
+        c.reclaimed = true;
+        actions.push_back({key, policy, true});
+      }
+    }
+    for (const Action& a : actions) {
+      auto it = pods_.find(a.key);
+      if (it == pods_.end()) continue;
+      const KubePod pod = it->second.pod;
+      const double idle_s = static_cast<double>(now - it->second.idle_since_s);
+      char below[32];
+      std::snprintf(below, sizeof below, "%.0f%%", a.policy->utilization_below * 100);
+      const std::string why = "GPU utilisation below " + std::string(below) + " for " +
+                              std::to_string(static_cast<int64_t>(idle_s)) + " s (idle policy " +
+                              a.policy->name + ")";
+      if (!a.evict) {
+        m_.idle_reclaims->counter({a.policy->name, "warned"})->inc(0);
+        const std::string message = why + ": evicted in " + std::to_string(rc.warn_before_s) +
+                                    " s unless it is used" +
+                                    (rc.dry_run ? " (dry run: it will not be)" : "");
+        co_await postEvent(pod, "Warning", "IdleReclaimWarning", message);
+        continue;
+      }
+      if (rc.dry_run) {
+        m_.idle_reclaims->counter({a.policy->name, "dry_run"})->inc(0);
+        const std::string message = "dry run: would evict: " + why;
+        co_await postEvent(pod, "Normal", "IdleReclaim", message);
+        continue;
+      }
+      const std::string target = "/api/v1/namespaces/" + pod.ns + "/pods/" + pod.name + "/eviction";
+      const std::string body = evictionJson(pod);
+      auto r = co_await api_.call("POST", target, body);
+      if (r.ok() && (r->status == 201 || r->status == 200)) {
+        m_.idle_reclaims->counter({a.policy->name, "evicted"})->inc(0);
+        m_.reclaimed_gpu_seconds->counter({a.policy->name})
+            ->inc(0, pod.spec.num_gpu * (pod.spec.gpu_milli / 1000.0) * idle_s);
+        const std::string message = "evicted: " + why;
+        co_await postEvent(pod, "Warning", "IdleReclaimed", message);
+        INFERA_LOG(logger(), info, "idle reclaim evicted {}: {}", a.key, why);
+      } else {
+        m_.idle_reclaims->counter({a.policy->name, "refused"})->inc(0);
+        auto again = pods_.find(a.key);
+        if (again != pods_.end()) again->second.reclaimed = false;  // tried again next time
+        const std::string message =
+            "idle reclaim eviction refused (" +
+            (r.ok() ? "HTTP " + std::to_string(r->status) : r.status().message()) + ")";
+        co_await postEvent(pod, "Warning", "IdleReclaimRefused", message);
+      }
+    }
+  }
+
   asio::io_context& ctx_;
   ServeConfig cfg_;
+  std::optional<net::UpstreamAddress> prometheus_;
   ApiClient api_;
   Metrics m_;
   asio::steady_timer wake_;
@@ -813,12 +992,18 @@ class Controller {
 
 class KubeSchedulerImpl final : public KubeScheduler {
  public:
-  KubeSchedulerImpl(ServeConfig cfg, net::UpstreamAddress address)
-      : cfg_(std::move(cfg)), address_(std::move(address)), registry_(1), loops_(1) {}
+  KubeSchedulerImpl(ServeConfig cfg, net::UpstreamAddress address,
+                    std::optional<net::UpstreamAddress> prometheus)
+      : cfg_(std::move(cfg)),
+        address_(std::move(address)),
+        prometheus_(std::move(prometheus)),
+        registry_(1),
+        loops_(1) {}
   ~KubeSchedulerImpl() override { stop(); }
 
   Status start() override {
-    controller_ = std::make_unique<Controller>(loops_.loop(0), cfg_, address_, registry_);
+    controller_ =
+        std::make_unique<Controller>(loops_.loop(0), cfg_, address_, prometheus_, registry_);
     Metrics* metrics = &controller_->metrics();
     net::ServerConfig sc;
     sc.host = cfg_.metrics.host;
@@ -898,6 +1083,7 @@ class KubeSchedulerImpl final : public KubeScheduler {
   // controller, the controller before the metrics it counts in.
   ServeConfig cfg_;
   net::UpstreamAddress address_;
+  std::optional<net::UpstreamAddress> prometheus_;
   obs::MetricsRegistry registry_;
   std::unique_ptr<Controller> controller_;
   net::EventLoops loops_;
@@ -935,8 +1121,14 @@ Result<std::unique_ptr<KubeScheduler>> KubeScheduler::create(ServeConfig config)
   sc.policy = config.policy;
   sc.scheduling = config.scheduling;
   INFERA_RETURN_IF_ERROR(Scheduler::create(sc, {}).status());
+  std::optional<net::UpstreamAddress> prometheus;
+  if (config.reclaim.enabled) {
+    auto p = net::resolveUrl(config.reclaim.prometheus_url);
+    if (!p.ok()) return p.status().withContext("reclaim.prometheus_url");
+    prometheus = std::move(*p);
+  }
   return std::unique_ptr<KubeScheduler>(
-      new KubeSchedulerImpl(std::move(config), std::move(address)));
+      new KubeSchedulerImpl(std::move(config), std::move(address), std::move(prometheus)));
 }
 
 }  // namespace infera::sched::kube

@@ -86,6 +86,24 @@ struct LeaderElectionConfig {
   int renew_interval_ms = 2'000;
 };
 
+// Idle reclaim from GPU metrics: every interval the scheduler asks Prometheus for each pod's GPU
+// utilisation (DCGM exporter's DCGM_FI_DEV_GPU_UTIL, percent, labelled namespace/pod); a bound pod
+// matched by one of scheduling.idle_reclaim's policies whose utilisation stays below the policy's
+// threshold for its idle_hours gets a Warning Event (IdleReclaimWarning), and warn_before_s later
+// is evicted through the Eviction API (PDBs hold) with an Event naming the policy. dry_run: the
+// Events say what would happen; nothing is evicted.
+struct ReclaimConfig {
+  bool enabled = false;
+  std::string prometheus_url;  // http://prometheus:9090
+  std::string query = "avg by (namespace, pod) (DCGM_FI_DEV_GPU_UTIL)";
+  double utilization_scale = 100;  // DCGM reports percent: 100 = fully busy
+  std::string namespace_label = "namespace";
+  std::string pod_label = "pod";
+  int interval_ms = 60'000;
+  int warn_before_s = 600;
+  bool dry_run = false;
+};
+
 struct ServeConfig {
   KubeConfig kube;
   std::string policy = "infera";
@@ -93,6 +111,7 @@ struct ServeConfig {
   ListenConfig metrics;
   WebhookConfig webhook;
   LeaderElectionConfig leader_election;
+  ReclaimConfig reclaim;
 };
 
 // The sched.yaml of `infera sched serve`: kube:, policy:, metrics:, webhook:, leader_election:
