@@ -124,7 +124,7 @@ check "... on the other node" bash -c "[[ \$(kubectl --kubeconfig '$KCFG' --cach
 # 3. Unschedulable: a 3-GPU pod while no node has 3 free GPUs stays pending with a reason.
 pod b5 team-b 3
 check "unschedulable pod gets a FailedScheduling Event with the engine's reason" wait_for 20 has_event team-b b5 FailedScheduling "pod team-b/b5: "
-check "... and PodScheduled=False Unschedulable" bash -c "kubectl --kubeconfig '$KCFG' --cache-dir '$KCACHE' get pod b5 -n team-b -o jsonpath='{.status.conditions[?(@.type==\"PodScheduled\")].reason}' | grep -qx Unschedulable"
+check "... and PodScheduled=False Unschedulable" wait_for 10 bash -c "kubectl --kubeconfig '$KCFG' --cache-dir '$KCACHE' get pod b5 -n team-b -o jsonpath='{.status.conditions[?(@.type==\"PodScheduled\")].reason}' | grep -qx Unschedulable"
 check "... and stays unbound" bash -c "! bound team-b b5"
 
 # 4. Tier order: a tier-2 pod created first and a tier-1 pod after it, both waiting; a node joins
@@ -147,9 +147,9 @@ k delete pod be2 -n team-b --wait=false >/dev/null
 pod a1 team-a 2
 check "tier-0 pod bound" wait_for 20 bound team-a a1
 check "the tier-2 victim was evicted" gone team-b be1
-check "victim's Event names the beneficiary" has_event team-b be1 Preempted "tier-0 pod team-a/a1"
+check "victim's Event names the beneficiary" wait_for 10 has_event team-b be1 Preempted "tier-0 pod team-a/a1"
 check "tier-1 pods were not touched" bash -c "for i in 1 2 3 4 5 6; do [[ -n \$(kubectl --kubeconfig '$KCFG' --cache-dir '$KCACHE' get pod b\$i -n team-b -o jsonpath='{.spec.nodeName}') ]] || exit 1; done"
-check "preemptions counted" bash -c "[[ \$(curl -s http://127.0.0.1:$metrics_port/metrics | awk '\$1==\"infera_sched_preemptions_total\" {print \$2}') == 1 ]]"
+check "preemptions counted" wait_for 10 bash -c "[[ \$(curl -s http://127.0.0.1:$metrics_port/metrics | awk '\$1==\"infera_sched_preemptions_total\" {print \$2}') == 1 ]]"
 
 # 6. A PodDisruptionBudget protects a victim: the eviction is refused (429), the victim keeps
 #    running and the beneficiary is told. a1 leaves so a2 is within team-a's guarantee; be3

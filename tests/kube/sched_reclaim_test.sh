@@ -83,9 +83,9 @@ warned_for_real() {
 }
 check "the idle notebook is warned (not the dry run's warning)" wait_for 30 warned_for_real
 check "the idle notebook is evicted" wait_for 30 gone nb
-check "... with an Event naming the policy" has_event nb IdleReclaimed "idle policy idle-notebooks"
+check "... with an Event naming the policy" wait_for 10 has_event nb IdleReclaimed "idle policy idle-notebooks"
 check "the busy training pod stays" bound train
 check "the idle pod no policy covers stays" bound stray
 mport=$(sed -n 's|.*metrics http://127.0.0.1:\([0-9]*\).*|\1|p' "$work/real.log")
-check "reclaim counted" bash -c "curl -s http://127.0.0.1:$mport/metrics | grep -q 'infera_sched_idle_reclaims_total{policy=\"idle-notebooks\",action=\"evicted\"} 1'"
+check "reclaim counted" wait_for 10 bash -c "curl -s http://127.0.0.1:$mport/metrics | grep -q 'infera_sched_idle_reclaims_total{policy=\"idle-notebooks\",action=\"evicted\"} 1'"
 finish
