@@ -24,6 +24,8 @@ PACKAGES=(
   openssl
   # the official openai SDK test runs on node
   nodejs npm
+  # the scheduler's idle-reclaim test queries a real Prometheus (its promtool checks /metrics)
+  prometheus
 )
 
 missing=()
@@ -48,7 +50,7 @@ export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 # Debian starts the packaged services on install; tests start their own on free ports.
-for svc in nginx redis-server postgresql; do
+for svc in nginx redis-server postgresql prometheus; do
   $SUDO systemctl disable --now "$svc" >/dev/null 2>&1 || $SUDO service "$svc" stop >/dev/null 2>&1 || true
 done
 echo "install-deps: done"

@@ -195,6 +195,8 @@ void registerSchedCommands(CLI::App& app) {
   val->add_option("files", *files, "YAML files")->required();
   val->callback([files] { std::exit(runValidate(*files)); });
 
+  registerSchedServeCommands(*sched);
+
   CLI::App* pol = sched->add_subcommand("policies", "list placement policies");
   pol->callback([] {
     for (const auto& p : sched::policyNames()) std::printf("%s\n", p.c_str());

@@ -74,6 +74,12 @@ Result<SchedulingConfig> parseSchedulingConfigString(const std::string& yaml_tex
   SchedulingConfig cfg;
   ConfigErrors errors;
   ConfigReader r(root, &errors);
+  readSchedulingConfig(r, cfg);
+  INFERA_RETURN_IF_ERROR(errors.toStatus());
+  return cfg;
+}
+
+void readSchedulingConfig(ConfigReader& r, SchedulingConfig& cfg) {
   std::set<std::string> type_names;
   r.forEach("gpu_types", [&](ConfigReader& t, size_t) {
     GpuTypeInfo info;
@@ -93,6 +99,7 @@ Result<SchedulingConfig> parseSchedulingConfigString(const std::string& yaml_tex
     PlacementRule rule;
     p.object("match", [&](ConfigReader& m) {
       m.optional("namespace", rule.ns);
+      m.optional("service_account", rule.service_account);
       m.object("labels", [&](ConfigReader& l) {
         if (!l.node().IsMap()) return;
         for (const auto& kv : l.node()) {
@@ -143,9 +150,6 @@ Result<SchedulingConfig> parseSchedulingConfigString(const std::string& yaml_tex
     cfg.idle_reclaim.push_back(pol);
   });
   r.finish();
-
-  INFERA_RETURN_IF_ERROR(errors.toStatus());
-  return cfg;
 }
 
 Result<SchedulingConfig> loadSchedulingConfigFile(const std::string& path) {

@@ -13,6 +13,10 @@
 #include "core/status.h"
 #include "scheduler/types.h"
 
+namespace infera {
+class ConfigReader;
+}
+
 namespace infera::sched {
 
 // One rung of the GPU-type ladder. Higher rank = more capable; cost orders the choice among the
@@ -42,6 +46,7 @@ struct QueueSpec {
 // pod goes to one of the listed queues by a stable hash of its name (used to assign trace pods).
 struct PlacementRule {
   std::string ns;                             // "" = any namespace
+  std::string service_account;                // "" = any service account
   std::map<std::string, std::string> labels;  // all must match
   std::string queue;
   std::vector<std::string> spread;
@@ -70,6 +75,9 @@ struct SchedulingConfig {
 };
 
 Result<SchedulingConfig> parseSchedulingConfigString(const std::string& yaml_text);
+// The same mapping read where it sits in a larger file (sched.yaml's `scheduling:`); errors go to
+// the reader's ConfigErrors with their full key path. Checks unknown keys (finish()).
+void readSchedulingConfig(ConfigReader& r, SchedulingConfig& cfg);
 Result<SchedulingConfig> loadSchedulingConfigFile(const std::string& path);
 
 }  // namespace infera::sched

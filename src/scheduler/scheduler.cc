@@ -95,6 +95,24 @@ class SchedulerImpl final : public Scheduler {
     return commit(pod, plan, now_s);
   }
 
+  Result<Placement> assume(const PodSpec& pod, const std::string& node_name,
+                           int64_t now_s) override {
+    const auto node = node_index_.find(node_name);
+    if (node == node_index_.end()) return Status::notFound("no node " + node_name);
+    Plan plan;
+    INFERA_ASSIGN_OR_RETURN(const PodReq r, toReq(pod));
+    INFERA_RETURN_IF_ERROR(resolveQueue(pod, &plan.queue, &plan.tier));
+    plan.node = node->second;
+    const NodeState& n = nodes_[plan.node];
+    // It holds what it asked for, and the node's GPU type is what it got.
+    plan.req = r;
+    plan.req.types = kAnyType;
+    if (!fits(n, plan.req)) {
+      return Status::resourceExhausted("pod " + pod.name + " does not fit on " + node_name);
+    }
+    return commit(pod, plan, now_s);
+  }
+
   Result<Placement> decide(const PodSpec& pod, int64_t now_s) override {
     INFERA_ASSIGN_OR_RETURN(Plan plan, makePlan(pod, now_s, /*allow_preempt=*/false));
     Placement p;
@@ -240,6 +258,7 @@ class SchedulerImpl final : public Scheduler {
     fgd_model_ = buildFragModel(workload, cfg_.fgd_typical_coverage, /*with_memory=*/false);
     full_model_ = buildFragModel(workload, 1.0, /*with_memory=*/true);
     stats_model_ = &fgd_model_;
+    view_.nodes = &nodes_;  // also for an engine that starts with no nodes (nodes join later)
     policy_ = makePolicy(cfg_.policy, view_, &fgd_model_, &full_model_, cfg_.seed);
     if (!policy_) return Status::invalidArgument("unknown policy '" + cfg_.policy + "'");
     return Status::ok();
@@ -279,6 +298,9 @@ class SchedulerImpl final : public Scheduler {
     n.gpu_free_total = n.gpus * kMilliPerGpu;
     n.full_free_gpus = n.gpus;
     const int idx = static_cast<int>(nodes_.size());
+    if (!node_index_.emplace(n.name, idx).second) {
+      return Status::alreadyExists("node " + n.name + " added twice");
+    }
     nodes_.push_back(n);
     node_rank_.push_back(static_cast<uint32_t>(node_rank_.size()));
     node_pods_.emplace_back();
@@ -394,6 +416,7 @@ class SchedulerImpl final : public Scheduler {
     }
     for (const PlacementRule& r : cfg_.scheduling.placement) {
       if (!r.ns.empty() && r.ns != p.ns) continue;
+      if (!r.service_account.empty() && r.service_account != p.service_account) continue;
       if (!labelsMatch(r.labels, p)) continue;
       const std::string& name =
           r.spread.empty() ? r.queue : r.spread[stableHash(p.name) % r.spread.size()];
@@ -699,6 +722,8 @@ class SchedulerImpl final : public Scheduler {
       unbind(v);
     }
     fillPlacement(out, plan);
+    out.queue = plan.queue >= 0 ? queues_[plan.queue].name : "";
+    out.tier = plan.tier;
     if (out.gpu_indices.size() != static_cast<size_t>(plan.req.num_gpu)) {
       return Status::internal("pod " + pod.name + ": GPU selection failed on " + out.node_name);
     }
@@ -799,7 +824,8 @@ class SchedulerImpl final : public Scheduler {
   SchedulerConfig cfg_;
   Rng rng_;
   std::vector<NodeState> nodes_;
-  std::vector<uint32_t> node_rank_;  // position in the tie-breaking node order
+  std::vector<uint32_t> node_rank_;        // position in the tie-breaking node order
+  std::map<std::string, int> node_index_;  // by name
   std::vector<std::vector<PodId>> node_pods_;
   std::array<std::vector<int>, kMaxGpuTypes> by_type_;
   std::array<int64_t, kMaxGpuTypes> capacity_{};

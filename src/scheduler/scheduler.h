@@ -51,6 +51,12 @@ class Scheduler {
   // the only way). kResourceExhausted when no node fits now; kFailedPrecondition when its queue's
   // quota refuses it; kInvalidArgument for a malformed pod.
   virtual Result<Placement> schedule(const PodSpec& pod, int64_t now_s = 0) = 0;
+  // Accounts a pod already running on `node_name` (bound by an earlier decision, another replica
+  // or another scheduler) without a decision and without quota checks: it holds what it holds.
+  // kNotFound for an unknown node; kResourceExhausted when it does not fit there (over-committed
+  // by someone else); kInvalidArgument for a malformed pod.
+  virtual Result<Placement> assume(const PodSpec& pod, const std::string& node_name,
+                                   int64_t now_s = 0) = 0;
   // The same decision without committing anything (no preemption is attempted).
   virtual Result<Placement> decide(const PodSpec& pod, int64_t now_s = 0) = 0;
   // The pod finished: its resources return to the node and its queue.

@@ -30,6 +30,7 @@ struct PodSpec {
   std::string name;
   std::string ns;                             // namespace, used by queue placement rules
   std::map<std::string, std::string> labels;  // used by queue placement rules
+  std::string service_account;                // used by queue placement rules ("" = none)
   int64_t cpu_milli = 0;
   int64_t memory_mib = 0;
   int num_gpu = 0;    // whole GPUs, or 1 for a GPU-sharing pod
@@ -66,6 +67,8 @@ struct Placement {
   int gpu_milli = 0;             // per device
   int64_t cpu_milli = 0;         // after proportional adjustment
   int64_t memory_mib = 0;
+  std::string queue;  // the queue it was charged to ("" = none)
+  Tier tier = Tier::kShared;
   std::vector<Eviction> evicted;  // victims preempted to make room (empty unless tier 0)
 };
 

@@ -17,7 +17,7 @@ declare -A ALLOWED=(
   [vectors]="core net obs store access"
   [features]="core net obs store access"
   [registry]="core net obs store access gateway"
-  [scheduler]="core"
+  [scheduler]="core net obs"
   [server]="core net obs store emulator access gateway vectors features registry"
   [cli]="core net emulator scheduler server vectors features"
 )

@@ -56,6 +56,52 @@ queues:
         max: {gpus: {"*": 4}}
 )";
 
+TEST(SchedulerTest, AssumeAccountsABoundPodOnItsNodeWithoutADecision) {
+  auto engine = makeEngine({gpuNode("a", "A10", 4), gpuNode("b", "A10", 4)});
+  auto held = engine->assume(gpuPod("running", 3), "b");
+  ASSERT_TRUE(held.ok()) << held.status().message();
+  EXPECT_EQ(held->node_name, "b");
+  EXPECT_EQ(engine->stats().gpu_milli_allocated, 3000);
+  // The next decision sees it: a 2-GPU pod no longer fits on b.
+  auto next = engine->schedule(gpuPod("next", 2));
+  ASSERT_TRUE(next.ok());
+  EXPECT_EQ(next->node_name, "a");
+  EXPECT_EQ(engine->assume(gpuPod("x", 1), "nowhere").status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(engine->assume(gpuPod("y", 2), "b").status().code(), StatusCode::kResourceExhausted);
+  ASSERT_TRUE(engine->release(held->pod).isOk());
+  EXPECT_EQ(engine->stats().gpu_milli_allocated, 2000);
+}
+
+TEST(SchedulerTest, StartsWithNoNodesAndTakesThemLater) {
+  auto engine = makeEngine({});
+  EXPECT_EQ(engine->schedule(gpuPod("p", 1)).status().code(), StatusCode::kResourceExhausted);
+  ASSERT_TRUE(engine->addNode(gpuNode("a", "A10", 4)).ok());
+  EXPECT_TRUE(engine->schedule(gpuPod("p", 1)).ok());
+}
+
+TEST(SchedulerTest, PlacementRuleMatchesServiceAccount) {
+  auto engine = makeEngine({gpuNode("a", "A10", 4)}, R"(
+queues: [{name: batch, max: {gpus: {"*": 1}}}, {name: other}]
+placement:
+  - match: {service_account: runner}
+    queue: batch
+  - match: {}
+    queue: other
+)");
+  PodSpec p = gpuPod("p", 1);
+  p.service_account = "runner";
+  auto placed = engine->schedule(p);
+  ASSERT_TRUE(placed.ok());
+  EXPECT_EQ(placed->queue, "batch");
+  PodSpec q = gpuPod("q", 1);
+  q.service_account = "runner";
+  EXPECT_EQ(engine->schedule(q).status().code(), StatusCode::kFailedPrecondition);  // batch max 1
+  PodSpec r = gpuPod("r", 1);
+  auto other = engine->schedule(r);
+  ASSERT_TRUE(other.ok());
+  EXPECT_EQ(other->queue, "other");
+}
+
 TEST(SchedulerTest, RejectsUnknownPolicy) {
   SchedulerConfig cfg;
   cfg.policy = "nope";

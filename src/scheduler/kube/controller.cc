@@ -1,0 +1,1134 @@
+// The Kubernetes scheduler loop: one event loop holds the watches, the cache, the engine, the
+// bindings and the HTTP handlers, so nothing here locks (see kube.h).
+//
+// The cache is the truth the engine is rebuilt from: every node, and every pod bound to a node
+// (by anyone) and not finished, plus our own pending pods. The engine is updated incrementally on
+// watch events and rebuilt from the cache when something it cannot express changes (a node's
+// capacity, a node removed, a relist, a refused eviction).
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <chrono>
+#include <map>
+#include <optional>
+#include <set>
+
+#include "core/log.h"
+#include "net/router.h"
+#include "net/server.h"
+#include "obs/metrics.h"
+#include "scheduler/kube/internal/api_client.h"
+#include "scheduler/kube/internal/leader.h"
+#include "scheduler/kube/internal/objects.h"
+#include "scheduler/kube/kube.h"
+#include "scheduler/kube/webhook.h"
+#include "scheduler/scheduler.h"
+
+namespace infera::sched::kube {
+namespace {
+
+using net::Task;
+namespace asio = net::asio;
+
+spdlog::logger* logger() {
+  static spdlog::logger* l = componentLogger("sched-kube");
+  return l;
+}
+
+int64_t wallSeconds() {
+  return std::chrono::duration_cast<std::chrono::seconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+std::string tierLabel(Tier t) { return std::to_string(static_cast<int>(t)); }
+
+struct CachedPod {
+  KubePod pod;
+  // Accounted in the engine (bound, or assumed while binding); PodId 0 is a valid id.
+  std::optional<PodId> engine_id;
+  std::string assumed_node;        // our decision, while the binding is in flight
+  std::string last_reason;         // the unschedulable reason last reported (Event + condition)
+  std::set<std::string> awaiting;  // victims (keys) whose eviction this pod waits for
+  int64_t idle_since_s = -1;       // idle reclaim: first idle sample of the current idle stretch
+  int64_t warned_s = -1;           // ... when the IdleReclaimWarning Event was posted
+  bool reclaimed = false;          // ... evicted (or, dry run, reported) once
+  bool accountable() const {
+    return !pod.terminal() && (!pod.node_name.empty() || !assumed_node.empty());
+  }
+};
+
+struct Metrics {
+  explicit Metrics(obs::MetricsRegistry& r)
+      : decisions(r.counterFamily("infera_sched_decisions_total",
+                                  "Scheduling decisions by result (bound, unschedulable, "
+                                  "quota, preempting, gang_wait, error)",
+                                  {"result"})),
+        pending_seconds(r.histogramFamily(
+            "infera_sched_pending_seconds", "Time from pod creation to binding, per queue and tier",
+            {"queue", "tier"},
+            {0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900, 3600, 14400, 86400})),
+        decision_seconds(r.histogramFamily("infera_sched_decision_seconds",
+                                           "Engine time per scheduling decision", {},
+                                           obs::MetricsRegistry::latencyBuckets())),
+        pending_pods(r.gaugeFamily("infera_sched_pending_pods",
+                                   "Pods with our schedulerName waiting for a node")),
+        empty_share(r.gaugeFamily(
+            "infera_sched_free_gpus_on_empty_nodes_ratio",
+            "Share of free GPUs that sit on fully empty GPU nodes (1 = perfectly packed)")),
+        guarantee_share(
+            r.gaugeFamily("infera_sched_nodes_for_guarantees_ratio",
+                          "Share of GPU nodes needed to hold every tier-0 guarantee at once")),
+        gpus(r.gaugeFamily("infera_sched_gpus", "GPUs in the engine by state", {"state"})),
+        preemptions(r.counterFamily("infera_sched_preemptions_total",
+                                    "Pods evicted for a tier-0 pod reclaiming its guarantee")),
+        evictions_refused(
+            r.counterFamily("infera_sched_evictions_refused_total",
+                            "Evictions the API server refused (429: a PodDisruptionBudget)")),
+        watch_restarts(r.counterFamily("infera_sched_watch_restarts_total",
+                                       "Watches started again, by resource and reason",
+                                       {"resource", "reason"})),
+        relists(r.counterFamily("infera_sched_relists_total",
+                                "Full lists of a resource (start, 410 Gone)", {"resource"})),
+        engine_rebuilds(r.counterFamily("infera_sched_engine_rebuilds_total",
+                                        "Engine state rebuilt from the cache")),
+        unaccounted(
+            r.gaugeFamily("infera_sched_unaccounted_pods",
+                          "Bound pods the engine could not account (unknown node, over capacity)")),
+        api_errors(r.counterFamily("infera_sched_api_errors_total",
+                                   "API server calls that failed, by operation", {"op"})),
+        admission(r.counterFamily("infera_sched_admission_reviews_total",
+                                  "AdmissionReviews answered, by result", {"result"})),
+        idle_reclaims(r.counterFamily(
+            "infera_sched_idle_reclaims_total",
+            "Idle reclaim actions by policy and action (warned, evicted, refused, dry_run)",
+            {"policy", "action"})),
+        reclaimed_gpu_seconds(r.counterFamily(
+            "infera_sched_reclaimed_gpu_seconds_total",
+            "GPU-seconds freed by idle reclaim, counted from eviction to the pod's idle window end",
+            {"policy"})),
+        metric_queries(r.counterFamily("infera_sched_gpu_metric_queries_total",
+                                       "Prometheus queries for GPU utilisation, by result",
+                                       {"result"})),
+        leader(r.gaugeFamily("infera_sched_leader",
+                             "1 while this replica holds the scheduler's Lease (or has no "
+                             "leader election)")) {
+    leader->gauge()->set(1);
+  }
+  obs::Family* decisions;
+  obs::Family* pending_seconds;
+  obs::Family* decision_seconds;
+  obs::Family* pending_pods;
+  obs::Family* empty_share;
+  obs::Family* guarantee_share;
+  obs::Family* gpus;
+  obs::Family* preemptions;
+  obs::Family* evictions_refused;
+  obs::Family* watch_restarts;
+  obs::Family* relists;
+  obs::Family* engine_rebuilds;
+  obs::Family* unaccounted;
+  obs::Family* api_errors;
+  obs::Family* admission;
+  obs::Family* idle_reclaims;
+  obs::Family* reclaimed_gpu_seconds;
+  obs::Family* metric_queries;
+  obs::Family* leader;
+};
+
+class Controller {
+ public:
+  Controller(asio::io_context& ctx, ServeConfig cfg, net::UpstreamAddress address,
+             std::optional<net::UpstreamAddress> prometheus, obs::MetricsRegistry& registry)
+      : ctx_(ctx),
+        cfg_(std::move(cfg)),
+        prometheus_(std::move(prometheus)),
+        api_(ctx, std::move(address), cfg_.kube.token_file,
+             std::chrono::milliseconds(cfg_.kube.request_timeout_ms)),
+        m_(registry),
+        wake_(ctx) {
+    m_.empty_share->setCallback([this] { return emptyShare(); });
+    m_.guarantee_share->setCallback([this] { return guaranteeShare(); });
+    m_.gpus->setCallback({"capacity"}, [this] {
+      return engine_ ? static_cast<double>(engine_->stats().gpu_milli_capacity) / 1000 : 0.0;
+    });
+    m_.gpus->setCallback({"allocated"}, [this] {
+      return engine_ ? static_cast<double>(engine_->stats().gpu_milli_allocated) / 1000 : 0.0;
+    });
+    m_.pending_pods->setCallback([this] { return static_cast<double>(pendingCount()); });
+    m_.unaccounted->setCallback([this] { return static_cast<double>(unaccounted_); });
+  }
+
+  void start() {
+    if (cfg_.leader_election.enabled) {
+      leader_ = false;
+      LeaderElectionConfig le = cfg_.leader_election;
+      if (le.identity.empty()) {
+        char host[256] = {};
+        ::gethostname(host, sizeof host - 1);
+        le.identity = std::string(host) + "_" + std::to_string(::getpid());
+      }
+      elector_ = std::make_unique<LeaderElector>(ctx_, api_, le);
+      m_.leader->gauge()->set(0);
+      net::spawn(ctx_, elector_->run([this](bool leader) { onLeadership(leader); }),
+                 "kube leader election");
+    }
+    net::spawn(ctx_, watchLoop(Kind::kNodes), "kube node watch");
+    net::spawn(ctx_, watchLoop(Kind::kPods), "kube pod watch");
+    net::spawn(ctx_, scheduleLoop(), "kube schedule loop");
+    if (prometheus_) net::spawn(ctx_, reclaimLoop(), "kube idle reclaim");
+  }
+
+  void stop() {
+    stopping_ = true;
+    if (elector_) elector_->stop();
+    api_.abortStreams();
+    wake_.cancel();
+  }
+
+  Metrics& metrics() { return m_; }
+
+ private:
+  enum class Kind { kNodes, kPods };
+
+  // --- gauges ---------------------------------------------------------------------------------
+
+  double emptyShare() const {
+    if (!engine_) return 0;
+    const ClusterStats s = engine_->stats();
+    const int64_t free = s.gpu_milli_capacity - s.gpu_milli_allocated;
+    return free > 0 ? static_cast<double>(s.gpu_milli_on_empty_nodes) / static_cast<double>(free)
+                    : 0.0;
+  }
+  double guaranteeShare() const {
+    if (!engine_) return 0;
+    int gpu_nodes = 0;
+    for (const auto& [name, n] : nodes_) gpu_nodes += n.spec.gpus > 0 && n.schedulable ? 1 : 0;
+    return gpu_nodes > 0 ? static_cast<double>(engine_->nodesForGuarantees()) / gpu_nodes : 0.0;
+  }
+  size_t pendingCount() const {
+    size_t n = 0;
+    for (const auto& [key, p] : pods_) n += isPendingOurs(p) ? 1 : 0;
+    return n;
+  }
+  bool isPendingOurs(const CachedPod& p) const {
+    return p.pod.scheduler_name == cfg_.kube.scheduler_name && p.pod.node_name.empty() &&
+           p.assumed_node.empty() && !p.pod.terminal() && !p.pod.deleting;
+  }
+
+  void wake() {
+    dirty_ = true;
+    wake_.cancel();
+  }
+
+  // A standby keeps its cache warm from the watches; on taking over it lists again (so what the
+  // previous leader bound just before it died is in the cache) and rebuilds the engine.
+  void onLeadership(bool leader) {
+    INFERA_LOG(logger(), info, "{} {} the lease", elector_->identity(),
+               leader ? "acquired" : "lost");
+    leader_ = leader;
+    m_.leader->gauge()->set(leader ? 1 : 0);
+    if (leader) {
+      relist_[0] = relist_[1] = true;
+      api_.abortStreams();
+    }
+    wake();
+  }
+
+  // --- engine ---------------------------------------------------------------------------------
+
+  Status rebuildEngine() {
+    SchedulerConfig sc;
+    sc.policy = cfg_.policy;
+    sc.scheduling = cfg_.scheduling;
+    std::vector<NodeSpec> nodes;
+    for (const auto& [name, n] : nodes_) {
+      if (n.schedulable) nodes.push_back(n.spec);
+    }
+    auto engine = Scheduler::create(sc, nodes);
+    if (!engine.ok()) return engine.status();
+    engine_ = std::move(*engine);
+    by_engine_id_.clear();
+    unaccounted_ = 0;
+    m_.engine_rebuilds->counter()->inc(0);
+    for (auto& [key, p] : pods_) {
+      p.engine_id.reset();
+      if (p.accountable()) account(key, p);
+    }
+    return Status::ok();
+  }
+
+  void account(const std::string& key, CachedPod& p) {
+    if (!engine_) return;
+    const std::string& node = p.pod.node_name.empty() ? p.assumed_node : p.pod.node_name;
+    auto placed = engine_->assume(p.pod.spec, node, wallSeconds());
+    if (!placed.ok()) {
+      ++unaccounted_;
+      INFERA_LOG(logger(), debug, "pod {} on {} not accounted: {}", key, node,
+                 placed.status().message());
+      return;
+    }
+    p.engine_id = placed->pod;
+    by_engine_id_[placed->pod] = key;
+  }
+
+  void unaccount(CachedPod& p) {
+    if (!p.engine_id || !engine_) return;
+    (void)engine_->release(*p.engine_id);  // unknown: the engine already unbound it (a victim)
+    by_engine_id_.erase(*p.engine_id);
+    p.engine_id.reset();
+  }
+
+  // --- cache updates from watch events --------------------------------------------------------
+
+  void applyNode(const std::string& type, const Json& obj) {
+    auto n = nodeFromJson(obj, cfg_.kube);
+    if (!n.ok()) return;
+    const auto it = nodes_.find(n->name);
+    if (type == "DELETED") {
+      if (it != nodes_.end()) {
+        nodes_.erase(it);
+        needs_rebuild_ = true;
+        wake();
+      }
+      return;
+    }
+    if (it == nodes_.end()) {
+      const KubeNode node = *n;
+      nodes_[node.name] = node;
+      if (engine_ && node.schedulable) {
+        if (!engine_->addNode(node.spec).ok()) needs_rebuild_ = true;
+        // Pods that were bound to it before we saw it.
+        for (auto& [key, p] : pods_) {
+          if (!p.engine_id && p.accountable() &&
+              (p.pod.node_name == node.name || p.assumed_node == node.name)) {
+            account(key, p);
+          }
+        }
+      }
+      wake();
+      return;
+    }
+    const KubeNode& old = it->second;
+    const bool same = old.schedulable == n->schedulable &&
+                      old.spec.cpu_milli == n->spec.cpu_milli &&
+                      old.spec.memory_mib == n->spec.memory_mib && old.spec.gpus == n->spec.gpus &&
+                      old.spec.gpu_model == n->spec.gpu_model && old.spec.labels == n->spec.labels;
+    it->second = std::move(*n);
+    if (!same) {
+      needs_rebuild_ = true;
+      wake();
+    }
+  }
+
+  void applyPod(const std::string& type, const Json& obj) {
+    auto parsed = podFromJson(obj, cfg_.kube);
+    if (!parsed.ok()) {
+      INFERA_LOG(logger(), warn, "ignoring pod: {}", parsed.status().message());
+      return;
+    }
+    KubePod pod = std::move(*parsed);
+    const std::string key = pod.key();
+    auto it = pods_.find(key);
+    if (type == "DELETED") {
+      if (it != pods_.end()) {
+        unaccount(it->second);
+        pods_.erase(it);
+        forgetVictim(key);
+        wake();
+      }
+      return;
+    }
+    if (it != pods_.end() && it->second.pod.uid != pod.uid) {
+      unaccount(it->second);
+      pods_.erase(it);
+      forgetVictim(key);
+      it = pods_.end();
+    }
+    const bool ours = pod.scheduler_name == cfg_.kube.scheduler_name;
+    // Only what uses or may use a node is kept: bound pods of every scheduler and ours.
+    if (it == pods_.end()) {
+      if (pod.terminal() || (pod.node_name.empty() && !ours)) return;
+      CachedPod c;
+      c.pod = std::move(pod);
+      auto& slot = pods_[key] = std::move(c);
+      if (slot.accountable()) account(key, slot);
+      wake();
+      return;
+    }
+    CachedPod& c = it->second;
+    const std::string old_node = c.pod.node_name.empty() ? c.assumed_node : c.pod.node_name;
+    c.pod = std::move(pod);
+    if (!c.pod.node_name.empty()) c.assumed_node.clear();
+    const std::string new_node = c.pod.node_name.empty() ? c.assumed_node : c.pod.node_name;
+    if (c.pod.terminal()) {
+      unaccount(c);
+      pods_.erase(it);
+      forgetVictim(key);
+      wake();
+      return;
+    }
+    if (new_node != old_node || (!c.engine_id && c.accountable())) {
+      unaccount(c);
+      if (c.accountable()) account(key, c);
+      wake();
+    }
+  }
+
+  void forgetVictim(const std::string& key) {
+    const auto v = victims_.find(key);
+    if (v == victims_.end()) return;
+    const auto b = pods_.find(v->second);
+    if (b != pods_.end()) b->second.awaiting.erase(key);
+    victims_.erase(v);
+  }
+
+  // --- list and watch -------------------------------------------------------------------------
+
+  static const char* path(Kind k) { return k == Kind::kNodes ? "/api/v1/nodes" : "/api/v1/pods"; }
+  static const char* name(Kind k) { return k == Kind::kNodes ? "nodes" : "pods"; }
+
+  Task<Status> list(Kind kind, std::string* rv) {
+    auto r = co_await api_.call("GET", path(kind));
+    if (!r.ok()) co_return r.takeStatus();
+    if (r->status != 200) {
+      co_return Status::unavailable(std::string("list ") + name(kind) + ": HTTP " +
+                                    std::to_string(r->status) + " " + r->body.substr(0, 200));
+    }
+    Json j = Json::parse(r->body, nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded() || !j.contains("items")) {
+      co_return Status::unavailable(std::string("list ") + name(kind) + ": not a list");
+    }
+    // nlohmann throws on a member of the wrong type: converted here, the list is retried.
+    try {
+      *rv = j["metadata"].value("resourceVersion", "");
+      std::set<std::string> seen;
+      if (kind == Kind::kNodes) {
+        for (const Json& item : j["items"]) {
+          seen.insert(item["metadata"].value("name", ""));
+          applyNode("MODIFIED", item);
+        }
+        for (auto it = nodes_.begin(); it != nodes_.end();) {
+          it = seen.count(it->first) ? std::next(it) : nodes_.erase(it);
+        }
+        nodes_synced_ = true;
+      } else {
+        for (const Json& item : j["items"]) {
+          const Json& meta = item["metadata"];
+          seen.insert(meta.value("namespace", "") + "/" + meta.value("name", ""));
+          applyPod("MODIFIED", item);
+        }
+        // Pods gone while we were not watching: deleted (a relist loses no pod and keeps no ghost).
+        for (auto it = pods_.begin(); it != pods_.end();) {
+          if (seen.count(it->first) || !it->second.assumed_node.empty()) {
+            ++it;
+          } else {
+            it = pods_.erase(it);
+          }
+        }
+        pods_synced_ = true;
+      }
+    } catch (const Json::exception& e) {
+      co_return Status::unavailable(std::string("list ") + name(kind) + ": " + e.what());
+    }
+    m_.relists->counter({name(kind)})->inc(0);
+    needs_rebuild_ = true;
+    wake();
+    co_return Status::ok();
+  }
+
+  // One line of a watch stream: {"type", "object"}. BOOKMARK moves the resourceVersion only;
+  // ERROR carries a Status (410 Expired: list again).
+  Status onWatchLine(Kind kind, std::string_view line, std::string* rv, bool* expired,
+                     bool* got_event) {
+    Json ev = Json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (ev.is_discarded() || !ev.is_object() || !ev.contains("object")) {
+      return Status::unavailable("malformed watch event");
+    }
+    const std::string type = ev.value("type", "");
+    const Json& obj = ev["object"];
+    if (type == "ERROR") {
+      if (obj.is_object() && obj.value("code", 0) == 410) *expired = true;
+      return Status::failedPrecondition("watch error: " +
+                                        (obj.is_object() ? obj.value("message", "") : ""));
+    }
+    *got_event = true;
+    std::string obj_rv;
+    if (obj.is_object() && obj.contains("metadata") && obj["metadata"].is_object()) {
+      obj_rv = obj["metadata"].value("resourceVersion", "");
+    }
+    if (type != "BOOKMARK") {
+      if (kind == Kind::kNodes) {
+        applyNode(type, obj);
+      } else {
+        applyPod(type, obj);
+      }
+    }
+    if (!obj_rv.empty()) *rv = obj_rv;
+    return Status::ok();
+  }
+
+  Task<void> watchLoop(Kind kind) {
+    std::string rv;
+    bool need_list = true;
+    int backoff_ms = cfg_.kube.backoff_initial_ms;
+    asio::steady_timer timer(ctx_);
+    while (!stopping_) {
+      if (relist_[static_cast<int>(kind)]) {
+        relist_[static_cast<int>(kind)] = false;
+        need_list = true;
+      }
+      if (need_list) {
+        api_.refreshToken();
+        Status s = co_await list(kind, &rv);
+        if (!s.isOk()) {
+          m_.api_errors->counter({std::string("list_") + name(kind)})->inc(0);
+          INFERA_LOG(logger(), warn, "{}; retrying in {} ms", s.message(), backoff_ms);
+          co_await sleepFor(timer, backoff_ms);
+          backoff_ms = std::min(backoff_ms * 2, cfg_.kube.backoff_max_ms);
+          continue;
+        }
+        need_list = false;
+      }
+      if (relist_[static_cast<int>(kind)]) continue;  // asked for while this loop listed
+      const std::string target =
+          std::string(path(kind)) + "?watch=true&resourceVersion=" + rv +
+          "&allowWatchBookmarks=true&timeoutSeconds=" + std::to_string(cfg_.kube.watch_timeout_s);
+      bool expired = false;
+      bool got_event = false;
+      const std::function<Status(std::string_view)> on_line = [&](std::string_view line) -> Status {
+        try {
+          return onWatchLine(kind, line, &rv, &expired, &got_event);
+        } catch (const Json::exception& e) {
+          return Status::unavailable(std::string("malformed watch event: ") + e.what());
+        }
+      };
+      int http_status = 0;
+      Status s = co_await api_.stream(target, on_line, &http_status);
+      if (stopping_) break;
+      if (relist_[static_cast<int>(kind)]) continue;  // taken over: list at the loop's top
+      if (expired || http_status == 410) {
+        m_.watch_restarts->counter({name(kind), "expired"})->inc(0);
+        INFERA_LOG(logger(), info, "{} watch at resourceVersion {} expired: relisting", name(kind),
+                   rv);
+        need_list = true;
+        continue;
+      }
+      if (s.isOk()) {
+        m_.watch_restarts->counter({name(kind), "timeout"})->inc(0);
+        backoff_ms = cfg_.kube.backoff_initial_ms;
+        continue;
+      }
+      m_.watch_restarts->counter({name(kind), "error"})->inc(0);
+      if (got_event) backoff_ms = cfg_.kube.backoff_initial_ms;
+      INFERA_LOG(logger(), info, "{} watch ended ({}); again in {} ms from resourceVersion {}",
+                 name(kind), s.message(), backoff_ms, rv);
+      co_await sleepFor(timer, backoff_ms);
+      backoff_ms = std::min(backoff_ms * 2, cfg_.kube.backoff_max_ms);
+    }
+  }
+
+  Task<void> sleepFor(asio::steady_timer& timer, int ms) {
+    timer.expires_after(std::chrono::milliseconds(ms));
+    boost::system::error_code ec;
+    co_await timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+  }
+
+  // --- scheduling -----------------------------------------------------------------------------
+
+  Task<void> scheduleLoop() {
+    while (!stopping_) {
+      if (!dirty_) {
+        wake_.expires_after(std::chrono::milliseconds(cfg_.kube.retry_interval_ms));
+        boost::system::error_code ec;
+        co_await wake_.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+        if (stopping_) break;
+        if (ec != asio::error::operation_aborted) dirty_ = true;  // periodic retry
+        continue;
+      }
+      dirty_ = false;
+      if (!leader_ || !nodes_synced_ || !pods_synced_ || relist_[0] || relist_[1]) continue;
+      if (needs_rebuild_ || !engine_) {
+        needs_rebuild_ = false;
+        Status s = rebuildEngine();
+        if (!s.isOk()) {
+          INFERA_LOG(logger(), err, "engine: {}", s.message());
+          continue;
+        }
+      }
+      co_await pass();
+    }
+  }
+
+  // The pending pods in the order they get nodes: tier 0 first, then priority, then age.
+  std::vector<std::string> pendingOrder() const {
+    std::vector<std::string> keys;
+    for (const auto& [key, p] : pods_) {
+      if (isPendingOurs(p) && p.awaiting.empty()) keys.push_back(key);
+    }
+    std::sort(keys.begin(), keys.end(), [&](const std::string& a, const std::string& b) {
+      const PodSpec& x = pods_.at(a).pod.spec;
+      const PodSpec& y = pods_.at(b).pod.spec;
+      if (x.tier != y.tier) return x.tier < y.tier;
+      if (x.priority != y.priority) return x.priority > y.priority;
+      if (x.creation_s != y.creation_s) return x.creation_s < y.creation_s;
+      return a < b;
+    });
+    return keys;
+  }
+
+  struct Bind {
+    std::string key;
+    std::string node;
+    std::string queue;
+    Tier tier = Tier::kShared;
+  };
+  struct Refusal {
+    std::string key;
+    std::string reason;
+  };
+
+  Task<void> pass() {
+    std::vector<Bind> binds;
+    std::vector<Refusal> refusals;
+    std::vector<std::pair<std::string, Eviction>> evictions;  // beneficiary, victim
+    std::set<std::string> gangs_done;
+    for (const std::string& key : pendingOrder()) {
+      auto it = pods_.find(key);
+      if (it == pods_.end() || !isPendingOurs(it->second)) continue;
+      CachedPod& c = it->second;
+      if (!c.pod.group.empty()) {
+        if (gangs_done.insert(c.pod.ns + "/" + c.pod.group).second) {
+          placeGang(c, binds, refusals);
+        }
+        continue;
+      }
+      const auto t0 = std::chrono::steady_clock::now();
+      auto placed = engine_->schedule(c.pod.spec, wallSeconds());
+      m_.decision_seconds->histogram()->observe(
+          0, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      if (!placed.ok()) {
+        const bool quota = placed.status().code() == StatusCode::kFailedPrecondition;
+        m_.decisions->counter({quota ? "quota" : "unschedulable"})->inc(0);
+        refusals.push_back({key, placed.status().message()});
+        continue;
+      }
+      if (!placed->evicted.empty()) {
+        // Tier 0 reclaiming its guarantee: evict first, bind once the victims are gone (their
+        // resources are theirs until the kubelet stops them).
+        m_.decisions->counter({"preempting"})->inc(0);
+        for (const Eviction& e : placed->evicted) {
+          const auto v = by_engine_id_.find(e.pod);
+          if (v == by_engine_id_.end()) continue;
+          c.awaiting.insert(v->second);
+          victims_[v->second] = key;
+          evictions.emplace_back(key, e);
+        }
+        needs_rebuild_ = true;  // the engine unbound victims that still run; the cache has them
+        break;
+      }
+      m_.decisions->counter({"bound"})->inc(0);
+      c.engine_id = placed->pod;
+      by_engine_id_[placed->pod] = key;
+      c.assumed_node = placed->node_name;
+      binds.push_back({key, placed->node_name, placed->queue, placed->tier});
+    }
+    co_await runBinds(binds);
+    for (const auto& [beneficiary, victim] : evictions) co_await evict(beneficiary, victim);
+    for (const Refusal& r : refusals) co_await reportUnschedulable(r.key, r.reason);
+    // A preemption's victims wake the next pass when they are gone (their DELETED events); a
+    // refused one waits for the periodic retry, so a PDB cannot turn this into a busy loop.
+  }
+
+  // A gang: every member pending and present, placed all or none.
+  void placeGang(CachedPod& first, std::vector<Bind>& binds, std::vector<Refusal>& refusals) {
+    std::vector<std::string> members;
+    for (const std::string& key : pendingOrder()) {
+      const CachedPod& p = pods_.at(key);
+      if (p.pod.ns == first.pod.ns && p.pod.group == first.pod.group) members.push_back(key);
+    }
+    const int size = first.pod.group_size;
+    if (static_cast<int>(members.size()) < size) {
+      m_.decisions->counter({"gang_wait"})->inc(0);
+      for (const auto& k : members) {
+        refusals.push_back({k, "gang " + first.pod.group + ": " + std::to_string(members.size()) +
+                                   " of " + std::to_string(size) + " pods created"});
+      }
+      return;
+    }
+    members.resize(static_cast<size_t>(size));
+    std::vector<std::pair<std::string, Placement>> placed;
+    std::string failure;
+    for (const auto& k : members) {
+      auto p = engine_->decide(pods_.at(k).pod.spec, wallSeconds());
+      if (p.ok()) p = engine_->schedule(pods_.at(k).pod.spec, wallSeconds());
+      if (!p.ok()) {
+        failure = p.status().message();
+        break;
+      }
+      placed.emplace_back(k, std::move(*p));
+    }
+    if (!failure.empty()) {
+      for (const auto& [k, p] : placed) (void)engine_->release(p.pod);
+      m_.decisions->counter({"unschedulable"})->inc(0);
+      for (const auto& k : members) {
+        refusals.push_back({k, "gang " + first.pod.group + " (" + std::to_string(size) +
+                                   " pods, all or none): " + failure});
+      }
+      return;
+    }
+    for (auto& [k, p] : placed) {
+      CachedPod& c = pods_.at(k);
+      m_.decisions->counter({"bound"})->inc(0);
+      c.engine_id = p.pod;
+      by_engine_id_[p.pod] = k;
+      c.assumed_node = p.node_name;
+      binds.push_back({k, p.node_name, p.queue, p.tier});
+    }
+  }
+
+  // Binds with at most max_binds_in_flight requests at once.
+  Task<void> runBinds(const std::vector<Bind>& binds) {
+    if (binds.empty()) co_return;
+    size_t next = 0;
+    int running = 0;
+    asio::steady_timer done(ctx_);
+    done.expires_at(asio::steady_timer::time_point::max());
+    auto worker = [&]() -> Task<void> {
+      while (next < binds.size()) {
+        const Bind& b = binds[next++];
+        co_await bindOne(b);
+      }
+      if (--running == 0) done.cancel();
+    };
+    const int n =
+        std::max(1, std::min<int>(cfg_.kube.max_binds_in_flight, static_cast<int>(binds.size())));
+    running = n;
+    for (int i = 0; i < n; ++i) net::spawn(ctx_, worker(), "kube bind");
+    boost::system::error_code ec;
+    co_await done.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+  }
+
+  Task<void> bindOne(const Bind& b) {
+    auto it = pods_.find(b.key);
+    if (it == pods_.end()) co_return;
+    if (!leader_) {  // lost the lease during this pass: the new leader decides
+      unaccount(it->second);
+      it->second.assumed_node.clear();
+      co_return;
+    }
+    const KubePod pod = it->second.pod;
+    const std::string target = "/api/v1/namespaces/" + pod.ns + "/pods/" + pod.name + "/binding";
+    const std::string body = bindingJson(pod, b.node);
+    auto r = co_await api_.call("POST", target, body);
+    it = pods_.find(b.key);
+    const bool ok = r.ok() && (r->status == 201 || r->status == 200);
+    if (ok) {
+      const int64_t waited = std::max<int64_t>(0, wallSeconds() - pod.spec.creation_s);
+      m_.pending_seconds->histogram({b.queue.empty() ? "-" : b.queue, tierLabel(b.tier)})
+          ->observe(0, static_cast<double>(waited));
+      INFERA_LOG(logger(), info, "bound {} to {}", b.key, b.node);
+      co_return;
+    }
+    m_.api_errors->counter({"bind"})->inc(0);
+    INFERA_LOG(
+        logger(), warn, "binding {} to {} failed: {}", b.key, b.node,
+        r.ok() ? std::to_string(r->status) + " " + r->body.substr(0, 200) : r.status().message());
+    if (it == pods_.end() || it->second.pod.uid != pod.uid) co_return;
+    // 409: bound meanwhile (by us before a restart, or by someone else): the watch brings the
+    // node. Otherwise the assumption is undone and the pod retried.
+    if (!it->second.assumed_node.empty()) {
+      unaccount(it->second);
+      it->second.assumed_node.clear();
+      wake();
+    }
+  }
+
+  Task<void> evict(const std::string& beneficiary, const Eviction& e) {
+    // The engine names pods by their cache key ("ns/name").
+    auto v = pods_.find(e.pod_name);
+    if (v == pods_.end()) co_return;
+    const KubePod victim = v->second.pod;
+    const std::string target =
+        "/api/v1/namespaces/" + victim.ns + "/pods/" + victim.name + "/eviction";
+    const std::string body = evictionJson(victim);
+    auto r = co_await api_.call("POST", target, body);
+    if (r.ok() && (r->status == 201 || r->status == 200)) {
+      m_.preemptions->counter()->inc(0);
+      INFERA_LOG(logger(), info, "evicted {}: {}", e.pod_name, e.reason);
+      const std::string victim_message = e.reason + " (beneficiary " + beneficiary + ")";
+      co_await postEvent(victim, "Warning", "Preempted", victim_message);
+      auto b = pods_.find(beneficiary);
+      if (b != pods_.end()) {
+        const KubePod pod = b->second.pod;
+        const std::string message =
+            "evicted " + e.pod_name + " on " + e.node + " to reclaim its queue's guarantee";
+        co_await postEvent(pod, "Normal", "Preempting", message);
+      }
+      co_return;
+    }
+    // Refused (a PodDisruptionBudget: 429) or failed: the victim keeps running; the beneficiary
+    // stops waiting for it and is tried again (another victim set, or it stays pending).
+    if (r.ok() && r->status == 429) m_.evictions_refused->counter()->inc(0);
+    m_.api_errors->counter({"evict"})->inc(0);
+    const std::string why = r.ok() ? "HTTP " + std::to_string(r->status) : r.status().message();
+    auto b = pods_.find(beneficiary);
+    const std::string message = "eviction of " + e.pod_name + " refused (" + why + ")";
+    if (b != pods_.end()) {
+      b->second.awaiting.erase(e.pod_name);
+      victims_.erase(e.pod_name);
+      if (b->second.last_reason != message) {
+        b->second.last_reason = message;
+        const KubePod pod = b->second.pod;
+        co_await postEvent(pod, "Warning", "PreemptionRefused", message);
+      }
+    }
+    needs_rebuild_ = true;
+  }
+
+  Task<void> reportUnschedulable(const std::string& key, const std::string& reason) {
+    auto it = pods_.find(key);
+    if (it == pods_.end() || it->second.last_reason == reason) co_return;
+    it->second.last_reason = reason;
+    const KubePod pod = it->second.pod;
+    co_await postEvent(pod, "Warning", "FailedScheduling", reason);
+    const std::string target = "/api/v1/namespaces/" + pod.ns + "/pods/" + pod.name + "/status";
+    const std::string patch = unschedulablePatch(reason, wallSeconds());
+    auto r = co_await api_.call("PATCH", target, patch, "application/strategic-merge-patch+json");
+    if (!r.ok() || r->status != 200) m_.api_errors->counter({"patch_status"})->inc(0);
+  }
+
+  // Arguments are references the caller keeps alive across the await (g++ 12 double-destroys
+  // temporaries made inside a co_await expression, so callers name their strings).
+  Task<void> postEvent(const KubePod& pod, std::string_view type, std::string_view reason,
+                       const std::string& message) {
+    const std::string target = "/api/v1/namespaces/" + pod.ns + "/events";
+    const std::string body =
+        eventJson(pod, type, reason, message, cfg_.kube.component, wallSeconds());
+    auto r = co_await api_.call("POST", target, body);
+    if (!r.ok() || r->status != 201) m_.api_errors->counter({"event"})->inc(0);
+  }
+
+  // --- idle reclaim ---------------------------------------------------------------------------
+
+  static std::string urlEncode(std::string_view s) {
+    static constexpr char kHex[] = "0123456789ABCDEF";
+    std::string out;
+    for (const unsigned char c : s) {
+      if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~') {
+        out += static_cast<char>(c);
+      } else {
+        out += '%';
+        out += kHex[c >> 4];
+        out += kHex[c & 15];
+      }
+    }
+    return out;
+  }
+
+  // Utilisation (0..1) by "ns/pod" from one instant query; kUnavailable when Prometheus is not
+  // there or answers something else than a vector.
+  Task<Result<std::map<std::string, double>>> queryUtilization() {
+    const ReclaimConfig& rc = cfg_.reclaim;
+    const std::string target = "/api/v1/query?query=" + urlEncode(rc.query);
+    const std::vector<net::HttpHeader> headers = {{"accept", "application/json"}};
+    const auto deadline =
+        net::SteadyClock::now() + std::chrono::milliseconds(cfg_.kube.request_timeout_ms);
+    auto r = co_await net::fetch(*prometheus_, "GET", target, "", headers, deadline);
+    if (!r.ok()) co_return r.takeStatus();
+    if (r->status != 200) {
+      co_return Status::unavailable("prometheus answered HTTP " + std::to_string(r->status));
+    }
+    std::map<std::string, double> out;
+    try {
+      const Json j = Json::parse(r->body);
+      if (j.value("status", "") != "success" || j["data"].value("resultType", "") != "vector") {
+        co_return Status::unavailable("prometheus: not a vector result");
+      }
+      for (const Json& e : j["data"]["result"]) {
+        const Json& m = e["metric"];
+        const std::string ns = m.value(rc.namespace_label, "");
+        const std::string pod = m.value(rc.pod_label, "");
+        if (ns.empty() || pod.empty()) continue;
+        const double v = std::stod(e["value"][1].get<std::string>());
+        out[ns + "/" + pod] = v / rc.utilization_scale;
+      }
+    } catch (const std::exception& e) {
+      co_return Status::unavailable(std::string("prometheus: malformed answer: ") + e.what());
+    }
+    co_return out;
+  }
+
+  const IdlePolicy* idlePolicyFor(const KubePod& pod) const {
+    for (const IdlePolicy& p : cfg_.scheduling.idle_reclaim) {
+      if (p.match_labels.empty()) continue;
+      bool all = true;
+      for (const auto& [k, v] : p.match_labels) {
+        const auto it = pod.spec.labels.find(k);
+        all = all && it != pod.spec.labels.end() && it->second == v;
+      }
+      if (all) return &p;
+    }
+    return nullptr;
+  }
+
+  Task<void> reclaimLoop() {
+    asio::steady_timer timer(ctx_);
+    while (!stopping_) {
+      co_await sleepFor(timer, cfg_.reclaim.interval_ms);
+      if (stopping_ || !leader_ || !pods_synced_) continue;
+      auto util = co_await queryUtilization();
+      if (!util.ok()) {
+        m_.metric_queries->counter({"error"})->inc(0);
+        INFERA_LOG(logger(), warn, "idle reclaim: {}", util.status().message());
+        continue;
+      }
+      m_.metric_queries->counter({"ok"})->inc(0);
+      co_await reclaimPass(*util);
+    }
+  }
+
+  // One look at every bound pod an idle policy covers: idle stretches start and end with the
+  // samples; past the policy's window a Warning Event, warn_before_s later the eviction. A pod
+  // with no sample keeps its state (no data is not idleness).
+  Task<void> reclaimPass(const std::map<std::string, double>& util) {
+    const ReclaimConfig& rc = cfg_.reclaim;
+    const int64_t now = wallSeconds();
+    struct Action {
+      std::string key;
+      const IdlePolicy* policy;
+      bool evict;
+    };
+    std::vector<Action> actions;
+    for (auto& [key, c] : pods_) {
+      if (c.pod.node_name.empty() || c.pod.deleting || c.reclaimed) continue;
+      const IdlePolicy* policy = idlePolicyFor(c.pod);
+      if (policy == nullptr) continue;
+      const auto sample = util.find(key);
+      if (sample == util.end()) continue;
+      if (sample->second >= policy->utilization_below) {
+        c.idle_since_s = -1;
+        c.warned_s = -1;
+        continue;
+      }
+      if (c.idle_since_s < 0) c.idle_since_s = now;
+      if (now - c.idle_since_s < static_cast<int64_t>(policy->idle_hours * 3600)) continue;
+      if (c.warned_s < 0) {
+        c.warned_s = now;
+        actions.push_back({key, policy, false});
+      } else if (now - c.warned_s >= rc.warn_before_s) {
+        c.reclaimed = true;
+        actions.push_back({key, policy, true});
+      }
+    }
+    for (const Action& a : actions) {
+      auto it = pods_.find(a.key);
+      if (it == pods_.end()) continue;
+      const KubePod pod = it->second.pod;
+      const double idle_s = static_cast<double>(now - it->second.idle_since_s);
+      char below[32];
+      std::snprintf(below, sizeof below, "%.0f%%", a.policy->utilization_below * 100);
+      const std::string why = "GPU utilisation below " + std::string(below) + " for " +
+                              std::to_string(static_cast<int64_t>(idle_s)) + " s (idle policy " +
+                              a.policy->name + ")";
+      if (!a.evict) {
+        m_.idle_reclaims->counter({a.policy->name, "warned"})->inc(0);
+        const std::string message = why + ": evicted in " + std::to_string(rc.warn_before_s) +
+                                    " s unless it is used" +
+                                    (rc.dry_run ? " (dry run: it will not be)" : "");
+        co_await postEvent(pod, "Warning", "IdleReclaimWarning", message);
+        continue;
+      }
+      if (rc.dry_run) {
+        m_.idle_reclaims->counter({a.policy->name, "dry_run"})->inc(0);
+        const std::string message = "dry run: would evict: " + why;
+        co_await postEvent(pod, "Normal", "IdleReclaim", message);
+        continue;
+      }
+      const std::string target = "/api/v1/namespaces/" + pod.ns + "/pods/" + pod.name + "/eviction";
+      const std::string body = evictionJson(pod);
+      auto r = co_await api_.call("POST", target, body);
+      if (r.ok() && (r->status == 201 || r->status == 200)) {
+        m_.idle_reclaims->counter({a.policy->name, "evicted"})->inc(0);
+        m_.reclaimed_gpu_seconds->counter({a.policy->name})
+            ->inc(0, pod.spec.num_gpu * (pod.spec.gpu_milli / 1000.0) * idle_s);
+        const std::string message = "evicted: " + why;
+        co_await postEvent(pod, "Warning", "IdleReclaimed", message);
+        INFERA_LOG(logger(), info, "idle reclaim evicted {}: {}", a.key, why);
+      } else {
+        m_.idle_reclaims->counter({a.policy->name, "refused"})->inc(0);
+        auto again = pods_.find(a.key);
+        if (again != pods_.end()) again->second.reclaimed = false;  // tried again next time
+        const std::string message =
+            "idle reclaim eviction refused (" +
+            (r.ok() ? "HTTP " + std::to_string(r->status) : r.status().message()) + ")";
+        co_await postEvent(pod, "Warning", "IdleReclaimRefused", message);
+      }
+    }
+  }
+
+  asio::io_context& ctx_;
+  ServeConfig cfg_;
+  std::optional<net::UpstreamAddress> prometheus_;
+  ApiClient api_;
+  Metrics m_;
+  asio::steady_timer wake_;
+  bool dirty_ = false;
+  bool stopping_ = false;
+  bool nodes_synced_ = false;
+  bool pods_synced_ = false;
+  bool needs_rebuild_ = true;
+  bool leader_ = true;               // without leader election every replica schedules
+  bool relist_[2] = {false, false};  // by Kind: list again at the next turn of its watch loop
+  std::unique_ptr<LeaderElector> elector_;
+  std::map<std::string, KubeNode> nodes_;
+  std::map<std::string, CachedPod> pods_;  // by "ns/name"
+  std::map<PodId, std::string> by_engine_id_;
+  std::map<std::string, std::string> victims_;  // victim key -> the beneficiary waiting for it
+  std::unique_ptr<Scheduler> engine_;
+  int unaccounted_ = 0;
+};
+
+class KubeSchedulerImpl final : public KubeScheduler {
+ public:
+  KubeSchedulerImpl(ServeConfig cfg, net::UpstreamAddress address,
+                    std::optional<net::UpstreamAddress> prometheus)
+      : cfg_(std::move(cfg)),
+        address_(std::move(address)),
+        prometheus_(std::move(prometheus)),
+        registry_(1),
+        loops_(1) {}
+  ~KubeSchedulerImpl() override { stop(); }
+
+  Status start() override {
+    controller_ =
+        std::make_unique<Controller>(loops_.loop(0), cfg_, address_, prometheus_, registry_);
+    Metrics* metrics = &controller_->metrics();
+    net::ServerConfig sc;
+    sc.host = cfg_.metrics.host;
+    sc.port = static_cast<uint16_t>(cfg_.metrics.port);
+    obs::MetricsRegistry* reg = &registry_;
+    auto metrics_server = net::HttpServer::create(
+        loops_, sc, [reg](int, asio::io_context&) -> std::unique_ptr<net::HttpHandler> {
+          net::Router router;
+          router.add(
+              "GET", "/metrics",
+              [reg](net::HttpRequest&, net::ResponseWriter& w, net::PathParams) -> Task<void> {
+                const std::string body = reg->scrape();
+                co_await w.send(200, "text/plain; version=0.0.4", body);
+              });
+          router.add("GET", "/healthz",
+                     [](net::HttpRequest&, net::ResponseWriter& w, net::PathParams) -> Task<void> {
+                       co_await w.send(200, "text/plain", "ok\n");
+                     });
+          return std::make_unique<net::RouterHandler>(std::move(router));
+        });
+    if (!metrics_server.ok()) return metrics_server.status().withContext("metrics port");
+    metrics_server_ = std::move(*metrics_server);
+    if (cfg_.webhook.enabled) {
+      net::ServerConfig wc;
+      wc.host = cfg_.webhook.listen.host;
+      wc.port = static_cast<uint16_t>(cfg_.webhook.listen.port);
+      wc.tls = cfg_.webhook.tls;
+      const WebhookPolicy policy{cfg_.kube, cfg_.scheduling, cfg_.webhook};
+      auto webhook_server = net::HttpServer::create(
+          loops_, wc,
+          [policy, metrics](int, asio::io_context&) -> std::unique_ptr<net::HttpHandler> {
+            net::Router router;
+            router.add("POST", "/mutate",
+                       [policy, metrics](net::HttpRequest& req, net::ResponseWriter& w,
+                                         net::PathParams) -> Task<void> {
+                         auto answer = admissionResponse(req.body, policy);
+                         if (!answer.ok()) {
+                           metrics->admission->counter({"bad_request"})->inc(0);
+                           const std::string msg = answer.status().message() + "\n";
+                           co_await w.send(400, "text/plain", msg);
+                           co_return;
+                         }
+                         metrics->admission->counter({"mutated"})->inc(0);
+                         co_await w.send(200, "application/json", *answer);
+                       });
+            return std::make_unique<net::RouterHandler>(std::move(router));
+          });
+      if (!webhook_server.ok()) return webhook_server.status().withContext("webhook port");
+      webhook_server_ = std::move(*webhook_server);
+    }
+    loops_.start();
+    Controller* c = controller_.get();
+    asio::post(loops_.loop(0), [c] { c->start(); });
+    started_ = true;
+    return Status::ok();
+  }
+
+  uint16_t metricsPort() const override { return metrics_server_ ? metrics_server_->port() : 0; }
+  uint16_t webhookPort() const override { return webhook_server_ ? webhook_server_->port() : 0; }
+
+  void stop() override {
+    if (!started_) return;
+    started_ = false;
+    Controller* c = controller_.get();
+    asio::post(loops_.loop(0), [c] { c->stop(); });
+    // Servers go first, while the loops run (their teardown posts to them); the loops' pending
+    // coroutines are destroyed with the loops, before the controller they point into.
+    if (webhook_server_) webhook_server_->drain(std::chrono::seconds(2));
+    if (metrics_server_) metrics_server_->drain(std::chrono::seconds(2));
+    webhook_server_.reset();
+    metrics_server_.reset();
+    loops_.stop();
+  }
+
+ private:
+  // Destroyed bottom up: the loops (and the coroutines still queued on them) before the
+  // controller, the controller before the metrics it counts in.
+  ServeConfig cfg_;
+  net::UpstreamAddress address_;
+  std::optional<net::UpstreamAddress> prometheus_;
+  obs::MetricsRegistry registry_;
+  std::unique_ptr<Controller> controller_;
+  net::EventLoops loops_;
+  std::unique_ptr<net::HttpServer> metrics_server_;
+  std::unique_ptr<net::HttpServer> webhook_server_;
+  bool started_ = false;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<KubeScheduler>> KubeScheduler::create(ServeConfig config) {
+  std::string url = config.kube.api_server;
+  std::string ca = config.kube.ca_file;
+  if (url.empty()) {
+    // In-cluster: the service's address and the service account's credentials.
+    const char* host = std::getenv("KUBERNETES_SERVICE_HOST");
+    const char* port = std::getenv("KUBERNETES_SERVICE_PORT");
+    if (host == nullptr || port == nullptr) {
+      return Status::invalidArgument(
+          "kube.api_server is empty and KUBERNETES_SERVICE_HOST/PORT are not set (not in a pod)");
+    }
+    url = std::string("https://") + host + ":" + port;
+    const std::string sa = "/var/run/secrets/kubernetes.io/serviceaccount/";
+    if (ca.empty()) ca = sa + "ca.crt";
+    if (config.kube.token_file.empty()) config.kube.token_file = sa + "token";
+  }
+  net::TlsClientConfig tls;
+  if (url.rfind("https://", 0) == 0) {
+    tls.ca_file = ca;
+    tls.verify = !config.kube.insecure_skip_verify;
+  }
+  INFERA_ASSIGN_OR_RETURN(net::UpstreamAddress address, net::resolveUrl(url, tls));
+  // The engine's config is checked now, so a bad policy fails the start, not the first pass.
+  SchedulerConfig sc;
+  sc.policy = config.policy;
+  sc.scheduling = config.scheduling;
+  INFERA_RETURN_IF_ERROR(Scheduler::create(sc, {}).status());
+  std::optional<net::UpstreamAddress> prometheus;
+  if (config.reclaim.enabled) {
+    auto p = net::resolveUrl(config.reclaim.prometheus_url);
+    if (!p.ok()) return p.status().withContext("reclaim.prometheus_url");
+    prometheus = std::move(*p);
+  }
+  return std::unique_ptr<KubeScheduler>(
+      new KubeSchedulerImpl(std::move(config), std::move(address), std::move(prometheus)));
+}
+
+}  // namespace infera::sched::kube

@@ -1,0 +1,369 @@
+#include "scheduler/kube/internal/objects.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <ctime>
+
+namespace infera::sched::kube {
+namespace {
+
+const Json* find(const Json& j, std::string_view key) {
+  if (!j.is_object()) return nullptr;
+  const auto it = j.find(key);
+  return it == j.end() ? nullptr : &*it;
+}
+
+std::string str(const Json& j, std::string_view key) {
+  const Json* v = find(j, key);
+  return v != nullptr && v->is_string() ? v->get<std::string>() : std::string();
+}
+
+std::map<std::string, std::string> stringMap(const Json* j) {
+  std::map<std::string, std::string> out;
+  if (j == nullptr || !j->is_object()) return out;
+  for (const auto& [k, v] : j->items()) {
+    if (v.is_string()) out[k] = v.get<std::string>();
+  }
+  return out;
+}
+
+// A quantity field of a resource list (requests, limits, allocatable), in milli-units.
+int64_t quantity(const Json* list, const std::string& name) {
+  if (list == nullptr) return 0;
+  const Json* v = find(*list, name);
+  if (v == nullptr) return 0;
+  std::optional<int64_t> q;
+  if (v->is_string()) q = parseQuantityMilli(v->get<std::string>());
+  if (v->is_number()) q = static_cast<int64_t>(v->get<double>() * 1000);
+  return q.value_or(0);
+}
+
+bool parseInt(const std::string& s, int64_t* out) {
+  const auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), *out);
+  return ec == std::errc() && p == s.data() + s.size();
+}
+
+struct Requests {
+  int64_t cpu_milli = 0;
+  int64_t memory_bytes = 0;
+  int64_t gpus = 0;
+  int64_t gpu_milli = 0;
+};
+
+// One container's requests; extended resources (GPUs) may be given as limits only.
+Requests containerRequests(const Json& c, const KubeConfig& cfg) {
+  Requests r;
+  const Json* res = find(c, "resources");
+  if (res == nullptr) return r;
+  const Json* req = find(*res, "requests");
+  const Json* lim = find(*res, "limits");
+  auto pick = [&](const std::string& name) {
+    const int64_t v = quantity(req, name);
+    return v != 0 ? v : quantity(lim, name);
+  };
+  r.cpu_milli = pick("cpu");
+  r.memory_bytes = pick("memory") / 1000;
+  r.gpus = pick(cfg.gpu_resource) / 1000;
+  r.gpu_milli = pick(cfg.gpu_milli_resource) / 1000;
+  return r;
+}
+
+}  // namespace
+
+std::optional<int64_t> parseQuantityMilli(std::string_view text) {
+  if (text.empty()) return std::nullopt;
+  size_t i = 0;
+  bool neg = false;
+  if (text[0] == '+' || text[0] == '-') {
+    neg = text[0] == '-';
+    ++i;
+  }
+  size_t num_end = i;
+  bool digits = false;
+  while (num_end < text.size() &&
+         ((text[num_end] >= '0' && text[num_end] <= '9') || text[num_end] == '.')) {
+    digits |= text[num_end] != '.';
+    ++num_end;
+  }
+  if (!digits) return std::nullopt;
+  double value = 0;
+  const auto [vp, vec] = std::from_chars(text.data() + i, text.data() + num_end, value);
+  if (vec != std::errc() || vp != text.data() + num_end) return std::nullopt;
+  const std::string_view suffix = text.substr(num_end);
+  double scale = 1;
+  if (suffix.empty()) {
+    scale = 1;
+  } else if (suffix == "m") {
+    scale = 1e-3;
+  } else if (suffix == "u") {
+    scale = 1e-6;
+  } else if (suffix == "n") {
+    scale = 1e-9;
+  } else if (suffix == "k") {
+    scale = 1e3;
+  } else if (suffix == "M") {
+    scale = 1e6;
+  } else if (suffix == "G") {
+    scale = 1e9;
+  } else if (suffix == "T") {
+    scale = 1e12;
+  } else if (suffix == "P") {
+    scale = 1e15;
+  } else if (suffix == "E") {
+    scale = 1e18;
+  } else if (suffix == "Ki") {
+    scale = 1024.0;
+  } else if (suffix == "Mi") {
+    scale = 1024.0 * 1024;
+  } else if (suffix == "Gi") {
+    scale = 1024.0 * 1024 * 1024;
+  } else if (suffix == "Ti") {
+    scale = 1024.0 * 1024 * 1024 * 1024;
+  } else if (suffix == "Pi") {
+    scale = 1024.0 * 1024 * 1024 * 1024 * 1024;
+  } else if (suffix == "Ei") {
+    scale = 1024.0 * 1024 * 1024 * 1024 * 1024 * 1024;
+  } else if (suffix[0] == 'e' || suffix[0] == 'E') {
+    int exp = 0;
+    const char* first = suffix.data() + 1;
+    if (first < suffix.data() + suffix.size() && *first == '+') ++first;
+    const auto [ep, eec] = std::from_chars(first, suffix.data() + suffix.size(), exp);
+    if (eec != std::errc() || ep != suffix.data() + suffix.size() || exp > 30 || exp < -30) {
+      return std::nullopt;
+    }
+    scale = std::pow(10.0, exp);
+  } else {
+    return std::nullopt;
+  }
+  // Kubernetes rounds a quantity up to its smallest unit; milli is ours.
+  const double milli = std::ceil(value * scale * 1000 - 1e-6);
+  if (milli > 9.2e18) return std::nullopt;
+  return neg ? -static_cast<int64_t>(milli) : static_cast<int64_t>(milli);
+}
+
+int64_t parseTimestamp(std::string_view text) {
+  std::tm tm{};
+  int y, mo, d, h, mi, s;
+  if (text.size() < 20 || std::sscanf(std::string(text).c_str(), "%4d-%2d-%2dT%2d:%2d:%2d", &y, &mo,
+                                      &d, &h, &mi, &s) != 6) {
+    return 0;
+  }
+  tm.tm_year = y - 1900;
+  tm.tm_mon = mo - 1;
+  tm.tm_mday = d;
+  tm.tm_hour = h;
+  tm.tm_min = mi;
+  tm.tm_sec = s;
+  return static_cast<int64_t>(timegm(&tm));
+}
+
+std::string formatTimestamp(int64_t unix_s) {
+  const std::time_t t = static_cast<std::time_t>(unix_s);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+Result<KubeNode> nodeFromJson(const Json& node, const KubeConfig& cfg) {
+  const Json* meta = find(node, "metadata");
+  if (meta == nullptr || str(*meta, "name").empty()) {
+    return Status::invalidArgument("node without metadata.name");
+  }
+  KubeNode out;
+  out.name = str(*meta, "name");
+  out.resource_version = str(*meta, "resourceVersion");
+  out.spec.name = out.name;
+  out.spec.labels = stringMap(find(*meta, "labels"));
+  const Json* status = find(node, "status");
+  const Json* alloc = status != nullptr ? find(*status, "allocatable") : nullptr;
+  if (alloc == nullptr && status != nullptr) alloc = find(*status, "capacity");
+  out.spec.cpu_milli = quantity(alloc, "cpu");
+  out.spec.memory_mib = quantity(alloc, "memory") / 1000 / (1024 * 1024);
+  const int64_t gpus = quantity(alloc, cfg.gpu_resource) / 1000;
+  out.spec.gpus = static_cast<int>(std::min<int64_t>(gpus, kMaxGpusPerNode));
+  if (out.spec.gpus > 0) {
+    const auto it = out.spec.labels.find(cfg.gpu_type_label);
+    out.spec.gpu_model = it != out.spec.labels.end() ? it->second : cfg.default_gpu_type;
+  }
+  const Json* spec = find(node, "spec");
+  if (spec != nullptr) {
+    const Json* u = find(*spec, "unschedulable");
+    if (u != nullptr && u->is_boolean() && u->get<bool>()) out.schedulable = false;
+  }
+  if (status != nullptr) {
+    const Json* conds = find(*status, "conditions");
+    if (conds != nullptr && conds->is_array()) {
+      for (const Json& c : *conds) {
+        if (str(c, "type") == "Ready" && str(c, "status") != "True") out.schedulable = false;
+      }
+    }
+  }
+  return out;
+}
+
+Result<KubePod> podFromJson(const Json& pod, const KubeConfig& cfg) {
+  const Json* meta = find(pod, "metadata");
+  if (meta == nullptr || str(*meta, "name").empty()) {
+    return Status::invalidArgument("pod without metadata.name");
+  }
+  KubePod out;
+  out.uid = str(*meta, "uid");
+  out.ns = str(*meta, "namespace");
+  out.name = str(*meta, "name");
+  out.resource_version = str(*meta, "resourceVersion");
+  out.deleting =
+      find(*meta, "deletionTimestamp") != nullptr && !find(*meta, "deletionTimestamp")->is_null();
+  const auto annotations = stringMap(find(*meta, "annotations"));
+  auto annotation = [&](const std::string& key) {
+    const auto it = annotations.find(key);
+    return it == annotations.end() ? std::string() : it->second;
+  };
+  PodSpec& s = out.spec;
+  s.name = out.key();
+  s.ns = out.ns;
+  s.labels = stringMap(find(*meta, "labels"));
+  s.creation_s = parseTimestamp(str(*meta, "creationTimestamp"));
+  const Json* spec = find(pod, "spec");
+  if (spec != nullptr) {
+    out.scheduler_name = str(*spec, "schedulerName");
+    out.node_name = str(*spec, "nodeName");
+    s.service_account = str(*spec, "serviceAccountName");
+    if (s.service_account.empty()) s.service_account = "default";
+    const Json* prio = find(*spec, "priority");
+    if (prio != nullptr && prio->is_number_integer()) s.priority = prio->get<int>();
+    // Requests: the sum over containers, or the largest init container if larger (what
+    // kube-scheduler's resource fit uses), plus the pod overhead.
+    Requests sum;
+    const Json* containers = find(*spec, "containers");
+    if (containers != nullptr && containers->is_array()) {
+      for (const Json& c : *containers) {
+        const Requests r = containerRequests(c, cfg);
+        sum.cpu_milli += r.cpu_milli;
+        sum.memory_bytes += r.memory_bytes;
+        sum.gpus += r.gpus;
+        sum.gpu_milli += r.gpu_milli;
+      }
+    }
+    const Json* inits = find(*spec, "initContainers");
+    if (inits != nullptr && inits->is_array()) {
+      for (const Json& c : *inits) {
+        const Requests r = containerRequests(c, cfg);
+        sum.cpu_milli = std::max(sum.cpu_milli, r.cpu_milli);
+        sum.memory_bytes = std::max(sum.memory_bytes, r.memory_bytes);
+        sum.gpus = std::max(sum.gpus, r.gpus);
+      }
+    }
+    const Json* overhead = find(*spec, "overhead");
+    sum.cpu_milli += quantity(overhead, "cpu");
+    sum.memory_bytes += quantity(overhead, "memory") / 1000;
+    s.cpu_milli = sum.cpu_milli;
+    s.memory_mib = (sum.memory_bytes + 1024 * 1024 - 1) / (1024 * 1024);
+    if (sum.gpus > kMaxGpusPerNode) {
+      return Status::invalidArgument("pod " + out.key() + ": more GPUs than a node holds");
+    }
+    s.num_gpu = static_cast<int>(sum.gpus);
+    int64_t milli = sum.gpu_milli;
+    const std::string milli_text = annotation(cfg.gpu_milli_annotation);
+    if (!milli_text.empty() && !parseInt(milli_text, &milli)) {
+      return Status::invalidArgument("pod " + out.key() + ": annotation " +
+                                     cfg.gpu_milli_annotation + " is not a number");
+    }
+    if (milli > 0) {
+      if (milli > kMilliPerGpu) {
+        return Status::invalidArgument("pod " + out.key() + ": " + cfg.gpu_milli_annotation +
+                                       " above 1000 (use whole GPUs)");
+      }
+      s.num_gpu = 1;
+      s.gpu_milli = static_cast<int>(milli);
+    } else if (s.num_gpu > 0) {
+      s.gpu_milli = kMilliPerGpu;
+    }
+  }
+  const Json* status = find(pod, "status");
+  if (status != nullptr) out.phase = str(*status, "phase");
+  s.queue = annotation(cfg.queue_annotation);
+  const std::string tier = annotation(cfg.tier_annotation);
+  if (!tier.empty()) {
+    if (tier != "0" && tier != "1" && tier != "2") {
+      return Status::invalidArgument("pod " + out.key() + ": annotation " + cfg.tier_annotation +
+                                     " must be 0, 1 or 2");
+    }
+    s.tier = static_cast<Tier>(tier[0] - '0');
+  }
+  const std::string types = annotation(cfg.gpu_types_annotation);
+  size_t start = 0;
+  while (start < types.size()) {
+    size_t comma = types.find(',', start);
+    if (comma == std::string::npos) comma = types.size();
+    if (comma > start) s.gpu_types.push_back(types.substr(start, comma - start));
+    start = comma + 1;
+  }
+  s.min_gpu_type = annotation(cfg.min_gpu_type_annotation);
+  out.group = annotation(cfg.group_annotation);
+  if (!out.group.empty()) {
+    const std::string n = annotation(cfg.group_size_annotation);
+    int64_t size = 1;
+    if (!n.empty() && !parseInt(n, &size)) size = 0;
+    out.group_size = static_cast<int>(std::clamp<int64_t>(size, 0, 1'000'000));
+    if (out.group_size < 1 || out.group_size > 10'000) {
+      return Status::invalidArgument("pod " + out.key() + ": annotation " +
+                                     cfg.group_size_annotation + " must be in [1, 10000]");
+    }
+  }
+  return out;
+}
+
+std::string bindingJson(const KubePod& pod, const std::string& node) {
+  Json j = {{"apiVersion", "v1"},
+            {"kind", "Binding"},
+            {"metadata", {{"name", pod.name}, {"namespace", pod.ns}, {"uid", pod.uid}}},
+            {"target", {{"apiVersion", "v1"}, {"kind", "Node"}, {"name", node}}}};
+  return j.dump();
+}
+
+std::string evictionJson(const KubePod& pod) {
+  Json j = {{"apiVersion", "policy/v1"},
+            {"kind", "Eviction"},
+            {"metadata", {{"name", pod.name}, {"namespace", pod.ns}}}};
+  return j.dump();
+}
+
+std::string eventJson(const KubePod& pod, std::string_view type, std::string_view reason,
+                      std::string_view message, const std::string& component, int64_t now_s) {
+  const std::string ts = formatTimestamp(now_s);
+  Json j = {
+      {"apiVersion", "v1"},
+      {"kind", "Event"},
+      {"metadata", {{"generateName", pod.name + "."}, {"namespace", pod.ns}}},
+      {"involvedObject",
+       {{"apiVersion", "v1"},
+        {"kind", "Pod"},
+        {"name", pod.name},
+        {"namespace", pod.ns},
+        {"uid", pod.uid},
+        {"resourceVersion", pod.resource_version}}},
+      {"reason", std::string(reason)},
+      {"message", std::string(message)},
+      {"type", std::string(type)},
+      {"source", {{"component", component}}},
+      {"reportingComponent", component},
+      {"reportingInstance", component},
+      {"firstTimestamp", ts},
+      {"lastTimestamp", ts},
+      {"count", 1},
+  };
+  return j.dump();
+}
+
+std::string unschedulablePatch(std::string_view message, int64_t now_s) {
+  Json cond = {{"type", "PodScheduled"},    {"status", "False"},
+               {"reason", "Unschedulable"}, {"message", std::string(message)},
+               {"lastProbeTime", nullptr},  {"lastTransitionTime", formatTimestamp(now_s)}};
+  Json j = {{"status", {{"conditions", Json::array({cond})}}}};
+  return j.dump();
+}
+
+}  // namespace infera::sched::kube

@@ -1,0 +1,128 @@
+// Kubernetes objects (kubectl's own JSON in tests/testdata/kube) read into the engine's view, and
+// the serve config's errors.
+#include "scheduler/kube/internal/objects.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "scheduler/kube/kube.h"
+
+namespace infera::sched::kube {
+namespace {
+
+Json fixture(const std::string& name) {
+  std::ifstream in(std::string(INFERA_TEST_SOURCE_DIR) + "/tests/testdata/kube/" + name);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return Json::parse(ss.str());
+}
+
+TEST(KubeObjectsTest, ParsesQuantitiesAsKubernetesDoes) {
+  EXPECT_EQ(parseQuantityMilli("2"), 2000);
+  EXPECT_EQ(parseQuantityMilli("3500m"), 3500);
+  EXPECT_EQ(parseQuantityMilli("0.5"), 500);
+  EXPECT_EQ(parseQuantityMilli("1Ki"), 1024 * 1000);
+  EXPECT_EQ(parseQuantityMilli("16Gi"), 16LL * 1024 * 1024 * 1024 * 1000);
+  EXPECT_EQ(parseQuantityMilli("1k"), 1000 * 1000);
+  EXPECT_EQ(parseQuantityMilli("1e3"), 1000 * 1000);
+  EXPECT_EQ(parseQuantityMilli("100n"), 1);  // rounded up to the smallest unit (milli)
+  EXPECT_FALSE(parseQuantityMilli("").has_value());
+  EXPECT_FALSE(parseQuantityMilli("abc").has_value());
+  EXPECT_FALSE(parseQuantityMilli("1Qi").has_value());
+}
+
+TEST(KubeObjectsTest, NodeFromKubeletShapeUsesAllocatableAndGpuProductLabel) {
+  auto n = nodeFromJson(fixture("node.json"), KubeConfig{});
+  ASSERT_TRUE(n.ok()) << n.status().message();
+  EXPECT_EQ(n->name, "gpu-a10-0");
+  EXPECT_EQ(n->spec.cpu_milli, 47800);
+  EXPECT_EQ(n->spec.memory_mib, 194633376LL / 1024);
+  EXPECT_EQ(n->spec.gpus, 4);
+  EXPECT_EQ(n->spec.gpu_model, "A10");
+  EXPECT_TRUE(n->schedulable);
+  Json cordoned = fixture("node.json");
+  cordoned["spec"]["unschedulable"] = true;
+  EXPECT_FALSE(nodeFromJson(cordoned, KubeConfig{})->schedulable);
+}
+
+TEST(KubeObjectsTest, PodRequestsGpusFromLimitsAndQueueTierFromAnnotations) {
+  Json j = fixture("gpu-pod.json");
+  j["metadata"]["annotations"] = {{"infera.ai/queue", "prod/vision"}, {"infera.ai/tier", "0"}};
+  auto p = podFromJson(j, KubeConfig{});
+  ASSERT_TRUE(p.ok()) << p.status().message();
+  EXPECT_EQ(p->key(), "ml/train");
+  EXPECT_EQ(p->scheduler_name, "infera");
+  EXPECT_EQ(p->spec.cpu_milli, 4000);
+  EXPECT_EQ(p->spec.memory_mib, 16 * 1024);
+  EXPECT_EQ(p->spec.num_gpu, 1);
+  EXPECT_EQ(p->spec.gpu_milli, 1000);
+  EXPECT_EQ(p->spec.queue, "prod/vision");
+  EXPECT_EQ(p->spec.tier, Tier::kGuaranteed);
+}
+
+TEST(KubeObjectsTest, MilliGpuAnnotationMakesASharingPod) {
+  Json j = fixture("gpu-pod.json");
+  j["metadata"]["annotations"] = {{"infera.ai/gpu-milli", "250"}};
+  auto p = podFromJson(j, KubeConfig{});
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(p->spec.num_gpu, 1);
+  EXPECT_EQ(p->spec.gpu_milli, 250);
+  j["metadata"]["annotations"] = {{"infera.ai/tier", "7"}};
+  EXPECT_FALSE(podFromJson(j, KubeConfig{}).ok());
+}
+
+TEST(KubeObjectsTest, BindingAndEvictionBodiesAreKubernetesShapes) {
+  auto p = podFromJson(fixture("gpu-pod.json"), KubeConfig{});
+  ASSERT_TRUE(p.ok());
+  const Json b = Json::parse(bindingJson(*p, "gpu-a10-0"));
+  EXPECT_EQ(b["kind"], "Binding");
+  EXPECT_EQ(b["target"]["kind"], "Node");
+  EXPECT_EQ(b["target"]["name"], "gpu-a10-0");
+  const Json e = Json::parse(evictionJson(*p));
+  EXPECT_EQ(e["apiVersion"], "policy/v1");
+  EXPECT_EQ(e["kind"], "Eviction");
+  const Json patch = Json::parse(unschedulablePatch("no node fits", 0));
+  EXPECT_EQ(patch["status"]["conditions"][0]["type"], "PodScheduled");
+  EXPECT_EQ(patch["status"]["conditions"][0]["reason"], "Unschedulable");
+  EXPECT_EQ(formatTimestamp(parseTimestamp("2026-12-02T00:04:33Z")), "2026-12-02T00:04:33Z");
+}
+
+TEST(KubeServeConfigTest, ErrorsNameKeyPathAndLine) {
+  auto cfg = parseServeConfigString(R"(kube:
+  api_server: ftp://x
+  watch_timeout_s: 0
+policy: nope
+webhook:
+  port: 8443
+scheduling:
+  queues:
+    - name: a
+  bogus: 1
+)");
+  ASSERT_FALSE(cfg.ok());
+  const std::string m = cfg.status().message();
+  EXPECT_NE(m.find("kube.api_server (line 2)"), std::string::npos) << m;
+  EXPECT_NE(m.find("kube.watch_timeout_s (line 3)"), std::string::npos) << m;
+  EXPECT_NE(m.find("policy (line 4)"), std::string::npos) << m;
+  EXPECT_NE(m.find("webhook.tls"), std::string::npos) << m;
+  EXPECT_NE(m.find("scheduling.bogus (line 10)"), std::string::npos) << m;
+}
+
+TEST(KubeServeConfigTest, ParsesTheSchedulingSection) {
+  auto cfg =
+      parseServeConfigString(R"(kube: {api_server: "https://127.0.0.1:6443", scheduler_name: gpu}
+scheduling:
+  gpu_types: [{name: A10, rank: 1}]
+  queues: [{name: a, guaranteed: {gpus: {A10: 2}}}]
+  placement: [{match: {namespace: a, service_account: runner}, queue: a, tier: 0}]
+)");
+  ASSERT_TRUE(cfg.ok()) << cfg.status().message();
+  EXPECT_EQ(cfg->kube.scheduler_name, "gpu");
+  ASSERT_EQ(cfg->scheduling.queues.size(), 1u);
+  EXPECT_EQ(cfg->scheduling.placement[0].service_account, "runner");
+}
+
+}  // namespace
+}  // namespace infera::sched::kube
