@@ -24,6 +24,8 @@ PACKAGES=(
   openssl
   # the official openai SDK test runs on node
   nodejs npm
+  # the web console's browser tests (playwright-core from npm drives /usr/bin/chromium)
+  chromium
 )
 
 missing=()

@@ -1,11 +1,14 @@
 #include "server/server.h"
 
+#include <cstdio>
 #include <map>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <thread>
 #include <unordered_map>
 
 #include "access/access.h"
+#include "console/console.h"
 #include "core/log.h"
 #include "emulator/emulator.h"
 #include "features/features.h"
@@ -17,6 +20,7 @@
 #include "obs/access_log.h"
 #include "obs/metrics.h"
 #include "registry/registry.h"
+#include "server/internal/config_api.h"
 #include "vectors/vectors.h"
 
 #ifndef INFERA_VERSION
@@ -231,6 +235,133 @@ class ServerImpl final : public Server {
   int64_t configGeneration() const override { return gateway_->generation(); }
 
  private:
+  // GET /admin/whoami: who the Authorization header makes the caller (never an error: a page may
+  // ask before signing in).
+  std::string whoamiJson(std::string_view authorization) const {
+    if (!access_) return R"({"role":"admin","access_control":false})";
+    if (!access_->refuseAdmin(authorization)) return R"({"role":"admin","access_control":true})";
+    if (auto team = access_->teamCaller(authorization)) {
+      return nlohmann::json{{"role", "team"},         {"team", team->team},
+                            {"key_id", team->key_id}, {"key_name", team->key_name},
+                            {"read_only", true},      {"access_control", true}}
+          .dump();
+    }
+    return R"({"role":"none","access_control":true})";
+  }
+
+  // GET /admin/status: what runs, for the console (which pages to show) and operators.
+  std::string statusJson() {
+    nlohmann::json j = {{"version", INFERA_VERSION},
+                        {"commit", INFERA_GIT_COMMIT},
+                        {"generation", configGeneration()},
+                        {"config_path", path_},
+                        {"workers", workers_},
+                        {"data_port", data_->port()},
+                        {"admin_port", admin_->port()},
+                        {"components",
+                         {{"gateway", true},
+                          {"governance", access_ != nullptr},
+                          {"registry", model_registry_ != nullptr},
+                          {"features", features_ != nullptr},
+                          {"vectors", vectors_ != nullptr}}}};
+    return j.dump();
+  }
+
+  using JsonReply = std::pair<int, std::string>;
+
+  static JsonReply configError(int status, const std::string& message, std::string_view code,
+                               const std::vector<ConfigError>& errors = {}) {
+    nlohmann::json j =
+        nlohmann::json::parse(net::errorJson(message, "invalid_request_error", code));
+    if (!errors.empty()) {
+      j["error"]["param"] = errors.front().path;
+      nlohmann::json list = nlohmann::json::array();
+      for (const auto& e : errors) {
+        list.push_back({{"path", e.path}, {"line", e.line}, {"message", e.message}});
+      }
+      j["errors"] = std::move(list);
+    }
+    return {status, j.dump()};
+  }
+
+  // GET /admin/config: the file the server was started from (and reloads), as JSON.
+  JsonReply getConfig() {
+    if (path_.empty()) {
+      return configError(409, "this server was not started from a config file", "no_config_file");
+    }
+    auto doc = readConfigDocument(path_);
+    if (!doc.ok()) return configError(500, doc.status().message(), "config_unreadable");
+    (*doc)["path"] = path_;
+    (*doc)["generation"] = configGeneration();
+    (*doc)["writable"] = configWritable(path_);
+    return {200, doc->dump()};
+  }
+
+  // POST /admin/config {"config", "dry_run", "generation"}: checked exactly as the file (the
+  // loader reads what would be written); then written back with a backup and applied by the
+  // reload path, audited.
+  JsonReply postConfig(const std::string& body, std::string_view actor) {
+    if (path_.empty()) {
+      return configError(409, "this server was not started from a config file", "no_config_file");
+    }
+    const nlohmann::json req = nlohmann::json::parse(body, nullptr, false);
+    if (req.is_discarded() || !req.is_object() || !req.contains("config") ||
+        !req["config"].is_object()) {
+      return configError(400, "the body must be a JSON object with a 'config' object",
+                         "invalid_json");
+    }
+    if (req.contains("generation") && (!req["generation"].is_number_integer() ||
+                                       req["generation"].get<int64_t>() != configGeneration())) {
+      return configError(409,
+                         "the config changed since it was read (generation " +
+                             std::to_string(configGeneration()) + " now): read it again",
+                         "config_changed");
+    }
+    auto checked = checkConfigDocument(req["config"], path_);
+    if (!checked.ok()) {
+      const auto errors = configErrorsOf(checked.status());
+      return configError(400, checked.status().message(), "invalid_config", errors);
+    }
+    std::vector<std::string> restart;
+    {
+      std::lock_guard<std::mutex> lock(control_mu_);
+      restart = restartNeeded(config_, checked->config);
+    }
+    if (!restart.empty()) {
+      std::vector<ConfigError> errors;
+      std::string keys;
+      for (const auto& k : restart) {
+        errors.push_back({k.substr(0, k.find(' ')), 0, "needs a restart"});
+        keys += (keys.empty() ? "" : ", ") + k;
+      }
+      return configError(409, keys + ": need a restart; apply changes them only at the next start",
+                         "restart_required", errors);
+    }
+    if (req.value("dry_run", false)) {
+      return {200, nlohmann::json{{"valid", true}, {"yaml", checked->redacted_yaml}}.dump()};
+    }
+    const auto backup = writeConfigFile(path_, checked->yaml);
+    if (!backup.ok()) return configError(500, backup.status().message(), "config_not_written");
+    Status s = reload();
+    if (!s.isOk()) {
+      // The file the running config came from goes back (nothing applied).
+      std::rename(backup->c_str(), path_.c_str());
+    }
+    if (access_) {
+      nlohmann::json detail = {
+          {"ok", s.isOk()}, {"generation", configGeneration()}, {"backup", *backup}};
+      if (!s.isOk()) detail["error"] = s.message();
+      const Status a = access_->audit(actor, "config.apply", path_, detail.dump());
+      if (!a.isOk()) INFERA_LOG(log_, warn, "audit of a config apply failed: {}", a.message());
+    }
+    if (!s.isOk()) return configError(400, s.message(), "invalid_config", configErrorsOf(s));
+    return {200, nlohmann::json{{"status", "ok"},
+                                {"generation", configGeneration()},
+                                {"path", path_},
+                                {"backup", *backup}}
+                     .dump()};
+  }
+
   Status rejected(Status s) {
     reloads_->counter({"error"})->inc(0);
     INFERA_LOG(log_, err, "config reload rejected, old config keeps serving: {}", s.message());
@@ -312,6 +443,28 @@ class ServerImpl final : public Server {
                   w, 400, net::errorJson(s.message(), "invalid_request_error", "invalid_config"));
             }
           }));
+    r.add("GET", "/admin/whoami",
+          [this](net::HttpRequest& req, net::ResponseWriter& w, net::PathParams) -> Task<void> {
+            const std::string body = whoamiJson(req.header("authorization"));
+            co_await sendJson(w, 200, body);
+          });
+    r.add("GET", "/admin/status",
+          guarded([this](net::HttpRequest&, net::ResponseWriter& w, net::PathParams) -> Task<void> {
+            const std::string body = statusJson();
+            co_await sendJson(w, 200, body);
+          }));
+    r.add("GET", "/admin/config",
+          guarded([this](net::HttpRequest&, net::ResponseWriter& w, net::PathParams) -> Task<void> {
+            auto [status, body] = getConfig();
+            co_await sendJson(w, status, body);
+          }));
+    r.add("POST", "/admin/config",
+          guarded(
+              [this](net::HttpRequest& req, net::ResponseWriter& w, net::PathParams) -> Task<void> {
+                auto [status, body] = postConfig(req.body, req.header("x-infera-actor"));
+                co_await sendJson(w, status, body);
+              }));
+    console::addAdminRoutes(r);
     gateway_->addAdminRoutes(r, [this](net::RouteHandler h) { return guarded(std::move(h)); });
     if (features_)
       features_->addAdminRoutes(r, [this](net::RouteHandler h) { return guarded(std::move(h)); });

@@ -1,0 +1,71 @@
+// Times the console's pages with 200 models and 1,000 keys (run_console_scale_test.sh): each page
+// loaded fresh (a new tab, the token already in sessionStorage) 7 times, from navigation start to
+// the page's first data on screen (the `ready:<page>` mark the console sets). Prints the median and
+// the worst; fails when a median reaches the budget (CONSOLE_BUDGET_MS, 300 by default).
+//   env: ADMIN_URL DATA_URL INFERA_ADMIN_TOKEN SHOTS
+import assert from 'node:assert/strict';
+import { mkdirSync } from 'node:fs';
+import { createRequire } from 'node:module';
+
+// The packages the build installed (NODE_PATH: ESM imports do not read it).
+const { chromium } = createRequire(process.env.NODE_PATH + '/')('playwright-core');
+
+const { ADMIN_URL, INFERA_ADMIN_TOKEN: TOKEN, SHOTS } = process.env;
+const BUDGET = Number(process.env.CONSOLE_BUDGET_MS || 300);
+mkdirSync(SHOTS, { recursive: true });
+const admin = (path, body) => fetch(ADMIN_URL + path, {
+  method: body ? 'POST' : 'GET',
+  headers: { authorization: `Bearer ${TOKEN}`, 'content-type': 'application/json' },
+  body: body && JSON.stringify(body),
+}).then((r) => r.json());
+
+const t0 = Date.now();
+for (let t = 0; t < 20; t++) await admin('/admin/teams', { name: `team-${t}`, rpm: 1000, tpm: 1000000 });
+for (let i = 0; i < 1000; i++) {
+  const k = await admin('/admin/keys', { team: `team-${i % 20}`, name: `key-${i}`, rpm: 100 });
+  assert.ok(k.key, JSON.stringify(k));
+}
+const { keys } = await admin('/admin/keys');
+assert.equal(keys.length, 1000);
+console.log(`20 teams and 1000 keys created in ${Date.now() - t0} ms`);
+
+const FLAGS = ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
+  '--disable-background-networking', '--disable-component-update', '--disable-sync'];
+const browser = await chromium.launch({ executablePath: '/usr/bin/chromium', args: FLAGS, headless: true });
+const problems = [];
+try {
+  const context = await browser.newContext({ viewport: { width: 1280, height: 800 } });
+  await context.addInitScript((token) => sessionStorage.setItem('infera.token', token), TOKEN);
+  const results = {};
+  for (const id of ['overview', 'keys', 'usage', 'routes', 'audit']) {
+    const times = [];
+    for (let run = 0; run < 7; run++) {
+      const page = await context.newPage();
+      page.on('console', (m) => { if (m.type() === 'error') problems.push(m.text()); });
+      page.on('pageerror', (e) => problems.push(e.message));
+      await page.goto(`${ADMIN_URL}/ui/#/${id}`);
+      await page.waitForSelector(`body[data-ready="${id}"]`, { timeout: 30000 });
+      times.push(await page.evaluate((m) => performance.getEntriesByName(m)[0].startTime, `ready:${id}`));
+      if (run === 6 && (id === 'overview' || id === 'keys')) await page.screenshot({ path: `${SHOTS}/scale-${id}.png` });
+      await page.close();
+    }
+    times.sort((a, b) => a - b);
+    results[id] = { median: times[3], worst: times[6] };
+  }
+  // What each page rendered: every model's deployments, every key.
+  const page = await context.newPage();
+  await page.goto(`${ADMIN_URL}/ui/#/overview`);
+  await page.waitForSelector('body[data-ready="overview"]');
+  assert.equal(await page.$$eval('tr[data-deployment]', (r) => r.length), 400);
+  await page.goto(`${ADMIN_URL}/ui/#/keys`);
+  await page.waitForSelector('body[data-ready="keys"]');
+  assert.equal(await page.$$eval('table[aria-label="Keys"] tbody tr', (r) => r.length), 1000);
+  for (const [id, r] of Object.entries(results)) {
+    console.log(`page ${id}: median ${r.median.toFixed(0)} ms, worst ${r.worst.toFixed(0)} ms (navigation start to data on screen; 200 models, 1000 keys)`);
+  }
+  assert.deepEqual(problems, []);
+  for (const [id, r] of Object.entries(results)) assert.ok(r.median < BUDGET, `${id}: median ${r.median} ms >= ${BUDGET} ms`);
+  console.log('console scale ok');
+} finally {
+  await browser.close();
+}
