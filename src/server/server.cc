@@ -41,6 +41,23 @@ int resolveWorkers(int configured) {
   return n > 0 ? n : 1;
 }
 
+// The families a scrape asks for: `name[]=x` (or `name%5B%5D=x`) in the query string.
+std::vector<std::string> metricNamesOf(std::string_view target) {
+  std::vector<std::string> out;
+  const size_t q = target.find('?');
+  if (q == std::string_view::npos) return out;
+  std::string_view rest = target.substr(q + 1);
+  while (!rest.empty()) {
+    const size_t amp = rest.find('&');
+    const std::string_view kv = rest.substr(0, amp);
+    for (const std::string_view key : {"name[]=", "name%5B%5D=", "name%5b%5d="}) {
+      if (kv.substr(0, key.size()) == key) out.emplace_back(kv.substr(key.size()));
+    }
+    rest = amp == std::string_view::npos ? std::string_view() : rest.substr(amp + 1);
+  }
+  return out;
+}
+
 Task<void> sendJson(net::ResponseWriter& w, int status, std::string body) {
   co_await w.send(status, "application/json", body);
 }
@@ -238,15 +255,31 @@ class ServerImpl final : public Server {
   // GET /admin/whoami: who the Authorization header makes the caller (never an error: a page may
   // ask before signing in).
   std::string whoamiJson(std::string_view authorization) const {
-    if (!access_) return R"({"role":"admin","access_control":false})";
-    if (!access_->refuseAdmin(authorization)) return R"({"role":"admin","access_control":true})";
-    if (auto team = access_->teamCaller(authorization)) {
-      return nlohmann::json{{"role", "team"},         {"team", team->team},
-                            {"key_id", team->key_id}, {"key_name", team->key_name},
-                            {"read_only", true},      {"access_control", true}}
-          .dump();
+    nlohmann::json j = {{"access_control", access_ != nullptr}};
+    if (!access_ || !access_->refuseAdmin(authorization)) {
+      j["role"] = "admin";
+    } else if (auto team = access_->teamCaller(authorization)) {
+      j.update({{"role", "team"},
+                {"team", team->team},
+                {"key_id", team->key_id},
+                {"key_name", team->key_name},
+                {"read_only", true}});
+    } else {
+      j["role"] = "none";
+      return j.dump();
     }
-    return R"({"role":"none","access_control":true})";
+    // What a signed-in page needs first, without a second round trip.
+    j["components"] = componentsJson();
+    if (j["role"] == "admin") j["config_path"] = path_;
+    return j.dump();
+  }
+
+  nlohmann::json componentsJson() const {
+    return {{"gateway", true},
+            {"governance", access_ != nullptr},
+            {"registry", model_registry_ != nullptr},
+            {"features", features_ != nullptr},
+            {"vectors", vectors_ != nullptr}};
   }
 
   // GET /admin/status: what runs, for the console (which pages to show) and operators.
@@ -401,8 +434,10 @@ class ServerImpl final : public Server {
   net::Router adminRouter(net::asio::io_context& ctx) {
     net::Router r;
     r.add("*", "/metrics",
-          [this](net::HttpRequest&, net::ResponseWriter& w, net::PathParams) -> Task<void> {
-            const std::string text = metricsText();
+          [this](net::HttpRequest& req, net::ResponseWriter& w, net::PathParams) -> Task<void> {
+            // ?name[]=family&name[]=... (as Prometheus's client libraries): only those families.
+            const std::vector<std::string> names = metricNamesOf(req.target);
+            const std::string text = names.empty() ? metricsText() : registry_.scrape(names);
             co_await w.send(200, "text/plain; version=0.0.4; charset=utf-8", text);
           });
     r.add("*", "/healthz",

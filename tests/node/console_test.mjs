@@ -174,6 +174,7 @@ try {
   const msg = await page.$eval(weightB, (el) => el.closest('.field').querySelector('.field-error').textContent);
   assert.match(msg, /must be in \[1, 1000\], got 0/, msg);
   assert.match(await page.textContent('#config-errors'), /models\[0\]\.deployments\[1\]\.endpoints\[0\]\.weight/);
+  await page.$eval(weightB, (el) => el.scrollIntoView({ block: 'center' }));
   await shot(page, 'routes-error');
   assert.equal(readFileSync(CONFIG, 'utf8'), fileGood, 'the file is unchanged');
   assert.equal((await adminApi('/admin/config')).body.generation, genBefore + 1, 'no reload happened');

@@ -1,5 +1,5 @@
 // The console's shell: login, the navigation, the page router (#/page), live refresh.
-import { api, clear, h, session, toast } from './lib.js';
+import { api, clear, h, session } from './lib.js';
 import overview from './pages/overview.js';
 import keys from './pages/keys.js';
 import usage from './pages/usage.js';
@@ -66,17 +66,8 @@ function showLogin(error) {
 }
 
 async function enter(me) {
-  ctx = { me, readOnly: me.role !== 'admin', status: null };
-  if (me.role === 'admin') {
-    try {
-      ctx.status = await api('/admin/status');
-    } catch (e) {
-      toast(`GET /admin/status: ${e.message}`, 'error');
-      ctx.status = { components: {} };
-    }
-  } else {
-    ctx.status = { components: { governance: true } };
-  }
+  // whoami names the running components (and the config file) too: no second round trip.
+  ctx = { me, readOnly: me.role !== 'admin', status: { components: me.components || {}, config_path: me.config_path } };
   const pages = PAGES.filter((p) => p.available(ctx));
   ctx.pages = pages;
   const nav = h('nav', { 'aria-label': 'Pages' }, h('ul', {}, pages.map((p) => h('li', {}, h('a', { href: `#/${p.id}`, 'data-page': p.id }, p.title)))));
@@ -88,9 +79,13 @@ async function enter(me) {
     h('span', { class: 'who', 'data-role': me.role }, who),
     me.access_control === false ? null : h('button', { type: 'button', class: 'link', onclick: logout }, 'Sign out'));
   const main = h('main', { id: 'main', tabindex: '-1' });
-  clear(app, header, main, h('footer', {}, ctx.status.version ? `infera ${ctx.status.version} · config generation ${ctx.status.generation ?? '–'}` : ''));
+  const footer = h('footer', {});
+  clear(app, header, main, footer);
   window.onhashchange = route;
-  route();
+  await route();
+  if (me.role === 'admin') {
+    api('/admin/status').then((st) => { footer.textContent = `infera ${st.version} (${st.commit}) · config generation ${st.generation} · ${st.workers} workers`; }).catch(() => {});
+  }
 }
 
 function logout() {

@@ -90,12 +90,14 @@ export const fmt = {
   list: (a) => (a && a.length ? a.join(', ') : 'all'),
 };
 
-// Prometheus text format -> [{name, labels, value}] (comments and histograms' buckets kept as
-// plain samples).
-export function parseMetrics(text) {
+// Prometheus text format -> [{name, labels, value}] (histograms' buckets kept as plain samples);
+// `want(name)` skips other samples before their labels are parsed.
+export function parseMetrics(text, want = () => true) {
   const out = [];
   for (const line of text.split('\n')) {
     if (!line || line[0] === '#') continue;
+    const end = line.search(/[{ ]/);
+    if (!want(end < 0 ? line : line.slice(0, end))) continue;
     const m = /^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(.*)\})?\s+(\S+)/.exec(line);
     if (!m) continue;
     const labels = {};
@@ -224,12 +226,27 @@ export function showFormError(form, err) {
   }
 }
 
+// A table of `rows`, built `opts.page` rows at a time (100 by default; a browser lays a
+// 1,000-row table out in ~300 ms): a "Show more" button under it adds the next ones.
 export function table(columns, rows, opts = {}) {
+  const page = opts.page ?? 100;
   const head = h('tr', {}, columns.map((c) => h('th', { scope: 'col', class: c.num ? 'num' : '' }, c.label)));
-  const body = rows.map((r) =>
-    h('tr', { 'data-id': opts.id ? opts.id(r) : undefined }, columns.map((c) => h('td', { class: c.num ? 'num' : '' }, c.render ? c.render(r) : r[c.key]))),
-  );
-  return h('table', { class: 'grid', 'aria-label': opts.label }, h('thead', {}, head), h('tbody', {}, body.length ? body : h('tr', {}, h('td', { colspan: columns.length, class: 'empty' }, opts.empty || 'nothing yet'))));
+  const row = (r) => h('tr', { 'data-id': opts.id ? opts.id(r) : undefined }, columns.map((c) => h('td', { class: c.num ? 'num' : '' }, c.render ? c.render(r) : r[c.key])));
+  const body = h('tbody', {});
+  const foot = h('tfoot', {});
+  let shown = 0;
+  const more = () => {
+    const next = rows.slice(shown, shown + page);
+    body.append(...next.map(row));
+    shown += next.length;
+    clear(foot, shown < rows.length
+      ? h('tr', {}, h('td', { colspan: columns.length, class: 'more' }, `${shown} of ${rows.length} shown `,
+        h('button', { type: 'button', class: 'small', 'data-more': '', onclick: more }, `Show ${Math.min(page, rows.length - shown)} more`)))
+      : null);
+  };
+  if (rows.length) more();
+  else body.append(h('tr', {}, h('td', { colspan: columns.length, class: 'empty' }, opts.empty || 'nothing yet')));
+  return h('table', { class: 'grid', 'aria-label': opts.label, 'data-rows': rows.length }, h('thead', {}, head), body, foot);
 }
 
 export function badge(text, kind) {

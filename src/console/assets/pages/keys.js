@@ -107,6 +107,7 @@ export default {
     const usersBox = h('div');
     const teamFilter = h('select', { 'aria-label': 'Show keys of team' });
     const showRevoked = h('input', { type: 'checkbox', id: 'show-revoked' });
+    const search = h('input', { type: 'search', id: 'key-search', placeholder: 'Find a key by id, name or team…', 'aria-label': 'Find a key' });
     let teams = [];
 
     const loadTeams = async () => {
@@ -127,10 +128,15 @@ export default {
       if (!ro) renderCreateKey();
     };
 
+    let keys = [];
     const loadKeys = async () => {
       const team = ro ? ctx.me.team : teamFilter.value;
-      const { keys } = await api(`/admin/keys${team ? `?team=${encodeURIComponent(team)}` : ''}`);
-      const shown = keys.filter((k) => showRevoked.checked || k.state !== 'revoked');
+      keys = (await api(`/admin/keys${team ? `?team=${encodeURIComponent(team)}` : ''}`)).keys;
+      renderKeys();
+    };
+    const renderKeys = () => {
+      const q = search.value.trim().toLowerCase();
+      const shown = keys.filter((k) => (showRevoked.checked || k.state !== 'revoked') && (!q || `${k.id} ${k.name} ${k.team}`.toLowerCase().includes(q)));
       clear(keysBox, table([
         { label: 'Key id', render: (k) => h('code', {}, k.id) },
         { label: 'Name', render: (k) => k.name || '–' },
@@ -262,14 +268,15 @@ export default {
     });
 
     teamFilter.addEventListener('change', () => { loadKeys(); if (!ro) renderCreateKey(); });
-    showRevoked.addEventListener('change', loadKeys);
+    showRevoked.addEventListener('change', renderKeys);
+    let searchTimer = 0;
+    search.addEventListener('input', () => { clearTimeout(searchTimer); searchTimer = setTimeout(renderKeys, 100); });
     el.append(
       h('p', { class: 'muted', role: 'note' }, ro ? `Read-only: signed in with a key of team ${ctx.me.team}.` : 'A key\'s models and limits are at most its team\'s (checked when it is saved).'),
       section('Teams', teamsBox, ro ? null : h('h3', {}, 'New team'), ro ? null : createTeam),
-      section('Keys', h('div', { class: 'tools' }, ro ? null : teamFilter, h('label', { for: 'show-revoked' }, showRevoked, ' show revoked')), keysBox,
+      section('Keys', h('div', { class: 'tools' }, search, ro ? null : teamFilter, h('label', { for: 'show-revoked' }, showRevoked, ' show revoked')), keysBox,
         ro ? null : h('h3', {}, 'New key'), ro ? null : createKeyBox),
       section('Users', usersBox, ro ? null : h('h3', {}, 'New user record'), ro ? null : createUser));
-    await loadTeams();
-    await Promise.all([loadKeys(), loadUsers()]);
+    await Promise.all([loadTeams(), loadKeys(), loadUsers()]);
   },
 };

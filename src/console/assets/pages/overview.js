@@ -1,22 +1,51 @@
 // Overview: models → deployments → endpoints, live. Endpoint state from GET /admin/endpoints
-// (health, ejection, in-flight, EWMA latency per worker), traffic from GET /metrics (requests/s,
-// error rate, upstream latency per deployment, TTFT per model) as deltas between refreshes.
-import { api, clear, fmt, h, parseMetrics, sumBy, badge } from '../lib.js';
+// (health, ejection, in-flight, EWMA latency; a deployment's latency is its endpoints' mean),
+// traffic from GET /metrics?name[]=... (requests/s, error rate, TTFT per model) as deltas between
+// refreshes.
+import { api, clear, fmt, h, badge } from '../lib.js';
 import { sparkline } from '../charts.js';
 
 const REFRESH_MS = 2000;
+const PAGE = 40;
+// Only the families this page reads (GET /metrics?name[]=...).
+const METRICS = `/metrics?${['infera_gateway_requests_total', 'infera_gateway_time_to_first_token_seconds', 'infera_gateway_requests_in_flight'].map((n) => `name[]=${n}`).join('&')}`;
 
-function snapshot(samples) {
-  return {
-    at: performance.now(),
-    requests: sumBy(samples, 'infera_gateway_requests_total', ['model', 'deployment']),
-    errors: sumBy(samples, 'infera_gateway_requests_total', ['model', 'deployment'], (l) => l.code_class === '5xx'),
-    latSum: sumBy(samples, 'infera_gateway_upstream_latency_seconds_sum', ['deployment']),
-    latCount: sumBy(samples, 'infera_gateway_upstream_latency_seconds_count', ['deployment']),
-    ttftSum: sumBy(samples, 'infera_gateway_time_to_first_token_seconds_sum', ['model']),
-    ttftCount: sumBy(samples, 'infera_gateway_time_to_first_token_seconds_count', ['model']),
-    inFlight: sumBy(samples, 'infera_gateway_requests_in_flight', []).get('') || 0,
-  };
+// One pass over the scrape: requests (and 5xx) by model and deployment, TTFT sum and count by
+// model, requests in flight.
+function snapshot(text) {
+  const snap = { at: performance.now(), requests: new Map(), errors: new Map(), ttftSum: new Map(), ttftCount: new Map(), inFlight: 0 };
+  const add = (m, k, v) => m.set(k, (m.get(k) || 0) + v);
+  for (const line of text.split('\n')) {
+    if (!line || line[0] === '#') continue;
+    const brace = line.indexOf('{');
+    const name = brace < 0 ? line.slice(0, line.indexOf(' ')) : line.slice(0, brace);
+    const value = Number(line.slice(line.lastIndexOf(' ') + 1));
+    if (name === 'infera_gateway_requests_in_flight') {
+      snap.inFlight += value;
+      continue;
+    }
+    if (name !== 'infera_gateway_requests_total' && name !== TTFT_SUM && name !== TTFT_COUNT) continue;
+    const l = labelsOf(line.slice(brace + 1, line.lastIndexOf('}')));
+    if (name === TTFT_SUM) add(snap.ttftSum, l.model, value);
+    else if (name === TTFT_COUNT) add(snap.ttftCount, l.model, value);
+    else if (l.deployment) {
+      const key = `${l.model}|${l.deployment}`;
+      add(snap.requests, key, value);
+      if (l.code_class === '5xx') add(snap.errors, key, value);
+    }
+  }
+  return snap;
+}
+
+const TTFT_SUM = 'infera_gateway_time_to_first_token_seconds_sum';
+const TTFT_COUNT = 'infera_gateway_time_to_first_token_seconds_count';
+
+function labelsOf(text) {
+  const out = {};
+  const re = /([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"/g;
+  let m;
+  while ((m = re.exec(text))) out[m[1]] = m[2];
+  return out;
 }
 
 // The change of a counter since the previous snapshot (the whole count on the first).
@@ -38,6 +67,7 @@ export default {
     let last = null;
     let timer = 0;
     let stopped = false;
+    let limit = PAGE; // models shown (a browser lays out ~1,000 rows in ~300 ms: page them)
 
     const draw = () => {
       if (!last) return;
@@ -52,7 +82,7 @@ export default {
         deps.get(e.deployment).push(e);
       }
       const rows = [];
-      for (const [model, deps] of models) {
+      for (const [model, deps] of [...models].slice(0, limit)) {
         const mr = rates.model.get(model) || { rps: 0, err: 0, req: 0 };
         const ttft = rates.ttft.get(model);
         const hist = history.get(model) || [];
@@ -64,13 +94,16 @@ export default {
           h('td', { colspan: 3 })));
         for (const [dep, list] of deps) {
           const key = `${model}|${dep}`;
-          const dr = rates.dep.get(key) || { rps: 0, err: 0, req: 0, total: 0, lat: undefined };
+          const dr = rates.dep.get(key) || { rps: 0, err: 0, req: 0, total: 0 };
+          // The deployment's latency: the mean of its endpoints' EWMA (the balancer's estimate).
+          const sampled = list.filter((e) => e.ewma_ms);
+          const lat = sampled.length ? sampled.reduce((a, e) => a + e.ewma_ms, 0) / sampled.length / 1000 : undefined;
           rows.push(h('tr', { class: 'dep-row', 'data-deployment': key },
             h('td', {}, ''), h('td', { colspan: 3 }, dep),
             h('td', { class: 'num', 'data-col': 'rps' }, fmt.num(dr.rps, 2)),
             h('td', { class: 'num' }, dr.req ? fmt.pct(dr.err / dr.req) : '–'),
             h('td', { class: 'num', 'data-col': 'total' }, fmt.int(dr.total)),
-            h('td', { class: 'num' }, fmt.ms(dr.lat)),
+            h('td', { class: 'num' }, fmt.ms(lat)),
             h('td', { colspan: 3 })));
           for (const e of list) {
             const state = !e.healthy ? badge('down', 'bad') : e.ejected ? badge('ejected', 'warn') : badge('healthy', 'ok');
@@ -85,7 +118,9 @@ export default {
       }
       clear(tableBox, h('table', { class: 'grid', 'aria-label': 'Endpoints' },
         h('thead', {}, h('tr', {}, ['Model', 'Deployment', 'Endpoint', 'Region', 'req/s', 'errors', 'requests', 'latency', 'weight', 'in flight', 'state · EWMA'].map((c, i) => h('th', { scope: 'col', class: i >= 4 && i <= 9 ? 'num' : '' }, c)))),
-        h('tbody', {}, rows.length ? rows : h('tr', {}, h('td', { colspan: 11, class: 'empty' }, 'no models')))));
+        h('tbody', {}, rows.length ? rows : h('tr', {}, h('td', { colspan: 11, class: 'empty' }, 'no models'))),
+        models.size > limit ? h('tfoot', {}, h('tr', {}, h('td', { colspan: 11, class: 'more' }, `${limit} of ${models.size} models shown `,
+          h('button', { type: 'button', class: 'small', 'data-more': '', onclick: () => { limit += PAGE; draw(); } }, `Show ${Math.min(PAGE, models.size - limit)} more`)))) : null));
       const total = [...rates.model.values()].reduce((a, m) => ({ rps: a.rps + m.rps, err: a.err + m.err, req: a.req + m.req }), { rps: 0, err: 0, req: 0 });
       const down = eps.endpoints.filter((e) => !e.healthy || e.ejected).length;
       clear(kpis,
@@ -99,17 +134,17 @@ export default {
     };
 
     const refresh = async () => {
-      const [eps, text] = await Promise.all([api('/admin/endpoints'), api('/metrics')]);
-      const cur = snapshot(parseMetrics(text));
+      const [eps, text] = await Promise.all([api('/admin/endpoints'), api(METRICS)]);
+      performance.mark('overview:fetched');
+      const cur = snapshot(text);
+      performance.mark('overview:parsed');
       const secs = prev ? (cur.at - prev.at) / 1000 : 0;
       const rates = { model: new Map(), dep: new Map(), ttft: new Map() };
       for (const key of cur.requests.keys()) {
         const [model, dep] = key.split('|');
         const req = delta(cur.requests, prev?.requests, key);
         const err = delta(cur.errors, prev?.errors, key);
-        const dl = delta(cur.latSum, prev?.latSum, dep);
-        const dc = delta(cur.latCount, prev?.latCount, dep);
-        const r = { rps: secs ? req / secs : 0, req, err, total: cur.requests.get(key), lat: dc ? dl / dc : undefined };
+        const r = { rps: secs ? req / secs : 0, req, err, total: cur.requests.get(key) };
         rates.dep.set(key, r);
         const m = rates.model.get(model) || { rps: 0, req: 0, err: 0 };
         rates.model.set(model, { rps: m.rps + r.rps, req: m.req + req, err: m.err + err });
@@ -128,9 +163,11 @@ export default {
       prev = cur;
       last = { eps, cur, rates };
       stamp.textContent = `updated ${new Date().toLocaleTimeString()}`;
+      performance.mark('overview:rates');
       draw();
+      performance.mark('overview:drawn');
     };
-    filter.addEventListener('input', draw);
+    filter.addEventListener('input', () => { limit = PAGE; draw(); });
     await refresh();
     const loop = () => {
       timer = setTimeout(async () => {

@@ -134,6 +134,19 @@ export default {
 
     const renderObject = (obj, parts, legend, opts = {}) => {
       const path = parts.reduce((p, k) => childPath(p, k), '');
+      if (opts.item && !opts.open) {
+        // A closed item is built when first opened (200 models are 2,000 fields otherwise).
+        const lazy = h('details', { class: 'obj item', 'data-path': path, 'data-lazy': '' }, h('summary', {}, legend));
+        const build = () => {
+          if (!lazy.hasAttribute('data-lazy')) return;
+          lazy.removeAttribute('data-lazy');
+          const full = renderObject(obj, parts, legend, { ...opts, open: true });
+          lazy.append(...[...full.childNodes].slice(1));
+        };
+        lazy.addEventListener('toggle', build);
+        lazyBuild.set(lazy, build);
+        return lazy;
+      }
       const scalars = h('div', { class: 'obj-fields' });
       const nested = [];
       for (const [k, v] of Object.entries(obj)) {
@@ -174,6 +187,7 @@ export default {
       return box;
     };
 
+    const lazyBuild = new WeakMap();
     const draw = () => {
       const keys = Object.keys(draft).sort((a, b) => (ORDER.indexOf(a) + 1 || 99) - (ORDER.indexOf(b) + 1 || 99));
       const top = {};
@@ -197,11 +211,20 @@ export default {
       let first = null;
       for (const err of errors) {
         // The field at the error's key path, else the nearest enclosing part of the form.
-        let path = err.path;
+        // Build the closed items on the way (outermost first), then take the deepest match.
+        const prefixes = [];
+        for (let p = err.path; p; p = p.replace(/(\.[^.[\]]+|\[\d+\])$/, '')) {
+          prefixes.unshift(p);
+          if (!/[.[]/.test(p)) break;
+        }
+        for (const p of prefixes) {
+          const el = formBox.querySelector(`[data-path="${CSS.escape(p)}"]`);
+          if (el && lazyBuild.has(el)) lazyBuild.get(el)();
+        }
         let target = null;
-        while (path && !(target = formBox.querySelector(`[data-path="${CSS.escape(path)}"]`))) {
-          path = path.replace(/(\.[^.[\]]+|\[\d+\])$/, '');
-          if (!/[.[]/.test(path) && !formBox.querySelector(`[data-path="${CSS.escape(path)}"]`)) break;
+        for (const p of [...prefixes].reverse()) {
+          target = formBox.querySelector(`[data-path="${CSS.escape(p)}"]`);
+          if (target) break;
         }
         if (target) {
           for (let d = target.closest('details'); d; d = d.parentElement.closest('details')) d.open = true;

@@ -18,7 +18,7 @@ export default {
   async render(el, ctx) {
     const c = ctx.status.components;
     if (c.features) {
-      const [reg, text] = await Promise.all([api('/admin/features/registry'), api('/metrics')]);
+      const [reg, text] = await Promise.all([api('/admin/features/registry'), api('/metrics?name[]=infera_features_request_duration_seconds')]);
       const samples = parseMetrics(text);
       const buckets = samples.filter((s) => s.name === 'infera_features_request_duration_seconds_bucket')
         .reduce((m, s) => m.set(s.labels.le, (m.get(s.labels.le) || 0) + s.value), new Map());
