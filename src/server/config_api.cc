@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -11,7 +12,7 @@
 namespace infera::server {
 namespace {
 
-using nlohmann::json;
+using json = nlohmann::ordered_json;
 
 bool isNullWord(const std::string& s) {
   return s.empty() || s == "~" || s == "null" || s == "Null" || s == "NULL";
@@ -107,7 +108,17 @@ void emit(YAML::Emitter& out, const json& j) {
     case json::value_t::null:
       out << YAML::Null;
       break;
-    default:  // numbers and booleans: JSON's text is YAML's
+    case json::value_t::number_float: {
+      // 2.0 and 2 are one value to the config (and to a browser, which sends 2): one text.
+      const double d = j.get<double>();
+      if (std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 1e15) {
+        out << std::to_string(static_cast<int64_t>(d));
+      } else {
+        out << j.dump();
+      }
+      break;
+    }
+    default:  // integers and booleans: JSON's text is YAML's
       out << j.dump();
       break;
   }
@@ -238,7 +249,7 @@ std::string directoryOf(const std::string& path) {
 
 }  // namespace
 
-Result<nlohmann::json> readConfigDocument(const std::string& path) {
+Result<json> readConfigDocument(const std::string& path) {
   INFERA_ASSIGN_OR_RETURN(std::string text, readFile(path));
   INFERA_ASSIGN_OR_RETURN(YAML::Node root, loadYamlString(text));
   json config = yamlToJson(root);

@@ -337,7 +337,7 @@ class ServerImpl final : public Server {
     if (path_.empty()) {
       return configError(409, "this server was not started from a config file", "no_config_file");
     }
-    const nlohmann::json req = nlohmann::json::parse(body, nullptr, false);
+    const nlohmann::ordered_json req = nlohmann::ordered_json::parse(body, nullptr, false);
     if (req.is_discarded() || !req.is_object() || !req.contains("config") ||
         !req["config"].is_object()) {
       return configError(400, "the body must be a JSON object with a 'config' object",

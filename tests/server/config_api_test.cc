@@ -18,6 +18,7 @@ namespace infera::server {
 namespace {
 
 using nlohmann::json;
+using ojson = nlohmann::ordered_json;
 
 std::string readAll(const std::string& path) {
   std::ifstream in(path);
@@ -54,7 +55,7 @@ h: [x, 2, false]
 i: {j: 1e3}
 )");
   ASSERT_TRUE(root.ok());
-  const json j = yamlToJson(*root);
+  const ojson j = yamlToJson(*root);
   EXPECT_EQ(j["a"], 12);
   EXPECT_EQ(j["b"], -3.5);
   EXPECT_EQ(j["c"], true);
@@ -62,12 +63,12 @@ i: {j: 1e3}
   EXPECT_EQ(j["e"], "true");
   EXPECT_EQ(j["f"], "plain text");
   EXPECT_TRUE(j["g"].is_null());
-  EXPECT_EQ(j["h"], json::parse(R"(["x", 2, false])"));
+  EXPECT_EQ(j["h"], ojson::parse(R"(["x", 2, false])"));
   EXPECT_EQ(j["i"]["j"], 1000.0);
 }
 
 TEST(ConfigApiTest, JsonWrittenAsYamlReadsBackTheSame) {
-  const json j = json::parse(R"({
+  const ojson j = ojson::parse(R"({
     "strings": ["true", "123", "", "a: b", "#x", "null", "1.5", "- y", "plain"],
     "n": 7, "x": 0.25, "big": 1e-7, "flag": false, "none": null,
     "models": [{"name": "m", "deployments": [{"endpoints": [{"url": "http://h:1", "weight": 3}]}]}]
@@ -77,8 +78,11 @@ TEST(ConfigApiTest, JsonWrittenAsYamlReadsBackTheSame) {
   const auto back = loadYamlString(*yaml);
   ASSERT_TRUE(back.ok()) << *yaml;
   EXPECT_EQ(yamlToJson(*back), j) << *yaml;
+  // Key order is the document's; a whole float is written as an integer (a browser sends 2.0 as 2).
+  EXPECT_LT(yaml->find("strings"), yaml->find("models")) << *yaml;
+  EXPECT_EQ(*jsonToYaml(ojson::parse(R"({"b": 2.0, "a": 1})")), "b: 2\na: 1\n");
   EXPECT_NE(yaml->find("weight: 3"), std::string::npos) << *yaml;
-  EXPECT_FALSE(jsonToYaml(json::array()).ok());
+  EXPECT_FALSE(jsonToYaml(ojson::array()).ok());
 }
 
 TEST(ConfigApiTest, ErrorsAreSplitIntoTheirKeyPathsAndLines) {
@@ -106,8 +110,9 @@ TEST(ConfigApiTest, ErrorsAreSplitIntoTheirKeyPathsAndLines) {
 }
 
 TEST(ConfigApiTest, SecretsAreRedactedAndRestoredFromTheFile) {
-  json c = json::parse(R"({"governance": {"admin_token": "s3cret", "key_secret": "k", "rpm": 1}})");
-  const json file = c;
+  ojson c =
+      ojson::parse(R"({"governance": {"admin_token": "s3cret", "key_secret": "k", "rpm": 1}})");
+  const ojson file = c;
   redactSecrets(c);
   EXPECT_EQ(c["governance"]["admin_token"], std::string(kRedacted));
   EXPECT_EQ(c["governance"]["key_secret"], std::string(kRedacted));
@@ -125,7 +130,7 @@ TEST(ConfigApiTest, CheckUsesTheLoaderAndWriteKeepsABackup) {
   std::ofstream(path) << original;
   auto doc = readConfigDocument(path);
   ASSERT_TRUE(doc.ok()) << doc.status().message();
-  json proposed = (*doc)["config"];
+  ojson proposed = (*doc)["config"];
   proposed["models"][0]["deployments"][0]["endpoints"][0]["weight"] = 0;
   auto bad = checkConfigDocument(proposed, path);
   ASSERT_FALSE(bad.ok());

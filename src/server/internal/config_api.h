@@ -5,6 +5,7 @@
 // back to the same JSON, a config-validation error message split into its key paths, the check of
 // a proposed config with the config loader itself, and the write-back with a backup.
 //
+// JSON objects keep the file's key order (ordered_json), so a file written back keeps it too.
 // Thread-safe (no shared state); the file functions block on disk (the admin loop's work).
 
 #include <yaml-cpp/yaml.h>
@@ -23,23 +24,23 @@ namespace infera::server {
 // file's value.
 inline constexpr std::string_view kRedacted = "(redacted)";
 
-nlohmann::json yamlToJson(const YAML::Node& node);
+nlohmann::ordered_json yamlToJson(const YAML::Node& node);
 // Block YAML (sequences of scalars in flow style); strings that would read back as another type
 // are quoted. kInvalidArgument when the root is not an object.
-Result<std::string> jsonToYaml(const nlohmann::json& root);
+Result<std::string> jsonToYaml(const nlohmann::ordered_json& root);
 
 // The errors of a failed config load (ConfigErrors::toStatus's lines, "path (line N): message",
 // or a YAML syntax error), each with its key path ("" for the file as a whole).
 std::vector<ConfigError> configErrorsOf(const Status& status);
 
 // Replaces governance.admin_token and governance.key_secret with kRedacted (when set).
-void redactSecrets(nlohmann::json& config);
+void redactSecrets(nlohmann::ordered_json& config);
 // Puts back the values of `file` where `config` holds kRedacted.
-void restoreSecrets(nlohmann::json& config, const nlohmann::json& file);
+void restoreSecrets(nlohmann::ordered_json& config, const nlohmann::ordered_json& file);
 
 // The file at `path` for GET /admin/config: {"config": JSON with secrets redacted, "yaml": that
 // JSON written as YAML}. kNotFound/kInvalidArgument when it cannot be read or parsed.
-Result<nlohmann::json> readConfigDocument(const std::string& path);
+Result<nlohmann::ordered_json> readConfigDocument(const std::string& path);
 
 // A proposed config (JSON) checked as the file it would become at `path`: secrets sent back as
 // kRedacted restored from the current file, written as YAML, loaded by loadConfig from a
@@ -50,7 +51,7 @@ struct CheckedConfig {
   std::string yaml;           // the new file
   std::string redacted_yaml;  // the same with secrets redacted (for the diff the console shows)
 };
-Result<CheckedConfig> checkConfigDocument(nlohmann::json proposed, const std::string& path);
+Result<CheckedConfig> checkConfigDocument(nlohmann::ordered_json proposed, const std::string& path);
 
 // Replaces the file at `path` with `text`: the current file copied to `<path>.bak` first, the new
 // one written beside and renamed over (a reader sees the old file or the new, never half). Returns

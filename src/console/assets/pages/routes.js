@@ -40,7 +40,7 @@ export function lineDiff(a, b) {
       out.push({ op: ' ', text: xs[i] });
       i++;
       j++;
-    } else if (j < m && (i === n || L[i * (m + 1) + j + 1] >= L[(i + 1) * (m + 1) + j])) {
+    } else if (j < m && (i === n || L[i * (m + 1) + j + 1] > L[(i + 1) * (m + 1) + j])) {
       out.push({ op: '+', text: ys[j++] });
     } else {
       out.push({ op: '-', text: xs[i++] });
