@@ -111,7 +111,10 @@ async function route() {
   }
   const main = document.getElementById('main');
   document.body.dataset.ready = '';
-  clear(main, h('h1', { tabindex: '-1' }, page.title));
+  const heading = h('h1', { tabindex: '-1' }, page.title);
+  clear(main, heading);
+  // A keyboard or screen-reader user lands on the new page's heading, not on the old link.
+  heading.focus({ preventScroll: true });
   document.title = `${page.title} · Infera`;
   const body = h('div', { class: 'page', 'data-page': page.id });
   main.append(body);
