@@ -5,13 +5,14 @@
 # Two figures: callgrind instructions per request (one keep-alive connection; start-up taken out
 # by running each case twice, N1 and N2 requests, and dividing the difference; repeatable to a
 # fraction of a percent on a shared box), and wrk throughput ratios (ROUNDS interleaved rounds,
-# the median of each case), which move with the box.
+# the median of each case), which move with the box. --governance: access control on in every
+# case (SQLite, one key of one team, the user from x-infera-user), as a deployment with keys runs.
 #
-#   bench/load/registry.sh [--requests N] [--rounds R] [--seconds S] [--connections C] [--no-wrk] [--no-callgrind]
+#   bench/load/registry.sh [--requests N] [--rounds R] [--seconds S] [--connections C] [--no-wrk] [--no-callgrind] [--governance]
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-N=2000 ROUNDS=10 SECONDS_PER=3 CONNS=32 WRK=1 CG=1
+N=2000 ROUNDS=10 SECONDS_PER=3 CONNS=32 WRK=1 CG=1 GOV=0
 while [[ $# -gt 0 ]]; do
   case "$1" in
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed -n 's/^# \{0,1\}//p'; exit 0 ;;
@@ -21,6 +22,7 @@ while [[ $# -gt 0 ]]; do
     --connections) CONNS="$2"; shift 2 ;;
     --no-wrk) WRK=0; shift ;;
     --no-callgrind) CG=0; shift ;;
+    --governance) GOV=1; shift ;;
     *) echo "unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -28,6 +30,9 @@ bench_init curl python3
 [[ $CG == 1 ]] && { command -v valgrind >/dev/null || { echo "missing valgrind" >&2; exit 2; }; }
 [[ $WRK == 1 ]] && { command -v wrk >/dev/null || { echo "missing wrk" >&2; exit 2; }; }
 start_emulator emulator "" --models m --ttft-ms 0 --token-ms 0 --workers 1
+export INFERA_ADMIN_TOKEN="bench-admin-token"
+AUTH="authorization: Bearer $INFERA_ADMIN_TOKEN"
+KEY=""  # the data port's key with --governance (set by start_registry_gateway)
 
 config() {  # config FILE DATA_DIR
   cat >"$1" <<EOF
@@ -36,6 +41,7 @@ listen: {host: 127.0.0.1, port: 0}
 admin: {host: 127.0.0.1, port: 0}
 log_level: warn
 health_check: {enabled: false}
+$([[ $GOV == 1 ]] && echo "governance: {store: \"sqlite:$2/access.db\", key_secret: bench-secret-0123456789abcdef0123456789}")
 registry:
   store: "sqlite:$2/registry.db"
   data_dir: "$2"
@@ -54,6 +60,7 @@ EOF
 # 50/50 split of `fraud` over them.
 setup() {
   local a="http://127.0.0.1:$1" j='content-type: application/json'
+  curl() { command curl -H "$AUTH" "$@"; }
   curl -sf -H "$j" -d '{"name":"fraud"}' "$a/api/2.0/mlflow/registered-models/create" >/dev/null
   for v in 1 2; do
     curl -sf -H "$j" -d '{"name":"fraud","source":"s3://b/f"}' "$a/api/2.0/mlflow/model-versions/create" >/dev/null
@@ -64,6 +71,12 @@ setup() {
   curl -sf -H "$j" -d '{"version":"2"}' "$a/admin/registry/models/fraud/aliases/challenger" >/dev/null
   curl -sf -X PUT -H "$j" -d '{"arms":[{"name":"a","target":"@champion","weight":50},{"name":"b","target":"@challenger","weight":50}],"sticky":"user"}' \
     "$a/admin/registry/models/fraud/experiment" >/dev/null
+  if [[ $GOV == 1 ]]; then
+    curl -sf -d '{"name":"bench","rpm":1000000000,"tpm":1000000000000}' "$a/admin/teams" >/dev/null
+    KEY="$(curl -sf -d '{"team":"bench","rpm":1000000000,"tpm":1000000000000,"allow_user":true}' \
+      "$a/admin/keys" | python3 -c 'import json,sys; print(json.load(sys.stdin)["key"])')"
+  fi
+  unset -f curl
 }
 
 body() { echo '{"model":"'"$1"'","max_tokens":16,"messages":[{"role":"user","content":"Hello, how are you?"}]}'; }
@@ -71,13 +84,14 @@ body() { echo '{"model":"'"$1"'","max_tokens":16,"messages":[{"role":"user","con
 # send PORT COUNT MODEL: COUNT sequential chat completions on one keep-alive connection (each with
 # its own user, so a split spreads them).
 send() {
-  python3 - "$1" "$2" "$3" <<'PY'
+  python3 - "$1" "$2" "$3" "$KEY" <<'PY'
 import http.client, sys
-port, n, model = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+port, n, model, key = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
+auth = {"Authorization": "Bearer " + key} if key else {}
 body = '{"model":"%s","max_tokens":16,"messages":[{"role":"user","content":"Hello, how are you?"}]}' % model
 c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
 for i in range(n):
-    c.request("POST", "/v1/chat/completions", body, {"Content-Type": "application/json", "x-infera-user": "u%d" % (i % 1000)})
+    c.request("POST", "/v1/chat/completions", body, {"Content-Type": "application/json", "x-infera-user": "u%d" % (i % 1000), **auth})
     r = c.getresponse()
     r.read()
     if r.status != 200:
@@ -105,7 +119,7 @@ declare -A CASES=([static]=m [alias]=fraud@champion [split]=fraud)
 ORDER=(static alias split)
 
 if [[ $CG == 1 ]]; then
-  echo "instructions per request (callgrind, one worker, one keep-alive connection; $N requests after $((N / 4)))"
+  echo "instructions per request (callgrind, one worker, one keep-alive connection; $N requests after $((N / 4)); governance $([[ $GOV == 1 ]] && echo on || echo off))"
   declare -A PER=()
   for c in "${ORDER[@]}"; do
     counts=()
@@ -132,6 +146,7 @@ if [[ $WRK == 1 ]]; then
     cat >"$BENCH_TMP/$c.lua" <<EOF
 wrk.method = "POST"
 wrk.headers["Content-Type"] = "application/json"
+$([[ -n "$KEY" ]] && echo "wrk.headers[\"Authorization\"] = \"Bearer $KEY\"")
 wrk.body = io.open("$BENCH_TMP/$c.json"):read("a")
 local n = 0
 request = function()

@@ -11,13 +11,14 @@
 #
 #   bench/vectors/service.sh [--n 100000] [--queries 1000] [--dim 128] [--cosine] [--ef 64]
 #                            [--rate 500] [--seconds 10] [--wal-points 10000] [--no-int8]
+#                            [--no-search]   (steps 1, 2 and 4 only: restart time at large N)
 #
 # Builds: build/release (cmake --preset release && cmake --build build/release -j2 --target infera
 # vecgen http_search). BENCH_KEEP=1 keeps the temp dir.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../load/lib.sh"
 
-N=100000 Q=1000 DIM=128 COSINE=0 EF=64 RATE=500 SECONDS_=10 WAL=10000 INT8=1
+N=100000 Q=1000 DIM=128 COSINE=0 EF=64 RATE=500 SECONDS_=10 WAL=10000 INT8=1 SEARCH=1
 while [[ $# -gt 0 ]]; do
   case "$1" in
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed -n 's/^# \{0,1\}//p'; exit 0 ;;
@@ -30,6 +31,7 @@ while [[ $# -gt 0 ]]; do
     --seconds) SECONDS_="$2"; shift 2 ;;
     --wal-points) WAL="$2"; shift 2 ;;
     --no-int8) INT8=0; shift ;;
+    --no-search) SEARCH=0; shift ;;
     *) echo "unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -89,11 +91,13 @@ if [[ "$INT8" == 1 ]]; then
   echo "RSS growth per vector (int8): $(( (rss2 - rss1) * 1024 / N )) bytes; index_bytes_per_point: $(curl -s "$INFERA_URL/collections/bench8/stats" | sed -n 's/.*"index_bytes_per_point":\([0-9.]*\).*/\1/p')"
 fi
 echo
-"$HTTP_SEARCH" "$INFERA_URL" bench "$data" --ef "$EF" --rate "$RATE" --seconds "$SECONDS_" "${HS_FLAGS[@]}"
-if [[ "$INT8" == 1 ]]; then
-  "$HTTP_SEARCH" "$INFERA_URL" bench8 "$data" --ef "$EF" --rate "$RATE" --seconds "$SECONDS_" --no-inprocess "${HS_FLAGS[@]}" | tail -2 | sed 's/^| HTTP/| int8, HTTP/'
+if [[ "$SEARCH" == 1 ]]; then
+  "$HTTP_SEARCH" "$INFERA_URL" bench "$data" --ef "$EF" --rate "$RATE" --seconds "$SECONDS_" "${HS_FLAGS[@]}"
+  if [[ "$INT8" == 1 ]]; then
+    "$HTTP_SEARCH" "$INFERA_URL" bench8 "$data" --ef "$EF" --rate "$RATE" --seconds "$SECONDS_" --no-inprocess "${HS_FLAGS[@]}" | tail -2 | sed 's/^| HTTP/| int8, HTTP/'
+  fi
+  echo
 fi
-echo
 
 t0=$(date +%s.%N)
 kill -TERM "$SERVE_PID"; wait "$SERVE_PID" 2>/dev/null || true

@@ -664,6 +664,27 @@ void registerModelCommands(CLI::App& app) {
     output(*o, j, [&] { std::printf("%s\n", j["capture"].dump().c_str()); });
   });
 
+  auto* oo = models->add_subcommand(
+      "opt-out", "Keys whose traffic is never captured: list them, add one, or --remove it");
+  oo->add_option("key_id", *text, "The key's id (as `infera keys list` shows it)");
+  auto remove = std::make_shared<bool>(false);
+  oo->add_flag("--remove", *remove, "Take the key off the list");
+  common(oo);
+  oo->callback([o, text, remove] {
+    if (text->empty()) {
+      if (*remove) die("--remove needs a key id");
+      const json j = call(*o, "GET", "/admin/registry/opt-outs");
+      output(*o, j, [&] {
+        for (const auto& k : j["keys"]) std::printf("%s\n", k.get<std::string>().c_str());
+      });
+    }
+    const json j = call(*o, *remove ? "DELETE" : "PUT", "/admin/registry/opt-outs/" + enc(*text));
+    output(*o, j, [&] {
+      std::printf("%s %s\n", text->c_str(),
+                  *remove ? "is captured again" : "opted out: its traffic is never captured");
+    });
+  });
+
   auto* rv = models->add_subcommand(
       "reviews", "The review queue: flagged inferences (of a model, or a version)");
   rv->add_option("name", *name, "Model (\"\" = all)");

@@ -988,6 +988,7 @@ void ProxyHandler::applyTargets(Exchange& x, const Targets& t) {
                                        c.opt_out_keys.end();
   }
   if (t.route->tag_responses || x.arm) {
+    x.extra.reserve(x.extra.size() + 3);  // the route, the arm and x-request-id: one allocation
     x.extra.push_back(t.route->route_header);
     if (x.arm) x.extra.push_back(x.arm->header);
   }

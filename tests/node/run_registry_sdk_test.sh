@@ -99,6 +99,14 @@ grep -q "$rid" "$work/reviews.out" || fail "the flagged answer $rid is not in th
 "$infera" models export fraud > "$work/export.jsonl"
 grep -q '"label":"not fraud"' "$work/export.jsonl" || fail "export misses the reviewed case"
 grep -q '"request_id":"'"$rid"'"' "$work/export.jsonl" || fail "export misses the request id"
+# The capture opt-out list from the CLI: add, list, remove.
+"$infera" models opt-out key-under-contract >/dev/null || fail "models opt-out failed"
+"$infera" models opt-out > "$work/optouts.out"
+grep -qx "key-under-contract" "$work/optouts.out" || fail "opt-out not listed: $(cat "$work/optouts.out")"
+"$infera" models opt-out key-under-contract --remove >/dev/null
+"$infera" models opt-out > "$work/optouts.out"
+[[ ! -s "$work/optouts.out" ]] || fail "opt-out still listed after --remove: $(cat "$work/optouts.out")"
 "$infera" audit --json > "$work/audit.json" || fail "audit failed"
+grep -q "optout.set" "$work/audit.json" || fail "the opt-out is not audited"
 grep -q "registry.alias.rollback" "$work/audit.json" || fail "the rollback is not audited"
 echo "registry end to end ok"

@@ -30,26 +30,29 @@ class ServingTest : public ::testing::TestWithParam<std::string> {
     start();
   }
   void start(const std::string& registry_extra = "") {
-    server_ = startServer(serverYaml(
-        store_, dir_, {{"da", a_->url()}, {"db", b_->url()}, {"dc", c_->url()}}, registry_extra));
+    server_ = startServer(serverYaml(store_, dir_,
+                                     {{"da", a_->url()}, {"db", b_->url()}, {"dc", c_->url()}},
+                                     registry_extra, topExtra()));
     ASSERT_TRUE(server_);
-    api_ = std::make_unique<Mlflow>(server_->port());
+    api_ = std::make_unique<Mlflow>(server_->port(), token_);
   }
+  // More of the server's config (a fixture with access control adds its section).
+  virtual std::string topExtra() const { return ""; }
   // fraud: versions 1..3 served by da, db, dc; champion -> 1, challenger -> 2.
   void setUpFraud() {
     registerModel(*api_, "fraud", 3);
     for (const auto& [v, d] :
          std::vector<std::pair<std::string, std::string>>{{"1", "da"}, {"2", "db"}, {"3", "dc"}}) {
       const Reply r = admin(*server_, "PUT", "/admin/registry/models/fraud/bindings/" + v,
-                            {{"deployments", {d}}});
+                            {{"deployments", {d}}}, token_);
       ASSERT_EQ(r.status, 200) << r.text;
     }
-    ASSERT_EQ(
-        admin(*server_, "POST", "/admin/registry/models/fraud/aliases/champion", {{"version", "1"}})
-            .status,
-        200);
+    ASSERT_EQ(admin(*server_, "POST", "/admin/registry/models/fraud/aliases/champion",
+                    {{"version", "1"}}, token_)
+                  .status,
+              200);
     ASSERT_EQ(admin(*server_, "POST", "/admin/registry/models/fraud/aliases/challenger",
-                    {{"version", "2"}})
+                    {{"version", "2"}}, token_)
                   .status,
               200);
   }
@@ -67,6 +70,7 @@ class ServingTest : public ::testing::TestWithParam<std::string> {
 
   std::unique_ptr<emulator::Emulator> a_, b_, c_;
   std::string dir_, store_;
+  std::string token_;  // the admin token, with access control on
   std::unique_ptr<server::Server> server_;
   std::unique_ptr<Mlflow> api_;
 };
@@ -642,6 +646,96 @@ TEST_P(CaptureTest, RulesFlagErrorsAndWordsWithoutSampling) {
   EXPECT_TRUE(reasons.count("rule: answer contains 'brown'"));
   EXPECT_TRUE(reasons.count("rule: status 500"));
 }
+
+// With access control on: the traffic of a key on the opt-out list is never captured, whatever
+// the sample; taken off the list, it is captured again.
+class CaptureWithKeysTest : public CaptureTest {
+ protected:
+  void SetUp() override {
+    token_ = "registry-capture-admin-token-0123456789";
+    CaptureTest::SetUp();
+  }
+  std::string topExtra() const override {
+    return "governance:\n  store: sqlite:" + dir_ + "/access.db\n  admin_token: " + token_ +
+           "\n  key_secret: capture-test-secret-0123456789abcdef\n  sync_interval_ms: 100\n";
+  }
+  // A key of team "shop": {id, secret}.
+  std::pair<std::string, std::string> key(const std::string& name) const {
+    const Reply k =
+        admin(*server_, "POST", "/admin/keys", {{"team", "shop"}, {"name", name}}, token_);
+    EXPECT_EQ(k.status, 201) << k.text;
+    return {k.body.value("id", ""), k.body.value("key", "")};
+  }
+  // The captured inferences: request id -> key id.
+  std::map<std::string, std::string> captured() const {
+    const Reply r =
+        admin(*server_, "GET", "/admin/registry/reviews?model=fraud&state=captured&limit=1000",
+              nullptr, token_);
+    std::map<std::string, std::string> out;
+    for (const auto& c : r.body["reviews"]) out[c.value("request_id", "")] = c.value("key_id", "");
+    return out;
+  }
+};
+
+TEST_P(CaptureWithKeysTest, KeysOnTheOptOutListAreNeverCaptured) {
+  setUpFraud();
+  ASSERT_EQ(admin(*server_, "POST", "/admin/teams", {{"name", "shop"}}, token_).status, 201);
+  const auto [kept_id, kept] = key("kept");
+  const auto [private_id, secret] = key("private");
+  ASSERT_FALSE(kept_id.empty() || private_id.empty());
+  // The opt-out before the capture setting: once captures run, the opt-out is in force too.
+  ASSERT_EQ(
+      admin(*server_, "PUT", "/admin/registry/opt-outs/" + private_id, nullptr, token_).status,
+      200);
+  EXPECT_EQ(admin(*server_, "GET", "/admin/registry/opt-outs", nullptr, token_).body["keys"],
+            json::array({private_id}));
+  ASSERT_EQ(admin(*server_, "PUT", "/admin/registry/models/fraud/versions/1/capture",
+                  {{"sample", 1.0}}, token_)
+                .status,
+            200);
+  // Each request's x-request-id ("" unless answered 200).
+  const auto send = [&](const std::string& k) {
+    const Reply r = chatTo("fraud@champion", {{"authorization", "Bearer " + k}});
+    return r.status == 200 ? r.header("x-request-id") : std::string();
+  };
+  // Captures are written after the answer: the first that shows says they run.
+  std::vector<std::string> kept_ids, private_ids;
+  ASSERT_TRUE(testing::waitFor([&] {
+    kept_ids.push_back(send(kept));
+    const auto c = captured();
+    return std::any_of(kept_ids.begin(), kept_ids.end(),
+                       [&](const auto& id) { return c.count(id) == 1; });
+  }));
+  EXPECT_EQ(std::count(kept_ids.begin(), kept_ids.end(), ""), 0);
+  for (int i = 0; i < 10; ++i) {
+    private_ids.push_back(send(secret));
+    kept_ids.push_back(send(kept));  // last: captured after every private request would be
+    ASSERT_FALSE(private_ids.back().empty() || kept_ids.back().empty());
+  }
+  ASSERT_TRUE(testing::waitFor([&] {
+    const auto c = captured();
+    return std::all_of(kept_ids.begin(), kept_ids.end(),
+                       [&](const auto& id) { return c.count(id) == 1 && c.at(id) == kept_id; });
+  }));
+  const auto c = captured();
+  for (const auto& id : private_ids) EXPECT_EQ(c.count(id), 0u) << id;
+  for (const auto& [id, k] : c) EXPECT_NE(k, private_id) << id;
+  // Off the list: the same key's traffic is captured like any other.
+  ASSERT_EQ(
+      admin(*server_, "DELETE", "/admin/registry/opt-outs/" + private_id, nullptr, token_).status,
+      200);
+  std::vector<std::string> ids;
+  ASSERT_TRUE(testing::waitFor([&] {
+    ids.push_back(send(secret));
+    const auto now = captured();
+    return std::any_of(ids.begin(), ids.end(), [&](const auto& id) {
+      return now.count(id) == 1 && now.at(id) == private_id;
+    });
+  }));
+}
+
+INSTANTIATE_TEST_SUITE_P(Stores, CaptureWithKeysTest, ::testing::Values("sqlite", "postgres"),
+                         [](const auto& param_info) { return std::string(param_info.param); });
 
 INSTANTIATE_TEST_SUITE_P(Stores, CaptureTest, ::testing::Values("sqlite", "postgres"),
                          [](const auto& param_info) { return std::string(param_info.param); });

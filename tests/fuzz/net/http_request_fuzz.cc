@@ -225,7 +225,11 @@ std::string serve(std::string_view data, size_t piece) {
       return transcript + "413 declared\n";
     }
     if (!parser->is_done()) {
-      http::read(stream, buffer, *parser, ec);
+      // Connection::fillChunkedLead: a chunked body reaches the parser 5 bytes at least.
+      while (parser->chunked() && !parser->is_done() && buffer.size() < 5 && !ec) {
+        buffer.commit(stream.read_some(buffer.prepare(16 * 1024), ec));
+      }
+      if (!ec) http::read(stream, buffer, *parser, ec);
       if (ec) {
         if (ec == http::error::body_limit) return transcript + "413 body\n";
         if (!endsQuietly(ec) && ec != http::error::partial_message) {
