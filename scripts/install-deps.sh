@@ -26,6 +26,8 @@ PACKAGES=(
   nodejs npm
   # the scheduler's idle-reclaim test queries a real Prometheus (its promtool checks /metrics)
   prometheus
+  # the web console's browser tests (playwright-core from npm drives /usr/bin/chromium)
+  chromium
 )
 
 missing=()

@@ -63,6 +63,13 @@ struct Principal {
   std::string_view user;    // named by the user header, if the key allows it
 };
 
+// A valid team API key presented on the admin port (read-only: its team's keys, users, usage).
+struct TeamCaller {
+  std::string team;
+  std::string key_id;
+  std::string key_name;
+};
+
 // One request's identity and reservations. Empty (false) until authenticate() fills it; move-only.
 class Grant {
  public:
@@ -204,8 +211,12 @@ class Access {
   // on the admin port's router. Its handlers block on the store: the admin port has its own loop.
   virtual void addAdminRoutes(net::Router& admin) = 0;
   // The admin token check every admin route but /metrics, /healthz and /readyz passes: nothing,
-  // or the denial (401; 403 when no admin token is set).
+  // or the denial (401; 403 when no admin token is set, or when `authorization` carries a valid
+  // team key: team keys only read, through the team-scoped routes).
   virtual std::optional<Denial> refuseAdmin(std::string_view authorization) const = 0;
+  // The team key `authorization` ("Bearer sk-inf-...") carries, when it is valid now (known, not
+  // revoked, not expired, its secret verified); else nothing. Does not block.
+  virtual std::optional<TeamCaller> teamCaller(std::string_view authorization) const = 0;
   // An audit row for an admin action outside the access store (e.g. "config.reload"); `detail` is
   // a JSON object. Blocking.
   virtual Status audit(std::string_view actor, const std::string& action, const std::string& target,

@@ -234,10 +234,33 @@ std::optional<Denial> Governance::refuseAdmin(std::string_view authorization) co
   if (given.size() > 7 && (given.substr(0, 7) == "Bearer " || given.substr(0, 7) == "bearer "))
     given.remove_prefix(7);
   if (!constantTimeEqual(given, admin_token_)) {
+    if (teamCaller(authorization)) {
+      return Denial{403,
+                    "team keys are read-only on the admin port (their team's keys, users and "
+                    "usage): this needs the admin token",
+                    "permission_error", "admin_token_required"};
+    }
     return Denial{401, "missing or wrong admin token (Authorization: Bearer <token>)",
                   "authentication_error", "invalid_admin_token"};
   }
   return std::nullopt;
+}
+
+std::optional<TeamCaller> Governance::teamCaller(std::string_view authorization) const {
+  std::string_view token = authorization;
+  if (token.size() > 7 && (token.substr(0, 7) == "Bearer " || token.substr(0, 7) == "bearer ")) {
+    token.remove_prefix(7);
+  }
+  std::string_view id, secret;
+  if (!parseKeyToken(token, id, secret)) return std::nullopt;
+  const auto snap = snapshot();
+  if (!snap) return std::nullopt;
+  const auto it = snap->by_id.find(std::string(id));
+  if (it == snap->by_id.end()) return std::nullopt;  // unknown or revoked
+  const KeyRecord& k = it->second->rec;
+  if (!constantTimeEqual(hashSecret(key_secret_, k.salt, secret), k.hash)) return std::nullopt;
+  if (k.expires_ms != 0 && k.expires_ms <= nowMs()) return std::nullopt;
+  return TeamCaller{k.team, k.id, k.name};
 }
 
 Status Governance::audit(std::string_view actor, const std::string& action,
@@ -272,7 +295,36 @@ void Governance::addAdminRoute(net::Router& router, std::string_view method,
              });
 }
 
+void Governance::addTeamReadRoute(net::Router& router, std::string_view pattern, AdminFn fn) {
+  router.add("GET", pattern,
+             [this, fn = std::move(fn)](net::HttpRequest& req, net::ResponseWriter& w,
+                                        net::PathParams params) -> net::Task<void> {
+               AdminReply r;
+               std::string team;  // "" = the admin
+               std::optional<Denial> refused = refuseAdmin(req.header("authorization"));
+               if (refused) {
+                 if (auto caller = teamCaller(req.header("authorization"))) {
+                   team = std::move(caller->team);
+                   refused.reset();
+                 }
+               }
+               if (refused) {
+                 r = {refused->status, denialJson(*refused)};
+               } else {
+                 std::lock_guard<std::mutex> lock(admin_mu_);
+                 r = fn(req, params, *admin_store_, team);
+               }
+               co_await w.send(r.status, "application/json", r.body);
+             });
+}
+
 namespace {
+
+// For a team key's call (`scope` its team): the team a query names must be its own.
+std::optional<AdminReply> outsideScope(const std::string& scope, const std::string& asked) {
+  if (scope.empty() || asked.empty() || asked == scope) return std::nullopt;
+  return errorReply(403, "a key of team '" + scope + "' may read only its own team", "other_team");
+}
 
 std::optional<AdminReply> parseBody(std::string_view body, json& out) {
   out = body.empty() ? json::object() : json::parse(body, nullptr, false);
@@ -320,11 +372,15 @@ void Governance::addAdminRoutes(net::Router& r) {
     out = std::move(*cur);
     return std::nullopt;
   };
-  addAdminRoute(
-      r, "GET", "/admin/teams/{name}",
-      [team](net::HttpRequest&, const net::PathParams& p, MetaStore& st, const std::string&) {
+  addTeamReadRoute(
+      r, "/admin/teams/{name}",
+      [team](net::HttpRequest&, const net::PathParams& p, MetaStore& st, const std::string& scope) {
         std::optional<TeamRecord> cur;
-        if (auto e = team(st, param(p, "name"), cur)) return *e;
+        const std::string name = param(p, "name");
+        if (!scope.empty() && name != scope) {
+          return errorReply(404, "no team '" + name + "'", "not_found");
+        }
+        if (auto e = team(st, name, cur)) return *e;
         return AdminReply{200, teamToJson(*cur).dump()};
       });
   addAdminRoute(
@@ -353,12 +409,14 @@ void Governance::addAdminRoutes(net::Router& r) {
       });
 
   // Users: /admin/users[?team=T] (GET list, POST create), /admin/users/{team}/{name}.
-  addAdminRoute(
-      r, "GET", "/admin/users",
-      [](net::HttpRequest& req, const net::PathParams&, MetaStore& st, const std::string&) {
+  addTeamReadRoute(
+      r, "/admin/users",
+      [](net::HttpRequest& req, const net::PathParams&, MetaStore& st, const std::string& scope) {
         const auto query = parseQuery(queryOf(req));
         const auto it = query.find("team");
-        auto users = st.users(it == query.end() ? "" : it->second);
+        const std::string asked = it == query.end() ? "" : it->second;
+        if (auto e = outsideScope(scope, asked)) return *e;
+        auto users = st.users(scope.empty() ? asked : scope);
         if (!users.ok()) return statusReply(users.status());
         json arr = json::array();
         for (const auto& u : *users) arr.push_back(userToJson(u));
@@ -415,17 +473,19 @@ void Governance::addAdminRoutes(net::Router& r) {
       });
 
   // Keys.
-  addAdminRoute(
-      r, "GET", "/admin/keys",
-      [this](net::HttpRequest& req, const net::PathParams&, MetaStore& st, const std::string&) {
-        const auto query = parseQuery(queryOf(req));
-        const auto it = query.find("team");
-        auto keys = st.keys(it == query.end() ? "" : it->second);
-        if (!keys.ok()) return statusReply(keys.status());
-        json arr = json::array();
-        for (const auto& k : *keys) arr.push_back(keyToJson(k, nowMs()));
-        return AdminReply{200, json{{"keys", arr}}.dump()};
-      });
+  addTeamReadRoute(r, "/admin/keys",
+                   [this](net::HttpRequest& req, const net::PathParams&, MetaStore& st,
+                          const std::string& scope) {
+                     const auto query = parseQuery(queryOf(req));
+                     const auto it = query.find("team");
+                     const std::string asked = it == query.end() ? "" : it->second;
+                     if (auto e = outsideScope(scope, asked)) return *e;
+                     auto keys = st.keys(scope.empty() ? asked : scope);
+                     if (!keys.ok()) return statusReply(keys.status());
+                     json arr = json::array();
+                     for (const auto& k : *keys) arr.push_back(keyToJson(k, nowMs()));
+                     return AdminReply{200, json{{"keys", arr}}.dump()};
+                   });
   addAdminRoute(r, "POST", "/admin/keys",
                 [this](net::HttpRequest& req, const net::PathParams&, MetaStore& st,
                        const std::string& actor) {
@@ -448,13 +508,16 @@ void Governance::addAdminRoutes(net::Router& r) {
     out = std::move(*cur);
     return std::nullopt;
   };
-  addAdminRoute(
-      r, "GET", "/admin/keys/{id}",
-      [this, key](net::HttpRequest&, const net::PathParams& p, MetaStore& st, const std::string&) {
-        std::optional<KeyRecord> cur;
-        if (auto e = key(st, param(p, "id"), cur)) return *e;
-        return AdminReply{200, keyToJson(*cur, nowMs()).dump()};
-      });
+  addTeamReadRoute(r, "/admin/keys/{id}",
+                   [this, key](net::HttpRequest&, const net::PathParams& p, MetaStore& st,
+                               const std::string& scope) {
+                     std::optional<KeyRecord> cur;
+                     if (auto e = key(st, param(p, "id"), cur)) return *e;
+                     if (!scope.empty() && cur->team != scope) {
+                       return errorReply(404, "no key '" + param(p, "id") + "'", "not_found");
+                     }
+                     return AdminReply{200, keyToJson(*cur, nowMs()).dump()};
+                   });
   addAdminRoute(r, "PATCH", "/admin/keys/{id}",
                 [this, key](net::HttpRequest& req, const net::PathParams& p, MetaStore& st,
                             const std::string& actor) {
@@ -504,9 +567,10 @@ void Governance::addAdminRoutes(net::Router& r) {
                 });
 
   // Usage and audit.
-  addAdminRoute(
-      r, "GET", "/admin/usage",
-      [this](net::HttpRequest& req, const net::PathParams&, MetaStore& st, const std::string&) {
+  addTeamReadRoute(
+      r, "/admin/usage",
+      [this](net::HttpRequest& req, const net::PathParams&, MetaStore& st,
+             const std::string& scope) {
         const auto query = parseQuery(queryOf(req));
         UsageQuery uq;
         auto get = [&](const char* k) {
@@ -514,6 +578,8 @@ void Governance::addAdminRoutes(net::Router& r) {
           return it == query.end() ? std::string() : it->second;
         };
         uq.team = get("team");
+        if (auto e = outsideScope(scope, uq.team)) return *e;
+        if (!scope.empty()) uq.team = scope;
         uq.key_id = get("key");
         uq.model = get("model");
         uq.user = get("user");

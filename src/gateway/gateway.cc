@@ -125,6 +125,24 @@ class GatewayImpl final : public Gateway {
       body += std::string(",\"healthy\":") + (ep.shared->healthy.load() ? "true" : "false");
       body += std::string(",\"ejected\":") +
               (ep.shared->ejected_until_ns.load() > now ? "true" : "false");
+      // The workers' views: requests in flight (summed) and EWMA latency (the mean of the
+      // workers that have a sample).
+      int in_flight = 0;
+      double ewma_sum = 0;
+      int sampled = 0;
+      for (int k = 0; k < ep.shared->workers; ++k) {
+        const auto& v = ep.shared->views[static_cast<size_t>(k)];
+        in_flight += v.in_flight.load(std::memory_order_relaxed);
+        const double e = v.ewma_s.load(std::memory_order_relaxed);
+        if (e > 0) {
+          ewma_sum += e;
+          ++sampled;
+        }
+      }
+      body += ",\"in_flight\":" + std::to_string(in_flight);
+      if (sampled > 0) {
+        body += ",\"ewma_ms\":" + std::to_string(ewma_sum / sampled * 1000);
+      }
       body += "}";
     }
     body += "]}";

@@ -150,6 +150,10 @@ void ProxyHandler::setTable(std::shared_ptr<const RouteTable> table) {
         slot->pool = net::ConnectionPool::create(ctx_, ep.address, pc);
       }
     }
+    // The table's shared state for this endpoint (a new one when it left a table and came back).
+    slot->view = &ep.shared->views[static_cast<size_t>(shard_)];
+    slot->view->in_flight.store(slot->inflight, std::memory_order_relaxed);
+    slot->view->ewma_s.store(slot->ewma_s, std::memory_order_relaxed);
     next.push_back(slot);
   }
   state_ = std::move(next_ptr);
@@ -546,6 +550,7 @@ Task<Result<const net::ClientResponseHead*>> ProxyHandler::tryEndpoint(
     dep.upstream_latency->observe(shard_, latency);
     ws.ewma_s = ws.ewma_s == 0 ? latency : (1 - kEwmaAlpha) * ws.ewma_s + kEwmaAlpha * latency;
     ws.sampled_ns = head_ns;
+    ws.view->ewma_s.store(ws.ewma_s, std::memory_order_relaxed);
   }
   co_return head;
 }
@@ -584,9 +589,13 @@ Task<void> ProxyHandler::forward(Exchange& x, const std::vector<uint32_t>& candi
     x.deployment = &dep;
     x.endpoint = &ep;
     ++ws->inflight;
+    ws->view->in_flight.store(ws->inflight, std::memory_order_relaxed);
     struct InflightGuard {
       WorkerEndpoint& w;
-      ~InflightGuard() { --w.inflight; }
+      ~InflightGuard() {
+        --w.inflight;
+        w.view->in_flight.store(w.inflight, std::memory_order_relaxed);
+      }
     } guard{*ws};
 
     std::unique_ptr<net::UpstreamConnection> conn;

@@ -174,7 +174,7 @@ Result<std::shared_ptr<const RouteTable>> buildRouteTable(
         ep.max_inflight_per_worker = std::max(1, (ec.max_concurrent + workers - 1) / workers);
         ep.protocol = ec.protocol;
         auto& sh = shared[ep.key];
-        if (!sh) sh = std::make_shared<EndpointShared>();
+        if (!sh) sh = std::make_shared<EndpointShared>(workers);
         // With active checks off nothing would ever mark an endpoint healthy again.
         if (!config.health_check.enabled) sh->healthy = true;
         ep.shared = sh;

@@ -266,6 +266,16 @@ std::string MetricsRegistry::scrape() const {
   return out;
 }
 
+std::string MetricsRegistry::scrape(const std::vector<std::string>& names) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::string out;
+  for (const auto& n : names) {
+    const auto it = by_name_.find(n);
+    if (it != by_name_.end()) it->second->render(out);
+  }
+  return out;
+}
+
 double MetricsRegistry::sum(const std::string& name) const {
   // Parse our own exposition: simple and exact for counters/gauges.
   const std::string text = scrape();

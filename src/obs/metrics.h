@@ -129,6 +129,8 @@ class MetricsRegistry {
 
   // Prometheus text exposition format 0.0.4.
   std::string scrape() const;
+  // The same for the families named in `names` only (unknown names are skipped).
+  std::string scrape(const std::vector<std::string>& names) const;
   // Sum over all series of a family whose labels contain every given (name=value); for tests.
   double sum(const std::string& name) const;
 

@@ -1,11 +1,14 @@
 #include "server/server.h"
 
+#include <cstdio>
 #include <map>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <thread>
 #include <unordered_map>
 
 #include "access/access.h"
+#include "console/console.h"
 #include "core/log.h"
 #include "emulator/emulator.h"
 #include "features/features.h"
@@ -17,6 +20,7 @@
 #include "obs/access_log.h"
 #include "obs/metrics.h"
 #include "registry/registry.h"
+#include "server/internal/config_api.h"
 #include "vectors/vectors.h"
 
 #ifndef INFERA_VERSION
@@ -35,6 +39,23 @@ int resolveWorkers(int configured) {
   if (configured > 0) return configured;
   const int n = static_cast<int>(std::thread::hardware_concurrency());
   return n > 0 ? n : 1;
+}
+
+// The families a scrape asks for: `name[]=x` (or `name%5B%5D=x`) in the query string.
+std::vector<std::string> metricNamesOf(std::string_view target) {
+  std::vector<std::string> out;
+  const size_t q = target.find('?');
+  if (q == std::string_view::npos) return out;
+  std::string_view rest = target.substr(q + 1);
+  while (!rest.empty()) {
+    const size_t amp = rest.find('&');
+    const std::string_view kv = rest.substr(0, amp);
+    for (const std::string_view key : {"name[]=", "name%5B%5D=", "name%5b%5d="}) {
+      if (kv.substr(0, key.size()) == key) out.emplace_back(kv.substr(key.size()));
+    }
+    rest = amp == std::string_view::npos ? std::string_view() : rest.substr(amp + 1);
+  }
+  return out;
 }
 
 Task<void> sendJson(net::ResponseWriter& w, int status, std::string body) {
@@ -231,6 +252,149 @@ class ServerImpl final : public Server {
   int64_t configGeneration() const override { return gateway_->generation(); }
 
  private:
+  // GET /admin/whoami: who the Authorization header makes the caller (never an error: a page may
+  // ask before signing in).
+  std::string whoamiJson(std::string_view authorization) const {
+    nlohmann::json j = {{"access_control", access_ != nullptr}};
+    if (!access_ || !access_->refuseAdmin(authorization)) {
+      j["role"] = "admin";
+    } else if (auto team = access_->teamCaller(authorization)) {
+      j.update({{"role", "team"},
+                {"team", team->team},
+                {"key_id", team->key_id},
+                {"key_name", team->key_name},
+                {"read_only", true}});
+    } else {
+      j["role"] = "none";
+      return j.dump();
+    }
+    // What a signed-in page needs first, without a second round trip.
+    j["components"] = componentsJson();
+    if (j["role"] == "admin") j["config_path"] = path_;
+    return j.dump();
+  }
+
+  nlohmann::json componentsJson() const {
+    return {{"gateway", true},
+            {"governance", access_ != nullptr},
+            {"registry", model_registry_ != nullptr},
+            {"features", features_ != nullptr},
+            {"vectors", vectors_ != nullptr}};
+  }
+
+  // GET /admin/status: what runs, for the console (which pages to show) and operators.
+  std::string statusJson() {
+    nlohmann::json j = {{"version", INFERA_VERSION},
+                        {"commit", INFERA_GIT_COMMIT},
+                        {"generation", configGeneration()},
+                        {"config_path", path_},
+                        {"workers", workers_},
+                        {"data_port", data_->port()},
+                        {"admin_port", admin_->port()},
+                        {"components",
+                         {{"gateway", true},
+                          {"governance", access_ != nullptr},
+                          {"registry", model_registry_ != nullptr},
+                          {"features", features_ != nullptr},
+                          {"vectors", vectors_ != nullptr}}}};
+    return j.dump();
+  }
+
+  using JsonReply = std::pair<int, std::string>;
+
+  static JsonReply configError(int status, const std::string& message, std::string_view code,
+                               const std::vector<ConfigError>& errors = {}) {
+    nlohmann::json j =
+        nlohmann::json::parse(net::errorJson(message, "invalid_request_error", code));
+    if (!errors.empty()) {
+      j["error"]["param"] = errors.front().path;
+      nlohmann::json list = nlohmann::json::array();
+      for (const auto& e : errors) {
+        list.push_back({{"path", e.path}, {"line", e.line}, {"message", e.message}});
+      }
+      j["errors"] = std::move(list);
+    }
+    return {status, j.dump()};
+  }
+
+  // GET /admin/config: the file the server was started from (and reloads), as JSON.
+  JsonReply getConfig() {
+    if (path_.empty()) {
+      return configError(409, "this server was not started from a config file", "no_config_file");
+    }
+    auto doc = readConfigDocument(path_);
+    if (!doc.ok()) return configError(500, doc.status().message(), "config_unreadable");
+    (*doc)["path"] = path_;
+    (*doc)["generation"] = configGeneration();
+    (*doc)["writable"] = configWritable(path_);
+    return {200, doc->dump()};
+  }
+
+  // POST /admin/config {"config", "dry_run", "generation"}: checked exactly as the file (the
+  // loader reads what would be written); then written back with a backup and applied by the
+  // reload path, audited.
+  JsonReply postConfig(const std::string& body, std::string_view actor) {
+    if (path_.empty()) {
+      return configError(409, "this server was not started from a config file", "no_config_file");
+    }
+    const nlohmann::ordered_json req = nlohmann::ordered_json::parse(body, nullptr, false);
+    if (req.is_discarded() || !req.is_object() || !req.contains("config") ||
+        !req["config"].is_object()) {
+      return configError(400, "the body must be a JSON object with a 'config' object",
+                         "invalid_json");
+    }
+    if (req.contains("generation") && (!req["generation"].is_number_integer() ||
+                                       req["generation"].get<int64_t>() != configGeneration())) {
+      return configError(409,
+                         "the config changed since it was read (generation " +
+                             std::to_string(configGeneration()) + " now): read it again",
+                         "config_changed");
+    }
+    auto checked = checkConfigDocument(req["config"], path_);
+    if (!checked.ok()) {
+      const auto errors = configErrorsOf(checked.status());
+      return configError(400, checked.status().message(), "invalid_config", errors);
+    }
+    std::vector<std::string> restart;
+    {
+      std::lock_guard<std::mutex> lock(control_mu_);
+      restart = restartNeeded(config_, checked->config);
+    }
+    if (!restart.empty()) {
+      std::vector<ConfigError> errors;
+      std::string keys;
+      for (const auto& k : restart) {
+        errors.push_back({k.substr(0, k.find(' ')), 0, "needs a restart"});
+        keys += (keys.empty() ? "" : ", ") + k;
+      }
+      return configError(409, keys + ": need a restart; apply changes them only at the next start",
+                         "restart_required", errors);
+    }
+    if (req.value("dry_run", false)) {
+      return {200, nlohmann::json{{"valid", true}, {"yaml", checked->redacted_yaml}}.dump()};
+    }
+    const auto backup = writeConfigFile(path_, checked->yaml);
+    if (!backup.ok()) return configError(500, backup.status().message(), "config_not_written");
+    Status s = reload();
+    if (!s.isOk()) {
+      // The file the running config came from goes back (nothing applied).
+      std::rename(backup->c_str(), path_.c_str());
+    }
+    if (access_) {
+      nlohmann::json detail = {
+          {"ok", s.isOk()}, {"generation", configGeneration()}, {"backup", *backup}};
+      if (!s.isOk()) detail["error"] = s.message();
+      const Status a = access_->audit(actor, "config.apply", path_, detail.dump());
+      if (!a.isOk()) INFERA_LOG(log_, warn, "audit of a config apply failed: {}", a.message());
+    }
+    if (!s.isOk()) return configError(400, s.message(), "invalid_config", configErrorsOf(s));
+    return {200, nlohmann::json{{"status", "ok"},
+                                {"generation", configGeneration()},
+                                {"path", path_},
+                                {"backup", *backup}}
+                     .dump()};
+  }
+
   Status rejected(Status s) {
     reloads_->counter({"error"})->inc(0);
     INFERA_LOG(log_, err, "config reload rejected, old config keeps serving: {}", s.message());
@@ -270,8 +434,10 @@ class ServerImpl final : public Server {
   net::Router adminRouter(net::asio::io_context& ctx) {
     net::Router r;
     r.add("*", "/metrics",
-          [this](net::HttpRequest&, net::ResponseWriter& w, net::PathParams) -> Task<void> {
-            const std::string text = metricsText();
+          [this](net::HttpRequest& req, net::ResponseWriter& w, net::PathParams) -> Task<void> {
+            // ?name[]=family&name[]=... (as Prometheus's client libraries): only those families.
+            const std::vector<std::string> names = metricNamesOf(req.target);
+            const std::string text = names.empty() ? metricsText() : registry_.scrape(names);
             co_await w.send(200, "text/plain; version=0.0.4; charset=utf-8", text);
           });
     r.add("*", "/healthz",
@@ -312,6 +478,28 @@ class ServerImpl final : public Server {
                   w, 400, net::errorJson(s.message(), "invalid_request_error", "invalid_config"));
             }
           }));
+    r.add("GET", "/admin/whoami",
+          [this](net::HttpRequest& req, net::ResponseWriter& w, net::PathParams) -> Task<void> {
+            const std::string body = whoamiJson(req.header("authorization"));
+            co_await sendJson(w, 200, body);
+          });
+    r.add("GET", "/admin/status",
+          guarded([this](net::HttpRequest&, net::ResponseWriter& w, net::PathParams) -> Task<void> {
+            const std::string body = statusJson();
+            co_await sendJson(w, 200, body);
+          }));
+    r.add("GET", "/admin/config",
+          guarded([this](net::HttpRequest&, net::ResponseWriter& w, net::PathParams) -> Task<void> {
+            auto [status, body] = getConfig();
+            co_await sendJson(w, status, body);
+          }));
+    r.add("POST", "/admin/config",
+          guarded(
+              [this](net::HttpRequest& req, net::ResponseWriter& w, net::PathParams) -> Task<void> {
+                auto [status, body] = postConfig(req.body, req.header("x-infera-actor"));
+                co_await sendJson(w, status, body);
+              }));
+    console::addAdminRoutes(r);
     gateway_->addAdminRoutes(r, [this](net::RouteHandler h) { return guarded(std::move(h)); });
     if (features_)
       features_->addAdminRoutes(r, [this](net::RouteHandler h) { return guarded(std::move(h)); });

@@ -166,6 +166,61 @@ TEST_F(GovernanceTest, KeysPromptsAndCompletionsStayOutOfTheLogs) {
   }
 }
 
+// A team key on the admin port (the console's read-only view): its own team's keys, users and
+// usage, nothing of another team, and 403 for every change; whoami says who it is; revoked, it is
+// nobody.
+TEST_F(GovernanceTest, TeamKeysReadOnlyTheirOwnTeamOnTheAdminPort) {
+  start();
+  ASSERT_EQ(admin(*gw_, "POST", "/admin/teams", R"({"name":"ml"})").status, 201);
+  ASSERT_EQ(admin(*gw_, "POST", "/admin/teams", R"({"name":"web"})").status, 201);
+  const json mine = parse(admin(*gw_, "POST", "/admin/keys", R"({"team":"ml","name":"ro"})").body);
+  const json other = parse(admin(*gw_, "POST", "/admin/keys", R"({"team":"web"})").body);
+  const std::string key = mine["key"];
+  const json who = parse(admin(*gw_, "GET", "/admin/whoami", "", key).body);
+  EXPECT_EQ(who["role"], "team");
+  EXPECT_EQ(who["team"], "ml");
+  EXPECT_EQ(who["key_id"], mine["id"]);
+  EXPECT_EQ(parse(admin(*gw_, "GET", "/admin/whoami").body)["role"], "admin");
+  EXPECT_EQ(parse(admin(*gw_, "GET", "/admin/whoami", "", "").body)["role"], "none");
+  EXPECT_EQ(parse(admin(*gw_, "GET", "/admin/whoami", "", "sk-inf-nope").body)["role"], "none");
+
+  const json keys = parse(admin(*gw_, "GET", "/admin/keys", "", key).body)["keys"];
+  ASSERT_EQ(keys.size(), 1u) << keys.dump();
+  EXPECT_EQ(keys[0]["team"], "ml");
+  EXPECT_FALSE(keys[0].contains("key")) << "never a secret";
+  EXPECT_EQ(admin(*gw_, "GET", "/admin/keys?team=web", "", key).status, 403);
+  EXPECT_EQ(admin(*gw_, "GET", "/admin/keys/" + other["id"].get<std::string>(), "", key).status,
+            404);
+  EXPECT_EQ(admin(*gw_, "GET", "/admin/teams/ml", "", key).status, 200);
+  EXPECT_EQ(admin(*gw_, "GET", "/admin/teams/web", "", key).status, 404);
+  EXPECT_EQ(admin(*gw_, "GET", "/admin/users", "", key).status, 200);
+  EXPECT_EQ(admin(*gw_, "GET", "/admin/usage?group_by=team", "", key).status, 200);
+  EXPECT_EQ(admin(*gw_, "GET", "/admin/usage?team=web", "", key).status, 403);
+
+  for (const auto& [method, path] : std::vector<std::pair<std::string, std::string>>{
+           {"GET", "/admin/teams"},
+           {"POST", "/admin/teams"},
+           {"POST", "/admin/keys"},
+           {"PATCH", "/admin/keys/" + mine["id"].get<std::string>()},
+           {"POST", "/admin/keys/" + mine["id"].get<std::string>() + "/revoke"},
+           {"GET", "/admin/audit"},
+           {"GET", "/admin/endpoints"},
+           {"POST", "/admin/reload"},
+           {"GET", "/admin/config"}}) {
+    const auto r = admin(*gw_, method, path, R"({"team":"ml","name":"x"})", key);
+    EXPECT_EQ(r.status, 403) << method << " " << path << ": " << r.body;
+    EXPECT_NE(r.body.find("admin_token_required"), std::string::npos) << r.body;
+  }
+  EXPECT_EQ(parse(admin(*gw_, "GET", "/admin/keys/" + mine["id"].get<std::string>()).body)["state"],
+            "active");
+  EXPECT_EQ(parse(admin(*gw_, "GET", "/admin/teams").body)["teams"].size(), 2u);
+
+  ASSERT_EQ(admin(*gw_, "POST", "/admin/keys/" + mine["id"].get<std::string>() + "/revoke").status,
+            200);
+  EXPECT_EQ(admin(*gw_, "GET", "/admin/keys", "", key).status, 401);
+  EXPECT_EQ(parse(admin(*gw_, "GET", "/admin/whoami", "", key).body)["role"], "none");
+}
+
 TEST_F(GovernanceTest, KeysAuthenticateAndAreNeverShownAgain) {
   start();
   const std::string key = makeKey(*gw_, "ml");

@@ -64,6 +64,8 @@ check "KServe v2 infer answers 200" test "$c" = 200
 c=$(code "$d/v1/chat/completions" -d '{"model":"nope","messages":[]}')
 check "an unknown model is an OpenAI-shaped 404" bash -c "test $c = 404 && grep -q '\"error\"' '$top/body'"
 check "metrics count the requests" bash -c "curl -s http://127.0.0.1:$admin/metrics | grep -q infera_gateway_requests_total"
+c=$(code "http://127.0.0.1:$admin/ui")
+check "the web console is served at /ui on the admin port" bash -c "test $c = 200 && grep -q '/ui/app.js' '$top/body'"
 c=$(code "http://127.0.0.1:$admin/admin/endpoints")
 check "/admin/endpoints answers 200" test "$c" = 200
 c=$(code -X POST "http://127.0.0.1:$admin/admin/reload")

@@ -18,7 +18,8 @@ declare -A ALLOWED=(
   [features]="core net obs store access"
   [registry]="core net obs store access gateway"
   [scheduler]="core net obs"
-  [server]="core net obs store emulator access gateway vectors features registry"
+  [console]="core net"
+  [server]="core net obs store emulator access gateway vectors features registry console"
   [cli]="core net emulator scheduler server vectors features"
 )
 fail=0

@@ -249,6 +249,7 @@ class Governance final : public Access {
   std::unique_ptr<AccessWorker> worker(int shard, net::asio::io_context& ctx) override;
   void addAdminRoutes(net::Router& admin) override;
   std::optional<Denial> refuseAdmin(std::string_view authorization) const override;
+  std::optional<TeamCaller> teamCaller(std::string_view authorization) const override;
   Status audit(std::string_view actor, const std::string& action, const std::string& target,
                const std::string& detail) override;
   Status flushUsage() override;
@@ -300,6 +301,9 @@ class Governance final : public Access {
                                            const std::string& actor)>;
   void addAdminRoute(net::Router& router, std::string_view method, std::string_view pattern,
                      AdminFn fn);
+  // A GET route a team key may call too: fn's last argument is then the key's team (the answer
+  // must stay inside it), or "" for the admin token.
+  void addTeamReadRoute(net::Router& router, std::string_view pattern, AdminFn fn);
   void controlLoop();
   Status sync(bool force);
   void seedQuotas(const GovSnapshot& s);

@@ -24,6 +24,9 @@ namespace infera::gateway {
 struct WorkerEndpoint {
   double ewma_s = 0;       // EWMA of time to response head (connect time excluded)
   int64_t sampled_ns = 0;  // when ewma_s was last updated
+  // This worker's slot of the endpoint's shared view (set with each table): inflight and ewma_s
+  // are mirrored there for the admin API.
+  EndpointShared::WorkerView* view = nullptr;
   int inflight = 0;
   std::unique_ptr<net::ConnectionPool> pool;
 };

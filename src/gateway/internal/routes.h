@@ -27,6 +27,18 @@ struct EndpointShared {
   std::atomic<int> check_failures{0};
   std::atomic<int> check_successes{0};
   std::atomic<bool> probe_in_flight{false};
+
+  // Each worker's view, for GET /admin/endpoints: written by that worker only (relaxed stores of
+  // its own figures, one cache line each, so workers never share a line), read by the admin loop.
+  struct alignas(64) WorkerView {
+    std::atomic<int> in_flight{0};
+    std::atomic<double> ewma_s{0};  // 0 = no sample yet
+  };
+  explicit EndpointShared(int worker_count)
+      : views(std::make_unique<WorkerView[]>(static_cast<size_t>(worker_count))),
+        workers(worker_count) {}
+  std::unique_ptr<WorkerView[]> views;
+  const int workers;
 };
 
 struct GatewayMetrics {

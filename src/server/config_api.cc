@@ -1,0 +1,301 @@
+#include "server/internal/config_api.h"
+
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string_view>
+
+namespace infera::server {
+namespace {
+
+using json = nlohmann::ordered_json;
+
+bool isNullWord(const std::string& s) {
+  return s.empty() || s == "~" || s == "null" || s == "Null" || s == "NULL";
+}
+
+bool isBoolWord(const std::string& s, bool& out) {
+  if (s == "true" || s == "True" || s == "TRUE") {
+    out = true;
+    return true;
+  }
+  if (s == "false" || s == "False" || s == "FALSE") {
+    out = false;
+    return true;
+  }
+  return false;
+}
+
+bool allDigits(std::string_view s) {
+  if (s.empty()) return false;
+  for (const char c : s) {
+    if (c < '0' || c > '9') return false;
+  }
+  return true;
+}
+
+std::string_view withoutSign(std::string_view s) {
+  if (!s.empty() && (s[0] == '-' || s[0] == '+')) s.remove_prefix(1);
+  return s;
+}
+
+bool isInteger(const std::string& s) { return s.size() < 19 && allDigits(withoutSign(s)); }
+
+// YAML 1.2 core schema floats: [-+]?(.d+|d+(.d*)?)([eE][-+]?d+)?, .inf, .nan.
+bool isFloat(const std::string& text) {
+  std::string_view s = withoutSign(text);
+  if (s == ".inf" || s == ".Inf" || s == ".INF") return true;
+  if (text == ".nan" || text == ".NaN" || text == ".NAN") return true;
+  const size_t e = s.find_first_of("eE");
+  if (e != std::string_view::npos) {
+    std::string_view exp = s.substr(e + 1);
+    if (!allDigits(withoutSign(exp))) return false;
+    s = s.substr(0, e);
+  }
+  const size_t dot = s.find('.');
+  if (dot == std::string_view::npos) return allDigits(s);
+  const std::string_view whole = s.substr(0, dot), frac = s.substr(dot + 1);
+  if (whole.empty()) return allDigits(frac);
+  return allDigits(whole) && (frac.empty() || allDigits(frac));
+}
+
+// Whether a plain scalar with this text would read back as something other than a string.
+bool readsAsOtherType(const std::string& s) {
+  bool b = false;
+  return isNullWord(s) || isBoolWord(s, b) || isInteger(s) || isFloat(s);
+}
+
+json scalarToJson(const YAML::Node& n) {
+  const std::string& s = n.Scalar();
+  if (n.Tag() == "!") return s;  // quoted: a string whatever it says
+  bool b = false;
+  if (isNullWord(s)) return nullptr;
+  if (isBoolWord(s, b)) return b;
+  if (isInteger(s)) return std::strtoll(s.c_str(), nullptr, 10);
+  if (isFloat(s) && s.find_first_of("iInN") == std::string::npos)
+    return std::strtod(s.c_str(), nullptr);
+  return s;
+}
+
+void emit(YAML::Emitter& out, const json& j) {
+  switch (j.type()) {
+    case json::value_t::object:
+      out << YAML::BeginMap;
+      for (const auto& [k, v] : j.items()) {
+        out << YAML::Key << k << YAML::Value;
+        emit(out, v);
+      }
+      out << YAML::EndMap;
+      break;
+    case json::value_t::array: {
+      bool scalars = true;
+      for (const auto& v : j) scalars = scalars && !v.is_structured();
+      out << (scalars ? YAML::Flow : YAML::Block) << YAML::BeginSeq;
+      for (const auto& v : j) emit(out, v);
+      out << YAML::EndSeq;
+      break;
+    }
+    case json::value_t::string: {
+      const auto& s = j.get_ref<const std::string&>();
+      if (readsAsOtherType(s)) out << YAML::DoubleQuoted;
+      out << s;
+      break;
+    }
+    case json::value_t::null:
+      out << YAML::Null;
+      break;
+    case json::value_t::number_float: {
+      // 2.0 and 2 are one value to the config (and to a browser, which sends 2): one text.
+      const double d = j.get<double>();
+      if (std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 1e15) {
+        out << std::to_string(static_cast<int64_t>(d));
+      } else {
+        out << j.dump();
+      }
+      break;
+    }
+    default:  // integers and booleans: JSON's text is YAML's
+      out << j.dump();
+      break;
+  }
+}
+
+json* member(json& j, const char* section, const char* key) {
+  if (!j.is_object() || !j.contains(section) || !j[section].is_object()) return nullptr;
+  json& s = j[section];
+  if (!s.contains(key)) return nullptr;
+  return &s[key];
+}
+
+// One line of ConfigErrors::toStatus: "  path (line N): message".
+bool parseErrorLine(std::string_view line, ConfigError& out) {
+  if (line.size() < 2 || line.substr(0, 2) != "  ") return false;
+  line.remove_prefix(2);
+  const size_t colon = line.find(": ");
+  if (colon == std::string_view::npos) return false;
+  std::string_view head = line.substr(0, colon);
+  out.message = std::string(line.substr(colon + 2));
+  out.line = 0;
+  const size_t paren = head.rfind(" (line ");
+  if (paren != std::string_view::npos && head.back() == ')') {
+    out.line = std::atoi(std::string(head.substr(paren + 7)).c_str());
+    head = head.substr(0, paren);
+  }
+  out.path = head == "(root)" ? std::string() : std::string(head);
+  return true;
+}
+
+}  // namespace
+
+json yamlToJson(const YAML::Node& node) {
+  switch (node.Type()) {
+    case YAML::NodeType::Map: {
+      json out = json::object();
+      for (const auto& kv : node) out[kv.first.Scalar()] = yamlToJson(kv.second);
+      return out;
+    }
+    case YAML::NodeType::Sequence: {
+      json out = json::array();
+      for (const auto& v : node) out.push_back(yamlToJson(v));
+      return out;
+    }
+    case YAML::NodeType::Scalar:
+      return scalarToJson(node);
+    default:
+      return nullptr;
+  }
+}
+
+Result<std::string> jsonToYaml(const json& root) {
+  if (!root.is_object()) return Status::invalidArgument("the config must be a JSON object");
+  YAML::Emitter out;
+  out.SetIndent(2);
+  emit(out, root);
+  if (!out.good())
+    return Status::invalidArgument("cannot write the config as YAML: " + out.GetLastError());
+  return std::string(out.c_str()) + "\n";
+}
+
+std::vector<ConfigError> configErrorsOf(const Status& status) {
+  std::vector<ConfigError> out;
+  const std::string& msg = status.message();
+  size_t start = msg.find('\n');  // the first line counts the errors
+  while (start != std::string::npos) {
+    const size_t end = msg.find('\n', start + 1);
+    const std::string_view line = std::string_view(msg).substr(
+        start + 1, end == std::string::npos ? std::string::npos : end - start - 1);
+    ConfigError e;
+    if (parseErrorLine(line, e)) out.push_back(std::move(e));
+    start = end;
+  }
+  if (out.empty()) {
+    ConfigError e;
+    const size_t at = msg.find("YAML syntax error at line ");
+    if (at != std::string::npos) e.line = std::atoi(msg.c_str() + at + 26);
+    e.message = msg;
+    out.push_back(std::move(e));
+  }
+  return out;
+}
+
+void redactSecrets(json& config) {
+  for (const char* key : {"admin_token", "key_secret"}) {
+    if (json* v = member(config, "governance", key);
+        v && v->is_string() && !v->get_ref<const std::string&>().empty()) {
+      *v = std::string(kRedacted);
+    }
+  }
+}
+
+void restoreSecrets(json& config, const json& file) {
+  json copy = file;
+  for (const char* key : {"admin_token", "key_secret"}) {
+    json* v = member(config, "governance", key);
+    if (!v || !v->is_string() || v->get_ref<const std::string&>() != kRedacted) continue;
+    if (const json* orig = member(copy, "governance", key)) {
+      *v = *orig;
+    } else {
+      config["governance"].erase(key);
+    }
+  }
+}
+
+namespace {
+
+Result<std::string> readFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Status::notFound("cannot open config file " + path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+Status writeFile(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << text;
+  out.flush();
+  if (!out) return Status::internal("cannot write " + path);
+  return Status::ok();
+}
+
+std::string directoryOf(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  return slash == std::string::npos ? "." : path.substr(0, slash == 0 ? 1 : slash);
+}
+
+}  // namespace
+
+Result<json> readConfigDocument(const std::string& path) {
+  INFERA_ASSIGN_OR_RETURN(std::string text, readFile(path));
+  INFERA_ASSIGN_OR_RETURN(YAML::Node root, loadYamlString(text));
+  json config = yamlToJson(root);
+  if (!config.is_object()) config = json::object();
+  redactSecrets(config);
+  INFERA_ASSIGN_OR_RETURN(std::string yaml, jsonToYaml(config));
+  return json{{"config", std::move(config)}, {"yaml", std::move(yaml)}};
+}
+
+Result<CheckedConfig> checkConfigDocument(json proposed, const std::string& path) {
+  if (!proposed.is_object()) return Status::invalidArgument("field 'config' must be an object");
+  CheckedConfig out;
+  INFERA_ASSIGN_OR_RETURN(out.redacted_yaml, jsonToYaml(proposed));
+  if (auto file = readFile(path); file.ok()) {
+    if (auto root = loadYamlString(*file); root.ok()) restoreSecrets(proposed, yamlToJson(*root));
+  }
+  INFERA_ASSIGN_OR_RETURN(out.yaml, jsonToYaml(proposed));
+  const std::string tmp = path + ".check-" + std::to_string(::getpid()) + ".tmp";
+  INFERA_RETURN_IF_ERROR(writeFile(tmp, out.yaml));
+  auto cfg = loadConfig(tmp);
+  std::remove(tmp.c_str());
+  if (!cfg.ok()) {
+    // The loader names the temporary file; the errors are the config's.
+    std::string msg = cfg.status().message();
+    if (msg.rfind(tmp + ": ", 0) == 0) msg = msg.substr(tmp.size() + 2);
+    return Status::invalidArgument(msg);
+  }
+  out.config = std::move(*cfg);
+  return out;
+}
+
+Result<std::string> writeConfigFile(const std::string& path, const std::string& text) {
+  const std::string backup = path + ".bak";
+  INFERA_ASSIGN_OR_RETURN(std::string current, readFile(path));
+  INFERA_RETURN_IF_ERROR(writeFile(backup, current));
+  const std::string tmp = path + ".new-" + std::to_string(::getpid()) + ".tmp";
+  INFERA_RETURN_IF_ERROR(writeFile(tmp, text));
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    return Status::internal("cannot replace " + path);
+  }
+  return backup;
+}
+
+bool configWritable(const std::string& path) {
+  return ::access(path.c_str(), W_OK) == 0 && ::access(directoryOf(path).c_str(), W_OK) == 0;
+}
+
+}  // namespace infera::server

@@ -1,0 +1,261 @@
+// The web console end to end in Debian's Chromium (playwright-core, /usr/bin/chromium) against a
+// real `infera serve` with two emulated deployments, access control and the registry
+// (run_console_test.sh starts it). Each step drives the page as a user would and checks the
+// effect through the page and through the server itself.
+//   env: ADMIN_URL DATA_URL INFERA_ADMIN_TOKEN CONFIG SHOTS
+import assert from 'node:assert/strict';
+import { readFileSync, existsSync, mkdirSync } from 'node:fs';
+import { createRequire } from 'node:module';
+
+// The packages the build installed (NODE_PATH: ESM imports do not read it).
+const { chromium } = createRequire(process.env.NODE_PATH + '/')('playwright-core');
+
+const { ADMIN_URL, DATA_URL, INFERA_ADMIN_TOKEN: TOKEN, CONFIG, SHOTS } = process.env;
+mkdirSync(SHOTS, { recursive: true });
+
+const FLAGS = ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
+  '--disable-background-networking', '--disable-component-update', '--disable-sync'];
+
+const adminApi = async (path, init = {}) => {
+  const res = await fetch(ADMIN_URL + path, { ...init, headers: { authorization: `Bearer ${TOKEN}`, 'content-type': 'application/json', ...(init.headers || {}) } });
+  const body = await res.json().catch(() => null);
+  return { status: res.status, body };
+};
+const chat = (key, model = 'chat') => fetch(`${DATA_URL}/v1/chat/completions`, {
+  method: 'POST',
+  headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+  body: JSON.stringify({ model, max_tokens: 4, messages: [{ role: 'user', content: 'hi' }] }),
+}).then(async (r) => ({ status: r.status, body: await r.text() }));
+
+async function waitFor(what, fn, ms = 15000) {
+  const end = Date.now() + ms;
+  let last;
+  while (Date.now() < end) {
+    last = await fn();
+    if (last) return last;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  throw new Error(`timed out waiting for ${what} (last: ${JSON.stringify(last)})`);
+}
+
+const browser = await chromium.launch({ executablePath: '/usr/bin/chromium', args: FLAGS, headless: true });
+const problems = [];
+// Chromium logs every 4xx answer to fetch as a console error; they are expected only while a step
+// provokes one (a refused edit, a read-only key's tries), and count as problems anywhere else.
+let expectRefusals = false;
+const refusal = /^Failed to load resource: the server responded with a status of 4\d\d/;
+async function newPage() {
+  const context = await browser.newContext({ viewport: { width: 1280, height: 800 } });
+  const page = await context.newPage();
+  page.on('console', (m) => {
+    if (m.type() !== 'error' && m.type() !== 'warning') return;
+    if (expectRefusals && refusal.test(m.text())) return;
+    problems.push(`${m.type()}: ${m.text()}`);
+  });
+  page.on('pageerror', (e) => problems.push(`pageerror: ${e.message}`));
+  page.on('requestfailed', (r) => problems.push(`request failed: ${r.url()} ${r.failure()?.errorText}`));
+  return page;
+}
+const ready = (page, id) => page.waitForSelector(`body[data-ready="${id}"]`, { timeout: 15000 });
+const go = async (page, id) => {
+  await page.evaluate((h) => { location.hash = h; }, `#/${id}`);
+  await ready(page, id);
+};
+const shot = (page, name) => page.screenshot({ path: `${SHOTS}/${name}.png`, fullPage: false });
+const step = (name) => console.log(`-- ${name}`);
+
+try {
+  const page = await newPage();
+
+  step('the page and its assets: types, caching, CSP');
+  const res = await fetch(`${ADMIN_URL}/ui/`);
+  assert.equal(res.status, 200);
+  assert.match(res.headers.get('content-type'), /^text\/html/);
+  assert.match(res.headers.get('content-security-policy'), /script-src 'self'/);
+  assert.equal(res.headers.get('cache-control'), 'no-cache');
+  const again = await fetch(`${ADMIN_URL}/ui/app.js`, { headers: { 'if-none-match': (await fetch(`${ADMIN_URL}/ui/app.js`)).headers.get('etag') } });
+  assert.equal(again.status, 304);
+  assert.equal((await fetch(`${ADMIN_URL}/ui/nope.js`)).status, 404);
+
+  step('log in with a wrong token, then the admin token');
+  await page.goto(`${ADMIN_URL}/ui`);
+  await page.fill('#login-token', 'not-the-token');
+  await page.click('form.login button[type=submit]');
+  await page.waitForFunction(() => document.getElementById('login-error')?.textContent.includes('not the admin token'));
+  await shot(page, 'login');
+  await page.fill('#login-token', TOKEN);
+  await page.fill('#login-actor', 'tester');
+  await page.press('#login-token', 'Enter'); // the keyboard submits too
+  await ready(page, 'overview');
+  const nav = await page.$$eval('nav a', (as) => as.map((a) => a.textContent));
+  assert.deepEqual(nav, ['Overview', 'Keys & teams', 'Usage & cost', 'Routes & config', 'Registry', 'Audit']);
+  await page.waitForSelector('tr[data-deployment="chat|dep-a"]');
+  await shot(page, 'overview');
+
+  step('create a team and a key in the forms; the secret is shown once');
+  await go(page, 'keys');
+  await page.fill('#create-team [name=name]', 'web');
+  await page.fill('#create-team [name=models]', 'chat*');
+  await page.fill('#create-team [name=tpm]', '100000');
+  await page.click('#create-team button[type=submit]');
+  await page.waitForSelector('tr[data-id="web"]');
+  await page.selectOption('#create-key [name=team]', 'web');
+  await page.fill('#create-key [name=name]', 'browser-key');
+  await page.click('#create-key button[type=submit]');
+  const secret = (await (await page.waitForSelector('dialog [data-secret]')).textContent()).trim();
+  assert.match(secret, /^sk-inf-/);
+  await shot(page, 'key-created');
+  await page.click('dialog button.primary:has-text("Done")');
+  const keyId = secret.split('-')[2];
+  await page.waitForSelector(`tr[data-id="${keyId}"]`);
+  const listed = await page.textContent(`tr[data-id="${keyId}"]`);
+  assert.ok(!listed.includes(secret.slice(20)), 'the list must not show the secret');
+  await shot(page, 'keys');
+
+  step('a bad form value gets the API error at its field');
+  expectRefusals = true;
+  await page.fill('#create-team [name=name]', 'bad team');
+  await page.click('#create-team button[type=submit]');
+  await page.waitForFunction(() => document.querySelector('#create-team [name=name]')?.getAttribute('aria-invalid') === 'true');
+  expectRefusals = false;
+
+  step('call the gateway with the key');
+  const first = await chat(secret);
+  assert.equal(first.status, 200, first.body);
+
+  step('the usage chart moves');
+  await go(page, 'usage');
+  const total = async () => Number(await page.getAttribute('[aria-live="off"][data-total]', 'data-total'));
+  await waitFor('the first request in the chart', async () => (await total()) >= 1);
+  const t0 = await total();
+  for (let i = 0; i < 3; i++) assert.equal((await chat(secret)).status, 200);
+  await waitFor('the chart to count 3 more requests', async () => (await total()) >= t0 + 3);
+  const bars = await page.$$eval('svg.chart rect[data-series="web"]', (rs) => rs.length);
+  assert.ok(bars >= 1, 'a bar for team web');
+  await shot(page, 'usage');
+
+  step('change a deployment weight in the config screen: diff, apply, traffic shifts');
+  const fileBefore = readFileSync(CONFIG, 'utf8');
+  await go(page, 'routes');
+  const weightB = 'input[data-path="models[0].deployments[1].endpoints[0].weight"]';
+  await page.fill(weightB, '60');
+  await page.click('#config-review');
+  const diff = await (await page.waitForSelector('dialog pre.diff')).textContent();
+  assert.match(diff, /\+\s+weight: 60/);
+  await shot(page, 'routes-diff');
+  const genBefore = (await adminApi('/admin/config')).body.generation;
+  await page.click('dialog button.primary:has-text("Apply")');
+  await page.waitForSelector('.toast:has-text("Applied")');
+  const cfg = (await adminApi('/admin/config')).body;
+  assert.equal(cfg.generation, genBefore + 1);
+  assert.match(readFileSync(CONFIG, 'utf8'), /weight: 60/);
+  assert.equal(readFileSync(`${CONFIG}.bak`, 'utf8'), fileBefore, 'the previous file is kept as the backup');
+  const audit = (await adminApi('/admin/audit?since=1h')).body.audit;
+  assert.ok(audit.some((a) => a.action === 'config.apply' && a.actor === 'console:tester'), 'the apply is audited with who');
+  await go(page, 'overview');
+  const count = async (dep) => Number((await page.textContent(`tr[data-deployment="chat|${dep}"] td[data-col=total]`)).replace(/,/g, '')) || 0;
+  const a0 = await count('dep-a');
+  const b0 = await count('dep-b');
+  for (let i = 0; i < 40; i++) assert.equal((await chat(secret)).status, 200);
+  await waitFor('the overview to count 40 requests', async () => (await count('dep-a')) + (await count('dep-b')) >= a0 + b0 + 40);
+  const da = (await count('dep-a')) - a0;
+  const db = (await count('dep-b')) - b0;
+  console.log(`after weight 1:60: dep-a ${da}, dep-b ${db}`);
+  assert.ok(db >= 32, `dep-b (weight 60) should take most of 40 requests: a=${da} b=${db}`);
+  await shot(page, 'overview-after-shift');
+
+  step('a bad edit shows the field error and changes nothing');
+  expectRefusals = true;
+  await go(page, 'routes');
+  const fileGood = readFileSync(CONFIG, 'utf8');
+  await page.fill(weightB, '0');
+  await page.click('#config-review');
+  await page.waitForFunction((sel) => document.querySelector(sel)?.getAttribute('aria-invalid') === 'true', weightB);
+  const msg = await page.$eval(weightB, (el) => el.closest('.field').querySelector('.field-error').textContent);
+  assert.match(msg, /must be in \[1, 1000\], got 0/, msg);
+  assert.match(await page.textContent('#config-errors'), /models\[0\]\.deployments\[1\]\.endpoints\[0\]\.weight/);
+  await page.$eval(weightB, (el) => el.scrollIntoView({ block: 'center' }));
+  await shot(page, 'routes-error');
+  assert.equal(readFileSync(CONFIG, 'utf8'), fileGood, 'the file is unchanged');
+  assert.equal((await adminApi('/admin/config')).body.generation, genBefore + 1, 'no reload happened');
+  const bad = await adminApi('/admin/config', { method: 'POST', body: JSON.stringify({ config: { ...cfg.config, workers: 'many' } }) });
+  assert.equal(bad.status, 400);
+  assert.equal(bad.body.error.code, 'invalid_config');
+  assert.equal(bad.body.errors[0].path, 'workers');
+  await page.click('#config-reset');
+  expectRefusals = false;
+
+  step('registry: aliases, history, rollback with confirmation, experiment arms');
+  assert.equal((await adminApi('/admin/teams', { method: 'POST', body: JSON.stringify({ name: 'risk', models: ['fraud*'] }) })).status, 201);
+  const riskKey = (await adminApi('/admin/keys', { method: 'POST', body: JSON.stringify({ team: 'risk' }) })).body.key;
+  for (let i = 0; i < 10; i++) assert.equal((await chat(riskKey, 'fraud')).status, 200);
+  await go(page, 'registry');
+  await page.waitForSelector('[data-rollback="champion"]');
+  await shot(page, 'registry');
+  await page.click('[data-rollback="champion"]');
+  await page.waitForSelector('dialog:has-text("Roll back fraud@champion")');
+  await page.click('dialog button.danger:has-text("Roll back")');
+  await page.waitForSelector('.toast:has-text("rolled back")');
+  const model = (await fetch(`${ADMIN_URL}/api/2.0/mlflow/registered-models/get?name=fraud`, { headers: { authorization: `Bearer ${TOKEN}` } }).then((r) => r.json())).registered_model;
+  assert.equal(model.aliases.find((a) => a.alias === 'champion').version, '1');
+  const armRequests = await page.$$eval('table[aria-label="Experiment arms"] tbody tr', (trs) => trs.map((tr) => Number(tr.children[3].textContent.replace(/,/g, ''))));
+  assert.equal(armRequests.length, 2, 'two arms side by side');
+  assert.equal(armRequests[0] + armRequests[1], 10, `the 10 requests split over the arms: ${armRequests}`);
+
+  step('the audit page lists the changes');
+  await go(page, 'audit');
+  await page.waitForSelector('table[aria-label="Audit log"] td:has-text("config.apply")');
+  await shot(page, 'audit');
+
+  step('a read-only team login cannot change anything');
+  const other = await adminApi('/admin/keys', { method: 'POST', body: JSON.stringify({ team: 'web', name: 'viewer' }) });
+  assert.equal(other.status, 201);
+  const ro = await newPage();
+  await ro.goto(`${ADMIN_URL}/ui/`);
+  await ro.fill('#login-token', other.body.key);
+  await ro.click('form.login button[type=submit]');
+  await ready(ro, 'keys');
+  assert.deepEqual(await ro.$$eval('nav a', (as) => as.map((a) => a.textContent)), ['Keys & teams', 'Usage & cost']);
+  assert.equal(await ro.$('#create-key'), null);
+  assert.equal(await ro.$('#create-team'), null);
+  assert.equal(await ro.$('[data-action="revoke"]'), null);
+  assert.ok(await ro.$(`tr[data-id="${keyId}"]`), 'its team\'s keys are listed');
+  await shot(ro, 'team-readonly');
+  expectRefusals = true;
+  const tries = await ro.evaluate(async (key) => {
+    const call = (method, path, body) => fetch(path, { method, headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' }, body: body && JSON.stringify(body) }).then((r) => r.status);
+    return {
+      createKey: await call('POST', '/admin/keys', { team: 'web' }),
+      revoke: await call('POST', `/admin/keys/${key.split('-')[2]}/revoke`),
+      teams: await call('GET', '/admin/teams'),
+      otherTeamUsage: await call('GET', '/admin/usage?team=other'),
+      ownUsage: await call('GET', '/admin/usage?group_by=team'),
+      config: await call('POST', '/admin/config', { config: {} }),
+      reload: await call('POST', '/admin/reload'),
+    };
+  }, other.body.key);
+  assert.deepEqual(tries, { createKey: 403, revoke: 403, teams: 403, otherTeamUsage: 403, ownUsage: 200, config: 403, reload: 403 });
+  expectRefusals = false;
+  await go(ro, 'usage');
+  await shot(ro, 'team-usage');
+  assert.equal((await adminApi(`/admin/keys/${other.body.id}`)).body.state, 'active', 'the team key changed nothing');
+
+  step('revoke the key in the console; the gateway answers 401');
+  await go(page, 'keys');
+  await page.click(`tr[data-id="${keyId}"] [data-action="revoke"]`);
+  await page.click('dialog button.danger:has-text("Revoke")');
+  await page.waitForSelector(`.toast:has-text("key ${keyId} revoked")`);
+  const after = await chat(secret);
+  assert.equal(after.status, 401, after.body);
+
+  step('sign out, and every page once more without console errors');
+  for (const id of ['overview', 'keys', 'usage', 'routes', 'registry', 'audit']) await go(page, id);
+  await page.click('button:has-text("Sign out")');
+  await page.waitForSelector('#login-token');
+  assert.equal(await page.evaluate(() => sessionStorage.length), 0);
+
+  assert.deepEqual(problems, [], `console errors:\n${problems.join('\n')}`);
+  console.log('console end to end ok');
+} finally {
+  await browser.close();
+}

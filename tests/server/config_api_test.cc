@@ -1,0 +1,263 @@
+// The admin config API (GET/POST /admin/config) and /admin/status: its YAML <-> JSON mapping, the
+// error parsing, the check by the config loader, the write-back with a backup, and the routes on a
+// real `Server` with access control (a bad change changes nothing; a good one reloads, is
+// audited and persisted).
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "fakes/http_test_client.h"
+#include "server/config.h"
+#include "server/internal/config_api.h"
+#include "server/server.h"
+
+namespace infera::server {
+namespace {
+
+using nlohmann::json;
+using ojson = nlohmann::ordered_json;
+
+std::string readAll(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+class TempDir {
+ public:
+  TempDir() {
+    path_ = std::filesystem::temp_directory_path() /
+            ("infera-config-api-" + std::to_string(::getpid()) + "-" + std::to_string(counter_++));
+    std::filesystem::create_directories(path_);
+  }
+  ~TempDir() { std::filesystem::remove_all(path_); }
+  std::string file(const std::string& name) const { return (path_ / name).string(); }
+
+ private:
+  std::filesystem::path path_;
+  inline static int counter_ = 0;
+};
+
+TEST(ConfigApiTest, YamlScalarsBecomeTypedJsonAndQuotedOnesStayStrings) {
+  const auto root = loadYamlString(R"(
+a: 12
+b: -3.5
+c: true
+d: "12"
+e: 'true'
+f: plain text
+g: ~
+h: [x, 2, false]
+i: {j: 1e3}
+)");
+  ASSERT_TRUE(root.ok());
+  const ojson j = yamlToJson(*root);
+  EXPECT_EQ(j["a"], 12);
+  EXPECT_EQ(j["b"], -3.5);
+  EXPECT_EQ(j["c"], true);
+  EXPECT_EQ(j["d"], "12");
+  EXPECT_EQ(j["e"], "true");
+  EXPECT_EQ(j["f"], "plain text");
+  EXPECT_TRUE(j["g"].is_null());
+  EXPECT_EQ(j["h"], ojson::parse(R"(["x", 2, false])"));
+  EXPECT_EQ(j["i"]["j"], 1000.0);
+}
+
+TEST(ConfigApiTest, JsonWrittenAsYamlReadsBackTheSame) {
+  const ojson j = ojson::parse(R"({
+    "strings": ["true", "123", "", "a: b", "#x", "null", "1.5", "- y", "plain"],
+    "n": 7, "x": 0.25, "big": 1e-7, "flag": false, "none": null,
+    "models": [{"name": "m", "deployments": [{"endpoints": [{"url": "http://h:1", "weight": 3}]}]}]
+  })");
+  const auto yaml = jsonToYaml(j);
+  ASSERT_TRUE(yaml.ok()) << yaml.status().message();
+  const auto back = loadYamlString(*yaml);
+  ASSERT_TRUE(back.ok()) << *yaml;
+  EXPECT_EQ(yamlToJson(*back), j) << *yaml;
+  // Key order is the document's; a whole float is written as an integer (a browser sends 2.0 as 2).
+  EXPECT_LT(yaml->find("strings"), yaml->find("models")) << *yaml;
+  EXPECT_EQ(*jsonToYaml(ojson::parse(R"({"b": 2.0, "a": 1})")), "b: 2\na: 1\n");
+  EXPECT_NE(yaml->find("weight: 3"), std::string::npos) << *yaml;
+  EXPECT_FALSE(jsonToYaml(ojson::array()).ok());
+}
+
+TEST(ConfigApiTest, ErrorsAreSplitIntoTheirKeyPathsAndLines) {
+  const auto cfg = loadConfigString(
+      "workers: -1\ncolour: blue\nmodels:\n  - name: m\n    "
+      "deployments:\n      - endpoints: [{url: 'http://h:1', "
+      "weight: 0}]\n");
+  ASSERT_FALSE(cfg.ok());
+  const auto errors = configErrorsOf(cfg.status());
+  ASSERT_EQ(errors.size(), 3u) << cfg.status().message();
+  EXPECT_EQ(errors[0].path, "workers");
+  EXPECT_EQ(errors[0].line, 1);
+  EXPECT_EQ(errors[0].message, "must be in [0, 256], got -1");
+  bool weight = false, colour = false;
+  for (const auto& e : errors) {
+    weight = weight || e.path == "models[0].deployments[0].endpoints[0].weight";
+    colour = colour || (e.path == "colour" && e.message == "unknown key");
+  }
+  EXPECT_TRUE(weight);
+  EXPECT_TRUE(colour);
+  const auto syntax = configErrorsOf(loadYamlString("a: [1,\n").status());
+  ASSERT_EQ(syntax.size(), 1u);
+  EXPECT_EQ(syntax[0].path, "");
+  EXPECT_GT(syntax[0].line, 0);
+}
+
+TEST(ConfigApiTest, SecretsAreRedactedAndRestoredFromTheFile) {
+  ojson c =
+      ojson::parse(R"({"governance": {"admin_token": "s3cret", "key_secret": "k", "rpm": 1}})");
+  const ojson file = c;
+  redactSecrets(c);
+  EXPECT_EQ(c["governance"]["admin_token"], std::string(kRedacted));
+  EXPECT_EQ(c["governance"]["key_secret"], std::string(kRedacted));
+  EXPECT_EQ(c["governance"]["rpm"], 1);
+  restoreSecrets(c, file);
+  EXPECT_EQ(c, file);
+}
+
+TEST(ConfigApiTest, CheckUsesTheLoaderAndWriteKeepsABackup) {
+  TempDir dir;
+  const std::string path = dir.file("infera.yaml");
+  const std::string original =
+      "# a comment\nmodels:\n  - name: m\n    deployments:\n      - endpoints: [{url: "
+      "'http://127.0.0.1:1'}]\n";
+  std::ofstream(path) << original;
+  auto doc = readConfigDocument(path);
+  ASSERT_TRUE(doc.ok()) << doc.status().message();
+  ojson proposed = (*doc)["config"];
+  proposed["models"][0]["deployments"][0]["endpoints"][0]["weight"] = 0;
+  auto bad = checkConfigDocument(proposed, path);
+  ASSERT_FALSE(bad.ok());
+  const auto errors = configErrorsOf(bad.status());
+  ASSERT_EQ(errors.size(), 1u) << bad.status().message();
+  EXPECT_EQ(errors[0].path, "models[0].deployments[0].endpoints[0].weight");
+
+  proposed["models"][0]["deployments"][0]["endpoints"][0]["weight"] = 5;
+  auto good = checkConfigDocument(proposed, path);
+  ASSERT_TRUE(good.ok()) << good.status().message();
+  EXPECT_EQ(good->config.gateway.models.at(0).deployments.at(0).endpoints.at(0).weight, 5);
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir.file("")),
+                          std::filesystem::directory_iterator()),
+            1)
+      << "the check leaves no temporary file";
+  auto backup = writeConfigFile(path, good->yaml);
+  ASSERT_TRUE(backup.ok()) << backup.status().message();
+  EXPECT_EQ(*backup, path + ".bak");
+  EXPECT_EQ(readAll(*backup), original);
+  EXPECT_EQ(readAll(path), good->yaml);
+  EXPECT_TRUE(configWritable(path));
+}
+
+class ConfigRoutesTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    path_ = dir_.file("infera.yaml");
+    std::ofstream(path_) << "listen: {host: 127.0.0.1, port: 0}\nadmin: {host: 127.0.0.1, port: "
+                            "0}\nworkers: 1\nlog_level: warn\ngovernance: {store: 'sqlite:"
+                         << dir_.file("gov.db")
+                         << "', admin_token: tok}\nmodels:\n  - name: m\n    deployments:\n      - "
+                            "name: d\n        endpoints: [{url: 'http://127.0.0.1:1', weight: "
+                            "1}]\n";
+    auto cfg = loadConfig(path_);
+    ASSERT_TRUE(cfg.ok()) << cfg.status().message();
+    auto s = Server::start(std::move(*cfg), path_);
+    ASSERT_TRUE(s.ok()) << s.status().message();
+    server_ = std::move(*s);
+  }
+
+  std::optional<testing::TestResponse> call(const std::string& method, const std::string& target,
+                                            const std::string& body = {},
+                                            const std::string& token = "tok") {
+    return testing::httpRequest(server_->adminPort(), method, target, body,
+                                {{"authorization", "Bearer " + token}, {"x-infera-actor", "ann"}});
+  }
+
+  TempDir dir_;
+  std::string path_;
+  std::unique_ptr<Server> server_;
+};
+
+TEST_F(ConfigRoutesTest, GetReturnsTheFileAsJsonWithSecretsRedacted) {
+  const auto r = call("GET", "/admin/config");
+  ASSERT_TRUE(r && r->status == 200) << (r ? r->body : "no answer");
+  const json j = json::parse(r->body);
+  EXPECT_EQ(j["path"], path_);
+  EXPECT_EQ(j["generation"], 1);
+  EXPECT_EQ(j["writable"], true);
+  EXPECT_EQ(j["config"]["governance"]["admin_token"], std::string(kRedacted));
+  EXPECT_EQ(j["yaml"].get<std::string>().find("tok\n"), std::string::npos);
+  EXPECT_EQ(call("GET", "/admin/config", "", "wrong")->status, 401);
+  const auto status = call("GET", "/admin/status");
+  ASSERT_EQ(status->status, 200);
+  const json st = json::parse(status->body);
+  EXPECT_EQ(st["components"]["governance"], true);
+  EXPECT_EQ(st["components"]["registry"], false);
+  EXPECT_EQ(st["config_path"], path_);
+}
+
+TEST_F(ConfigRoutesTest, ABadChangeIsRefusedAtItsKeyAndChangesNothing) {
+  const std::string before = readAll(path_);
+  json doc = json::parse(call("GET", "/admin/config")->body);
+  json c = doc["config"];
+  c["models"][0]["deployments"][0]["endpoints"][0]["weight"] = 0;
+  const auto r = call("POST", "/admin/config", json{{"config", c}}.dump());
+  ASSERT_EQ(r->status, 400) << r->body;
+  const json e = json::parse(r->body);
+  EXPECT_EQ(e["error"]["code"], "invalid_config");
+  EXPECT_EQ(e["error"]["param"], "models[0].deployments[0].endpoints[0].weight");
+  EXPECT_EQ(e["errors"][0]["path"], "models[0].deployments[0].endpoints[0].weight");
+  EXPECT_EQ(readAll(path_), before);
+  EXPECT_EQ(server_->configGeneration(), 1);
+  EXPECT_FALSE(std::filesystem::exists(path_ + ".bak"));
+
+  c = doc["config"];
+  c["workers"] = 2;  // needs a restart
+  const auto restart = call("POST", "/admin/config", json{{"config", c}}.dump());
+  ASSERT_EQ(restart->status, 409) << restart->body;
+  EXPECT_EQ(json::parse(restart->body)["error"]["code"], "restart_required");
+  EXPECT_EQ(call("POST", "/admin/config", "[1]")->status, 400);
+  EXPECT_EQ(call("POST", "/admin/config", json{{"config", doc["config"]}, {"generation", 7}}.dump())
+                ->status,
+            409);
+  EXPECT_EQ(readAll(path_), before);
+}
+
+TEST_F(ConfigRoutesTest, AGoodChangeIsCheckedThenAppliedPersistedAndAudited) {
+  const std::string before = readAll(path_);
+  json c = json::parse(call("GET", "/admin/config")->body)["config"];
+  c["models"][0]["deployments"][0]["endpoints"][0]["weight"] = 9;
+  const auto dry = call("POST", "/admin/config",
+                        json{{"config", c}, {"dry_run", true}, {"generation", 1}}.dump());
+  ASSERT_EQ(dry->status, 200) << dry->body;
+  EXPECT_NE(json::parse(dry->body)["yaml"].get<std::string>().find("weight: 9"), std::string::npos);
+  EXPECT_EQ(readAll(path_), before) << "a dry run writes nothing";
+  EXPECT_EQ(server_->configGeneration(), 1);
+
+  const auto r = call("POST", "/admin/config", json{{"config", c}, {"generation", 1}}.dump());
+  ASSERT_EQ(r->status, 200) << r->body;
+  EXPECT_EQ(json::parse(r->body)["generation"], 2);
+  EXPECT_EQ(server_->configGeneration(), 2);
+  EXPECT_EQ(readAll(path_ + ".bak"), before);
+  const auto reread = loadConfig(path_);
+  ASSERT_TRUE(reread.ok()) << reread.status().message();
+  EXPECT_EQ(reread->gateway.models[0].deployments[0].endpoints[0].weight, 9);
+  EXPECT_EQ(reread->access.admin_token, "tok") << "the redacted secret is the file's again";
+  const auto endpoints = json::parse(call("GET", "/admin/endpoints")->body);
+  EXPECT_EQ(endpoints["endpoints"][0]["weight"], 9);
+  const auto audit = json::parse(call("GET", "/admin/audit?since=1h")->body);
+  bool found = false;
+  for (const auto& a : audit["audit"]) {
+    found = found || (a["action"] == "config.apply" && a["actor"] == "ann" &&
+                      a["detail"]["generation"] == 2);
+  }
+  EXPECT_TRUE(found) << audit.dump();
+}
+
+}  // namespace
+}  // namespace infera::server
