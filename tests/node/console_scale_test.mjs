@@ -1,9 +1,11 @@
 // Times the console's pages with 200 models and 1,000 keys (run_console_scale_test.sh): each page
 // loaded fresh (a new tab, the token already in sessionStorage) 7 times, from navigation start to
-// the page's first data on screen (the `ready:<page>` mark the console sets). Prints the median and
-// the worst; fails when, in each of 3 rounds, some median reaches the budget (CONSOLE_BUDGET_MS,
-// 300 by default) — unless the box ran more processes than it has cores at the end (load average
-// above the core count): then the timing is reported and skipped (exit 77), the rest checked.
+// the page's first data on screen (the `ready:<page>` mark the console sets), and prints the median
+// and the worst; then checks what the pages show at that scale (paging, the key search, no console
+// errors). In the test suite the times are reported, not judged (one round): speed targets are the
+// benchmarks' (bench/load/console.sh sets CONSOLE_BUDGET_MS=300; then up to 3 rounds, and it fails
+// when in each some median reaches the budget — unless the box ran more processes than it has
+// cores at the end: then the timing is reported and skipped, exit 77).
 //   env: ADMIN_URL DATA_URL INFERA_ADMIN_TOKEN SHOTS
 import assert from 'node:assert/strict';
 import { mkdirSync, readFileSync } from 'node:fs';
@@ -14,7 +16,8 @@ import { createRequire } from 'node:module';
 const { chromium } = createRequire(process.env.NODE_PATH + '/')('playwright-core');
 
 const { ADMIN_URL, INFERA_ADMIN_TOKEN: TOKEN, SHOTS } = process.env;
-const BUDGET = Number(process.env.CONSOLE_BUDGET_MS || 300);
+// The budget in ms, or 0: report the times only (the test suite).
+const BUDGET = Number(process.env.CONSOLE_BUDGET_MS || 0);
 mkdirSync(SHOTS, { recursive: true });
 const admin = (path, body) => fetch(ADMIN_URL + path, {
   method: body ? 'POST' : 'GET',
@@ -69,7 +72,7 @@ try {
   // page was fastest.
   const slowest = (res) => Math.max(...Object.values(res).map((r) => r.median));
   let results;
-  for (let n = 0; n < 3; n++) {
+  for (let n = 0; n < (BUDGET ? 3 : 1); n++) {
     const res = await round(n);
     if (!results || slowest(res) < slowest(results)) results = res;
     if (slowest(res) < BUDGET) break;
@@ -95,7 +98,7 @@ try {
   await page.waitForFunction(() => document.querySelectorAll('table[aria-label="Keys"] tbody tr').length === 1);
   assert.match(await page.textContent('table[aria-label="Keys"] tbody'), /key-999/);
   assert.deepEqual(problems, []);
-  const over = Object.entries(results).filter(([, r]) => r.median >= BUDGET);
+  const over = BUDGET ? Object.entries(results).filter(([, r]) => r.median >= BUDGET) : [];
   const load = Number(readFileSync('/proc/loadavg', 'utf8').split(' ')[0]);
   if (over.length && load > availableParallelism()) {
     // Wall-clock times on a box running more than a process per core measure the other
