@@ -35,6 +35,14 @@ struct SimulateOptions {
   double horizon_h = 24;
   int64_t sample_s = 3600;
   std::string config;
+  int repack_moves_per_hour = 0;  // replay mode: > 0 runs without and with re-packing
+  int64_t repack_interval_s = 300;
+  int64_t repack_min_age_s = 1800;
+  int64_t repack_restart_s = 60;
+  int repack_min_tier = 2;
+  int repack_node_gpus = 0;
+  int repack_target_empty = 0;
+  bool repack_always = false;
   std::string out_dir = "sched-report";
   std::string reference = "fgd";
   bool progress = true;
@@ -109,16 +117,35 @@ int runSimulate(const SimulateOptions& o) {
     cfg.horizon_s = static_cast<int64_t>(o.horizon_h * 3600);
     cfg.sample_interval_s = o.sample_s;
     cfg.progress = [&bar](double f) { bar.update(f); };
-    auto r = runReplay(*nodes, *pods, cfg);
-    if (!r.ok()) return fail(r.status());
-    const std::string dir = policies.size() == 1 ? o.out_dir : o.out_dir + "/" + policy;
-    const Status s = writeReplayReport(dir, *r);
-    if (!s.isOk()) rc = fail(s);
-    std::printf("%s", replaySummary(*r).c_str());
-    std::printf(
-        "report: %s/report.json (+ allocation.svg, pending_time.svg, "
-        "free_node_aggregation.svg)\n",
-        dir.c_str());
+    const std::string base = policies.size() == 1 ? o.out_dir : o.out_dir + "/" + policy;
+    // With --repack: the same arrivals without and with the planner, side by side.
+    std::vector<ReplayResult> runs;
+    for (const int moves : o.repack_moves_per_hour > 0
+                               ? std::vector<int>{0, o.repack_moves_per_hour}
+                               : std::vector<int>{0}) {
+      cfg.repack_moves_per_hour = moves;
+      cfg.repack_interval_s = o.repack_interval_s;
+      cfg.repack_restart_s = o.repack_restart_s;
+      cfg.repack.min_age_s = o.repack_min_age_s;
+      cfg.repack.min_tier = static_cast<Tier>(o.repack_min_tier);
+      cfg.repack.min_node_gpus = o.repack_node_gpus;
+      cfg.repack.target_empty_nodes = o.repack_target_empty;
+      cfg.repack_on_demand = !o.repack_always;
+      auto r = runReplay(*nodes, *pods, cfg);
+      if (!r.ok()) return fail(r.status());
+      const std::string dir = o.repack_moves_per_hour <= 0 ? base
+                              : moves > 0                  ? base + "/with-repack"
+                                                           : base + "/without-repack";
+      const Status s = writeReplayReport(dir, *r);
+      if (!s.isOk()) rc = fail(s);
+      std::printf("%s", replaySummary(*r).c_str());
+      std::printf(
+          "report: %s/report.json (+ allocation.svg, pending_time.svg, "
+          "free_node_aggregation.svg)\n",
+          dir.c_str());
+      runs.push_back(std::move(*r));
+    }
+    if (runs.size() == 2) std::printf("%s", repackComparison(runs[0], runs[1]).c_str());
   }
   return rc;
 }
@@ -181,6 +208,36 @@ void registerSchedCommands(CLI::App& app) {
       ->check(CLI::Range(1, 86400 * 30))
       ->capture_default_str();
   sim->add_option("--config", opts->config, "scheduler YAML: queues, tiers, ladder (replay mode)");
+  sim->add_option("--repack", opts->repack_moves_per_hour,
+                  "replay mode: also run with live re-packing, moving at most this many pods per "
+                  "hour, and compare")
+      ->check(CLI::Range(0, 100000));
+  sim->add_option("--repack-interval", opts->repack_interval_s, "re-packing: seconds between plans")
+      ->check(CLI::Range(1, 86400))
+      ->capture_default_str();
+  sim->add_option("--repack-min-age", opts->repack_min_age_s,
+                  "re-packing: never move a pod bound less than this many seconds ago")
+      ->check(CLI::Range(0, 86400 * 30))
+      ->capture_default_str();
+  sim->add_option("--repack-min-tier", opts->repack_min_tier,
+                  "re-packing: move only pods of this tier or above (2 = preemptible only)")
+      ->check(CLI::Range(0, 2))
+      ->capture_default_str();
+  sim->add_option("--repack-restart", opts->repack_restart_s,
+                  "re-packing: seconds a moved pod loses to its restart")
+      ->check(CLI::Range(0, 86400))
+      ->capture_default_str();
+  sim->add_option("--repack-node-gpus", opts->repack_node_gpus,
+                  "re-packing: empty only nodes with at least this many GPUs (0 = the largest)")
+      ->check(CLI::Range(0, 16))
+      ->capture_default_str();
+  sim->add_option("--repack-target-empty", opts->repack_target_empty,
+                  "re-packing: stop planning while this many such nodes are empty (0 = as many as "
+                  "whole-node pods wait)")
+      ->check(CLI::Range(0, 100000))
+      ->capture_default_str();
+  sim->add_flag("--repack-always", opts->repack_always,
+                "re-packing: plan every interval, not only while whole-node pods wait");
   sim->add_option("-o,--out", opts->out_dir, "output directory")->capture_default_str();
   sim->add_option(
          "--reference", opts->reference,

@@ -304,7 +304,40 @@ std::string replaySummary(const ReplayResult& r) {
     << "%\n";
   s << "  nodes needed for tier-0 guarantees: " << r.nodes_for_guarantees << " ("
     << fmt("%.1f", 100 * r.nodes_for_guarantees_share) << "% of nodes)\n";
+  if (r.whole_node_gpus > 1) {
+    s << "  " << r.whole_node_gpus << "-GPU pods: " << r.whole_node_pods << " arrived, "
+      << r.whole_node_started << " started; pending (unstarted ones until the end) mean "
+      << fmt("%.0f", r.whole_node_mean_pending_s) << " s, p99 "
+      << fmt("%.0f", r.whole_node_p99_pending_s) << " s\n";
+  }
+  if (r.repack_moves_per_hour > 0) {
+    s << "  re-packing (at most " << r.repack_moves_per_hour << " moves/h): " << r.repack_moves
+      << " pods moved by " << r.repack_plans << " plans, " << r.repack_nodes_emptied
+      << " nodes emptied\n";
+  }
   s << "  " << r.decisions << " decisions in " << fmt("%.2f", r.seconds) << " s\n";
+  return s.str();
+}
+
+std::string repackComparison(const ReplayResult& base, const ReplayResult& repack) {
+  std::ostringstream s;
+  s << "Re-packing (" << repack.policy << ", at most " << repack.repack_moves_per_hour
+    << " moves/h): without -> with\n";
+  s << "  free GPUs on fully empty nodes (mean): "
+    << fmt("%.1f", 100 * base.mean_free_on_empty_share) << "% -> "
+    << fmt("%.1f", 100 * repack.mean_free_on_empty_share) << "%\n";
+  s << "  " << repack.whole_node_gpus << "-GPU pods pending (unstarted ones until the end): mean "
+    << fmt("%.0f", base.whole_node_mean_pending_s) << " -> "
+    << fmt("%.0f", repack.whole_node_mean_pending_s) << " s, p99 "
+    << fmt("%.0f", base.whole_node_p99_pending_s) << " -> "
+    << fmt("%.0f", repack.whole_node_p99_pending_s) << " s; started " << base.whole_node_started
+    << " -> " << repack.whole_node_started << " of " << repack.whole_node_pods << "\n";
+  s << "  all pods pending: mean " << fmt("%.0f", base.mean_pending_s) << " -> "
+    << fmt("%.0f", repack.mean_pending_s) << " s, p99 " << fmt("%.0f", base.p99_pending_s) << " -> "
+    << fmt("%.0f", repack.p99_pending_s) << " s\n";
+  s << "  GPU allocation (mean): " << fmt("%.1f", 100 * base.mean_gpu_alloc_ratio) << "% -> "
+    << fmt("%.1f", 100 * repack.mean_gpu_alloc_ratio) << "%; pods moved: " << repack.repack_moves
+    << " (" << repack.repack_nodes_emptied << " nodes emptied)\n";
   return s.str();
 }
 
@@ -329,6 +362,19 @@ std::string replayJson(const ReplayResult& r) {
   j["mean_gpu_alloc_ratio"] = r.mean_gpu_alloc_ratio;
   j["mean_free_on_empty_share"] = r.mean_free_on_empty_share;
   j["decisions"] = r.decisions;
+  j["whole_node_pods"] = {{"gpus", r.whole_node_gpus},
+                          {"arrived", r.whole_node_pods},
+                          {"started", r.whole_node_started},
+                          {"mean_pending_s", r.whole_node_mean_pending_s},
+                          {"p99_pending_s", r.whole_node_p99_pending_s}};
+  j["repack"] = {{"moves_per_hour", r.repack_moves_per_hour},
+                 {"plans", r.repack_plans},
+                 {"moves", r.repack_moves},
+                 {"nodes_emptied", r.repack_nodes_emptied}};
+  for (const Migration& m : r.migrations) {
+    j["repack"]["migrations"].push_back(
+        {{"pod", m.pod_name}, {"from", m.from}, {"to", m.to}, {"reason", m.reason}});
+  }
   for (const SeriesPoint& p : r.series) {
     j["series"].push_back({{"t", p.t},
                            {"gpu_alloc_ratio", p.gpu_alloc_ratio},

@@ -38,6 +38,9 @@ Status writeFgdReport(const std::string& dir, const std::vector<FgdResult>& resu
 
 std::string replaySummary(const ReplayResult& r);
 std::string replayJson(const ReplayResult& r);
+// The same replay without (`base`) and with re-packing: free GPUs on empty nodes, whole-node pods'
+// pending time, all pods' pending time, pods moved.
+std::string repackComparison(const ReplayResult& base, const ReplayResult& repack);
 // Writes report.json, pending_time.svg, free_node_aggregation.svg, allocation.svg, summary.txt.
 Status writeReplayReport(const std::string& dir, const ReplayResult& r);
 

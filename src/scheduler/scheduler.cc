@@ -40,6 +40,7 @@ struct PodRecord {
   int64_t cpu = 0;  // effective (after proportional adjustment)
   int64_t mem = 0;
   int64_t creation_s = 0;
+  int64_t bound_s = 0;  // when it was bound (or last migrated)
   int idle_policy = -1;
   int64_t idle_since = -1;
   bool alive = false;
@@ -170,6 +171,164 @@ class SchedulerImpl final : public Scheduler {
       out.push_back(Eviction{id, p.name, nodes_[p.node].name, reason});
       unbind(id);
     }
+    return out;
+  }
+
+  RepackPlan planRepack(const RepackConfig& cfg, int64_t now_s) override {
+    RepackPlan plan;
+    if (cfg.max_moves <= 0) return plan;
+    const int min_gpus = std::max(1, cfg.min_node_gpus);
+    auto isEmpty = [&](const NodeState& n) { return n.gpus > 0 && n.full_free_gpus == n.gpus; };
+    int empty = 0;
+    for (const NodeState& n : nodes_) empty += n.gpus >= min_gpus && isEmpty(n);
+    if (cfg.target_empty_nodes > 0 && empty >= cfg.target_empty_nodes) return plan;
+    PodReq want;
+    if (cfg.for_pod) {
+      auto r = toReq(*cfg.for_pod);
+      if (!r.ok()) return plan;
+      want = *r;
+    }
+    // A node that, emptied, would host the pod it is for (and does not now).
+    auto wouldHost = [&](const NodeState& n) {
+      if (!cfg.for_pod) return true;
+      if (fits(n, want) || n.cpu_capacity < want.cpu_milli || n.mem_capacity < want.memory_mib)
+        return false;
+      return want.num_gpu == 0 ||
+             (n.type >= 0 && n.typeAllowed(want.types) && n.gpus >= want.num_gpu);
+    };
+    const int freed_target = cfg.for_pod ? 1 : std::numeric_limits<int>::max();
+    // Sources: nodes of the size asked for with GPUs in use whose every pod may move.
+    struct Source {
+      int node;
+      int pods;
+      int64_t gpu_used;
+    };
+    std::vector<Source> sources;
+    for (int n = 0; n < static_cast<int>(nodes_.size()); ++n) {
+      const NodeState& node = nodes_[n];
+      if (node.gpus < min_gpus || node.type < 0 || !wouldHost(node)) continue;
+      if (isEmpty(node) && !cfg.for_pod) continue;
+      const auto& on = node_pods_[n];
+      if (on.empty() || static_cast<int>(on.size()) > cfg.max_moves) continue;
+      const bool all_move = std::all_of(on.begin(), on.end(), [&](PodId id) {
+        const PodRecord& p = rec(id);
+        return p.tier >= cfg.min_tier && now_s - p.bound_s >= cfg.min_age_s &&
+               (!cfg.may_disrupt || cfg.may_disrupt(id));
+      });
+      if (!all_move) continue;
+      sources.push_back(
+          Source{n, static_cast<int>(on.size()),
+                 static_cast<int64_t>(node.gpus) * kMilliPerGpu - node.gpu_free_total});
+    }
+    // Fewest moves per node freed first; among equals the larger node, then the less to move.
+    std::sort(sources.begin(), sources.end(), [&](const Source& a, const Source& b) {
+      if (a.pods != b.pods) return a.pods < b.pods;
+      if (nodes_[a.node].gpus != nodes_[b.node].gpus)
+        return nodes_[a.node].gpus > nodes_[b.node].gpus;
+      if (a.gpu_used != b.gpu_used) return a.gpu_used < b.gpu_used;
+      return node_rank_[a.node] < node_rank_[b.node];
+    });
+    // Targets never include an empty GPU node (that only moves the hole) or a node being emptied.
+    std::vector<uint8_t> blocked(nodes_.size(), 0);
+    for (size_t n = 0; n < nodes_.size(); ++n) blocked[n] = isEmpty(nodes_[n]);
+    std::vector<uint8_t> received(nodes_.size(), 0);  // targets stay: never emptied after
+    std::vector<Applied> applied;  // every tentative move, undone before returning
+    constexpr int kMaxCandidates = 256;
+    std::vector<uint8_t> tried(nodes_.size(), 0);
+    std::vector<uint8_t> soft;  // blocked, and the untried sources as cheap to free as this one
+    for (const Source& src : sources) {
+      tried[static_cast<size_t>(src.node)] = 1;
+      if (static_cast<int>(plan.moves.size()) + src.pods > cfg.max_moves) continue;
+      if (cfg.target_empty_nodes > 0 && empty >= cfg.target_empty_nodes) break;
+      if (static_cast<int>(plan.nodes_emptied.size()) >= freed_target) break;
+      if (received[static_cast<size_t>(src.node)]) continue;
+      if (plan.candidates++ >= kMaxCandidates) break;
+      blocked[static_cast<size_t>(src.node)] = 1;
+      soft = blocked;
+      for (const Source& other : sources) {
+        if (other.pods > src.pods) break;  // sorted by pods
+        if (!tried[static_cast<size_t>(other.node)]) soft[static_cast<size_t>(other.node)] = 1;
+      }
+      std::vector<PodId> movers = node_pods_[src.node];
+      std::sort(movers.begin(), movers.end(), [&](PodId a, PodId b) {
+        return rec(a).req.gpuTotalMilli() != rec(b).req.gpuTotalMilli()
+                   ? rec(a).req.gpuTotalMilli() > rec(b).req.gpuTotalMilli()
+                   : a < b;
+      });
+      const size_t mark = applied.size();
+      bool ok = true;
+      for (const PodId id : movers) {
+        const PodRecord& p = rec(id);
+        Plan target;
+        const TypeMask mask = p.req.num_gpu > 0 ? TypeMask{1u} << nodes_[src.node].type : kAnyType;
+        // Rather not onto a node the next plans could free as cheaply; onto it if nowhere else.
+        exclude_ = &soft;
+        bool found = findNode(p.req, mask, &target);
+        exclude_ = &blocked;
+        if (!found) found = findNode(p.req, mask, &target);
+        exclude_ = nullptr;
+        if (!found) {
+          ok = false;
+          break;
+        }
+        applied.push_back(Applied{id, p.node, p.gpus, p.req});
+        moveTo(id, target.node, target.req, target.gpu);
+      }
+      if (ok) {
+        for (size_t i = mark; i < applied.size(); ++i)
+          received[static_cast<size_t>(rec(applied[i].pod).node)] = 1;
+      } else {
+        undoMoves(applied, mark);
+        blocked[static_cast<size_t>(src.node)] = isEmpty(nodes_[src.node]);
+        continue;
+      }
+      const NodeState& freed = nodes_[src.node];
+      plan.nodes_emptied.push_back(freed.name);
+      plan.gpu_milli_freed += static_cast<int64_t>(freed.gpus) * kMilliPerGpu;
+      ++empty;
+      char reason[160];
+      std::snprintf(reason, sizeof(reason), "re-packing frees node %s (%d GPUs): %zu pod(s) move",
+                    freed.name.c_str(), freed.gpus, movers.size());
+      for (size_t i = mark; i < applied.size(); ++i) {
+        const PodRecord& p = rec(applied[i].pod);
+        plan.moves.push_back(Migration{applied[i].pod, p.name, applied[i].from, p.node,
+                                       nodes_[applied[i].from].name, nodes_[p.node].name,
+                                       p.req.gpuTotalMilli(), reason});
+      }
+    }
+    undoMoves(applied, 0);
+    return plan;
+  }
+
+  Result<Placement> migrate(PodId id, int to_node, int64_t now_s) override {
+    PodRecord* live_pod = live(id);
+    if (live_pod == nullptr) {
+      return Status::notFound("no running pod with id " + std::to_string(id));
+    }
+    if (to_node < 0 || to_node >= static_cast<int>(nodes_.size()) || to_node == live_pod->node) {
+      return Status::invalidArgument("pod " + live_pod->name + ": bad target node");
+    }
+    if (live_pod->req.num_gpu > 0 && nodes_[to_node].type != nodes_[live_pod->node].type) {
+      return Status::invalidArgument("pod " + live_pod->name + ": target node " +
+                                     nodes_[to_node].name + " has another GPU type");
+    }
+    PodReq eff = live_pod->req;
+    if (!fits(nodes_[to_node], eff)) {
+      return Status::resourceExhausted("pod " + live_pod->name + " does not fit on " +
+                                       nodes_[to_node].name);
+    }
+    moveTo(id, to_node, eff, eff.sharing() ? bestFitGpu(nodes_[to_node], eff.gpu_milli) : -1);
+    PodRecord& p = rec(id);
+    p.bound_s = now_s;
+    Placement out;
+    Plan plan;
+    plan.node = p.node;
+    plan.req = p.req;
+    fillPlacement(out, plan);
+    out.gpu_indices = p.gpus;
+    out.pod = id;
+    out.queue = p.queue >= 0 ? queues_[p.queue].name : "";
+    out.tier = p.tier;
     return out;
   }
 
@@ -538,6 +697,7 @@ class SchedulerImpl final : public Scheduler {
     const bool random = policy_->isRandom();
     const bool first_tie = policy_->firstTie();
     auto consider = [&](int n) {
+      if (exclude_ != nullptr && (*exclude_)[static_cast<size_t>(n)]) return;
       PodReq eff;
       if (!proportional(nodes_[n], r, &eff) || !fits(nodes_[n], eff)) return;
       int gpu = -1;
@@ -737,6 +897,7 @@ class SchedulerImpl final : public Scheduler {
     record.cpu = plan.req.cpu_milli;
     record.mem = plan.req.memory_mib;
     record.creation_s = pod.creation_s != 0 ? pod.creation_s : now_s;
+    record.bound_s = now_s;
     record.alive = true;
     for (size_t i = 0; i < cfg_.scheduling.idle_reclaim.size(); ++i) {
       const auto& pol = cfg_.scheduling.idle_reclaim[i];
@@ -796,6 +957,40 @@ class SchedulerImpl final : public Scheduler {
     }
   }
 
+  // Moves a running pod's accounting to `node` (same GPU type for GPU pods, so its queue's use is
+  // unchanged), on the GPUs chooseGpus picks there.
+  void moveTo(PodId id, int node, const PodReq& req, int gpu) {
+    bindAccounting(id, -1);
+    PodRecord& p = rec(id);
+    p.node = node;
+    p.req = req;
+    p.cpu = req.cpu_milli;
+    p.mem = req.memory_mib;
+    p.gpus = chooseGpus(nodes_[node], req, gpu);
+    bindAccounting(id, +1);
+  }
+  // A tentative move of a re-packing plan and what undoes it.
+  struct Applied {
+    PodId pod;
+    int from;
+    std::vector<int> gpus;
+    PodReq req;
+  };
+  // Undoes applied[mark..] in reverse, so every node returns to its exact state.
+  void undoMoves(std::vector<Applied>& applied, size_t mark) {
+    for (size_t i = applied.size(); i-- > mark;) {
+      bindAccounting(applied[i].pod, -1);
+      PodRecord& p = rec(applied[i].pod);
+      p.node = applied[i].from;
+      p.gpus = applied[i].gpus;
+      p.req = applied[i].req;
+      p.cpu = p.req.cpu_milli;
+      p.mem = p.req.memory_mib;
+      bindAccounting(applied[i].pod, +1);
+    }
+    applied.resize(mark);
+  }
+
   void unbind(PodId id) {
     bindAccounting(id, -1);
     PodRecord& p = rec(id);
@@ -845,6 +1040,7 @@ class SchedulerImpl final : public Scheduler {
   FragModel full_model_;
   const FragModel* stats_model_ = nullptr;
   std::unique_ptr<Policy> policy_;
+  const std::vector<uint8_t>* exclude_ = nullptr;  // findNode skips these nodes (re-packing)
 };
 
 }  // namespace

@@ -12,7 +12,9 @@
 // Thread-safety: none; one engine is driven by one thread (the extender serialises decisions the
 // way kube-scheduler does). Decisions never throw and never allocate per node.
 
+#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -38,6 +40,24 @@ struct SchedulerConfig {
   // GPUs unallocated on the default list instead of ~330). The infera policy always uses every
   // shape, memory included.
   double fgd_typical_coverage = 0.95;
+};
+
+// Live re-packing: which pods may move so that whole GPU nodes come free for the next
+// whole-node job. A plan empties nodes fewest moves first (more GPUs first among equals).
+struct RepackConfig {
+  int max_moves = 10;                 // pods moved by one plan (callers spread a per-hour budget)
+  Tier min_tier = Tier::kBestEffort;  // only pods of this tier or a more preemptible one move
+  int64_t min_age_s = 1800;           // never a pod bound less than this long ago
+  int min_node_gpus = 0;              // only nodes with at least this many GPUs are emptied
+  // Stop once this many such nodes have every GPU free (counting those already empty); 0 = no
+  // target, empty as many as the moves allow.
+  int target_empty_nodes = 0;
+  // For one waiting pod: empty (at most) one node that would then host it (its GPU types, CPU and
+  // memory), among the nodes where it does not fit now. Empty = for the next whole-node job.
+  std::optional<PodSpec> for_pod;
+  // Disruption budgets (Kubernetes PodDisruptionBudgets): false = this pod must not move now.
+  // Empty = no budgets.
+  std::function<bool(PodId)> may_disrupt;
 };
 
 class Scheduler {
@@ -69,6 +89,15 @@ class Scheduler {
   // at `now_s`; those pods are evicted and returned with their reason.
   virtual void recordUtilization(PodId pod, double utilization, int64_t now_s) = 0;
   virtual std::vector<Eviction> reclaimIdle(int64_t now_s) = 0;
+
+  // Proposes moves that empty GPU nodes (see RepackConfig); changes nothing. A pod moves only to a
+  // node of its own GPU type that already has GPUs in use (never into another empty node), and only
+  // when every pod on its node can move, so each accepted node comes free entirely.
+  virtual RepackPlan planRepack(const RepackConfig& cfg, int64_t now_s) = 0;
+  // Moves running pod `pod` to node `to_node` (a migration: the pod keeps its id, queue and tier).
+  // kNotFound for an unknown pod; kInvalidArgument for a bad node, the same node, or another GPU
+  // type; kResourceExhausted when it does not fit there.
+  virtual Result<Placement> migrate(PodId pod, int to_node, int64_t now_s) = 0;
 
   virtual ClusterStats stats() const = 0;
   // Nodes whose GPUs would be needed to hold every tier-0 guarantee at once (largest nodes first).

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <deque>
+#include <limits>
 #include <queue>
 #include <unordered_map>
 #include <unordered_set>
@@ -292,6 +294,11 @@ Result<ReplayResult> runReplay(const std::vector<NodeSpec>& nodes, const std::ve
   std::priority_queue<Dep, std::vector<Dep>, std::greater<>> departures;
   std::vector<size_t> pending;                        // kept ordered by (tier, creation)
   std::unordered_map<PodId, size_t> id_to_pod_index;  // running pods
+  for (const NodeSpec& n : nodes) out.whole_node_gpus = std::max(out.whole_node_gpus, n.gpus);
+  std::vector<double> whole_node_pending;
+  for (const PodSpec& p : pods) {
+    out.whole_node_pods += out.whole_node_gpus > 1 && p.num_gpu >= out.whole_node_gpus;
+  }
   auto record = [&](size_t i, const Placement& p, int64_t now) {
     PodSim& s = sim[i];
     s.id = p.pod;
@@ -302,6 +309,9 @@ Result<ReplayResult> runReplay(const std::vector<NodeSpec>& nodes, const std::ve
       s.first_start_s = now;
       ++out.scheduled;
       out.pending_times_s.push_back(static_cast<double>(now - pods[i].creation_s));
+      if (out.whole_node_gpus > 1 && pods[i].num_gpu >= out.whole_node_gpus) {
+        whole_node_pending.push_back(static_cast<double>(now - pods[i].creation_s));
+      }
     }
     id_to_pod_index[p.pod] = i;
     if (s.remaining_s >= 0) departures.push({now + s.remaining_s, i});
@@ -378,11 +388,73 @@ Result<ReplayResult> runReplay(const std::vector<NodeSpec>& nodes, const std::ve
       retry_due = true;
     }
   };
+  // Re-packing: plans every repack_interval_s within the budget of the last hour.
+  out.repack_moves_per_hour = cfg.repack_moves_per_hour;
+  const bool repacking = cfg.repack_moves_per_hour > 0 && cfg.repack_interval_s > 0;
+  int64_t next_repack = repacking ? cfg.repack_interval_s : std::numeric_limits<int64_t>::max();
+  std::deque<int64_t> move_times;  // of the moves in the last hour
+  auto repack = [&](int64_t now) {
+    while (!move_times.empty() && move_times.front() <= now - 3600) move_times.pop_front();
+    const int budget = cfg.repack_moves_per_hour - static_cast<int>(move_times.size());
+    if (budget <= 0) return;
+    RepackConfig rc = cfg.repack;
+    rc.max_moves = budget;
+    if (rc.min_node_gpus <= 0) rc.min_node_gpus = out.whole_node_gpus;
+    // On demand: one plan per waiting whole-node pod that no node can take now (oldest first),
+    // each emptying one node that would host it. Otherwise one plan for the next such pod.
+    std::vector<const PodSpec*> wanting;
+    if (rc.target_empty_nodes <= 0 && cfg.repack_on_demand) {
+      std::vector<size_t> waiting;
+      for (const size_t i : pending) {
+        if (!sim[i].done && pods[i].num_gpu >= rc.min_node_gpus) waiting.push_back(i);
+      }
+      std::sort(waiting.begin(), waiting.end(), [&](size_t a, size_t b) {
+        return pods[a].creation_s != pods[b].creation_s ? pods[a].creation_s < pods[b].creation_s
+                                                        : a < b;
+      });
+      for (const size_t i : waiting) {
+        if (static_cast<int>(wanting.size()) >= budget) break;
+        const auto d = engine->decide(pods[i], now);
+        if (!d.ok() && d.status().code() == StatusCode::kResourceExhausted)
+          wanting.push_back(&pods[i]);
+      }
+      if (wanting.empty()) return;
+    } else {
+      wanting.push_back(nullptr);
+    }
+    bool moved = false;
+    for (const PodSpec* want : wanting) {
+      rc.max_moves = cfg.repack_moves_per_hour - static_cast<int>(move_times.size());
+      if (rc.max_moves <= 0) break;
+      if (want != nullptr) rc.for_pod = *want;
+      const RepackPlan plan = engine->planRepack(rc, now);
+      if (plan.moves.empty()) continue;
+      ++out.repack_plans;
+      out.repack_nodes_emptied += static_cast<int>(plan.nodes_emptied.size());
+      for (const Migration& m : plan.moves) {
+        const auto it = id_to_pod_index.find(m.pod);
+        if (it == id_to_pod_index.end() || !engine->migrate(m.pod, m.to_node, now).ok()) continue;
+        PodSim& s = sim[it->second];
+        if (s.remaining_s >= 0) {
+          s.remaining_s =
+              std::max<int64_t>(0, s.remaining_s - (now - s.started_s)) + cfg.repack_restart_s;
+          departures.push({now + s.remaining_s, it->second});
+        }
+        s.started_s = now;
+        ++out.repack_moves;
+        move_times.push_back(now);
+        moved = true;
+        if (out.migrations.size() < cfg.max_evictions_listed) out.migrations.push_back(m);
+      }
+    }
+    if (moved) retrySoon(now);
+  };
   while (next_arrival < pods.size() || next_sample <= end_s) {
     int64_t now = next_sample;
     if (next_arrival < pods.size()) now = std::min(now, pods[next_arrival].creation_s);
     if (!departures.empty()) now = std::min(now, departures.top().first);
     if (retry_due) now = std::min(now, next_retry);
+    now = std::min(now, next_repack);
     bool freed = false;
     while (!departures.empty() && departures.top().first <= now) {
       const size_t i = departures.top().second;
@@ -400,6 +472,10 @@ Result<ReplayResult> runReplay(const std::vector<NodeSpec>& nodes, const std::ve
       const size_t i = next_arrival++;
       sim[i].pending = true;
       if (!trySchedule(i, now) && !sim[i].done) pending.push_back(i);
+    }
+    if (now == next_repack) {
+      repack(now);
+      next_repack += cfg.repack_interval_s;
     }
     if (now == next_sample) {
       if (cfg.utilization_model) {
@@ -453,6 +529,21 @@ Result<ReplayResult> runReplay(const std::vector<NodeSpec>& nodes, const std::ve
     const size_t k = std::min(sorted.size() - 1, static_cast<size_t>(0.99 * sorted.size()));
     std::nth_element(sorted.begin(), sorted.begin() + static_cast<long>(k), sorted.end());
     out.p99_pending_s = sorted[k];
+  }
+  out.whole_node_started = static_cast<int>(whole_node_pending.size());
+  for (size_t i = 0; i < pods.size(); ++i) {
+    if (out.whole_node_gpus > 1 && pods[i].num_gpu >= out.whole_node_gpus &&
+        sim[i].first_start_s < 0) {
+      whole_node_pending.push_back(static_cast<double>(end_s - pods[i].creation_s));
+    }
+  }
+  if (!whole_node_pending.empty()) {
+    double sum = 0;
+    for (const double w : whole_node_pending) sum += w;
+    out.whole_node_mean_pending_s = sum / whole_node_pending.size();
+    std::sort(whole_node_pending.begin(), whole_node_pending.end());
+    out.whole_node_p99_pending_s = whole_node_pending[std::min(
+        whole_node_pending.size() - 1, static_cast<size_t>(0.99 * whole_node_pending.size()))];
   }
   if (!out.series.empty()) {
     out.mean_gpu_alloc_ratio = ratio_sum / out.series.size();

@@ -10,6 +10,7 @@
 
 #include "core/status.h"
 #include "scheduler/queues.h"
+#include "scheduler/scheduler.h"
 #include "scheduler/types.h"
 
 namespace infera::sched {
@@ -96,6 +97,16 @@ struct ReplayConfig {
   // Synthetic utilisation model for idle reclaim (see docs/scheduler.md).
   bool utilization_model = true;
   size_t max_evictions_listed = 200;
+  // Live re-packing (off at 0): every repack_interval_s the planner (Scheduler::planRepack, with
+  // `repack`'s limits) may move as many pods as the hour's budget has left; each moved pod
+  // restarts on its new node, keeping its remaining run time plus repack_restart_s.
+  int repack_moves_per_hour = 0;
+  int64_t repack_interval_s = 300;
+  int64_t repack_restart_s = 60;
+  RepackConfig repack;  // max_moves is set from the budget; min_node_gpus 0 = the largest node's
+  // With repack.target_empty_nodes 0: plan only while whole-node pods wait, for as many empty
+  // nodes as there are such pods waiting (false: empty as many as the budget allows).
+  bool repack_on_demand = true;
   ProgressFn progress;
 };
 
@@ -131,6 +142,20 @@ struct ReplayResult {
   std::vector<SeriesPoint> series;
   std::vector<Eviction> evictions;      // first max_evictions_listed, with reasons
   std::vector<double> pending_times_s;  // per pod that started
+  // Whole-node pods: those asking for as many GPUs as the largest node has (8 on the trace).
+  int whole_node_gpus = 0;
+  int whole_node_pods = 0;     // arrived
+  int whole_node_started = 0;  // started at least once
+  // Over every arrived whole-node pod: one never started counts its wait until the end of the run
+  // (a lower bound), so runs that start different numbers of them compare fairly.
+  double whole_node_mean_pending_s = 0;
+  double whole_node_p99_pending_s = 0;
+  // Re-packing (repack_moves_per_hour > 0).
+  int repack_moves_per_hour = 0;
+  int repack_plans = 0;               // plans that proposed at least one move
+  int repack_moves = 0;               // pods moved
+  int repack_nodes_emptied = 0;       // nodes the applied plans emptied
+  std::vector<Migration> migrations;  // first max_evictions_listed, with reasons
 };
 
 Result<ReplayResult> runReplay(const std::vector<NodeSpec>& nodes, const std::vector<PodSpec>& pods,

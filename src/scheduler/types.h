@@ -72,6 +72,27 @@ struct Placement {
   std::vector<Eviction> evicted;  // victims preempted to make room (empty unless tier 0)
 };
 
+// One move of a re-packing plan (Scheduler::planRepack): a running pod restarted on another node.
+struct Migration {
+  PodId pod = 0;
+  std::string pod_name;
+  int from_node = -1;
+  int to_node = -1;
+  std::string from;  // node names
+  std::string to;
+  int64_t gpu_milli = 0;  // the pod's GPU demand
+  std::string reason;     // "frees node X (8 GPUs): 2 of its 2 pods move"
+};
+
+// A re-packing proposal: the moves in order (each target is checked against the cluster as the
+// moves before it leave it) and what they free. Nothing is changed until the caller migrates.
+struct RepackPlan {
+  std::vector<Migration> moves;
+  std::vector<std::string> nodes_emptied;  // GPU nodes whose GPUs all come free
+  int64_t gpu_milli_freed = 0;             // on those nodes
+  int candidates = 0;                      // nodes that were tried
+};
+
 struct ClusterStats {
   int nodes = 0;
   int64_t gpu_milli_capacity = 0;

@@ -115,3 +115,10 @@ gpu_pod_json() {
     process.stdout.write(JSON.stringify(p));
   ' "$FIXTURES/gpu-pod.json" "$@"
 }
+
+# has_event POD REASON TEXT: an Event in namespace ml on POD with REASON whose message has TEXT.
+has_event() {
+  k get events -n ml -o json | node -e '
+    let s="";process.stdin.on("data",d=>s+=d).on("end",()=>{const [pod,reason,text]=process.argv.slice(1);
+    process.exit(JSON.parse(s).items.some(e=>e.involvedObject.name===pod&&e.reason===reason&&e.message.includes(text))?0:1)})' "$1" "$2" "$3"
+}

@@ -52,11 +52,6 @@ YAML
 }
 bound() { [[ -n "$(k get pod "$1" -n ml -o jsonpath='{.spec.nodeName}' 2>/dev/null)" ]]; }
 gone() { ! k get pod "$1" -n ml >/dev/null 2>&1; }
-has_event() {  # has_event POD REASON TEXT
-  k get events -n ml -o json | node -e '
-    let s="";process.stdin.on("data",d=>s+=d).on("end",()=>{const [pod,reason,text]=process.argv.slice(1);
-    process.exit(JSON.parse(s).items.some(e=>e.involvedObject.name===pod&&e.reason===reason&&e.message.includes(text))?0:1)})' "$1" "$2" "$3"
-}
 
 # Dry run first: it warns and reports, evicts nothing.
 serve dry true

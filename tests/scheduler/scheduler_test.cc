@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <map>
+#include <tuple>
 
 namespace infera::sched {
 namespace {
@@ -469,6 +471,186 @@ TEST(SchedulerTest, RejectsMalformedPods) {
   PodSpec ladder = gpuPod("q", 1);
   ladder.min_gpu_type = "A10";  // no ladder configured
   EXPECT_EQ(engine->schedule(ladder).status().code(), StatusCode::kInvalidArgument);
+}
+
+// Four 8-GPU A10 nodes and one T4 node: n0 holds one 2-GPU pod, n1 two 2-GPU pods, n2 one 1-GPU
+// pod, n3 is empty; every pod tier 2 and bound at t=0.
+struct RepackCluster {
+  std::unique_ptr<Scheduler> engine;
+  std::map<std::string, PodId> ids;
+};
+RepackCluster repackCluster(Tier tier = Tier::kBestEffort) {
+  RepackCluster c;
+  c.engine = makeEngine({gpuNode("n0", "A10", 8), gpuNode("n1", "A10", 8), gpuNode("n2", "A10", 8),
+                         gpuNode("n3", "A10", 8), gpuNode("t0", "T4", 8)});
+  struct At {
+    const char* pod;
+    int gpus;
+    const char* node;
+  };
+  for (const At& a : {At{"a", 2, "n0"}, At{"b", 2, "n1"}, At{"c", 2, "n1"}, At{"d", 1, "n2"}}) {
+    PodSpec p = gpuPod(a.pod, a.gpus);
+    p.tier = tier;
+    auto held = c.engine->assume(p, a.node, 0);
+    EXPECT_TRUE(held.ok()) << held.status().message();
+    if (held.ok()) c.ids[a.pod] = held->pod;
+  }
+  return c;
+}
+
+TEST(SchedulerTest, RepackPlanEmptiesNodesFewestMovesFirstAndChangesNothing) {
+  RepackCluster c = repackCluster();
+  const ClusterStats before = c.engine->stats();
+  RepackConfig cfg;
+  cfg.max_moves = 1;
+  cfg.min_age_s = 600;
+  const RepackPlan one = c.engine->planRepack(cfg, 3600);
+  // One move frees a node: n0 (its 2-GPU pod) or n2 (its 1-GPU pod); the one with less to move.
+  ASSERT_EQ(one.moves.size(), 1u);
+  EXPECT_EQ(one.moves[0].pod_name, "d");
+  EXPECT_EQ(one.moves[0].from, "n2");
+  // Never into the empty node (that only moves the hole) nor onto another GPU type.
+  EXPECT_TRUE(one.moves[0].to == "n0" || one.moves[0].to == "n1") << one.moves[0].to;
+  EXPECT_EQ(one.nodes_emptied, std::vector<std::string>{"n2"});
+  EXPECT_EQ(one.gpu_milli_freed, 8000);
+  EXPECT_NE(one.moves[0].reason.find("frees node n2 (8 GPUs)"), std::string::npos);
+  // A plan commits nothing.
+  const ClusterStats after = c.engine->stats();
+  EXPECT_EQ(after.gpu_milli_allocated, before.gpu_milli_allocated);
+  EXPECT_EQ(after.empty_gpu_nodes, before.empty_gpu_nodes);
+  // Three moves: n2 and n0 come free (1 + 1 moves); n1 would need 2 more.
+  cfg.max_moves = 3;
+  const RepackPlan two = c.engine->planRepack(cfg, 3600);
+  EXPECT_EQ(two.moves.size(), 2u);
+  EXPECT_EQ(two.nodes_emptied.size(), 2u);
+  // Stop at a target of empty nodes: n3 and t0 are two already.
+  cfg.target_empty_nodes = 3;
+  EXPECT_EQ(c.engine->planRepack(cfg, 3600).moves.size(), 1u);
+  cfg.target_empty_nodes = 2;
+  EXPECT_TRUE(c.engine->planRepack(cfg, 3600).moves.empty());
+}
+
+TEST(SchedulerTest, MigratingAPlanFreesAWholeNodeForAnEightGpuPod) {
+  RepackCluster c = repackCluster();
+  // Fill the empty node: no 8-GPU pod fits any more.
+  PodSpec filler = gpuPod("filler", 1);
+  filler.tier = Tier::kShared;
+  ASSERT_TRUE(c.engine->assume(filler, "n3", 0).ok());
+  PodSpec big = gpuPod("big", 8);
+  big.gpu_types = {"A10"};
+  EXPECT_EQ(c.engine->decide(big).status().code(), StatusCode::kResourceExhausted);
+  RepackConfig cfg;
+  cfg.max_moves = 1;
+  cfg.min_age_s = 0;
+  const RepackPlan plan = c.engine->planRepack(cfg, 100);
+  ASSERT_EQ(plan.moves.size(), 1u);
+  for (const Migration& m : plan.moves) {
+    auto moved = c.engine->migrate(m.pod, m.to_node, 100);
+    ASSERT_TRUE(moved.ok()) << moved.status().message();
+    EXPECT_EQ(moved->pod, m.pod);  // a migration keeps the pod's id
+    EXPECT_EQ(moved->node_name, m.to);
+  }
+  EXPECT_EQ(c.engine->stats().empty_gpu_nodes, 2);  // t0 (T4) and the one just freed
+  auto placed = c.engine->schedule(big);
+  ASSERT_TRUE(placed.ok()) << placed.status().message();
+  EXPECT_EQ(placed->node_name, plan.nodes_emptied[0]);
+  // The moved pod is still accounted: releasing it frees its GPU on its new node.
+  ASSERT_TRUE(c.engine->release(plan.moves[0].pod).isOk());
+}
+
+TEST(SchedulerTest, RepackForAWaitingPodEmptiesOneNodeThatWouldHostIt) {
+  RepackCluster c = repackCluster();
+  PodSpec filler = gpuPod("filler", 1);
+  ASSERT_TRUE(c.engine->assume(filler, "n3", 0).ok());  // no empty A10 node left
+  RepackConfig cfg;
+  cfg.max_moves = 10;
+  cfg.min_age_s = 0;
+  PodSpec want = gpuPod("want", 8);
+  want.gpu_types = {"A10"};
+  cfg.for_pod = want;
+  const RepackPlan plan = c.engine->planRepack(cfg, 10);
+  ASSERT_EQ(plan.nodes_emptied.size(), 1u);  // one node for one pod, though the budget allows more
+  EXPECT_EQ(plan.nodes_emptied[0], "n2");    // the cheapest A10 node to free
+  for (const Migration& m : plan.moves) EXPECT_NE(m.to, "t0");
+  // Without the pod: as many nodes as the moves allow.
+  cfg.for_pod.reset();
+  EXPECT_GE(c.engine->planRepack(cfg, 10).nodes_emptied.size(), 2u);
+  // A T4 pod already fits on the empty T4 node: nothing to do.
+  want.gpu_types = {"T4"};
+  cfg.for_pod = want;
+  EXPECT_TRUE(c.engine->planRepack(cfg, 10).moves.empty());
+  // More CPU than any node has: no node would host it, however empty.
+  want.gpu_types = {"A10"};
+  want.cpu_milli = 1'000'000;
+  cfg.for_pod = want;
+  EXPECT_TRUE(c.engine->planRepack(cfg, 10).moves.empty());
+}
+
+TEST(SchedulerTest, RepackMovesOnlyOldEnoughPreemptiblePodsOutsideTheirDisruptionBudgets) {
+  RepackConfig cfg;
+  cfg.max_moves = 10;
+  cfg.min_age_s = 600;
+  {
+    RepackCluster c = repackCluster(Tier::kShared);  // tier 1: not preemptible
+    EXPECT_TRUE(c.engine->planRepack(cfg, 3600).moves.empty());
+    cfg.min_tier = Tier::kShared;  // the operator allows tier 1 to move
+    EXPECT_FALSE(c.engine->planRepack(cfg, 3600).moves.empty());
+    cfg.min_tier = Tier::kBestEffort;
+  }
+  RepackCluster c = repackCluster();
+  EXPECT_TRUE(c.engine->planRepack(cfg, 599).moves.empty());  // every pod younger than 600 s
+  // A budget protects d: n2 cannot come free, n0 and then n1 can.
+  const PodId d = c.ids["d"];
+  cfg.may_disrupt = [d](PodId id) { return id != d; };
+  const RepackPlan plan = c.engine->planRepack(cfg, 3600);
+  for (const Migration& m : plan.moves) {
+    EXPECT_NE(m.pod, d);
+    EXPECT_NE(m.to, "n3");
+  }
+  EXPECT_EQ(std::count(plan.nodes_emptied.begin(), plan.nodes_emptied.end(), "n2"), 0);
+  EXPECT_FALSE(plan.nodes_emptied.empty());
+}
+
+TEST(SchedulerTest, RepackSkipsANodeWhosePodsCannotAllMoveAndUndoesItsTrials) {
+  // n0: two 3-GPU pods; n1: one 4-GPU pod. Freeing n1 fails at once (2 GPUs free on n0); freeing
+  // n0 moves the first 3-GPU pod to n1 on trial, then finds no room for the second: n0 is not
+  // proposed and the trial is undone.
+  auto engine = makeEngine({gpuNode("n0", "A10", 8), gpuNode("n1", "A10", 8)});
+  for (const auto& [pod, gpus, node] :
+       {std::tuple{"p1", 3, "n0"}, std::tuple{"p2", 3, "n0"}, std::tuple{"q", 4, "n1"}}) {
+    PodSpec p = gpuPod(pod, gpus);
+    p.tier = Tier::kBestEffort;
+    ASSERT_TRUE(engine->assume(p, node, 0).ok());
+  }
+  RepackConfig cfg;
+  cfg.min_age_s = 0;
+  const RepackPlan plan = engine->planRepack(cfg, 10);
+  EXPECT_TRUE(plan.moves.empty());
+  EXPECT_EQ(plan.candidates, 2);
+  // Nothing moved: n1 still has 4 GPUs free and n0 two.
+  auto four = engine->schedule(gpuPod("four", 4));
+  ASSERT_TRUE(four.ok());
+  EXPECT_EQ(four->node_name, "n1");
+  auto two = engine->schedule(gpuPod("two", 2));
+  ASSERT_TRUE(two.ok());
+  EXPECT_EQ(two->node_name, "n0");
+  EXPECT_EQ(engine->stats().gpu_milli_allocated, 16000);
+}
+
+TEST(SchedulerTest, MigrateRefusesUnknownPodsBadTargetsOtherTypesAndFullNodes) {
+  RepackCluster c = repackCluster();
+  const PodId a = c.ids["a"];  // on n0 (node 0)
+  EXPECT_EQ(c.engine->migrate(a + (1ull << 40), 1, 0).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(c.engine->migrate(a, 0, 0).status().code(), StatusCode::kInvalidArgument);   // same
+  EXPECT_EQ(c.engine->migrate(a, 99, 0).status().code(), StatusCode::kInvalidArgument);  // none
+  EXPECT_EQ(c.engine->migrate(a, 4, 0).status().code(), StatusCode::kInvalidArgument);   // T4
+  PodSpec full = gpuPod("full", 8);
+  ASSERT_TRUE(c.engine->assume(full, "n3", 0).ok());
+  EXPECT_EQ(c.engine->migrate(a, 3, 0).status().code(), StatusCode::kResourceExhausted);
+  auto ok = c.engine->migrate(a, 1, 0);
+  ASSERT_TRUE(ok.ok()) << ok.status().message();
+  EXPECT_EQ(ok->node_name, "n1");
+  EXPECT_EQ(ok->gpu_indices.size(), 2u);
 }
 
 }  // namespace

@@ -103,6 +103,20 @@ Result<ServeConfig> parseServeConfigString(const std::string& yaml_text) {
     c.optional("warn_before_s", rc.warn_before_s, 0, 30 * 86'400);
     c.optional("dry_run", rc.dry_run);
   });
+  r.object("repack", [&](ConfigReader& c) {
+    RepackServeConfig& rp = cfg.repack;
+    rp.enabled = true;
+    c.optional("enabled", rp.enabled);
+    c.optional("interval_ms", rp.interval_ms, 10, 86'400'000);
+    c.optional("max_moves", rp.max_moves, 1, 10'000);
+    c.optional("min_age_s", rp.min_age_s, 0, 30 * 86'400);
+    c.optional("min_tier", rp.min_tier, 0, 2);
+    c.optional("node_gpus", rp.node_gpus, 0, kMaxGpusPerNode);
+    c.optional("target_empty_nodes", rp.target_empty_nodes, 0, 1'000'000);
+    bool dry_run = true;
+    c.optional("dry_run", dry_run);
+    if (!dry_run) c.error("dry_run", "only recommendations (dry_run: true) are built so far");
+  });
   r.object("scheduling", [&](ConfigReader& s) { readSchedulingConfig(s, cfg.scheduling); });
   r.finish();
   INFERA_RETURN_IF_ERROR(errors.toStatus());

@@ -54,6 +54,7 @@ struct CachedPod {
   int64_t idle_since_s = -1;       // idle reclaim: first idle sample of the current idle stretch
   int64_t warned_s = -1;           // ... when the IdleReclaimWarning Event was posted
   bool reclaimed = false;          // ... evicted (or, dry run, reported) once
+  std::string repack_to;           // re-packing: the node last recommended for it ("" = none)
   bool accountable() const {
     return !pod.terminal() && (!pod.node_name.empty() || !assumed_node.empty());
   }
@@ -111,6 +112,12 @@ struct Metrics {
         metric_queries(r.counterFamily("infera_sched_gpu_metric_queries_total",
                                        "Prometheus queries for GPU utilisation, by result",
                                        {"result"})),
+        repack_plans(r.counterFamily("infera_sched_repack_plans_total",
+                                     "Re-packing plans made (recommendations only)")),
+        repack_moves(r.gaugeFamily("infera_sched_repack_recommended_moves",
+                                   "Pod moves the last re-packing plan recommends")),
+        repack_nodes(r.gaugeFamily("infera_sched_repack_freeable_nodes",
+                                   "GPU nodes the last re-packing plan would empty")),
         leader(r.gaugeFamily("infera_sched_leader",
                              "1 while this replica holds the scheduler's Lease (or has no "
                              "leader election)")) {
@@ -134,6 +141,9 @@ struct Metrics {
   obs::Family* idle_reclaims;
   obs::Family* reclaimed_gpu_seconds;
   obs::Family* metric_queries;
+  obs::Family* repack_plans;
+  obs::Family* repack_moves;
+  obs::Family* repack_nodes;
   obs::Family* leader;
 };
 
@@ -178,6 +188,7 @@ class Controller {
     net::spawn(ctx_, watchLoop(Kind::kPods), "kube pod watch");
     net::spawn(ctx_, scheduleLoop(), "kube schedule loop");
     if (prometheus_) net::spawn(ctx_, reclaimLoop(), "kube idle reclaim");
+    if (cfg_.repack.enabled) net::spawn(ctx_, repackLoop(), "kube re-packing");
   }
 
   void stop() {
@@ -965,6 +976,56 @@ class Controller {
             (r.ok() ? "HTTP " + std::to_string(r->status) : r.status().message()) + ")";
         co_await postEvent(pod, "Warning", "IdleReclaimRefused", message);
       }
+    }
+  }
+
+  // --- re-packing (recommendations) -----------------------------------------------------------
+
+  Task<void> repackLoop() {
+    asio::steady_timer timer(ctx_);
+    while (!stopping_) {
+      co_await sleepFor(timer, cfg_.repack.interval_ms);
+      if (stopping_ || !leader_ || !pods_synced_ || !nodes_synced_ || !engine_) continue;
+      co_await repackPass();
+    }
+  }
+
+  Task<void> repackPass() {
+    const RepackServeConfig& rp = cfg_.repack;
+    RepackConfig rc;
+    rc.max_moves = rp.max_moves;
+    rc.min_age_s = rp.min_age_s;
+    rc.min_tier = static_cast<Tier>(rp.min_tier);
+    rc.min_node_gpus = rp.node_gpus;
+    if (rc.min_node_gpus <= 0) {
+      for (const auto& [name, n] : nodes_)
+        rc.min_node_gpus = std::max(rc.min_node_gpus, n.spec.gpus);
+    }
+    rc.target_empty_nodes = rp.target_empty_nodes;
+    const RepackPlan plan = engine_->planRepack(rc, wallSeconds());
+    m_.repack_plans->counter()->inc(0);
+    m_.repack_moves->gauge()->set(static_cast<double>(plan.moves.size()));
+    m_.repack_nodes->gauge()->set(static_cast<double>(plan.nodes_emptied.size()));
+    std::set<std::string> recommended;
+    std::vector<std::pair<KubePod, std::string>> events;
+    for (const Migration& m : plan.moves) {
+      const auto key = by_engine_id_.find(m.pod);
+      if (key == by_engine_id_.end()) continue;
+      const auto it = pods_.find(key->second);
+      if (it == pods_.end()) continue;
+      recommended.insert(key->second);
+      if (it->second.repack_to == m.to) continue;  // said already
+      it->second.repack_to = m.to;
+      events.emplace_back(it->second.pod, "recommend moving to " + m.to + ": " + m.reason +
+                                              " (dry run: nothing is moved)");
+      INFERA_LOG(logger(), info, "re-packing recommends moving {} from {} to {}: {}", key->second,
+                 m.from, m.to, m.reason);
+    }
+    for (auto& [key, c] : pods_) {
+      if (!recommended.count(key)) c.repack_to.clear();
+    }
+    for (const auto& [pod, message] : events) {
+      co_await postEvent(pod, "Normal", "RepackRecommended", message);
     }
   }
 

@@ -104,6 +104,20 @@ struct ReclaimConfig {
   bool dry_run = false;
 };
 
+// Live re-packing, as a recommendation (dry run): every interval the engine's planner
+// (Scheduler::planRepack) proposes moves that empty whole GPU nodes; each proposed move is posted
+// as a Normal Event (RepackRecommended) on the pod when the proposal for it changes, and counted
+// in infera_sched_repack_* metrics. Nothing is moved: carrying moves out is not built yet.
+struct RepackServeConfig {
+  bool enabled = false;
+  int interval_ms = 300'000;
+  int max_moves = 10;          // per plan
+  int min_age_s = 1800;        // since the scheduler bound (or first saw) the pod
+  int min_tier = 2;            // 2 = only preemptible pods
+  int node_gpus = 0;           // only nodes with at least this many GPUs (0 = the largest)
+  int target_empty_nodes = 0;  // 0 = no target
+};
+
 struct ServeConfig {
   KubeConfig kube;
   std::string policy = "infera";
@@ -112,6 +126,7 @@ struct ServeConfig {
   WebhookConfig webhook;
   LeaderElectionConfig leader_election;
   ReclaimConfig reclaim;
+  RepackServeConfig repack;
 };
 
 // The sched.yaml of `infera sched serve`: kube:, policy:, metrics:, webhook:, leader_election:
