@@ -37,7 +37,8 @@ struct NodeState {
   int gpus = 0;
   int type = -1;  // interned GPU model, -1 for CPU-only
   std::array<int16_t, kMaxGpusPerNode> gpu_free{};
-  int gpu_free_total = 0;  // milli
+  std::array<int16_t, kMaxGpusPerNode> sorted_free{};  // gpu_free, descending (FragModel's key)
+  int gpu_free_total = 0;                              // milli
   int full_free_gpus = 0;
   int pods = 0;
   // GPU-clustering bookkeeping: running pods per shape class (see shapeClass).
@@ -116,7 +117,9 @@ class FragModel {
     std::vector<Member> members;
     double weight;
   };
-  double lookup(int type, int64_t cpu_free, int64_t mem_free, const int16_t* free, int gpus) const;
+  // `sorted`: kMaxGpusPerNode entries, the node's free milli-GPU in descending order, then zeros.
+  double lookup(int type, int64_t cpu_free, int64_t mem_free, const int16_t* sorted,
+                int gpus) const;
   double compute(int type, int cpu_rank, int mem_rank, const int16_t* sorted_free, int gpus) const;
 
   std::vector<Class> classes_;
@@ -124,10 +127,13 @@ class FragModel {
   double cpu_only_weight_ = 0;
   std::vector<int64_t> cpu_thresholds_;
   std::vector<int64_t> mem_thresholds_;
-  // Open-addressing memo.
-  mutable std::vector<Key> keys_;
-  mutable std::vector<double> values_;
-  mutable std::vector<uint8_t> used_;
+  // Open-addressing memo; key and value side by side so a probe touches one place. A used slot's
+  // key has bit 63 of w[0] set (an empty slot is all zero).
+  struct Slot {
+    Key key;
+    double value;
+  };
+  mutable std::vector<Slot> slots_;
   mutable size_t size_ = 0;
 };
 

@@ -2,6 +2,7 @@
 // CPU/memory fit reduces to comparing threshold ranks, so a node state is keyed by (type, ranks,
 // sorted free GPUs) and memoised.
 #include <algorithm>
+#include <cstring>
 #include <map>
 #include <tuple>
 
@@ -19,6 +20,23 @@ uint64_t hashKey(const uint64_t (&words)[5]) {
   return h ^ (h >> 29);
 }
 
+// out = in[0..gpus) in descending order (insertion sort: at most 16 elements, mostly sorted).
+void sortDescending(const int16_t* in, int16_t* out, int gpus) {
+  for (int g = 0; g < gpus; ++g) {
+    int j = g;
+    while (j > 0 && out[j - 1] < in[g]) {
+      out[j] = out[j - 1];
+      --j;
+    }
+    out[j] = in[g];
+  }
+}
+
+// How many of the sorted values are <= x (std::upper_bound's index).
+int countAtMost(const std::vector<int64_t>& sorted, int64_t x) {
+  return static_cast<int>(std::upper_bound(sorted.begin(), sorted.end(), x) - sorted.begin());
+}
+
 }  // namespace
 
 void applyToNode(NodeState& n, int64_t cpu, int64_t mem, int gpu_milli,
@@ -34,6 +52,7 @@ void applyToNode(NodeState& n, int64_t cpu, int64_t mem, int gpu_milli,
   }
   n.pods += sign;
   n.shape_count[shape] += sign;
+  if (!gpus.empty()) sortDescending(n.gpu_free.data(), n.sorted_free.data(), n.gpus);
 }
 
 FragModel::FragModel(std::vector<Class> classes) : classes_(std::move(classes)) {
@@ -73,9 +92,7 @@ FragModel::FragModel(std::vector<Class> classes) : classes_(std::move(classes)) 
     std::sort(g.members.begin(), g.members.end(),
               [](const Member& a, const Member& b) { return a.cpu_rank < b.cpu_rank; });
   }
-  keys_.resize(1 << 14);
-  values_.resize(keys_.size());
-  used_.assign(keys_.size(), 0);
+  slots_.assign(1 << 14, Slot{});
 }
 
 double FragModel::compute(int type, int cpu_rank, int mem_rank, const int16_t* sorted_free,
@@ -119,90 +136,75 @@ double FragModel::compute(int type, int cpu_rank, int mem_rank, const int16_t* s
   return frag;
 }
 
-double FragModel::lookup(int type, int64_t cpu_free, int64_t mem_free, const int16_t* free,
+double FragModel::lookup(int type, int64_t cpu_free, int64_t mem_free, const int16_t* sorted,
                          int gpus) const {
-  std::array<int16_t, kMaxGpusPerNode> sorted{};
-  for (int g = 0; g < gpus; ++g) {
-    // Insertion sort, descending: at most 16 elements.
-    int j = g;
-    while (j > 0 && sorted[j - 1] < free[g]) {
-      sorted[j] = sorted[j - 1];
-      --j;
-    }
-    sorted[j] = free[g];
-  }
-  const int cpu_rank =
-      static_cast<int>(std::upper_bound(cpu_thresholds_.begin(), cpu_thresholds_.end(), cpu_free) -
-                       cpu_thresholds_.begin());
-  const int mem_rank =
-      static_cast<int>(std::upper_bound(mem_thresholds_.begin(), mem_thresholds_.end(), mem_free) -
-                       mem_thresholds_.begin());
+  const int cpu_rank = countAtMost(cpu_thresholds_, cpu_free);
+  const int mem_rank = countAtMost(mem_thresholds_, mem_free);
   Key key{};
   key.w[0] = static_cast<uint64_t>(static_cast<uint8_t>(type)) |
              (static_cast<uint64_t>(gpus) << 8) | (static_cast<uint64_t>(cpu_rank) << 16) |
              (static_cast<uint64_t>(mem_rank) << 32);
-  for (int g = 0; g < kMaxGpusPerNode; ++g) {
-    key.w[1 + g / 4] |= static_cast<uint64_t>(static_cast<uint16_t>(sorted[g])) << (16 * (g % 4));
-  }
+  static_assert(sizeof(int16_t) * kMaxGpusPerNode == sizeof(uint64_t) * 4);
+  std::memcpy(&key.w[1], sorted, sizeof(int16_t) * kMaxGpusPerNode);
+  key.w[0] |= uint64_t{1} << 63;  // used
   const uint64_t h = hashKey(key.w);
-  size_t mask = keys_.size() - 1;
+  size_t mask = slots_.size() - 1;
   size_t i = h & mask;
-  while (used_[i]) {
-    if (keys_[i] == key) return values_[i];
+  while (slots_[i].key.w[0] != 0) {
+    if (slots_[i].key == key) return slots_[i].value;
     i = (i + 1) & mask;
   }
-  const double v = compute(type, cpu_rank, mem_rank, sorted.data(), gpus);
-  if ((size_ + 1) * 2 > keys_.size()) {
+  const double v = compute(type, cpu_rank, mem_rank, sorted, gpus);
+  if ((size_ + 1) * 2 > slots_.size()) {
     // Grow and rehash.
-    std::vector<Key> old_keys = std::move(keys_);
-    std::vector<double> old_values = std::move(values_);
-    std::vector<uint8_t> old_used = std::move(used_);
-    keys_.assign(old_keys.size() * 2, Key{});
-    values_.assign(keys_.size(), 0);
-    used_.assign(keys_.size(), 0);
-    size_ = 0;
-    mask = keys_.size() - 1;
-    for (size_t j = 0; j < old_keys.size(); ++j) {
-      if (!old_used[j]) continue;
-      size_t k = hashKey(old_keys[j].w) & mask;
-      while (used_[k]) k = (k + 1) & mask;
-      keys_[k] = old_keys[j];
-      values_[k] = old_values[j];
-      used_[k] = 1;
-      ++size_;
+    std::vector<Slot> old = std::move(slots_);
+    slots_.assign(old.size() * 2, Slot{});
+    mask = slots_.size() - 1;
+    for (const Slot& o : old) {
+      if (o.key.w[0] == 0) continue;
+      size_t k = hashKey(o.key.w) & mask;
+      while (slots_[k].key.w[0] != 0) k = (k + 1) & mask;
+      slots_[k] = o;
     }
     i = h & mask;
-    while (used_[i]) i = (i + 1) & mask;
+    while (slots_[i].key.w[0] != 0) i = (i + 1) & mask;
   }
-  keys_[i] = key;
-  values_[i] = v;
-  used_[i] = 1;
+  slots_[i] = Slot{key, v};
   ++size_;
   return v;
 }
 
 double FragModel::nodeFrag(const NodeState& n) const {
   if (n.gpus == 0) return 0;
-  return lookup(n.type, n.cpu_free, n.mem_free, n.gpu_free.data(), n.gpus);
+  return lookup(n.type, n.cpu_free, n.mem_free, n.sorted_free.data(), n.gpus);
 }
 
 double FragModel::fragAfter(const NodeState& n, const PodReq& r, int gpu) const {
   if (n.gpus == 0) return 0;
-  std::array<int16_t, kMaxGpusPerNode> free = n.gpu_free;
+  // The after state's sorted free GPUs, from the node's sorted ones.
+  std::array<int16_t, kMaxGpusPerNode> s = n.sorted_free;
   if (r.num_gpu > 0) {
     if (r.sharing() && gpu >= 0) {
-      free[gpu] = static_cast<int16_t>(free[gpu] - r.gpu_milli);
+      const int16_t v = n.gpu_free[gpu];
+      int i = 0;
+      while (s[i] != v) ++i;
+      s[i] = static_cast<int16_t>(v - r.gpu_milli);
+      for (; i + 1 < n.gpus && s[i + 1] > s[i]; ++i) std::swap(s[i], s[i + 1]);
     } else {
-      int left = r.num_gpu;
-      for (int g = 0; g < n.gpus && left > 0; ++g) {
-        if (free[g] == kMilliPerGpu) {
-          free[g] = static_cast<int16_t>(kMilliPerGpu - r.gpu_milli);
-          --left;
-        }
+      // Whole GPUs (or a share of a full one): the first full GPUs, which sort first.
+      const int take = std::min(r.num_gpu, n.full_free_gpus);
+      const auto left = static_cast<int16_t>(kMilliPerGpu - r.gpu_milli);
+      if (left == 0) {  // the taken GPUs drop to the end: shift the rest forward
+        for (int g = take; g < n.gpus; ++g) s[g - take] = s[g];
+        for (int g = n.gpus - take; g < n.gpus; ++g) s[g] = 0;
+      } else {
+        std::array<int16_t, kMaxGpusPerNode> in = s;
+        for (int g = 0; g < take; ++g) in[g] = left;
+        sortDescending(in.data(), s.data(), n.gpus);
       }
     }
   }
-  return lookup(n.type, n.cpu_free - r.cpu_milli, n.mem_free - r.memory_mib, free.data(), n.gpus);
+  return lookup(n.type, n.cpu_free - r.cpu_milli, n.mem_free - r.memory_mib, s.data(), n.gpus);
 }
 
 FragModel buildFragModel(const std::vector<PodReq>& pods, double coverage, bool with_memory) {

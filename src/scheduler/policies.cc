@@ -317,6 +317,11 @@ class InferaPolicy final : public FgdPolicy {
     std::sort(big_.begin(), big_.end(),
               [](const Big& a, const Big& b) { return a.share > b.share; });
     if (big_.size() > 32) big_.resize(32);
+    for (size_t c = 0; c < big_.size(); ++c) {
+      big_gpus_[c] = big_[c].num_gpu;
+      big_cpu_[c] = big_[c].cpu;
+      big_mem_[c] = big_[c].mem;
+    }
     nodes_ = v.nodes;
     last_free_.assign(v.nodes->size(), 0);
     for (size_t k = 0; k < v.nodes->size(); ++k) trackNode(static_cast<int>(k));
@@ -402,17 +407,27 @@ class InferaPolicy final : public FgdPolicy {
     int whole_taken = r.num_gpu > 0 && !r.sharing() ? r.num_gpu : 0;
     if (r.sharing() && gpu >= 0 && n.gpu_free[static_cast<size_t>(gpu)] >= kMilliPerGpu)
       whole_taken = 1;
-    const int full_after = n.full_free_gpus - whole_taken;
-    const int64_t cpu_after = n.cpu_free - r.cpu_milli;
-    const int64_t mem_after = n.mem_free - r.memory_mib;
+    // The shapes still hosted after (the type part cannot change), all at once; then only the
+    // lost ones are summed.
+    const uint32_t lost = before & ~fitMask(n.full_free_gpus - whole_taken,
+                                            n.cpu_free - r.cpu_milli, n.mem_free - r.memory_mib);
     double loss = 0;
-    for (uint32_t m = before; m != 0; m &= m - 1) {
+    for (uint32_t m = lost; m != 0; m &= m - 1) {
       const int c = std::countr_zero(m);
-      const Big& b = big_[static_cast<size_t>(c)];
-      if (hosts(b, n, full_after, cpu_after, mem_after)) continue;
-      loss += b.share * free_all_ / std::max(1, hosts_[static_cast<size_t>(c)]);
+      loss += big_[static_cast<size_t>(c)].share * free_all_ /
+              std::max(1, hosts_[static_cast<size_t>(c)]);
     }
     return loss;
+  }
+  // The big shapes that full_free whole GPUs, cpu_free and mem_free can hold (types aside).
+  uint32_t fitMask(int full_free, int64_t cpu_free, int64_t mem_free) const {
+    uint32_t m = 0;
+    for (size_t c = 0; c < big_.size(); ++c) {
+      m |= static_cast<uint32_t>(big_gpus_[c] <= full_free && big_cpu_[c] <= cpu_free &&
+                                 big_mem_[c] <= mem_free)
+           << c;
+    }
+    return m;
   }
 
   void trackNode(int node) {
@@ -442,6 +457,9 @@ class InferaPolicy final : public FgdPolicy {
   std::vector<double> last_free_;
   const std::vector<NodeState>* nodes_ = nullptr;
   std::vector<Big> big_;
+  std::array<int, 32> big_gpus_{};  // big_'s fields, as arrays for fitMask
+  std::array<int64_t, 32> big_cpu_{};
+  std::array<int64_t, 32> big_mem_{};
   std::vector<uint32_t> node_mask_;  // per node: the big shapes it can host now
   std::array<int, 32> hosts_{};      // per big shape: the nodes that can host it
 };

@@ -454,6 +454,7 @@ class SchedulerImpl final : public Scheduler {
       INFERA_ASSIGN_OR_RETURN(n.type, internType(spec.gpu_model));
     }
     for (int g = 0; g < n.gpus; ++g) n.gpu_free[g] = kMilliPerGpu;
+    n.sorted_free = n.gpu_free;
     n.gpu_free_total = n.gpus * kMilliPerGpu;
     n.full_free_gpus = n.gpus;
     const int idx = static_cast<int>(nodes_.size());
