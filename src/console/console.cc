@@ -20,6 +20,7 @@ std::string_view usage_js();
 std::string_view routes_js();
 std::string_view registry_js();
 std::string_view stores_js();
+std::string_view vectors_js();
 std::string_view audit_js();
 }  // namespace infera::console::files
 
@@ -93,6 +94,7 @@ std::vector<Asset> assets() {
       {"pages/routes.js", kJs, files::routes_js()},
       {"pages/registry.js", kJs, files::registry_js()},
       {"pages/stores.js", kJs, files::stores_js()},
+      {"pages/vectors.js", kJs, files::vectors_js()},
       {"pages/audit.js", kJs, files::audit_js()},
   };
 }

@@ -503,6 +503,8 @@ class ServerImpl final : public Server {
     gateway_->addAdminRoutes(r, [this](net::RouteHandler h) { return guarded(std::move(h)); });
     if (features_)
       features_->addAdminRoutes(r, [this](net::RouteHandler h) { return guarded(std::move(h)); });
+    if (vectors_)
+      vectors_->addAdminRoutes(r, [this](net::RouteHandler h) { return guarded(std::move(h)); });
     if (model_registry_)
       model_registry_->addAdminRoutes(
           ctx, r, [this](net::RouteHandler h) { return guarded(std::move(h)); });

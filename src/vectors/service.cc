@@ -2,7 +2,9 @@
 
 #include "core/config.h"
 #include "core/log.h"
+#include "net/http.h"
 #include "vectors/internal/api.h"
+#include "vectors/internal/json.h"
 #include "vectors/internal/store.h"
 #include "vectors/vectors.h"
 
@@ -54,10 +56,35 @@ class VectorServiceImpl final : public VectorService {
                      access::AccessWorker* access) override {
     addQdrantRoutes(*store_, config_, ctx, router, access);
   }
+  void addAdminRoutes(net::Router& admin, const net::RouteGuard& guard) override {
+    admin.add("GET", "/admin/vectors/collections",
+              guard([this](net::HttpRequest&, net::ResponseWriter& w,
+                           net::PathParams) -> net::Task<void> {
+                const std::string body = collectionsJson();
+                co_await w.send(200, "application/json", body);
+              }));
+  }
   double loadSeconds() const override { return store_->openSeconds(); }
   uint64_t replayedPoints() const override { return store_->replayedOps(); }
 
  private:
+  // {"data_dir", "path_prefix", "load_seconds", "replayed_points", "collections": [{"name",
+  // "info": GET /collections/{name}'s result, "stats": GET /collections/{name}/stats's}]}.
+  std::string collectionsJson() const {
+    Json list = Json::array();
+    for (const std::string& name : store_->names()) {
+      const auto e = store_->find(name);
+      if (!e || e->dropped.load()) continue;  // dropped since names() was read
+      list.push_back({{"name", name}, {"info", e->coll.info()}, {"stats", e->coll.stats()}});
+    }
+    Json out = {{"data_dir", config_.data_dir},
+                {"path_prefix", config_.path_prefix},
+                {"load_seconds", store_->openSeconds()},
+                {"replayed_points", store_->replayedOps()},
+                {"collections", std::move(list)}};
+    return out.dump();
+  }
+
   VectorsConfig config_;
   std::unique_ptr<Store> store_;
 };

@@ -58,6 +58,10 @@ class VectorService {
   // request needs a key (`api-key` header or `Authorization: Bearer`) allowed the collection.
   virtual void addDataRoutes(int loop, net::asio::io_context& ctx, net::Router& router,
                              access::AccessWorker* access) = 0;
+  // On the admin router: GET /admin/vectors/collections (every collection's Qdrant info object and
+  // Infera's stats, for the console and operators), each route wrapped in `guard` (the admin
+  // token check). Called once, before the admin loop serves; the handlers run on that loop.
+  virtual void addAdminRoutes(net::Router& admin, const net::RouteGuard& guard) = 0;
   // Seconds create() took to load the data directory, and the points it re-applied from WALs.
   virtual double loadSeconds() const = 0;
   virtual uint64_t replayedPoints() const = 0;

@@ -88,7 +88,7 @@ try {
   await page.press('#login-token', 'Enter'); // the keyboard submits too
   await ready(page, 'overview');
   const nav = await page.$$eval('nav a', (as) => as.map((a) => a.textContent));
-  assert.deepEqual(nav, ['Overview', 'Keys & teams', 'Usage & cost', 'Routes & config', 'Registry', 'Audit']);
+  assert.deepEqual(nav, ['Overview', 'Keys & teams', 'Usage & cost', 'Routes & config', 'Registry', 'Features', 'Vectors', 'Audit']);
   await page.waitForSelector('tr[data-deployment="chat|dep-a"]');
   await shot(page, 'overview');
 
@@ -201,6 +201,31 @@ try {
   const armRequests = await page.$$eval('table[aria-label="Experiment arms"] tbody tr', (trs) => trs.map((tr) => Number(tr.children[3].textContent.replace(/,/g, ''))));
   assert.equal(armRequests.length, 2, 'two arms side by side');
   assert.equal(armRequests[0] + armRequests[1], 10, `the 10 requests split over the arms: ${armRequests}`);
+
+  step('features: the repository\'s views and services');
+  await go(page, 'stores');
+  await page.waitForSelector('table[aria-label="Feature views"] td:has-text("driver_hourly_stats")');
+  assert.ok(await page.$('table[aria-label="Feature services"] tbody tr'), 'feature services listed');
+  await shot(page, 'features');
+
+  step('vectors: a collection written on the data port, with its size and recall settings');
+  const qdrant = async (method, path, body) => {
+    const r = await fetch(`${DATA_URL}${path}`, { method, headers: { 'api-key': riskKey, 'content-type': 'application/json' }, body: body && JSON.stringify(body) });
+    return { status: r.status, body: await r.json() };
+  };
+  assert.equal((await qdrant('PUT', '/collections/docs', { vectors: { size: 4, distance: 'Cosine' }, hnsw_config: { m: 8, ef_construct: 64 } })).status, 200);
+  assert.equal((await qdrant('PUT', '/collections/docs/index?wait=true', { field_name: 'kind', field_schema: 'keyword' })).status, 200);
+  const points = [1, 2, 3].map((i) => ({ id: i, vector: [i, 1, 0, 0], payload: { kind: i % 2 ? 'a' : 'b' } }));
+  assert.equal((await qdrant('PUT', '/collections/docs/points?wait=true', { points })).status, 200);
+  await go(page, 'vectors');
+  const docs = await page.waitForSelector('table[aria-label="Collections"] tr[data-id="docs"]');
+  const cells = await docs.$$eval('td', (tds) => tds.map((td) => td.textContent));
+  assert.deepEqual(cells.slice(0, 5), ['docs', '3', '4', 'Cosine', '8 / 64'], `the collection's row: ${cells}`);
+  assert.equal(cells[6], 'none', 'no quantization');
+  assert.equal(cells[7], 'kind: keyword (3)', 'the payload index and the points it covers');
+  await shot(page, 'vectors');
+  const asTeam = await fetch(`${ADMIN_URL}/admin/vectors/collections`, { headers: { authorization: `Bearer ${riskKey}` } });
+  assert.equal(asTeam.status, 403, 'the collections route is for the admin token');
 
   step('the audit page lists the changes');
   await go(page, 'audit');

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The web console in Debian's Chromium (playwright-core): `infera serve` with access control, the
-# registry and two emulated deployments of one model, a registered model with two versions, an
+# registry, the feature store (examples/features), the vector index and two emulated deployments
+# of one model, a registered model with two versions, an
 # alias moved twice and an A/B experiment, then console_test.mjs drives the console at /ui.
 # Screenshots go to WORK_DIR/shots.
 # Usage: run_console_test.sh INFERA_BINARY NODE_MODULES WORK_DIR
@@ -14,7 +15,7 @@ source "$here/lib.sh"
 require_module "$node_modules" playwright-core
 [[ -x /usr/bin/chromium ]] || { echo "/usr/bin/chromium missing (scripts/install-deps.sh installs it)"; exit 1; }
 fail() { echo "FAIL: $*"; exit 1; }
-rm -rf "$work"/console.db* "$work/registry" "$work/shots" "$work"/console.yaml*
+rm -rf "$work"/console.db* "$work/registry" "$work/features" "$work/vectors" "$work/shots" "$work"/console.yaml*
 cat > "$work/console.yaml" <<YAML
 listen: {host: 127.0.0.1, port: 0}
 admin: {host: 127.0.0.1, port: 0}
@@ -26,6 +27,13 @@ governance:
   usage_flush_ms: 100
 registry:
   data_dir: $work/registry
+features:
+  store: rocksdb
+  data_dir: $work/features
+  repository: $here/../../examples/features
+vectors:
+  data_dir: $work/vectors
+  fsync: false
 emulators:
   a: {models: [chat, fraud-backend], token_ms: 1, default_max_tokens: 4}
   b: {models: [chat, fraud-backend], token_ms: 1, default_max_tokens: 4}

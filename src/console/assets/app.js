@@ -6,11 +6,12 @@ import usage from './pages/usage.js';
 import routes from './pages/routes.js';
 import registry from './pages/registry.js';
 import stores from './pages/stores.js';
+import vectors from './pages/vectors.js';
 import audit from './pages/audit.js';
 
 // Each page says whether it is shown for this login and server (a page for a component that is
 // not configured is absent) and renders into <main>; render may return a stop function.
-const PAGES = [overview, keys, usage, routes, registry, stores, audit];
+const PAGES = [overview, keys, usage, routes, registry, stores, vectors, audit];
 
 const app = document.getElementById('app');
 let ctx = null;

@@ -253,6 +253,11 @@ export function badge(text, kind) {
   return h('span', { class: `badge ${kind}` }, text);
 }
 
+// A headline figure: its value over its label (`kind` "bad" colours it).
+export function kpi(label, value, kind = '') {
+  return h('div', { class: kind ? `kpi ${kind}` : 'kpi' }, h('div', { class: 'v' }, value), h('div', { class: 'l' }, label));
+}
+
 export function section(title, ...children) {
   return h('section', { class: 'card', 'aria-label': title }, h('h2', {}, title), children);
 }

@@ -2,7 +2,7 @@
 // (health, ejection, in-flight, EWMA latency; a deployment's latency is its endpoints' mean),
 // traffic from GET /metrics?name[]=... (requests/s, error rate, TTFT per model) as deltas between
 // refreshes.
-import { api, clear, fmt, h, badge } from '../lib.js';
+import { api, clear, fmt, h, badge, kpi } from '../lib.js';
 import { sparkline } from '../charts.js';
 
 const REFRESH_MS = 2000;
@@ -187,7 +187,3 @@ export default {
     };
   },
 };
-
-function kpi(label, value, kind = '') {
-  return h('div', { class: `kpi ${kind}` }, h('div', { class: 'v' }, value), h('div', { class: 'l' }, label));
-}

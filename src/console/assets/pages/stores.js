@@ -1,7 +1,7 @@
 // Features: the feature store's registry (GET /admin/features/registry: views with their
 // entities, features, TTL and aggregations, feature services, the online store's size) and its
-// read latency from /metrics. (The vector index has no admin route yet: no section for it.)
-import { api, fmt, h, parseMetrics, section, table } from '../lib.js';
+// read latency from /metrics. The vector index has its own page (vectors.js).
+import { api, fmt, h, kpi, parseMetrics, section, table } from '../lib.js';
 
 function quantile(buckets, q) {
   // Prometheus histogram buckets [{le, count}] (cumulative) -> the bucket bound at quantile q.
@@ -41,7 +41,3 @@ export default {
     }
   },
 };
-
-function kpi(label, value) {
-  return h('div', { class: 'kpi' }, h('div', { class: 'v' }, value), h('div', { class: 'l' }, label));
-}

@@ -1,7 +1,7 @@
 // Usage and cost: GET /admin/usage by team, user, model, key or deployment and by minute, hour
 // or day, as a stacked bar chart and a table; CSV export of exactly what is shown. A team key
 // sees its own team's usage only (the API scopes it).
-import { api, clear, download, field, fmt, h, section, table, toCsv } from '../lib.js';
+import { api, clear, download, field, fmt, h, kpi, section, table, toCsv } from '../lib.js';
 import { stackedBars } from '../charts.js';
 
 const METRICS = {
@@ -103,7 +103,3 @@ export default {
     return () => { stopped = true; clearTimeout(timer); };
   },
 };
-
-function kpi(label, value) {
-  return h('div', { class: 'kpi' }, h('div', { class: 'v' }, value), h('div', { class: 'l' }, label));
-}
