@@ -220,7 +220,17 @@ Task<void> Router::dispatch(HttpRequest& request, ResponseWriter& writer) const 
       best = prefix.size();
     }
   }
-  if (fb) return (*fb)(request, writer, m.status, m.allow);
+  if (fb) {
+    // The fallback gets `allow` as a view: a coroutine frame of ours owns the string while it runs
+    // (dispatch is no coroutine, so `m` is gone before the handler's body starts).
+    struct Owning {
+      static Task<void> call(const FallbackHandler* f, HttpRequest& req, ResponseWriter& w,
+                             int status, std::string allow) {
+        co_await (*f)(req, w, status, allow);
+      }
+    };
+    return Owning::call(fb, request, writer, m.status, std::move(m.allow));
+  }
   struct Plain {
     static Task<void> send(ResponseWriter& w, int status, std::string allow) {
       const std::string body =

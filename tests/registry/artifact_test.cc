@@ -13,6 +13,19 @@
 #include "registry_fixture.h"
 
 namespace infera::registry::regtest {
+#if defined(__SANITIZE_ADDRESS__)
+#define INFERA_TEST_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define INFERA_TEST_ASAN 1
+#endif
+#endif
+#ifdef INFERA_TEST_ASAN
+constexpr bool kAddressSanitizer = true;
+#else
+constexpr bool kAddressSanitizer = false;
+#endif
+
 namespace {
 
 // Deterministic bytes, generated a buffer at a time (the test holds no more than the server).
@@ -148,8 +161,12 @@ TEST_F(ArtifactTest, AOneGigabyteRoundTripStreamsWithBoundedMemory) {
   std::printf("artifact round trip of %lld bytes: RSS %lld kB before, peak %lld kB (+%lld kB)\n",
               static_cast<long long>(size), static_cast<long long>(rss_before_kb),
               static_cast<long long>(peak_kb), static_cast<long long>(peak_kb - rss_before_kb));
-  EXPECT_LT(peak_kb - rss_before_kb, 16 * 1024)
-      << "the round trip raised the peak RSS by " << (peak_kb - rss_before_kb) << " kB";
+  // Under AddressSanitizer the peak is its quarantine of freed buffers (256 MB by default) and
+  // their shadow, not the server's: the round trip is checked, the bound is not.
+  if (!kAddressSanitizer) {
+    EXPECT_LT(peak_kb - rss_before_kb, 16 * 1024)
+        << "the round trip raised the peak RSS by " << (peak_kb - rss_before_kb) << " kB";
+  }
 
   // The version now downloads from the registry, and the listing has the file with its size.
   EXPECT_EQ(api_->get("model-versions/get-download-uri", "name=big&version=1").body["artifact_uri"],
