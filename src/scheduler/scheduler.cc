@@ -350,6 +350,19 @@ class SchedulerImpl final : public Scheduler {
     return s;
   }
 
+  std::vector<QueueUsage> queueUsage() const override {
+    std::vector<QueueUsage> out;
+    for (const QueueState& q : queues_) {
+      for (int t = 0; t <= kTotal; ++t) {
+        if (t < kTotal && t >= static_cast<int>(type_names_.size())) continue;
+        if (q.used[t] == 0 && q.guaranteed[t] < 0 && q.max[t] < 0) continue;
+        out.push_back(QueueUsage{q.name, t == kTotal ? "*" : type_names_[t], q.used[t],
+                                 q.guaranteed[t], q.max[t]});
+      }
+    }
+    return out;
+  }
+
   int nodesForGuarantees() const override {
     std::array<int64_t, kMaxGpuTypes> need{};
     for (size_t q = 0; q < queues_.size(); ++q) {

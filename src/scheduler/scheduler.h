@@ -100,6 +100,9 @@ class Scheduler {
   virtual Result<Placement> migrate(PodId pod, int to_node, int64_t now_s) = 0;
 
   virtual ClusterStats stats() const = 0;
+  // Every queue (parents too), per GPU type it uses or has a quota for, and "*" when it uses any
+  // GPU or has an all-types quota.
+  virtual std::vector<QueueUsage> queueUsage() const = 0;
   // Nodes whose GPUs would be needed to hold every tier-0 guarantee at once (largest nodes first).
   virtual int nodesForGuarantees() const = 0;
   virtual std::string_view policyName() const = 0;

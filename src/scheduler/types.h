@@ -93,6 +93,15 @@ struct RepackPlan {
   int candidates = 0;                      // nodes that were tried
 };
 
+// A queue's GPU use against its quota for one GPU type ("*": over all types), in milli-GPU.
+struct QueueUsage {
+  std::string queue;  // its path, "prod/search"
+  std::string gpu_type;
+  int64_t used_milli = 0;         // every tier
+  int64_t guaranteed_milli = -1;  // -1: none set
+  int64_t max_milli = -1;         // -1: no limit
+};
+
 struct ClusterStats {
   int nodes = 0;
   int64_t gpu_milli_capacity = 0;

@@ -203,6 +203,17 @@ check "decisions counted" grep -q 'infera_sched_decisions_total{result="bound"}'
 check "pending time histogram per queue and tier" grep -q 'infera_sched_pending_seconds_bucket{queue="team-b",tier="1",le=' "$work/metrics.txt"
 check "free GPUs on empty nodes share exported" grep -q '^infera_sched_free_gpus_on_empty_nodes_ratio ' "$work/metrics.txt"
 check "tier-0 guarantee node share exported" grep -q '^infera_sched_nodes_for_guarantees_ratio ' "$work/metrics.txt"
+check "queue guarantee per GPU type exported" grep -Eq '^infera_sched_queue_gpus\{queue="team-a",gpu_type="A10",kind="guaranteed"\} 2(\.0+)?$' "$work/metrics.txt"
+check "queue max over all types exported" grep -Eq '^infera_sched_queue_gpus\{queue="team-b",gpu_type="\*",kind="max"\} 32(\.0+)?$' "$work/metrics.txt"
+check "queue use exported (team-b's bound pods)" grep -Eq '^infera_sched_queue_gpus\{queue="team-b",gpu_type="\*",kind="used"\} [1-9]' "$work/metrics.txt"
+dashboard_metrics_exported() {  # every infera_sched_* name a dashboard query uses is served
+  local name missing=0
+  for name in $(grep -o 'infera_sched_[a-z_0-9]*' "$SRC_DIR/deploy/grafana/scheduler-dashboard.json" | sort -u); do
+    grep -q "^$name[{ ]" "$work/metrics.txt" || { echo "dashboard metric $name not exported"; missing=1; }
+  done
+  return $missing
+}
+check "every metric the Grafana dashboard queries is exported" dashboard_metrics_exported
 if command -v promtool >/dev/null; then
   check "promtool check metrics passes" bash -c "promtool check metrics <'$work/metrics.txt'"
 fi

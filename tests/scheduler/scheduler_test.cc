@@ -217,6 +217,26 @@ TEST(SchedulerTest, TierZeroReclaimsBorrowedQuota) {
   }
 }
 
+TEST(SchedulerTest, QueueUsageListsUseAgainstGuaranteedAndMaxPerType) {
+  auto engine = makeEngine({gpuNode("n0", "A10", 4)}, kTwoQueues);
+  PodSpec p = gpuPod("b0", 3);
+  p.queue = "org/team-b";
+  p.tier = Tier::kBestEffort;
+  ASSERT_TRUE(engine->schedule(p).ok());
+  std::map<std::string, QueueUsage> by;
+  for (const QueueUsage& u : engine->queueUsage()) by[u.queue + " " + u.gpu_type] = u;
+  ASSERT_TRUE(by.count("org/team-a A10"));
+  EXPECT_EQ(by["org/team-a A10"].guaranteed_milli, 4000);
+  EXPECT_EQ(by["org/team-a A10"].used_milli, 0);
+  EXPECT_EQ(by["org/team-a A10"].max_milli, -1);
+  EXPECT_EQ(by["org/team-b *"].max_milli, 4000);
+  EXPECT_EQ(by["org/team-b *"].used_milli, 3000);
+  EXPECT_EQ(by["org/team-b A10"].used_milli, 3000);
+  EXPECT_EQ(by["org/team-b A10"].guaranteed_milli, -1);
+  EXPECT_EQ(by["org A10"].used_milli, 3000);  // the parent carries its children's use
+  EXPECT_EQ(by.count("org/team-a *"), 0u);    // nothing used, no all-types quota
+}
+
 TEST(SchedulerTest, TierOneIsNeverPreempted) {
   auto engine = makeEngine({gpuNode("n0", "A10", 4)}, R"(
 queues:

@@ -112,6 +112,10 @@ struct Metrics {
         metric_queries(r.counterFamily("infera_sched_gpu_metric_queries_total",
                                        "Prometheus queries for GPU utilisation, by result",
                                        {"result"})),
+        queue_gpus(r.gaugeFamily("infera_sched_queue_gpus",
+                                 "GPUs per queue and GPU type (\"*\" = all types): used (every "
+                                 "tier), guaranteed and max (only where set)",
+                                 {"queue", "gpu_type", "kind"})),
         repack_plans(r.counterFamily("infera_sched_repack_plans_total",
                                      "Re-packing plans made (recommendations only)")),
         repack_moves(r.gaugeFamily("infera_sched_repack_recommended_moves",
@@ -141,6 +145,7 @@ struct Metrics {
   obs::Family* idle_reclaims;
   obs::Family* reclaimed_gpu_seconds;
   obs::Family* metric_queries;
+  obs::Family* queue_gpus;
   obs::Family* repack_plans;
   obs::Family* repack_moves;
   obs::Family* repack_nodes;
@@ -569,6 +574,28 @@ class Controller {
         }
       }
       co_await pass();
+      exportQueueUsage();
+    }
+  }
+
+  // The queue gauges after a pass. A series once exported stays (used drops to 0, not away).
+  void exportQueueUsage() {
+    if (!engine_) return;
+    std::set<std::string> seen;
+    for (const QueueUsage& u : engine_->queueUsage()) {
+      const std::string key = u.queue + '\n' + u.gpu_type;
+      seen.insert(key);
+      exported_queues_.insert(key);
+      m_.queue_gpus->gauge({u.queue, u.gpu_type, "used"})->set(u.used_milli / 1000.0);
+      if (u.guaranteed_milli >= 0)
+        m_.queue_gpus->gauge({u.queue, u.gpu_type, "guaranteed"})->set(u.guaranteed_milli / 1000.0);
+      if (u.max_milli >= 0)
+        m_.queue_gpus->gauge({u.queue, u.gpu_type, "max"})->set(u.max_milli / 1000.0);
+    }
+    for (const std::string& key : exported_queues_) {
+      if (seen.count(key)) continue;
+      const size_t cut = key.find('\n');
+      m_.queue_gpus->gauge({key.substr(0, cut), key.substr(cut + 1), "used"})->set(0);
     }
   }
 
@@ -1048,6 +1075,7 @@ class Controller {
   std::map<PodId, std::string> by_engine_id_;
   std::map<std::string, std::string> victims_;  // victim key -> the beneficiary waiting for it
   std::unique_ptr<Scheduler> engine_;
+  std::set<std::string> exported_queues_;  // "queue\ntype" of every queue series exported
   int unaccounted_ = 0;
 };
 
