@@ -72,6 +72,13 @@ Result<Config> parseConfig(const YAML::Node& root) {
   r.object("features", [&](ConfigReader& f) { features::readFeaturesConfig(f, cfg.features); });
   r.object("vectors", [&](ConfigReader& vr) { vectors::readVectorsConfig(vr, cfg.vectors); });
   r.object("registry", [&](ConfigReader& rr) { registry::readRegistryConfig(rr, cfg.registry); });
+  r.object("scheduler", [&](ConfigReader& s) {
+    s.required("metrics_url", cfg.scheduler_metrics_url);
+    const std::string& u = cfg.scheduler_metrics_url;
+    if (!u.empty() && u.rfind("http://", 0) != 0 && u.rfind("https://", 0) != 0) {
+      s.error("metrics_url", "must start with http:// or https://, got \"" + u + "\"");
+    }
+  });
   gateway::readModels(r, emulator_names, cfg.gateway);
   r.finish();
   checkBindings(cfg, errors);
@@ -141,6 +148,7 @@ std::vector<std::string> restartNeeded(const Config& running, const Config& next
   }
   for (auto& s : registry::restartNeeded(running.registry, next.registry))
     out.push_back(std::move(s));
+  if (running.scheduler_metrics_url != next.scheduler_metrics_url) out.push_back("scheduler");
   return out;
 }
 

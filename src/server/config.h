@@ -51,6 +51,9 @@ struct Config {
   features::FeaturesConfig features;  // the `features` section (enabled when present)
   vectors::VectorsConfig vectors;     // the `vectors` section (off unless present)
   registry::RegistryConfig registry;  // the `registry` section (off unless present)
+  // The `scheduler` section: where an `infera sched serve` (its own process) serves its metrics;
+  // the admin port then relays them at GET /admin/scheduler/metrics for the console.
+  std::string scheduler_metrics_url;  // "" = none
 };
 
 Result<Config> parseConfig(const YAML::Node& root);

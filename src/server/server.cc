@@ -4,6 +4,7 @@
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <thread>
 #include <unordered_map>
 
@@ -14,6 +15,7 @@
 #include "features/features.h"
 #include "gateway/gateway.h"
 #include "gateway/route_source.h"
+#include "net/client.h"
 #include "net/loops.h"
 #include "net/router.h"
 #include "net/server.h"
@@ -142,6 +144,11 @@ class ServerImpl final : public Server {
     }
     if (config_.vectors.enabled) {
       INFERA_ASSIGN_OR_RETURN(vectors_, vectors::VectorService::create(config_.vectors, workers_));
+    }
+    if (!config_.scheduler_metrics_url.empty()) {
+      auto a = net::resolveUrl(config_.scheduler_metrics_url);
+      if (!a.ok()) return a.status().withContext("scheduler.metrics_url");
+      scheduler_metrics_ = std::move(*a);
     }
     registerNetMetrics();
 
@@ -279,7 +286,49 @@ class ServerImpl final : public Server {
             {"governance", access_ != nullptr},
             {"registry", model_registry_ != nullptr},
             {"features", features_ != nullptr},
-            {"vectors", vectors_ != nullptr}};
+            {"vectors", vectors_ != nullptr},
+            {"scheduler", scheduler_metrics_.has_value()}};
+  }
+
+  // GET /admin/scheduler/metrics: the infera_sched_* families of the configured `infera sched
+  // serve` (its /metrics, fetched now), or 502 in the gateway's error shape.
+  struct Relayed {
+    int status;
+    std::string type;
+    std::string body;
+  };
+  Task<Relayed> schedulerMetrics() {
+    const net::UpstreamAddress& a = *scheduler_metrics_;
+    const std::string target = a.base_path.empty() ? "/" : "";  // fetch() prepends the path
+    const std::vector<net::HttpHeader> headers = {{"accept", "text/plain"}};
+    auto r = co_await net::fetch(a, "GET", target, "", headers,
+                                 net::SteadyClock::now() + std::chrono::seconds(5));
+    std::string why;
+    if (!r.ok()) {
+      why = r.status().message();
+    } else if (r->status != 200) {
+      why = "HTTP " + std::to_string(r->status);
+    }
+    if (!why.empty()) {
+      co_return Relayed{502, "application/json",
+                        net::errorJson("scheduler metrics at " + config_.scheduler_metrics_url +
+                                           " unavailable: " + why,
+                                       "api_error", "scheduler_unavailable")};
+    }
+    std::string out;
+    std::string_view text = r->body;
+    while (!text.empty()) {
+      const size_t nl = text.find('\n');
+      const std::string_view line = text.substr(0, nl);
+      text = nl == std::string_view::npos ? std::string_view{} : text.substr(nl + 1);
+      const std::string_view name =
+          line.starts_with("# HELP ") || line.starts_with("# TYPE ") ? line.substr(7) : line;
+      if (name.starts_with("infera_sched_")) {
+        out.append(line);
+        out.push_back('\n');
+      }
+    }
+    co_return Relayed{200, "text/plain; version=0.0.4; charset=utf-8", std::move(out)};
   }
 
   // GET /admin/status: what runs, for the console (which pages to show) and operators.
@@ -291,12 +340,7 @@ class ServerImpl final : public Server {
                         {"workers", workers_},
                         {"data_port", data_->port()},
                         {"admin_port", admin_->port()},
-                        {"components",
-                         {{"gateway", true},
-                          {"governance", access_ != nullptr},
-                          {"registry", model_registry_ != nullptr},
-                          {"features", features_ != nullptr},
-                          {"vectors", vectors_ != nullptr}}}};
+                        {"components", componentsJson()}};
     return j.dump();
   }
 
@@ -424,7 +468,8 @@ class ServerImpl final : public Server {
     return [this, h = std::move(h)](net::HttpRequest& req, net::ResponseWriter& w,
                                     net::PathParams p) -> Task<void> {
       if (auto refused = access_->refuseAdmin(req.header("authorization"))) {
-        co_await sendJson(w, refused->status, access::denialJson(*refused));
+        const std::string body = access::denialJson(*refused);
+        co_await sendJson(w, refused->status, body);
         co_return;
       }
       co_await h(req, w, p);
@@ -469,14 +514,13 @@ class ServerImpl final : public Server {
               if (!a.isOk())
                 INFERA_LOG(log_, warn, "audit of a config reload failed: {}", a.message());
             }
-            if (s.isOk()) {
-              co_await sendJson(
-                  w, 200,
-                  "{\"status\":\"ok\",\"generation\":" + std::to_string(configGeneration()) + "}");
-            } else {
-              co_await sendJson(
-                  w, 400, net::errorJson(s.message(), "invalid_request_error", "invalid_config"));
-            }
+            // Bodies named first: no temporary with a destructor inside a co_await (g++ 12).
+            const std::string body =
+                s.isOk()
+                    ? "{\"status\":\"ok\",\"generation\":" + std::to_string(configGeneration()) +
+                          "}"
+                    : net::errorJson(s.message(), "invalid_request_error", "invalid_config");
+            co_await sendJson(w, s.isOk() ? 200 : 400, body);
           }));
     r.add("GET", "/admin/whoami",
           [this](net::HttpRequest& req, net::ResponseWriter& w, net::PathParams) -> Task<void> {
@@ -505,6 +549,14 @@ class ServerImpl final : public Server {
       features_->addAdminRoutes(r, [this](net::RouteHandler h) { return guarded(std::move(h)); });
     if (vectors_)
       vectors_->addAdminRoutes(r, [this](net::RouteHandler h) { return guarded(std::move(h)); });
+    if (scheduler_metrics_) {
+      r.add(
+          "GET", "/admin/scheduler/metrics",
+          guarded([this](net::HttpRequest&, net::ResponseWriter& w, net::PathParams) -> Task<void> {
+            auto [status, type, body] = co_await schedulerMetrics();
+            co_await w.send(status, type, body);
+          }));
+    }
     if (model_registry_)
       model_registry_->addAdminRoutes(
           ctx, r, [this](net::RouteHandler h) { return guarded(std::move(h)); });
@@ -515,28 +567,26 @@ class ServerImpl final : public Server {
     }
     // What no route takes: with access control on, the admin token first (an unknown path tells
     // a caller without it nothing).
-    r.setFallback(
-        "",
-        [this](net::HttpRequest& req, net::ResponseWriter& w, int status,
-               std::string_view allow) -> Task<void> {
-          if (access_) {
-            if (auto refused = access_->refuseAdmin(req.header("authorization"))) {
-              co_await sendJson(w, refused->status, access::denialJson(*refused));
-              co_return;
-            }
-          }
-          const std::string path(req.path());
-          if (status == 405) {
-            co_await sendJson(w, 405,
-                              net::errorJson("unsupported method for " + path +
+    r.setFallback("",
+                  [this](net::HttpRequest& req, net::ResponseWriter& w, int status,
+                         std::string_view allow) -> Task<void> {
+                    if (access_) {
+                      if (auto refused = access_->refuseAdmin(req.header("authorization"))) {
+                        const std::string body = access::denialJson(*refused);
+                        co_await sendJson(w, refused->status, body);
+                        co_return;
+                      }
+                    }
+                    const std::string path(req.path());
+                    const std::string body =
+                        status == 405
+                            ? net::errorJson("unsupported method for " + path +
                                                  " (allowed: " + std::string(allow) + ")",
-                                             "invalid_request_error", "method_not_allowed"));
-          } else {
-            co_await sendJson(
-                w, 404,
-                net::errorJson("unknown admin path " + path, "invalid_request_error", "not_found"));
-          }
-        });
+                                             "invalid_request_error", "method_not_allowed")
+                            : net::errorJson("unknown admin path " + path, "invalid_request_error",
+                                             "not_found");
+                    co_await sendJson(w, status == 405 ? 405 : 404, body);
+                  });
     return r;
   }
 
@@ -641,6 +691,7 @@ class ServerImpl final : public Server {
   std::unique_ptr<gateway::Gateway> gateway_;
   std::unique_ptr<features::FeatureStore> features_;
   std::unique_ptr<vectors::VectorService> vectors_;
+  std::optional<net::UpstreamAddress> scheduler_metrics_;  // `scheduler.metrics_url`, resolved
   std::unique_ptr<registry::Registry> model_registry_;
   net::EventLoops loops_;
   net::EventLoops admin_loops_;

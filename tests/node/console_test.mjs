@@ -88,7 +88,7 @@ try {
   await page.press('#login-token', 'Enter'); // the keyboard submits too
   await ready(page, 'overview');
   const nav = await page.$$eval('nav a', (as) => as.map((a) => a.textContent));
-  assert.deepEqual(nav, ['Overview', 'Keys & teams', 'Usage & cost', 'Routes & config', 'Registry', 'Features', 'Vectors', 'Audit']);
+  assert.deepEqual(nav, ['Overview', 'Keys & teams', 'Usage & cost', 'Routes & config', 'Registry', 'Features', 'Vectors', 'Scheduler', 'Audit']);
   await page.waitForSelector('tr[data-deployment="chat|dep-a"]');
   await shot(page, 'overview');
 
@@ -226,6 +226,24 @@ try {
   await shot(page, 'vectors');
   const asTeam = await fetch(`${ADMIN_URL}/admin/vectors/collections`, { headers: { authorization: `Bearer ${riskKey}` } });
   assert.equal(asTeam.status, 403, 'the collections route is for the admin token');
+
+  step('scheduler: the queue against its guarantee and max, pending time, the cluster figures');
+  await go(page, 'scheduler');
+  const all = await page.waitForSelector('table[aria-label="Queues"] tr[data-id="ml|*"]');
+  assert.deepEqual((await all.$$eval('td', (tds) => tds.map((td) => td.textContent))).slice(0, 5), ['ml', 'all types', '2.0', '–', '8.0']);
+  const a10 = await (await page.waitForSelector('table[aria-label="Queues"] tr[data-id="ml|A10"]')).$$eval('td', (tds) => tds.map((td) => td.textContent));
+  assert.deepEqual(a10.slice(0, 5), ['ml', 'A10', '2.0', '2.0', '–']);
+  assert.ok(await page.$('table[aria-label="Queues"] tr[data-id="ml|*"] svg.meter[aria-label="2.0 of 8.0 GPUs"]'), 'the use meter');
+  const wait = await (await page.waitForSelector('table[aria-label="Pending time"] tr[data-id="ml|1"]')).$$eval('td', (tds) => tds.map((td) => td.textContent));
+  assert.equal(wait[2], '1', 'one pod bound in queue ml, tier 1');
+  const kpis = await page.$$eval('.kpi', (ks) => Object.fromEntries(ks.map((k) => [k.querySelector('.l').textContent, k.querySelector('.v').textContent])));
+  assert.equal(kpis['GPUs allocated'], '2.0 of 8');
+  assert.equal(kpis['pending pods'], '0');
+  assert.equal(kpis['pods bound'], '1');
+  await shot(page, 'scheduler');
+  const relayed = await (await fetch(`${ADMIN_URL}/admin/scheduler/metrics`, { headers: { authorization: `Bearer ${TOKEN}` } })).text();
+  assert.ok(relayed.split('\n').filter((l) => l).every((l) => /^(# (HELP|TYPE) )?infera_sched_/.test(l)), 'only the scheduler\'s families are relayed');
+  assert.equal((await fetch(`${ADMIN_URL}/admin/scheduler/metrics`, { headers: { authorization: `Bearer ${riskKey}` } })).status, 403);
 
   step('the audit page lists the changes');
   await go(page, 'audit');

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The web console in Debian's Chromium (playwright-core): `infera serve` with access control, the
-# registry, the feature store (examples/features), the vector index and two emulated deployments
-# of one model, a registered model with two versions, an
+# registry, the feature store (examples/features), the vector index, an `infera sched serve` (on
+# the test API server of tests/kube) and two emulated deployments of one model, a registered model with two versions, an
 # alias moved twice and an A/B experiment, then console_test.mjs drives the console at /ui.
 # Screenshots go to WORK_DIR/shots.
 # Usage: run_console_test.sh INFERA_BINARY NODE_MODULES WORK_DIR
@@ -16,6 +16,50 @@ require_module "$node_modules" playwright-core
 [[ -x /usr/bin/chromium ]] || { echo "/usr/bin/chromium missing (scripts/install-deps.sh installs it)"; exit 1; }
 fail() { echo "FAIL: $*"; exit 1; }
 rm -rf "$work"/console.db* "$work/registry" "$work/features" "$work/vectors" "$work/shots" "$work"/console.yaml*
+# An `infera sched serve` against the test API server (tests/kube/fake_apiserver.mjs, HTTPS with a
+# throwaway CA) for the Scheduler page: one 8-GPU A10 node, a queue with a guarantee and a max, a
+# 2-GPU pod it binds.
+rm -rf "$work/kube" && mkdir -p "$work/kube"
+bash "$here/../fakes/make_test_pki.sh" "$work/kube/pki" >/dev/null
+node "$here/../kube/fake_apiserver.mjs" --port-file "$work/kube/api.port" --tls-cert "$work/kube/pki/server.pem" \
+  --tls-key "$work/kube/pki/server.key" --fake-kubelet >"$work/kube/api.out" 2>&1 &
+API_PID=$!
+SCHED_PID=""
+trap 'kill $API_PID $SCHED_PID 2>/dev/null; wait $API_PID $SCHED_PID 2>/dev/null || true' EXIT
+for _ in $(seq 1 500); do [[ -s "$work/kube/api.port" ]] && break; sleep 0.02; done
+[[ -s "$work/kube/api.port" ]] || { cat "$work/kube/api.out"; fail "test API server did not start"; }
+api_url="https://127.0.0.1:$(cat "$work/kube/api.port")"
+kcreate() {  # kcreate PATH < JSON
+  curl -sSf --cacert "$work/kube/pki/ca.pem" -X POST -H 'content-type: application/json' --data-binary @- "$api_url$1" >/dev/null
+}
+kcreate /api/v1/namespaces <"$here/../testdata/kube/namespace.json" || fail "namespace not created"
+node -e 'const n=JSON.parse(require("fs").readFileSync(process.argv[1],"utf8"));
+  n.metadata.name="gpu-a10-0"; for (const r of [n.status.capacity,n.status.allocatable]) r["nvidia.com/gpu"]="8";
+  process.stdout.write(JSON.stringify(n))' "$here/../testdata/kube/node.json" | kcreate /api/v1/nodes || fail "node not created"
+cat >"$work/kube/sched.yaml" <<YAML
+kube: {api_server: "$api_url", ca_file: "$work/kube/pki/ca.pem", retry_interval_ms: 300, backoff_initial_ms: 20}
+metrics: {port: 0}
+scheduling:
+  queues:
+    - {name: ml, guaranteed: {gpus: {A10: 2}}, max: {gpus: {"*": 8}}}
+  placement:
+    - {match: {namespace: ml}, queue: ml, tier: 1}
+YAML
+"$infera" sched serve -c "$work/kube/sched.yaml" >"$work/kube/sched.log" 2>&1 &
+SCHED_PID=$!
+for _ in $(seq 1 500); do grep -q 'metrics http' "$work/kube/sched.log" && break; sleep 0.02; done
+sched_metrics=$(sed -n 's|.*metrics \(http://127.0.0.1:[0-9]*\).*|\1|p' "$work/kube/sched.log")
+[[ -n "$sched_metrics" ]] || { cat "$work/kube/sched.log"; fail "sched serve did not start"; }
+node -e 'const p=JSON.parse(require("fs").readFileSync(process.argv[1],"utf8"));
+  p.metadata.name="train-1"; p.spec.containers[0].resources.limits["nvidia.com/gpu"]="2";
+  process.stdout.write(JSON.stringify(p))' "$here/../testdata/kube/gpu-pod.json" | kcreate /api/v1/namespaces/ml/pods || fail "pod not created"
+for _ in $(seq 1 500); do
+  curl -s "$sched_metrics/metrics" | grep -q 'infera_sched_queue_gpus{queue="ml",gpu_type="\*",kind="used"} 2' && break
+  sleep 0.02
+done
+curl -s "$sched_metrics/metrics" | grep -q 'infera_sched_queue_gpus{queue="ml",gpu_type="\*",kind="used"} 2' ||
+  { cat "$work/kube/sched.log"; fail "sched serve did not bind the pod"; }
+
 cat > "$work/console.yaml" <<YAML
 listen: {host: 127.0.0.1, port: 0}
 admin: {host: 127.0.0.1, port: 0}
@@ -34,6 +78,8 @@ features:
 vectors:
   data_dir: $work/vectors
   fsync: false
+scheduler:
+  metrics_url: $sched_metrics/metrics
 emulators:
   a: {models: [chat, fraud-backend], token_ms: 1, default_max_tokens: 4}
   b: {models: [chat, fraud-backend], token_ms: 1, default_max_tokens: 4}
@@ -52,6 +98,7 @@ models:
 YAML
 export INFERA_ADMIN_TOKEN="console-admin-$$"
 start_serve "$infera" "$work/console.yaml" "$work/console-serve.out"
+trap 'kill $SERVE_PID $API_PID $SCHED_PID 2>/dev/null; wait $SERVE_PID $API_PID $SCHED_PID 2>/dev/null || true' EXIT
 export INFERA_ADMIN_URL="http://127.0.0.1:$ADMIN_PORT"
 
 # Registry state for the registry page: two versions, champion moved 1 -> 2, an experiment.

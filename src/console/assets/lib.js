@@ -111,6 +111,25 @@ export function parseMetrics(text, want = () => true) {
   return out;
 }
 
+// Prometheus histogram buckets [{le, count}] (cumulative, sorted by le) -> the bucket bound at
+// quantile q (an upper bound of the true quantile); undefined without observations.
+export function bucketQuantile(buckets, q) {
+  const total = buckets.length ? buckets[buckets.length - 1].count : 0;
+  if (!total) return undefined;
+  for (const b of buckets) if (b.count >= q * total) return b.le;
+  return undefined;
+}
+
+// The `<name>_bucket` samples matching `filter`, summed per bound and sorted: [{le, count}].
+export function bucketsOf(samples, name, filter = () => true) {
+  const by = new Map();
+  for (const s of samples) {
+    if (s.name !== `${name}_bucket` || !filter(s.labels)) continue;
+    by.set(s.labels.le, (by.get(s.labels.le) || 0) + s.value);
+  }
+  return [...by].map(([le, count]) => ({ le: le === '+Inf' ? Infinity : Number(le), count })).sort((a, b) => a.le - b.le);
+}
+
 // Sums samples of `name` by the labels `by` (a key joined with '|').
 export function sumBy(samples, name, by, filter = () => true) {
   const out = new Map();

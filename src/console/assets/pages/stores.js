@@ -1,15 +1,7 @@
 // Features: the feature store's registry (GET /admin/features/registry: views with their
 // entities, features, TTL and aggregations, feature services, the online store's size) and its
 // read latency from /metrics. The vector index has its own page (vectors.js).
-import { api, fmt, h, kpi, parseMetrics, section, table } from '../lib.js';
-
-function quantile(buckets, q) {
-  // Prometheus histogram buckets [{le, count}] (cumulative) -> the bucket bound at quantile q.
-  const total = buckets.length ? buckets[buckets.length - 1].count : 0;
-  if (!total) return undefined;
-  for (const b of buckets) if (b.count >= q * total) return b.le;
-  return undefined;
-}
+import { api, bucketQuantile, bucketsOf, fmt, h, kpi, parseMetrics, section, table } from '../lib.js';
 
 export default {
   id: 'stores',
@@ -19,15 +11,12 @@ export default {
     const c = ctx.status.components;
     if (c.features) {
       const [reg, text] = await Promise.all([api('/admin/features/registry'), api('/metrics?name[]=infera_features_request_duration_seconds')]);
-      const samples = parseMetrics(text);
-      const buckets = samples.filter((s) => s.name === 'infera_features_request_duration_seconds_bucket')
-        .reduce((m, s) => m.set(s.labels.le, (m.get(s.labels.le) || 0) + s.value), new Map());
-      const sorted = [...buckets].map(([le, count]) => ({ le: le === '+Inf' ? Infinity : Number(le), count })).sort((a, b) => a.le - b.le);
+      const sorted = bucketsOf(parseMetrics(text), 'infera_features_request_duration_seconds');
       el.append(section(`Feature store · project ${reg.project} · ${reg.store}`,
         h('div', { class: 'kpis' },
           kpi('views', reg.views.length), kpi('feature services', reg.feature_services.length),
           kpi('online keys', fmt.int(reg.store_stats.keys)), kpi('online bytes', fmt.int(reg.store_stats.bytes)),
-          kpi('read p50 (≤)', fmt.ms(quantile(sorted, 0.5))), kpi('read p99 (≤)', fmt.ms(quantile(sorted, 0.99)))),
+          kpi('read p50 (≤)', fmt.ms(bucketQuantile(sorted, 0.5))), kpi('read p99 (≤)', fmt.ms(bucketQuantile(sorted, 0.99)))),
         table([
           { label: 'View', render: (v) => v.name },
           { label: 'Entities', render: (v) => v.entities.map((e) => e.join_key).join(', ') },
