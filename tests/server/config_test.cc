@@ -117,6 +117,27 @@ TEST(ServerConfigTest, VectorsSectionIsValidatedAndNeedsARestart) {
   EXPECT_NE(std::find(restart.begin(), restart.end(), "vectors"), restart.end());
 }
 
+TEST(ServerConfigTest, SchedulerSectionNamesTheMetricsUrlAndNeedsARestart) {
+  const auto off = loadConfigString("workers: 1\n");
+  ASSERT_TRUE(off.ok());
+  EXPECT_TRUE(off->scheduler_metrics_url.empty());
+  const auto on = loadConfigString("scheduler: {metrics_url: \"http://sched:8081/metrics\"}\n");
+  ASSERT_TRUE(on.ok()) << on.status().message();
+  EXPECT_EQ(on->scheduler_metrics_url, "http://sched:8081/metrics");
+  const auto bad = loadConfigString("scheduler:\n  metrics_url: sched:8081\n  port: 1\n");
+  ASSERT_FALSE(bad.ok());
+  expectEveryMessage(bad.status().message(),
+                     {"scheduler.metrics_url (line 2): must start with http:// or https://",
+                      "scheduler.port (line 3): unknown key"});
+  const auto missing = loadConfigString("scheduler: {}\n");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.status().message().find("scheduler.metrics_url (line 1): is required"),
+            std::string::npos)
+      << missing.status().message();
+  const auto restart = restartNeeded(*off, *on);
+  EXPECT_NE(std::find(restart.begin(), restart.end(), "scheduler"), restart.end());
+}
+
 // Replaces every PKI/ in `yaml` with the directory of `pki`.
 std::string withPki(std::string yaml, const testing::TestPki& pki) {
   for (size_t at = yaml.find("PKI/"); at != std::string::npos; at = yaml.find("PKI/", at)) {
