@@ -233,6 +233,7 @@ class SchedulerImpl final : public Scheduler {
     for (size_t n = 0; n < nodes_.size(); ++n) blocked[n] = isEmpty(nodes_[n]);
     std::vector<uint8_t> received(nodes_.size(), 0);  // targets stay: never emptied after
     std::vector<Applied> applied;  // every tentative move, undone before returning
+    const Rng rng_before = rng_;   // ties drawn while planning must not shift later decisions
     constexpr int kMaxCandidates = 256;
     std::vector<uint8_t> tried(nodes_.size(), 0);
     std::vector<uint8_t> soft;  // blocked, and the untried sources as cheap to free as this one
@@ -297,6 +298,7 @@ class SchedulerImpl final : public Scheduler {
       }
     }
     undoMoves(applied, 0);
+    rng_ = rng_before;
     return plan;
   }
 

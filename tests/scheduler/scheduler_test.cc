@@ -550,6 +550,42 @@ TEST(SchedulerTest, RepackPlanEmptiesNodesFewestMovesFirstAndChangesNothing) {
   EXPECT_TRUE(c.engine->planRepack(cfg, 3600).moves.empty());
 }
 
+TEST(SchedulerTest, APlanLeavesLaterDecisionsAsTheyWouldHaveBeen) {
+  // The same cluster twice (same seed); one makes a plan first. n1..n6 are in one state (4 of 8
+  // GPUs used), so the plan's trial placement of n0's pod ties among them and draws from the
+  // engine's generator, as the later 4-GPU decisions among them do (5 draws): those must not see
+  // the plan's draw.
+  auto make = [] {
+    std::vector<NodeSpec> nodes;
+    for (int n = 0; n < 8; ++n) nodes.push_back(gpuNode("n" + std::to_string(n), "A10", 8));
+    auto engine = makeEngine(nodes);
+    PodSpec a = gpuPod("a", 1);
+    a.tier = Tier::kBestEffort;
+    EXPECT_TRUE(engine->assume(a, "n0", 0).ok());
+    for (int n = 1; n <= 6; ++n) {
+      PodSpec p = gpuPod("b" + std::to_string(n), 4);
+      p.tier = Tier::kShared;  // not movable: only n0 is a source
+      EXPECT_TRUE(engine->assume(p, "n" + std::to_string(n), 0).ok());
+    }
+    return engine;
+  };
+  auto planned = make();
+  auto plain = make();
+  RepackConfig cfg;
+  cfg.min_age_s = 0;
+  ASSERT_EQ(planned->planRepack(cfg, 10).moves.size(), 1u);
+  std::string a_nodes, b_nodes;
+  for (int i = 0; i < 6; ++i) {
+    const PodSpec p = gpuPod("next" + std::to_string(i), 4);
+    const auto a = planned->schedule(p, 20);
+    const auto b = plain->schedule(p, 20);
+    ASSERT_TRUE(a.ok() && b.ok()) << i;
+    a_nodes += a->node_name + " ";
+    b_nodes += b->node_name + " ";
+  }
+  EXPECT_EQ(a_nodes, b_nodes);
+}
+
 TEST(SchedulerTest, MigratingAPlanFreesAWholeNodeForAnEightGpuPod) {
   RepackCluster c = repackCluster();
   // Fill the empty node: no 8-GPU pod fits any more.
