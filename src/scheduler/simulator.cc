@@ -15,6 +15,18 @@
 namespace infera::sched {
 namespace {
 
+// The mean and the 99th percentile (the value at index 0.99 n) of `v`; unchanged when empty.
+void meanAndP99(std::vector<double> v, double* mean, double* p99) {
+  if (v.empty()) return;
+  double sum = 0;
+  for (const double w : v) sum += w;
+  *mean = sum / static_cast<double>(v.size());
+  const size_t k =
+      std::min(v.size() - 1, static_cast<size_t>(0.99 * static_cast<double>(v.size())));
+  std::nth_element(v.begin(), v.begin() + static_cast<long>(k), v.end());
+  *p99 = v[k];
+}
+
 double secondsSince(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -295,10 +307,11 @@ Result<ReplayResult> runReplay(const std::vector<NodeSpec>& nodes, const std::ve
   std::vector<size_t> pending;                        // kept ordered by (tier, creation)
   std::unordered_map<PodId, size_t> id_to_pod_index;  // running pods
   for (const NodeSpec& n : nodes) out.whole_node_gpus = std::max(out.whole_node_gpus, n.gpus);
+  auto wholeNode = [&](const PodSpec& p) {
+    return out.whole_node_gpus > 1 && p.num_gpu >= out.whole_node_gpus;
+  };
   std::vector<double> whole_node_pending;
-  for (const PodSpec& p : pods) {
-    out.whole_node_pods += out.whole_node_gpus > 1 && p.num_gpu >= out.whole_node_gpus;
-  }
+  for (const PodSpec& p : pods) out.whole_node_pods += wholeNode(p);
   auto record = [&](size_t i, const Placement& p, int64_t now) {
     PodSim& s = sim[i];
     s.id = p.pod;
@@ -309,7 +322,7 @@ Result<ReplayResult> runReplay(const std::vector<NodeSpec>& nodes, const std::ve
       s.first_start_s = now;
       ++out.scheduled;
       out.pending_times_s.push_back(static_cast<double>(now - pods[i].creation_s));
-      if (out.whole_node_gpus > 1 && pods[i].num_gpu >= out.whole_node_gpus) {
+      if (wholeNode(pods[i])) {
         whole_node_pending.push_back(static_cast<double>(now - pods[i].creation_s));
       }
     }
@@ -398,7 +411,6 @@ Result<ReplayResult> runReplay(const std::vector<NodeSpec>& nodes, const std::ve
     const int budget = cfg.repack_moves_per_hour - static_cast<int>(move_times.size());
     if (budget <= 0) return;
     RepackConfig rc = cfg.repack;
-    rc.max_moves = budget;
     if (rc.min_node_gpus <= 0) rc.min_node_gpus = out.whole_node_gpus;
     // On demand: one plan per waiting whole-node pod that no node can take now (oldest first),
     // each emptying one node that would host it. Otherwise one plan for the next such pod.
@@ -521,30 +533,15 @@ Result<ReplayResult> runReplay(const std::vector<NodeSpec>& nodes, const std::ve
   out.never_scheduled = out.pods - out.scheduled;
   for (const double w : out.pending_times_s) out.waited += w > 0;
   out.waited_share = out.scheduled > 0 ? static_cast<double>(out.waited) / out.scheduled : 0;
-  if (!out.pending_times_s.empty()) {
-    double sum = 0;
-    for (const double w : out.pending_times_s) sum += w;
-    out.mean_pending_s = sum / out.pending_times_s.size();
-    std::vector<double> sorted = out.pending_times_s;
-    const size_t k = std::min(sorted.size() - 1, static_cast<size_t>(0.99 * sorted.size()));
-    std::nth_element(sorted.begin(), sorted.begin() + static_cast<long>(k), sorted.end());
-    out.p99_pending_s = sorted[k];
-  }
+  meanAndP99(out.pending_times_s, &out.mean_pending_s, &out.p99_pending_s);
   out.whole_node_started = static_cast<int>(whole_node_pending.size());
   for (size_t i = 0; i < pods.size(); ++i) {
-    if (out.whole_node_gpus > 1 && pods[i].num_gpu >= out.whole_node_gpus &&
-        sim[i].first_start_s < 0) {
+    if (wholeNode(pods[i]) && sim[i].first_start_s < 0) {
       whole_node_pending.push_back(static_cast<double>(end_s - pods[i].creation_s));
     }
   }
-  if (!whole_node_pending.empty()) {
-    double sum = 0;
-    for (const double w : whole_node_pending) sum += w;
-    out.whole_node_mean_pending_s = sum / whole_node_pending.size();
-    std::sort(whole_node_pending.begin(), whole_node_pending.end());
-    out.whole_node_p99_pending_s = whole_node_pending[std::min(
-        whole_node_pending.size() - 1, static_cast<size_t>(0.99 * whole_node_pending.size()))];
-  }
+  meanAndP99(std::move(whole_node_pending), &out.whole_node_mean_pending_s,
+             &out.whole_node_p99_pending_s);
   if (!out.series.empty()) {
     out.mean_gpu_alloc_ratio = ratio_sum / out.series.size();
     out.mean_free_on_empty_share = empty_sum / out.series.size();
