@@ -1,5 +1,6 @@
 // Flags and wiring only: `infera sched serve|validate-serve` (the work is in src/scheduler/kube).
 #include <pthread.h>
+#include <sys/stat.h>
 
 #include <csignal>
 #include <cstdio>
@@ -14,6 +15,31 @@
 
 namespace infera::cli {
 namespace {
+
+struct FileStamp {
+  bool exists = false;
+  ino_t inode = 0;
+  off_t size = 0;
+  int64_t mtime_ns = 0;
+  bool operator==(const FileStamp&) const = default;
+};
+
+FileStamp stampOf(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return {};
+  return FileStamp{true, st.st_ino, st.st_size,
+                   static_cast<int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec};
+}
+
+void reload(sched::kube::KubeScheduler& server, const std::string& path, const char* why) {
+  const Status s = server.reloadFile(path);
+  if (s.isOk()) {
+    std::fprintf(stderr, "reload (%s): applied %s\n", why, path.c_str());
+  } else {
+    std::fprintf(stderr, "reload (%s): %s (still running the previous config)\n", why,
+                 s.message().c_str());
+  }
+}
 
 int runServe(const std::string& path, const std::string& log_level) {
   if (!log_level.empty() && !setLogLevel(log_level)) {
@@ -46,11 +72,23 @@ int runServe(const std::string& path, const std::string& log_level) {
   if (webhook) std::printf("  webhook https://127.0.0.1:%u", (*server)->webhookPort());
   std::printf("\n");
   std::fflush(stdout);
+  // Reloads on SIGHUP and when the file changes (a ConfigMap update swaps the file under its
+  // mount): looked at every second by inode, size and modification time.
+  FileStamp seen = stampOf(path);
   for (;;) {
-    int sig = 0;
-    if (sigwait(&set, &sig) != 0) continue;
+    const timespec tick{1, 0};
+    const int sig = sigtimedwait(&set, nullptr, &tick);
+    if (sig < 0) {
+      const FileStamp now = stampOf(path);
+      if (now == seen) continue;
+      seen = now;
+      if (!now.exists) continue;  // mid-swap: the new file comes next
+      reload(**server, path, "the file changed");
+      continue;
+    }
     if (sig == SIGHUP) {
-      std::fprintf(stderr, "reload: not built yet (restart to apply sched.yaml changes)\n");
+      seen = stampOf(path);
+      reload(**server, path, "SIGHUP");
       continue;
     }
     (*server)->stop();

@@ -247,7 +247,8 @@ void ConfigReader::error(const std::string& key, const std::string& message) {
 }
 
 void ConfigReader::finish() {
-  if (!node_.IsMap()) return;
+  if (finished_ || !node_.IsMap()) return;
+  finished_ = true;
   for (const auto& kv : node_) {
     const std::string key = kv.first.Scalar();
     if (seen_.count(key) == 0) {

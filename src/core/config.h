@@ -92,7 +92,8 @@ class ConfigReader {
 
   // Reports an error at `key` (or at this node when key is empty).
   void error(const std::string& key, const std::string& message);
-  // Reports every key of this mapping that no accessor asked for.
+  // Reports every key of this mapping that no accessor asked for. Once: a reader that finishes
+  // itself inside object()/forEach() is not finished again (which would say every error twice).
   void finish();
 
   std::string childPath(const std::string& key) const;
@@ -106,6 +107,7 @@ class ConfigReader {
   ConfigErrors* errors_;
   std::string path_;
   std::set<std::string> seen_;
+  bool finished_ = false;
 };
 
 // Loads YAML text/file; parse errors become kInvalidArgument naming the line.

@@ -124,6 +124,11 @@ Histogram* Family::histogram(const std::vector<std::string>& label_values) {
   INFERA_CHECK(type_ == MetricType::kHistogram, name_ + " is not a histogram");
   return series(label_values)->histogram.get();
 }
+void Family::remove(const std::vector<std::string>& label_values) {
+  std::lock_guard<std::mutex> lock(mu_);
+  series_.erase(label_values);
+}
+
 void Family::setCallback(std::function<double()> fn) {
   std::lock_guard<std::mutex> lock(mu_);
   callback_ = std::move(fn);

@@ -88,6 +88,9 @@ class Family {
   void setCallback(std::function<double()> fn);
   // One series computed at scrape time (a value counted elsewhere, as net's server stats).
   void setCallback(const std::vector<std::string>& label_values, std::function<double()> fn);
+  // Drops a series from the family (a queue a reload removed): no longer rendered. Only for
+  // series whose pointer nobody holds (callers that look theirs up on every use).
+  void remove(const std::vector<std::string>& label_values);
 
   void render(std::string& out) const;
 

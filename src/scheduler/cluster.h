@@ -24,6 +24,9 @@ struct PodReq {
   int num_gpu = 0;
   int gpu_milli = 0;  // per GPU, 1..1000 when num_gpu > 0
   TypeMask types = kAnyType;
+  // The pod's node constraints (NodeConstraints) as an index into the engine's table of the
+  // nodes each distinct constraint allows; -1 = every node (no constraints, no tainted nodes).
+  int eligible = -1;
   int64_t gpuTotalMilli() const { return static_cast<int64_t>(num_gpu) * gpu_milli; }
   bool sharing() const { return num_gpu == 1 && gpu_milli < kMilliPerGpu; }
 };
@@ -71,6 +74,13 @@ inline int shapeClass(const PodReq& r) {
   if (r.sharing()) return 1;
   return 1 + r.num_gpu;
 }
+
+// Node constraints (constraints.cc): whether a pod with `c` may go to `node` (its labels, name and
+// NoSchedule/NoExecute taints); whether a node has such a taint; a canonical key of `c` (equal
+// constraints, equal keys).
+bool constraintsAllow(const NodeConstraints& c, const NodeSpec& node);
+bool hasHardTaint(const NodeSpec& node);
+std::string constraintKey(const NodeConstraints& c);
 
 // Applies a placement of `r` on GPUs `gpus` (one index per GPU) with sign +1 (bind) or -1 (free).
 void applyToNode(NodeState& n, int64_t cpu, int64_t mem, int gpu_milli,

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <charconv>
 #include <cmath>
 #include <limits>
 #include <map>
@@ -189,8 +190,10 @@ class SchedulerImpl final : public Scheduler {
       want = *r;
     }
     // A node that, emptied, would host the pod it is for (and does not now).
-    auto wouldHost = [&](const NodeState& n) {
+    auto wouldHost = [&](int node) {
+      const NodeState& n = nodes_[node];
       if (!cfg.for_pod) return true;
+      if (!allowedOn(want, node)) return false;
       if (fits(n, want) || n.cpu_capacity < want.cpu_milli || n.mem_capacity < want.memory_mib)
         return false;
       return want.num_gpu == 0 ||
@@ -206,7 +209,7 @@ class SchedulerImpl final : public Scheduler {
     std::vector<Source> sources;
     for (int n = 0; n < static_cast<int>(nodes_.size()); ++n) {
       const NodeState& node = nodes_[n];
-      if (node.gpus < min_gpus || node.type < 0 || !wouldHost(node)) continue;
+      if (node.gpus < min_gpus || node.type < 0 || !wouldHost(n)) continue;
       if (isEmpty(node) && !cfg.for_pod) continue;
       const auto& on = node_pods_[n];
       if (on.empty() || static_cast<int>(on.size()) > cfg.max_moves) continue;
@@ -313,6 +316,11 @@ class SchedulerImpl final : public Scheduler {
     if (live_pod->req.num_gpu > 0 && nodes_[to_node].type != nodes_[live_pod->node].type) {
       return Status::invalidArgument("pod " + live_pod->name + ": target node " +
                                      nodes_[to_node].name + " has another GPU type");
+    }
+    if (!allowedOn(live_pod->req, to_node)) {
+      return Status::invalidArgument("pod " + live_pod->name + ": target node " +
+                                     nodes_[to_node].name +
+                                     " is excluded by its node constraints or taints");
     }
     PodReq eff = live_pod->req;
     if (!fits(nodes_[to_node], eff)) {
@@ -477,6 +485,12 @@ class SchedulerImpl final : public Scheduler {
       return Status::alreadyExists("node " + n.name + " added twice");
     }
     nodes_.push_back(n);
+    node_hard_taint_.push_back(hasHardTaint(spec) ? 1 : 0);
+    node_specs_.push_back(NodeSpec{spec.name, 0, 0, 0, {}, spec.labels, spec.taints});
+    for (const auto& [key, e] : elig_index_) {
+      Eligibility& el = elig_[static_cast<size_t>(e)];
+      el.allowed.push_back(constraintsAllow(el.constraints, node_specs_.back()) ? 1 : 0);
+    }
     node_rank_.push_back(static_cast<uint32_t>(node_rank_.size()));
     node_pods_.emplace_back();
     if (n.type >= 0) {
@@ -575,7 +589,98 @@ class SchedulerImpl final : public Scheduler {
       }
       r.types = m;
     }
+    if (!p.constraints.empty()) {
+      INFERA_RETURN_IF_ERROR(checkConstraints(p));
+      r.eligible = eligibilityOf(p.constraints);
+    }
     return r;
+  }
+
+  // What the API server's validation would refuse, so a constraint never silently means nothing.
+  static Status checkConstraints(const PodSpec& p) {
+    auto bad = [&](const std::string& what) {
+      return Status::invalidArgument("pod " + p.name + ": " + what);
+    };
+    for (const NodeSelectorTerm& t : p.constraints.required_terms) {
+      for (const auto* list : {&t.match_expressions, &t.match_fields}) {
+        for (const NodeSelectorRequirement& r : *list) {
+          const std::string& op = r.op;
+          if (op == "In" || op == "NotIn") {
+            if (r.values.empty())
+              return bad("node affinity " + op + " on '" + r.key + "' without values");
+          } else if (op == "Exists" || op == "DoesNotExist") {
+            if (!r.values.empty())
+              return bad("node affinity " + op + " on '" + r.key + "' with values");
+          } else if (op == "Gt" || op == "Lt") {
+            int64_t v = 0;
+            const std::string* one = r.values.size() == 1 ? &r.values[0] : nullptr;
+            const auto [end, ec] =
+                one != nullptr ? std::from_chars(one->data(), one->data() + one->size(), v)
+                               : std::from_chars_result{nullptr, std::errc::invalid_argument};
+            if (one == nullptr || ec != std::errc() || end != one->data() + one->size()) {
+              return bad("node affinity " + op + " on '" + r.key + "' needs one integer value");
+            }
+          } else {
+            return bad("node affinity operator '" + op + "' unknown");
+          }
+          if (list == &t.match_fields && r.key != "metadata.name") {
+            return bad("node affinity field '" + r.key + "' unknown (only metadata.name)");
+          }
+        }
+      }
+    }
+    for (const Toleration& t : p.constraints.tolerations) {
+      if (t.op == "Exists" ? !t.value.empty() : (!t.op.empty() && t.op != "Equal")) {
+        return bad("toleration operator '" + t.op + "' with value '" + t.value + "'");
+      }
+    }
+    return Status::ok();
+  }
+
+  // The index of the nodes `c` allows, computed once per distinct constraint and kept while a
+  // running pod holds it (a table that grows past kMaxIdleEligibility forgets the unheld ones).
+  int eligibilityOf(const NodeConstraints& c) {
+    std::string key = constraintKey(c);
+    const auto it = elig_index_.find(key);
+    if (it != elig_index_.end()) return it->second;
+    constexpr size_t kMaxIdleEligibility = 256;
+    if (elig_index_.size() >= kMaxIdleEligibility) {
+      for (auto e = elig_index_.begin(); e != elig_index_.end();) {
+        Eligibility& el = elig_[static_cast<size_t>(e->second)];
+        if (el.refs > 0) {
+          ++e;
+          continue;
+        }
+        el = Eligibility{};
+        elig_free_.push_back(e->second);
+        e = elig_index_.erase(e);
+      }
+    }
+    int idx;
+    if (!elig_free_.empty()) {
+      idx = elig_free_.back();
+      elig_free_.pop_back();
+    } else {
+      idx = static_cast<int>(elig_.size());
+      elig_.emplace_back();
+    }
+    Eligibility& el = elig_[static_cast<size_t>(idx)];
+    el.constraints = c;
+    el.allowed.reserve(node_specs_.size());
+    for (const NodeSpec& n : node_specs_) el.allowed.push_back(constraintsAllow(c, n) ? 1 : 0);
+    elig_index_.emplace(std::move(key), idx);
+    return idx;
+  }
+
+  // Whether a pod asking `r` may go to node n by its node constraints (without any: every node
+  // but those with a NoSchedule/NoExecute taint).
+  bool allowedOn(const PodReq& r, int n) const {
+    if (r.eligible < 0) return node_hard_taint_[static_cast<size_t>(n)] == 0;
+    return elig_[static_cast<size_t>(r.eligible)].allowed[static_cast<size_t>(n)] != 0;
+  }
+
+  void holdEligibility(const PodReq& r, int sign) {
+    if (r.eligible >= 0) elig_[static_cast<size_t>(r.eligible)].refs += sign;
   }
 
   Status resolveQueue(const PodSpec& p, int* queue, Tier* tier) {
@@ -714,6 +819,7 @@ class SchedulerImpl final : public Scheduler {
     const bool first_tie = policy_->firstTie();
     auto consider = [&](int n) {
       if (exclude_ != nullptr && (*exclude_)[static_cast<size_t>(n)]) return;
+      if (!allowedOn(r, n)) return;
       PodReq eff;
       if (!proportional(nodes_[n], r, &eff) || !fits(nodes_[n], eff)) return;
       int gpu = -1;
@@ -753,6 +859,7 @@ class SchedulerImpl final : public Scheduler {
     for (int n = 0; n < static_cast<int>(nodes_.size()); ++n) {
       const NodeState& node = nodes_[n];
       if (r.num_gpu > 0 && (node.type < 0 || !((mask >> node.type) & 1u))) continue;
+      if (!allowedOn(r, n)) continue;
       PodReq eff;
       if (!proportional(node, r, &eff)) continue;
       std::vector<PodId> cands;
@@ -854,6 +961,15 @@ class SchedulerImpl final : public Scheduler {
     if (quota_ok.empty() && !refusal.empty()) {
       return Status::failedPrecondition("pod " + pod.name + ": " + refusal);
     }
+    int excluded = 0;
+    for (int n = 0; n < static_cast<int>(nodes_.size()); ++n) excluded += allowedOn(r, n) ? 0 : 1;
+    if (excluded > 0) {
+      return Status::resourceExhausted("pod " + pod.name + ": no node fits (" +
+                                       std::to_string(excluded) + " of " +
+                                       std::to_string(nodes_.size()) +
+                                       " nodes excluded by its node selector, node affinity or "
+                                       "taints it does not tolerate)");
+    }
     return Status::resourceExhausted("pod " + pod.name + ": no node fits");
   }
 
@@ -935,6 +1051,7 @@ class SchedulerImpl final : public Scheduler {
       pods_.push_back(std::move(record));
     }
     const PodId id = idOf(slot);
+    holdEligibility(pods_[slot].req, +1);
     bindAccounting(id, +1);
     out.pod = id;
     return out;
@@ -1010,6 +1127,7 @@ class SchedulerImpl final : public Scheduler {
   void unbind(PodId id) {
     bindAccounting(id, -1);
     PodRecord& p = rec(id);
+    holdEligibility(p.req, -1);
     p.alive = false;
     p.name.clear();
     p.name.shrink_to_fit();
@@ -1057,6 +1175,18 @@ class SchedulerImpl final : public Scheduler {
   const FragModel* stats_model_ = nullptr;
   std::unique_ptr<Policy> policy_;
   const std::vector<uint8_t>* exclude_ = nullptr;  // findNode skips these nodes (re-packing)
+  // Node constraints: per node its labels/taints and whether a NoSchedule/NoExecute taint keeps
+  // unconstrained pods off it; per distinct constraint the nodes it allows (eligibilityOf).
+  struct Eligibility {
+    NodeConstraints constraints;
+    std::vector<uint8_t> allowed;  // by node index
+    int refs = 0;                  // running pods that hold it
+  };
+  std::vector<NodeSpec> node_specs_;  // name, labels, taints only
+  std::vector<uint8_t> node_hard_taint_;
+  std::vector<Eligibility> elig_;
+  std::map<std::string, int> elig_index_;  // constraintKey -> elig_ index
+  std::vector<int> elig_free_;
 };
 
 }  // namespace

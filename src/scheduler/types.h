@@ -17,6 +17,45 @@ inline constexpr int kMaxGpusPerNode = 16;
 // never preempted; tier 2 is best effort and preemptible.
 enum class Tier : uint8_t { kGuaranteed = 0, kShared = 1, kBestEffort = 2 };
 
+// Kubernetes' hard node constraints, with core/v1's meaning (kube-scheduler's NodeAffinity and
+// TaintToleration filters): a pod goes only to nodes whose labels match its node selector and one
+// of its required affinity terms, and whose NoSchedule/NoExecute taints it tolerates all of.
+// PreferNoSchedule taints and preferred affinities are soft in Kubernetes and not modelled.
+struct Taint {
+  std::string key;
+  std::string value;
+  std::string effect;  // NoSchedule | PreferNoSchedule | NoExecute
+  bool operator==(const Taint&) const = default;
+};
+
+struct Toleration {
+  std::string key;           // "" with op Exists: every taint
+  std::string op = "Equal";  // Equal | Exists
+  std::string value;
+  std::string effect;  // "" = every effect
+};
+
+struct NodeSelectorRequirement {
+  std::string key;  // a label (match_expressions) or "metadata.name" (match_fields)
+  std::string op;   // In | NotIn | Exists | DoesNotExist | Gt | Lt
+  std::vector<std::string> values;
+};
+
+// Requirements ANDed; a term with none matches no node.
+struct NodeSelectorTerm {
+  std::vector<NodeSelectorRequirement> match_expressions;
+  std::vector<NodeSelectorRequirement> match_fields;
+};
+
+struct NodeConstraints {
+  std::map<std::string, std::string> node_selector;  // every label must equal
+  std::vector<NodeSelectorTerm> required_terms;      // ORed; empty = no required affinity
+  std::vector<Toleration> tolerations;
+  bool empty() const {
+    return node_selector.empty() && required_terms.empty() && tolerations.empty();
+  }
+};
+
 struct NodeSpec {
   std::string name;
   int64_t cpu_milli = 0;
@@ -24,6 +63,7 @@ struct NodeSpec {
   int gpus = 0;
   std::string gpu_model;                      // "" for CPU-only nodes
   std::map<std::string, std::string> labels;  // pool, region, zone, ...
+  std::vector<Taint> taints;
 };
 
 struct PodSpec {
@@ -39,6 +79,7 @@ struct PodSpec {
   // or above it in the configured ladder.
   std::vector<std::string> gpu_types;
   std::string min_gpu_type;
+  NodeConstraints constraints;  // node selector, required node affinity, tolerations
   Tier tier = Tier::kShared;
   std::string queue;  // "" = resolved by the queue placement rules (or no queues)
   int priority = 0;

@@ -13,6 +13,9 @@ finish() {
 }
 # start_serve INFERA CONFIG OUT: sets pid, port, admin (empty if it did not come up within 10 s).
 start_serve() {
+  # Emptied here, not only by the child's redirection: a restart on the same output file must not
+  # read the previous run's ports before the child has truncated it.
+  : >"$3"
   "$1" serve -c "$2" >"$3" 2>&1 &
   pid=$!
   port=""; admin=""

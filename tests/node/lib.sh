@@ -11,6 +11,7 @@ require_module() {
 # "data ... admin ..." line; sets SERVE_PID, PORT and ADMIN_PORT.
 start_serve() {
   local infera="$1" config="$2" out="$3"
+  : >"$out"  # emptied before the child starts: a restart must not read the previous run's ports
   "$infera" serve -c "$config" >"$out" 2>&1 &
   SERVE_PID=$!
   trap 'kill $SERVE_PID 2>/dev/null; wait $SERVE_PID 2>/dev/null || true' EXIT

@@ -709,5 +709,183 @@ TEST(SchedulerTest, MigrateRefusesUnknownPodsBadTargetsOtherTypesAndFullNodes) {
   EXPECT_EQ(ok->gpu_indices.size(), 2u);
 }
 
+// --- node constraints: node selector, required node affinity, taints and tolerations ---------
+
+NodeSpec labelled(NodeSpec n, std::map<std::string, std::string> labels,
+                  std::vector<Taint> taints = {}) {
+  n.labels = std::move(labels);
+  n.taints = std::move(taints);
+  return n;
+}
+
+TEST(SchedulerTest, NodeSelectorAndRequiredAffinityKeepAPodToMatchingNodes) {
+  // Four nodes; the policy alone would choose by packing. Each constraint leaves one choice.
+  auto engine = makeEngine({labelled(gpuNode("a", "A10", 8), {{"zone", "z1"}, {"rack", "7"}}),
+                            labelled(gpuNode("b", "A10", 8), {{"zone", "z2"}, {"rack", "12"}}),
+                            labelled(gpuNode("c", "A10", 8), {{"zone", "z3"}}),
+                            labelled(gpuNode("d", "A10", 8), {{"zone", "z2"}, {"spot", "true"}})});
+  PodSpec sel = gpuPod("sel", 1);
+  sel.constraints.node_selector = {{"zone", "z2"}, {"rack", "12"}};
+  auto placed = engine->schedule(sel);
+  ASSERT_TRUE(placed.ok()) << placed.status().message();
+  EXPECT_EQ(placed->node_name, "b");
+
+  // Terms are ORed, requirements inside one ANDed; NotIn matches a node without the label.
+  PodSpec aff = gpuPod("aff", 1);
+  aff.constraints.required_terms = {
+      NodeSelectorTerm{{{"zone", "In", {"z9"}}}, {}},
+      NodeSelectorTerm{
+          {{"zone", "In", {"z2", "z3"}}, {"spot", "NotIn", {"true"}}, {"rack", "DoesNotExist", {}}},
+          {}}};
+  placed = engine->schedule(aff);
+  ASSERT_TRUE(placed.ok()) << placed.status().message();
+  EXPECT_EQ(placed->node_name, "c");
+
+  // Gt compares integers; matchFields names the node.
+  PodSpec gt = gpuPod("gt", 1);
+  gt.constraints.required_terms = {NodeSelectorTerm{{{"rack", "Gt", {"9"}}}, {}}};
+  placed = engine->schedule(gt);
+  ASSERT_TRUE(placed.ok());
+  EXPECT_EQ(placed->node_name, "b");
+  PodSpec by_name = gpuPod("by-name", 1);
+  by_name.constraints.required_terms = {NodeSelectorTerm{{}, {{"metadata.name", "In", {"d"}}}}};
+  placed = engine->schedule(by_name);
+  ASSERT_TRUE(placed.ok());
+  EXPECT_EQ(placed->node_name, "d");
+
+  // Nothing matches: the reason says how many nodes the constraints excluded.
+  PodSpec none = gpuPod("none", 1);
+  none.constraints.node_selector = {{"zone", "z4"}};
+  auto refused = engine->schedule(none);
+  EXPECT_EQ(refused.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(refused.status().message().find("4 of 4 nodes excluded"), std::string::npos)
+      << refused.status().message();
+  // A matching node that is full: still refused, never placed elsewhere.
+  PodSpec big = gpuPod("big", 8);
+  big.constraints.node_selector = {{"zone", "z1"}};
+  ASSERT_TRUE(engine->schedule(big).ok());
+  PodSpec more = gpuPod("more", 1);
+  more.constraints.node_selector = {{"zone", "z1"}};
+  EXPECT_EQ(engine->schedule(more).status().code(), StatusCode::kResourceExhausted);
+}
+
+TEST(SchedulerTest, TaintsKeepPodsOffUnlessTolerated) {
+  auto engine =
+      makeEngine({labelled(gpuNode("tainted", "A10", 8), {}, {{"gpu", "reserved", "NoSchedule"}}),
+                  labelled(gpuNode("execute", "A10", 8), {}, {{"maintenance", "", "NoExecute"}}),
+                  labelled(gpuNode("soft", "A10", 8), {}, {{"spot", "true", "PreferNoSchedule"}})});
+  // Without tolerations only the soft-tainted node is left, whatever the policy prefers.
+  for (int i = 0; i < 8; ++i) {
+    auto p = engine->schedule(gpuPod("plain-" + std::to_string(i), 1));
+    ASSERT_TRUE(p.ok()) << p.status().message();
+    EXPECT_EQ(p->node_name, "soft");
+  }
+  EXPECT_EQ(engine->schedule(gpuPod("plain-9", 1)).status().code(), StatusCode::kResourceExhausted);
+  // Equal needs the value; Exists any value; an empty key with Exists tolerates everything; an
+  // effect given must be the taint's.
+  PodSpec wrong_value = gpuPod("wrong-value", 1);
+  wrong_value.constraints.tolerations = {{"gpu", "Equal", "other", "NoSchedule"}};
+  EXPECT_FALSE(engine->schedule(wrong_value).ok());
+  PodSpec wrong_effect = gpuPod("wrong-effect", 1);
+  wrong_effect.constraints.tolerations = {{"gpu", "Exists", "", "NoExecute"}};
+  EXPECT_FALSE(engine->schedule(wrong_effect).ok());
+  PodSpec equal = gpuPod("equal", 4);
+  equal.constraints.tolerations = {{"gpu", "Equal", "reserved", "NoSchedule"}};
+  auto placed = engine->schedule(equal);
+  ASSERT_TRUE(placed.ok()) << placed.status().message();
+  EXPECT_EQ(placed->node_name, "tainted");
+  PodSpec exists = gpuPod("exists", 8);
+  exists.constraints.tolerations = {{"maintenance", "Exists", "", ""}};
+  placed = engine->schedule(exists);
+  ASSERT_TRUE(placed.ok()) << placed.status().message();
+  EXPECT_EQ(placed->node_name, "execute");
+  PodSpec all = gpuPod("all", 4);
+  all.constraints.tolerations = {{"", "Exists", "", ""}};
+  placed = engine->schedule(all);
+  ASSERT_TRUE(placed.ok());
+  EXPECT_EQ(placed->node_name, "tainted");
+}
+
+TEST(SchedulerTest, ConstraintsHoldForPreemptionMigrationAndNodesThatJoinLater) {
+  auto engine = makeEngine({labelled(gpuNode("a", "A10", 4), {{"pool", "x"}}),
+                            labelled(gpuNode("b", "A10", 4), {{"pool", "y"}})},
+                           kTwoQueues);
+  // Best-effort pods fill both nodes; a tier-0 pod pinned to pool y preempts on b only.
+  for (const char* n : {"a", "b"}) {
+    PodSpec filler = gpuPod(std::string("filler-") + n, 4);
+    filler.tier = Tier::kBestEffort;
+    filler.constraints.node_selector = {{"pool", n[0] == 'a' ? "x" : "y"}};
+    ASSERT_TRUE(engine->schedule(filler).ok());
+  }
+  PodSpec urgent = gpuPod("urgent", 2);
+  urgent.queue = "org/team-a";
+  urgent.tier = Tier::kGuaranteed;
+  urgent.constraints.node_selector = {{"pool", "y"}};
+  auto placed = engine->schedule(urgent);
+  ASSERT_TRUE(placed.ok()) << placed.status().message();
+  EXPECT_EQ(placed->node_name, "b");
+  ASSERT_EQ(placed->evicted.size(), 1u);
+  EXPECT_EQ(placed->evicted[0].pod_name, "filler-b");
+  // The pinned pod cannot be migrated off its pool.
+  // A node that joins later is judged by the same constraint.
+  ASSERT_TRUE(engine->addNode(labelled(gpuNode("c", "A10", 4), {{"pool", "y"}})).ok());
+  EXPECT_EQ(engine->migrate(placed->pod, 0, 0).status().code(), StatusCode::kInvalidArgument);
+  auto moved = engine->migrate(placed->pod, 2, 0);
+  ASSERT_TRUE(moved.ok()) << moved.status().message();
+  EXPECT_EQ(moved->node_name, "c");
+  PodSpec later = gpuPod("later", 4);
+  later.constraints.node_selector = {{"pool", "y"}};
+  placed = engine->schedule(later);
+  ASSERT_TRUE(placed.ok()) << placed.status().message();
+  EXPECT_EQ(placed->node_name, "b");
+}
+
+TEST(SchedulerTest, MalformedConstraintsAreRefusedNotIgnored) {
+  auto engine = makeEngine({gpuNode("a", "A10", 4)});
+  auto refuse = [&](NodeSelectorRequirement r, bool field = false) {
+    PodSpec p = gpuPod("p", 1);
+    NodeSelectorTerm t;
+    (field ? t.match_fields : t.match_expressions).push_back(std::move(r));
+    p.constraints.required_terms = {t};
+    return engine->schedule(p).status();
+  };
+  EXPECT_EQ(refuse({"k", "Near", {"1"}}).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(refuse({"k", "In", {}}).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(refuse({"k", "Exists", {"v"}}).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(refuse({"k", "Gt", {"1.5"}}).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(refuse({"k", "Lt", {"1", "2"}}).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(refuse({"metadata.uid", "In", {"x"}}, true).code(), StatusCode::kInvalidArgument);
+  const Status s = refuse({"k", "Near", {"1"}});
+  EXPECT_NE(s.message().find("operator 'Near'"), std::string::npos) << s.message();
+  PodSpec tol = gpuPod("tol", 1);
+  tol.constraints.tolerations = {{"k", "Exists", "v", ""}};
+  EXPECT_EQ(engine->schedule(tol).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(engine->stats().gpu_milli_allocated, 0);
+}
+
+TEST(SchedulerTest, ManyDistinctConstraintsArePlacedRightAsTheEngineForgetsUnheldOnes) {
+  // One pod per node pinned by name (a DaemonSet's pattern), 1,200 distinct constraints in all:
+  // the engine forgets those no running pod holds past 256 and reuses their slots, and every
+  // placement is still the pinned node.
+  std::vector<NodeSpec> nodes;
+  for (int i = 0; i < 40; ++i) nodes.push_back(gpuNode("n" + std::to_string(i), "A10", 1));
+  auto engine = makeEngine(nodes);
+  for (int round = 0; round < 30; ++round) {
+    std::vector<PodId> ids;
+    for (int i = 0; i < 40; ++i) {
+      PodSpec p = gpuPod("pin-" + std::to_string(round) + "-" + std::to_string(i), 1);
+      p.constraints.required_terms = {NodeSelectorTerm{
+          {}, {{"metadata.name", "In", {"n" + std::to_string((i + round) % 40)}}}}};
+      p.constraints.tolerations = {{"round", "Equal", std::to_string(round), ""}};
+      auto placed = engine->schedule(p);
+      ASSERT_TRUE(placed.ok()) << placed.status().message();
+      EXPECT_EQ(placed->node_name, "n" + std::to_string((i + round) % 40));
+      ids.push_back(placed->pod);
+    }
+    for (const PodId id : ids) ASSERT_TRUE(engine->release(id).isOk());
+  }
+  EXPECT_EQ(engine->stats().gpu_milli_allocated, 0);
+}
+
 }  // namespace
 }  // namespace infera::sched

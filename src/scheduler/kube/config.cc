@@ -133,4 +133,20 @@ Result<ServeConfig> loadServeConfigFile(const std::string& path) {
   return r;
 }
 
+std::vector<std::string> restartNeeded(const ServeConfig& running, const ServeConfig& next) {
+  std::vector<std::string> out;
+  if (!(running.kube == next.kube)) out.push_back("kube");
+  if (!(running.metrics == next.metrics)) out.push_back("metrics");
+  if (!(running.leader_election == next.leader_election)) out.push_back("leader_election");
+  if (running.webhook.enabled != next.webhook.enabled) out.push_back("webhook.enabled");
+  if (!(running.webhook.listen == next.webhook.listen)) out.push_back("webhook.host/port");
+  if (running.webhook.tls != next.webhook.tls) out.push_back("webhook.tls");
+  if (running.reclaim.enabled != next.reclaim.enabled) out.push_back("reclaim.enabled");
+  if (running.reclaim.prometheus_url != next.reclaim.prometheus_url) {
+    out.push_back("reclaim.prometheus_url");
+  }
+  if (running.repack.enabled != next.repack.enabled) out.push_back("repack.enabled");
+  return out;
+}
+
 }  // namespace infera::sched::kube

@@ -11,6 +11,8 @@
 #include <cctype>
 #include <chrono>
 #include <map>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <set>
 
@@ -122,6 +124,8 @@ struct Metrics {
                                    "Pod moves the last re-packing plan recommends")),
         repack_nodes(r.gaugeFamily("infera_sched_repack_freeable_nodes",
                                    "GPU nodes the last re-packing plan would empty")),
+        reloads(r.counterFamily("infera_sched_config_reloads_total",
+                                "sched.yaml reloads by result (applied, refused)", {"result"})),
         leader(r.gaugeFamily("infera_sched_leader",
                              "1 while this replica holds the scheduler's Lease (or has no "
                              "leader election)")) {
@@ -149,6 +153,7 @@ struct Metrics {
   obs::Family* repack_plans;
   obs::Family* repack_moves;
   obs::Family* repack_nodes;
+  obs::Family* reloads;
   obs::Family* leader;
 };
 
@@ -204,6 +209,21 @@ class Controller {
   }
 
   Metrics& metrics() { return m_; }
+
+  // A reload (KubeScheduler::reload, checked already): what may change without a restart is
+  // taken, and the engine is rebuilt under it before the next pass. On the loop's thread.
+  void applyConfig(const ServeConfig& next) {
+    cfg_.policy = next.policy;
+    cfg_.scheduling = next.scheduling;
+    cfg_.webhook = next.webhook;
+    cfg_.reclaim = next.reclaim;
+    cfg_.repack = next.repack;
+    needs_rebuild_ = true;
+    m_.reloads->counter({"applied"})->inc(0);
+    INFERA_LOG(logger(), info, "reload: {} queues, {} placement rules, policy {}",
+               cfg_.scheduling.queues.size(), cfg_.scheduling.placement.size(), cfg_.policy);
+    wake();
+  }
 
  private:
   enum class Kind { kNodes, kPods };
@@ -330,7 +350,8 @@ class Controller {
     const bool same = old.schedulable == n->schedulable &&
                       old.spec.cpu_milli == n->spec.cpu_milli &&
                       old.spec.memory_mib == n->spec.memory_mib && old.spec.gpus == n->spec.gpus &&
-                      old.spec.gpu_model == n->spec.gpu_model && old.spec.labels == n->spec.labels;
+                      old.spec.gpu_model == n->spec.gpu_model &&
+                      old.spec.labels == n->spec.labels && old.spec.taints == n->spec.taints;
     it->second = std::move(*n);
     if (!same) {
       needs_rebuild_ = true;
@@ -578,25 +599,33 @@ class Controller {
     }
   }
 
-  // The queue gauges after a pass. A series once exported stays (used drops to 0, not away).
+  // The queue gauges after a pass. A configured queue's use series, once exported, stays (it
+  // drops to 0, not away); a quota a reload removed, and every series of a removed queue, go.
   void exportQueueUsage() {
     if (!engine_) return;
-    std::set<std::string> seen;
+    std::set<std::vector<std::string>> now;
     for (const QueueUsage& u : engine_->queueUsage()) {
-      const std::string key = u.queue + '\n' + u.gpu_type;
-      seen.insert(key);
-      exported_queues_.insert(key);
-      m_.queue_gpus->gauge({u.queue, u.gpu_type, "used"})->set(u.used_milli / 1000.0);
-      if (u.guaranteed_milli >= 0)
-        m_.queue_gpus->gauge({u.queue, u.gpu_type, "guaranteed"})->set(u.guaranteed_milli / 1000.0);
-      if (u.max_milli >= 0)
-        m_.queue_gpus->gauge({u.queue, u.gpu_type, "max"})->set(u.max_milli / 1000.0);
+      auto set = [&](const char* kind, double v) {
+        std::vector<std::string> labels{u.queue, u.gpu_type, kind};
+        m_.queue_gpus->gauge(labels)->set(v);
+        now.insert(std::move(labels));
+      };
+      set("used", u.used_milli / 1000.0);
+      if (u.guaranteed_milli >= 0) set("guaranteed", u.guaranteed_milli / 1000.0);
+      if (u.max_milli >= 0) set("max", u.max_milli / 1000.0);
     }
-    for (const std::string& key : exported_queues_) {
-      if (seen.count(key)) continue;
-      const size_t cut = key.find('\n');
-      m_.queue_gpus->gauge({key.substr(0, cut), key.substr(cut + 1), "used"})->set(0);
+    std::set<std::string> queues;
+    for (const QueueSpec& q : cfg_.scheduling.queues) queues.insert(q.name);
+    for (const auto& labels : exported_queues_) {
+      if (now.count(labels)) continue;
+      if (labels[2] == "used" && queues.count(labels[0])) {
+        m_.queue_gpus->gauge(labels)->set(0);
+        now.insert(labels);
+      } else {
+        m_.queue_gpus->remove(labels);
+      }
     }
+    exported_queues_ = std::move(now);
   }
 
   // The pending pods in the order they get nodes: tier 0 first, then priority, then age.
@@ -1075,7 +1104,7 @@ class Controller {
   std::map<PodId, std::string> by_engine_id_;
   std::map<std::string, std::string> victims_;  // victim key -> the beneficiary waiting for it
   std::unique_ptr<Scheduler> engine_;
-  std::set<std::string> exported_queues_;  // "queue\ntype" of every queue series exported
+  std::set<std::vector<std::string>> exported_queues_;  // labels of the queue series exported
   int unaccounted_ = 0;
 };
 
@@ -1120,15 +1149,17 @@ class KubeSchedulerImpl final : public KubeScheduler {
       wc.host = cfg_.webhook.listen.host;
       wc.port = static_cast<uint16_t>(cfg_.webhook.listen.port);
       wc.tls = cfg_.webhook.tls;
-      const WebhookPolicy policy{cfg_.kube, cfg_.scheduling, cfg_.webhook};
+      webhook_policy_.set(WebhookPolicy{cfg_.kube, cfg_.scheduling, cfg_.webhook});
+      CurrentPolicy* current = &webhook_policy_;
       auto webhook_server = net::HttpServer::create(
           loops_, wc,
-          [policy, metrics](int, asio::io_context&) -> std::unique_ptr<net::HttpHandler> {
+          [current, metrics](int, asio::io_context&) -> std::unique_ptr<net::HttpHandler> {
             net::Router router;
             router.add("POST", "/mutate",
-                       [policy, metrics](net::HttpRequest& req, net::ResponseWriter& w,
-                                         net::PathParams) -> Task<void> {
-                         auto answer = admissionResponse(req.body, policy);
+                       [current, metrics](net::HttpRequest& req, net::ResponseWriter& w,
+                                          net::PathParams) -> Task<void> {
+                         const auto policy = current->get();
+                         auto answer = admissionResponse(req.body, *policy);
                          if (!answer.ok()) {
                            metrics->admission->counter({"bad_request"})->inc(0);
                            const std::string msg = answer.status().message() + "\n";
@@ -1153,7 +1184,44 @@ class KubeSchedulerImpl final : public KubeScheduler {
   uint16_t metricsPort() const override { return metrics_server_ ? metrics_server_->port() : 0; }
   uint16_t webhookPort() const override { return webhook_server_ ? webhook_server_->port() : 0; }
 
+  Status reload(ServeConfig next) override {
+    std::lock_guard<std::mutex> lock(reload_mu_);
+    auto refuse = [&](Status s) {
+      if (controller_) controller_->metrics().reloads->counter({"refused"})->inc(0);
+      return s;
+    };
+    const std::vector<std::string> restart = restartNeeded(cfg_, next);
+    if (!restart.empty()) {
+      std::string keys;
+      for (const std::string& k : restart) keys += (keys.empty() ? "" : ", ") + k;
+      return refuse(Status::invalidArgument("reload refused, these need a restart: " + keys));
+    }
+    SchedulerConfig sc;
+    sc.policy = next.policy;
+    sc.scheduling = next.scheduling;
+    const Status engine = Scheduler::create(sc, {}).status();
+    if (!engine.isOk()) return refuse(engine.withContext("reload refused"));
+    cfg_ = next;
+    if (!started_) return Status::ok();
+    if (webhook_server_)
+      webhook_policy_.set(WebhookPolicy{cfg_.kube, cfg_.scheduling, cfg_.webhook});
+    Controller* c = controller_.get();
+    asio::post(loops_.loop(0), [c, next = std::move(next)] { c->applyConfig(next); });
+    return Status::ok();
+  }
+
+  Status reloadFile(const std::string& path) override {
+    auto next = loadServeConfigFile(path);
+    if (!next.ok()) {
+      std::lock_guard<std::mutex> lock(reload_mu_);
+      if (controller_) controller_->metrics().reloads->counter({"refused"})->inc(0);
+      return next.status().withContext("reload refused");
+    }
+    return reload(std::move(*next));
+  }
+
   void stop() override {
+    std::lock_guard<std::mutex> lock(reload_mu_);
     if (!started_) return;
     started_ = false;
     Controller* c = controller_.get();
@@ -1174,10 +1242,29 @@ class KubeSchedulerImpl final : public KubeScheduler {
   net::UpstreamAddress address_;
   std::optional<net::UpstreamAddress> prometheus_;
   obs::MetricsRegistry registry_;
+  // The webhook's rules: read by its handlers on the server's threads, replaced by a reload.
+  class CurrentPolicy {
+   public:
+    void set(WebhookPolicy p) {
+      auto next = std::make_shared<const WebhookPolicy>(std::move(p));
+      std::lock_guard<std::mutex> lock(mu_);
+      policy_ = std::move(next);
+    }
+    std::shared_ptr<const WebhookPolicy> get() const {
+      std::lock_guard<std::mutex> lock(mu_);
+      return policy_;
+    }
+
+   private:
+    mutable std::mutex mu_;
+    std::shared_ptr<const WebhookPolicy> policy_;
+  };
+  CurrentPolicy webhook_policy_;
   std::unique_ptr<Controller> controller_;
   net::EventLoops loops_;
   std::unique_ptr<net::HttpServer> metrics_server_;
   std::unique_ptr<net::HttpServer> webhook_server_;
+  std::mutex reload_mu_;  // reload against stop
   bool started_ = false;
 };
 

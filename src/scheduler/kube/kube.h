@@ -58,11 +58,13 @@ struct KubeConfig {
   int retry_interval_ms = 10'000;  // unschedulable pods are also retried this often
   int request_timeout_ms = 10'000;
   int max_binds_in_flight = 16;
+  bool operator==(const KubeConfig&) const = default;
 };
 
 struct ListenConfig {
   std::string host = "127.0.0.1";
   int port = 0;  // 0 = any free port
+  bool operator==(const ListenConfig&) const = default;
 };
 
 struct WebhookConfig {
@@ -84,6 +86,7 @@ struct LeaderElectionConfig {
   std::string identity;  // "" = hostname + pid
   int lease_duration_s = 15;
   int renew_interval_ms = 2'000;
+  bool operator==(const LeaderElectionConfig&) const = default;
 };
 
 // Idle reclaim from GPU metrics: every interval the scheduler asks Prometheus for each pod's GPU
@@ -135,6 +138,13 @@ struct ServeConfig {
 Result<ServeConfig> parseServeConfigString(const std::string& yaml_text);
 Result<ServeConfig> loadServeConfigFile(const std::string& path);
 
+// What a reload cannot change without a restart, between `running` and `next` (empty: none): the
+// key paths of kube:, metrics:, leader_election:, webhook's enabled/host/port/tls, reclaim's
+// enabled/prometheus_url and repack's enabled. Everything else (policy, scheduling: queues,
+// placement rules, ladder, idle policies; the webhook's mutations; reclaim and repack tunables)
+// is taken by a reload.
+std::vector<std::string> restartNeeded(const ServeConfig& running, const ServeConfig& next);
+
 class KubeScheduler {
  public:
   virtual ~KubeScheduler() = default;
@@ -146,6 +156,16 @@ class KubeScheduler {
   virtual Status start() = 0;
   virtual uint16_t metricsPort() const = 0;
   virtual uint16_t webhookPort() const = 0;  // 0 without a webhook
+  // A new sched.yaml without a restart (SIGHUP, or the file changing: `infera sched serve`).
+  // Checked whole first: kInvalidArgument naming the keys that need a restart (restartNeeded), or
+  // the engine's error for a bad policy or queue tree; then nothing changes. Otherwise the webhook
+  // answers by the new rules from its next request, and the engine is rebuilt under the new
+  // queues and policy before the next scheduling pass (running pods are accounted again as they
+  // are: a lowered quota stops new placements, it evicts nobody). Thread-safe with start/stop.
+  virtual Status reload(ServeConfig next) = 0;
+  // loadServeConfigFile(path), then reload; a file that does not parse is refused the same way
+  // (its error with key path and line). Both count in infera_sched_config_reloads_total{result}.
+  virtual Status reloadFile(const std::string& path) = 0;
   // Stops watching and scheduling, drains the ports. Idempotent.
   virtual void stop() = 0;
 };

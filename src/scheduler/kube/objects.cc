@@ -69,6 +69,58 @@ Requests containerRequests(const Json& c, const KubeConfig& cfg) {
   return r;
 }
 
+std::vector<std::string> stringList(const Json* j) {
+  std::vector<std::string> out;
+  if (j == nullptr || !j->is_array()) return out;
+  for (const Json& v : *j) {
+    if (v.is_string()) out.push_back(v.get<std::string>());
+  }
+  return out;
+}
+
+std::vector<NodeSelectorRequirement> requirements(const Json* list) {
+  std::vector<NodeSelectorRequirement> out;
+  if (list == nullptr || !list->is_array()) return out;
+  for (const Json& r : *list) {
+    out.push_back(
+        NodeSelectorRequirement{str(r, "key"), str(r, "operator"), stringList(find(r, "values"))});
+  }
+  return out;
+}
+
+// spec.nodeSelector, spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution
+// and spec.tolerations: the hard constraints kube-scheduler's filters apply.
+NodeConstraints podConstraints(const Json& spec) {
+  NodeConstraints c;
+  c.node_selector = stringMap(find(spec, "nodeSelector"));
+  const Json* affinity = find(spec, "affinity");
+  const Json* node_affinity = affinity != nullptr ? find(*affinity, "nodeAffinity") : nullptr;
+  const Json* required =
+      node_affinity != nullptr
+          ? find(*node_affinity, "requiredDuringSchedulingIgnoredDuringExecution")
+          : nullptr;
+  const Json* terms = required != nullptr ? find(*required, "nodeSelectorTerms") : nullptr;
+  if (terms != nullptr && terms->is_array()) {
+    for (const Json& t : *terms) {
+      c.required_terms.push_back(NodeSelectorTerm{requirements(find(t, "matchExpressions")),
+                                                  requirements(find(t, "matchFields"))});
+    }
+  }
+  const Json* tolerations = find(spec, "tolerations");
+  if (tolerations != nullptr && tolerations->is_array()) {
+    for (const Json& t : *tolerations) {
+      Toleration tol;
+      tol.key = str(t, "key");
+      tol.op = str(t, "operator");
+      if (tol.op.empty()) tol.op = "Equal";
+      tol.value = str(t, "value");
+      tol.effect = str(t, "effect");
+      c.tolerations.push_back(std::move(tol));
+    }
+  }
+  return c;
+}
+
 }  // namespace
 
 std::optional<int64_t> parseQuantityMilli(std::string_view text) {
@@ -192,6 +244,12 @@ Result<KubeNode> nodeFromJson(const Json& node, const KubeConfig& cfg) {
   if (spec != nullptr) {
     const Json* u = find(*spec, "unschedulable");
     if (u != nullptr && u->is_boolean() && u->get<bool>()) out.schedulable = false;
+    const Json* taints = find(*spec, "taints");
+    if (taints != nullptr && taints->is_array()) {
+      for (const Json& t : *taints) {
+        out.spec.taints.push_back(Taint{str(t, "key"), str(t, "value"), str(t, "effect")});
+      }
+    }
   }
   if (status != nullptr) {
     const Json* conds = find(*status, "conditions");
@@ -231,6 +289,7 @@ Result<KubePod> podFromJson(const Json& pod, const KubeConfig& cfg) {
     out.scheduler_name = str(*spec, "schedulerName");
     out.node_name = str(*spec, "nodeName");
     s.service_account = str(*spec, "serviceAccountName");
+    s.constraints = podConstraints(*spec);
     if (s.service_account.empty()) s.service_account = "default";
     const Json* prio = find(*spec, "priority");
     if (prio != nullptr && prio->is_number_integer()) s.priority = prio->get<int>();

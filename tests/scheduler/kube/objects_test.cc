@@ -108,6 +108,66 @@ scheduling:
   EXPECT_NE(m.find("policy (line 4)"), std::string::npos) << m;
   EXPECT_NE(m.find("webhook.tls"), std::string::npos) << m;
   EXPECT_NE(m.find("scheduling.bogus (line 10)"), std::string::npos) << m;
+  // Each error once (the scheduling section's reader is not finished twice).
+  EXPECT_EQ(m.find("scheduling.bogus", m.find("scheduling.bogus") + 1), std::string::npos) << m;
+}
+
+TEST(KubeServeConfigTest, RestartNeededNamesWhatAReloadCannotChange) {
+  auto base = parseServeConfigString(R"(kube: {api_server: "https://127.0.0.1:6443"}
+scheduling:
+  queues: [{name: a, max: {gpus: {"*": 4}}}]
+)");
+  ASSERT_TRUE(base.ok()) << base.status().message();
+  ServeConfig next = *base;
+  next.policy = "best-fit";
+  next.scheduling.queues[0].max.gpu_milli["*"] = 8000;
+  next.webhook.cpu_per_gpu = 4;
+  next.reclaim.dry_run = true;
+  next.repack.max_moves = 3;
+  EXPECT_TRUE(restartNeeded(*base, next).empty());
+  next.kube.api_server = "https://10.0.0.1:6443";
+  next.metrics.port = 9100;
+  next.leader_election.enabled = true;
+  next.webhook.enabled = true;
+  next.reclaim.prometheus_url = "http://prom:9090";
+  EXPECT_EQ(restartNeeded(*base, next),
+            (std::vector<std::string>{"kube", "metrics", "leader_election", "webhook.enabled",
+                                      "reclaim.prometheus_url"}));
+}
+
+TEST(KubeObjectsTest, PodNodeConstraintsAndNodeTaintsAreRead) {
+  // kubectl's own JSON for a pod with a nodeSelector, required node affinity and tolerations.
+  auto p = podFromJson(fixture("constrained-pod.json"), KubeConfig{});
+  ASSERT_TRUE(p.ok()) << p.status().message();
+  const NodeConstraints& c = p->spec.constraints;
+  EXPECT_EQ(c.node_selector,
+            (std::map<std::string, std::string>{{"topology.kubernetes.io/zone", "z2"}}));
+  ASSERT_EQ(c.required_terms.size(), 2u);
+  ASSERT_EQ(c.required_terms[0].match_expressions.size(), 2u);
+  EXPECT_EQ(c.required_terms[0].match_expressions[0].key, "pool");
+  EXPECT_EQ(c.required_terms[0].match_expressions[0].op, "In");
+  EXPECT_EQ(c.required_terms[0].match_expressions[0].values,
+            (std::vector<std::string>{"train", "batch"}));
+  EXPECT_EQ(c.required_terms[0].match_expressions[1].op, "DoesNotExist");
+  ASSERT_EQ(c.required_terms[1].match_fields.size(), 1u);
+  EXPECT_EQ(c.required_terms[1].match_fields[0].key, "metadata.name");
+  ASSERT_EQ(c.tolerations.size(), 2u);
+  EXPECT_EQ(c.tolerations[0].key, "nvidia.com/gpu");
+  EXPECT_EQ(c.tolerations[0].op, "Exists");
+  EXPECT_EQ(c.tolerations[1].op, "Equal");
+  EXPECT_EQ(c.tolerations[1].value, "vision");
+  EXPECT_EQ(c.tolerations[1].effect, "NoSchedule");
+  // A pod without any has none.
+  EXPECT_TRUE(podFromJson(fixture("gpu-pod.json"), KubeConfig{})->spec.constraints.empty());
+
+  Json node = fixture("node.json");
+  node["spec"]["taints"] = Json::parse(
+      R"([{"key":"team","value":"vision","effect":"NoSchedule"},{"key":"spot","effect":"PreferNoSchedule"}])");
+  auto n = nodeFromJson(node, KubeConfig{});
+  ASSERT_TRUE(n.ok());
+  ASSERT_EQ(n->spec.taints.size(), 2u);
+  EXPECT_EQ(n->spec.taints[0], (Taint{"team", "vision", "NoSchedule"}));
+  EXPECT_EQ(n->spec.taints[1], (Taint{"spot", "", "PreferNoSchedule"}));
 }
 
 TEST(KubeServeConfigTest, ParsesTheSchedulingSection) {

@@ -1,0 +1,141 @@
+#include <charconv>
+
+#include "scheduler/cluster.h"
+
+namespace infera::sched {
+namespace {
+
+bool parseInt64(const std::string& s, int64_t* out) {
+  const auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), *out);
+  return !s.empty() && ec == std::errc() && p == s.data() + s.size();
+}
+
+bool contains(const std::vector<std::string>& values, const std::string& v) {
+  for (const std::string& x : values) {
+    if (x == v) return true;
+  }
+  return false;
+}
+
+// One requirement against a value that is there (`present`) or not: the operators of
+// k8s.io/apimachinery's labels.Requirement, as NodeSelectorRequirement uses them.
+bool requirementMatches(const NodeSelectorRequirement& r, bool present, const std::string& value) {
+  if (r.op == "In") return present && contains(r.values, value);
+  if (r.op == "NotIn") return !present || !contains(r.values, value);
+  if (r.op == "Exists") return present;
+  if (r.op == "DoesNotExist") return !present;
+  if (r.op == "Gt" || r.op == "Lt") {
+    int64_t have = 0;
+    int64_t want = 0;
+    if (!present || r.values.size() != 1 || !parseInt64(value, &have) ||
+        !parseInt64(r.values[0], &want)) {
+      return false;
+    }
+    return r.op == "Gt" ? have > want : have < want;
+  }
+  return false;  // an unknown operator matches nothing
+}
+
+bool termMatches(const NodeSelectorTerm& t, const NodeSpec& node) {
+  if (t.match_expressions.empty() && t.match_fields.empty()) return false;
+  for (const NodeSelectorRequirement& r : t.match_expressions) {
+    const auto it = node.labels.find(r.key);
+    const bool present = it != node.labels.end();
+    if (!requirementMatches(r, present, present ? it->second : std::string())) return false;
+  }
+  for (const NodeSelectorRequirement& r : t.match_fields) {
+    // metadata.name is the only field a node selector may name.
+    if (r.key != "metadata.name" || !requirementMatches(r, true, node.name)) return false;
+  }
+  return true;
+}
+
+// v1helper.TolerationsTolerateTaint: effect (if set) and key (if set) equal, then Exists or an
+// equal value.
+bool tolerates(const Toleration& t, const Taint& taint) {
+  if (!t.effect.empty() && t.effect != taint.effect) return false;
+  if (!t.key.empty() && t.key != taint.key) return false;
+  if (t.op == "Exists") return true;
+  return (t.op.empty() || t.op == "Equal") && t.value == taint.value;
+}
+
+bool isHard(const Taint& t) { return t.effect == "NoSchedule" || t.effect == "NoExecute"; }
+
+void appendField(std::string& out, const std::string& s) {
+  out += std::to_string(s.size());
+  out += ':';
+  out += s;
+}
+
+void appendRequirements(std::string& out, char tag,
+                        const std::vector<NodeSelectorRequirement>& rs) {
+  for (const NodeSelectorRequirement& r : rs) {
+    out += tag;
+    appendField(out, r.key);
+    appendField(out, r.op);
+    out += std::to_string(r.values.size());
+    for (const std::string& v : r.values) appendField(out, v);
+  }
+}
+
+}  // namespace
+
+bool hasHardTaint(const NodeSpec& node) {
+  for (const Taint& t : node.taints) {
+    if (isHard(t)) return true;
+  }
+  return false;
+}
+
+bool constraintsAllow(const NodeConstraints& c, const NodeSpec& node) {
+  for (const auto& [k, v] : c.node_selector) {
+    const auto it = node.labels.find(k);
+    if (it == node.labels.end() || it->second != v) return false;
+  }
+  if (!c.required_terms.empty()) {
+    bool any = false;
+    for (const NodeSelectorTerm& t : c.required_terms) {
+      if (termMatches(t, node)) {
+        any = true;
+        break;
+      }
+    }
+    if (!any) return false;
+  }
+  for (const Taint& taint : node.taints) {
+    if (!isHard(taint)) continue;
+    bool tolerated = false;
+    for (const Toleration& t : c.tolerations) {
+      if (tolerates(t, taint)) {
+        tolerated = true;
+        break;
+      }
+    }
+    if (!tolerated) return false;
+  }
+  return true;
+}
+
+std::string constraintKey(const NodeConstraints& c) {
+  std::string out;
+  for (const auto& [k, v] : c.node_selector) {
+    out += 's';
+    appendField(out, k);
+    appendField(out, v);
+  }
+  for (const NodeSelectorTerm& t : c.required_terms) {
+    out += '|';
+    appendRequirements(out, 'e', t.match_expressions);
+    appendRequirements(out, 'f', t.match_fields);
+  }
+  for (const Toleration& t : c.tolerations) {
+    out += 't';
+    appendField(out, t.key);
+    appendField(out, t.op);
+    appendField(out, t.value);
+    appendField(out, t.effect);
+  }
+  return out;
+}
+
+}  // namespace infera::sched
