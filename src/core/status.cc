@@ -82,3 +82,9 @@ void checkFailed(const char* file, int line, const char* expr, const std::string
 }  // namespace internal
 
 }  // namespace infera
+
+#ifdef INFERA_SANITIZE
+// Sanitized builds (CMakeLists.txt): a UBSan finding stops the process, the recoverable vptr check
+// too. Here because every binary links this file; UBSAN_OPTIONS adds to (and may override) it.
+extern "C" const char* __ubsan_default_options() { return "halt_on_error=1:print_stacktrace=1"; }
+#endif

@@ -146,6 +146,9 @@ k delete pod be2 -n team-b --wait=false >/dev/null
 #    tier-2 pod be1 through the Eviction API.
 pod a1 team-a 2
 check "tier-0 pod bound" wait_for 20 bound team-a a1
+nominated() { k get pod "$2" -n "$1" -o jsonpath='{.status.nominatedNodeName}' 2>/dev/null; }
+check "its status.nominatedNodeName named the node its victim left" \
+  bash -c "[[ -n '$(nominated team-a a1)' && '$(nominated team-a a1)' == '$(node_of team-a a1)' ]]"
 check "the tier-2 victim was evicted" gone team-b be1
 check "victim's Event names the beneficiary" wait_for 10 has_event team-b be1 Preempted "tier-0 pod team-a/a1"
 check "tier-1 pods were not touched" bash -c "for i in 1 2 3 4 5 6; do [[ -n \$(kubectl --kubeconfig '$KCFG' --cache-dir '$KCACHE' get pod b\$i -n team-b -o jsonpath='{.spec.nodeName}') ]] || exit 1; done"
@@ -166,6 +169,8 @@ check "refused eviction is counted" wait_for 20 bash -c "[[ \$(curl -s http://12
 check "the PDB-protected pod still runs" bound team-b be3
 check "the beneficiary is told why" wait_for 20 has_event team-a a2 PreemptionRefused "HTTP 429"
 check "... and stays pending" bash -c "! bound team-a a2"
+not_nominated() { [[ -z "$(nominated "$1" "$2")" ]]; }
+check "... with no nominated node (the preemption did not happen)" wait_for 10 not_nominated team-a a2
 k delete pod a2 -n team-a --wait=false >/dev/null
 
 # 7. Watch disconnects: compact the history and drop every watch (the scheduler's

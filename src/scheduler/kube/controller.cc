@@ -660,6 +660,7 @@ class Controller {
     std::vector<Bind> binds;
     std::vector<Refusal> refusals;
     std::vector<std::pair<std::string, Eviction>> evictions;  // beneficiary, victim
+    std::pair<std::string, std::string> nominated;            // beneficiary, its node
     std::set<std::string> gangs_done;
     for (const std::string& key : pendingOrder()) {
       auto it = pods_.find(key);
@@ -692,6 +693,7 @@ class Controller {
           victims_[v->second] = key;
           evictions.emplace_back(key, e);
         }
+        nominated = {key, placed->node_name};
         needs_rebuild_ = true;  // the engine unbound victims that still run; the cache has them
         break;
       }
@@ -702,6 +704,7 @@ class Controller {
       binds.push_back({key, placed->node_name, placed->queue, placed->tier});
     }
     co_await runBinds(binds);
+    if (!nominated.first.empty()) co_await nominate(nominated.first, nominated.second);
     for (const auto& [beneficiary, victim] : evictions) co_await evict(beneficiary, victim);
     for (const Refusal& r : refusals) co_await reportUnschedulable(r.key, r.reason);
     // A preemption's victims wake the next pass when they are gone (their DELETED events); a
@@ -812,6 +815,18 @@ class Controller {
     }
   }
 
+  // status.nominatedNodeName, as kube-scheduler sets it for a preemptor: `kubectl get pod -o
+  // wide` shows where the pod is going while its victims leave.
+  Task<void> nominate(const std::string& key, const std::string& node) {
+    auto it = pods_.find(key);
+    if (it == pods_.end()) co_return;
+    const KubePod pod = it->second.pod;
+    const std::string target = "/api/v1/namespaces/" + pod.ns + "/pods/" + pod.name + "/status";
+    const std::string patch = nominatedNodePatch(node);
+    auto r = co_await api_.call("PATCH", target, patch, "application/strategic-merge-patch+json");
+    if (!r.ok() || r->status != 200) m_.api_errors->counter({"patch_status"})->inc(0);
+  }
+
   Task<void> evict(const std::string& beneficiary, const Eviction& e) {
     // The engine names pods by their cache key ("ns/name").
     auto v = pods_.find(e.pod_name);
@@ -850,6 +865,8 @@ class Controller {
         const KubePod pod = b->second.pod;
         co_await postEvent(pod, "Warning", "PreemptionRefused", message);
       }
+      const std::string none;
+      co_await nominate(beneficiary, none);
     }
     needs_rebuild_ = true;
   }

@@ -417,6 +417,11 @@ std::string eventJson(const KubePod& pod, std::string_view type, std::string_vie
   return j.dump();
 }
 
+std::string nominatedNodePatch(const std::string& node) {
+  Json j = {{"status", {{"nominatedNodeName", node.empty() ? Json(nullptr) : Json(node)}}}};
+  return j.dump();
+}
+
 std::string unschedulablePatch(std::string_view message, int64_t now_s) {
   Json cond = {{"type", "PodScheduled"},    {"status", "False"},
                {"reason", "Unschedulable"}, {"message", std::string(message)},

@@ -59,5 +59,8 @@ std::string eventJson(const KubePod& pod, std::string_view type, std::string_vie
                       std::string_view message, const std::string& component, int64_t now_s);
 // A strategic-merge patch of pods/status setting PodScheduled=False with reason Unschedulable.
 std::string unschedulablePatch(std::string_view message, int64_t now_s);
+// A strategic-merge patch of pods/status setting status.nominatedNodeName (a preemption's
+// beneficiary: the node its victims are leaving); "" clears it.
+std::string nominatedNodePatch(const std::string& node);
 
 }  // namespace infera::sched::kube
