@@ -20,8 +20,9 @@ PACKAGES=(
   libhnswlib-dev libfaiss-dev
   # real servers and load tools for tests and benchmarks
   redis-server postgresql nginx wrk nghttp2-client curl procps
-  # the TLS tests make their certificates with the openssl CLI
-  openssl
+  # the TLS tests make their certificates with the openssl CLI; the system CA store (upstreams
+  # verified against it, and the in-cluster reload test's stand-in CA bundle)
+  openssl ca-certificates
   # the official openai SDK test runs on node
   nodejs npm
   # the scheduler's idle-reclaim test queries a real Prometheus (its promtool checks /metrics)

@@ -18,12 +18,14 @@ bool contains(const std::vector<std::string>& values, const std::string& v) {
 }
 
 // One requirement against a value that is there (`present`) or not: the operators of
-// k8s.io/apimachinery's labels.Requirement, as NodeSelectorRequirement uses them.
+// k8s.io/apimachinery's labels.Requirement, as NodeSelectorRequirement uses them. A requirement
+// that does not parse (unknown operator, In without values, Gt/Lt without one integer) matches
+// nothing, so its term matches nothing: kube-scheduler skips such a term, other terms still count.
 bool requirementMatches(const NodeSelectorRequirement& r, bool present, const std::string& value) {
-  if (r.op == "In") return present && contains(r.values, value);
-  if (r.op == "NotIn") return !present || !contains(r.values, value);
-  if (r.op == "Exists") return present;
-  if (r.op == "DoesNotExist") return !present;
+  if (r.op == "In") return !r.values.empty() && present && contains(r.values, value);
+  if (r.op == "NotIn") return !r.values.empty() && (!present || !contains(r.values, value));
+  if (r.op == "Exists") return r.values.empty() && present;
+  if (r.op == "DoesNotExist") return r.values.empty() && !present;
   if (r.op == "Gt" || r.op == "Lt") {
     int64_t have = 0;
     int64_t want = 0;
@@ -44,8 +46,11 @@ bool termMatches(const NodeSelectorTerm& t, const NodeSpec& node) {
     if (!requirementMatches(r, present, present ? it->second : std::string())) return false;
   }
   for (const NodeSelectorRequirement& r : t.match_fields) {
-    // metadata.name is the only field a node selector may name.
-    if (r.key != "metadata.name" || !requirementMatches(r, true, node.name)) return false;
+    // As Kubernetes validates field requirements: metadata.name, In or NotIn, one value.
+    if (r.key != "metadata.name" || (r.op != "In" && r.op != "NotIn") || r.values.size() != 1 ||
+        !requirementMatches(r, true, node.name)) {
+      return false;
+    }
   }
   return true;
 }
@@ -74,6 +79,7 @@ void appendRequirements(std::string& out, char tag,
     appendField(out, r.key);
     appendField(out, r.op);
     out += std::to_string(r.values.size());
+    out += '#';
     for (const std::string& v : r.values) appendField(out, v);
   }
 }

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <array>
-#include <charconv>
 #include <cmath>
 #include <limits>
 #include <map>
@@ -589,52 +588,8 @@ class SchedulerImpl final : public Scheduler {
       }
       r.types = m;
     }
-    if (!p.constraints.empty()) {
-      INFERA_RETURN_IF_ERROR(checkConstraints(p));
-      r.eligible = eligibilityOf(p.constraints);
-    }
+    if (!p.constraints.empty()) r.eligible = eligibilityOf(p.constraints);
     return r;
-  }
-
-  // What the API server's validation would refuse, so a constraint never silently means nothing.
-  static Status checkConstraints(const PodSpec& p) {
-    auto bad = [&](const std::string& what) {
-      return Status::invalidArgument("pod " + p.name + ": " + what);
-    };
-    for (const NodeSelectorTerm& t : p.constraints.required_terms) {
-      for (const auto* list : {&t.match_expressions, &t.match_fields}) {
-        for (const NodeSelectorRequirement& r : *list) {
-          const std::string& op = r.op;
-          if (op == "In" || op == "NotIn") {
-            if (r.values.empty())
-              return bad("node affinity " + op + " on '" + r.key + "' without values");
-          } else if (op == "Exists" || op == "DoesNotExist") {
-            if (!r.values.empty())
-              return bad("node affinity " + op + " on '" + r.key + "' with values");
-          } else if (op == "Gt" || op == "Lt") {
-            int64_t v = 0;
-            const std::string* one = r.values.size() == 1 ? &r.values[0] : nullptr;
-            const auto [end, ec] =
-                one != nullptr ? std::from_chars(one->data(), one->data() + one->size(), v)
-                               : std::from_chars_result{nullptr, std::errc::invalid_argument};
-            if (one == nullptr || ec != std::errc() || end != one->data() + one->size()) {
-              return bad("node affinity " + op + " on '" + r.key + "' needs one integer value");
-            }
-          } else {
-            return bad("node affinity operator '" + op + "' unknown");
-          }
-          if (list == &t.match_fields && r.key != "metadata.name") {
-            return bad("node affinity field '" + r.key + "' unknown (only metadata.name)");
-          }
-        }
-      }
-    }
-    for (const Toleration& t : p.constraints.tolerations) {
-      if (t.op == "Exists" ? !t.value.empty() : (!t.op.empty() && t.op != "Equal")) {
-        return bad("toleration operator '" + t.op + "' with value '" + t.value + "'");
-      }
-    }
-    return Status::ok();
   }
 
   // The index of the nodes `c` allows, computed once per distinct constraint and kept while a
@@ -961,12 +916,19 @@ class SchedulerImpl final : public Scheduler {
     if (quota_ok.empty() && !refusal.empty()) {
       return Status::failedPrecondition("pod " + pod.name + ": " + refusal);
     }
+    // Among the nodes that could take it otherwise (its GPU types; any node for CPU-only pods),
+    // how many its constraints (or taints it does not tolerate) rule out.
     int excluded = 0;
-    for (int n = 0; n < static_cast<int>(nodes_.size()); ++n) excluded += allowedOn(r, n) ? 0 : 1;
+    int candidates = 0;
+    for (int n = 0; n < static_cast<int>(nodes_.size()); ++n) {
+      if (r.num_gpu > 0 && (nodes_[n].type < 0 || !nodes_[n].typeAllowed(r.types))) continue;
+      ++candidates;
+      excluded += allowedOn(r, n) ? 0 : 1;
+    }
     if (excluded > 0) {
       return Status::resourceExhausted("pod " + pod.name + ": no node fits (" +
                                        std::to_string(excluded) + " of " +
-                                       std::to_string(nodes_.size()) +
+                                       std::to_string(candidates) +
                                        " nodes excluded by its node selector, node affinity or "
                                        "taints it does not tolerate)");
     }

@@ -69,9 +69,14 @@ check "the constrained pod is bound to the only node that matches and whose tain
   wait_for 20 on_node train n-reserved
 
 # 2. A NoSchedule taint added with kubectl on n-spot: four plain pods fill n-z1, a fifth waits.
+rebuilds() { curl -s "http://127.0.0.1:$mport/metrics" | sed -n 's/^infera_sched_engine_rebuilds_total \([0-9]*\).*/\1/p'; }
+rebuilt_since() { [[ "$(rebuilds)" -gt "$1" ]]; }
+before=$(rebuilds)
 k taint nodes n-spot maintenance=now:NoSchedule >"$work/taint.out" 2>&1
 check "kubectl taint is accepted" grep -q 'tainted' "$work/taint.out"
 check "... and the node carries it" bash -c "[[ \$(kubectl --kubeconfig '$KCFG' --cache-dir '$KCACHE' get node n-spot -o jsonpath='{.spec.taints[0].key}') == maintenance ]]"
+# The scheduler has seen it (a node change rebuilds its engine) before the pods come.
+check "... and the scheduler took the change" wait_for 20 rebuilt_since "$before"
 for i in 1 2 3 4; do plain "p$i" 1; done
 all_bound() { for i in 1 2 3 4; do bound "p$i" || return 1; done; }
 all_on() { for i in 1 2 3 4; do on_node "p$i" "$1" || return 1; done; }
@@ -107,14 +112,16 @@ check "the webhook answers by the reloaded rules (cpu_per_gpu 5)" grep -qx '"5"'
 
 # A change that needs a restart is refused whole, by SIGHUP as by a file change.
 write_config sched_yaml 12 "https://127.0.0.1:1"
-kill -HUP "$sched_pid"
 check "a kube.api_server change is refused, naming the key" \
-  wait_for 20 grep -q 'reload refused, these need a restart: kube' "$work/serve.log"
+  wait_for 20 grep -q 'reload (the file changed): reload refused, these need a restart: kube' "$work/serve.log"
+kill -HUP "$sched_pid"
+check "... by SIGHUP too" \
+  wait_for 20 grep -q 'reload (SIGHUP): reload refused, these need a restart: kube' "$work/serve.log"
 # An unknown key: refused with its path and line.
 write_config sched_yaml 12 "" "  surprise: 1"
 check "an unknown key is refused with its path and line" \
   wait_for 20 grep -Eq '^  scheduling\.surprise \(line [0-9]+\): unknown key' "$work/serve.log"
-check "refusals are counted" test "$(reloads refused)" = 2
+check "refusals are counted (file change, SIGHUP, unknown key)" test "$(reloads refused)" = 3
 plain q2 2
 check "the running config stays: max 10 admits 8 of 10, not the refused 12" wait_for 20 bound q2
 plain q3 3

@@ -773,14 +773,19 @@ TEST(SchedulerTest, TaintsKeepPodsOffUnlessTolerated) {
   auto engine =
       makeEngine({labelled(gpuNode("tainted", "A10", 8), {}, {{"gpu", "reserved", "NoSchedule"}}),
                   labelled(gpuNode("execute", "A10", 8), {}, {{"maintenance", "", "NoExecute"}}),
-                  labelled(gpuNode("soft", "A10", 8), {}, {{"spot", "true", "PreferNoSchedule"}})});
+                  labelled(gpuNode("soft", "A10", 8), {}, {{"spot", "true", "PreferNoSchedule"}}),
+                  // A control plane without GPUs: never counted against a GPU pod.
+                  labelled(gpuNode("control", "", 0), {},
+                           {{"node-role.kubernetes.io/control-plane", "", "NoSchedule"}})});
   // Without tolerations only the soft-tainted node is left, whatever the policy prefers.
   for (int i = 0; i < 8; ++i) {
     auto p = engine->schedule(gpuPod("plain-" + std::to_string(i), 1));
     ASSERT_TRUE(p.ok()) << p.status().message();
     EXPECT_EQ(p->node_name, "soft");
   }
-  EXPECT_EQ(engine->schedule(gpuPod("plain-9", 1)).status().code(), StatusCode::kResourceExhausted);
+  const Status full = engine->schedule(gpuPod("plain-9", 1)).status();
+  EXPECT_EQ(full.code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(full.message().find("(2 of 3 nodes excluded"), std::string::npos) << full.message();
   // Equal needs the value; Exists any value; an empty key with Exists tolerates everything; an
   // effect given must be the taint's.
   PodSpec wrong_value = gpuPod("wrong-value", 1);
@@ -840,27 +845,37 @@ TEST(SchedulerTest, ConstraintsHoldForPreemptionMigrationAndNodesThatJoinLater) 
   EXPECT_EQ(placed->node_name, "b");
 }
 
-TEST(SchedulerTest, MalformedConstraintsAreRefusedNotIgnored) {
-  auto engine = makeEngine({gpuNode("a", "A10", 4)});
-  auto refuse = [&](NodeSelectorRequirement r, bool field = false) {
-    PodSpec p = gpuPod("p", 1);
-    NodeSelectorTerm t;
-    (field ? t.match_fields : t.match_expressions).push_back(std::move(r));
-    p.constraints.required_terms = {t};
-    return engine->schedule(p).status();
+TEST(SchedulerTest, AMalformedTermMatchesNothingAsInKubeScheduler) {
+  // kube-scheduler skips a term that does not parse; the pod's other terms still count. Every
+  // requirement below would match node a (label k=5) if it were read loosely.
+  auto engine = makeEngine({labelled(gpuNode("a", "A10", 4), {{"k", "5"}})});
+  const std::vector<std::pair<NodeSelectorRequirement, bool>> malformed = {
+      {{"k", "Near", {"5"}}, false},          // unknown operator
+      {{"k", "In", {}}, false},               // In without values
+      {{"k", "Exists", {"5"}}, false},        // Exists with values
+      {{"k", "Gt", {"1.5"}}, false},          // Gt needs one integer
+      {{"k", "Lt", {"9", "10"}}, false},      // ... exactly one
+      {{"metadata.uid", "In", {"a"}}, true},  // fields: only metadata.name
+      {{"metadata.name", "Exists", {}}, true},
+      {{"metadata.name", "In", {"a", "b"}}, true},  // ... with one value
   };
-  EXPECT_EQ(refuse({"k", "Near", {"1"}}).code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(refuse({"k", "In", {}}).code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(refuse({"k", "Exists", {"v"}}).code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(refuse({"k", "Gt", {"1.5"}}).code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(refuse({"k", "Lt", {"1", "2"}}).code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(refuse({"metadata.uid", "In", {"x"}}, true).code(), StatusCode::kInvalidArgument);
-  const Status s = refuse({"k", "Near", {"1"}});
-  EXPECT_NE(s.message().find("operator 'Near'"), std::string::npos) << s.message();
-  PodSpec tol = gpuPod("tol", 1);
-  tol.constraints.tolerations = {{"k", "Exists", "v", ""}};
-  EXPECT_EQ(engine->schedule(tol).status().code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(engine->stats().gpu_milli_allocated, 0);
+  for (const auto& [req, field] : malformed) {
+    PodSpec p = gpuPod("p-" + req.key + "-" + req.op, 1);
+    NodeSelectorTerm bad;
+    (field ? bad.match_fields : bad.match_expressions).push_back(req);
+    p.constraints.required_terms = {bad};
+    EXPECT_EQ(engine->schedule(p).status().code(), StatusCode::kResourceExhausted)
+        << req.key << " " << req.op;
+    p.constraints.required_terms.push_back(NodeSelectorTerm{{{"k", "In", {"5"}}}, {}});
+    auto placed = engine->schedule(p);
+    ASSERT_TRUE(placed.ok()) << req.key << " " << req.op << ": " << placed.status().message();
+    ASSERT_TRUE(engine->release(placed->pod).isOk());
+  }
+  // A pod already running with such a term is accounted where it is.
+  PodSpec running = gpuPod("running", 2);
+  running.constraints.required_terms = {NodeSelectorTerm{{{"k", "Gt", {"x"}}}, {}}};
+  ASSERT_TRUE(engine->assume(running, "a").ok());
+  EXPECT_EQ(engine->stats().gpu_milli_allocated, 2000);
 }
 
 TEST(SchedulerTest, ManyDistinctConstraintsArePlacedRightAsTheEngineForgetsUnheldOnes) {

@@ -157,6 +157,18 @@ struct Metrics {
   obs::Family* leader;
 };
 
+// What a reload changes (restartNeeded says what it may not): everything but kube, metrics,
+// leader election and the listeners, which stay as `into` has them (resolved for in-cluster use).
+void takeReloadable(ServeConfig& into, const ServeConfig& from) {
+  into.policy = from.policy;
+  into.scheduling = from.scheduling;
+  into.webhook.gpu_pods_only = from.webhook.gpu_pods_only;
+  into.webhook.cpu_per_gpu = from.webhook.cpu_per_gpu;
+  into.webhook.memory_gib_per_gpu = from.webhook.memory_gib_per_gpu;
+  into.reclaim = from.reclaim;
+  into.repack = from.repack;
+}
+
 class Controller {
  public:
   Controller(asio::io_context& ctx, ServeConfig cfg, net::UpstreamAddress address,
@@ -213,11 +225,7 @@ class Controller {
   // A reload (KubeScheduler::reload, checked already): what may change without a restart is
   // taken, and the engine is rebuilt under it before the next pass. On the loop's thread.
   void applyConfig(const ServeConfig& next) {
-    cfg_.policy = next.policy;
-    cfg_.scheduling = next.scheduling;
-    cfg_.webhook = next.webhook;
-    cfg_.reclaim = next.reclaim;
-    cfg_.repack = next.repack;
+    takeReloadable(cfg_, next);
     needs_rebuild_ = true;
     m_.reloads->counter({"applied"})->inc(0);
     INFERA_LOG(logger(), info, "reload: {} queues, {} placement rules, policy {}",
@@ -981,7 +989,8 @@ class Controller {
     const int64_t now = wallSeconds();
     struct Action {
       std::string key;
-      const IdlePolicy* policy;
+      // A copy: a reload may replace the policies between this pass's awaits.
+      std::shared_ptr<const IdlePolicy> policy;
       bool evict;
     };
     std::vector<Action> actions;
@@ -1000,10 +1009,10 @@ class Controller {
       if (now - c.idle_since_s < static_cast<int64_t>(policy->idle_hours * 3600)) continue;
       if (c.warned_s < 0) {
         c.warned_s = now;
-        actions.push_back({key, policy, false});
+        actions.push_back({key, std::make_shared<const IdlePolicy>(*policy), false});
       } else if (now - c.warned_s >= rc.warn_before_s) {
         c.reclaimed = true;
-        actions.push_back({key, policy, true});
+        actions.push_back({key, std::make_shared<const IdlePolicy>(*policy), true});
       }
     }
     for (const Action& a : actions) {
@@ -1127,9 +1136,10 @@ class Controller {
 
 class KubeSchedulerImpl final : public KubeScheduler {
  public:
-  KubeSchedulerImpl(ServeConfig cfg, net::UpstreamAddress address,
+  KubeSchedulerImpl(ServeConfig cfg, ServeConfig as_loaded, net::UpstreamAddress address,
                     std::optional<net::UpstreamAddress> prometheus)
       : cfg_(std::move(cfg)),
+        loaded_(std::move(as_loaded)),
         address_(std::move(address)),
         prometheus_(std::move(prometheus)),
         registry_(1),
@@ -1137,6 +1147,7 @@ class KubeSchedulerImpl final : public KubeScheduler {
   ~KubeSchedulerImpl() override { stop(); }
 
   Status start() override {
+    std::lock_guard<std::mutex> lock(reload_mu_);
     controller_ =
         std::make_unique<Controller>(loops_.loop(0), cfg_, address_, prometheus_, registry_);
     Metrics* metrics = &controller_->metrics();
@@ -1207,7 +1218,8 @@ class KubeSchedulerImpl final : public KubeScheduler {
       if (controller_) controller_->metrics().reloads->counter({"refused"})->inc(0);
       return s;
     };
-    const std::vector<std::string> restart = restartNeeded(cfg_, next);
+    // Compared with the file as it was loaded: cfg_ holds in-cluster defaults filled in since.
+    const std::vector<std::string> restart = restartNeeded(loaded_, next);
     if (!restart.empty()) {
       std::string keys;
       for (const std::string& k : restart) keys += (keys.empty() ? "" : ", ") + k;
@@ -1218,7 +1230,8 @@ class KubeSchedulerImpl final : public KubeScheduler {
     sc.scheduling = next.scheduling;
     const Status engine = Scheduler::create(sc, {}).status();
     if (!engine.isOk()) return refuse(engine.withContext("reload refused"));
-    cfg_ = next;
+    loaded_ = next;
+    takeReloadable(cfg_, next);
     if (!started_) return Status::ok();
     if (webhook_server_)
       webhook_policy_.set(WebhookPolicy{cfg_.kube, cfg_.scheduling, cfg_.webhook});
@@ -1255,7 +1268,8 @@ class KubeSchedulerImpl final : public KubeScheduler {
  private:
   // Destroyed bottom up: the loops (and the coroutines still queued on them) before the
   // controller, the controller before the metrics it counts in.
-  ServeConfig cfg_;
+  ServeConfig cfg_;     // as running: in-cluster defaults resolved
+  ServeConfig loaded_;  // as the file said (what a reload is compared with)
   net::UpstreamAddress address_;
   std::optional<net::UpstreamAddress> prometheus_;
   obs::MetricsRegistry registry_;
@@ -1288,6 +1302,7 @@ class KubeSchedulerImpl final : public KubeScheduler {
 }  // namespace
 
 Result<std::unique_ptr<KubeScheduler>> KubeScheduler::create(ServeConfig config) {
+  ServeConfig as_loaded = config;
   std::string url = config.kube.api_server;
   std::string ca = config.kube.ca_file;
   if (url.empty()) {
@@ -1320,8 +1335,8 @@ Result<std::unique_ptr<KubeScheduler>> KubeScheduler::create(ServeConfig config)
     if (!p.ok()) return p.status().withContext("reclaim.prometheus_url");
     prometheus = std::move(*p);
   }
-  return std::unique_ptr<KubeScheduler>(
-      new KubeSchedulerImpl(std::move(config), std::move(address), std::move(prometheus)));
+  return std::unique_ptr<KubeScheduler>(new KubeSchedulerImpl(
+      std::move(config), std::move(as_loaded), std::move(address), std::move(prometheus)));
 }
 
 }  // namespace infera::sched::kube

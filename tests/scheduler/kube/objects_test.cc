@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 
@@ -133,6 +134,32 @@ scheduling:
   EXPECT_EQ(restartNeeded(*base, next),
             (std::vector<std::string>{"kube", "metrics", "leader_election", "webhook.enabled",
                                       "reclaim.prometheus_url"}));
+}
+
+TEST(KubeServeConfigTest, InClusterDefaultsDoNotMakeEveryReloadNeedARestart) {
+  // In a pod, api_server and token_file are left empty and filled in at create(); the same file
+  // read again must still reload.
+  ::setenv("KUBERNETES_SERVICE_HOST", "127.0.0.1", 1);
+  ::setenv("KUBERNETES_SERVICE_PORT", "6443", 1);
+  // (The system's CA bundle stands in for the service account's ca.crt.)
+  const std::string yaml = R"(kube: {ca_file: /etc/ssl/certs/ca-certificates.crt}
+scheduling:
+  queues: [{name: a, max: {gpus: {"*": 4}}}]
+)";
+  auto cfg = parseServeConfigString(yaml);
+  ASSERT_TRUE(cfg.ok()) << cfg.status().message();
+  auto server = KubeScheduler::create(*cfg);
+  ASSERT_TRUE(server.ok()) << server.status().message();
+  EXPECT_TRUE((*server)->reload(*cfg).isOk());
+  ServeConfig next = *cfg;
+  next.scheduling.queues[0].max.gpu_milli["*"] = 8000;
+  EXPECT_TRUE((*server)->reload(next).isOk());
+  next.kube.token_file = "/elsewhere/token";
+  const Status refused = (*server)->reload(next);
+  EXPECT_EQ(refused.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.message().find("need a restart: kube"), std::string::npos) << refused.message();
+  ::unsetenv("KUBERNETES_SERVICE_HOST");
+  ::unsetenv("KUBERNETES_SERVICE_PORT");
 }
 
 TEST(KubeObjectsTest, PodNodeConstraintsAndNodeTaintsAreRead) {
