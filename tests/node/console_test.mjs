@@ -2,7 +2,7 @@
 // real `infera serve` with two emulated deployments, access control and the registry
 // (run_console_test.sh starts it). Each step drives the page as a user would and checks the
 // effect through the page and through the server itself.
-//   env: ADMIN_URL DATA_URL INFERA_ADMIN_TOKEN CONFIG SHOTS
+//   env: ADMIN_URL DATA_URL INFERA_ADMIN_TOKEN CONFIG SHOTS SIM_FGD SIM_REPLAY (report.json files)
 import assert from 'node:assert/strict';
 import { readFileSync, existsSync, mkdirSync } from 'node:fs';
 import { createRequire } from 'node:module';
@@ -10,7 +10,7 @@ import { createRequire } from 'node:module';
 // The packages the build installed (NODE_PATH: ESM imports do not read it).
 const { chromium } = createRequire(process.env.NODE_PATH + '/')('playwright-core');
 
-const { ADMIN_URL, DATA_URL, INFERA_ADMIN_TOKEN: TOKEN, CONFIG, SHOTS } = process.env;
+const { ADMIN_URL, DATA_URL, INFERA_ADMIN_TOKEN: TOKEN, CONFIG, SHOTS, SIM_FGD, SIM_REPLAY } = process.env;
 mkdirSync(SHOTS, { recursive: true });
 
 const FLAGS = ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
@@ -244,6 +244,70 @@ try {
   const relayed = await (await fetch(`${ADMIN_URL}/admin/scheduler/metrics`, { headers: { authorization: `Bearer ${TOKEN}` } })).text();
   assert.ok(relayed.split('\n').filter((l) => l).every((l) => /^(# (HELP|TYPE) )?infera_sched_/.test(l)), 'only the scheduler\'s families are relayed');
   assert.equal((await fetch(`${ADMIN_URL}/admin/scheduler/metrics`, { headers: { authorization: `Bearer ${riskKey}` } })).status, 403);
+
+  step('scheduler: a simulator report opened from a file (FGD protocol, then a replay; a wrong file is refused)');
+  await page.setInputFiles('#sim-report-file', CONFIG);
+  const refused = await page.waitForSelector('#sim-report-error:has-text("not JSON")');
+  assert.match(await refused.textContent(), /console\.yaml: not JSON/);
+  assert.equal(await page.$('#sim-report-view table'), null, 'nothing is shown for a wrong file');
+  const fgd = JSON.parse(readFileSync(SIM_FGD, 'utf8'));
+  await page.setInputFiles('#sim-report-file', SIM_FGD);
+  await page.waitForSelector('#sim-report-view table[aria-label="Policies"]');
+  assert.equal(await page.textContent('#sim-report-error'), '', 'the error is cleared');
+  assert.equal(await page.inputValue('#sim-reference'), 'fgd', 'FGD is the default reference');
+  const policyCells = async (policy) => page.$$eval(`#sim-report-view table[aria-label="Policies"] tr[data-id="${policy}"] td`, (tds) => tds.map((td) => td.textContent));
+  // What the page shows is recomputed here from the file: the final mean, the worst step against
+  // the reference over the steps from 50%, the failed pods at the end.
+  const byPolicy = Object.fromEntries(fgd.results.map((r) => [r.policy, r]));
+  const worstAgainst = (r, ref) => {
+    let w = null;
+    r.curve.forEach((c, i) => {
+      if (c.load < 0.5 - 1e-9) return;
+      const d = c.unallocated_gpus - ref.curve[i].unallocated_gpus;
+      if (!w || d > w.d) w = { d, load: c.load };
+    });
+    return w;
+  };
+  for (const ref of ['fgd', 'best-fit']) {
+    if (ref !== 'fgd') {
+      await page.selectOption('#sim-reference', ref);
+      await page.waitForSelector(`#sim-report-view th:has-text("Worst step vs ${ref}")`);
+    }
+    const infera = await policyCells('infera');
+    const r = byPolicy.infera;
+    assert.equal(infera[1], String(r.runs.length), 'seeds');
+    assert.equal(infera[2], `${r.mean_unallocated_gpus.toFixed(1)} ± ${r.stddev_unallocated_gpus.toFixed(1)}`);
+    assert.equal(infera[6], r.curve.at(-1).failed_pods.total.toFixed(1), 'failed pods at the end');
+    const w = worstAgainst(r, byPolicy[ref]);
+    const at = `${Math.round(w.load * 100)}%`;
+    const want = w.d > 0 ? `+${w.d.toFixed(1)} GPUs at ${at}` : w.d === 0 ? `never behind (level at ${at})` : `never behind (closest: ${(-w.d).toFixed(1)} fewer at ${at})`;
+    assert.equal(infera[7], want, `worst step against ${ref}`);
+    assert.equal((await policyCells(ref))[7], 'reference');
+  }
+  const fgdRow = await policyCells('fgd');
+  assert.equal(fgdRow[3], String(byPolicy.fgd.paper_unallocated_gpus ?? '–'), 'the paper\'s figure');
+  const steps = byPolicy.fgd.curve.filter((c) => c.load >= 0.5 - 1e-9).length;
+  assert.equal(await page.getAttribute('#sim-report-view table[aria-label="Unallocated GPUs per step"]', 'data-rows'), String(steps));
+  assert.equal((await page.$$('#sim-report-view svg.chart polyline')).length, 3 * fgd.results.length - 1, 'a line per policy in each chart (but the reference against itself)');
+  assert.equal((await page.$$('#sim-report-view svg.chart polygon[data-band]')).length, fgd.results.length, 'a band per policy');
+  const curve = await page.$$eval('#sim-report-view svg.chart circle[data-series="infera"]', (cs) => cs.slice(0, cs.length / 2).map((c) => Number(c.getAttribute('data-y'))));
+  assert.equal(curve.at(-1), byPolicy.infera.curve.at(-1).unallocated_gpus, 'the curve is the report\'s');
+  const gap = await page.$$eval('#sim-report-view svg.chart circle[data-series="infera − best-fit"]', (cs) => cs.map((c) => Number(c.getAttribute('data-y'))));
+  assert.equal(gap.length, steps);
+  assert.ok(Math.abs(gap.at(-1) - (byPolicy.infera.curve.at(-1).unallocated_gpus - byPolicy['best-fit'].curve.at(-1).unallocated_gpus)) < 1e-9, 'the gap to the reference');
+  await page.waitForFunction(() => !document.querySelector('#toasts .toast'), null, { timeout: 15000 });
+  await page.locator('section[aria-label="Simulator report"]').screenshot({ path: `${SHOTS}/scheduler-simulation.png` });
+  const replay = JSON.parse(readFileSync(SIM_REPLAY, 'utf8'));
+  await page.setInputFiles('#sim-report-file', SIM_REPLAY);
+  await page.waitForSelector('#sim-report-view section[aria-label^="Replay: infera"]');
+  const rk = await page.$$eval('#sim-report-view .kpi', (ks) => Object.fromEntries(ks.map((k) => [k.querySelector('.l').textContent, k.querySelector('.v').textContent])));
+  assert.equal(rk.pods, replay.pods.toLocaleString('en-US'));
+  assert.equal(rk['never started'], replay.never_scheduled.toLocaleString('en-US'));
+  assert.equal(rk.preemptions, replay.preemptions.toLocaleString('en-US'));
+  assert.equal(rk['nodes for tier-0 guarantees'], `${(replay.nodes_for_guarantees.share * 100).toFixed(1)}%`);
+  assert.equal(await page.getAttribute('#sim-report-view table[aria-label="Evictions"]', 'data-rows'), String((replay.evictions || []).length));
+  assert.equal((await page.$$('#sim-report-view svg.chart circle[data-series="pending"]')).length, replay.series.length);
+  await page.locator('section[aria-label="Simulator report"]').screenshot({ path: `${SHOTS}/scheduler-replay.png` });
 
   step('the audit page lists the changes');
   await go(page, 'audit');

@@ -113,5 +113,15 @@ echo '{"framework":"onnx"}' > "$work/meta.json"
 "$infera" models alias fraud champion 2 --reason "v2 is better" --actor bob >/dev/null
 "$infera" models experiment fraud --arm ctl=@champion:50 --arm new=@challenger:50 >/dev/null
 
+# Simulator reports for the Scheduler page: the FGD protocol (3 policies, 2 seeds) and a 2-hour
+# replay with the example queues (preemptions, evictions).
+rm -rf "$work/sim-fgd" "$work/sim-replay"
+"$infera" sched simulate --policy infera,fgd,best-fit --seeds 2 --no-progress -o "$work/sim-fgd" >"$work/sim-fgd.out" 2>&1 ||
+  { cat "$work/sim-fgd.out"; fail "sched simulate (fgd)"; }
+"$infera" sched simulate --mode replay --offered-load 1.0 --horizon 2 --policy infera --no-progress \
+  --config "$here/../../examples/scheduler/queues.yaml" -o "$work/sim-replay" >"$work/sim-replay.out" 2>&1 ||
+  { cat "$work/sim-replay.out"; fail "sched simulate (replay)"; }
+
 NODE_PATH="$node_modules" ADMIN_URL="http://127.0.0.1:$ADMIN_PORT" DATA_URL="http://127.0.0.1:$PORT" \
-  CONFIG="$work/console.yaml" SHOTS="$work/shots" node "$here/console_test.mjs"
+  CONFIG="$work/console.yaml" SHOTS="$work/shots" SIM_FGD="$work/sim-fgd/report.json" \
+  SIM_REPLAY="$work/sim-replay/report.json" node "$here/console_test.mjs"

@@ -59,3 +59,58 @@ export function sparkline(values, { width = 120, height = 28, stroke = '#2563eb'
   const pts = values.map((v, i) => `${(i * step).toFixed(1)},${(height - 2 - (v / max) * (height - 4)).toFixed(1)}`).join(' ');
   return S('svg', { viewBox: `0 0 ${width} ${height}`, width, height, class: 'spark', 'aria-hidden': 'true' }, S('polyline', { points: pts, fill: 'none', stroke, 'stroke-width': 1.5 }));
 }
+
+// Lines over a numeric x axis, each with an optional band (e.g. min-max over seeds):
+// series: [{name, points: [[x, y]], band: [[x, lo, hi]], colour?}]. A y axis with 4 ticks from yMin, x
+// ticks every `xStep`, a legend; each point carries a <title> tooltip and data-x/data-y.
+export function lineChart(series, { width = 960, height = 280, label = 'chart', xfmt = String, yfmt = String, xStep, yMin = 0 } = {}) {
+  const pad = { l: 56, r: 28, t: 10, b: 28 };
+  const w = width - pad.l - pad.r;
+  const ht = height - pad.t - pad.b;
+  const xs = series.flatMap((s) => s.points.map((p) => p[0]));
+  const ys = series.flatMap((s) => [...s.points.map((p) => p[1]), ...(s.band || []).map((b) => b[2])]);
+  const x0 = Math.min(...xs, Infinity), x1 = Math.max(...xs, -Infinity);
+  const span = Number.isFinite(x0) && x1 > x0 ? x1 - x0 : 1;
+  const lo = Number.isFinite(x0) ? x0 : 0;
+  // The y axis: from yMin (or, with yMin 'auto', a round value at or below the data and 0) in 4
+  // equal round steps up to the data's top.
+  let bottom = yMin === 'auto' ? Math.min(0, ...ys) : yMin;
+  const high = Math.max(bottom + 1e-9, ...ys);
+  let range = niceMax(high - bottom);
+  if (yMin === 'auto') {
+    for (;;) {
+      const s = range / 4;
+      const b = Math.floor(bottom / s) * s;
+      if (b + range >= high) { bottom = b; break; }
+      range = niceMax(range * 1.01);
+    }
+  }
+  yMin = bottom;
+  const top = yMin + range;
+  const X = (x) => pad.l + ((x - lo) / span) * w;
+  const Y = (y) => pad.t + ht - ((y - yMin) / (top - yMin)) * ht;
+  const svg = S('svg', { viewBox: `0 0 ${width} ${height}`, class: 'chart', role: 'img', 'aria-label': label });
+  for (let i = 0; i <= 4; i++) {
+    const v = yMin + ((top - yMin) * i) / 4;
+    svg.append(S('line', { x1: pad.l, x2: pad.l + w, y1: Y(v), y2: Y(v), stroke: '#e5e7eb' }));
+    svg.append(S('text', { x: pad.l - 6, y: Y(v) + 4, 'text-anchor': 'end', class: 'tick' }, yfmt(v)));
+  }
+  const step = xStep || span / 4;
+  for (let x = lo; x <= lo + span + 1e-9; x += step) {
+    svg.append(S('text', { x: X(x), y: height - 8, 'text-anchor': 'middle', class: 'tick' }, xfmt(x)));
+  }
+  series.forEach((s, k) => {
+    const colour = s.colour || PALETTE[k % PALETTE.length];
+    if (s.band && s.band.length > 1) {
+      const upper = s.band.map((b) => `${X(b[0]).toFixed(1)},${Y(b[2]).toFixed(1)}`);
+      const lower = s.band.slice().reverse().map((b) => `${X(b[0]).toFixed(1)},${Y(b[1]).toFixed(1)}`);
+      svg.append(S('polygon', { points: [...upper, ...lower].join(' '), fill: colour, 'fill-opacity': 0.15, stroke: 'none', 'data-band': s.name }));
+    }
+    svg.append(S('polyline', { points: s.points.map((p) => `${X(p[0]).toFixed(1)},${Y(p[1]).toFixed(1)}`).join(' '), fill: 'none', stroke: colour, 'stroke-width': 1.8, 'data-series': s.name }));
+    for (const [x, y] of s.points) {
+      svg.append(S('circle', { cx: X(x), cy: Y(y), r: 2.5, fill: colour, 'data-series': s.name, 'data-x': x, 'data-y': y }, S('title', {}, `${s.name} · ${xfmt(x)}: ${yfmt(y)}`)));
+    }
+  });
+  const legend = h('ul', { class: 'legend' }, series.map((s, k) => h('li', {}, S('svg', { width: 10, height: 10, 'aria-hidden': 'true' }, S('rect', { width: 10, height: 10, fill: s.colour || PALETTE[k % PALETTE.length] })), ` ${s.name}`)));
+  return h('figure', { class: 'chart-wrap' }, svg, legend);
+}

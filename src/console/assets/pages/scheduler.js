@@ -2,18 +2,27 @@
 // infera_sched_* families relayed by the admin port) — queues against their guaranteed and max
 // GPUs per type, pending pods and their pending time per queue and tier, preemptions, the share of
 // free GPUs on fully empty nodes, the share of nodes the tier-0 guarantees need, re-packing
-// recommendations. Refreshed every 5 s.
+// recommendations; refreshed every 5 s. Below it, a report of `infera sched simulate` (its
+// report.json, opened from this computer and read in the page: nothing is uploaded): the load
+// curves per policy with their band over seeds against a chosen reference policy, or a replay's
+// pending times and cluster shares over time.
 import { api, bucketQuantile, bucketsOf, clear, fmt, h, kpi, parseMetrics, section, table } from '../lib.js';
+import { PALETTE, lineChart } from '../charts.js';
 
 const REFRESH_MS = 5000;
 
 export default {
   id: 'scheduler',
   title: 'Scheduler',
-  available: (ctx) => ctx.me.role === 'admin' && !!ctx.status.components.scheduler,
-  async render(el) {
+  available: (ctx) => ctx.me.role === 'admin',
+  async render(el, ctx) {
     const box = h('div', {});
-    el.append(box);
+    el.append(box, simulatorSection());
+    if (!ctx.status.components.scheduler) {
+      clear(box, section('Live scheduler',
+        h('p', { class: 'help', id: 'sched-not-configured' }, 'No `infera sched serve` is configured: set scheduler.metrics_url in this server\'s config to its metrics port to see its queues here. A simulator report can be opened below.')));
+      return undefined;
+    }
     let stopped = false;
     let timer;
     const load = async () => {
@@ -111,4 +120,200 @@ function meter(r) {
     h('rect', { svg: true, x: 0, y: 2, width: 120, height: 8, rx: 2, class: 'meter-bg' }),
     h('rect', { svg: true, x: 0, y: 2, width: x(r.used ?? 0), height: 8, rx: 2, class: 'meter-fill' }),
     r.guaranteed !== undefined ? h('rect', { svg: true, x: x(r.guaranteed), y: 0, width: 2, height: 12, class: 'meter-mark' }) : null);
+}
+
+// --- simulator reports ------------------------------------------------------------------------
+
+function simulatorSection() {
+  const out = h('div', { id: 'sim-report-view' });
+  const error = h('p', { class: 'field-error', role: 'alert', id: 'sim-report-error' });
+  const input = h('input', { id: 'sim-report-file', type: 'file', accept: '.json,application/json', 'aria-describedby': 'sim-report-help' });
+  input.addEventListener('change', async () => {
+    error.textContent = '';
+    clear(out);
+    const file = input.files && input.files[0];
+    if (!file) return;
+    try {
+      clear(out, ...reportView(parseReport(await file.text()), file.name));
+    } catch (e) {
+      error.textContent = `${file.name}: ${e.message}`;
+    }
+  });
+  return section('Simulator report',
+    h('div', { class: 'field' }, h('label', { for: 'sim-report-file' }, 'report.json of `infera sched simulate`'), input,
+      h('p', { class: 'help', id: 'sim-report-help' }, 'Read in this page only. FGD-protocol reports (--mode fgd) show unallocated GPUs and failed pods along the load curve per policy; replay reports (--mode replay) show pending times and cluster shares over time.')),
+    error, out);
+}
+
+// The report's JSON, checked for the fields the views read (a clear error for any other file).
+export function parseReport(text) {
+  let doc;
+  try {
+    doc = JSON.parse(text);
+  } catch (e) {
+    throw new Error(`not JSON (${e.message})`);
+  }
+  if (!doc || typeof doc !== 'object') throw new Error('not a simulator report (expected a JSON object)');
+  if (doc.mode === 'fgd') {
+    if (!Array.isArray(doc.results) || !doc.results.length) throw new Error('an fgd report without results');
+    doc.results.forEach((r, i) => {
+      if (typeof r.policy !== 'string' || !Array.isArray(r.curve) || !r.curve.length) throw new Error(`results[${i}]: no policy or curve`);
+      r.curve.forEach((c, j) => {
+        if (typeof c.load !== 'number' || typeof c.unallocated_gpus !== 'number') throw new Error(`results[${i}].curve[${j}]: no load or unallocated_gpus`);
+      });
+    });
+    return doc;
+  }
+  if (doc.mode === 'replay') {
+    if (typeof doc.pods !== 'number' || typeof doc.policy !== 'string') throw new Error('a replay report without policy or pods');
+    return doc;
+  }
+  throw new Error('not an `infera sched simulate` report (expected "mode": "fgd" or "replay")');
+}
+
+function reportView(doc, name) {
+  return doc.mode === 'fgd' ? fgdView(doc, name) : [replayView(doc, name)];
+}
+
+const pctOf = (load) => `${Math.round(load * 100)}%`;
+
+// The worst 5% step (from 50% of arrivals on) of a policy's mean curve against the reference's:
+// the most GPUs it leaves unallocated beyond the reference, and where.
+function worstStep(r, ref) {
+  let worst = null;
+  const n = Math.min(r.curve.length, ref.curve.length);
+  for (let i = 0; i < n; i++) {
+    if (r.curve[i].load < 0.5 - 1e-9) continue;
+    const diff = r.curve[i].unallocated_gpus - ref.curve[i].unallocated_gpus;
+    if (!worst || diff > worst.diff) worst = { load: r.curve[i].load, diff };
+  }
+  return worst;
+}
+
+function fgdView(doc, name) {
+  const lists = [...new Set(doc.results.map((r) => r.pod_list || 'default'))];
+  const holder = h('div', {});
+  const listSel = h('select', { id: 'sim-pod-list' }, lists.map((l) => h('option', { value: l }, l)));
+  const refSel = h('select', { id: 'sim-reference' });
+  const show = () => {
+    const results = doc.results.filter((r) => (r.pod_list || 'default') === listSel.value);
+    const policies = results.map((r) => r.policy);
+    const keep = policies.includes(refSel.value) ? refSel.value : policies.includes('fgd') ? 'fgd' : policies[0];
+    clear(refSel, policies.map((p) => h('option', { value: p, selected: p === keep }, p)));
+    refSel.value = keep;
+    clear(holder, ...fgdList(results, results.find((r) => r.policy === keep)));
+  };
+  listSel.addEventListener('change', show);
+  refSel.addEventListener('change', show);
+  const controls = h('div', { class: 'kpis' },
+    h('div', { class: 'field' }, h('label', { for: 'sim-pod-list' }, 'Pod list'), listSel),
+    h('div', { class: 'field' }, h('label', { for: 'sim-reference' }, 'Reference policy'), refSel));
+  show();
+  return [h('p', { class: 'help' }, `${name}: FGD protocol, ${doc.results.length} result(s).`), controls, holder];
+}
+
+function fgdList(results, ref) {
+  const last = (r) => r.curve[r.curve.length - 1];
+  const seeds = (r) => (Array.isArray(r.runs) ? r.runs.length : 0);
+  const dps = (r) => (seeds(r) ? r.runs.reduce((n, x) => n + (x.decisions_per_second || 0), 0) / seeds(r) : undefined);
+  const rows = results.map((r) => ({ r, worst: worstStep(r, ref), end: last(r) }));
+  const summary = table([
+    { label: 'Policy', render: (x) => x.r.policy },
+    { label: 'Seeds', num: true, render: (x) => fmt.int(seeds(x.r)) },
+    { label: `Unallocated GPUs at ${pctOf(endLoad(rows))}`, num: true, render: (x) => `${fmt.num(x.r.mean_unallocated_gpus ?? x.end.unallocated_gpus, 1)} ± ${fmt.num(x.r.stddev_unallocated_gpus ?? 0, 1)}` },
+    { label: 'Paper', num: true, render: (x) => (x.r.paper_unallocated_gpus === undefined ? '–' : fmt.int(x.r.paper_unallocated_gpus)) },
+    { label: 'Allocated', num: true, render: (x) => fmt.pct(x.r.mean_alloc_ratio ?? x.end.alloc_ratio) },
+    { label: 'Fragmented', num: true, render: (x) => fmt.pct(x.r.mean_frag_ratio ?? x.end.frag_ratio) },
+    { label: 'Failed pods', num: true, render: (x) => fmt.num(x.end.failed_pods?.total, 1) },
+    { label: `Worst step vs ${ref.policy}`, render: (x) => worstText(x, ref) },
+    { label: 'Decisions/s', num: true, render: (x) => fmt.int(dps(x.r)) },
+  ], rows, { label: 'Policies', id: (x) => x.r.policy });
+  const from = (r) => r.curve.filter((c) => c.load >= 0.5 - 1e-9);
+  const colour = (r) => PALETTE[results.indexOf(r) % PALETTE.length];
+  const beyond = lineChart(results.filter((r) => r !== ref).map((r) => ({
+    name: `${r.policy} − ${ref.policy}`,
+    colour: colour(r),
+    points: from(r).map((c) => [c.load * 100, c.unallocated_gpus - (ref.curve.find((x) => Math.abs(x.load - c.load) < 1e-9)?.unallocated_gpus ?? c.unallocated_gpus)]),
+  })), { label: `Unallocated GPUs beyond ${ref.policy} at each step`, xfmt: (x) => `${Math.round(x)}%`, yfmt: (y) => fmt.num(y, 0), xStep: 10, yMin: 'auto' });
+  const unalloc = lineChart(results.map((r) => ({
+    name: r.policy,
+    points: from(r).map((c) => [c.load * 100, c.unallocated_gpus]),
+    band: from(r).map((c) => [c.load * 100, c.unallocated_gpus_min ?? c.unallocated_gpus, c.unallocated_gpus_max ?? c.unallocated_gpus]),
+  })), { label: 'Unallocated GPUs against arrived load, band over seeds', xfmt: (x) => `${Math.round(x)}%`, yfmt: (y) => fmt.int(y), xStep: 10 });
+  const failed = lineChart(results.map((r) => ({
+    name: r.policy,
+    points: from(r).map((c) => [c.load * 100, c.failed_pods?.total ?? 0]),
+  })), { label: 'Failed pods (cumulative) against arrived load', xfmt: (x) => `${Math.round(x)}%`, yfmt: (y) => fmt.int(y), xStep: 10 });
+  const steps = from(ref).map((c, i) => ({ load: c.load, i }));
+  const stepTable = table([
+    { label: 'Arrived load', num: true, render: (s) => pctOf(s.load) },
+    ...results.map((r) => ({
+      label: r.policy,
+      num: true,
+      render: (s) => {
+        const c = r.curve.find((x) => Math.abs(x.load - s.load) < 1e-9);
+        const rc = ref.curve.find((x) => Math.abs(x.load - s.load) < 1e-9);
+        if (!c) return '–';
+        const d = r === ref || !rc ? '' : ` (${c.unallocated_gpus - rc.unallocated_gpus > 0 ? '+' : ''}${fmt.num(c.unallocated_gpus - rc.unallocated_gpus, 1)})`;
+        return `${fmt.num(c.unallocated_gpus, 1)}${d}`;
+      },
+    })),
+  ], steps, { label: 'Unallocated GPUs per step', id: (s) => pctOf(s.load) });
+  return [
+    summary,
+    h('h3', {}, `Unallocated GPUs beyond ${ref.policy} (mean; above 0: behind it at that step)`), beyond,
+    h('h3', {}, 'Unallocated GPUs along the load curve (mean; band: min–max over seeds)'), unalloc,
+    h('h3', {}, 'Failed pods along the load curve (mean, cumulative)'), failed,
+    h('h3', {}, `Unallocated GPUs at each step (difference to ${ref.policy})`), stepTable,
+  ];
+}
+
+// "+12.3 GPUs at 85%" where the policy is behind the reference; otherwise how close it came.
+function worstText(x, ref) {
+  if (x.r === ref) return 'reference';
+  if (!x.worst) return '–';
+  const at = pctOf(x.worst.load);
+  if (x.worst.diff > 0) return `+${fmt.num(x.worst.diff, 1)} GPUs at ${at}`;
+  if (x.worst.diff === 0) return `never behind (level at ${at})`;
+  return `never behind (closest: ${fmt.num(-x.worst.diff, 1)} fewer at ${at})`;
+}
+
+function endLoad(rows) {
+  return rows.length ? rows[0].end.load : 0;
+}
+
+function replayView(doc, name) {
+  const series = Array.isArray(doc.series) ? doc.series : [];
+  const hours = (t) => t / 3600;
+  const shares = lineChart([
+    { name: 'GPUs allocated', points: series.map((p) => [hours(p.t), 100 * p.gpu_alloc_ratio]) },
+    { name: 'free GPUs on fully empty nodes', points: series.map((p) => [hours(p.t), 100 * p.free_on_empty_share]) },
+  ], { label: 'Cluster shares over time', xfmt: (x) => `${fmt.num(x, 0)} h`, yfmt: (y) => `${fmt.num(y, 0)}%` });
+  const pods = lineChart([
+    { name: 'pending', points: series.map((p) => [hours(p.t), p.pending]) },
+    { name: 'running', points: series.map((p) => [hours(p.t), p.running]) },
+  ], { label: 'Pods pending and running over time', xfmt: (x) => `${fmt.num(x, 0)} h`, yfmt: (y) => fmt.int(y) });
+  const secs = (s) => (s === undefined ? '–' : `${fmt.int(s)} s`);
+  const evictions = Array.isArray(doc.evictions) ? doc.evictions : [];
+  return section(`Replay: ${doc.policy} (${name})`,
+    h('div', { class: 'kpis' },
+      kpi('pods', fmt.int(doc.pods)),
+      kpi('started', fmt.int(doc.scheduled)),
+      kpi('never started', fmt.int(doc.never_scheduled), doc.never_scheduled > 0 ? 'bad' : ''),
+      kpi('pending: mean / p99', `${secs(doc.pending?.mean_s)} / ${secs(doc.pending?.p99_s)}`),
+      kpi('pods that waited', fmt.pct(doc.pending?.waited_share)),
+      kpi('preemptions', fmt.int(doc.preemptions)),
+      kpi('idle reclaimed: pods / GPUs', `${fmt.int(doc.idle_reclaimed?.pods)} / ${fmt.num(doc.idle_reclaimed?.gpus, 1)}`),
+      kpi('nodes for tier-0 guarantees', fmt.pct(doc.nodes_for_guarantees?.share)),
+      kpi('GPU allocation (mean)', fmt.pct(doc.mean_gpu_alloc_ratio)),
+      kpi('free GPUs on empty nodes (mean)', fmt.pct(doc.mean_free_on_empty_share)),
+      kpi('re-packing moves', fmt.int(doc.repack?.moves ?? 0))),
+    h('h3', {}, 'Allocation and free GPUs on empty nodes'), shares,
+    h('h3', {}, 'Pending and running pods'), pods,
+    h('h3', {}, 'Evictions'),
+    table([
+      { label: 'Pod', render: (e) => e.pod },
+      { label: 'Node', render: (e) => e.node },
+      { label: 'Reason', render: (e) => e.reason },
+    ], evictions, { label: 'Evictions', empty: 'no eviction', id: (e) => e.pod }));
 }
