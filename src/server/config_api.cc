@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -247,7 +248,103 @@ std::string directoryOf(const std::string& path) {
   return slash == std::string::npos ? "." : path.substr(0, slash == 0 ? 1 : slash);
 }
 
+// One value's new text at a byte range of the original file.
+struct Edit {
+  size_t pos = 0, len = 0;
+  std::string text;
+};
+
+// The source span of a scalar that starts at `pos`: a quoted scalar up to its closing quote, a
+// plain one exactly its value (so a plain scalar folded over lines, which reads differently from
+// its text, is not edited in place). 0 when the span cannot be told.
+size_t scalarSpan(const std::string& text, size_t pos, const std::string& value) {
+  if (pos >= text.size()) return 0;
+  const char q = text[pos];
+  if (q == '"' || q == '\'') {
+    for (size_t i = pos + 1; i < text.size(); ++i) {
+      if (text[i] == '\n') return 0;  // multi-line quoted scalars are rewritten instead
+      if (q == '"' && text[i] == '\\') {
+        ++i;
+      } else if (text[i] == q) {
+        if (q == '\'' && i + 1 < text.size() && text[i + 1] == '\'') {
+          ++i;
+        } else {
+          return i + 1 - pos;
+        }
+      }
+    }
+    return 0;
+  }
+  if (value.empty() || text.compare(pos, value.size(), value) != 0) return 0;
+  return value.size();
+}
+
+// The edits that turn the file's tree `node` (read as `have`) into `want`, when they differ only
+// in scalar values (same keys, same sequence lengths); false when the structure changes.
+bool scalarEdits(const std::string& text, const YAML::Node& node, const json& have,
+                 const json& want, std::vector<Edit>& out) {
+  if (have == want) return true;
+  if (have.is_object() && want.is_object() && node.IsMap()) {
+    if (have.size() != want.size()) return false;
+    for (const auto& kv : node) {
+      const std::string& key = kv.first.Scalar();
+      if (!have.contains(key) || !want.contains(key)) return false;
+      if (!scalarEdits(text, kv.second, have[key], want[key], out)) return false;
+    }
+    return true;
+  }
+  if (have.is_array() && want.is_array() && node.IsSequence()) {
+    if (have.size() != want.size() || node.size() != have.size()) return false;
+    for (size_t i = 0; i < have.size(); ++i) {
+      if (!scalarEdits(text, node[i], have[i], want[i], out)) return false;
+    }
+    return true;
+  }
+  if (have.is_structured() || want.is_structured() || !node.IsScalar()) return false;
+  const YAML::Mark mark = node.Mark();
+  if (mark.pos < 0) return false;
+  const size_t len = scalarSpan(text, static_cast<size_t>(mark.pos), node.Scalar());
+  if (len == 0) return false;
+  // A string keeps the quotes it had; other values are written as the whole-file writer would.
+  std::string value;
+  const char quote = text[static_cast<size_t>(mark.pos)];
+  if (want.is_string() && quote == '\'') {
+    value = "'";
+    for (const char ch : want.get_ref<const std::string&>())
+      value += ch == '\'' ? "''" : std::string(1, ch);
+    value += "'";
+  } else {
+    YAML::Emitter e;
+    if (want.is_string() && quote == '"') e << YAML::DoubleQuoted;
+    emit(e, want);
+    if (!e.good()) return false;
+    value = e.c_str();
+  }
+  if (value.find('\n') != std::string::npos) return false;
+  out.push_back({static_cast<size_t>(mark.pos), len, std::move(value)});
+  return true;
+}
+
 }  // namespace
+
+std::optional<std::string> editScalarsInPlace(const std::string& text, const json& want) {
+  auto root = loadYamlString(text);
+  if (!root.ok()) return std::nullopt;
+  std::vector<Edit> edits;
+  if (!scalarEdits(text, *root, yamlToJson(*root), want, edits)) return std::nullopt;
+  std::sort(edits.begin(), edits.end(), [](const Edit& a, const Edit& b) { return a.pos > b.pos; });
+  std::string out = text;
+  for (const Edit& e : edits) out.replace(e.pos, e.len, e.text);
+  // The edited file must read back as exactly the config asked for (an anchor shared by two
+  // values, a value that reads differently in a flow collection, ...), or it is not used. Key
+  // order aside: the file keeps its own.
+  auto back = loadYamlString(out);
+  if (!back.ok() ||
+      nlohmann::json::parse(yamlToJson(*back).dump()) != nlohmann::json::parse(want.dump())) {
+    return std::nullopt;
+  }
+  return out;
+}
 
 Result<json> readConfigDocument(const std::string& path) {
   INFERA_ASSIGN_OR_RETURN(std::string text, readFile(path));
@@ -263,10 +360,19 @@ Result<CheckedConfig> checkConfigDocument(json proposed, const std::string& path
   if (!proposed.is_object()) return Status::invalidArgument("field 'config' must be an object");
   CheckedConfig out;
   INFERA_ASSIGN_OR_RETURN(out.redacted_yaml, jsonToYaml(proposed));
+  std::optional<std::string> in_place;
   if (auto file = readFile(path); file.ok()) {
-    if (auto root = loadYamlString(*file); root.ok()) restoreSecrets(proposed, yamlToJson(*root));
+    if (auto root = loadYamlString(*file); root.ok()) {
+      restoreSecrets(proposed, yamlToJson(*root));
+      in_place = editScalarsInPlace(*file, proposed);
+    }
   }
-  INFERA_ASSIGN_OR_RETURN(out.yaml, jsonToYaml(proposed));
+  out.edited_in_place = in_place.has_value();
+  if (in_place) {
+    out.yaml = std::move(*in_place);
+  } else {
+    INFERA_ASSIGN_OR_RETURN(out.yaml, jsonToYaml(proposed));
+  }
   const std::string tmp = path + ".check-" + std::to_string(::getpid()) + ".tmp";
   INFERA_RETURN_IF_ERROR(writeFile(tmp, out.yaml));
   auto cfg = loadConfig(tmp);

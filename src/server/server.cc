@@ -374,6 +374,12 @@ class ServerImpl final : public Server {
     return {200, doc->dump()};
   }
 
+  // "in_place" when only changed values were replaced in the file (its comments kept),
+  // "rewritten" when the whole file is written anew.
+  static const char* fileEdit(const CheckedConfig& c) {
+    return c.edited_in_place ? "in_place" : "rewritten";
+  }
+
   // POST /admin/config {"config", "dry_run", "generation"}: checked exactly as the file (the
   // loader reads what would be written); then written back with a backup and applied by the
   // reload path, audited.
@@ -415,7 +421,10 @@ class ServerImpl final : public Server {
                          "restart_required", errors);
     }
     if (req.value("dry_run", false)) {
-      return {200, nlohmann::json{{"valid", true}, {"yaml", checked->redacted_yaml}}.dump()};
+      return {200, nlohmann::json{{"valid", true},
+                                  {"yaml", checked->redacted_yaml},
+                                  {"file_edit", fileEdit(*checked)}}
+                       .dump()};
     }
     const auto backup = writeConfigFile(path_, checked->yaml);
     if (!backup.ok()) return configError(500, backup.status().message(), "config_not_written");
@@ -425,8 +434,10 @@ class ServerImpl final : public Server {
       std::rename(backup->c_str(), path_.c_str());
     }
     if (access_) {
-      nlohmann::json detail = {
-          {"ok", s.isOk()}, {"generation", configGeneration()}, {"backup", *backup}};
+      nlohmann::json detail = {{"ok", s.isOk()},
+                               {"generation", configGeneration()},
+                               {"backup", *backup},
+                               {"file_edit", fileEdit(*checked)}};
       if (!s.isOk()) detail["error"] = s.message();
       const Status a = access_->audit(actor, "config.apply", path_, detail.dump());
       if (!a.isOk()) INFERA_LOG(log_, warn, "audit of a config apply failed: {}", a.message());
@@ -435,7 +446,8 @@ class ServerImpl final : public Server {
     return {200, nlohmann::json{{"status", "ok"},
                                 {"generation", configGeneration()},
                                 {"path", path_},
-                                {"backup", *backup}}
+                                {"backup", *backup},
+                                {"file_edit", fileEdit(*checked)}}
                      .dump()};
   }
 

@@ -148,10 +148,14 @@ try {
   await page.waitForSelector('.toast:has-text("Applied")');
   const cfg = (await adminApi('/admin/config')).body;
   assert.equal(cfg.generation, genBefore + 1);
-  assert.match(readFileSync(CONFIG, 'utf8'), /weight: 60/);
+  assert.equal(readFileSync(CONFIG, 'utf8'),
+    fileBefore.replace('[{emulator: b, region: local, weight: 1}]', '[{emulator: b, region: local, weight: 60}]'),
+    'only the value changed in the file: its comments and layout stay');
   assert.equal(readFileSync(`${CONFIG}.bak`, 'utf8'), fileBefore, 'the previous file is kept as the backup');
   const audit = (await adminApi('/admin/audit?since=1h')).body.audit;
-  assert.ok(audit.some((a) => a.action === 'config.apply' && a.actor === 'console:tester'), 'the apply is audited with who');
+  const applied = audit.find((a) => a.action === 'config.apply' && a.actor === 'console:tester');
+  assert.ok(applied, 'the apply is audited with who');
+  assert.equal(applied.detail.file_edit, 'in_place', 'the audit says the file was edited in place');
   await go(page, 'overview');
   const count = async (dep) => Number((await page.textContent(`tr[data-deployment="chat|${dep}"] td[data-col=total]`)).replace(/,/g, '')) || 0;
   const a0 = await count('dep-a');

@@ -61,6 +61,7 @@ curl -s "$sched_metrics/metrics" | grep -q 'infera_sched_queue_gpus{queue="ml",g
   { cat "$work/kube/sched.log"; fail "sched serve did not bind the pod"; }
 
 cat > "$work/console.yaml" <<YAML
+# The console test's gateway (this comment and the one on dep-b must survive a weight change).
 listen: {host: 127.0.0.1, port: 0}
 admin: {host: 127.0.0.1, port: 0}
 workers: 2
@@ -89,7 +90,7 @@ models:
     deployments:
       - name: dep-a
         endpoints: [{emulator: a, region: local, weight: 1}]
-      - name: dep-b
+      - name: dep-b   # the second deployment
         endpoints: [{emulator: b, region: local, weight: 1}]
   - name: fraud-backend
     deployments:

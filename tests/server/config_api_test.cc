@@ -154,6 +154,95 @@ TEST(ConfigApiTest, CheckUsesTheLoaderAndWriteKeepsABackup) {
   EXPECT_TRUE(configWritable(path));
 }
 
+// Changed values are replaced where they stand (a quoted string keeps its quotes): comments,
+// flow collections and key order of the rest stay byte for byte. A change of structure, or one the
+// edited text would read differently, is not made in place (the whole file is written instead).
+TEST(ConfigApiTest, ChangedValuesAreEditedInPlaceKeepingComments) {
+  const std::string original =
+      "# Infera gateway\n"
+      "region: eu   # our region\n"
+      "models:\n"
+      "  - name: chat  # the chat model\n"
+      "    description: 'it''s fast'\n"
+      "    deployments:\n"
+      "      # primary first\n"
+      "      - {name: a, endpoints: [{url: \"http://127.0.0.1:1\", weight: 1}]}\n"
+      "      - name: b\n"
+      "        endpoints:\n"
+      "          - {url: 'http://127.0.0.1:2', weight: 3}\n";
+  auto root = loadYamlString(original);
+  ASSERT_TRUE(root.ok());
+  const ojson have = yamlToJson(*root);
+
+  EXPECT_EQ(editScalarsInPlace(original, have), original) << "no change, no edit";
+
+  ojson want = have;
+  want["region"] = "us";
+  want["models"][0]["description"] = "it's \"quick\"";
+  want["models"][0]["deployments"][0]["endpoints"][0]["weight"] = 60;
+  want["models"][0]["deployments"][1]["endpoints"][0]["url"] = "http://127.0.0.1:9";
+  const auto edited = editScalarsInPlace(original, want);
+  ASSERT_TRUE(edited.has_value());
+  EXPECT_EQ(*edited,
+            "# Infera gateway\n"
+            "region: us   # our region\n"
+            "models:\n"
+            "  - name: chat  # the chat model\n"
+            "    description: 'it''s \"quick\"'\n"
+            "    deployments:\n"
+            "      # primary first\n"
+            "      - {name: a, endpoints: [{url: \"http://127.0.0.1:1\", weight: 60}]}\n"
+            "      - name: b\n"
+            "        endpoints:\n"
+            "          - {url: 'http://127.0.0.1:9', weight: 3}\n");
+  auto back = loadYamlString(*edited);
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(yamlToJson(*back), want);
+
+  // A string that would read as another type is quoted in place.
+  ojson typed = have;
+  typed["region"] = "123";
+  const auto quoted = editScalarsInPlace(original, typed);
+  ASSERT_TRUE(quoted.has_value());
+  EXPECT_NE(quoted->find("region: \"123\"   # our region"), std::string::npos) << *quoted;
+
+  // Structure: a key added, a list item removed, a value turned into a map.
+  ojson added = have;
+  added["models"][0]["deployments"][1]["endpoints"][0]["region"] = "eu";
+  EXPECT_FALSE(editScalarsInPlace(original, added).has_value());
+  ojson removed = have;
+  removed["models"][0]["deployments"].erase(1);
+  EXPECT_FALSE(editScalarsInPlace(original, removed).has_value());
+  ojson mapped = have;
+  mapped["region"] = ojson{{"name", "eu"}};
+  EXPECT_FALSE(editScalarsInPlace(original, mapped).has_value());
+
+  // A string that is not plain inside a flow collection: the edit would not read back as asked.
+  ojson comma = have;
+  comma["models"][0]["deployments"][0]["name"] = "a, b";
+  const auto c = editScalarsInPlace(original, comma);
+  if (c.has_value()) {
+    auto r = loadYamlString(*c);
+    ASSERT_TRUE(r.ok());
+    EXPECT_EQ(yamlToJson(*r), comma);
+  }
+
+  // One anchored value read in two places cannot change in one of them only.
+  const std::string anchored = "a: &w 5\nb: *w\n";
+  auto aroot = loadYamlString(anchored);
+  ASSERT_TRUE(aroot.ok());
+  ojson one = yamlToJson(*aroot);
+  one["b"] = 6;
+  EXPECT_FALSE(editScalarsInPlace(anchored, one).has_value());
+  // A folded plain scalar reads differently from its text: not edited in place.
+  const std::string folded = "description: a long\n  text\nregion: eu\n";
+  auto froot = loadYamlString(folded);
+  ASSERT_TRUE(froot.ok());
+  ojson f = yamlToJson(*froot);
+  f["description"] = "short";
+  EXPECT_FALSE(editScalarsInPlace(folded, f).has_value());
+}
+
 class ConfigRoutesTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -242,8 +331,12 @@ TEST_F(ConfigRoutesTest, AGoodChangeIsCheckedThenAppliedPersistedAndAudited) {
   const auto r = call("POST", "/admin/config", json{{"config", c}, {"generation", 1}}.dump());
   ASSERT_EQ(r->status, 200) << r->body;
   EXPECT_EQ(json::parse(r->body)["generation"], 2);
+  EXPECT_EQ(json::parse(r->body)["file_edit"], "in_place") << "keys sent in another order";
   EXPECT_EQ(server_->configGeneration(), 2);
   EXPECT_EQ(readAll(path_ + ".bak"), before);
+  std::string edited = before;
+  edited.replace(edited.find("weight: 1}"), 10, "weight: 9}");
+  EXPECT_EQ(readAll(path_), edited) << "only the value changed";
   const auto reread = loadConfig(path_);
   ASSERT_TRUE(reread.ok()) << reread.status().message();
   EXPECT_EQ(reread->gateway.models[0].deployments[0].endpoints[0].weight, 9);

@@ -11,6 +11,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -48,9 +49,17 @@ Result<nlohmann::ordered_json> readConfigDocument(const std::string& path);
 // would run and `yaml` the file's new text; else the loader's kInvalidArgument (configErrorsOf).
 struct CheckedConfig {
   Config config;
-  std::string yaml;           // the new file
-  std::string redacted_yaml;  // the same with secrets redacted (for the diff the console shows)
+  std::string yaml;              // the new file
+  std::string redacted_yaml;     // the same with secrets redacted (for the diff the console shows)
+  bool edited_in_place = false;  // `yaml` is the old file with only changed values replaced
 };
+
+// The file `text` with only the values that differ from `want` replaced where they stand, so its
+// comments, key order, quoting and layout stay; nullopt when the change is more than scalar
+// values (keys or list items added or removed) or the edited text would not read back as `want`
+// (the caller then writes the whole file anew).
+std::optional<std::string> editScalarsInPlace(const std::string& text,
+                                              const nlohmann::ordered_json& want);
 Result<CheckedConfig> checkConfigDocument(nlohmann::ordered_json proposed, const std::string& path);
 
 // Replaces the file at `path` with `text`: the current file copied to `<path>.bak` first, the new
