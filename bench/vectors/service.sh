@@ -10,7 +10,7 @@
 #      wall time until the port answers.
 #
 #   bench/vectors/service.sh [--n 100000] [--queries 1000] [--dim 128] [--cosine] [--ef 64]
-#                            [--rate 500] [--seconds 10] [--wal-points 10000] [--no-int8]
+#                            [--rate 500] [--seconds 10] [--wal-points 10000] [--wal-duplicates] [--no-int8]
 #                            [--no-search]   (steps 1, 2 and 4 only: restart time at large N)
 #
 # Builds: build/release (cmake --preset release && cmake --build build/release -j2 --target infera
@@ -18,7 +18,7 @@
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../load/lib.sh"
 
-N=100000 Q=1000 DIM=128 COSINE=0 EF=64 RATE=500 SECONDS_=10 WAL=10000 INT8=1 SEARCH=1
+N=100000 Q=1000 DIM=128 COSINE=0 EF=64 RATE=500 SECONDS_=10 WAL=10000 WAL_DUP=0 INT8=1 SEARCH=1
 while [[ $# -gt 0 ]]; do
   case "$1" in
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed -n 's/^# \{0,1\}//p'; exit 0 ;;
@@ -30,6 +30,7 @@ while [[ $# -gt 0 ]]; do
     --rate) RATE="$2"; shift 2 ;;
     --seconds) SECONDS_="$2"; shift 2 ;;
     --wal-points) WAL="$2"; shift 2 ;;
+    --wal-duplicates) WAL_DUP=1; shift ;;
     --no-int8) INT8=0; shift ;;
     --no-search) SEARCH=0; shift ;;
     *) echo "unknown argument $1" >&2; exit 2 ;;
@@ -49,12 +50,22 @@ else
   "$VECGEN" clustered "$N" "$Q" "$data" >&2
   DISTANCE=Euclid HS_FLAGS=()
 fi
-# K extra points for the WAL: the first K base vectors again, under new ids.
-python3 - "$data/base.fvecs" "$data/extra.fvecs" "$WAL" "$DIM" <<'PY'
-import sys
-src, dst, k, dim = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+# K extra points for the WAL: the first K base vectors again under new ids, each component moved
+# by a small deterministic offset (exact duplicates are a different workload: a twin at distance
+# 0 makes the neighbour heuristic prune nearly every other candidate; --wal-duplicates keeps them).
+python3 - "$data/base.fvecs" "$data/extra.fvecs" "$WAL" "$DIM" "$WAL_DUP" <<'PY'
+import struct, sys
+src, dst, k, dim, dup = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5] == "1"
+rec = 4 + 4 * dim
 with open(src, "rb") as f, open(dst, "wb") as g:
-    g.write(f.read(k * (4 + 4 * dim)))
+    for i in range(k):
+        r = f.read(rec)
+        if len(r) < rec:
+            break
+        v = list(struct.unpack("<%df" % dim, r[4:]))
+        if not dup:
+            v = [x + 1e-3 * (((i * 7919 + j * 104729) % 2001) / 1000.0 - 1.0) for j, x in enumerate(v)]
+        g.write(r[:4] + struct.pack("<%df" % dim, *v))
 PY
 
 cat >"$BENCH_TMP/v.yaml" <<YAML
@@ -104,7 +115,9 @@ kill -TERM "$SERVE_PID"; wait "$SERVE_PID" 2>/dev/null || true
 echo "clean stop (drain + snapshot of every collection): $(awk -v a="$(date +%s.%N)" -v b="$t0" 'BEGIN {printf "%.2f", a - b}') s"
 serve "$BENCH_TMP/serve2.log"
 echo "restart from snapshots: $(loaded "$BENCH_TMP/serve2.log") (process start to port: $READY_S s)"
+t0=$(date +%s.%N)
 "$INFERA" vectors load bench "$data/extra.fvecs" --first-id "$N" --batch 1000 --concurrency 2 --no-progress >/dev/null
+echo "the same $WAL points ingested live over HTTP first: $(awk -v a="$(date +%s.%N)" -v b="$t0" 'BEGIN {printf "%.2f", a - b}') s"
 kill -9 "$SERVE_PID"; wait "$SERVE_PID" 2>/dev/null || true
 serve "$BENCH_TMP/serve3.log"
 echo "restart after kill -9 with $WAL points in the WAL: $(loaded "$BENCH_TMP/serve3.log") (process start to port: $READY_S s)"

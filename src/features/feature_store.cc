@@ -253,6 +253,7 @@ class FeatureStoreImpl final : public FeatureStore {
 
   std::string registryJson() {
     auto reg = snapshot();
+    const auto fresh = shared_.freshness();
     json views = json::array();
     for (const auto& [n, v] : reg->views) {
       json ents = json::array();
@@ -282,6 +283,12 @@ class FeatureStoreImpl final : public FeatureStore {
                        {"source", v->source},
                        {"timestamp_field", ts},
                        {"aggregated", v->aggregated()}});
+      // Since this server started: null until a write reaches the view.
+      const auto f = fresh.find(n);
+      json& jv = views.back();
+      jv["last_write_ms"] = f == fresh.end() ? json(nullptr) : json(f->second.last_write_ms);
+      jv["newest_event_ms"] =
+          f == fresh.end() ? json(nullptr) : json(f->second.newest_event_us / 1000);
     }
     json services = json::array();
     for (const auto& [n, s] : reg->services) {
@@ -351,8 +358,10 @@ class FeatureStoreImpl final : public FeatureStore {
     const size_t rows = frame.rows, expired = batches[0].expired;
     const size_t written = batches[0].rows.size() + batches[0].events.size();
     if (!dry_run) {
+      const ServingShared::Noted noted = ServingShared::noted(batches);
       s = writeBatchesBlocking(shared_, batches);
       if (!s.isOk()) return err(503, s.message(), "store_unavailable");
+      shared_.recordWrites(noted);
       metrics_.rows_written->inc(0, static_cast<double>(written));
     }
     json out = {{"rows", rows},

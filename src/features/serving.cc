@@ -507,6 +507,36 @@ std::mutex& ServingShared::aggLock(uint32_t view) {
   return *m;
 }
 
+ServingShared::Noted ServingShared::noted(const std::vector<ViewBatch>& batches) {
+  Noted out;
+  for (const ViewBatch& b : batches) {
+    if (!b.view || (b.rows.empty() && b.events.empty())) continue;
+    int64_t newest = 0;
+    for (const RowWrite& r : b.rows) {
+      if (r.row.size() >= 8) newest = std::max(newest, eventTimeOf(r.row));
+    }
+    for (const AggEvent& e : b.events) newest = std::max(newest, e.ts_us);
+    out.emplace_back(b.view->name, newest);
+  }
+  return out;
+}
+
+void ServingShared::recordWrites(const Noted& noted) {
+  if (noted.empty()) return;
+  const int64_t now_ms = clock->unixMillis();
+  std::lock_guard<std::mutex> lock(fresh_mu);
+  for (const auto& [view, newest] : noted) {
+    Freshness& f = fresh[view];
+    f.last_write_ms = now_ms;
+    f.newest_event_us = std::max(f.newest_event_us, newest);
+  }
+}
+
+std::unordered_map<std::string, ServingShared::Freshness> ServingShared::freshness() const {
+  std::lock_guard<std::mutex> lock(fresh_mu);
+  return fresh;
+}
+
 Status writeBatchesBlocking(ServingShared& shared, std::vector<ViewBatch>& batches) {
   const int64_t now_us = shared.clock->unixMillis() * 1000;
   for (auto& b : batches) {
@@ -662,6 +692,7 @@ Task<void> FeatureHandler::writeBatches(Exchange& x, std::vector<ViewBatch> batc
     nevents += b.events.size();
     expired += b.expired;
   }
+  const ServingShared::Noted noted = ServingShared::noted(batches);
   Status s = Status::ok();
   std::vector<ViewBatch> agg;
   for (auto& b : batches) {
@@ -683,6 +714,7 @@ Task<void> FeatureHandler::writeBatches(Exchange& x, std::vector<ViewBatch> batc
     co_await fail(x.w, x.status, x.extra, f);
     co_return;
   }
+  shared_.recordWrites(noted);
   m.rows_written->inc(loop_, static_cast<double>(nrows));
   m.events_written->inc(loop_, static_cast<double>(nevents));
   if (expired) m.expired_skipped->inc(loop_, static_cast<double>(expired));

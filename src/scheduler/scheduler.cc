@@ -485,6 +485,7 @@ class SchedulerImpl final : public Scheduler {
     }
     nodes_.push_back(n);
     node_hard_taint_.push_back(hasHardTaint(spec) ? 1 : 0);
+    hard_tainted_nodes_ += node_hard_taint_.back();
     node_specs_.push_back(NodeSpec{spec.name, 0, 0, 0, {}, spec.labels, spec.taints});
     for (const auto& [key, e] : elig_index_) {
       Eligibility& el = elig_[static_cast<size_t>(e)];
@@ -917,10 +918,12 @@ class SchedulerImpl final : public Scheduler {
       return Status::failedPrecondition("pod " + pod.name + ": " + refusal);
     }
     // Among the nodes that could take it otherwise (its GPU types; any node for CPU-only pods),
-    // how many its constraints (or taints it does not tolerate) rule out.
+    // how many its constraints (or taints it does not tolerate) rule out; none can be when the
+    // pod has no constraints and no node a hard taint (the simulator's every refusal).
     int excluded = 0;
     int candidates = 0;
-    for (int n = 0; n < static_cast<int>(nodes_.size()); ++n) {
+    const bool may_exclude = r.eligible >= 0 || hard_tainted_nodes_ > 0;
+    for (int n = 0; may_exclude && n < static_cast<int>(nodes_.size()); ++n) {
       if (r.num_gpu > 0 && (nodes_[n].type < 0 || !nodes_[n].typeAllowed(r.types))) continue;
       ++candidates;
       excluded += allowedOn(r, n) ? 0 : 1;
@@ -1146,6 +1149,7 @@ class SchedulerImpl final : public Scheduler {
   };
   std::vector<NodeSpec> node_specs_;  // name, labels, taints only
   std::vector<uint8_t> node_hard_taint_;
+  int hard_tainted_nodes_ = 0;  // nodes with a NoSchedule/NoExecute taint
   std::vector<Eligibility> elig_;
   std::map<std::string, int> elig_index_;  // constraintKey -> elig_ index
   std::vector<int> elig_free_;

@@ -135,6 +135,31 @@ TEST_P(ServingTest, PushedFeaturesComeBackColumnMajorInFeastsShape) {
   EXPECT_NE(raw.find("\"values\":[1.0,1.0,null]"), std::string::npos) << raw;
 }
 
+// The registry says when each view was last written and its newest event time (since the start;
+// null before any write); an older event pushed later does not move the newest one back.
+TEST_P(ServingTest, ViewFreshnessIsReportedInTheRegistry) {
+  auto viewOf = [&](const std::string& name) {
+    const auto r = admin("GET", "/admin/features/registry");
+    EXPECT_EQ(r.status, 200) << r.body;
+    const json reg = json::parse(r.body);
+    for (const auto& v : reg["views"]) {
+      if (v["name"] == name) return v;
+    }
+    ADD_FAILURE() << "no view " << name;
+    return json();
+  };
+  json v = viewOf("driver_hourly_stats");
+  EXPECT_TRUE(v["last_write_ms"].is_null()) << v.dump();
+  EXPECT_TRUE(v["newest_event_ms"].is_null());
+  const int64_t now_s = clock_.unixMillis() / 1000;
+  ASSERT_EQ(post("/push", pushDriverStats(1001, 0.5, 1000, 30)).status, 200);
+  clock_.advance(std::chrono::seconds(5));
+  ASSERT_EQ(post("/push", pushDriverStats(1002, 0.25, 7, 600)).status, 200);
+  v = viewOf("driver_hourly_stats");
+  EXPECT_EQ(v["last_write_ms"], clock_.unixMillis()) << v.dump();
+  EXPECT_EQ(v["newest_event_ms"], (now_s - 30) * 1000) << "the newest of the two events";
+}
+
 TEST_P(ServingTest, FeatureServicesAndFullFeatureNames) {
   ASSERT_EQ(post("/push", pushDriverStats(7, 0.125, 3, 10)).status, 200);
   json j = getFeatures(

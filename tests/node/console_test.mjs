@@ -206,9 +206,17 @@ try {
   assert.equal(armRequests.length, 2, 'two arms side by side');
   assert.equal(armRequests[0] + armRequests[1], 10, `the 10 requests split over the arms: ${armRequests}`);
 
-  step('features: the repository\'s views and services');
+  step('features: the repository\'s views and services, and a view\'s freshness after a write');
+  const eventAt = new Date(Date.now() - 120_000).toISOString();
+  const ingest = await adminApi('/admin/features/ingest', { method: 'POST', body: JSON.stringify({ feature_view_name: 'driver_hourly_stats', df: { driver_id: [1001], event_timestamp: [eventAt], conv_rate: [0.5], acc_rate: [0.9], avg_daily_trips: [3] } }) });
+  assert.equal(ingest.status, 200, JSON.stringify(ingest.body));
   await go(page, 'stores');
   await page.waitForSelector('table[aria-label="Feature views"] td:has-text("driver_hourly_stats")');
+  const viewRow = async (name) => page.$$eval('table[aria-label="Feature views"] tbody tr', (trs, n) => trs.map((tr) => [...tr.querySelectorAll('td')].map((td) => td.textContent)).find((c) => c[0] === n), name);
+  const hourly = await viewRow('driver_hourly_stats');
+  assert.match(hourly[6], /^\d+ s ago$/, 'the last write is seconds old');
+  assert.equal(hourly[7], `${eventAt.slice(0, 19).replace('T', ' ')}Z (2 min ago)`, 'the newest event is the one ingested');
+  assert.deepEqual((await viewRow('driver_trips')).slice(6), ['none since start', '–']);
   assert.ok(await page.$('table[aria-label="Feature services"] tbody tr'), 'feature services listed');
   await shot(page, 'features');
 

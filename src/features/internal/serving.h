@@ -47,6 +47,20 @@ struct ServingShared {
   std::mutex& aggLock(uint32_t view);
   std::mutex agg_mu;
   std::unordered_map<uint32_t, std::unique_ptr<std::mutex>> agg_locks;
+
+  // Freshness per view name, since this process started (not persisted): when rows were last
+  // written and the newest event time among them. `noted` is taken from the batches before they
+  // are written (their rows move), `recordWrites` after the write succeeded.
+  struct Freshness {
+    int64_t last_write_ms = 0;
+    int64_t newest_event_us = 0;
+  };
+  using Noted = std::vector<std::pair<std::string, int64_t>>;  // view, newest event (us)
+  static Noted noted(const std::vector<ViewBatch>& batches);
+  void recordWrites(const Noted& noted);
+  std::unordered_map<std::string, Freshness> freshness() const;
+  mutable std::mutex fresh_mu;
+  std::unordered_map<std::string, Freshness> fresh;
 };
 
 // Writes the batches of a push or write: plain views through `write`, aggregation views on the

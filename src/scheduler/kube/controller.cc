@@ -829,8 +829,14 @@ class Controller {
     auto it = pods_.find(key);
     if (it == pods_.end()) co_return;
     const KubePod pod = it->second.pod;
-    const std::string target = "/api/v1/namespaces/" + pod.ns + "/pods/" + pod.name + "/status";
     const std::string patch = nominatedNodePatch(node);
+    co_await patchStatus(pod, patch);
+  }
+
+  // A strategic-merge PATCH of the pod's status subresource (a failure is counted, not retried:
+  // the next pass writes the status again). Arguments as for postEvent.
+  Task<void> patchStatus(const KubePod& pod, const std::string& patch) {
+    const std::string target = "/api/v1/namespaces/" + pod.ns + "/pods/" + pod.name + "/status";
     auto r = co_await api_.call("PATCH", target, patch, "application/strategic-merge-patch+json");
     if (!r.ok() || r->status != 200) m_.api_errors->counter({"patch_status"})->inc(0);
   }
@@ -885,10 +891,8 @@ class Controller {
     it->second.last_reason = reason;
     const KubePod pod = it->second.pod;
     co_await postEvent(pod, "Warning", "FailedScheduling", reason);
-    const std::string target = "/api/v1/namespaces/" + pod.ns + "/pods/" + pod.name + "/status";
     const std::string patch = unschedulablePatch(reason, wallSeconds());
-    auto r = co_await api_.call("PATCH", target, patch, "application/strategic-merge-patch+json");
-    if (!r.ok() || r->status != 200) m_.api_errors->counter({"patch_status"})->inc(0);
+    co_await patchStatus(pod, patch);
   }
 
   // Arguments are references the caller keeps alive across the await (g++ 12 double-destroys
