@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -285,7 +286,8 @@ bool scalarEdits(const std::string& text, const YAML::Node& node, const json& ha
                  const json& want, std::vector<Edit>& out) {
   if (have == want) return true;
   if (have.is_object() && want.is_object() && node.IsMap()) {
-    if (have.size() != want.size()) return false;
+    // A duplicate key (the loader reads the first, the JSON holds the last): not edited in place.
+    if (have.size() != want.size() || node.size() != have.size()) return false;
     for (const auto& kv : node) {
       const std::string& key = kv.first.Scalar();
       if (!have.contains(key) || !want.contains(key)) return false;
@@ -325,25 +327,52 @@ bool scalarEdits(const std::string& text, const YAML::Node& node, const json& ha
   return true;
 }
 
+// Equal as JSON values, object keys in any order (numbers by value, as nlohmann compares them).
+bool sameJson(const json& a, const json& b) {
+  if (a.is_object() && b.is_object()) {
+    if (a.size() != b.size()) return false;
+    for (const auto& [k, v] : a.items()) {
+      const auto it = b.find(k);
+      if (it == b.end() || !sameJson(v, *it)) return false;
+    }
+    return true;
+  }
+  if (a.is_array() && b.is_array()) {
+    if (a.size() != b.size()) return false;
+    for (size_t i = 0; i < a.size(); ++i) {
+      if (!sameJson(a[i], b[i])) return false;
+    }
+    return true;
+  }
+  return a == b;
+}
+
 }  // namespace
 
-std::optional<std::string> editScalarsInPlace(const std::string& text, const json& want) {
+std::optional<std::string> editScalarsInPlace(const std::string& file, const json& want) {
+  // yaml-cpp's marks do not count a UTF-8 byte order mark: the edits are made after it.
+  const std::string bom = file.rfind("\xEF\xBB\xBF", 0) == 0 ? file.substr(0, 3) : "";
+  const std::string text = file.substr(bom.size());
   auto root = loadYamlString(text);
   if (!root.ok()) return std::nullopt;
   std::vector<Edit> edits;
   if (!scalarEdits(text, *root, yamlToJson(*root), want, edits)) return std::nullopt;
   std::sort(edits.begin(), edits.end(), [](const Edit& a, const Edit& b) { return a.pos > b.pos; });
+  // A value reached twice through an alias is one edit (two different texts for it: none).
+  for (size_t i = 1; i < edits.size(); ++i) {
+    if (edits[i].pos == edits[i - 1].pos && edits[i].text != edits[i - 1].text) return std::nullopt;
+  }
+  edits.erase(std::unique(edits.begin(), edits.end(),
+                          [](const Edit& a, const Edit& b) { return a.pos == b.pos; }),
+              edits.end());
   std::string out = text;
   for (const Edit& e : edits) out.replace(e.pos, e.len, e.text);
   // The edited file must read back as exactly the config asked for (an anchor shared by two
   // values, a value that reads differently in a flow collection, ...), or it is not used. Key
   // order aside: the file keeps its own.
   auto back = loadYamlString(out);
-  if (!back.ok() ||
-      nlohmann::json::parse(yamlToJson(*back).dump()) != nlohmann::json::parse(want.dump())) {
-    return std::nullopt;
-  }
-  return out;
+  if (!back.ok() || !sameJson(yamlToJson(*back), want)) return std::nullopt;
+  return bom + out;
 }
 
 Result<json> readConfigDocument(const std::string& path) {
@@ -373,7 +402,10 @@ Result<CheckedConfig> checkConfigDocument(json proposed, const std::string& path
   } else {
     INFERA_ASSIGN_OR_RETURN(out.yaml, jsonToYaml(proposed));
   }
-  const std::string tmp = path + ".check-" + std::to_string(::getpid()) + ".tmp";
+  // Unique per check: two applies on different loops never validate each other's bytes.
+  static std::atomic<uint64_t> checks{0};
+  const std::string tmp = path + ".check-" + std::to_string(::getpid()) + "-" +
+                          std::to_string(checks.fetch_add(1)) + ".tmp";
   INFERA_RETURN_IF_ERROR(writeFile(tmp, out.yaml));
   auto cfg = loadConfig(tmp);
   std::remove(tmp.c_str());

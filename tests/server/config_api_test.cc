@@ -234,6 +234,20 @@ TEST(ConfigApiTest, ChangedValuesAreEditedInPlaceKeepingComments) {
   ojson one = yamlToJson(*aroot);
   one["b"] = 6;
   EXPECT_FALSE(editScalarsInPlace(anchored, one).has_value());
+  // A byte order mark stays, and the edit lands where the value is.
+  const std::string bommed = "\xEF\xBB\xBF# c\nregion: eu\n";
+  auto broot = loadYamlString(bommed);
+  ASSERT_TRUE(broot.ok());
+  ojson b = yamlToJson(*broot);
+  b["region"] = "us";
+  EXPECT_EQ(editScalarsInPlace(bommed, b), "\xEF\xBB\xBF# c\nregion: us\n");
+  // A duplicate key: the loader and the JSON disagree on which one counts, so no edit in place.
+  const std::string dup = "region: eu\nregion: us\nworkers: 1\n";
+  auto droot = loadYamlString(dup);
+  ASSERT_TRUE(droot.ok());
+  ojson d = yamlToJson(*droot);
+  d["workers"] = 2;
+  EXPECT_FALSE(editScalarsInPlace(dup, d).has_value());
   // A folded plain scalar reads differently from its text: not edited in place.
   const std::string folded = "description: a long\n  text\nregion: eu\n";
   auto froot = loadYamlString(folded);

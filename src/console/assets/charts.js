@@ -75,13 +75,14 @@ export function lineChart(series, { width = 960, height = 280, label = 'chart', 
   // The y axis: from yMin (or, with yMin 'auto', a round value at or below the data and 0) in 4
   // equal round steps up to the data's top.
   let bottom = yMin === 'auto' ? Math.min(0, ...ys) : yMin;
-  const high = Math.max(bottom + 1e-9, ...ys);
+  const high = Math.max(bottom + 1, ...ys);
   let range = niceMax(high - bottom);
   if (yMin === 'auto') {
-    for (;;) {
+    // Each round moves to the next round range (at least 1% wider): 64 rounds span 10^28.
+    for (let i = 0; i < 64; i++) {
       const s = range / 4;
       const b = Math.floor(bottom / s) * s;
-      if (b + range >= high) { bottom = b; break; }
+      if (b + range >= high || i === 63) { bottom = b; break; }
       range = niceMax(range * 1.01);
     }
   }
@@ -95,8 +96,9 @@ export function lineChart(series, { width = 960, height = 280, label = 'chart', 
     svg.append(S('line', { x1: pad.l, x2: pad.l + w, y1: Y(v), y2: Y(v), stroke: '#e5e7eb' }));
     svg.append(S('text', { x: pad.l - 6, y: Y(v) + 4, 'text-anchor': 'end', class: 'tick' }, yfmt(v)));
   }
-  const step = xStep || span / 4;
-  for (let x = lo; x <= lo + span + 1e-9; x += step) {
+  const step = xStep && span / xStep <= 40 ? xStep : span / 4;
+  for (let i = 0; i <= 40 && lo + i * step <= lo + span + 1e-9; i++) {
+    const x = lo + i * step;
     svg.append(S('text', { x: X(x), y: height - 8, 'text-anchor': 'middle', class: 'tick' }, xfmt(x)));
   }
   series.forEach((s, k) => {

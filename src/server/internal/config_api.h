@@ -54,12 +54,13 @@ struct CheckedConfig {
   bool edited_in_place = false;  // `yaml` is the old file with only changed values replaced
 };
 
-// The file `text` with only the values that differ from `want` replaced where they stand, so its
+// The file `file` with only the values that differ from `want` replaced where they stand, so its
 // comments, key order, quoting and layout stay; nullopt when the change is more than scalar
 // values (keys or list items added or removed) or the edited text would not read back as `want`
 // (the caller then writes the whole file anew).
-std::optional<std::string> editScalarsInPlace(const std::string& text,
+std::optional<std::string> editScalarsInPlace(const std::string& file,
                                               const nlohmann::ordered_json& want);
+
 Result<CheckedConfig> checkConfigDocument(nlohmann::ordered_json proposed, const std::string& path);
 
 // Replaces the file at `path` with `text`: the current file copied to `<path>.bak` first, the new

@@ -128,15 +128,19 @@ function simulatorSection() {
   const out = h('div', { id: 'sim-report-view' });
   const error = h('p', { class: 'field-error', role: 'alert', id: 'sim-report-error' });
   const input = h('input', { id: 'sim-report-file', type: 'file', accept: '.json,application/json', 'aria-describedby': 'sim-report-help' });
+  let latest = 0;
   input.addEventListener('change', async () => {
     error.textContent = '';
     clear(out);
     const file = input.files && input.files[0];
     if (!file) return;
+    const mine = ++latest;
     try {
-      clear(out, ...reportView(parseReport(await file.text()), file.name));
+      const text = await file.text();
+      if (mine !== latest) return;  // another file was picked meanwhile
+      clear(out, ...reportView(parseReport(text), file.name));
     } catch (e) {
-      error.textContent = `${file.name}: ${e.message}`;
+      if (mine === latest) error.textContent = `${file.name}: ${e.message}`;
     }
   });
   return section('Simulator report',
@@ -158,14 +162,16 @@ export function parseReport(text) {
     if (!Array.isArray(doc.results) || !doc.results.length) throw new Error('an fgd report without results');
     doc.results.forEach((r, i) => {
       if (typeof r.policy !== 'string' || !Array.isArray(r.curve) || !r.curve.length) throw new Error(`results[${i}]: no policy or curve`);
+      if (r.pod_list !== undefined && typeof r.pod_list !== 'string') throw new Error(`results[${i}]: pod_list is not a string`);
       r.curve.forEach((c, j) => {
-        if (typeof c.load !== 'number' || typeof c.unallocated_gpus !== 'number') throw new Error(`results[${i}].curve[${j}]: no load or unallocated_gpus`);
+        if (!Number.isFinite(c.load) || !Number.isFinite(c.unallocated_gpus) || c.load < 0 || c.load > 100) throw new Error(`results[${i}].curve[${j}]: no finite load or unallocated_gpus`);
       });
     });
     return doc;
   }
   if (doc.mode === 'replay') {
-    if (typeof doc.pods !== 'number' || typeof doc.policy !== 'string') throw new Error('a replay report without policy or pods');
+    if (!Number.isFinite(doc.pods) || typeof doc.policy !== 'string') throw new Error('a replay report without policy or pods');
+    if (doc.series !== undefined && (!Array.isArray(doc.series) || !doc.series.every((p) => Number.isFinite(p.t) && p.t >= 0 && p.t < 1e9))) throw new Error('a replay report whose series has no finite times');
     return doc;
   }
   throw new Error('not an `infera sched simulate` report (expected "mode": "fgd" or "replay")');
@@ -179,13 +185,15 @@ const pctOf = (load) => `${Math.round(load * 100)}%`;
 
 // The worst 5% step (from 50% of arrivals on) of a policy's mean curve against the reference's:
 // the most GPUs it leaves unallocated beyond the reference, and where.
+const atLoad = (r, load) => r.curve.find((x) => Math.abs(x.load - load) < 1e-9);
+
 function worstStep(r, ref) {
   let worst = null;
-  const n = Math.min(r.curve.length, ref.curve.length);
-  for (let i = 0; i < n; i++) {
-    if (r.curve[i].load < 0.5 - 1e-9) continue;
-    const diff = r.curve[i].unallocated_gpus - ref.curve[i].unallocated_gpus;
-    if (!worst || diff > worst.diff) worst = { load: r.curve[i].load, diff };
+  for (const c of r.curve) {
+    const rc = atLoad(ref, c.load);
+    if (c.load < 0.5 - 1e-9 || !rc) continue;
+    const diff = c.unallocated_gpus - rc.unallocated_gpus;
+    if (!worst || diff > worst.diff) worst = { load: c.load, diff };
   }
   return worst;
 }
@@ -201,7 +209,11 @@ function fgdView(doc, name) {
     const keep = policies.includes(refSel.value) ? refSel.value : policies.includes('fgd') ? 'fgd' : policies[0];
     clear(refSel, policies.map((p) => h('option', { value: p, selected: p === keep }, p)));
     refSel.value = keep;
-    clear(holder, ...fgdList(results, results.find((r) => r.policy === keep)));
+    try {
+      clear(holder, ...fgdList(results, results.find((r) => r.policy === keep)));
+    } catch (e) {
+      clear(holder, h('p', { class: 'field-error', role: 'alert' }, `cannot show this report: ${e.message}`));
+    }
   };
   listSel.addEventListener('change', show);
   refSel.addEventListener('change', show);
@@ -233,7 +245,7 @@ function fgdList(results, ref) {
   const beyond = lineChart(results.filter((r) => r !== ref).map((r) => ({
     name: `${r.policy} − ${ref.policy}`,
     colour: colour(r),
-    points: from(r).map((c) => [c.load * 100, c.unallocated_gpus - (ref.curve.find((x) => Math.abs(x.load - c.load) < 1e-9)?.unallocated_gpus ?? c.unallocated_gpus)]),
+    points: from(r).filter((c) => atLoad(ref, c.load)).map((c) => [c.load * 100, c.unallocated_gpus - atLoad(ref, c.load).unallocated_gpus]),
   })), { label: `Unallocated GPUs beyond ${ref.policy} at each step`, xfmt: (x) => `${Math.round(x)}%`, yfmt: (y) => fmt.num(y, 0), xStep: 10, yMin: 'auto' });
   const unalloc = lineChart(results.map((r) => ({
     name: r.policy,
@@ -251,8 +263,8 @@ function fgdList(results, ref) {
       label: r.policy,
       num: true,
       render: (s) => {
-        const c = r.curve.find((x) => Math.abs(x.load - s.load) < 1e-9);
-        const rc = ref.curve.find((x) => Math.abs(x.load - s.load) < 1e-9);
+        const c = atLoad(r, s.load);
+        const rc = atLoad(ref, s.load);
         if (!c) return '–';
         const d = r === ref || !rc ? '' : ` (${c.unallocated_gpus - rc.unallocated_gpus > 0 ? '+' : ''}${fmt.num(c.unallocated_gpus - rc.unallocated_gpus, 1)})`;
         return `${fmt.num(c.unallocated_gpus, 1)}${d}`;

@@ -46,6 +46,8 @@ function ago(ms) {
 function freshness(v) {
   if (!v.newest_event_ms) return '–';
   const text = `${fmt.time(v.newest_event_ms)} (${ago(v.newest_event_ms)})`;
-  const stale = v.ttl_s > 0 && Date.now() - v.newest_event_ms > v.ttl_s * 1000;
-  return stale ? h('span', { class: 'badge bad', title: 'older than the view\'s TTL: reads of it are OUTSIDE_MAX_AGE' }, `stale: ${text}`) : text;
+  // Aggregated views serve their windows whatever the event's age; plain ones past the TTL are
+  // OUTSIDE_MAX_AGE. Judged by this browser's clock.
+  const stale = !v.aggregated && v.ttl_s > 0 && Date.now() - v.newest_event_ms > v.ttl_s * 1000;
+  return stale ? h('span', { class: 'badge bad', title: 'older than the view\'s TTL: reads of it answer OUTSIDE_MAX_AGE' }, `stale: ${text}`) : text;
 }
