@@ -170,9 +170,13 @@ TEST(ConfigApiTest, ChangedValuesAreEditedInPlaceKeepingComments) {
       "      - name: b\n"
       "        endpoints:\n"
       "          - {url: 'http://127.0.0.1:2', weight: 3}\n";
-  auto root = loadYamlString(original);
-  ASSERT_TRUE(root.ok());
-  const ojson have = yamlToJson(*root);
+  // A text read as the config screen reads the file.
+  auto asJson = [](const std::string& text) {
+    auto root = loadYamlString(text);
+    EXPECT_TRUE(root.ok()) << text;
+    return root.ok() ? yamlToJson(*root) : ojson();
+  };
+  const ojson have = asJson(original);
 
   EXPECT_EQ(editScalarsInPlace(original, have), original) << "no change, no edit";
 
@@ -195,9 +199,7 @@ TEST(ConfigApiTest, ChangedValuesAreEditedInPlaceKeepingComments) {
             "      - name: b\n"
             "        endpoints:\n"
             "          - {url: 'http://127.0.0.1:9', weight: 3}\n");
-  auto back = loadYamlString(*edited);
-  ASSERT_TRUE(back.ok());
-  EXPECT_EQ(yamlToJson(*back), want);
+  EXPECT_EQ(asJson(*edited), want);
 
   // A string that would read as another type is quoted in place.
   ojson typed = have;
@@ -222,37 +224,27 @@ TEST(ConfigApiTest, ChangedValuesAreEditedInPlaceKeepingComments) {
   comma["models"][0]["deployments"][0]["name"] = "a, b";
   const auto c = editScalarsInPlace(original, comma);
   if (c.has_value()) {
-    auto r = loadYamlString(*c);
-    ASSERT_TRUE(r.ok());
-    EXPECT_EQ(yamlToJson(*r), comma);
+    EXPECT_EQ(asJson(*c), comma);
   }
 
   // One anchored value read in two places cannot change in one of them only.
   const std::string anchored = "a: &w 5\nb: *w\n";
-  auto aroot = loadYamlString(anchored);
-  ASSERT_TRUE(aroot.ok());
-  ojson one = yamlToJson(*aroot);
+  ojson one = asJson(anchored);
   one["b"] = 6;
   EXPECT_FALSE(editScalarsInPlace(anchored, one).has_value());
   // A byte order mark stays, and the edit lands where the value is.
   const std::string bommed = "\xEF\xBB\xBF# c\nregion: eu\n";
-  auto broot = loadYamlString(bommed);
-  ASSERT_TRUE(broot.ok());
-  ojson b = yamlToJson(*broot);
+  ojson b = asJson(bommed);
   b["region"] = "us";
   EXPECT_EQ(editScalarsInPlace(bommed, b), "\xEF\xBB\xBF# c\nregion: us\n");
   // A duplicate key: the loader and the JSON disagree on which one counts, so no edit in place.
   const std::string dup = "region: eu\nregion: us\nworkers: 1\n";
-  auto droot = loadYamlString(dup);
-  ASSERT_TRUE(droot.ok());
-  ojson d = yamlToJson(*droot);
+  ojson d = asJson(dup);
   d["workers"] = 2;
   EXPECT_FALSE(editScalarsInPlace(dup, d).has_value());
   // A folded plain scalar reads differently from its text: not edited in place.
   const std::string folded = "description: a long\n  text\nregion: eu\n";
-  auto froot = loadYamlString(folded);
-  ASSERT_TRUE(froot.ok());
-  ojson f = yamlToJson(*froot);
+  ojson f = asJson(folded);
   f["description"] = "short";
   EXPECT_FALSE(editScalarsInPlace(folded, f).has_value());
 }
