@@ -5,8 +5,11 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
+#include <string>
 #include <thread>
 #include <unordered_map>
+#include <vector>
 
 #include "access/access.h"
 #include "console/console.h"
@@ -387,7 +390,25 @@ class ServerImpl final : public Server {
     if (path_.empty()) {
       return configError(409, "this server was not started from a config file", "no_config_file");
     }
-    const nlohmann::ordered_json req = nlohmann::ordered_json::parse(body, nullptr, false);
+    // A key given twice in one object is refused: the check and the file must not each read a
+    // different one of them.
+    std::vector<std::set<std::string>> keys_seen;
+    bool duplicate = false;
+    const nlohmann::ordered_json::parser_callback_t no_duplicates =
+        [&](int, nlohmann::ordered_json::parse_event_t ev, nlohmann::ordered_json& parsed) {
+          using Ev = nlohmann::ordered_json::parse_event_t;
+          if (ev == Ev::object_start) keys_seen.emplace_back();
+          if (ev == Ev::object_end && !keys_seen.empty()) keys_seen.pop_back();
+          if (ev == Ev::key && !keys_seen.empty() &&
+              !keys_seen.back().insert(parsed.get<std::string>()).second) {
+            duplicate = true;
+          }
+          return true;
+        };
+    const nlohmann::ordered_json req = nlohmann::ordered_json::parse(body, no_duplicates, false);
+    if (duplicate) {
+      return configError(400, "the body has a key given twice in one object", "invalid_json");
+    }
     if (req.is_discarded() || !req.is_object() || !req.contains("config") ||
         !req["config"].is_object()) {
       return configError(400, "the body must be a JSON object with a 'config' object",

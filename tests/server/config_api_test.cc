@@ -323,6 +323,20 @@ TEST_F(ConfigRoutesTest, ABadChangeIsRefusedAtItsKeyAndChangesNothing) {
   EXPECT_EQ(readAll(path_), before);
 }
 
+TEST_F(ConfigRoutesTest, AKeyGivenTwiceIsRefusedAndChangesNothing) {
+  const std::string before = readAll(path_);
+  json c = json::parse(call("GET", "/admin/config")->body)["config"];
+  std::string body = json{{"config", c}}.dump();
+  const std::string weight = "\"weight\":1";
+  ASSERT_NE(body.find(weight), std::string::npos) << body;
+  body.replace(body.find(weight), weight.size(), "\"weight\":1,\"weight\":9");
+  const auto r = call("POST", "/admin/config", body);
+  ASSERT_EQ(r->status, 400) << r->body;
+  EXPECT_NE(r->body.find("key given twice"), std::string::npos) << r->body;
+  EXPECT_EQ(readAll(path_), before);
+  EXPECT_EQ(server_->configGeneration(), 1);
+}
+
 TEST_F(ConfigRoutesTest, AGoodChangeIsCheckedThenAppliedPersistedAndAudited) {
   const std::string before = readAll(path_);
   json c = json::parse(call("GET", "/admin/config")->body)["config"];
