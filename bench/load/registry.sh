@@ -8,11 +8,14 @@
 # the median of each case), which move with the box. --governance: access control on in every
 # case (SQLite, one key of one team, the user from x-infera-user), as a deployment with keys runs.
 #
-#   bench/load/registry.sh [--requests N] [--rounds R] [--seconds S] [--connections C] [--no-wrk] [--no-callgrind] [--governance]
+# --keep-profiles DIR: the callgrind profiles of the longer runs stay as DIR/<case>.cg, to compare
+# per function (callgrind_annotate DIR/split.cg).
+#
+#   bench/load/registry.sh [--requests N] [--rounds R] [--seconds S] [--connections C] [--no-wrk] [--no-callgrind] [--governance] [--keep-profiles DIR]
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-N=2000 ROUNDS=10 SECONDS_PER=3 CONNS=32 WRK=1 CG=1 GOV=0
+N=2000 ROUNDS=10 SECONDS_PER=3 CONNS=32 WRK=1 CG=1 GOV=0 KEEP=""
 while [[ $# -gt 0 ]]; do
   case "$1" in
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed -n 's/^# \{0,1\}//p'; exit 0 ;;
@@ -23,6 +26,7 @@ while [[ $# -gt 0 ]]; do
     --no-wrk) WRK=0; shift ;;
     --no-callgrind) CG=0; shift ;;
     --governance) GOV=1; shift ;;
+    --keep-profiles) KEEP="$2"; shift 2 ;;
     *) echo "unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -132,6 +136,7 @@ if [[ $CG == 1 ]]; then
       wait "$GW_PID" 2>/dev/null || true
       counts+=("$(sed -n 's/^summary: //p' "$out")")
     done
+    if [[ -n "$KEEP" ]]; then mkdir -p "$KEEP" && cp "$out" "$KEEP/$c.cg"; fi
     PER[$c]="$(awk -v a="${counts[0]}" -v b="${counts[1]}" -v n="$N" 'BEGIN {printf "%.0f", (b - a) / n}')"
   done
   for c in "${ORDER[@]}"; do

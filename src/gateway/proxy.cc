@@ -707,6 +707,7 @@ Task<void> ProxyHandler::relay(Exchange& x, const Endpoint& ep, WorkerEndpoint& 
     co_return;
   }
   bool first_chunk = true;
+  bool usage_in_place = false;
   for (;;) {
     auto piece = co_await conn.readBody(total);
     if (!piece.ok()) {
@@ -751,7 +752,13 @@ Task<void> ProxyHandler::relay(Exchange& x, const Endpoint& ep, WorkerEndpoint& 
       scanSse(x.usage, *piece, rewrite_sse ? &x.sse_out : nullptr);
       if (rewrite_sse) out = x.sse_out;
     } else if (x.capture) {
-      if (x.resp_body.size() + piece->size() <= (8u << 20)) {
+      if (x.resp_body.empty() && clen >= 0 && piece->size() == static_cast<size_t>(clen) &&
+          !x.cacheable && !x.compare) {
+        // The whole answer in one piece, and nothing keeps it: its usage is read in place once
+        // the client has it.
+        usage_in_place = true;
+        x.capture = false;
+      } else if (x.resp_body.size() + piece->size() <= (8u << 20)) {
         x.resp_body.append(*piece);
       } else {
         x.capture = false;
@@ -767,6 +774,7 @@ Task<void> ProxyHandler::relay(Exchange& x, const Endpoint& ep, WorkerEndpoint& 
       clientLeft(x, &conn);
       co_return;
     }
+    if (usage_in_place) readUsage(x.usage, *piece);
   }
   if (rewrite_sse && !x.usage.sse_buf.empty()) {
     // An unterminated last event passes as it came.

@@ -1,6 +1,7 @@
 #include "gateway/internal/request_scan.h"
 
 #include <algorithm>
+#include <array>
 #include <charconv>
 #include <cstdio>
 #include <cstring>
@@ -502,6 +503,144 @@ bool findTopLevelValue(std::string_view json, std::string_view key, size_t& begi
     ++i;
   }
   return found > 0;
+}
+
+namespace {
+
+bool isJsonSpace(char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; }
+
+// The index of the last non-space byte before `end`, or npos.
+size_t lastNonSpace(std::string_view s, size_t end) {
+  while (end > 0 && isJsonSpace(s[end - 1])) --end;
+  return end == 0 ? std::string_view::npos : end - 1;
+}
+
+// s[close] is a string's closing quote; returns its opening quote, or npos. In well-formed JSON a
+// quote inside a string follows an odd run of backslashes and a delimiting one an even run, so the
+// opening quote is the nearest quote before `close` after an even run.
+size_t openingQuote(std::string_view s, size_t close) {
+  size_t i = close;
+  while (i > 0) {
+    const void* q = memrchr(s.data(), '"', i);
+    if (!q) return std::string_view::npos;
+    const size_t at = static_cast<size_t>(static_cast<const char*>(q) - s.data());
+    size_t backslashes = 0;
+    while (at > backslashes && s[at - backslashes - 1] == '\\') ++backslashes;
+    if (backslashes % 2 == 0) return at;
+    i = at;
+  }
+  return std::string_view::npos;
+}
+
+// The first byte of the JSON value whose last byte is s[last], or npos.
+size_t valueStart(std::string_view s, size_t last) {
+  const char c = s[last];
+  if (c == '"') return openingQuote(s, last);
+  if (c == '}' || c == ']') {
+    int depth = 0;
+    size_t i = last;
+    for (;;) {
+      const char ch = s[i];
+      if (ch == '"') {
+        i = openingQuote(s, i);
+        if (i == std::string_view::npos) return i;
+      } else if (ch == '}' || ch == ']') {
+        ++depth;
+      } else if (ch == '{' || ch == '[') {
+        if (--depth == 0) return i;
+      }
+      if (i == 0) return std::string_view::npos;
+      --i;
+    }
+  }
+  // A number or a literal: back to the ':' (or space) before it.
+  size_t i = last;
+  while (i > 0 && !isJsonSpace(s[i - 1]) && s[i - 1] != ':' && s[i - 1] != ',' && s[i - 1] != '{' &&
+         s[i - 1] != '[') {
+    --i;
+  }
+  return i;
+}
+
+}  // namespace
+
+namespace {
+
+constexpr size_t kNpos = std::string_view::npos;
+constexpr size_t kMaxNestedKeys = 8;
+
+// Walks back over the members of the object whose closing brace is json[close], recording the last
+// occurrence of each key; with `nested`, the object value of its `of` member is walked member by
+// member as it is passed (one level; deeper values are skipped by bracket matching, never by
+// recursion). Returns the index of the object's opening brace, or npos on text that is not JSON,
+// and, when `early`, once every key was found (the walk stops there).
+size_t walkBack(std::string_view json, size_t close, std::span<const std::string_view> keys,
+                std::span<ValueSpan> spans, const NestedKeys* nested, bool early) {
+  size_t missing = keys.size();
+  bool of_seen = false;
+  size_t at = close;  // the '}' or ',' after the member to read next
+  const size_t first_last = lastNonSpace(json, at);
+  if (first_last != kNpos && json[first_last] == '{') return first_last;  // an empty object
+  for (;;) {
+    if (early && missing == 0) return kNpos;
+    const size_t v_last = lastNonSpace(json, at);
+    if (v_last == kNpos) return kNpos;
+    std::array<ValueSpan, kMaxNestedKeys> inner;  // set by the inner walk when it runs
+    const size_t n_inner = nested ? std::min(nested->keys.size(), kMaxNestedKeys) : 0;
+    const bool walk_inner = nested && !of_seen && json[v_last] == '}';
+    if (walk_inner) std::fill_n(inner.begin(), n_inner, ValueSpan{});
+    const size_t v_first =
+        walk_inner ? walkBack(json, v_last, nested->keys.first(n_inner),
+                              std::span<ValueSpan>(inner.data(), n_inner), nullptr, false)
+                   : valueStart(json, v_last);
+    if (v_first == kNpos) return kNpos;
+    const size_t colon = lastNonSpace(json, v_first);
+    if (colon == kNpos || json[colon] != ':') return kNpos;
+    const size_t k_last = lastNonSpace(json, colon);
+    if (k_last == kNpos || json[k_last] != '"') return kNpos;
+    const size_t k_first = openingQuote(json, k_last);
+    if (k_first == kNpos) return kNpos;
+    const std::string_view k = json.substr(k_first + 1, k_last - k_first - 1);
+    for (size_t n = 0; n < keys.size(); ++n) {
+      if (!spans[n].found && keys[n] == k) {
+        spans[n] = ValueSpan{true, v_first, v_last + 1};
+        --missing;
+        break;
+      }
+    }
+    if (nested && !of_seen && k == nested->of) {
+      of_seen = true;
+      if (walk_inner) std::copy_n(inner.begin(), n_inner, nested->spans.begin());
+    }
+    at = lastNonSpace(json, k_first);
+    if (at == kNpos) return kNpos;
+    if (json[at] == '{') return at;
+    if (json[at] != ',') return kNpos;
+  }
+}
+
+}  // namespace
+
+void findLastTopLevelValues(std::string_view json, std::span<const std::string_view> keys,
+                            std::span<ValueSpan> spans, const NestedKeys* nested) {
+  for (auto& sp : spans) sp = ValueSpan{};
+  if (nested) {
+    for (auto& sp : nested->spans) sp = ValueSpan{};
+  }
+  const size_t close = lastNonSpace(json, json.size());
+  if (close == kNpos || json[close] != '}') return;
+  walkBack(json, close, keys, spans, nested, /*early=*/true);
+}
+
+bool findLastTopLevelValue(std::string_view json, std::string_view key, size_t& begin,
+                           size_t& end) {
+  ValueSpan span;
+  findLastTopLevelValues(json, std::span<const std::string_view>(&key, 1),
+                         std::span<ValueSpan>(&span, 1));
+  if (!span.found) return false;
+  begin = span.begin;
+  end = span.end;
+  return true;
 }
 
 }  // namespace infera::gateway

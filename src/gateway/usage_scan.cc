@@ -25,32 +25,46 @@ bool hasChoice(std::string_view json) {
   return b < e && json[b] == '{';
 }
 
-// A non-negative integer member of a flat JSON object.
-bool integerMember(std::string_view object, std::string_view key, int64_t& out) {
-  size_t b = 0, e = 0;
-  if (!findTopLevelValue(object, key, b, e) || b >= e) return false;
-  const auto [ptr, ec] = std::from_chars(object.data() + b, object.data() + e, out);
-  return ec == std::errc() && out >= 0;
+// A non-negative integer.
+bool nonNegative(std::string_view object, const ValueSpan& v, int64_t& out) {
+  if (!v.found) return false;
+  const auto [ptr, ec] = std::from_chars(object.data() + v.begin, object.data() + v.end, out);
+  return ec == std::errc() && ptr == object.data() + v.end && out >= 0;
 }
 
-}  // namespace
+constexpr std::string_view kUsageKeys[] = {"prompt_tokens", "completion_tokens", "total_tokens"};
 
-void readUsage(UsageScan& s, std::string_view json) {
-  size_t begin = 0, end = 0;
-  if (memberStartsWith(json, "usage", '{', begin, end))
-    readUsageObject(s, json.substr(begin, end - begin));
-}
-
-void readUsageObject(UsageScan& s, std::string_view usage) {
+// prompt_tokens, completion_tokens and total_tokens (spans in `text`) as the usage read.
+void useCounts(UsageScan& s, std::string_view text, const ValueSpan (&spans)[3]) {
   int64_t prompt = 0, completion = 0, total = 0;
-  const bool has_prompt = integerMember(usage, "prompt_tokens", prompt);
-  const bool has_completion = integerMember(usage, "completion_tokens", completion);
-  const bool has_total = integerMember(usage, "total_tokens", total);
+  const bool has_prompt = nonNegative(text, spans[0], prompt);
+  const bool has_completion = nonNegative(text, spans[1], completion);
+  const bool has_total = nonNegative(text, spans[2], total);
   if (!has_prompt && !has_total) return;
   if (!has_completion && has_total) completion = std::max<int64_t>(0, total - prompt);
   s.seen = true;
   s.prompt = prompt;
   s.completion = completion;
+}
+
+}  // namespace
+
+// Both read the last occurrence of a key, as JSON parsers (and so the client's SDK) do, walking
+// back from the end: usage comes at or near the end of OpenAI-compatible answers, so the scan
+// costs the bytes after it and its own, not the answer's, and reads the counts on the way.
+void readUsage(UsageScan& s, std::string_view json) {
+  static constexpr std::string_view kUsage[] = {"usage"};
+  ValueSpan usage[1];
+  ValueSpan counts[3];
+  const NestedKeys nested{"usage", kUsageKeys, counts};
+  findLastTopLevelValues(json, kUsage, usage, &nested);
+  if (usage[0].found && json[usage[0].begin] == '{') useCounts(s, json, counts);
+}
+
+void readUsageObject(UsageScan& s, std::string_view usage) {
+  ValueSpan counts[3];
+  findLastTopLevelValues(usage, kUsageKeys, counts);
+  useCounts(s, usage, counts);
 }
 
 void scanSse(UsageScan& s, std::string_view piece, std::string* out) {
@@ -82,7 +96,7 @@ void scanSse(UsageScan& s, std::string_view piece, std::string* out) {
     if (has_choice) ++s.content_events;
     size_t b = 0, e = 0;
     if (data.find("\"usage\"") == std::string_view::npos ||
-        !findTopLevelValue(data, "usage", b, e) || b >= e) {
+        !findLastTopLevelValue(data, "usage", b, e)) {
       if (out) out->append(whole);
       continue;
     }

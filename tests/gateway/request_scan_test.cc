@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <string>
+#include <vector>
+
 namespace infera::gateway {
 namespace {
 
@@ -95,6 +98,128 @@ TEST(RequestScanTest, FindTopLevelValueStopsAtTheEndOfTheTopLevelObject) {
   EXPECT_FALSE(
       infera::gateway::findTopLevelValue(std::string_view("{}\0{\"usage\":1}", 14), "usage", b, e));
   EXPECT_TRUE(infera::gateway::findTopLevelValue(R"({"a":{},"usage":1})", "usage", b, e));
+}
+
+std::string lastValue(std::string_view json, std::string_view key) {
+  size_t b = 0, e = 0;
+  if (!findLastTopLevelValue(json, key, b, e)) return "<absent>";
+  EXPECT_LE(b, e);
+  EXPECT_LE(e, json.size());
+  return std::string(json.substr(b, e - b));
+}
+
+// The walk back from the closing brace reads what a JSON parser keeps: the last of a key given
+// twice (nlohmann, Python's json and JSON.parse keep the last), the top level only, through
+// strings with quotes, escaped quotes and backslash runs.
+TEST(RequestScanTest, FindLastTopLevelValueReadsTheValueAParserKeeps) {
+  const std::string body =
+      R"({"id":"c1","choices":[{"message":{"content":"say \"usage\": {\"x\":1} \\\\","usage":{"prompt_tokens":99}}}],)"
+      R"("note":"ends with a backslash \\","usage":{"prompt_tokens":7,"completion_tokens":3}})";
+  EXPECT_EQ(lastValue(body, "usage"), R"({"prompt_tokens":7,"completion_tokens":3})");
+  EXPECT_EQ(lastValue(body, "note"), R"("ends with a backslash \\")");
+  EXPECT_EQ(lastValue(body, "id"), R"("c1")");
+  EXPECT_EQ(lastValue(body, "choices").substr(0, 13), R"([{"message":{)");
+  EXPECT_EQ(lastValue(body, "prompt_tokens"), "<absent>");
+  // After the usage object: a string that ends in an escaped quote, braces inside strings, an
+  // even backslash run before a closing quote, a key with an escaped quote in it.
+  EXPECT_EQ(lastValue(R"({"usage":{"a":1},"fp":"x\"}"})", "usage"), R"({"a":1})");
+  EXPECT_EQ(lastValue(R"({"usage":{"a":"}\\"},"k":"{\\\\"})", "usage"), R"({"a":"}\\"})");
+  EXPECT_EQ(lastValue(R"({"usage":2,"a\"b":[1,{"c":"]"}]})", "usage"), "2");
+  EXPECT_EQ(lastValue(R"({"usage":2,"a\"b":[1,{"c":"]"}]})", "a\\\"b"), R"([1,{"c":"]"}])");
+  // Scalars, spaces and newlines between tokens, an empty object.
+  EXPECT_EQ(lastValue(" {\n \"a\" : true ,\t\"b\":-1.5e3 , \"c\" :null \r\n} \n", "a"), "true");
+  EXPECT_EQ(lastValue(" {\n \"a\" : true ,\t\"b\":-1.5e3 , \"c\" :null \r\n} \n", "b"), "-1.5e3");
+  EXPECT_EQ(lastValue(" {\n \"a\" : true ,\t\"b\":-1.5e3 , \"c\" :null \r\n} \n", "c"), "null");
+  EXPECT_EQ(lastValue("{}", "a"), "<absent>");
+  EXPECT_EQ(lastValue("{ }", "a"), "<absent>");
+  // A key twice: the last one; nested keys of the same name do not count.
+  EXPECT_EQ(lastValue(R"({"usage":{"prompt_tokens":1},"usage":{"prompt_tokens":2}})", "usage"),
+            R"({"prompt_tokens":2})");
+  EXPECT_EQ(lastValue(R"({"x":{"b":1},"b":4,"y":{"b":5}})", "b"), "4");
+  // Not an object.
+  EXPECT_EQ(lastValue(R"([{"usage":1}])", "usage"), "<absent>");
+  EXPECT_EQ(lastValue(R"("usage")", "usage"), "<absent>");
+  EXPECT_EQ(lastValue("", "usage"), "<absent>");
+}
+
+TEST(RequestScanTest, FindLastTopLevelValuesReadsSeveralKeysInOneWalk) {
+  const std::string_view usage = R"({"prompt_tokens":9,"total_tokens":25,"completion_tokens":16})";
+  const std::string_view keys[] = {"prompt_tokens", "completion_tokens", "total_tokens", "x"};
+  ValueSpan spans[4];
+  findLastTopLevelValues(usage, keys, spans);
+  const char* want[] = {"9", "16", "25"};
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(spans[i].found) << keys[i];
+    EXPECT_EQ(usage.substr(spans[i].begin, spans[i].end - spans[i].begin), want[i]);
+  }
+  EXPECT_FALSE(spans[3].found);
+}
+
+// The nested walk reads the counts of the usage object a parser keeps, in the same walk.
+TEST(RequestScanTest, FindLastTopLevelValuesReadsANestedObjectOnTheWay) {
+  auto counts = [](std::string_view json) {
+    static constexpr std::string_view kOuter[] = {"usage"};
+    static constexpr std::string_view kInner[] = {"prompt_tokens", "completion_tokens"};
+    ValueSpan usage[1], inner[2];
+    const NestedKeys nested{"usage", kInner, inner};
+    findLastTopLevelValues(json, kOuter, usage, &nested);
+    std::string out = usage[0].found ? "usage " : "no usage ";
+    for (const ValueSpan& v : inner) {
+      out += v.found ? std::string(json.substr(v.begin, v.end - v.begin)) : "-";
+      out += ' ';
+    }
+    return out;
+  };
+  EXPECT_EQ(counts(R"({"choices":[],"usage":{"prompt_tokens":7,"completion_tokens":3}})"),
+            "usage 7 3 ");
+  // Members after usage, objects among them (walked too, their keys not taken).
+  EXPECT_EQ(
+      counts(
+          R"({"usage":{"prompt_tokens":7,"completion_tokens":3},"kv":{"prompt_tokens":1},"fp":"x"})"),
+      "usage 7 3 ");
+  // The last usage counts; inside it the last of a key given twice; nested deeper is skipped.
+  EXPECT_EQ(
+      counts(
+          R"({"usage":{"prompt_tokens":1},"usage":{"prompt_tokens":5,"d":{"completion_tokens":9},"prompt_tokens":6}})"),
+      "usage 6 - ");
+  // The last usage is not an object: no counts, though an earlier one was.
+  EXPECT_EQ(counts(R"({"usage":{"prompt_tokens":1},"usage":null})"), "usage - - ");
+  EXPECT_EQ(counts(R"({"a":{"prompt_tokens":1}})"), "no usage - - ");
+  // A broken usage object reads as nothing.
+  EXPECT_EQ(counts(R"({"usage":{"prompt_tokens" 1}})"), "no usage - - ");
+  EXPECT_EQ(counts(R"({"usage":{}})"), "usage - - ");
+}
+
+// On a well-formed object without a key twice both scans read the same span of every key; on any
+// cut or damaged copy of it the walk back reads inside the text or nothing.
+TEST(RequestScanTest, FindLastTopLevelValueAgreesWithTheForwardScanAndStaysInsideBrokenText) {
+  const std::vector<std::string> texts = {
+      R"({"id":"chatcmpl-1","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"a \"b\" \\ {c} [d]"},"logprobs":null,"finish_reason":"stop"}],"usage":{"prompt_tokens":5,"total_tokens":21,"completion_tokens":16,"prompt_tokens_details":null},"prompt_logprobs":null})",
+      R"({ "a" : [ ] , "b" : { } , "c" : "" , "d" : 0 , "e" : "\\" })",
+      R"({"k\"ey":"v","n":[[[]]],"s":"\"\\\"\\\\"})",
+  };
+  for (const std::string& t : texts) {
+    std::vector<JsonMember> members;
+    ASSERT_TRUE(scanTopLevelMembers(t, members)) << t;
+    for (const JsonMember& m : members) {
+      if (m.escaped) continue;  // both compare keys as written
+      size_t fb = 0, fe = 0, lb = 0, le = 0;
+      ASSERT_TRUE(findTopLevelValue(t, m.key, fb, fe)) << m.key;
+      ASSERT_TRUE(findLastTopLevelValue(t, m.key, lb, le)) << m.key;
+      EXPECT_EQ(fb, lb) << t << " key " << m.key;
+      EXPECT_EQ(fe, le) << t << " key " << m.key;
+      EXPECT_EQ(fb, m.begin);
+      EXPECT_EQ(fe, m.end);
+    }
+    for (size_t cut = 0; cut < t.size(); ++cut) {
+      for (const std::string& broken :
+           {t.substr(0, cut), t.substr(cut), t.substr(0, cut) + t.substr(cut + 1),
+            t.substr(0, cut) + '"' + t.substr(cut + 1), t.substr(0, cut) + '\\' + t.substr(cut + 1),
+            t.substr(0, cut) + '}' + t.substr(cut + 1)}) {
+        for (const char* key : {"usage", "a", "s", "n", "e"}) lastValue(broken, key);
+      }
+    }
+  }
 }
 
 TEST(RequestScanTest, RefusesAKeyTwiceInAnyObjectAfterUnescaping) {

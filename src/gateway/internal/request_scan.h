@@ -7,6 +7,7 @@
 
 #include <simdjson.h>
 
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -62,5 +63,28 @@ Result<RequestFields> scanRequest(simdjson::dom::parser& parser, const std::stri
 // *count, when given, receives the number of top-level occurrences.
 bool findTopLevelValue(std::string_view json, std::string_view key, size_t& begin, size_t& end,
                        int* count = nullptr);
+
+// A value's byte span in a JSON text.
+struct ValueSpan {
+  bool found = false;
+  size_t begin = 0;
+  size_t end = 0;
+};
+// The last top-level occurrence of each key (compared as written) in a JSON object text, the one a
+// JSON parser keeps, read walking back from the object's closing brace: only the members after it
+// are read, so a key written last (usage, in OpenAI-compatible answers) costs the bytes of its own
+// value whatever the size of the answer. spans[i] is keys[i]'s (found = false if absent). On a
+// well-formed object this is what a parser reads; on other text, some span of it or nothing.
+// With `nested`, the same walk also reads keys of the object value of the member `of` (its last
+// occurrence; `of` should be one of keys), as it passes it: nested->spans[i] is nested->keys[i]'s
+// (at most 8 keys; offsets in json). So usage and its token counts cost one walk.
+struct NestedKeys {
+  std::string_view of;
+  std::span<const std::string_view> keys;
+  std::span<ValueSpan> spans;
+};
+void findLastTopLevelValues(std::string_view json, std::span<const std::string_view> keys,
+                            std::span<ValueSpan> spans, const NestedKeys* nested = nullptr);
+bool findLastTopLevelValue(std::string_view json, std::string_view key, size_t& begin, size_t& end);
 
 }  // namespace infera::gateway

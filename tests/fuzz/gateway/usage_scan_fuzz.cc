@@ -4,6 +4,8 @@
 // a whole SSE stream (scanSse).
 //
 // Properties:
+//  - JSON answer, the walk back (findLastTopLevelValue): on such JSON (below) every top-level
+//    member reads as nlohmann reads it;
 //  - JSON answer: when nlohmann reads the input as JSON with no key twice (and no \u00XX escape,
 //    which could spell a key the scan compares as written), the usage read is nlohmann's: the
 //    top-level "usage" object's prompt_tokens, completion_tokens and total_tokens when they are
@@ -15,6 +17,7 @@
 //  - a stream: what the client gets and the usage read do not depend on how the stream is cut
 //    into pieces; without stripping, the client gets the stream byte for byte.
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -23,6 +26,7 @@
 #include <vector>
 
 #include "fuzz_check.h"
+#include "gateway/internal/request_scan.h"
 #include "gateway/internal/usage_scan.h"
 
 namespace {
@@ -108,6 +112,21 @@ void checkJsonAnswer(const std::string& input) {
     want = expectedUsage(j["usage"]);
   FUZZ_CHECK(sameUsage(got, want), "usage read " + usageText(got) + ", nlohmann reads " +
                                        usageText(want) + ": " + printable(input));
+  if (!j.is_object()) return;
+  // The walk back reads every top-level member's value as nlohmann does, for keys that cannot
+  // have been written with escapes (it compares keys as written): printable ASCII but for the
+  // quote, the backslash and the slash.
+  for (const auto& [key, value] : j.items()) {
+    if (std::any_of(key.begin(), key.end(), [](char c) {
+          return c < 0x20 || c > 0x7e || c == '"' || c == '\\' || c == '/';
+        }))
+      continue;
+    size_t b = 0, e = 0;
+    const bool found = infera::gateway::findLastTopLevelValue(input, key, b, e);
+    FUZZ_CHECK(found && b < e && e <= input.size() &&
+                   Json::parse(input.substr(b, e - b), nullptr, false) == value,
+               "the walk back misreads member " + printable(key) + ": " + printable(input));
+  }
 }
 
 void checkOneEvent(const std::string& data) {
