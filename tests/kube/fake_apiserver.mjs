@@ -3,7 +3,7 @@
 // kubectl use, in memory, on a free loopback port. Node's standard library only.
 //
 //   node fake_apiserver.mjs --port-file F [--tls-cert C --tls-key K] [--bookmark-ms N]
-//                            [--fake-kubelet] [--log FILE]
+//                            [--fake-kubelet [--grace-ms-per-second N]] [--log FILE]
 //
 // Writes the port it bound (127.0.0.1:0) to F once it listens. What it speaks (checked by the real
 // kubectl in tests/kube/kubectl_test.sh):
@@ -20,7 +20,9 @@
 //   N is absent or "0"; BOOKMARK every --bookmark-ms; an ERROR event with a 410 Expired Status
 //   when N is older than the compaction point (as the real server: HTTP 200, then the event).
 // - pods/binding (201; 409 when already bound), pods/status, pods/eviction (policy/v1: 201, or
-//   429 TooManyRequests when a PodDisruptionBudget allows no disruption), events, leases.
+//   429 TooManyRequests when a PodDisruptionBudget allows no disruption; with
+//   --grace-ms-per-second the pod first gets a deletionTimestamp and goes after its grace period,
+//   scaled), events, leases.
 // - mutating admission: pods created are sent to every MutatingWebhookConfiguration whose
 //   clientConfig has a url (AdmissionReview v1, the caBundle trusted), and the JSONPatch applied.
 // Test controls (not Kubernetes): POST /_test/compact (watches older than now get 410),
@@ -46,6 +48,9 @@ for (let i = 2; i < process.argv.length; i++) {
 }
 const bookmarkMs = Number(args['bookmark-ms'] || 1000);
 const fakeKubelet = Boolean(args['fake-kubelet']);
+// With --fake-kubelet: an evicted pod stops after its terminationGracePeriodSeconds (default 30)
+// times this many ms; 0 (the default): it goes at once.
+const graceMsPerSecond = Number(args['grace-ms-per-second'] || 0);
 const logFile = args.log ? fs.openSync(args.log, 'a') : null;
 function log(line) {
   if (logFile !== null) fs.writeSync(logFile, `${new Date().toISOString()} ${line}\n`);
@@ -627,9 +632,26 @@ async function subresource(req, res, rt, q, body) {
       return send(res, 429, status(429, 'TooManyRequests', "Cannot evict pod as it would violate the pod's disruption budget.",
         { causes: [{ reason: 'DisruptionBudget', message: refusal.message }] }));
     }
-    remove(r, key);
     stats.evictions++;
     log(`evict ${ns}/${name}`);
+    const grace = obj.spec.terminationGracePeriodSeconds ?? 30;
+    if (fakeKubelet && graceMsPerSecond > 0 && grace > 0 && obj.spec.nodeName) {
+      // As the real server and kubelet: the pod is marked (deletionTimestamp) and keeps its node
+      // while it stops, then goes.
+      if (!obj.metadata.deletionTimestamp) {
+        const marked = clone(obj);
+        marked.metadata.deletionTimestamp = new Date(Date.now() + grace * 1000).toISOString().replace(/\.\d+Z$/, 'Z');
+        marked.metadata.deletionGracePeriodSeconds = grace;
+        put(r, marked, 'MODIFIED');
+        const uid = obj.metadata.uid;
+        setTimeout(() => {
+          const current = store.get(key);
+          if (current && current.metadata.uid === uid) remove(r, key);
+        }, grace * graceMsPerSecond);
+      }
+    } else {
+      remove(r, key);
+    }
     return send(res, 201, status(201));
   }
   if (sub === 'status') {

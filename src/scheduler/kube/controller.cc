@@ -53,6 +53,7 @@ struct CachedPod {
   std::string assumed_node;        // our decision, while the binding is in flight
   std::string last_reason;         // the unschedulable reason last reported (Event + condition)
   std::set<std::string> awaiting;  // victims (keys) whose eviction this pod waits for
+  std::string nominated_node;      // ... and the node they leave, held for it meanwhile
   int64_t idle_since_s = -1;       // idle reclaim: first idle sample of the current idle stretch
   int64_t warned_s = -1;           // ... when the IdleReclaimWarning Event was posted
   bool reclaimed = false;          // ... evicted (or, dry run, reported) once
@@ -637,20 +638,76 @@ class Controller {
   }
 
   // The pending pods in the order they get nodes: tier 0 first, then priority, then age.
+  // The order pods are tried in: tier, then priority, then age.
+  bool before(const std::string& a, const std::string& b) const {
+    const PodSpec& x = pods_.at(a).pod.spec;
+    const PodSpec& y = pods_.at(b).pod.spec;
+    if (x.tier != y.tier) return x.tier < y.tier;
+    if (x.priority != y.priority) return x.priority > y.priority;
+    if (x.creation_s != y.creation_s) return x.creation_s < y.creation_s;
+    return a < b;
+  }
+
   std::vector<std::string> pendingOrder() const {
     std::vector<std::string> keys;
     for (const auto& [key, p] : pods_) {
       if (isPendingOurs(p) && p.awaiting.empty()) keys.push_back(key);
     }
-    std::sort(keys.begin(), keys.end(), [&](const std::string& a, const std::string& b) {
-      const PodSpec& x = pods_.at(a).pod.spec;
-      const PodSpec& y = pods_.at(b).pod.spec;
-      if (x.tier != y.tier) return x.tier < y.tier;
-      if (x.priority != y.priority) return x.priority > y.priority;
-      if (x.creation_s != y.creation_s) return x.creation_s < y.creation_s;
-      return a < b;
-    });
+    std::sort(keys.begin(), keys.end(),
+              [&](const std::string& a, const std::string& b) { return before(a, b); });
     return keys;
+  }
+
+  // Preemptors waiting for their victims to stop, with the node each was nominated to.
+  std::vector<std::pair<std::string, std::string>> nominees() const {
+    std::vector<std::pair<std::string, std::string>> out;
+    for (const auto& [key, p] : pods_) {
+      if (!p.awaiting.empty() && !p.nominated_node.empty() && isPendingOurs(p))
+        out.emplace_back(key, p.nominated_node);
+    }
+    return out;
+  }
+
+  // The spec the engine sees for `key`: the nodes held for preemptors that go before it are
+  // excluded (metadata.name NotIn, added to every required term), so room a victim leaves while
+  // its preemptor waits for the others is not taken by a pod the preemptor outranks, as
+  // kube-scheduler counts nominated pods on their node. `held` receives the nodes excluded; the
+  // pod's own spec is returned when there are none, else `scratch`.
+  const PodSpec& withHolds(const std::string& key,
+                           const std::vector<std::pair<std::string, std::string>>& nominated,
+                           std::vector<std::string>& held, PodSpec& scratch) const {
+    const PodSpec& own = pods_.at(key).pod.spec;
+    held.clear();
+    for (const auto& [nominee, node] : nominated) {
+      if (nominee != key && before(nominee, key) &&
+          std::find(held.begin(), held.end(), node) == held.end()) {
+        held.push_back(node);
+      }
+    }
+    if (held.empty()) return own;
+    scratch = own;
+    auto& terms = scratch.constraints.required_terms;
+    if (terms.empty()) {
+      terms.emplace_back();  // no required affinity: one term of the holds alone
+    } else {
+      // A term with no requirement matches no node; adding to it would make it match.
+      std::erase_if(terms, [](const NodeSelectorTerm& t) {
+        return t.match_expressions.empty() && t.match_fields.empty();
+      });
+      if (terms.empty()) return own;  // matched no node before; still matches none
+    }
+    for (NodeSelectorTerm& t : terms) {
+      for (const std::string& node : held)
+        t.match_fields.push_back({"metadata.name", "NotIn", {node}});
+    }
+    return scratch;
+  }
+
+  static std::string heldNote(const std::vector<std::string>& held) {
+    if (held.empty()) return {};
+    std::string out = " (held for preemptors waiting for their victims to stop: ";
+    for (size_t i = 0; i < held.size(); ++i) out += (i ? ", " : "") + held[i];
+    return out + ")";
   }
 
   struct Bind {
@@ -670,24 +727,28 @@ class Controller {
     std::vector<std::pair<std::string, Eviction>> evictions;  // beneficiary, victim
     std::pair<std::string, std::string> nominated;            // beneficiary, its node
     std::set<std::string> gangs_done;
+    const auto nominated_now = nominees();
+    std::vector<std::string> held;
+    PodSpec scratch;
     for (const std::string& key : pendingOrder()) {
       auto it = pods_.find(key);
       if (it == pods_.end() || !isPendingOurs(it->second)) continue;
       CachedPod& c = it->second;
       if (!c.pod.group.empty()) {
         if (gangs_done.insert(c.pod.ns + "/" + c.pod.group).second) {
-          placeGang(c, binds, refusals);
+          placeGang(c, nominated_now, binds, refusals);
         }
         continue;
       }
+      const PodSpec& spec = withHolds(key, nominated_now, held, scratch);
       const auto t0 = std::chrono::steady_clock::now();
-      auto placed = engine_->schedule(c.pod.spec, wallSeconds());
+      auto placed = engine_->schedule(spec, wallSeconds());
       m_.decision_seconds->histogram()->observe(
           0, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
       if (!placed.ok()) {
         const bool quota = placed.status().code() == StatusCode::kFailedPrecondition;
         m_.decisions->counter({quota ? "quota" : "unschedulable"})->inc(0);
-        refusals.push_back({key, placed.status().message()});
+        refusals.push_back({key, placed.status().message() + heldNote(held)});
         continue;
       }
       if (!placed->evicted.empty()) {
@@ -702,10 +763,12 @@ class Controller {
           evictions.emplace_back(key, e);
         }
         nominated = {key, placed->node_name};
+        c.nominated_node = placed->node_name;
         needs_rebuild_ = true;  // the engine unbound victims that still run; the cache has them
         break;
       }
       m_.decisions->counter({"bound"})->inc(0);
+      c.nominated_node.clear();
       c.engine_id = placed->pod;
       by_engine_id_[placed->pod] = key;
       c.assumed_node = placed->node_name;
@@ -720,7 +783,9 @@ class Controller {
   }
 
   // A gang: every member pending and present, placed all or none.
-  void placeGang(CachedPod& first, std::vector<Bind>& binds, std::vector<Refusal>& refusals) {
+  void placeGang(CachedPod& first,
+                 const std::vector<std::pair<std::string, std::string>>& nominated,
+                 std::vector<Bind>& binds, std::vector<Refusal>& refusals) {
     std::vector<std::string> members;
     for (const std::string& key : pendingOrder()) {
       const CachedPod& p = pods_.at(key);
@@ -738,11 +803,14 @@ class Controller {
     members.resize(static_cast<size_t>(size));
     std::vector<std::pair<std::string, Placement>> placed;
     std::string failure;
+    std::vector<std::string> held;
+    PodSpec scratch;
     for (const auto& k : members) {
-      auto p = engine_->decide(pods_.at(k).pod.spec, wallSeconds());
-      if (p.ok()) p = engine_->schedule(pods_.at(k).pod.spec, wallSeconds());
+      const PodSpec& spec = withHolds(k, nominated, held, scratch);
+      auto p = engine_->decide(spec, wallSeconds());
+      if (p.ok()) p = engine_->schedule(spec, wallSeconds());
       if (!p.ok()) {
-        failure = p.status().message();
+        failure = p.status().message() + heldNote(held);
         break;
       }
       placed.emplace_back(k, std::move(*p));
@@ -873,6 +941,7 @@ class Controller {
     const std::string message = "eviction of " + e.pod_name + " refused (" + why + ")";
     if (b != pods_.end()) {
       b->second.awaiting.erase(e.pod_name);
+      b->second.nominated_node.clear();
       victims_.erase(e.pod_name);
       if (b->second.last_reason != message) {
         b->second.last_reason = message;
