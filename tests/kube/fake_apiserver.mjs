@@ -26,7 +26,8 @@
 // - mutating admission: pods created are sent to every MutatingWebhookConfiguration whose
 //   clientConfig has a url (AdmissionReview v1, the caBundle trusted), and the JSONPatch applied.
 // Test controls (not Kubernetes): POST /_test/compact (watches older than now get 410),
-// POST /_test/drop-watches (closes every open watch), GET /_test/stats, POST /_test/bulk (many
+// POST /_test/drop-watches (closes every open watch), POST /_test/fail-binds (the next bindings
+// fail), GET /_test/stats, POST /_test/bulk (many
 // objects from a template), POST /_test/dcgm + GET /_test/dcgm/metrics (a DCGM exporter stand-in).
 import fs from 'node:fs';
 import http from 'node:http';
@@ -123,7 +124,8 @@ const stores = new Map(RESOURCES.map((r) => [r.name + '.' + r.group, new Map()])
 const changes = [];  // {rv, key: resource key, type, object}
 const watchers = new Set();
 let dcgm = {};  // the DCGM stand-in's series: "ns/pod" -> GPU utilisation percent
-const stats = { watches: 0, binds: 0, bindConflicts: 0, evictions: 0, evictionsRefused: 0, lists: 0, requests: 0,
+let failBinds = { count: 0, status: 500 };
+const stats = { watches: 0, binds: 0, bindsFailed: 0, bindConflicts: 0, evictions: 0, evictionsRefused: 0, lists: 0, requests: 0,
   admissions: 0 };
 
 function resKey(r) {
@@ -602,6 +604,11 @@ async function subresource(req, res, rt, q, body) {
   const obj = store.get(key);
   if (!obj) return send(res, 404, notFound(r, name));
   if (r.name === 'pods' && sub === 'binding' && req.method === 'POST') {
+    if (failBinds.count > 0) {
+      failBinds.count--;
+      stats.bindsFailed++;
+      return send(res, failBinds.status, status(failBinds.status, 'InternalError', 'Internal error occurred: injected by /_test/fail-binds'));
+    }
     const b = JSON.parse(body);
     if (obj.spec.nodeName) {
       stats.bindConflicts++;
@@ -776,6 +783,12 @@ async function handle(req, res) {
   if (path === '/_test/compact' && req.method === 'POST') {
     compactedRv = rv + 1;
     return send(res, 200, { compactedRv });
+  }
+  if (path === '/_test/fail-binds' && req.method === 'POST') {
+    // The next `count` pods/binding calls answer `status` (default 500) and bind nothing.
+    const b = JSON.parse(body || '{}');
+    failBinds = { count: Number(b.count || 1), status: Number(b.status || 500) };
+    return send(res, 200, failBinds);
   }
   if (path === '/_test/drop-watches' && req.method === 'POST') {
     const n = watchers.size;

@@ -791,16 +791,26 @@ class Controller {
       const CachedPod& p = pods_.at(key);
       if (p.pod.ns == first.pod.ns && p.pod.group == first.pod.group) members.push_back(key);
     }
+    // Members already bound (or being bound) count: one whose binding failed is placed again
+    // alone, the others keeping their room, so a failed binding cannot leave a gang waiting for
+    // members it already has. Pods bound are never unbound (Kubernetes has no such call).
+    int running = 0;
+    for (const auto& [key, p] : pods_) {
+      if (p.pod.ns == first.pod.ns && p.pod.group == first.pod.group && p.accountable()) ++running;
+    }
     const int size = first.pod.group_size;
-    if (static_cast<int>(members.size()) < size) {
+    const int need = size - running;
+    if (static_cast<int>(members.size()) < need) {
       m_.decisions->counter({"gang_wait"})->inc(0);
       for (const auto& k : members) {
-        refusals.push_back({k, "gang " + first.pod.group + ": " + std::to_string(members.size()) +
-                                   " of " + std::to_string(size) + " pods created"});
+        refusals.push_back({k, "gang " + first.pod.group + ": " +
+                                   std::to_string(members.size() + running) + " of " +
+                                   std::to_string(size) + " pods created"});
       }
       return;
     }
-    members.resize(static_cast<size_t>(size));
+    // The members still missing, all or none (pods beyond the size, once it is complete, together).
+    if (need > 0) members.resize(static_cast<size_t>(need));
     std::vector<std::pair<std::string, Placement>> placed;
     std::string failure;
     std::vector<std::string> held;
