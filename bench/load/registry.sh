@@ -4,8 +4,9 @@
 # (`fraud`, two arms sticky by user, both served by the same emulator), one infera binary, same run.
 # Two figures: callgrind instructions per request (one keep-alive connection; start-up taken out
 # by running each case twice, N1 and N2 requests, and dividing the difference; repeatable to a
-# fraction of a percent on a shared box), and wrk throughput ratios (ROUNDS interleaved rounds,
-# the median of each case), which move with the box. --governance: access control on in every
+# fraction of a percent on a shared box), wrk throughput ratios (ROUNDS interleaved rounds, the
+# median of each case), which move with the box, and the gateway's CPU time per request in those
+# rounds (user + system from /proc: the kernel's share included). --governance: access control on in every
 # case (SQLite, one key of one team, the user from x-infera-user), as a deployment with keys runs.
 #
 # --keep-profiles DIR: the callgrind profiles of the longer runs stay as DIR/<case>.cg, to compare
@@ -161,12 +162,24 @@ request = function()
 end
 EOF
   done
-  declare -A RPS=()
+  declare -A RPS=() CPU=()
+  # The gateway's CPU time (user + system, all threads, from /proc) per request in each round:
+  # what a CPU-bound gateway's throughput is made of, kernel time included, and steadier than
+  # req/s on a shared box (another tenant slows wrk and the emulator too).
+  ticks() { awk '{print $14 + $15}' "/proc/$GW_PID/stat"; }
+  uticks() { awk '{print $14}' "/proc/$GW_PID/stat"; }
+  declare -A UT=() ALLT=()
+  hz="$(getconf CLK_TCK)"
   for r in $(seq 1 "$ROUNDS"); do
     for c in "${ORDER[@]}"; do
-      v="$(wrk -t1 -c"$CONNS" -d"${SECONDS_PER}s" -s "$BENCH_TMP/$c.lua" "http://127.0.0.1:$GW_PORT" |
-        sed -n 's/^Requests\/sec: *//p')"
+      t0="$(ticks)" u0="$(uticks)"
+      out="$(wrk -t1 -c"$CONNS" -d"${SECONDS_PER}s" -s "$BENCH_TMP/$c.lua" "http://127.0.0.1:$GW_PORT")"
+      t1="$(ticks)" u1="$(uticks)"
+      UT[$c]=$(( ${UT[$c]:-0} + u1 - u0 )) ALLT[$c]=$(( ${ALLT[$c]:-0} + t1 - t0 ))
+      v="$(sed -n 's/^Requests\/sec: *//p' <<<"$out")"
+      n="$(sed -n 's/^ *\([0-9]*\) requests in.*/\1/p' <<<"$out")"
       RPS[$c]="${RPS[$c]:-} $v"
+      CPU[$c]="${CPU[$c]:-} $(awk -v a="$t0" -v b="$t1" -v n="$n" -v hz="$hz" 'BEGIN {printf "%.2f", (b - a) * 1e6 / hz / n}')"
     done
   done
   median() { tr ' ' '\n' | sed '/^$/d' | sort -n | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2}'; }
@@ -175,5 +188,19 @@ EOF
   for c in "${ORDER[@]}"; do
     m="$(median <<<"${RPS[$c]}")"
     printf '  %-7s %10.0f req/s  x static %.3f   (rounds:%s)\n' "$c" "$m" "$(awk -v a="$s" -v b="$m" 'BEGIN {print b / a}')" "${RPS[$c]}"
+  done
+  echo "gateway CPU per request (user + system, /proc), median of the rounds"
+  s="$(median <<<"${CPU[static]}")"
+  for c in "${ORDER[@]}"; do
+    m="$(median <<<"${CPU[$c]}")"
+    printf '  %-7s %8.2f us  x static %.3f   (rounds:%s)\n' "$c" "$m" "$(awk -v a="$s" -v b="$m" 'BEGIN {print b / a}')" "${CPU[$c]}"
+  done
+  # Each round's cases ran back to back: the ratio within a round cancels what drifts between
+  # rounds (the box's load), so its median is the steadiest of these figures.
+  echo "gateway CPU per request, median of the per-round ratios to static"
+  for c in "${ORDER[@]}"; do
+    m="$(paste -d' ' <(tr ' ' '\n' <<<"${CPU[static]}" | sed '/^$/d') <(tr ' ' '\n' <<<"${CPU[$c]}" | sed '/^$/d') |
+      awk '{printf "%.4f ", $2 / $1}' | median)"
+    printf '  %-7s x static %.3f   (user share of the CPU %.2f)\n' "$c" "$m" "$(awk -v u="${UT[$c]}" -v a="${ALLT[$c]}" 'BEGIN {print u / a}')"
   done
 fi
