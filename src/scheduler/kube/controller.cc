@@ -637,8 +637,7 @@ class Controller {
     exported_queues_ = std::move(now);
   }
 
-  // The pending pods in the order they get nodes: tier 0 first, then priority, then age.
-  // The order pods are tried in: tier, then priority, then age.
+  // Whether pod a goes before pod b: tier 0 first, then priority, then age.
   bool before(const std::string& a, const std::string& b) const {
     const PodSpec& x = pods_.at(a).pod.spec;
     const PodSpec& y = pods_.at(b).pod.spec;
@@ -648,6 +647,7 @@ class Controller {
     return a < b;
   }
 
+  // The pending pods in the order they get nodes.
   std::vector<std::string> pendingOrder() const {
     std::vector<std::string> keys;
     for (const auto& [key, p] : pods_) {
