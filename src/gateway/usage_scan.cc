@@ -25,11 +25,14 @@ bool hasChoice(std::string_view json) {
   return b < e && json[b] == '{';
 }
 
-// A non-negative integer.
+// A non-negative integer; `out` is left as it was otherwise (a -7 or a 3.9 is no count at all).
 bool nonNegative(std::string_view object, const ValueSpan& v, int64_t& out) {
   if (!v.found) return false;
-  const auto [ptr, ec] = std::from_chars(object.data() + v.begin, object.data() + v.end, out);
-  return ec == std::errc() && ptr == object.data() + v.end && out >= 0;
+  int64_t n = 0;
+  const auto [ptr, ec] = std::from_chars(object.data() + v.begin, object.data() + v.end, n);
+  if (ec != std::errc() || ptr != object.data() + v.end || n < 0) return false;
+  out = n;
+  return true;
 }
 
 constexpr std::string_view kUsageKeys[] = {"prompt_tokens", "completion_tokens", "total_tokens"};

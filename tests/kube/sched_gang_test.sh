@@ -10,7 +10,7 @@ infera="$1"
 work="$2"
 rm -rf "$work"
 mkdir -p "$work"
-start_apiserver "$work" --fake-kubelet --bookmark-ms 200
+start_apiserver "$work" --fake-kubelet --grace-ms-per-second 100 --bookmark-ms 200
 k create --validate=false -f "$FIXTURES/namespace.json" >/dev/null
 node_json gpu-a10-0 8 A10 | k create --validate=false -f - >/dev/null
 cat >"$work/sched.yaml" <<YAML
@@ -34,4 +34,20 @@ check "every member is bound" wait_for 20 all_bound
 check "one binding failed (got $(stat bindsFailed))" test "$(stat bindsFailed)" = 1
 check "three bindings succeeded (got $(stat binds))" test "$(stat binds)" = 3
 check "the failure is counted" wait_for 5 bash -c "curl -s http://127.0.0.1:$mport/metrics | grep -q 'infera_sched_api_errors_total{op=\"bind\"} 1'"
+
+for g in g1 g2 g3; do
+  api POST "/api/v1/namespaces/ml/pods/$g/eviction" "{\"apiVersion\":\"policy/v1\",\"kind\":\"Eviction\",\"metadata\":{\"name\":\"$g\",\"namespace\":\"ml\"}}" >/dev/null
+done
+deleting() { [[ -n "$(k get pod "$1" -n ml -o jsonpath='{.metadata.deletionTimestamp}' 2>/dev/null)" ]]; }
+check "the old members are stopping" deleting g1
+gpu_pod_json h1 2 '{"infera.ai/group":"job1","infera.ai/group-size":"3"}' | k create --validate=false -f - >/dev/null
+check "a new member alone waits: stopping members do not count" \
+  wait_for 10 has_event h1 FailedScheduling "gang job1: 1 of 3 pods created"
+not_bound() { ! bound "$1"; }
+check "... and is not bound" not_bound h1
+for g in h2 h3; do
+  gpu_pod_json "$g" 2 '{"infera.ai/group":"job1","infera.ai/group-size":"3"}' | k create --validate=false -f - >/dev/null
+done
+new_bound() { bound h1 && bound h2 && bound h3; }
+check "the new gang is bound once the old one is gone" wait_for 20 new_bound
 finish

@@ -796,7 +796,10 @@ class Controller {
     // members it already has. Pods bound are never unbound (Kubernetes has no such call).
     int running = 0;
     for (const auto& [key, p] : pods_) {
-      if (p.pod.ns == first.pod.ns && p.pod.group == first.pod.group && p.accountable()) ++running;
+      if (p.pod.ns == first.pod.ns && p.pod.group == first.pod.group && p.accountable() &&
+          !p.pod.deleting) {
+        ++running;  // members stopping (a gang being replaced) do not count
+      }
     }
     const int size = first.pod.group_size;
     const int need = size - running;
@@ -951,15 +954,18 @@ class Controller {
     const std::string message = "eviction of " + e.pod_name + " refused (" + why + ")";
     if (b != pods_.end()) {
       b->second.awaiting.erase(e.pod_name);
-      b->second.nominated_node.clear();
       victims_.erase(e.pod_name);
+      // The node stays held (and nominated) while victims evicted for it are still stopping:
+      // the room they leave is the beneficiary's to try.
+      const bool still_waiting = !b->second.awaiting.empty();
+      if (!still_waiting) b->second.nominated_node.clear();
       if (b->second.last_reason != message) {
         b->second.last_reason = message;
         const KubePod pod = b->second.pod;
         co_await postEvent(pod, "Warning", "PreemptionRefused", message);
       }
       const std::string none;
-      co_await nominate(beneficiary, none);
+      if (!still_waiting) co_await nominate(beneficiary, none);
     }
     needs_rebuild_ = true;
   }
