@@ -586,7 +586,8 @@ size_t walkBack(std::string_view json, size_t close, std::span<const std::string
     const size_t v_last = lastNonSpace(json, at);
     if (v_last == kNpos) return kNpos;
     std::array<ValueSpan, kMaxNestedKeys> inner;  // set by the inner walk when it runs
-    const size_t n_inner = nested ? std::min(nested->keys.size(), kMaxNestedKeys) : 0;
+    const size_t n_inner =
+        nested ? std::min({nested->keys.size(), nested->spans.size(), kMaxNestedKeys}) : 0;
     const bool walk_inner = nested && !of_seen && json[v_last] == '}';
     if (walk_inner) std::fill_n(inner.begin(), n_inner, ValueSpan{});
     const size_t v_first =
@@ -601,7 +602,7 @@ size_t walkBack(std::string_view json, size_t close, std::span<const std::string
     const size_t k_first = openingQuote(json, k_last);
     if (k_first == kNpos) return kNpos;
     const std::string_view k = json.substr(k_first + 1, k_last - k_first - 1);
-    for (size_t n = 0; n < keys.size(); ++n) {
+    for (size_t n = 0; n < keys.size() && n < spans.size(); ++n) {
       if (!spans[n].found && keys[n] == k) {
         spans[n] = ValueSpan{true, v_first, v_last + 1};
         --missing;
