@@ -578,14 +578,14 @@ size_t walkBack(std::string_view json, size_t close, std::span<const std::string
                 std::span<ValueSpan> spans, const NestedKeys* nested, bool early) {
   size_t missing = keys.size();
   bool of_seen = false;
-  size_t at = close;  // the '}' or ',' after the member to read next
+  std::array<ValueSpan, kMaxNestedKeys> inner;  // the nested walk's spans (built once a call)
+  size_t at = close;                            // the '}' or ',' after the member to read next
   const size_t first_last = lastNonSpace(json, at);
   if (first_last != kNpos && json[first_last] == '{') return first_last;  // an empty object
   for (;;) {
     if (early && missing == 0) return kNpos;
     const size_t v_last = lastNonSpace(json, at);
     if (v_last == kNpos) return kNpos;
-    std::array<ValueSpan, kMaxNestedKeys> inner;  // set by the inner walk when it runs
     const size_t n_inner =
         nested ? std::min({nested->keys.size(), nested->spans.size(), kMaxNestedKeys}) : 0;
     const bool walk_inner = nested && !of_seen && json[v_last] == '}';
@@ -601,7 +601,7 @@ size_t walkBack(std::string_view json, size_t close, std::span<const std::string
     if (k_last == kNpos || json[k_last] != '"') return kNpos;
     const size_t k_first = openingQuote(json, k_last);
     if (k_first == kNpos) return kNpos;
-    const std::string_view k = json.substr(k_first + 1, k_last - k_first - 1);
+    const std::string_view k(json.data() + k_first + 1, k_last - k_first - 1);
     for (size_t n = 0; n < keys.size() && n < spans.size(); ++n) {
       if (!spans[n].found && keys[n] == k) {
         spans[n] = ValueSpan{true, v_first, v_last + 1};
