@@ -81,9 +81,12 @@ vectors:
   fsync: false
 scheduler:
   metrics_url: $sched_metrics/metrics
+# Both emulators answer in ~40 ms: the balancer (two weighted draws, the faster kept unless within
+# 1.5x + 2 ms) then splits by weight, as the weight step checks; at ~4 ms a loaded box's jitter
+# made one look faster and took traffic from the heavier weight (a=15 b=25 at weights 1:60).
 emulators:
-  a: {models: [chat, fraud-backend], token_ms: 1, default_max_tokens: 4}
-  b: {models: [chat, fraud-backend], token_ms: 1, default_max_tokens: 4}
+  a: {models: [chat, fraud-backend], ttft_ms: 40, token_ms: 1, default_max_tokens: 4}
+  b: {models: [chat, fraud-backend], ttft_ms: 40, token_ms: 1, default_max_tokens: 4}
 models:
   - name: chat
     price: {prompt_per_1m: 1.0, completion_per_1m: 2.0}
