@@ -58,7 +58,7 @@ double recall(const std::vector<std::vector<uint32_t>>& got,
 
 constexpr int kM = 16;
 constexpr int kEfConstruction = 100;
-const std::vector<size_t> kEfs = {10, 16, 24, 32, 48, 64, 96, 128, 256};
+const std::vector<size_t> kEfs = {10, 16, 24, 32, 48, 64, 96, 128, 256, 384, 512};
 
 // bytes: index memory per vector (vectors, links, codes), 0 when not measured.
 void row(const char* engine, const Data& d, double build_s, size_t ef, double r, double qps,
