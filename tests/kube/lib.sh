@@ -122,3 +122,21 @@ has_event() {
     let s="";process.stdin.on("data",d=>s+=d).on("end",()=>{const [pod,reason,text]=process.argv.slice(1);
     process.exit(JSON.parse(s).items.some(e=>e.involvedObject.name===pod&&e.reason===reason&&e.message.includes(text))?0:1)})' "$1" "$2" "$3"
 }
+
+# The state of pod NAME in namespace ml (the fixtures' namespace).
+pod_node() { k get pod "$1" -n ml -o jsonpath='{.spec.nodeName}' 2>/dev/null; }
+pod_bound() { [[ -n "$(pod_node "$1")" ]]; }
+pod_unbound() { ! pod_bound "$1"; }
+pod_on() { [[ "$(pod_node "$1")" == "$2" ]]; }  # pod_on NAME NODE
+pod_gone() { ! k get pod "$1" -n ml >/dev/null 2>&1; }
+pod_deleting() { [[ -n "$(k get pod "$1" -n ml -o jsonpath='{.metadata.deletionTimestamp}' 2>/dev/null)" ]]; }
+
+# start_sched INFERA CONFIG LOG: `infera sched serve` in the background, checked started; sets
+# SCHED_PID and MPORT (its metrics port).
+start_sched() {
+  "$1" sched serve -c "$2" >"$3" 2>&1 &
+  SCHED_PID=$!
+  PIDS+=("$SCHED_PID")
+  check "sched serve started" wait_for 10 grep -q 'metrics http' "$3"
+  MPORT=$(sed -n 's|.*metrics http://127.0.0.1:\([0-9]*\).*|\1|p' "$3" | head -1)
+}

@@ -17,12 +17,8 @@ cat >"$work/sched.yaml" <<YAML
 kube: {api_server: "$API_URL", ca_file: "$CA", retry_interval_ms: 300, backoff_initial_ms: 20}
 metrics: {port: 0}
 YAML
-"$infera" sched serve -c "$work/sched.yaml" >"$work/serve.log" 2>&1 &
-PIDS+=("$!")
-check "sched serve started" wait_for 10 grep -q 'metrics http' "$work/serve.log"
-mport=$(sed -n 's|.*metrics http://127.0.0.1:\([0-9]*\).*|\1|p' "$work/serve.log")
-bound() { [[ -n "$(k get pod "$1" -n ml -o jsonpath='{.spec.nodeName}' 2>/dev/null)" ]]; }
-all_bound() { bound g1 && bound g2 && bound g3; }
+start_sched "$infera" "$work/sched.yaml" "$work/serve.log"
+all_bound() { pod_bound g1 && pod_bound g2 && pod_bound g3; }
 stat() { api GET /_test/stats | node -e 'let s="";process.stdin.on("data",d=>s+=d).on("end",()=>console.log(JSON.parse(s)[process.argv[1]]))' "$1"; }
 
 fail_next_bind() { api POST /_test/fail-binds '{"count":1,"status":500}' | grep -q '"count":1'; }
@@ -33,21 +29,19 @@ done
 check "every member is bound" wait_for 20 all_bound
 check "one binding failed (got $(stat bindsFailed))" test "$(stat bindsFailed)" = 1
 check "three bindings succeeded (got $(stat binds))" test "$(stat binds)" = 3
-check "the failure is counted" wait_for 5 bash -c "curl -s http://127.0.0.1:$mport/metrics | grep -q 'infera_sched_api_errors_total{op=\"bind\"} 1'"
+check "the failure is counted" wait_for 5 bash -c "curl -s http://127.0.0.1:$MPORT/metrics | grep -q 'infera_sched_api_errors_total{op=\"bind\"} 1'"
 
 for g in g1 g2 g3; do
   api POST "/api/v1/namespaces/ml/pods/$g/eviction" "{\"apiVersion\":\"policy/v1\",\"kind\":\"Eviction\",\"metadata\":{\"name\":\"$g\",\"namespace\":\"ml\"}}" >/dev/null
 done
-deleting() { [[ -n "$(k get pod "$1" -n ml -o jsonpath='{.metadata.deletionTimestamp}' 2>/dev/null)" ]]; }
-check "the old members are stopping" deleting g1
+check "the old members are stopping" pod_deleting g1
 gpu_pod_json h1 2 '{"infera.ai/group":"job1","infera.ai/group-size":"3"}' | k create --validate=false -f - >/dev/null
 check "a new member alone waits: stopping members do not count" \
   wait_for 10 has_event h1 FailedScheduling "gang job1: 1 of 3 pods created"
-not_bound() { ! bound "$1"; }
-check "... and is not bound" not_bound h1
+check "... and is not bound" pod_unbound h1
 for g in h2 h3; do
   gpu_pod_json "$g" 2 '{"infera.ai/group":"job1","infera.ai/group-size":"3"}' | k create --validate=false -f - >/dev/null
 done
-new_bound() { bound h1 && bound h2 && bound h3; }
+new_bound() { pod_bound h1 && pod_bound h2 && pod_bound h3; }
 check "the new gang is bound once the old one is gone" wait_for 20 new_bound
 finish

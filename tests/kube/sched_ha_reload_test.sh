@@ -43,22 +43,21 @@ pid_b=$!
 PIDS+=("$pid_b")
 check "replica b started as the standby" wait_for 10 grep -q 'metrics http' "$work/b.log"
 
-bound() { [[ -n "$(k get pod "$1" -n ml -o jsonpath='{.spec.nodeName}' 2>/dev/null)" ]]; }
 pod() { gpu_pod_json "$1" "$2" | k create --validate=false -f - >/dev/null; }
 pod p1 2
-check "the leader binds within the max" wait_for 20 bound p1
+check "the leader binds within the max" wait_for 20 pod_bound p1
 pod p2 1
 check "a pod beyond max 2 waits" wait_for 20 has_event p2 FailedScheduling "max GPU quota (2 GPUs) reached"
 write_config 4
 check "the leader applies the new file" wait_for 20 grep -q 'reload (the file changed): applied' "$work/a.log"
 check "the standby applies it too" wait_for 20 grep -q 'reload (the file changed): applied' "$work/b.log"
-check "the waiting pod is bound under max 4" wait_for 20 bound p2
+check "the waiting pod is bound under max 4" wait_for 20 pod_bound p2
 check "only the leader bound (no 'bound' line in the standby's log)" bash -c "! grep -q 'bound ml/' '$work/b.log'"
 
 kill -KILL "$pid_a"
 pod p3 1
 check "the standby takes the lease" wait_for 10 grep -q 'acquired the lease' "$work/b.log"
-check "... and binds by the reloaded max (2 + 1 + 1 of 4)" wait_for 20 bound p3
+check "... and binds by the reloaded max (2 + 1 + 1 of 4)" wait_for 20 pod_bound p3
 pod p4 1
 check "... and holds at 4" wait_for 20 has_event p4 FailedScheduling "max GPU quota (4 GPUs) reached"
 stats=$(api GET /_test/stats)

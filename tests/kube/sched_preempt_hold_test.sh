@@ -28,10 +28,7 @@ scheduling:
     - {name: team-a, guaranteed: {gpus: {A10: 4}}, max: {gpus: {"*": 8}}}
     - {name: team-b, max: {gpus: {"*": 8}}}
 YAML
-"$infera" sched serve -c "$work/sched.yaml" >"$work/serve.log" 2>&1 &
-PIDS+=("$!")
-check "sched serve started" wait_for 10 grep -q 'metrics http' "$work/serve.log"
-mport=$(sed -n 's|.*metrics http://127.0.0.1:\([0-9]*\).*|\1|p' "$work/serve.log")
+start_sched "$infera" "$work/sched.yaml" "$work/serve.log"
 not_has_event() { ! has_event "$@"; }
 
 # pod NAME GPUS QUEUE TIER [GRACE_S]
@@ -42,31 +39,25 @@ pod() {
     process.stdout.write(JSON.stringify(p))})' "${5:-}" |
     k create --validate=false -f - >/dev/null
 }
-node_of() { k get pod "$1" -n ml -o jsonpath='{.spec.nodeName}' 2>/dev/null; }
-bound() { [[ -n "$(node_of "$1")" ]]; }
-gone() { ! k get pod "$1" -n ml >/dev/null 2>&1; }
-deleting() { [[ -n "$(k get pod "$1" -n ml -o jsonpath='{.metadata.deletionTimestamp}' 2>/dev/null)" ]]; }
 
 pod quick 2 team-b 2 1
 pod slow 2 team-b 2 40
-both_bound() { bound quick && bound slow; }
+both_bound() { pod_bound quick && pod_bound slow; }
 check "both tier-2 pods bound" wait_for 20 both_bound
 pod waiter 2 team-b 2
 check "the third tier-2 pod waits for room" wait_for 20 has_event waiter FailedScheduling "pod ml/waiter"
 pod boss 4 team-a 0
-check "the slow victim is stopping (deletionTimestamp)" wait_for 20 deleting slow
-check "the quick victim is gone" wait_for 20 gone quick
-check "... while the slow one still runs" deleting slow
+check "the slow victim is stopping (deletionTimestamp)" wait_for 20 pod_deleting slow
+check "the quick victim is gone" wait_for 20 pod_gone quick
+check "... while the slow one still runs" pod_deleting slow
 check "the waiting pod is told the room is held" \
   wait_for 10 has_event waiter FailedScheduling "held for preemptors waiting for their victims to stop: gpu-a10-0"
-not_bound() { ! bound "$1"; }
-check "... and is not bound into it" not_bound waiter
-check "the slow victim goes" wait_for 20 gone slow
-on_node() { [[ "$(node_of "$1")" == "$2" ]]; }
-check "the tier-0 pod is bound on its node" wait_for 20 on_node boss gpu-a10-0
-check "the waiting pod still waits (no room left)" not_bound waiter
+check "... and is not bound into it" pod_unbound waiter
+check "the slow victim goes" wait_for 20 pod_gone slow
+check "the tier-0 pod is bound on its node" wait_for 20 pod_on boss gpu-a10-0
+check "the waiting pod still waits (no room left)" pod_unbound waiter
 check "... and was never preempted" not_has_event waiter Preempted ""
-preemptions() { curl -s "http://127.0.0.1:$mport/metrics" | awk '$1=="infera_sched_preemptions_total" {print $2}'; }
+preemptions() { curl -s "http://127.0.0.1:$MPORT/metrics" | awk '$1=="infera_sched_preemptions_total" {print $2}'; }
 check "two evictions in all (got $(preemptions))" test "$(preemptions)" = 2
 k get events -n ml -o json >"$work/events.json" 2>/dev/null
 finish
