@@ -183,18 +183,20 @@ EOF
     done
   done
   median() { tr ' ' '\n' | sed '/^$/d' | sort -n | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2}'; }
+  # report ARRAY FORMAT UNIT: each case's median of the rounds in ARRAY and its ratio to static's.
+  report() {
+    local -n rounds="$1"
+    local s m
+    s="$(median <<<"${rounds[static]}")"
+    for c in "${ORDER[@]}"; do
+      m="$(median <<<"${rounds[$c]}")"
+      printf "  %-7s $2 %s  x static %.3f   (rounds:%s)\n" "$c" "$m" "$3" "$(awk -v a="$s" -v b="$m" 'BEGIN {print b / a}')" "${rounds[$c]}"
+    done
+  }
   echo "wrk: one worker, $CONNS connections, $ROUNDS interleaved rounds of ${SECONDS_PER}s, median req/s"
-  s="$(median <<<"${RPS[static]}")"
-  for c in "${ORDER[@]}"; do
-    m="$(median <<<"${RPS[$c]}")"
-    printf '  %-7s %10.0f req/s  x static %.3f   (rounds:%s)\n' "$c" "$m" "$(awk -v a="$s" -v b="$m" 'BEGIN {print b / a}')" "${RPS[$c]}"
-  done
+  report RPS '%10.0f' 'req/s'
   echo "gateway CPU per request (user + system, /proc), median of the rounds"
-  s="$(median <<<"${CPU[static]}")"
-  for c in "${ORDER[@]}"; do
-    m="$(median <<<"${CPU[$c]}")"
-    printf '  %-7s %8.2f us  x static %.3f   (rounds:%s)\n' "$c" "$m" "$(awk -v a="$s" -v b="$m" 'BEGIN {print b / a}')" "${CPU[$c]}"
-  done
+  report CPU '%8.2f' 'us'
   # Each round's cases ran back to back: the ratio within a round cancels what drifts between
   # rounds (the box's load), so its median is the steadiest of these figures.
   echo "gateway CPU per request, median of the per-round ratios to static"
