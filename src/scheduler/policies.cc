@@ -373,11 +373,12 @@ class InferaPolicy final : public FgdPolicy {
   static constexpr Weights kCpuOnly{0.0, 0.005, 0.05};
   static constexpr Weights kSharing{1.0, 0.005, 0.02};
   static constexpr Weights kWholeGpu{1.0, 0.0, 0.05};
-  // The type pressure and host loss terms: tuned on seeds 42-44 (gpuspec05, gpuspec33 and
-  // multigpu50 to find them, then every list), checked on seeds 42-51 and 100-109 of every list
-  // along the whole load curve (docs/scheduler.md).
-  static constexpr double kTypeWeight = 3.0;
-  static constexpr double kHostWeight = 0.1;
+  // The type pressure and host loss terms: found on seeds 42-44 (gpuspec05, gpuspec33 and
+  // multigpu50), then raised from 3 and 0.1 on seeds 42-51, 100-109 and 200-209 of every list
+  // until no step from 50% to 130% was behind FGD; checked on unseen seeds 300-309, 400-409 and
+  // 500-509 (docs/scheduler.md).
+  static constexpr double kTypeWeight = 12.0;
+  static constexpr double kHostWeight = 0.2;
   double gpu_per_cpu_ = 0;  // milli-GPU per milli-CPU over the workload's GPU pods
   struct Big {
     int num_gpu;

@@ -10,8 +10,8 @@
 
 namespace infera::sched {
 
-// Paper figures (mean unallocated GPUs at 130% load, default pod list), keyed by policy name;
-// negative when the paper has none or `pod_list` is not "default".
+// The FGD paper's figures (mean unallocated GPUs at 130% load, from its artifact's published
+// results) for its six policies on the 17 pod lists it ran; negative for any other policy or list.
 double paperUnallocatedGpus(const std::string& policy, const std::string& pod_list);
 
 // Where `r` is furthest behind `reference` along the mean curve, from `from_load` on: the step and

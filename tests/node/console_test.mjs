@@ -297,7 +297,9 @@ try {
     assert.equal((await policyCells(ref))[7], 'reference');
   }
   const fgdRow = await policyCells('fgd');
-  assert.equal(fgdRow[3], String(byPolicy.fgd.paper_unallocated_gpus ?? '–'), 'the paper\'s figure');
+  const paper = byPolicy.fgd.paper_unallocated_gpus;
+  assert.ok(paper > 0, 'the report carries the paper\'s figure for fgd');
+  assert.equal(fgdRow[3], Math.round(paper).toLocaleString('en-US'), 'the paper\'s figure');
   const steps = byPolicy.fgd.curve.filter((c) => c.load >= 0.5 - 1e-9).length;
   assert.equal(await page.getAttribute('#sim-report-view table[aria-label="Unallocated GPUs per step"]', 'data-rows'), String(steps));
   assert.equal((await page.$$('#sim-report-view svg.chart polyline')).length, 3 * fgd.results.length - 1, 'a line per policy in each chart (but the reference against itself)');
