@@ -22,7 +22,8 @@
 // - pods/binding (201; 409 when already bound), pods/status, pods/eviction (policy/v1: 201, or
 //   429 TooManyRequests when a PodDisruptionBudget allows no disruption; with
 //   --grace-ms-per-second the pod first gets a deletionTimestamp and goes after its grace period,
-//   scaled), events, leases.
+//   scaled), events, leases. PodDisruptionBudgets are served with the status the disruption
+//   controller would keep (disruptionsAllowed from the Running pods they select).
 // - mutating admission: pods created are sent to every MutatingWebhookConfiguration whose
 //   clientConfig has a url (AdmissionReview v1, the caBundle trusted), and the JSONPatch applied.
 // Test controls (not Kubernetes): POST /_test/compact (watches older than now get 410),
@@ -508,22 +509,40 @@ function startWatch(req, res, r, ns, q) {
   req.on('close', () => w.close());
 }
 
+// A label selector (matchLabels and matchExpressions) against a pod's labels; an empty selector
+// selects every pod, a missing one none (policy/v1).
+function pdbSelects(pdb, pod) {
+  const sel = pdb.spec && pdb.spec.selector;
+  if (!sel || pod.metadata.namespace !== pdb.metadata.namespace) return false;
+  const labels = pod.metadata.labels || {};
+  if (!Object.entries(sel.matchLabels || {}).every(([k, v]) => labels[k] === v)) return false;
+  return (sel.matchExpressions || []).every((e) => {
+    const has = Object.prototype.hasOwnProperty.call(labels, e.key);
+    const inValues = has && (e.values || []).includes(labels[e.key]);
+    return { In: inValues, NotIn: !inValues, Exists: has, DoesNotExist: !has }[e.operator] ?? false;
+  });
+}
+
+// What the disruption controller keeps in a PDB's status (healthy = Running pods it selects).
+function pdbStatus(pdb) {
+  const pods = [...stores.get('pods.').values()].filter((p) => pdbSelects(pdb, p));
+  const healthy = pods.filter((p) => p.status && p.status.phase === 'Running').length;
+  const desired = pdb.spec.minAvailable !== undefined ? Number(pdb.spec.minAvailable)
+    : pods.length - Number(pdb.spec.maxUnavailable || 0);
+  return { observedGeneration: 1, currentHealthy: healthy, desiredHealthy: desired, expectedPods: pods.length,
+    disruptionsAllowed: Math.max(0, healthy - desired) };
+}
+
+function withStatus(r, obj) {
+  return r.name === 'poddisruptionbudgets' ? { ...obj, status: pdbStatus(obj) } : obj;
+}
+
 function pdbAllows(pod) {
-  // policy/v1 semantics for healthy = Running pods matching the selector.
-  const pdbs = [...stores.get('poddisruptionbudgets.policy').values()].filter((p) => p.metadata.namespace === pod.metadata.namespace);
-  for (const pdb of pdbs) {
-    const sel = (pdb.spec && pdb.spec.selector && pdb.spec.selector.matchLabels) || {};
-    const labels = pod.metadata.labels || {};
-    if (!Object.entries(sel).every(([k, v]) => labels[k] === v)) continue;
-    const pods = [...stores.get('pods.').values()].filter((p) => p.metadata.namespace === pod.metadata.namespace &&
-      Object.entries(sel).every(([k, v]) => (p.metadata.labels || {})[k] === v));
-    const healthy = pods.filter((p) => p.status && p.status.phase === 'Running').length;
-    let allowed;
-    if (pdb.spec.minAvailable !== undefined) allowed = healthy - Number(pdb.spec.minAvailable);
-    else allowed = Number(pdb.spec.maxUnavailable || 0) - (pods.length - healthy);
-    if (allowed <= 0) {
-      const need = pdb.spec.minAvailable !== undefined ? Number(pdb.spec.minAvailable) : pods.length - Number(pdb.spec.maxUnavailable || 0);
-      return { pdb, message: `The disruption budget ${pdb.metadata.name} needs ${need} healthy pods and has ${healthy} currently` };
+  for (const pdb of stores.get('poddisruptionbudgets.policy').values()) {
+    if (!pdbSelects(pdb, pod)) continue;
+    const st = pdbStatus(pdb);
+    if (st.disruptionsAllowed <= 0) {
+      return { pdb, message: `The disruption budget ${pdb.metadata.name} needs ${st.desiredHealthy} healthy pods and has ${st.currentHealthy} currently` };
     }
   }
   return null;
@@ -753,7 +772,8 @@ async function create(req, res, rt, q, body) {
     obj.spec = obj.spec || {};
     if (!obj.spec.schedulerName) obj.spec.schedulerName = 'default-scheduler';
     if (!obj.spec.serviceAccountName) obj.spec.serviceAccountName = 'default';
-    obj.status = { phase: 'Pending', qosClass: 'BestEffort' };
+    // A pod created already bound runs at once with --fake-kubelet, as its kubelet would start it.
+    obj.status = { phase: fakeKubelet && obj.spec.nodeName ? 'Running' : 'Pending', qosClass: 'BestEffort' };
   }
   obj.metadata.uid = crypto.randomUUID();
   obj.metadata.creationTimestamp = now();
@@ -861,7 +881,7 @@ async function handle(req, res) {
       if (wantsTable(req)) return send(res, 200, table(r, items, String(rv)));
       // List items carry no kind/apiVersion, as the real server's.
       const list = items.map((o) => {
-        const c = clone(o);
+        const c = clone(withStatus(r, o));
         delete c.kind;
         delete c.apiVersion;
         return c;
@@ -876,7 +896,7 @@ async function handle(req, res) {
   if (req.method === 'GET') {
     if (!obj) return send(res, 404, notFound(r, name));
     if (wantsTable(req)) return send(res, 200, table(r, [obj], obj.metadata.resourceVersion));
-    return send(res, 200, obj);
+    return send(res, 200, withStatus(r, obj));
   }
   if (req.method === 'PUT' || req.method === 'PATCH') return update(req, res, rt, q, body, false);
   if (req.method === 'DELETE') {

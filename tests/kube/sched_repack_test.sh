@@ -3,6 +3,8 @@
 # else); `infera sched serve` with `repack:` plans moves that empty a whole node and posts them as
 # RepackRecommended Events and infera_sched_repack_* metrics, and moves nothing. A tier-1 pod is
 # never proposed (only preemptible tiers move); `dry_run: false` is refused by the config check.
+# A PodDisruptionBudget that allows no disruption of a pod takes its move out of the plan; one with
+# room lets it back.
 #   sched_repack_test.sh INFERA WORK_DIR
 set -uo pipefail
 source "$(dirname "$0")/lib.sh"
@@ -17,7 +19,7 @@ node_json gpu-a10-1 8 A10 | k create --validate=false -f - >/dev/null
 node_json gpu-a10-2 8 A10 | k create --validate=false -f - >/dev/null
 node_json gpu-a10-3 8 A10 | k create --validate=false -f - >/dev/null
 bound_pod() {  # bound_pod NAME GPUS NODE TIER: a pod some earlier scheduler bound to NODE
-  gpu_pod_json "$1" "$2" "{\"infera.ai/tier\":\"$4\"}" | node -e '
+  gpu_pod_json "$1" "$2" "{\"infera.ai/tier\":\"$4\"}" "{\"app\":\"$1\"}" | node -e '
     let s="";process.stdin.on("data",d=>s+=d).on("end",()=>{const p=JSON.parse(s);
     p.spec.nodeName=process.argv[1];process.stdout.write(JSON.stringify(p))})' "$3" |
     k create --validate=false -f - >/dev/null
@@ -65,4 +67,20 @@ check "plans keep running" wait_for 10 plans_at_least $((first + 3))
 check "the same recommendation is posted once" test "$(count_events RepackRecommended)" = 1
 check "nothing moved" test "$(k get pod small -n ml -o jsonpath='{.spec.nodeName}')" = gpu-a10-0
 check "the tier-1 pod is never proposed" not_has_event keep RepackRecommended ""
+
+moves_are() { curl -s "http://127.0.0.1:$mport/metrics" | grep -q "^infera_sched_repack_recommended_moves $1\$"; }
+pdb_json() {  # pdb_json NAME MIN_AVAILABLE SELECTOR
+  printf '{"apiVersion":"policy/v1","kind":"PodDisruptionBudget","metadata":{"name":"%s","namespace":"ml"},"spec":{"minAvailable":%s,"selector":%s}}' "$1" "$2" "$3"
+}
+# minAvailable 1 of the one Running pod `small`: disruptionsAllowed 0.
+pdb_json guard-small 1 '{"matchLabels":{"app":"small"}}' | k create --validate=false -f - >/dev/null
+check "a budget allowing no disruption takes the move out of the plan" wait_for 10 moves_are 0
+check "... and nothing new is posted" test "$(count_events RepackRecommended)" = 1
+k delete pdb guard-small -n ml >/dev/null
+# minAvailable 0, selected by expression: disruptionsAllowed 1, room for the one move.
+pdb_json room-small 0 '{"matchExpressions":[{"key":"app","operator":"In","values":["small","other"]}]}' |
+  k create --validate=false -f - >/dev/null
+check "a budget with room for the move lets it back" wait_for 10 moves_are 1
+events_are() { test "$(count_events RepackRecommended)" = "$1"; }
+check "... and it is recommended again" wait_for 10 events_are 2
 finish

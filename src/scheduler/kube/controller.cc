@@ -1161,6 +1161,29 @@ class Controller {
     }
   }
 
+  // Every PodDisruptionBudget of the cluster (policy/v1), read for each re-packing plan.
+  Task<Result<std::vector<KubePdb>>> listPdbs() {
+    auto r = co_await api_.call("GET", "/apis/policy/v1/poddisruptionbudgets");
+    if (!r.ok()) co_return r.takeStatus();
+    if (r->status != 200) {
+      co_return Status::unavailable("list poddisruptionbudgets: HTTP " + std::to_string(r->status) +
+                                    " " + r->body.substr(0, 200));
+    }
+    const Json j = Json::parse(r->body, nullptr, /*allow_exceptions=*/false);
+    const Json* items = j.is_object() && j.contains("items") ? &j["items"] : nullptr;
+    if (items == nullptr || !items->is_array()) {
+      co_return Status::unavailable("list poddisruptionbudgets: not a list");
+    }
+    std::vector<KubePdb> out;
+    for (const Json& item : *items) {
+      auto pdb = pdbFromJson(item);
+      if (!pdb.ok())
+        co_return Status::unavailable("list poddisruptionbudgets: " + pdb.status().message());
+      out.push_back(std::move(*pdb));
+    }
+    co_return out;
+  }
+
   Task<void> repackPass() {
     const RepackServeConfig& rp = cfg_.repack;
     RepackConfig rc;
@@ -1173,7 +1196,32 @@ class Controller {
         rc.min_node_gpus = std::max(rc.min_node_gpus, n.spec.gpus);
     }
     rc.target_empty_nodes = rp.target_empty_nodes;
-    const RepackPlan plan = engine_->planRepack(rc, wallSeconds());
+    // PodDisruptionBudgets: a pod one of them selects moves only while that budget allows a
+    // disruption, and a plan never asks more of a budget than it allows (below). Without them no
+    // plan: a recommendation must not be one the budgets would refuse.
+    auto pdbs = co_await listPdbs();
+    if (!pdbs.ok()) {
+      INFERA_LOG(logger(), warn, "re-packing skipped: {}", pdbs.status().message());
+      co_return;
+    }
+    const std::function<std::vector<size_t>(PodId)> budgets = [&](PodId id) {
+      std::vector<size_t> out;
+      const auto key = by_engine_id_.find(id);
+      const auto it = key == by_engine_id_.end() ? pods_.end() : pods_.find(key->second);
+      if (it == pods_.end()) return out;
+      for (size_t b = 0; b < pdbs->size(); ++b) {
+        if ((*pdbs)[b].selects(it->second.pod)) out.push_back(b);
+      }
+      return out;
+    };
+    rc.may_disrupt = [&](PodId id) {
+      for (const size_t b : budgets(id)) {
+        if ((*pdbs)[b].disruptions_allowed <= 0) return false;
+      }
+      return true;
+    };
+    RepackPlan plan = engine_->planRepack(rc, wallSeconds());
+    if (!pdbs->empty()) plan = keepWithinBudgets(std::move(plan), *pdbs, budgets);
     m_.repack_plans->counter()->inc(0);
     m_.repack_moves->gauge()->set(static_cast<double>(plan.moves.size()));
     m_.repack_nodes->gauge()->set(static_cast<double>(plan.nodes_emptied.size()));

@@ -430,4 +430,82 @@ std::string unschedulablePatch(std::string_view message, int64_t now_s) {
   return j.dump();
 }
 
+Result<KubePdb> pdbFromJson(const Json& pdb) {
+  const Json* meta = find(pdb, "metadata");
+  if (meta == nullptr) return Status::invalidArgument("PodDisruptionBudget without metadata");
+  KubePdb out;
+  out.ns = str(*meta, "namespace");
+  out.name = str(*meta, "name");
+  const Json* spec = find(pdb, "spec");
+  const Json* sel = spec != nullptr ? find(*spec, "selector") : nullptr;
+  if (sel != nullptr && sel->is_object()) {
+    out.has_selector = true;
+    out.match_labels = stringMap(find(*sel, "matchLabels"));
+    out.match_expressions = requirements(find(*sel, "matchExpressions"));
+  }
+  // No status yet (the disruption controller has not seen it): nothing may be disrupted, as the
+  // API server's eviction check treats it.
+  const Json* status = find(pdb, "status");
+  const Json* allowed = status != nullptr ? find(*status, "disruptionsAllowed") : nullptr;
+  if (allowed != nullptr && allowed->is_number_integer()) {
+    out.disruptions_allowed = allowed->get<int64_t>();
+  }
+  return out;
+}
+
+RepackPlan keepWithinBudgets(RepackPlan plan, const std::vector<KubePdb>& pdbs,
+                             const std::function<std::vector<size_t>(PodId)>& budgets) {
+  std::vector<int64_t> left(pdbs.size());
+  for (size_t b = 0; b < pdbs.size(); ++b) left[b] = pdbs[b].disruptions_allowed;
+  RepackPlan out;
+  out.candidates = plan.candidates;
+  for (const std::string& node : plan.nodes_emptied) {
+    std::vector<int64_t> need(pdbs.size(), 0);
+    std::vector<const Migration*> moves;
+    for (const Migration& m : plan.moves) {
+      if (m.from != node) continue;
+      moves.push_back(&m);
+      for (const size_t b : budgets(m.pod)) {
+        if (b < need.size()) ++need[b];
+      }
+    }
+    bool fits = true;
+    for (size_t b = 0; b < pdbs.size(); ++b) fits = fits && need[b] <= left[b];
+    if (!fits) continue;
+    for (size_t b = 0; b < pdbs.size(); ++b) left[b] -= need[b];
+    for (const Migration* m : moves) {
+      out.moves.push_back(*m);
+      out.gpu_milli_freed += m->gpu_milli;
+    }
+    out.nodes_emptied.push_back(node);
+  }
+  return out;
+}
+
+bool KubePdb::selects(const KubePod& pod) const {
+  if (!has_selector || pod.ns != ns) return false;
+  const auto& labels = pod.spec.labels;
+  for (const auto& [k, v] : match_labels) {
+    const auto it = labels.find(k);
+    if (it == labels.end() || it->second != v) return false;
+  }
+  for (const NodeSelectorRequirement& r : match_expressions) {
+    const auto it = labels.find(r.key);
+    const bool present = it != labels.end();
+    const bool in =
+        present && std::find(r.values.begin(), r.values.end(), it->second) != r.values.end();
+    bool ok = false;
+    if (r.op == "In")
+      ok = in;
+    else if (r.op == "NotIn")
+      ok = !in;
+    else if (r.op == "Exists")
+      ok = present;
+    else if (r.op == "DoesNotExist")
+      ok = !present;
+    if (!ok) return false;  // an unknown operator selects nothing, as labels.Parse refuses it
+  }
+  return true;
+}
+
 }  // namespace infera::sched::kube

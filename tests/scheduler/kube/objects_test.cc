@@ -211,5 +211,85 @@ scheduling:
   EXPECT_EQ(cfg->scheduling.placement[0].service_account, "runner");
 }
 
+KubePod podWith(std::string ns, std::map<std::string, std::string> labels) {
+  KubePod p;
+  p.ns = std::move(ns);
+  p.name = "p";
+  p.spec.labels = std::move(labels);
+  return p;
+}
+
+// policy/v1 PodDisruptionBudgets as the API server returns them (status from the disruption
+// controller): matchLabels and matchExpressions ANDed, an empty selector selects the whole
+// namespace, a missing one nothing, and no status means no disruption allowed.
+TEST(KubeObjectsTest, PodDisruptionBudgetSelectsAsLabelSelectorsDo) {
+  auto pdb = pdbFromJson(Json::parse(R"({"metadata":{"name":"b","namespace":"ml"},
+      "spec":{"minAvailable":1,"selector":{"matchLabels":{"app":"web"},
+        "matchExpressions":[{"key":"tier","operator":"NotIn","values":["batch"]},
+                            {"key":"team","operator":"Exists"}]}},
+      "status":{"disruptionsAllowed":2,"currentHealthy":3}})"));
+  ASSERT_TRUE(pdb.ok()) << pdb.status().message();
+  EXPECT_EQ(pdb->disruptions_allowed, 2);
+  EXPECT_TRUE(pdb->selects(podWith("ml", {{"app", "web"}, {"team", "a"}})));
+  EXPECT_TRUE(pdb->selects(podWith("ml", {{"app", "web"}, {"team", "a"}, {"tier", "serve"}})));
+  EXPECT_FALSE(pdb->selects(podWith("ml", {{"app", "web"}, {"team", "a"}, {"tier", "batch"}})));
+  EXPECT_FALSE(pdb->selects(podWith("ml", {{"app", "web"}})));  // no team label
+  EXPECT_FALSE(pdb->selects(podWith("ml", {{"app", "db"}, {"team", "a"}})));
+  EXPECT_FALSE(pdb->selects(podWith("other", {{"app", "web"}, {"team", "a"}})));
+
+  auto all = pdbFromJson(Json::parse(R"({"metadata":{"name":"all","namespace":"ml"},
+      "spec":{"maxUnavailable":0,"selector":{}}})"));
+  ASSERT_TRUE(all.ok());
+  EXPECT_TRUE(all->selects(podWith("ml", {})));
+  EXPECT_EQ(all->disruptions_allowed, 0);  // no status yet
+  auto none = pdbFromJson(Json::parse(R"({"metadata":{"name":"n","namespace":"ml"},"spec":{}})"));
+  ASSERT_TRUE(none.ok());
+  EXPECT_FALSE(none->selects(podWith("ml", {})));
+  auto odd = pdbFromJson(Json::parse(R"({"metadata":{"name":"o","namespace":"ml"},
+      "spec":{"selector":{"matchExpressions":[{"key":"a","operator":"Gt","values":["1"]}]}}})"));
+  ASSERT_TRUE(odd.ok());
+  EXPECT_FALSE(odd->selects(podWith("ml", {{"a", "5"}})));  // not a label-selector operator
+  EXPECT_FALSE(pdbFromJson(Json::parse(R"({"spec":{}})")).ok());
+}
+
+// A plan cut to its budgets: a node whose pods would take a budget below zero keeps none of its
+// moves (it would not come free), and the budget a kept node uses is gone for the nodes after it.
+TEST(KubeObjectsTest, RepackPlanKeepsWithinDisruptionBudgets) {
+  RepackPlan plan;
+  auto move = [](PodId pod, std::string from) {
+    Migration m;
+    m.pod = pod;
+    m.from = std::move(from);
+    m.to = "target";
+    m.gpu_milli = 1000;
+    return m;
+  };
+  // node-a: pod 1 (budget 0); node-b: pods 2 and 3 (budget 0 both); node-c: pod 4 (budget 0);
+  // node-d: pod 5 (budget 1).
+  plan.moves = {move(1, "node-a"), move(2, "node-b"), move(3, "node-b"), move(4, "node-c"),
+                move(5, "node-d")};
+  plan.nodes_emptied = {"node-a", "node-b", "node-c", "node-d"};
+  plan.gpu_milli_freed = 5000;
+  std::vector<KubePdb> pdbs(2);
+  pdbs[0].disruptions_allowed = 2;
+  pdbs[1].disruptions_allowed = 0;
+  const std::function<std::vector<size_t>(PodId)> budgets = [](PodId id) {
+    return id == 5 ? std::vector<size_t>{1} : std::vector<size_t>{0};
+  };
+  const RepackPlan out = keepWithinBudgets(plan, pdbs, budgets);
+  // node-a uses 1 of budget 0's 2; node-b needs 2 more (only 1 left): dropped whole; node-c takes
+  // the last one; node-d's budget allows none.
+  EXPECT_EQ(out.nodes_emptied, (std::vector<std::string>{"node-a", "node-c"}));
+  ASSERT_EQ(out.moves.size(), 2u);
+  EXPECT_EQ(out.moves[0].pod, 1u);
+  EXPECT_EQ(out.moves[1].pod, 4u);
+  EXPECT_EQ(out.gpu_milli_freed, 2000);
+  // No budget selects anything: the plan is kept as it is.
+  const std::function<std::vector<size_t>(PodId)> unprotected = [](PodId) {
+    return std::vector<size_t>{};
+  };
+  EXPECT_EQ(keepWithinBudgets(plan, pdbs, unprotected).moves.size(), 5u);
+}
+
 }  // namespace
 }  // namespace infera::sched::kube

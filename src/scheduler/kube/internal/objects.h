@@ -6,10 +6,12 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "core/status.h"
 #include "scheduler/kube/kube.h"
@@ -48,7 +50,28 @@ struct KubePod {
   std::string key() const { return ns + "/" + name; }
 };
 
+// A policy/v1 PodDisruptionBudget as the re-packing planner reads it: which pods of its namespace
+// it selects (spec.selector: matchLabels and matchExpressions; an empty selector selects every
+// pod, a missing one none) and how many of them may be disrupted now (status.disruptionsAllowed,
+// kept by the cluster's disruption controller).
+struct KubePdb {
+  std::string ns;
+  std::string name;
+  bool has_selector = false;
+  std::map<std::string, std::string> match_labels;
+  std::vector<NodeSelectorRequirement> match_expressions;  // In | NotIn | Exists | DoesNotExist
+  int64_t disruptions_allowed = 0;
+  bool selects(const KubePod& pod) const;
+};
+
 Result<KubeNode> nodeFromJson(const Json& node, const KubeConfig& cfg);
+Result<KubePdb> pdbFromJson(const Json& pdb);
+// A re-packing plan cut to what the budgets allow: node by node in the plan's order, a node's
+// moves are kept only when, with the moves kept before, no budget selecting its pods (`budgets`:
+// indexes into `pdbs`) goes below zero; otherwise all of that node's moves go (a node is freed
+// only when every pod on it moves).
+RepackPlan keepWithinBudgets(RepackPlan plan, const std::vector<KubePdb>& pdbs,
+                             const std::function<std::vector<size_t>(PodId)>& budgets);
 Result<KubePod> podFromJson(const Json& pod, const KubeConfig& cfg);
 
 // Request bodies.
