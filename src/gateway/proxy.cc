@@ -359,9 +359,10 @@ Task<void> ProxyHandler::handleOpenAi(net::HttpRequest& req, net::ResponseWriter
     co_return;
   }
   const Route* named = findRoute(*x.table, x.fields.model);
-  const Targets targets = named ? resolveRoute(*named, Protocol::kOpenAi,
-                                               named->experiment() ? requestKeys(x) : RequestKeys{})
-                                : Targets{};
+  const Targets targets =
+      named ? resolveRoute(*named, Protocol::kOpenAi,
+                           named->experiment() ? requestKeys(x, *named) : RequestKeys{})
+            : Targets{};
   if (!targets.route) {
     const std::string msg_text =
         "The model `" + x.fields.model + "` does not exist or you do not have access to it.";
@@ -429,9 +430,10 @@ Task<void> ProxyHandler::handleKServe(net::HttpRequest& req, net::ResponseWriter
     }
   }
   const Route* named = findRoute(*x.table, model);
-  const Targets targets = named ? resolveRoute(*named, Protocol::kKServe,
-                                               named->experiment() ? requestKeys(x) : RequestKeys{})
-                                : Targets{};
+  const Targets targets =
+      named ? resolveRoute(*named, Protocol::kKServe,
+                           named->experiment() ? requestKeys(x, *named) : RequestKeys{})
+            : Targets{};
   if (targets.route &&
       (targets.split || targets.route->tag_responses || targets.route->capture.enabled())) {
     Targets no_shadow = targets;
@@ -961,21 +963,38 @@ void ProxyHandler::finishAccess(Exchange& x) {
 
 // ---------------- experiments: arms, data capture, shadows ----------------
 
-RequestKeys ProxyHandler::requestKeys(Exchange& x) {
+RequestKeys ProxyHandler::requestKeys(Exchange& x, const Route& route) {
   RequestKeys k;
+  // The headers the split reads, in one pass: the first of each, as HttpRequest::header reads it.
+  // Without access control, the user header and the credentials as sent (hashed, never kept).
+  const bool from_headers = !x.grant;
+  bool user = false, key = false, arm = false;
+  for (const net::HttpHeader& h : x.req.headers) {
+    const std::string_view n = h.name;
+    if (n.size() == 12) {
+      if (!arm && n == "x-infera-arm") {
+        k.forced_arm = h.value;
+        arm = true;
+      }
+    } else if (n.size() == 13 && from_headers) {
+      if (!user && n == "x-infera-user") {
+        k.user = h.value;
+        user = true;
+      } else if (!key && n == "authorization") {
+        k.key = h.value;
+        key = true;
+      }
+    }
+  }
   if (x.grant) {
     const access::Principal p = x.grant.principal();
     k.user = p.user;
     k.key = p.key_id;
-  } else {
-    // Without access control: the user header and the credentials as sent (hashed, never kept).
-    k.user = x.req.header("x-infera-user");
-    k.key = x.req.header("authorization");
   }
-  k.forced_arm = x.req.header("x-infera-arm");
   k.headers = &x.req.headers;
   k.random = rng_();
-  k.shadow_draw = std::uniform_real_distribution<double>(0, 1)(rng_);
+  // Drawn only for a route with a shadow (the draw decides whether this request is mirrored).
+  if (route.shadow) k.shadow_draw = std::uniform_real_distribution<double>(0, 1)(rng_);
   return k;
 }
 

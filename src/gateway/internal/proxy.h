@@ -93,7 +93,7 @@ class ProxyHandler {
   std::span<const net::HttpHeader> responseHeaders(Exchange& x, net::HttpHeader& rid);
   // Experiments: the keys a request is sticky by; the per-arm metrics, data capture and the
   // shadow copy once the client has its answer.
-  RequestKeys requestKeys(Exchange& x);
+  RequestKeys requestKeys(Exchange& x, const Route& route);
   void applyTargets(Exchange& x, const Targets& t);
   void finishExperiment(Exchange& x, double seconds);
   void capture(Exchange& x, double seconds);
