@@ -4,7 +4,7 @@
 # RepackRecommended Events and infera_sched_repack_* metrics, and moves nothing. A tier-1 pod is
 # never proposed (only preemptible tiers move); `dry_run: false` is refused by the config check.
 # A PodDisruptionBudget that allows no disruption of a pod takes its move out of the plan; one with
-# room lets it back.
+# room lets it back; a second budget over the same pod takes it out again.
 #   sched_repack_test.sh INFERA WORK_DIR
 set -uo pipefail
 source "$(dirname "$0")/lib.sh"
@@ -83,4 +83,7 @@ pdb_json room-small 0 '{"matchExpressions":[{"key":"app","operator":"In","values
 check "a budget with room for the move lets it back" wait_for 10 moves_are 1
 events_are() { test "$(count_events RepackRecommended)" = "$1"; }
 check "... and it is recommended again" wait_for 10 events_are 2
+# A second budget over the same pod, even with room: the eviction API refuses a pod under two.
+pdb_json room-small-2 0 '{"matchLabels":{"app":"small"}}' | k create --validate=false -f - >/dev/null
+check "a pod under two budgets is not proposed" wait_for 10 moves_are 0
 finish

@@ -1200,10 +1200,19 @@ class Controller {
     // disruption, and a plan never asks more of a budget than it allows (below). Without them no
     // plan: a recommendation must not be one the budgets would refuse.
     auto pdbs = co_await listPdbs();
+    if (stopping_ || !leader_ || !pods_synced_ || !nodes_synced_ || !engine_) co_return;
     if (!pdbs.ok()) {
-      INFERA_LOG(logger(), warn, "re-packing skipped: {}", pdbs.status().message());
+      // No stale recommendation stays on the gauges; said once per failing spell.
+      m_.repack_moves->gauge()->set(0);
+      m_.repack_nodes->gauge()->set(0);
+      if (!pdb_list_failing_) {
+        INFERA_LOG(logger(), warn, "re-packing skipped until the budgets can be read: {}",
+                   pdbs.status().message());
+      }
+      pdb_list_failing_ = true;
       co_return;
     }
+    pdb_list_failing_ = false;
     const std::function<std::vector<size_t>(PodId)> budgets = [&](PodId id) {
       std::vector<size_t> out;
       const auto key = by_engine_id_.find(id);
@@ -1214,13 +1223,31 @@ class Controller {
       }
       return out;
     };
+    // Pods on nodes an earlier round had to drop (their pods together overdraw a budget): planned
+    // again without them, so such a node does not hide one behind it.
+    std::set<PodId> held;
     rc.may_disrupt = [&](PodId id) {
-      for (const size_t b : budgets(id)) {
+      if (held.count(id)) return false;
+      const std::vector<size_t> of = budgets(id);
+      // The eviction API refuses a pod under more than one budget, whatever their room.
+      if (of.size() > 1) return false;
+      for (const size_t b : of) {
         if ((*pdbs)[b].disruptions_allowed <= 0) return false;
       }
       return true;
     };
     RepackPlan plan = engine_->planRepack(rc, wallSeconds());
+    for (int round = 0; round < 4 && !pdbs->empty(); ++round) {
+      RepackPlan kept = keepWithinBudgets(plan, *pdbs, budgets);
+      if (kept.nodes_emptied.size() == plan.nodes_emptied.size()) break;
+      for (const Migration& m : plan.moves) {
+        if (std::find(kept.nodes_emptied.begin(), kept.nodes_emptied.end(), m.from) ==
+            kept.nodes_emptied.end()) {
+          held.insert(m.pod);
+        }
+      }
+      plan = round < 3 ? engine_->planRepack(rc, wallSeconds()) : std::move(kept);
+    }
     if (!pdbs->empty()) plan = keepWithinBudgets(std::move(plan), *pdbs, budgets);
     m_.repack_plans->counter()->inc(0);
     m_.repack_moves->gauge()->set(static_cast<double>(plan.moves.size()));
@@ -1259,6 +1286,7 @@ class Controller {
   bool nodes_synced_ = false;
   bool pods_synced_ = false;
   bool needs_rebuild_ = true;
+  bool pdb_list_failing_ = false;    // re-packing: the budgets could not be listed last time
   bool leader_ = true;               // without leader election every replica schedules
   bool relist_[2] = {false, false};  // by Kind: list again at the next turn of its watch loop
   std::unique_ptr<LeaderElector> elector_;

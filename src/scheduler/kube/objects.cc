@@ -445,9 +445,16 @@ Result<KubePdb> pdbFromJson(const Json& pdb) {
   }
   // No status yet (the disruption controller has not seen it): nothing may be disrupted, as the
   // API server's eviction check treats it.
+  // A status older than the spec (observedGeneration < metadata.generation: minAvailable just
+  // edited, say) allows nothing either: the API server's eviction check refuses it with 429.
   const Json* status = find(pdb, "status");
   const Json* allowed = status != nullptr ? find(*status, "disruptionsAllowed") : nullptr;
-  if (allowed != nullptr && allowed->is_number_integer()) {
+  auto integer = [](const Json* v) {
+    return v != nullptr && v->is_number_integer() ? v->get<int64_t>() : int64_t{0};
+  };
+  const int64_t generation = integer(find(*meta, "generation"));
+  const int64_t observed = status != nullptr ? integer(find(*status, "observedGeneration")) : 0;
+  if (allowed != nullptr && allowed->is_number_integer() && observed >= generation) {
     out.disruptions_allowed = allowed->get<int64_t>();
   }
   return out;
@@ -479,6 +486,10 @@ RepackPlan keepWithinBudgets(RepackPlan plan, const std::vector<KubePdb>& pdbs,
     }
     out.nodes_emptied.push_back(node);
   }
+  // Nothing dropped: the planner's own figure (the freed nodes' whole GPUs); otherwise the moved
+  // pods' GPU demand on the nodes kept.
+  if (out.nodes_emptied.size() == plan.nodes_emptied.size())
+    out.gpu_milli_freed = plan.gpu_milli_freed;
   return out;
 }
 

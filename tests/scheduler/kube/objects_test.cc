@@ -250,6 +250,15 @@ TEST(KubeObjectsTest, PodDisruptionBudgetSelectsAsLabelSelectorsDo) {
   ASSERT_TRUE(odd.ok());
   EXPECT_FALSE(odd->selects(podWith("ml", {{"a", "5"}})));  // not a label-selector operator
   EXPECT_FALSE(pdbFromJson(Json::parse(R"({"spec":{}})")).ok());
+  // A status the disruption controller has not brought up to the spec yet allows nothing.
+  auto stale = pdbFromJson(Json::parse(R"({"metadata":{"name":"s","namespace":"ml","generation":3},
+      "spec":{"selector":{}},"status":{"disruptionsAllowed":4,"observedGeneration":2}})"));
+  ASSERT_TRUE(stale.ok());
+  EXPECT_EQ(stale->disruptions_allowed, 0);
+  auto fresh = pdbFromJson(Json::parse(R"({"metadata":{"name":"s","namespace":"ml","generation":3},
+      "spec":{"selector":{}},"status":{"disruptionsAllowed":4,"observedGeneration":3}})"));
+  ASSERT_TRUE(fresh.ok());
+  EXPECT_EQ(fresh->disruptions_allowed, 4);
 }
 
 // A plan cut to its budgets: a node whose pods would take a budget below zero keeps none of its
