@@ -1237,18 +1237,20 @@ class Controller {
       return true;
     };
     RepackPlan plan = engine_->planRepack(rc, wallSeconds());
-    for (int round = 0; round < 4 && !pdbs->empty(); ++round) {
+    for (int round = 0; !pdbs->empty(); ++round) {
       RepackPlan kept = keepWithinBudgets(plan, *pdbs, budgets);
-      if (kept.nodes_emptied.size() == plan.nodes_emptied.size()) break;
+      if (kept.nodes_emptied.size() == plan.nodes_emptied.size() || round == 3) {
+        plan = std::move(kept);
+        break;
+      }
       for (const Migration& m : plan.moves) {
         if (std::find(kept.nodes_emptied.begin(), kept.nodes_emptied.end(), m.from) ==
             kept.nodes_emptied.end()) {
           held.insert(m.pod);
         }
       }
-      plan = round < 3 ? engine_->planRepack(rc, wallSeconds()) : std::move(kept);
+      plan = engine_->planRepack(rc, wallSeconds());
     }
-    if (!pdbs->empty()) plan = keepWithinBudgets(std::move(plan), *pdbs, budgets);
     m_.repack_plans->counter()->inc(0);
     m_.repack_moves->gauge()->set(static_cast<double>(plan.moves.size()));
     m_.repack_nodes->gauge()->set(static_cast<double>(plan.nodes_emptied.size()));

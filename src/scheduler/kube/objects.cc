@@ -443,19 +443,17 @@ Result<KubePdb> pdbFromJson(const Json& pdb) {
     out.match_labels = stringMap(find(*sel, "matchLabels"));
     out.match_expressions = requirements(find(*sel, "matchExpressions"));
   }
-  // No status yet (the disruption controller has not seen it): nothing may be disrupted, as the
-  // API server's eviction check treats it.
-  // A status older than the spec (observedGeneration < metadata.generation: minAvailable just
-  // edited, say) allows nothing either: the API server's eviction check refuses it with 429.
-  const Json* status = find(pdb, "status");
-  const Json* allowed = status != nullptr ? find(*status, "disruptionsAllowed") : nullptr;
+  // No status yet (the disruption controller has not seen it), or one older than the spec
+  // (observedGeneration < metadata.generation: minAvailable just edited, say): nothing may be
+  // disrupted, as the API server's eviction check treats it (429).
   auto integer = [](const Json* v) {
     return v != nullptr && v->is_number_integer() ? v->get<int64_t>() : int64_t{0};
   };
+  const Json* status = find(pdb, "status");
   const int64_t generation = integer(find(*meta, "generation"));
   const int64_t observed = status != nullptr ? integer(find(*status, "observedGeneration")) : 0;
-  if (allowed != nullptr && allowed->is_number_integer() && observed >= generation) {
-    out.disruptions_allowed = allowed->get<int64_t>();
+  if (status != nullptr && observed >= generation) {
+    out.disruptions_allowed = integer(find(*status, "disruptionsAllowed"));
   }
   return out;
 }
