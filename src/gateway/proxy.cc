@@ -234,7 +234,7 @@ Task<void> ProxyHandler::sendError(Exchange& x, int status, std::string_view mes
 
 std::span<const HttpHeader> ProxyHandler::responseHeaders(Exchange& x, HttpHeader& rid) {
   if (x.extra.empty()) return std::span<const HttpHeader>(&rid, 1);
-  if (x.extra.front().name != "x-request-id") x.extra.insert(x.extra.begin(), rid);
+  if (x.extra.front().name != "x-request-id") x.extra.insert(x.extra.begin(), std::move(rid));
   return std::span<const HttpHeader>(x.extra);
 }
 

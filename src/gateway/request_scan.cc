@@ -271,6 +271,10 @@ void appendCanonical(std::string& out, const simdjson::dom::element& e) {
     case simdjson::dom::element_type::DOUBLE: {
       char buf[32];
       const double d = e.get_double().value_unsafe();
+      if (d == 0) {  // -0.0 too: numbers by value, and "-0" would read back as the integer 0
+        out += '0';
+        break;
+      }
       const auto [end, ec] = std::to_chars(buf, buf + sizeof(buf), d);
       out.append(buf, ec == std::errc() ? static_cast<size_t>(end - buf) : 0);
       break;
@@ -507,7 +511,10 @@ bool findTopLevelValue(std::string_view json, std::string_view key, size_t& begi
 
 namespace {
 
-bool isJsonSpace(char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; }
+// One compare for the common byte (anything above the space); then the four JSON spaces.
+bool isJsonSpace(char c) {
+  return static_cast<unsigned char>(c) <= ' ' && (c == ' ' || c == '\n' || c == '\t' || c == '\r');
+}
 
 // The index of the last non-space byte before `end`, or npos.
 size_t lastNonSpace(std::string_view s, size_t end) {
@@ -567,40 +574,41 @@ size_t valueStart(std::string_view s, size_t last) {
 namespace {
 
 constexpr size_t kNpos = std::string_view::npos;
-constexpr size_t kMaxNestedKeys = 8;
 
 // Walks back over the members of the object whose closing brace is json[close], recording the last
 // occurrence of each key; with `nested`, the object value of its `of` member is walked member by
 // member as it is passed (one level; deeper values are skipped by bracket matching, never by
-// recursion). Returns the index of the object's opening brace, or npos on text that is not JSON,
-// and, when `early`, once every key was found (the walk stops there).
+// recursion), straight into nested->spans, which are cleared again when the object walked turns
+// out to be another member's. Returns the index of the object's opening brace, or npos on text
+// that is not JSON, and, when `early`, once every key was found (the walk stops there).
 size_t walkBack(std::string_view json, size_t close, std::span<const std::string_view> keys,
                 std::span<ValueSpan> spans, const NestedKeys* nested, bool early) {
   size_t missing = keys.size();
   bool of_seen = false;
-  std::array<ValueSpan, kMaxNestedKeys> inner;  // the nested walk's spans (built once a call)
-  size_t at = close;                            // the '}' or ',' after the member to read next
+  const size_t n_inner = nested ? std::min(nested->keys.size(), nested->spans.size()) : 0;
+  size_t at = close;  // the '}' or ',' after the member to read next
   const size_t first_last = lastNonSpace(json, at);
   if (first_last != kNpos && json[first_last] == '{') return first_last;  // an empty object
   for (;;) {
     if (early && missing == 0) return kNpos;
     const size_t v_last = lastNonSpace(json, at);
     if (v_last == kNpos) return kNpos;
-    const size_t n_inner =
-        nested ? std::min({nested->keys.size(), nested->spans.size(), kMaxNestedKeys}) : 0;
     const bool walk_inner = nested && !of_seen && json[v_last] == '}';
-    if (walk_inner) std::fill_n(inner.begin(), n_inner, ValueSpan{});
-    const size_t v_first =
-        walk_inner ? walkBack(json, v_last, nested->keys.first(n_inner),
-                              std::span<ValueSpan>(inner.data(), n_inner), nullptr, false)
-                   : valueStart(json, v_last);
-    if (v_first == kNpos) return kNpos;
+    const size_t v_first = walk_inner ? walkBack(json, v_last, nested->keys.first(n_inner),
+                                                 nested->spans.first(n_inner), nullptr, false)
+                                      : valueStart(json, v_last);
+    // Text that is not JSON: nothing read from an object whose key was never seen is kept.
+    auto fail = [&] {
+      if (walk_inner) std::fill_n(nested->spans.begin(), n_inner, ValueSpan{});
+      return kNpos;
+    };
+    if (v_first == kNpos) return fail();
     const size_t colon = lastNonSpace(json, v_first);
-    if (colon == kNpos || json[colon] != ':') return kNpos;
+    if (colon == kNpos || json[colon] != ':') return fail();
     const size_t k_last = lastNonSpace(json, colon);
-    if (k_last == kNpos || json[k_last] != '"') return kNpos;
+    if (k_last == kNpos || json[k_last] != '"') return fail();
     const size_t k_first = openingQuote(json, k_last);
-    if (k_first == kNpos) return kNpos;
+    if (k_first == kNpos) return fail();
     const std::string_view k(json.data() + k_first + 1, k_last - k_first - 1);
     for (size_t n = 0; n < keys.size() && n < spans.size(); ++n) {
       if (!spans[n].found && keys[n] == k) {
@@ -611,7 +619,8 @@ size_t walkBack(std::string_view json, size_t close, std::span<const std::string
     }
     if (nested && !of_seen && k == nested->of) {
       of_seen = true;
-      if (walk_inner) std::copy_n(inner.begin(), n_inner, nested->spans.begin());
+    } else if (walk_inner) {
+      fail();  // another member's object
     }
     at = lastNonSpace(json, k_first);
     if (at == kNpos) return kNpos;

@@ -29,6 +29,21 @@ bool hasChoice(std::string_view json) {
 bool nonNegative(std::string_view object, const ValueSpan& v, int64_t& out) {
   if (!v.found) return false;
   int64_t n = 0;
+  if (v.end > v.begin && v.end - v.begin <= 18) {
+    // Up to 18 digits cannot overflow: the plain loop (what counts look like) before from_chars,
+    // which reads anything else ("-0" is a count of 0, as a JSON parser reads it).
+    bool digits = true;
+    for (size_t i = v.begin; i < v.end && digits; ++i) {
+      const unsigned d = static_cast<unsigned char>(object[i]) - unsigned('0');
+      digits = d <= 9;
+      n = n * 10 + d;
+    }
+    if (digits) {
+      out = n;
+      return true;
+    }
+    n = 0;
+  }
   const auto [ptr, ec] = std::from_chars(object.data() + v.begin, object.data() + v.end, n);
   if (ec != std::errc() || ptr != object.data() + v.end || n < 0) return false;
   out = n;

@@ -185,6 +185,8 @@ TEST(RequestScanTest, FindLastTopLevelValuesReadsANestedObjectOnTheWay) {
   // The last usage is not an object: no counts, though an earlier one was.
   EXPECT_EQ(counts(R"({"usage":{"prompt_tokens":1},"usage":null})"), "usage - - ");
   EXPECT_EQ(counts(R"({"a":{"prompt_tokens":1}})"), "no usage - - ");
+  // An object walked whose key never comes (broken text) leaves nothing behind either.
+  EXPECT_EQ(counts(R"({"usage":{"prompt_tokens":7},{"prompt_tokens":1}})"), "no usage - - ");
   // A broken usage object reads as nothing.
   EXPECT_EQ(counts(R"({"usage":{"prompt_tokens" 1}})"), "no usage - - ");
   EXPECT_EQ(counts(R"({"usage":{}})"), "usage - - ");
@@ -304,6 +306,11 @@ TEST(RequestScanTest, CanonicalFormIgnoresWhitespaceKeyOrderAndEscapesButNotValu
   EXPECT_NE(a, c);
   EXPECT_EQ(a, R"({"messages":[{"content":"x","role":"user"}],"temperature":0})");
   EXPECT_EQ(d, R"({"messages":[{"content":"x","role":"user"}],"temperature":0})");
+  // Minus zero is zero, and its canonical form reads back as itself (fuzz_request_scan).
+  const std::string e =
+      canon(R"({"model":"m","temperature":-0.0,"messages":[{"role":"user","content":"x"}]})");
+  EXPECT_EQ(e, a);
+  EXPECT_EQ(canon(e), e);
   EXPECT_EQ(scanRequest(p, "not json", true).status().code(), StatusCode::kInvalidArgument);
 }
 

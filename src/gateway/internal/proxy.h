@@ -90,6 +90,8 @@ class ProxyHandler {
   net::Task<bool> admit(Exchange& x);
   void finishAccess(Exchange& x);
   void buildUpstreamBody(Exchange& x, const Deployment& dep, std::string_view& body);
+  // The response's own headers: `rid` (x-request-id) alone, or first of x's extra headers (moved
+  // there: the caller's copy is spent).
   std::span<const net::HttpHeader> responseHeaders(Exchange& x, net::HttpHeader& rid);
   // Experiments: the keys a request is sticky by; the per-arm metrics, data capture and the
   // shadow copy once the client has its answer.

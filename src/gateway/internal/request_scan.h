@@ -77,7 +77,7 @@ struct ValueSpan {
 // well-formed object this is what a parser reads; on other text, some span of it or nothing.
 // With `nested`, the same walk also reads keys of the object value of the member `of` (its last
 // occurrence; `of` should be one of keys), as it passes it: nested->spans[i] is nested->keys[i]'s
-// (at most 8 keys; offsets in json). So usage and its token counts cost one walk.
+// (offsets in json). So usage and its token counts cost one walk.
 struct NestedKeys {
   std::string_view of;
   std::span<const std::string_view> keys;
