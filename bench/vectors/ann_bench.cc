@@ -6,7 +6,11 @@
 //   ann_bench clustered N [Q]           # N x 128 clustered (seed 42), Q queries (default 1000), L2
 //   ann_bench cosine N [Q] [DIM]        # N x DIM (default 768) clustered, normalised, cosine
 //   ... --engines infera,hnswlib        # only these (default: infera,filters,hnswlib,faiss,int8)
+//   ... --rounds R                      # time each (engine, ef) R times, taking turns; median QPS
+//   ... --cache DIR                     # keep built indexes and ground truth in DIR, load them
+//                                       # next time (the build time printed is the measured one)
 #include <faiss/IndexHNSW.h>
+#include <faiss/index_io.h>
 #include <hnswlib/hnswlib.h>
 #include <omp.h>
 
@@ -14,6 +18,9 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <memory>
 #include <random>
 #include <set>
 #include <string>
@@ -60,57 +67,185 @@ constexpr int kM = 16;
 constexpr int kEfConstruction = 100;
 const std::vector<size_t> kEfs = {10, 16, 24, 32, 48, 64, 96, 128, 256, 384, 512};
 
-// bytes: index memory per vector (vectors, links, codes), 0 when not measured.
-void row(const char* engine, const Data& d, double build_s, size_t ef, double r, double qps,
-         double bytes = 0) {
-  std::printf("| %s | %s | %.1f | %zu | %.4f | %.0f | %s |\n", d.name.c_str(), engine, build_s, ef,
-              r, qps, bytes > 0 ? std::to_string(long(bytes + 0.5)).c_str() : "");
+struct Options {
+  std::string cache;  // --cache DIR: built indexes and ground truth kept between runs
+  int rounds = 1;     // --rounds R: each (engine, ef) timed R times, interleaved; median printed
+};
+
+// One engine ready to search: what the table prints about it and its search call.
+struct Engine {
+  std::string name;
+  double build_s = 0;  // as measured when the index was built (also when loaded from the cache)
+  double bytes = 0;    // index memory per vector
+  std::function<std::vector<uint32_t>(const float*, size_t)> search;
+};
+
+std::string cachePath(const Options& o, const Data& d, const std::string& what) {
+  return o.cache + "/" + d.name + ".m" + std::to_string(kM) + ".efc" +
+         std::to_string(kEfConstruction) + "." + what;
+}
+
+// The build time is kept beside a cached index, so a loaded index reports what building it took.
+bool readSeconds(const std::string& path, double& s) {
+  std::FILE* f = std::fopen(path.c_str(), "r");
+  if (!f) return false;
+  const bool ok = std::fscanf(f, "%lf", &s) == 1;
+  std::fclose(f);
+  return ok;
+}
+
+// Writes through a temporary name, so an interrupted run never leaves a half file to load.
+template <typename WriteFn>
+void keep(const std::string& path, WriteFn&& write) {
+  const std::string tmp = path + ".tmp";
+  if (write(tmp) && std::rename(tmp.c_str(), path.c_str()) == 0) return;
+  std::fprintf(stderr, "could not write %s (not cached)\n", path.c_str());
+  std::remove(tmp.c_str());
+}
+
+void keepSeconds(const std::string& path, double s) {
+  keep(path, [&](const std::string& tmp) {
+    std::FILE* f = std::fopen(tmp.c_str(), "w");
+    if (!f) return false;
+    std::fprintf(f, "%.3f\n", s);
+    return std::fclose(f) == 0;
+  });
+}
+
+void groundTruth(Data& d, const Options& o) {
+  if (!d.gt.empty()) return;  // the SIFT set ships its own
+  const std::string path = cachePath(o, d, "q" + std::to_string(d.nq) + ".gt.ivecs");
+  std::vector<uint32_t> flat;
+  size_t rows = 0, dim = 0;
+  if (!o.cache.empty() && readVecs(path, flat, rows, dim) && rows == d.nq && dim == 10) {
+    for (size_t q = 0; q < rows; ++q) d.gt.emplace_back(&flat[q * 10], &flat[q * 10 + 10]);
+    std::fprintf(stderr, "%s: ground truth from %s\n", d.name.c_str(), path.c_str());
+    return;
+  }
+  const auto t = Clock::now();
+  bruteForceTruth(d, nullptr, d.gt);
+  std::fprintf(stderr, "%s: ground truth by brute force in %.1f s\n", d.name.c_str(),
+               secondsSince(t));
+  if (!o.cache.empty()) keep(path, [&](const std::string& tmp) { return writeIvecs(tmp, d.gt); });
+}
+
+// bytes: index memory per vector (vectors, links, codes), 0 when not measured. lo/hi: the slowest
+// and fastest of the rounds, printed when there was more than one.
+void row(const std::string& engine, const Data& d, double build_s, size_t ef, double r, double qps,
+         double bytes = 0, double lo = 0, double hi = 0) {
+  std::printf(
+      "| %s | %s | %.1f | %zu | %.4f | %.0f | %s | %s |\n", d.name.c_str(), engine.c_str(), build_s,
+      ef, r, qps,
+      hi > 0 ? (std::to_string(long(lo + 0.5)) + "–" + std::to_string(long(hi + 0.5))).c_str() : "",
+      bytes > 0 ? std::to_string(long(bytes + 0.5)).c_str() : "");
   std::fflush(stdout);
 }
 
+// Queries per second of `search` over the whole query set, repeated to cover at least ~0.3 s.
 template <typename SearchFn>
-void sweep(const char* engine, const Data& d, double build_s, double bytes, SearchFn&& search) {
+double timeQps(size_t nq, SearchFn&& search) {
+  size_t reps = 0;
+  const auto t = Clock::now();
+  do {
+    for (size_t q = 0; q < nq; ++q) search(q);
+    ++reps;
+  } while (secondsSince(t) < 0.3);
+  return double(reps * nq) / secondsSince(t);
+}
+
+// Every engine at every ef, `rounds` times. Within an ef the engines take turns, and who goes
+// first rotates with the round, so a busy spell on the machine falls on all of them alike. Prints
+// per engine the median QPS (and the range over the rounds).
+void compare(const std::vector<Engine>& engines, const Data& d, int rounds) {
+  const size_t ne = engines.size();
+  std::vector<std::vector<double>> recalls(ne, std::vector<double>(kEfs.size()));
+  std::vector<std::vector<std::vector<double>>> qps(ne,
+                                                    std::vector<std::vector<double>>(kEfs.size()));
   std::vector<std::vector<uint32_t>> got(d.nq);
-  for (size_t ef : kEfs) {
-    // Repeat small query sets so each timing covers at least ~0.3 s.
-    size_t reps = 0;
-    const auto t = Clock::now();
-    do {
-      for (size_t q = 0; q < d.nq; ++q) got[q] = search(&d.queries[q * d.dim], ef);
-      ++reps;
-    } while (secondsSince(t) < 0.3);
-    const double qps = double(reps * d.nq) / secondsSince(t);
-    row(engine, d, build_s, ef, recall(got, d.gt), qps, bytes);
+  for (size_t k = 0; k < kEfs.size(); ++k) {
+    for (int r = 0; r < rounds; ++r) {
+      for (size_t j = 0; j < ne; ++j) {
+        const size_t e = (j + size_t(r)) % ne;
+        const double v = timeQps(
+            d.nq, [&](size_t q) { got[q] = engines[e].search(&d.queries[q * d.dim], kEfs[k]); });
+        qps[e][k].push_back(v);
+        recalls[e][k] = recall(got, d.gt);  // the same every round: searches are deterministic
+        std::fprintf(stderr, "  %s ef=%zu round %d: recall %.4f, %.0f QPS\n",
+                     engines[e].name.c_str(), kEfs[k], r + 1, recalls[e][k], v);
+      }
+    }
+  }
+  for (size_t e = 0; e < ne; ++e) {
+    for (size_t k = 0; k < kEfs.size(); ++k) {
+      auto v = qps[e][k];
+      std::sort(v.begin(), v.end());
+      const double median =
+          v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+      row(engines[e].name, d, engines[e].build_s, kEfs[k], recalls[e][k], median, engines[e].bytes,
+          rounds > 1 ? v.front() : 0, rounds > 1 ? v.back() : 0);
+    }
   }
 }
 
-void runInfera(const Data& d, bool quantize, bool filters) {
+std::shared_ptr<Hnsw> inferaIndex(const Data& d, bool quantize, const Options& o, double& build) {
   HnswParams p;
   p.m = kM;
   p.ef_construct = kEfConstruction;
   p.quantize_int8 = quantize;
-  Hnsw index(d.dim, d.cosine ? Metric::kDot : Metric::kL2, p);
-  index.reserve(d.n);
+  auto index = std::make_shared<Hnsw>(d.dim, d.cosine ? Metric::kDot : Metric::kL2, p);
+  const std::string path = cachePath(o, d, quantize ? "infera-int8.hnsw" : "infera.hnsw");
+  if (!o.cache.empty() && readSeconds(path + ".build_s", build)) {
+    std::FILE* f = std::fopen(path.c_str(), "rb");
+    const infera::Status st = f ? index->load(f) : infera::Status::internal("cannot open");
+    if (f) std::fclose(f);
+    if (st.isOk() && index->slots() == d.n) {
+      std::fprintf(stderr, "infera: loaded %s\n", path.c_str());
+      return index;
+    }
+    index = std::make_shared<Hnsw>(d.dim, d.cosine ? Metric::kDot : Metric::kL2, p);
+  }
+  index->reserve(d.n);
   SearchScratch s;
   const auto t = Clock::now();
-  for (size_t i = 0; i < d.n; ++i) index.insert(uint32_t(i), &d.base[i * d.dim], s);
-  if (quantize) index.trainQuantizer();
-  const double build = secondsSince(t);
-  const double bytes = double(index.memoryBytes()) / double(d.n);
-  std::fprintf(stderr, "infera%s: %.1f bytes/vector, mean degree %.1f\n", quantize ? " int8" : "",
-               bytes, index.meanDegree());
+  for (size_t i = 0; i < d.n; ++i) index->insert(uint32_t(i), &d.base[i * d.dim], s);
+  if (quantize) index->trainQuantizer();
+  build = secondsSince(t);
+  if (!o.cache.empty()) {
+    keep(path, [&](const std::string& tmp) {
+      std::FILE* f = std::fopen(tmp.c_str(), "wb");
+      if (!f) return false;
+      const bool ok = index->save(f).isOk();
+      return std::fclose(f) == 0 && ok;
+    });
+    keepSeconds(path + ".build_s", build);
+  }
+  return index;
+}
+
+Engine inferaEngine(const std::shared_ptr<Hnsw>& index, double build, bool quantize) {
+  Engine e;
+  e.name = quantize ? "infera int8+rescore" : "infera";
+  e.build_s = build;
+  e.bytes = double(index->memoryBytes()) / double(index->slots());
+  std::fprintf(stderr, "%s: %.1f bytes/vector, mean degree %.1f\n", e.name.c_str(), e.bytes,
+               index->meanDegree());
+  auto s = std::make_shared<SearchScratch>();
+  auto out = std::make_shared<std::vector<Neighbor>>();
+  e.search = [index, s, out](const float* q, size_t ef) {
+    index->search(q, 10, ef, {}, *s, *out);
+    std::vector<uint32_t> ids;
+    for (auto& n : *out) ids.push_back(n.slot);
+    return ids;
+  };
+  return e;
+}
+
+// Filtered search at 10% and 1% selectivity (every 10th / 100th point), against the filtered brute
+// force; the planner's exact path is not used here: this is the graph with the filter inside the
+// traversal.
+void runFilters(const Hnsw& index, const Data& d, double build) {
+  SearchScratch s;
   std::vector<Neighbor> out;
-  sweep(quantize ? "infera int8+rescore" : "infera", d, build, bytes,
-        [&](const float* q, size_t ef) {
-          index.search(q, 10, ef, {}, s, out);
-          std::vector<uint32_t> ids;
-          for (auto& n : out) ids.push_back(n.slot);
-          return ids;
-        });
-  if (quantize || !filters) return;
-  // Filtered search at 10% and 1% selectivity (every 10th / 100th point), against the filtered
-  // brute force; the planner's exact path is not used here: this is the graph with the filter
-  // inside the traversal.
   for (size_t every : {10u, 100u}) {
     std::vector<uint64_t> bits((d.n + 63) / 64, 0);
     for (size_t i = 0; i < d.n; i += every) bits[i >> 6] |= 1ull << (i & 63);
@@ -122,89 +257,120 @@ void runInfera(const Data& d, bool quantize, bool filters) {
     SlotFilter f;
     f.bits = bits.data();
     std::vector<std::vector<uint32_t>> got(fd.nq);
+    auto ids = [&](size_t q) {
+      got[q].clear();
+      for (auto& n : out) got[q].push_back(n.slot);
+    };
     for (size_t ef : {16u, 32u, 64u, 128u}) {
-      size_t reps = 0;
-      const auto t2 = Clock::now();
-      do {
-        for (size_t q = 0; q < fd.nq; ++q) {
-          index.search(&d.queries[q * d.dim], 10, ef, f, s, out);
-          got[q].clear();
-          for (auto& n : out) got[q].push_back(n.slot);
-        }
-        ++reps;
-      } while (secondsSince(t2) < 0.3);
-      row("infera filtered", fd, build, ef, recall(got, fd.gt),
-          double(reps * fd.nq) / secondsSince(t2));
+      const double qps = timeQps(fd.nq, [&](size_t q) {
+        index.search(&d.queries[q * d.dim], 10, ef, f, s, out);
+        ids(q);
+      });
+      row("infera filtered", fd, build, ef, recall(got, fd.gt), qps);
     }
     // The planner's alternative for a small subset: exact scan of the candidates.
     std::vector<uint32_t> list;
     for (size_t i = 0; i < d.n; i += every) list.push_back(uint32_t(i));
-    size_t reps = 0;
-    const auto t3 = Clock::now();
-    do {
-      for (size_t q = 0; q < fd.nq; ++q) {
-        index.bruteForce(&d.queries[q * d.dim], 10, f, &list, out);
-        got[q].clear();
-        for (auto& n : out) got[q].push_back(n.slot);
-      }
-      ++reps;
-    } while (secondsSince(t3) < 0.3);
-    row("infera exact subset", fd, 0, 0, recall(got, fd.gt),
-        double(reps * fd.nq) / secondsSince(t3));
+    const double qps = timeQps(fd.nq, [&](size_t q) {
+      index.bruteForce(&d.queries[q * d.dim], 10, f, &list, out);
+      ids(q);
+    });
+    row("infera exact subset", fd, 0, 0, recall(got, fd.gt), qps);
   }
 }
 
-void runHnswlib(const Data& d) {
+// hnswlib's index and the space it points into, kept together.
+struct HnswlibIndex {
   std::unique_ptr<hnswlib::SpaceInterface<float>> space;
+  std::unique_ptr<hnswlib::HierarchicalNSW<float>> index;
+};
+
+Engine hnswlibEngine(const Data& d, const Options& o) {
+  auto h = std::make_shared<HnswlibIndex>();
   if (d.cosine) {
-    space = std::make_unique<hnswlib::InnerProductSpace>(d.dim);
+    h->space = std::make_unique<hnswlib::InnerProductSpace>(d.dim);
   } else {
-    space = std::make_unique<hnswlib::L2Space>(d.dim);
+    h->space = std::make_unique<hnswlib::L2Space>(d.dim);
   }
-  hnswlib::HierarchicalNSW<float> index(space.get(), d.n, kM, kEfConstruction, 100);
-  const auto t = Clock::now();
-  for (size_t i = 0; i < d.n; ++i) index.addPoint(&d.base[i * d.dim], i);
-  const double build = secondsSince(t);
+  Engine e;
+  e.name = "hnswlib 0.6.2";
+  const std::string path = cachePath(o, d, "hnswlib.bin");
+  if (!o.cache.empty() && readSeconds(path + ".build_s", e.build_s)) {
+    h->index = std::make_unique<hnswlib::HierarchicalNSW<float>>(h->space.get(), path);
+    std::fprintf(stderr, "hnswlib: loaded %s\n", path.c_str());
+  } else {
+    h->index = std::make_unique<hnswlib::HierarchicalNSW<float>>(h->space.get(), d.n, kM,
+                                                                 kEfConstruction, 100);
+    const auto t = Clock::now();
+    for (size_t i = 0; i < d.n; ++i) h->index->addPoint(&d.base[i * d.dim], i);
+    e.build_s = secondsSince(t);
+    if (!o.cache.empty()) {
+      keep(path, [&](const std::string& tmp) {
+        h->index->saveIndex(tmp);
+        return true;
+      });
+      keepSeconds(path + ".build_s", e.build_s);
+    }
+  }
+  auto& index = *h->index;
   // Level-0 block (links, vector, label) per element, plus upper-level link lists.
   double bytes = double(index.size_data_per_element_) * double(d.n);
   for (size_t i = 0; i < d.n; ++i)
     bytes += double(index.size_links_per_element_) * index.element_levels_[i];
-  bytes /= double(d.n);
-  sweep("hnswlib 0.6.2", d, build, bytes, [&](const float* q, size_t ef) {
-    index.setEf(ef);
-    auto pq = index.searchKnn(q, 10);
+  e.bytes = bytes / double(d.n);
+  e.search = [h](const float* q, size_t ef) {
+    h->index->setEf(ef);
+    auto pq = h->index->searchKnn(q, 10);
     std::vector<uint32_t> ids;
     while (!pq.empty()) {
       ids.push_back(uint32_t(pq.top().second));
       pq.pop();
     }
     return ids;
-  });
+  };
+  return e;
 }
 
-void runFaiss(const Data& d) {
-  faiss::IndexHNSWFlat index(int(d.dim), kM,
-                             d.cosine ? faiss::METRIC_INNER_PRODUCT : faiss::METRIC_L2);
-  index.hnsw.efConstruction = kEfConstruction;
-  const auto t = Clock::now();
-  index.add(faiss::Index::idx_t(d.n), d.base.data());
-  const double build = secondsSince(t);
+Engine faissEngine(const Data& d, const Options& o) {
+  Engine e;
+  e.name = "faiss 1.7.3 HNSWFlat";
+  std::shared_ptr<faiss::IndexHNSWFlat> index;
+  const std::string path = cachePath(o, d, "faiss.index");
+  if (!o.cache.empty() && readSeconds(path + ".build_s", e.build_s)) {
+    index.reset(dynamic_cast<faiss::IndexHNSWFlat*>(faiss::read_index(path.c_str())));
+    std::fprintf(stderr, "faiss: loaded %s\n", path.c_str());
+  }
+  if (!index) {
+    index = std::make_shared<faiss::IndexHNSWFlat>(
+        int(d.dim), kM, d.cosine ? faiss::METRIC_INNER_PRODUCT : faiss::METRIC_L2);
+    index->hnsw.efConstruction = kEfConstruction;
+    const auto t = Clock::now();
+    index->add(faiss::Index::idx_t(d.n), d.base.data());
+    e.build_s = secondsSince(t);
+    if (!o.cache.empty()) {
+      keep(path, [&](const std::string& tmp) {
+        faiss::write_index(index.get(), tmp.c_str());
+        return true;
+      });
+      keepSeconds(path + ".build_s", e.build_s);
+    }
+  }
   // Flat storage plus the neighbour array, offsets and levels.
-  const double bytes =
-      (double(d.n) * double(d.dim) * 4 + double(index.hnsw.neighbors.size()) * 4 +
-       double(index.hnsw.offsets.size()) * 8 + double(index.hnsw.levels.size()) * 4) /
-      double(d.n);
-  std::vector<float> dist(10);
-  std::vector<faiss::Index::idx_t> ids(10);
-  sweep("faiss 1.7.3 HNSWFlat", d, build, bytes, [&](const float* q, size_t ef) {
-    index.hnsw.efSearch = int(ef);
-    index.search(1, q, 10, dist.data(), ids.data());
+  e.bytes = (double(d.n) * double(d.dim) * 4 + double(index->hnsw.neighbors.size()) * 4 +
+             double(index->hnsw.offsets.size()) * 8 + double(index->hnsw.levels.size()) * 4) /
+            double(d.n);
+  auto dist = std::make_shared<std::vector<float>>(10);
+  auto ids = std::make_shared<std::vector<faiss::Index::idx_t>>(10);
+  e.search = [index, dist, ids](const float* q, size_t ef) {
+    index->hnsw.efSearch = int(ef);
+    index->search(1, q, 10, dist->data(), ids->data());
     std::vector<uint32_t> out;
-    for (auto id : ids) {
+    for (auto id : *ids) {
       if (id >= 0) out.push_back(uint32_t(id));
     }
     return out;
-  });
+  };
+  return e;
 }
 
 }  // namespace
@@ -213,12 +379,18 @@ int main(int argc, char** argv) {
   omp_set_num_threads(1);
   // --engines infera,filters,hnswlib,faiss,int8 (default: all): what fits when the set is large.
   std::string engines = "infera,filters,hnswlib,faiss,int8";
+  Options o;
   std::vector<std::string> args;
   for (int i = 1; i < argc; ++i) {
-    if (std::string(argv[i]) == "--engines" && i + 1 < argc) {
+    const std::string a = argv[i];
+    if (a == "--engines" && i + 1 < argc) {
       engines = argv[++i];
+    } else if (a == "--cache" && i + 1 < argc) {
+      o.cache = argv[++i];
+    } else if (a == "--rounds" && i + 1 < argc) {
+      o.rounds = std::max(1, std::atoi(argv[++i]));
     } else {
-      args.push_back(argv[i]);
+      args.push_back(a);
     }
   }
   auto on = [&](const char* e) {
@@ -232,21 +404,34 @@ int main(int argc, char** argv) {
     const size_t n = args.size() > 1 ? std::stoul(args[1]) : 100'000;
     const size_t nq = args.size() > 2 ? std::stoul(args[2]) : 1'000;
     const size_t dim = which == "cosine" ? (args.size() > 3 ? std::stoul(args[3]) : 768) : 128;
-    d = clustered(n, nq, dim, which == "cosine");
+    d = clustered(n, nq, dim, which == "cosine", /*truth=*/false);
   } else {
     std::fprintf(stderr,
                  "usage: ann_bench sift | clustered N [Q] | cosine N [Q] [DIM]  [--engines "
-                 "infera,filters,hnswlib,faiss,int8]\n");
+                 "infera,filters,hnswlib,faiss,int8] [--rounds R] [--cache DIR]\n");
     return 2;
   }
-  std::printf("kernels: %s; M=%d, ef_construction=%d, k=10, one thread\n\n", kernels().name, kM,
-              kEfConstruction);
+  groundTruth(d, o);
+  std::printf("kernels: %s; M=%d, ef_construction=%d, k=10, one thread, %d round(s)\n\n",
+              kernels().name, kM, kEfConstruction, o.rounds);
   std::printf(
-      "| data | engine | build s | ef | recall@10 | QPS | bytes/vector "
-      "|\n|---|---|---|---|---|---|---|\n");
-  if (on("infera")) runInfera(d, false, on("filters"));
-  if (on("hnswlib")) runHnswlib(d);
-  if (on("faiss")) runFaiss(d);
-  if (on("int8")) runInfera(d, true, false);
+      "| data | engine | build s | ef | recall@10 | QPS | QPS min–max | bytes/vector "
+      "|\n|---|---|---|---|---|---|---|---|\n");
+  std::vector<Engine> side;
+  std::shared_ptr<Hnsw> infera;
+  double infera_build = 0;
+  if (on("infera")) {
+    infera = inferaIndex(d, false, o, infera_build);
+    side.push_back(inferaEngine(infera, infera_build, false));
+  }
+  if (on("hnswlib")) side.push_back(hnswlibEngine(d, o));
+  if (on("faiss")) side.push_back(faissEngine(d, o));
+  compare(side, d, o.rounds);
+  if (infera && on("filters")) runFilters(*infera, d, infera_build);
+  if (on("int8")) {
+    double build = 0;
+    auto q = inferaIndex(d, true, o, build);
+    compare({inferaEngine(q, build, true)}, d, o.rounds);
+  }
   return 0;
 }

@@ -97,9 +97,16 @@ uint32_t Hnsw::greedy(const float* q, uint32_t ep, float& ep_dist, int from_leve
 // Level-0 beam search (the paper's SEARCH-LAYER): `s.res` ends with the (up to) ef closest allowed
 // slots as a max-heap. While fewer than ef allowed slots were found the search keeps going, so a
 // selective filter explores further instead of returning too few.
+//
+// Memory, not arithmetic, bounds this loop once the vectors outgrow the cache (1M x 128 floats is
+// 512 MB): each expansion first prefetches the visited marks of all its neighbours, keeps the
+// unvisited ones, and then computes their distances with the vectors (`rows`, `row_bytes` apart:
+// the floats, or the int8 codes) fetched kAhead rows in advance; the next candidate's link list is
+// fetched one whole expansion ahead.
 template <typename DistFn>
-void Hnsw::searchLevel0(DistFn&& dist, uint32_t ep, size_t ef, const SlotFilter& filter,
-                        SearchScratch& s) const {
+void Hnsw::searchLevel0(DistFn&& dist, const char* rows, size_t row_bytes, uint32_t ep, size_t ef,
+                        const SlotFilter& filter, SearchScratch& s) const {
+  constexpr size_t kAhead = 4;
   s.visit(ep);
   const float d0 = dist(ep);
   s.cand.push_back({d0, ep});
@@ -108,25 +115,27 @@ void Hnsw::searchLevel0(DistFn&& dist, uint32_t ep, size_t ef, const SlotFilter&
     s.res.push_back({d0, ep});
     bound = d0;
   }
-  const size_t vec_bytes = dim_ * sizeof(float);
+  const size_t list_bytes = (m0_ + 1) * sizeof(uint32_t);
+  s.fresh.resize(m0_);
+  uint32_t* fresh = s.fresh.data();
+  auto row = [&](uint32_t slot) { return rows + size_t(slot) * row_bytes; };
   while (!s.cand.empty()) {
     const Neighbor c = s.cand.front();
     if (c.dist > bound && s.res.size() >= ef) break;
     std::pop_heap(s.cand.begin(), s.cand.end(), CloserFirst{});
     s.cand.pop_back();
+    if (!s.cand.empty()) prefetch(links(s.cand.front().slot, 0), list_bytes);
     const uint32_t* ln = links(c.slot, 0);
     const uint32_t n = ln[0];
-    if (n > 0) {
-      __builtin_prefetch(s.tagAddr(ln[1]));
-      prefetch(vector(ln[1]), vec_bytes);
-    }
+    for (uint32_t i = 1; i <= n; ++i) __builtin_prefetch(s.tagAddr(ln[i]));
+    size_t nf = 0;
     for (uint32_t i = 1; i <= n; ++i) {
-      const uint32_t nb = ln[i];
-      if (i < n) {
-        __builtin_prefetch(s.tagAddr(ln[i + 1]));
-        prefetch(vector(ln[i + 1]), vec_bytes);
-      }
-      if (!s.visit(nb)) continue;
+      if (s.visit(ln[i])) fresh[nf++] = ln[i];
+    }
+    for (size_t j = 0; j < nf && j < kAhead; ++j) prefetch(row(fresh[j]), row_bytes);
+    for (size_t j = 0; j < nf; ++j) {
+      if (j + kAhead < nf) prefetch(row(fresh[j + kAhead]), row_bytes);
+      const uint32_t nb = fresh[j];
       const float d = dist(nb);
       if (s.res.size() < ef || d < bound) {
         s.cand.push_back({d, nb});
@@ -163,11 +172,12 @@ void Hnsw::search(const float* q, size_t k, size_t ef, const SlotFilter& filter,
         [&](uint32_t slot) {
           return sign * float(code_dist_(qc, &codes_[size_t(slot) * dim_], dim_));
         },
-        ep, ef, filter, s);
+        reinterpret_cast<const char*>(codes_.data()), dim_, ep, ef, filter, s);
     // Rescore on the original vectors.
     for (auto& r : s.res) r.dist = dist_(q, vector(r.slot), dim_);
   } else {
-    searchLevel0([&](uint32_t slot) { return dist_(q, vector(slot), dim_); }, ep, ef, filter, s);
+    searchLevel0([&](uint32_t slot) { return dist_(q, vector(slot), dim_); },
+                 reinterpret_cast<const char*>(data_), dim_ * sizeof(float), ep, ef, filter, s);
   }
   std::sort(s.res.begin(), s.res.end(), [](const Neighbor& a, const Neighbor& b) {
     return a.dist < b.dist || (a.dist == b.dist && a.slot < b.slot);

@@ -55,7 +55,8 @@ class SearchScratch {
   const uint32_t* tagAddr(uint32_t slot) const { return &tags_[slot]; }
   std::vector<Neighbor> cand, res;
   std::vector<int8_t> qcode;
-  uint64_t distances = 0;  // distance computations (stats)
+  std::vector<uint32_t> fresh;  // one expansion's unvisited neighbours
+  uint64_t distances = 0;       // distance computations (stats)
 
  private:
   std::vector<uint32_t> tags_;
@@ -141,8 +142,8 @@ class Hnsw {
   }
   int randomLevel();
   template <typename DistFn>
-  void searchLevel0(DistFn&& dist, uint32_t ep, size_t ef, const SlotFilter& filter,
-                    SearchScratch& s) const;
+  void searchLevel0(DistFn&& dist, const char* rows, size_t row_bytes, uint32_t ep, size_t ef,
+                    const SlotFilter& filter, SearchScratch& s) const;
   uint32_t greedy(const float* q, uint32_t ep, float& ep_dist, int from_level, int to_level) const;
   bool allowed(uint32_t slot, const SlotFilter& f) const;
   void encode(const float* v, int8_t* out) const;
