@@ -79,6 +79,8 @@ inline int shapeClass(const PodReq& r) {
 // NoSchedule/NoExecute taints); whether a node has such a taint; a canonical key of `c` (equal
 // constraints, equal keys).
 bool constraintsAllow(const NodeConstraints& c, const NodeSpec& node);
+// The node selector and required node affinity alone (taints not looked at).
+bool nodeAffinityAllows(const NodeConstraints& c, const NodeSpec& node);
 bool hasHardTaint(const NodeSpec& node);
 std::string constraintKey(const NodeConstraints& c);
 

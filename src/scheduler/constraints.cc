@@ -1,6 +1,8 @@
+#include <algorithm>
 #include <charconv>
 
 #include "scheduler/cluster.h"
+#include "scheduler/scheduler.h"
 
 namespace infera::sched {
 namespace {
@@ -94,6 +96,22 @@ bool hasHardTaint(const NodeSpec& node) {
 }
 
 bool constraintsAllow(const NodeConstraints& c, const NodeSpec& node) {
+  if (!nodeAffinityAllows(c, node)) return false;
+  for (const Taint& taint : node.taints) {
+    if (!isHard(taint)) continue;
+    bool tolerated = false;
+    for (const Toleration& t : c.tolerations) {
+      if (tolerates(t, taint)) {
+        tolerated = true;
+        break;
+      }
+    }
+    if (!tolerated) return false;
+  }
+  return true;
+}
+
+bool nodeAffinityAllows(const NodeConstraints& c, const NodeSpec& node) {
   for (const auto& [k, v] : c.node_selector) {
     const auto it = node.labels.find(k);
     if (it == node.labels.end() || it->second != v) return false;
@@ -107,17 +125,6 @@ bool constraintsAllow(const NodeConstraints& c, const NodeSpec& node) {
       }
     }
     if (!any) return false;
-  }
-  for (const Taint& taint : node.taints) {
-    if (!isHard(taint)) continue;
-    bool tolerated = false;
-    for (const Toleration& t : c.tolerations) {
-      if (tolerates(t, taint)) {
-        tolerated = true;
-        break;
-      }
-    }
-    if (!tolerated) return false;
   }
   return true;
 }
@@ -142,6 +149,42 @@ std::string constraintKey(const NodeConstraints& c) {
     appendField(out, t.effect);
   }
   return out;
+}
+
+bool selectorMatches(const LabelSelector& s, const std::map<std::string, std::string>& labels) {
+  for (const auto& [k, v] : s.match_labels) {
+    const auto it = labels.find(k);
+    if (it == labels.end() || it->second != v) return false;
+  }
+  for (const NodeSelectorRequirement& r : s.match_expressions) {
+    const auto it = labels.find(r.key);
+    const bool present = it != labels.end();
+    const bool in =
+        present && std::find(r.values.begin(), r.values.end(), it->second) != r.values.end();
+    bool ok = false;
+    if (r.op == "In") {
+      ok = in;
+    } else if (r.op == "NotIn") {
+      ok = !in;
+    } else if (r.op == "Exists") {
+      ok = present;
+    } else if (r.op == "DoesNotExist") {
+      ok = !present;
+    }
+    if (!ok) return false;
+  }
+  return true;
+}
+
+bool termSelects(const PodAffinityTerm& t, const std::string& owner_ns, const std::string& ns,
+                 const std::map<std::string, std::string>& labels) {
+  if (!t.all_namespaces) {
+    const bool in_ns = t.namespaces.empty() ? ns == owner_ns
+                                            : std::find(t.namespaces.begin(), t.namespaces.end(),
+                                                        ns) != t.namespaces.end();
+    if (!in_ns) return false;
+  }
+  return selectorMatches(t.selector, labels);
 }
 
 }  // namespace infera::sched

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <set>
 
 #include "scheduler/cluster.h"
 
@@ -45,6 +46,11 @@ struct PodRecord {
   int64_t idle_since = -1;
   bool alive = false;
   uint32_t generation = 0;  // bumped each time the slot is reused
+  // What other pods' inter-pod terms look at: its namespace and labels, and its own
+  // anti-affinity terms (which keep pods they select out of its domains).
+  std::string ns;
+  std::map<std::string, std::string> labels;
+  std::vector<PodAffinityTerm> anti_affinity;
 };
 
 struct Plan {
@@ -775,6 +781,7 @@ class SchedulerImpl final : public Scheduler {
     const bool first_tie = policy_->firstTie();
     auto consider = [&](int n) {
       if (exclude_ != nullptr && (*exclude_)[static_cast<size_t>(n)]) return;
+      if (pod_block_ != nullptr && (*pod_block_)[static_cast<size_t>(n)]) return;
       if (!allowedOn(r, n)) return;
       PodReq eff;
       if (!proportional(nodes_[n], r, &eff) || !fits(nodes_[n], eff)) return;
@@ -816,11 +823,12 @@ class SchedulerImpl final : public Scheduler {
       const NodeState& node = nodes_[n];
       if (r.num_gpu > 0 && (node.type < 0 || !((mask >> node.type) & 1u))) continue;
       if (!allowedOn(r, n)) continue;
+      if (pod_block_ != nullptr && (*pod_block_)[static_cast<size_t>(n)]) continue;
       PodReq eff;
       if (!proportional(node, r, &eff)) continue;
       std::vector<PodId> cands;
       for (const PodId id : node_pods_[n]) {
-        if (rec(id).tier == Tier::kBestEffort) cands.push_back(id);
+        if (rec(id).tier == Tier::kBestEffort && !neededByAffinity(rec(id))) cands.push_back(id);
       }
       if (cands.empty()) continue;
       // Lowest tier first, then fewest GPUs, then youngest.
@@ -879,10 +887,156 @@ class SchedulerImpl final : public Scheduler {
     return best_count != std::numeric_limits<size_t>::max();
   }
 
+  // The value of node n's `key` label (its domain for that topology key), or nullptr.
+  const std::string* domainOf(int n, const std::string& key) const {
+    const auto& labels = node_specs_[static_cast<size_t>(n)].labels;
+    const auto it = labels.find(key);
+    return it == labels.end() ? nullptr : &it->second;
+  }
+  // Calls f(record, node) for every running pod.
+  template <typename F>
+  void forRunning(F&& f) const {
+    for (size_t n = 0; n < node_pods_.size(); ++n) {
+      for (const PodId id : node_pods_[n]) f(rec(id), static_cast<int>(n));
+    }
+  }
+  // Whether a running pod is one the deciding pod's affinity terms select (it must not be a
+  // victim: the node was allowed because of it).
+  bool neededByAffinity(const PodRecord& q) const {
+    if (deciding_ == nullptr) return false;
+    for (const PodAffinityTerm& t : deciding_->pod_constraints.affinity) {
+      if (termSelects(t, deciding_->ns, q.ns, q.labels)) return true;
+    }
+    return false;
+  }
+  // Marks in `blocked` (sized to the nodes) the nodes pod's inter-pod constraints rule out now,
+  // and returns how many of the nodes its node constraints allow are among them; `blocked` stays
+  // empty when nothing applies (no terms on the pod, no running pod with anti-affinity), which
+  // costs nothing. A node without the topology key: an anti-affinity term has no domain there
+  // (allowed), an affinity term or a spread constraint cannot be met there (ruled out). The
+  // victims a tier-0 pod would preempt still count (kube-scheduler's preemption removes them
+  // first); re-packing plans do not look at these terms.
+  int podTermsBlock(const PodSpec& pod, const PodReq& r, std::vector<uint8_t>& blocked) const {
+    const PodConstraints& pc = pod.pod_constraints;
+    if (pc.empty() && anti_holders_.empty()) return 0;
+    const int count = static_cast<int>(nodes_.size());
+    blocked.assign(nodes_.size(), 0);
+    // Anti-affinity, the pod's own terms and running pods' terms that select it: the (key,
+    // value) domains it must stay out of, gathered first, then one pass over the nodes.
+    std::map<std::string, std::set<std::string>> avoid;
+    for (const PodAffinityTerm& t : pc.anti_affinity) {
+      forRunning([&](const PodRecord& q, int n) {
+        const std::string* d = domainOf(n, t.topology_key);
+        if (d != nullptr && termSelects(t, pod.ns, q.ns, q.labels))
+          avoid[t.topology_key].insert(*d);
+      });
+    }
+    for (const PodId id : anti_holders_) {
+      const PodRecord& q = rec(id);
+      for (const PodAffinityTerm& t : q.anti_affinity) {
+        if (!termSelects(t, q.ns, pod.ns, pod.labels)) continue;
+        if (const std::string* d = domainOf(q.node, t.topology_key))
+          avoid[t.topology_key].insert(*d);
+      }
+    }
+    for (int n = 0; n < count && !avoid.empty(); ++n) {
+      for (const auto& [key, domains] : avoid) {
+        const std::string* d = domainOf(n, key);
+        if (d != nullptr && domains.count(*d)) blocked[static_cast<size_t>(n)] = 1;
+      }
+    }
+    if (!pc.affinity.empty()) {
+      // As kube-scheduler counts: a running pod that every term selects puts its node's domain
+      // of each term's key in `with`; a node must have every key, in such a domain for each.
+      auto selectsAll = [&](const std::string& ns,
+                            const std::map<std::string, std::string>& labels) {
+        return std::all_of(pc.affinity.begin(), pc.affinity.end(), [&](const PodAffinityTerm& t) {
+          return termSelects(t, pod.ns, ns, labels);
+        });
+      };
+      std::set<std::pair<std::string, std::string>> with;
+      forRunning([&](const PodRecord& q, int n) {
+        if (!selectsAll(q.ns, q.labels)) return;
+        for (const PodAffinityTerm& t : pc.affinity) {
+          if (const std::string* d = domainOf(n, t.topology_key)) with.emplace(t.topology_key, *d);
+        }
+      });
+      // The first pod of a group (nothing selected yet) that its own terms select: any node
+      // with the keys.
+      const bool first = with.empty() && selectsAll(pod.ns, pod.labels);
+      for (int n = 0; n < count; ++n) {
+        for (const PodAffinityTerm& t : pc.affinity) {
+          const std::string* d = domainOf(n, t.topology_key);
+          if (d == nullptr || (!first && !with.count({t.topology_key, *d}))) {
+            blocked[static_cast<size_t>(n)] = 1;
+          }
+        }
+      }
+    }
+    for (const SpreadConstraint& c : pc.spread) {
+      // The domains of the nodes its node selector and required node affinity allow (taints
+      // are not looked at: nodeTaintsPolicy Ignore); pods on other nodes are not counted. An
+      // empty selector counts nothing, as kube-scheduler's.
+      std::vector<uint8_t> honoured(nodes_.size(), 0);
+      std::map<std::string, int> in_domain;
+      for (int n = 0; n < count; ++n) {
+        const std::string* d = domainOf(n, c.topology_key);
+        if (d == nullptr ||
+            !nodeAffinityAllows(pod.constraints, node_specs_[static_cast<size_t>(n)]))
+          continue;
+        honoured[static_cast<size_t>(n)] = 1;
+        in_domain.emplace(*d, 0);
+      }
+      const bool counts = !c.selector.match_labels.empty() || !c.selector.match_expressions.empty();
+      forRunning([&](const PodRecord& q, int n) {
+        if (!counts || q.ns != pod.ns || !honoured[static_cast<size_t>(n)] ||
+            !selectorMatches(c.selector, q.labels))
+          return;
+        const std::string* d = domainOf(n, c.topology_key);
+        if (d == nullptr) return;
+        const auto it = in_domain.find(*d);
+        if (it != in_domain.end()) ++it->second;
+      });
+      int least = 0;
+      if (!in_domain.empty() && static_cast<int>(in_domain.size()) >= c.min_domains) {
+        least = std::numeric_limits<int>::max();
+        for (const auto& [d, k] : in_domain) least = std::min(least, k);
+      }
+      const int self = selectorMatches(c.selector, pod.labels) ? 1 : 0;
+      for (int n = 0; n < count; ++n) {
+        const std::string* d = domainOf(n, c.topology_key);
+        const auto it = d != nullptr ? in_domain.find(*d) : in_domain.end();
+        if (it == in_domain.end() || it->second + self - least > c.max_skew)
+          blocked[static_cast<size_t>(n)] = 1;
+      }
+    }
+    int ruled_out = 0;
+    for (int n = 0; n < count; ++n) ruled_out += blocked[static_cast<size_t>(n)] && allowedOn(r, n);
+    return ruled_out;
+  }
+
   Result<Plan> makePlan(const PodSpec& pod, int64_t /*now_s*/, bool allow_preempt) {
     Plan plan;
     INFERA_ASSIGN_OR_RETURN(const PodReq r, toReq(pod));
     INFERA_RETURN_IF_ERROR(resolveQueue(pod, &plan.queue, &plan.tier));
+    if (!pod.pod_constraints.unsupported.empty()) {
+      return Status::failedPrecondition("pod " + pod.name + ": not placed: its " +
+                                        pod.pod_constraints.unsupported +
+                                        " is not supported by this scheduler");
+    }
+    // Nodes its inter-pod terms (and running pods' anti-affinity) rule out, for this decision.
+    std::vector<uint8_t> blocked;
+    const int ruled_out = podTermsBlock(pod, r, blocked);
+    pod_block_ = blocked.empty() ? nullptr : &blocked;
+    deciding_ = &pod;
+    struct Unblock {
+      const std::vector<uint8_t>*& block;
+      const PodSpec*& deciding;
+      ~Unblock() {
+        block = nullptr;
+        deciding = nullptr;
+      }
+    } unblock{pod_block_, deciding_};
     std::string refusal;
     std::vector<TypeMask> quota_ok;
     for (const TypeMask group : typeGroups(r)) {
@@ -927,6 +1081,17 @@ class SchedulerImpl final : public Scheduler {
       if (r.num_gpu > 0 && (nodes_[n].type < 0 || !nodes_[n].typeAllowed(r.types))) continue;
       ++candidates;
       excluded += allowedOn(r, n) ? 0 : 1;
+    }
+    if (ruled_out > 0) {
+      return Status::resourceExhausted(
+          "pod " + pod.name + ": no node fits (" + std::to_string(ruled_out) + " of " +
+          std::to_string(nodes_.size()) +
+          " nodes ruled out by its pod affinity, anti-affinity or topology spread, or by a "
+          "running pod's anti-affinity" +
+          (excluded > 0 ? "; " + std::to_string(excluded) +
+                              " excluded by its node selector, node affinity or taints"
+                        : std::string()) +
+          ")");
     }
     if (excluded > 0) {
       return Status::resourceExhausted("pod " + pod.name + ": no node fits (" +
@@ -996,6 +1161,9 @@ class SchedulerImpl final : public Scheduler {
     record.creation_s = pod.creation_s != 0 ? pod.creation_s : now_s;
     record.bound_s = now_s;
     record.alive = true;
+    record.ns = pod.ns;
+    record.labels = pod.labels;
+    record.anti_affinity = pod.pod_constraints.anti_affinity;
     for (size_t i = 0; i < cfg_.scheduling.idle_reclaim.size(); ++i) {
       const auto& pol = cfg_.scheduling.idle_reclaim[i];
       if (!pol.match_labels.empty() && labelsMatch(pol.match_labels, pod)) {
@@ -1016,6 +1184,7 @@ class SchedulerImpl final : public Scheduler {
       pods_.push_back(std::move(record));
     }
     const PodId id = idOf(slot);
+    if (!pods_[slot].anti_affinity.empty()) anti_holders_.push_back(id);
     holdEligibility(pods_[slot].req, +1);
     bindAccounting(id, +1);
     out.pod = id;
@@ -1093,9 +1262,13 @@ class SchedulerImpl final : public Scheduler {
     bindAccounting(id, -1);
     PodRecord& p = rec(id);
     holdEligibility(p.req, -1);
+    if (!p.anti_affinity.empty()) std::erase(anti_holders_, id);
     p.alive = false;
     p.name.clear();
     p.name.shrink_to_fit();
+    p.ns.clear();
+    p.labels.clear();
+    p.anti_affinity.clear();
     p.gpus.clear();
     p.gpus.shrink_to_fit();
     free_slots_.push_back(static_cast<uint32_t>(id));
@@ -1140,6 +1313,10 @@ class SchedulerImpl final : public Scheduler {
   const FragModel* stats_model_ = nullptr;
   std::unique_ptr<Policy> policy_;
   const std::vector<uint8_t>* exclude_ = nullptr;  // findNode skips these nodes (re-packing)
+  // findNode and findVictims skip these: nodes a decision's inter-pod terms rule out.
+  const std::vector<uint8_t>* pod_block_ = nullptr;
+  const PodSpec* deciding_ = nullptr;  // the pod makePlan is deciding for
+  std::vector<PodId> anti_holders_;    // running pods with anti-affinity terms
   // Node constraints: per node its labels/taints and whether a NoSchedule/NoExecute taint keeps
   // unconstrained pods off it; per distinct constraint the nodes it allows (eligibilityOf).
   struct Eligibility {

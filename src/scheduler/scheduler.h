@@ -25,6 +25,12 @@
 
 namespace infera::sched {
 
+// Whether `s` selects a pod with these labels (types.h: LabelSelector).
+bool selectorMatches(const LabelSelector& s, const std::map<std::string, std::string>& labels);
+// Whether `t`, a term of a pod in namespace `owner_ns`, selects a pod in `ns` with `labels`.
+bool termSelects(const PodAffinityTerm& t, const std::string& owner_ns, const std::string& ns,
+                 const std::map<std::string, std::string>& labels);
+
 struct SchedulerConfig {
   // One of policyNames(): "infera" (default), "fgd", "spread", "most-allocated", "best-fit",
   // "dot-product", "gpu-packing", "gpu-clustering", "random-fit".

@@ -56,6 +56,52 @@ struct NodeConstraints {
   }
 };
 
+// A label selector (metav1.LabelSelector): every match_labels pair and every expression (In,
+// NotIn, Exists, DoesNotExist) must hold; an empty selector selects every pod. An unknown
+// operator selects nothing, as the API server's labels.Parse refuses it.
+struct LabelSelector {
+  std::map<std::string, std::string> match_labels;
+  std::vector<NodeSelectorRequirement> match_expressions;
+};
+
+// A required inter-pod (anti-)affinity term (core/v1 PodAffinityTerm): the running pods its
+// selector picks in `namespaces` (empty: the namespace of the pod that has the term; or every
+// namespace with all_namespaces, `namespaceSelector: {}`), grouped into domains by the value of
+// the nodes' `topology_key` label (kubernetes.io/hostname: each node its own domain).
+struct PodAffinityTerm {
+  LabelSelector selector;
+  std::vector<std::string> namespaces;
+  bool all_namespaces = false;
+  std::string topology_key;
+};
+
+// A hard topology spread constraint (whenUnsatisfiable: DoNotSchedule): placed in a domain, the
+// pods its selector picks in the pod's namespace (the pod too, if it matches) may exceed the
+// emptiest domain by at most max_skew. Domains are those of the nodes the pod's node constraints
+// allow (kube-scheduler's nodeAffinityPolicy Honor; taints are not looked at, nodeTaintsPolicy
+// Ignore); with fewer than min_domains of them the emptiest counts as 0.
+struct SpreadConstraint {
+  int max_skew = 1;
+  std::string topology_key;
+  LabelSelector selector;
+  int min_domains = 1;
+};
+
+// kube-scheduler's InterPodAffinity and PodTopologySpread filters, their hard parts: a pod goes
+// only to a node whose domain holds a pod each affinity term selects (the first pod of a group
+// whose term selects itself goes anywhere), whose domain holds no pod an anti-affinity term
+// selects, where no running pod's anti-affinity term selects it, and within every spread
+// constraint's skew. Preferred terms and ScheduleAnyway constraints are soft and not modelled.
+struct PodConstraints {
+  std::vector<PodAffinityTerm> affinity;
+  std::vector<PodAffinityTerm> anti_affinity;
+  std::vector<SpreadConstraint> spread;
+  // Set by a reader for a constraint the engine cannot honour (a namespaceSelector with labels,
+  // say): such a pod is refused with it rather than placed where it may not belong.
+  std::string unsupported;
+  bool empty() const { return affinity.empty() && anti_affinity.empty() && spread.empty(); }
+};
+
 struct NodeSpec {
   std::string name;
   int64_t cpu_milli = 0;
@@ -79,7 +125,8 @@ struct PodSpec {
   // or above it in the configured ladder.
   std::vector<std::string> gpu_types;
   std::string min_gpu_type;
-  NodeConstraints constraints;  // node selector, required node affinity, tolerations
+  NodeConstraints constraints;     // node selector, required node affinity, tolerations
+  PodConstraints pod_constraints;  // inter-pod (anti-)affinity, topology spread
   Tier tier = Tier::kShared;
   std::string queue;  // "" = resolved by the queue placement rules (or no queues)
   int priority = 0;

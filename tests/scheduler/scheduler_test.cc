@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 #include <tuple>
 
 namespace infera::sched {
@@ -767,6 +768,236 @@ TEST(SchedulerTest, NodeSelectorAndRequiredAffinityKeepAPodToMatchingNodes) {
   PodSpec more = gpuPod("more", 1);
   more.constraints.node_selector = {{"zone", "z1"}};
   EXPECT_EQ(engine->schedule(more).status().code(), StatusCode::kResourceExhausted);
+}
+
+// --- inter-pod constraints: required pod (anti-)affinity and topology spread -----------------
+
+PodSpec labelledPod(const std::string& name, int num_gpu, std::map<std::string, std::string> labels,
+                    std::string ns = "default") {
+  PodSpec p = gpuPod(name, num_gpu);
+  p.labels = std::move(labels);
+  p.ns = std::move(ns);
+  return p;
+}
+
+PodAffinityTerm termFor(std::map<std::string, std::string> match, std::string key) {
+  PodAffinityTerm t;
+  t.selector.match_labels = std::move(match);
+  t.topology_key = std::move(key);
+  return t;
+}
+
+TEST(SchedulerTest, PodAntiAffinitySpreadsReplicasOneToANodeAndIsSymmetric) {
+  // Four 8-GPU nodes in two zones: the packing policy alone would stack 1-GPU replicas on one.
+  std::vector<NodeSpec> nodes;
+  for (int i = 0; i < 4; ++i) {
+    nodes.push_back(labelled(
+        gpuNode("n" + std::to_string(i), "A10", 8),
+        {{"kubernetes.io/hostname", "n" + std::to_string(i)}, {"zone", i < 2 ? "z1" : "z2"}}));
+  }
+  auto engine = makeEngine(nodes);
+  std::set<std::string> used;
+  for (int i = 0; i < 4; ++i) {
+    PodSpec r = labelledPod("web-" + std::to_string(i), 1, {{"app", "web"}});
+    r.pod_constraints.anti_affinity = {termFor({{"app", "web"}}, "kubernetes.io/hostname")};
+    auto placed = engine->schedule(r);
+    ASSERT_TRUE(placed.ok()) << placed.status().message();
+    EXPECT_TRUE(used.insert(placed->node_name).second) << "two replicas on " << placed->node_name;
+  }
+  // A fifth has no node left; the reason names the inter-pod constraints.
+  PodSpec fifth = labelledPod("web-4", 1, {{"app", "web"}});
+  fifth.pod_constraints.anti_affinity = {termFor({{"app", "web"}}, "kubernetes.io/hostname")};
+  auto refused = engine->schedule(fifth);
+  EXPECT_EQ(refused.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(refused.status().message().find("4 of 4 nodes ruled out by its pod affinity"),
+            std::string::npos)
+      << refused.status().message();
+  // Symmetry: a pod without terms that the running replicas' anti-affinity selects is kept off
+  // every node too; another label goes anywhere; the same label in another namespace too.
+  EXPECT_EQ(engine->schedule(labelledPod("plain-web", 1, {{"app", "web"}})).status().code(),
+            StatusCode::kResourceExhausted);
+  EXPECT_TRUE(engine->schedule(labelledPod("db", 1, {{"app", "db"}})).ok());
+  EXPECT_TRUE(engine->schedule(labelledPod("web-other-ns", 1, {{"app", "web"}}, "other")).ok());
+  // Zone anti-affinity: two zones, so a third pod of the group has no domain.
+  auto zoned = makeEngine(nodes);
+  std::set<std::string> zones;
+  for (int i = 0; i < 3; ++i) {
+    PodSpec r = labelledPod("z-" + std::to_string(i), 1, {{"app", "batch"}});
+    r.pod_constraints.anti_affinity = {termFor({{"app", "batch"}}, "zone")};
+    auto placed = zoned->schedule(r);
+    if (i < 2) {
+      ASSERT_TRUE(placed.ok()) << placed.status().message();
+      zones.insert(placed->node_name < "n2" ? "z1" : "z2");
+    } else {
+      EXPECT_EQ(placed.status().code(), StatusCode::kResourceExhausted);
+    }
+  }
+  EXPECT_EQ(zones.size(), 2u);
+  // A released replica frees its node for the group again.
+  auto again = makeEngine(nodes);
+  PodSpec solo = labelledPod("solo", 8, {{"app", "solo"}});
+  solo.pod_constraints.anti_affinity = {termFor({{"app", "solo"}}, "kubernetes.io/hostname")};
+  std::vector<Placement> solos;
+  for (int i = 0; i < 4; ++i) {
+    solo.name = "solo-" + std::to_string(i);
+    auto placed = again->schedule(solo);
+    ASSERT_TRUE(placed.ok());
+    solos.push_back(*placed);
+  }
+  // Every node is full now; freeing one (8 GPUs and its anti-affinity) lets the group back in.
+  solo.name = "solo-4";
+  EXPECT_FALSE(again->schedule(solo).ok());
+  ASSERT_TRUE(again->release(solos[2].pod).isOk());
+  auto placed = again->schedule(solo);
+  ASSERT_TRUE(placed.ok()) << placed.status().message();
+  EXPECT_EQ(placed->node_name, solos[2].node_name);
+}
+
+TEST(SchedulerTest, PodAffinityCoLocatesAndTheFirstOfAGroupGoesAnywhere) {
+  std::vector<NodeSpec> nodes;
+  for (int i = 0; i < 3; ++i) {
+    nodes.push_back(labelled(gpuNode("n" + std::to_string(i), "A10", 8),
+                             {{"kubernetes.io/hostname", "n" + std::to_string(i)}}));
+  }
+  nodes.push_back(gpuNode("unlabelled", "A10", 8));
+  auto engine = makeEngine(nodes);
+  // Cache pods fill n0 and n1 partly; the sidecar must land beside the "cache" pod on n1.
+  ASSERT_TRUE(engine->assume(labelledPod("filler", 6, {{"app", "other"}}), "n0", 0).ok());
+  ASSERT_TRUE(engine->assume(labelledPod("cache", 1, {{"app", "cache"}}), "n1", 0).ok());
+  PodSpec side = labelledPod("side", 1, {{"app", "side"}});
+  side.pod_constraints.affinity = {termFor({{"app", "cache"}}, "kubernetes.io/hostname")};
+  auto placed = engine->schedule(side);
+  ASSERT_TRUE(placed.ok()) << placed.status().message();
+  EXPECT_EQ(placed->node_name, "n1");
+  // Nothing selected and the term does not select the pod itself: nowhere.
+  PodSpec lonely = labelledPod("lonely", 1, {{"app", "x"}});
+  lonely.pod_constraints.affinity = {termFor({{"app", "missing"}}, "kubernetes.io/hostname")};
+  EXPECT_EQ(engine->schedule(lonely).status().code(), StatusCode::kResourceExhausted);
+  // The first of a group that selects itself goes anywhere; the second follows it.
+  PodSpec g0 = labelledPod("g0", 1, {{"app", "group"}});
+  g0.pod_constraints.affinity = {termFor({{"app", "group"}}, "kubernetes.io/hostname")};
+  placed = engine->schedule(g0);
+  ASSERT_TRUE(placed.ok()) << placed.status().message();
+  const std::string first = placed->node_name;
+  g0.name = "g1";
+  placed = engine->schedule(g0);
+  ASSERT_TRUE(placed.ok()) << placed.status().message();
+  EXPECT_EQ(placed->node_name, first);
+  // A node without the topology key never satisfies an affinity term.
+  EXPECT_NE(first, "unlabelled");
+}
+
+TEST(SchedulerTest, TopologySpreadKeepsZonesWithinTheSkew) {
+  // Zone z1 has three nodes, z2 one: packing alone would fill z1 first.
+  std::vector<NodeSpec> nodes;
+  for (int i = 0; i < 4; ++i) {
+    nodes.push_back(
+        labelled(gpuNode("n" + std::to_string(i), "A10", 8), {{"zone", i < 3 ? "z1" : "z2"}}));
+  }
+  nodes.push_back(gpuNode("nozone", "A10", 8));
+  auto engine = makeEngine(nodes);
+  SpreadConstraint c;
+  c.topology_key = "zone";
+  c.selector.match_labels = {{"app", "api"}};
+  std::map<std::string, int> per_zone;
+  for (int i = 0; i < 8; ++i) {
+    PodSpec p = labelledPod("api-" + std::to_string(i), 1, {{"app", "api"}});
+    p.pod_constraints.spread = {c};
+    auto placed = engine->schedule(p);
+    ASSERT_TRUE(placed.ok()) << placed.status().message();
+    ASSERT_NE(placed->node_name, "nozone");  // no zone label: cannot be counted, never chosen
+    ++per_zone[placed->node_name == "n3" ? "z2" : "z1"];
+    EXPECT_LE(std::abs(per_zone["z1"] - per_zone["z2"]), 1) << "after " << i + 1 << " pods";
+  }
+  EXPECT_EQ(per_zone["z1"], 4);
+  EXPECT_EQ(per_zone["z2"], 4);
+  // z2's node full (a pod the selector does not pick, not counted): the next goes to z1 (a skew
+  // of 1 is allowed), the one after cannot.
+  ASSERT_TRUE(engine->assume(labelledPod("z2-filler", 4, {{"app", "other"}}), "n3", 0).ok());
+  PodSpec p = labelledPod("api-8", 1, {{"app", "api"}});
+  p.pod_constraints.spread = {c};
+  auto in_z1 = engine->schedule(p);
+  ASSERT_TRUE(in_z1.ok()) << in_z1.status().message();
+  EXPECT_NE(in_z1->node_name, "n3");
+  p.name = "api-9";
+  auto over = engine->schedule(p);
+  EXPECT_EQ(over.status().code(), StatusCode::kResourceExhausted) << over.ok();
+  // max_skew 2 allows one more in z1.
+  c.max_skew = 2;
+  p.pod_constraints.spread = {c};
+  EXPECT_TRUE(engine->schedule(p).ok());
+  // An unsupported constraint is refused with its name, not placed.
+  PodSpec odd = labelledPod("odd", 1, {});
+  odd.pod_constraints.unsupported = "podAffinity namespaceSelector with labels";
+  auto refused = engine->schedule(odd);
+  EXPECT_EQ(refused.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(refused.status().message().find("namespaceSelector"), std::string::npos);
+}
+
+TEST(SchedulerTest, SpreadCountsTaintedDomainsHonoursMinDomainsAndAnEmptySelectorCountsNothing) {
+  // z3's node has a NoSchedule taint the pods do not tolerate: it is still a domain (count 0), as
+  // kube-scheduler's default nodeTaintsPolicy Ignore has it, so z1 and z2 stop at max_skew.
+  auto engine = makeEngine(
+      {labelled(gpuNode("n1", "A10", 8), {{"zone", "z1"}}),
+       labelled(gpuNode("n2", "A10", 8), {{"zone", "z2"}}),
+       labelled(gpuNode("n3", "A10", 8), {{"zone", "z3"}}, {{"maintenance", "", "NoSchedule"}})});
+  SpreadConstraint c;
+  c.topology_key = "zone";
+  c.selector.match_labels = {{"app", "api"}};
+  PodSpec p = labelledPod("api-0", 1, {{"app", "api"}});
+  p.pod_constraints.spread = {c};
+  ASSERT_TRUE(engine->schedule(p).ok());
+  p.name = "api-1";
+  ASSERT_TRUE(engine->schedule(p).ok());
+  p.name = "api-2";  // z1 and z2 hold one each, z3 none: a second in either is a skew of 2
+  EXPECT_EQ(engine->schedule(p).status().code(), StatusCode::kResourceExhausted);
+  // An empty selector counts nothing: the constraint never refuses (nodes need the key only).
+  SpreadConstraint any = c;
+  any.selector = LabelSelector{};
+  PodSpec q = labelledPod("any-0", 1, {{"app", "api"}});
+  q.pod_constraints.spread = {any};
+  EXPECT_TRUE(engine->schedule(q).ok());
+
+  // min_domains: with fewer domains than that, the emptiest counts as 0, so one zone of two
+  // nodes takes max_skew pods and no more.
+  auto two = makeEngine({labelled(gpuNode("a", "A10", 8), {{"zone", "z1"}}),
+                         labelled(gpuNode("b", "A10", 8), {{"zone", "z1"}})});
+  SpreadConstraint md = c;
+  md.min_domains = 2;
+  PodSpec m = labelledPod("m-0", 1, {{"app", "api"}});
+  m.pod_constraints.spread = {md};
+  ASSERT_TRUE(two->schedule(m).ok());
+  m.name = "m-1";
+  EXPECT_EQ(two->schedule(m).status().code(), StatusCode::kResourceExhausted);
+  m.pod_constraints.spread[0].min_domains = 1;  // one domain is its own minimum: no limit
+  EXPECT_TRUE(two->schedule(m).ok());
+}
+
+TEST(SchedulerTest, PreemptionNeverEvictsThePodAnAffinityTermNeeds) {
+  // One 4-GPU node full of team-b's best-effort pods; team-a's tier-0 pod needs to be beside the
+  // "cache" pod, itself one of them. The victims are chosen among the others.
+  auto engine = makeEngine({labelled(gpuNode("n0", "A10", 4), {{"kubernetes.io/hostname", "n0"}})},
+                           kTwoQueues);
+  PodSpec cache = labelledPod("cache", 2, {{"app", "cache"}});
+  cache.queue = "org/team-b";
+  cache.tier = Tier::kBestEffort;
+  cache.creation_s = 5;  // the youngest: the engine's first victim otherwise
+  ASSERT_TRUE(engine->schedule(cache, 5).ok());
+  for (int i = 0; i < 2; ++i) {
+    PodSpec b = labelledPod("b" + std::to_string(i), 1, {{"app", "batch"}});
+    b.queue = "org/team-b";
+    b.tier = Tier::kBestEffort;
+    b.creation_s = i;
+    ASSERT_TRUE(engine->schedule(b, i).ok());
+  }
+  PodSpec owner = labelledPod("a0", 2, {{"app", "model"}});
+  owner.queue = "org/team-a";
+  owner.tier = Tier::kGuaranteed;
+  owner.pod_constraints.affinity = {termFor({{"app", "cache"}}, "kubernetes.io/hostname")};
+  auto placed = engine->schedule(owner, 10);
+  ASSERT_TRUE(placed.ok()) << placed.status().message();
+  ASSERT_EQ(placed->evicted.size(), 2u);
+  for (const Eviction& e : placed->evicted) EXPECT_NE(e.pod_name, "cache");
 }
 
 TEST(SchedulerTest, TaintsKeepPodsOffUnlessTolerated) {

@@ -5,6 +5,8 @@
 #include <cmath>
 #include <ctime>
 
+#include "scheduler/scheduler.h"
+
 namespace infera::sched::kube {
 namespace {
 
@@ -119,6 +121,95 @@ NodeConstraints podConstraints(const Json& spec) {
     }
   }
   return c;
+}
+
+LabelSelector labelSelector(const Json* sel) {
+  LabelSelector out;
+  if (sel == nullptr || !sel->is_object()) return out;
+  out.match_labels = stringMap(find(*sel, "matchLabels"));
+  out.match_expressions = requirements(find(*sel, "matchExpressions"));
+  return out;
+}
+
+// A selector that selects nothing (what a null labelSelector does in an affinity term or a
+// spread constraint): an expression no label satisfies.
+LabelSelector selectsNothing() {
+  LabelSelector out;
+  out.match_expressions.push_back({"", "In", {}});
+  return out;
+}
+
+// matchLabelKeys: the pod's own values of those labels, ANDed into the selector as kube-scheduler
+// does (a key the pod lacks is ignored).
+void addMatchLabelKeys(LabelSelector& sel, const Json& from,
+                       const std::map<std::string, std::string>& labels) {
+  for (const std::string& key : stringList(find(from, "matchLabelKeys"))) {
+    const auto it = labels.find(key);
+    if (it != labels.end()) sel.match_expressions.push_back({key, "In", {it->second}});
+  }
+}
+
+// spec.affinity.podAffinity / podAntiAffinity (their required terms) and
+// spec.topologySpreadConstraints (those with whenUnsatisfiable DoNotSchedule). What the engine
+// cannot honour is named in `unsupported`, and such a pod is not placed.
+PodConstraints podTerms(const Json& spec, const std::map<std::string, std::string>& labels) {
+  PodConstraints pc;
+  std::string& unsupported = pc.unsupported;
+  const Json* affinity = find(spec, "affinity");
+  auto terms = [&](const char* kind, std::vector<PodAffinityTerm>& out) {
+    const Json* a = affinity != nullptr ? find(*affinity, kind) : nullptr;
+    const Json* req =
+        a != nullptr ? find(*a, "requiredDuringSchedulingIgnoredDuringExecution") : nullptr;
+    if (req == nullptr || !req->is_array()) return;
+    for (const Json& t : *req) {
+      PodAffinityTerm term;
+      const Json* sel = find(t, "labelSelector");
+      term.selector = sel != nullptr && sel->is_object() ? labelSelector(sel) : selectsNothing();
+      addMatchLabelKeys(term.selector, t, labels);
+      term.namespaces = stringList(find(t, "namespaces"));
+      const Json* ns_sel = find(t, "namespaceSelector");
+      if (ns_sel != nullptr && ns_sel->is_object()) {
+        const LabelSelector nss = labelSelector(ns_sel);
+        if (nss.match_labels.empty() && nss.match_expressions.empty()) {
+          term.all_namespaces = true;  // {} (or empty lists): every namespace
+        } else {
+          // Namespaces are not watched, so their labels are unknown. Such a pod is refused; as a
+          // running pod (bound by another scheduler) its anti-affinity keeps every namespace's
+          // selected pods out, a superset of what it asks.
+          unsupported = std::string(kind) + " namespaceSelector with labels";
+          if (std::string_view(kind) == "podAntiAffinity") term.all_namespaces = true;
+        }
+      }
+      // mismatchLabelKeys (and matchLabelKeys of these terms) the API server has already merged
+      // into labelSelector; ANDing matchLabelKeys once more changes nothing.
+      term.topology_key = str(t, "topologyKey");
+      out.push_back(std::move(term));
+    }
+  };
+  terms("podAffinity", pc.affinity);
+  terms("podAntiAffinity", pc.anti_affinity);
+  const Json* spread = find(spec, "topologySpreadConstraints");
+  if (spread != nullptr && spread->is_array()) {
+    for (const Json& c : *spread) {
+      if (str(c, "whenUnsatisfiable") != "DoNotSchedule") continue;  // ScheduleAnyway: soft
+      SpreadConstraint sc;
+      const Json* skew = find(c, "maxSkew");
+      sc.max_skew = skew != nullptr && skew->is_number_integer() ? skew->get<int>() : 1;
+      const Json* min_domains = find(c, "minDomains");
+      if (min_domains != nullptr && min_domains->is_number_integer())
+        sc.min_domains = min_domains->get<int>();
+      sc.topology_key = str(c, "topologyKey");
+      const Json* sel = find(c, "labelSelector");
+      sc.selector = sel != nullptr && sel->is_object() ? labelSelector(sel) : selectsNothing();
+      addMatchLabelKeys(sc.selector, c, labels);
+      if (str(c, "nodeAffinityPolicy") == "Ignore" || str(c, "nodeTaintsPolicy") == "Honor") {
+        unsupported =
+            "topologySpreadConstraints nodeAffinityPolicy Ignore / nodeTaintsPolicy Honor";
+      }
+      pc.spread.push_back(std::move(sc));
+    }
+  }
+  return pc;
 }
 
 }  // namespace
@@ -290,6 +381,7 @@ Result<KubePod> podFromJson(const Json& pod, const KubeConfig& cfg) {
     out.node_name = str(*spec, "nodeName");
     s.service_account = str(*spec, "serviceAccountName");
     s.constraints = podConstraints(*spec);
+    s.pod_constraints = podTerms(*spec, s.labels);
     if (s.service_account.empty()) s.service_account = "default";
     const Json* prio = find(*spec, "priority");
     if (prio != nullptr && prio->is_number_integer()) s.priority = prio->get<int>();
@@ -440,8 +532,7 @@ Result<KubePdb> pdbFromJson(const Json& pdb) {
   const Json* sel = spec != nullptr ? find(*spec, "selector") : nullptr;
   if (sel != nullptr && sel->is_object()) {
     out.has_selector = true;
-    out.match_labels = stringMap(find(*sel, "matchLabels"));
-    out.match_expressions = requirements(find(*sel, "matchExpressions"));
+    out.selector = labelSelector(sel);
   }
   // No status yet (the disruption controller has not seen it), or one older than the spec
   // (observedGeneration < metadata.generation: minAvailable just edited, say): nothing may be
@@ -492,29 +583,7 @@ RepackPlan keepWithinBudgets(RepackPlan plan, const std::vector<KubePdb>& pdbs,
 }
 
 bool KubePdb::selects(const KubePod& pod) const {
-  if (!has_selector || pod.ns != ns) return false;
-  const auto& labels = pod.spec.labels;
-  for (const auto& [k, v] : match_labels) {
-    const auto it = labels.find(k);
-    if (it == labels.end() || it->second != v) return false;
-  }
-  for (const NodeSelectorRequirement& r : match_expressions) {
-    const auto it = labels.find(r.key);
-    const bool present = it != labels.end();
-    const bool in =
-        present && std::find(r.values.begin(), r.values.end(), it->second) != r.values.end();
-    bool ok = false;
-    if (r.op == "In")
-      ok = in;
-    else if (r.op == "NotIn")
-      ok = !in;
-    else if (r.op == "Exists")
-      ok = present;
-    else if (r.op == "DoesNotExist")
-      ok = !present;
-    if (!ok) return false;  // an unknown operator selects nothing, as labels.Parse refuses it
-  }
-  return true;
+  return has_selector && pod.ns == ns && selectorMatches(selector, pod.spec.labels);
 }
 
 }  // namespace infera::sched::kube

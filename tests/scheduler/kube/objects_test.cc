@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "scheduler/kube/kube.h"
+#include "scheduler/scheduler.h"
 
 namespace infera::sched::kube {
 namespace {
@@ -195,6 +196,58 @@ TEST(KubeObjectsTest, PodNodeConstraintsAndNodeTaintsAreRead) {
   ASSERT_EQ(n->spec.taints.size(), 2u);
   EXPECT_EQ(n->spec.taints[0], (Taint{"team", "vision", "NoSchedule"}));
   EXPECT_EQ(n->spec.taints[1], (Taint{"spot", "", "PreferNoSchedule"}));
+}
+
+TEST(KubeObjectsTest, PodAffinityAntiAffinityAndHardSpreadAreRead) {
+  // kubectl's own JSON: required anti-affinity by host (a preferred term beside it), required
+  // affinity by zone (two namespaces) and by region (namespaceSelector {}: every namespace), a
+  // DoNotSchedule spread with matchLabelKeys and minDomains, and a ScheduleAnyway one (soft).
+  Json pod = fixture("spread-pod.json");
+  pod["metadata"]["labels"]["pod-template-hash"] = "7d9f";
+  auto p = podFromJson(pod, KubeConfig{});
+  ASSERT_TRUE(p.ok()) << p.status().message();
+  const PodConstraints& c = p->spec.pod_constraints;
+  EXPECT_TRUE(c.unsupported.empty()) << c.unsupported;
+  ASSERT_EQ(c.anti_affinity.size(), 1u);  // the preferred term is not a constraint
+  EXPECT_EQ(c.anti_affinity[0].topology_key, "kubernetes.io/hostname");
+  EXPECT_EQ(c.anti_affinity[0].selector.match_labels,
+            (std::map<std::string, std::string>{{"app", "serve"}}));
+  ASSERT_EQ(c.affinity.size(), 2u);
+  EXPECT_EQ(c.affinity[0].namespaces, (std::vector<std::string>{"ml", "shared"}));
+  ASSERT_EQ(c.affinity[0].selector.match_expressions.size(), 1u);
+  EXPECT_EQ(c.affinity[0].selector.match_expressions[0].values,
+            (std::vector<std::string>{"cache", "kv"}));
+  EXPECT_FALSE(c.affinity[0].all_namespaces);
+  EXPECT_TRUE(c.affinity[1].all_namespaces);
+  ASSERT_EQ(c.spread.size(), 1u);  // ScheduleAnyway is soft
+  EXPECT_EQ(c.spread[0].max_skew, 2);
+  EXPECT_EQ(c.spread[0].min_domains, 3);
+  EXPECT_EQ(c.spread[0].topology_key, "topology.kubernetes.io/zone");
+  // matchLabelKeys: the pod's own pod-template-hash ANDed into the selector.
+  EXPECT_TRUE(
+      selectorMatches(c.spread[0].selector, {{"app", "serve"}, {"pod-template-hash", "7d9f"}}));
+  EXPECT_FALSE(
+      selectorMatches(c.spread[0].selector, {{"app", "serve"}, {"pod-template-hash", "1111"}}));
+  // The terms select as the API server reads them.
+  EXPECT_TRUE(termSelects(c.affinity[0], "ml", "shared", {{"app", "kv"}}));
+  EXPECT_FALSE(termSelects(c.affinity[0], "ml", "other", {{"app", "kv"}}));
+  EXPECT_TRUE(termSelects(c.affinity[1], "ml", "other", {{"tier", "edge"}}));
+  EXPECT_TRUE(termSelects(c.anti_affinity[0], "ml", "ml", {{"app", "serve"}}));
+  EXPECT_FALSE(termSelects(c.anti_affinity[0], "ml", "team-b", {{"app", "serve"}}));
+  // A null labelSelector selects nothing; a namespaceSelector with labels is not supported, and
+  // says so (the engine then refuses the pod with it).
+  pod["spec"]["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][0]
+      .erase("labelSelector");
+  pod["spec"]["affinity"]["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][1]
+     ["namespaceSelector"] = Json::parse(R"({"matchLabels":{"team":"a"}})");
+  p = podFromJson(pod, KubeConfig{});
+  ASSERT_TRUE(p.ok());
+  EXPECT_FALSE(termSelects(p->spec.pod_constraints.anti_affinity[0], "ml", "ml", {}));
+  EXPECT_FALSE(
+      termSelects(p->spec.pod_constraints.anti_affinity[0], "ml", "ml", {{"app", "serve"}}));
+  EXPECT_NE(p->spec.pod_constraints.unsupported.find("namespaceSelector"), std::string::npos);
+  // A pod without any has none.
+  EXPECT_TRUE(podFromJson(fixture("gpu-pod.json"), KubeConfig{})->spec.pod_constraints.empty());
 }
 
 TEST(KubeServeConfigTest, ParsesTheSchedulingSection) {

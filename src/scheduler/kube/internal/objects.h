@@ -58,8 +58,7 @@ struct KubePdb {
   std::string ns;
   std::string name;
   bool has_selector = false;
-  std::map<std::string, std::string> match_labels;
-  std::vector<NodeSelectorRequirement> match_expressions;  // In | NotIn | Exists | DoesNotExist
+  LabelSelector selector;
   int64_t disruptions_allowed = 0;
   bool selects(const KubePod& pod) const;
 };
