@@ -139,6 +139,12 @@ LabelSelector selectsNothing() {
   return out;
 }
 
+// The labelSelector of a term or a spread constraint: a null (or non-object) one selects nothing.
+LabelSelector termSelector(const Json& from) {
+  const Json* sel = find(from, "labelSelector");
+  return sel != nullptr && sel->is_object() ? labelSelector(sel) : selectsNothing();
+}
+
 // matchLabelKeys: the pod's own values of those labels, ANDed into the selector as kube-scheduler
 // does (a key the pod lacks is ignored).
 void addMatchLabelKeys(LabelSelector& sel, const Json& from,
@@ -163,8 +169,7 @@ PodConstraints podTerms(const Json& spec, const std::map<std::string, std::strin
     if (req == nullptr || !req->is_array()) return;
     for (const Json& t : *req) {
       PodAffinityTerm term;
-      const Json* sel = find(t, "labelSelector");
-      term.selector = sel != nullptr && sel->is_object() ? labelSelector(sel) : selectsNothing();
+      term.selector = termSelector(t);
       addMatchLabelKeys(term.selector, t, labels);
       term.namespaces = stringList(find(t, "namespaces"));
       const Json* ns_sel = find(t, "namespaceSelector");
@@ -199,8 +204,7 @@ PodConstraints podTerms(const Json& spec, const std::map<std::string, std::strin
       if (min_domains != nullptr && min_domains->is_number_integer())
         sc.min_domains = min_domains->get<int>();
       sc.topology_key = str(c, "topologyKey");
-      const Json* sel = find(c, "labelSelector");
-      sc.selector = sel != nullptr && sel->is_object() ? labelSelector(sel) : selectsNothing();
+      sc.selector = termSelector(c);
       addMatchLabelKeys(sc.selector, c, labels);
       if (str(c, "nodeAffinityPolicy") == "Ignore" || str(c, "nodeTaintsPolicy") == "Honor") {
         unsupported =
