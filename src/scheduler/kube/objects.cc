@@ -4,6 +4,7 @@
 #include <charconv>
 #include <cmath>
 #include <ctime>
+#include <limits>
 
 #include "scheduler/scheduler.h"
 
@@ -139,6 +140,18 @@ LabelSelector selectsNothing() {
   return out;
 }
 
+// An integer field as an int, clamped to int's range (a narrowing cast would turn 10^12 into a
+// negative skew); `fallback` when absent or not an integer.
+int clampedInt(const Json* v, int fallback) {
+  if (v == nullptr || !v->is_number_integer()) return fallback;
+  if (v->is_number_unsigned()) {
+    return static_cast<int>(
+        std::min<uint64_t>(v->get<uint64_t>(), uint64_t{std::numeric_limits<int>::max()}));
+  }
+  return static_cast<int>(std::clamp<int64_t>(v->get<int64_t>(), std::numeric_limits<int>::min(),
+                                              std::numeric_limits<int>::max()));
+}
+
 // The labelSelector of a term or a spread constraint: a null (or non-object) one selects nothing.
 LabelSelector termSelector(const Json& from) {
   const Json* sel = find(from, "labelSelector");
@@ -198,11 +211,8 @@ PodConstraints podTerms(const Json& spec, const std::map<std::string, std::strin
     for (const Json& c : *spread) {
       if (str(c, "whenUnsatisfiable") != "DoNotSchedule") continue;  // ScheduleAnyway: soft
       SpreadConstraint sc;
-      const Json* skew = find(c, "maxSkew");
-      sc.max_skew = skew != nullptr && skew->is_number_integer() ? skew->get<int>() : 1;
-      const Json* min_domains = find(c, "minDomains");
-      if (min_domains != nullptr && min_domains->is_number_integer())
-        sc.min_domains = min_domains->get<int>();
+      sc.max_skew = clampedInt(find(c, "maxSkew"), 1);
+      sc.min_domains = clampedInt(find(c, "minDomains"), 1);
       sc.topology_key = str(c, "topologyKey");
       sc.selector = termSelector(c);
       addMatchLabelKeys(sc.selector, c, labels);
@@ -387,8 +397,7 @@ Result<KubePod> podFromJson(const Json& pod, const KubeConfig& cfg) {
     s.constraints = podConstraints(*spec);
     s.pod_constraints = podTerms(*spec, s.labels);
     if (s.service_account.empty()) s.service_account = "default";
-    const Json* prio = find(*spec, "priority");
-    if (prio != nullptr && prio->is_number_integer()) s.priority = prio->get<int>();
+    s.priority = clampedInt(find(*spec, "priority"), s.priority);
     // Requests: the sum over containers, or the largest init container if larger (what
     // kube-scheduler's resource fit uses), plus the pod overhead.
     Requests sum;

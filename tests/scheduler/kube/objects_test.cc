@@ -6,6 +6,7 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <limits>
 #include <sstream>
 
 #include "scheduler/kube/kube.h"
@@ -248,6 +249,49 @@ TEST(KubeObjectsTest, PodAffinityAntiAffinityAndHardSpreadAreRead) {
   EXPECT_NE(p->spec.pod_constraints.unsupported.find("namespaceSelector"), std::string::npos);
   // A pod without any has none.
   EXPECT_TRUE(podFromJson(fixture("gpu-pod.json"), KubeConfig{})->spec.pod_constraints.empty());
+}
+
+// What a hostile or broken object does to the reader: wrong types are read as absent (a term
+// with a selector that is not an object selects nothing), numbers out of int range are clamped,
+// a key given twice is read once (the last, as the API server's decoder keeps), and nothing
+// throws.
+TEST(KubeObjectsTest, PodTermsSurviveWrongTypesHugeNumbersAndRepeatedKeys) {
+  Json pod = fixture("spread-pod.json");
+  auto& anti =
+      pod["spec"]["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"];
+  anti[0]["labelSelector"] = Json::array({1, 2});
+  anti[0]["namespaces"] = "ml";
+  anti.push_back(Json::parse(
+      R"({"labelSelector":{"matchLabels":{"app":7},"matchExpressions":[{"key":"k","operator":"In","values":[1,"v"]}]},"topologyKey":5})"));
+  auto& spread = pod["spec"]["topologySpreadConstraints"];
+  spread[0]["maxSkew"] = 1000000000000LL;
+  spread[0]["minDomains"] = -1000000000000LL;
+  spread.push_back(
+      Json::parse(R"({"maxSkew":"2","whenUnsatisfiable":"DoNotSchedule","topologyKey":"zone"})"));
+  pod["spec"]["affinity"]["podAffinity"] = "not an object";
+  auto p = podFromJson(pod, KubeConfig{});
+  ASSERT_TRUE(p.ok()) << p.status().message();
+  const PodConstraints& c = p->spec.pod_constraints;
+  ASSERT_EQ(c.anti_affinity.size(), 2u);
+  EXPECT_FALSE(termSelects(c.anti_affinity[0], "ml", "ml", {{"app", "serve"}}));  // selects nothing
+  EXPECT_TRUE(c.anti_affinity[0].namespaces.empty());  // not a list: the pod's own namespace
+  EXPECT_TRUE(c.anti_affinity[1].topology_key.empty());
+  EXPECT_TRUE(c.affinity.empty());
+  ASSERT_EQ(c.spread.size(), 2u);
+  EXPECT_EQ(c.spread[0].max_skew, std::numeric_limits<int>::max());
+  EXPECT_EQ(c.spread[0].min_domains, std::numeric_limits<int>::min());
+  EXPECT_EQ(c.spread[1].max_skew, 1);  // a string is no number: the default
+  // A key given twice in the body: the last one is the one read.
+  const std::string body = R"({"metadata":{"name":"d","namespace":"ml","labels":{"app":"x"}},
+    "spec":{"containers":[{"name":"c","image":"i"}],"affinity":{"podAntiAffinity":{
+    "requiredDuringSchedulingIgnoredDuringExecution":[{"labelSelector":{"matchLabels":{"app":"a"},
+    "matchLabels":{"app":"b"}},"topologyKey":"h","topologyKey":"kubernetes.io/hostname"}]}}}})";
+  p = podFromJson(Json::parse(body), KubeConfig{});
+  ASSERT_TRUE(p.ok()) << p.status().message();
+  ASSERT_EQ(p->spec.pod_constraints.anti_affinity.size(), 1u);
+  EXPECT_EQ(p->spec.pod_constraints.anti_affinity[0].topology_key, "kubernetes.io/hostname");
+  EXPECT_TRUE(termSelects(p->spec.pod_constraints.anti_affinity[0], "ml", "ml", {{"app", "b"}}));
+  EXPECT_FALSE(termSelects(p->spec.pod_constraints.anti_affinity[0], "ml", "ml", {{"app", "a"}}));
 }
 
 TEST(KubeServeConfigTest, ParsesTheSchedulingSection) {
