@@ -6,6 +6,8 @@
 // Properties:
 //  - JSON answer, the walk back (findLastTopLevelValue): on such JSON (below) every top-level
 //    member reads as nlohmann reads it;
+//  - JSON answer, any input: the usage read is the general walk back's (readUsage reads the shape
+//    backends write with a narrower walk, which must agree with it, duplicates and escapes too);
 //  - JSON answer: when nlohmann reads the input as JSON with no key twice (and no \u00XX escape,
 //    which could spell a key the scan compares as written), the usage read is nlohmann's: the
 //    top-level "usage" object's prompt_tokens, completion_tokens and total_tokens when they are
@@ -18,6 +20,7 @@
 //    into pieces; without stripping, the client gets the stream byte for byte.
 
 #include <algorithm>
+#include <charconv>
 #include <cstdint>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -102,9 +105,47 @@ std::string usageText(const UsageScan& s) {
              : "none";
 }
 
+// The general walk back's reading of a JSON answer's usage (findLastTopLevelValues, the usage
+// object walked as it is passed), with readUsage's count rules: what readUsage must read on every
+// input, whether its narrower walk for the shape backends write takes it or not.
+UsageScan walkBackUsage(const std::string& input) {
+  using infera::gateway::ValueSpan;
+  static constexpr std::string_view kUsage[] = {"usage"};
+  static constexpr std::string_view kCounts[] = {"prompt_tokens", "completion_tokens",
+                                                 "total_tokens"};
+  ValueSpan usage[1];
+  ValueSpan counts[3];
+  const infera::gateway::NestedKeys nested{"usage", kCounts, counts};
+  infera::gateway::findLastTopLevelValues(input, kUsage, usage, &nested);
+  UsageScan s;
+  if (!usage[0].found || input[usage[0].begin] != '{') return s;
+  auto count = [&](const ValueSpan& v, int64_t& out) {
+    if (!v.found) return false;
+    int64_t n = 0;
+    const char* end = input.data() + v.end;
+    const auto [ptr, ec] = std::from_chars(input.data() + v.begin, end, n);
+    if (ec != std::errc() || ptr != end || n < 0) return false;
+    out = n;
+    return true;
+  };
+  int64_t prompt = 0, completion = 0, total = 0;
+  const bool has_prompt = count(counts[0], prompt);
+  const bool has_completion = count(counts[1], completion);
+  const bool has_total = count(counts[2], total);
+  if (!has_prompt && !has_total) return s;
+  if (!has_completion && has_total) completion = std::max<int64_t>(0, total - prompt);
+  s.seen = true;
+  s.prompt = prompt;
+  s.completion = completion;
+  return s;
+}
+
 void checkJsonAnswer(const std::string& input) {
   UsageScan got;
   infera::gateway::readUsage(got, input);
+  const UsageScan walked = walkBackUsage(input);
+  FUZZ_CHECK(sameUsage(got, walked), "usage read " + usageText(got) + ", the walk back reads " +
+                                         usageText(walked) + ": " + printable(input));
   Json j;
   if (!comparable(input, j)) return;
   UsageScan want;
