@@ -51,6 +51,7 @@ struct PodRecord {
   std::string ns;
   std::map<std::string, std::string> labels;
   std::vector<PodAffinityTerm> anti_affinity;
+  bool terminating = false;  // not counted by topology spread
 };
 
 struct Plan {
@@ -973,23 +974,30 @@ class SchedulerImpl final : public Scheduler {
         }
       }
     }
+    // The nodes spread counts: those its node selector and required node affinity allow (taints
+    // are not looked at: nodeTaintsPolicy Ignore) that have every constraint's key, as
+    // kube-scheduler counts; pods on other nodes are not counted.
+    std::vector<uint8_t> honoured;
+    if (!pc.spread.empty()) {
+      honoured.assign(nodes_.size(), 0);
+      for (int n = 0; n < count; ++n) {
+        const bool keys = std::all_of(
+            pc.spread.begin(), pc.spread.end(),
+            [&](const SpreadConstraint& c) { return domainOf(n, c.topology_key) != nullptr; });
+        honoured[static_cast<size_t>(n)] =
+            keys && nodeAffinityAllows(pod.constraints, node_specs_[static_cast<size_t>(n)]);
+      }
+    }
     for (const SpreadConstraint& c : pc.spread) {
-      // The domains of the nodes its node selector and required node affinity allow (taints
-      // are not looked at: nodeTaintsPolicy Ignore); pods on other nodes are not counted. An
-      // empty selector counts nothing, as kube-scheduler's.
-      std::vector<uint8_t> honoured(nodes_.size(), 0);
+      // The domains of the counted nodes, and the pods there its selector picks (an empty
+      // selector counts nothing, as kube-scheduler's; terminating pods are not counted).
       std::map<std::string, int> in_domain;
       for (int n = 0; n < count; ++n) {
-        const std::string* d = domainOf(n, c.topology_key);
-        if (d == nullptr ||
-            !nodeAffinityAllows(pod.constraints, node_specs_[static_cast<size_t>(n)]))
-          continue;
-        honoured[static_cast<size_t>(n)] = 1;
-        in_domain.emplace(*d, 0);
+        if (honoured[static_cast<size_t>(n)]) in_domain.emplace(*domainOf(n, c.topology_key), 0);
       }
       const bool counts = !c.selector.match_labels.empty() || !c.selector.match_expressions.empty();
       forRunning([&](const PodRecord& q, int n) {
-        if (!counts || q.ns != pod.ns || !honoured[static_cast<size_t>(n)] ||
+        if (!counts || q.terminating || q.ns != pod.ns || !honoured[static_cast<size_t>(n)] ||
             !selectorMatches(c.selector, q.labels))
           return;
         const std::string* d = domainOf(n, c.topology_key);
@@ -1164,6 +1172,7 @@ class SchedulerImpl final : public Scheduler {
     record.ns = pod.ns;
     record.labels = pod.labels;
     record.anti_affinity = pod.pod_constraints.anti_affinity;
+    record.terminating = pod.terminating;
     for (size_t i = 0; i < cfg_.scheduling.idle_reclaim.size(); ++i) {
       const auto& pol = cfg_.scheduling.idle_reclaim[i];
       if (!pol.match_labels.empty() && labelsMatch(pol.match_labels, pod)) {

@@ -132,7 +132,10 @@ struct PodSpec {
   int priority = 0;
   int64_t creation_s = 0;
   int64_t deletion_s = -1;  // -1 = runs forever
-  std::string qos;          // trace QoS class (LS, BE, ...), informational
+  // Being deleted (metadata.deletionTimestamp set): it holds its node's resources until it is
+  // gone, but topology spread no longer counts it, as kube-scheduler's PodTopologySpread skips it.
+  bool terminating = false;
+  std::string qos;  // trace QoS class (LS, BE, ...), informational
 };
 
 // A running pod: (generation << 32) | slot. Slots of ended pods are reused; the generation makes

@@ -973,6 +973,51 @@ TEST(SchedulerTest, SpreadCountsTaintedDomainsHonoursMinDomainsAndAnEmptySelecto
   EXPECT_TRUE(two->schedule(m).ok());
 }
 
+TEST(SchedulerTest, SpreadSkipsTerminatingPodsAndCountsOnlyNodesWithEveryKey) {
+  SpreadConstraint zone;
+  zone.topology_key = "zone";
+  zone.selector.match_labels = {{"app", "api"}};
+  // Two pods being deleted in z2 hold their node but are not counted: z1 holds 1, z2 0, so the
+  // next goes to z2 (counted, z2 would hold 2 and z1 would be the one to take it).
+  auto engine = makeEngine({labelled(gpuNode("n1", "A10", 8), {{"zone", "z1"}}),
+                            labelled(gpuNode("n2", "A10", 8), {{"zone", "z2"}})});
+  ASSERT_TRUE(engine->assume(labelledPod("r", 1, {{"app", "api"}}), "n1", 0).ok());
+  for (const char* name : {"t1", "t2"}) {
+    PodSpec t = labelledPod(name, 1, {{"app", "api"}});
+    t.terminating = true;
+    ASSERT_TRUE(engine->assume(t, "n2", 0).ok());
+  }
+  PodSpec p = labelledPod("api-new", 1, {{"app", "api"}});
+  p.pod_constraints.spread = {zone};
+  auto placed = engine->decide(p);
+  ASSERT_TRUE(placed.ok()) << placed.status().message();
+  EXPECT_EQ(placed->node_name, "n2");
+  // They still hold their GPUs: n2 has 6 free, not 8.
+  EXPECT_EQ(engine->schedule(labelledPod("big", 7, {})).value().node_name, "n1");
+
+  // Two constraints, zone and rack: a node without a rack label is not counted for either (as
+  // kube-scheduler's PodTopologySpread counts), so the two api pods on n2 do not count for z2
+  // and n3 (z2, rack r2) takes the next; n1 is full.
+  SpreadConstraint rack = zone;
+  rack.topology_key = "rack";
+  rack.max_skew = 10;
+  auto keys = makeEngine({labelled(gpuNode("n1", "A10", 8), {{"zone", "z1"}, {"rack", "r1"}}),
+                          labelled(gpuNode("n2", "A10", 8), {{"zone", "z2"}}),
+                          labelled(gpuNode("n3", "A10", 8), {{"zone", "z2"}, {"rack", "r2"}})});
+  ASSERT_TRUE(keys->assume(labelledPod("fill", 8, {}), "n1", 0).ok());
+  ASSERT_TRUE(keys->assume(labelledPod("a1", 1, {{"app", "api"}}), "n2", 0).ok());
+  ASSERT_TRUE(keys->assume(labelledPod("a2", 1, {{"app", "api"}}), "n2", 0).ok());
+  PodSpec both = labelledPod("api-both", 1, {{"app", "api"}});
+  both.pod_constraints.spread = {zone, rack};
+  auto on_n3 = keys->decide(both);
+  ASSERT_TRUE(on_n3.ok()) << on_n3.status().message();
+  EXPECT_EQ(on_n3->node_name, "n3");
+  // With the zone constraint alone n2 counts: z2 holds 2, z1 0, and z2 is closed.
+  PodSpec zone_only = labelledPod("api-zone", 1, {{"app", "api"}});
+  zone_only.pod_constraints.spread = {zone};
+  EXPECT_EQ(keys->decide(zone_only).status().code(), StatusCode::kResourceExhausted);
+}
+
 TEST(SchedulerTest, PreemptionNeverEvictsThePodAnAffinityTermNeeds) {
   // One 4-GPU node full of team-b's best-effort pods; team-a's tier-0 pod needs to be beside the
   // "cache" pod, itself one of them. The victims are chosen among the others.

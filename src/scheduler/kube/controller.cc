@@ -405,6 +405,7 @@ class Controller {
     }
     CachedPod& c = it->second;
     const std::string old_node = c.pod.node_name.empty() ? c.assumed_node : c.pod.node_name;
+    const bool was_deleting = c.pod.deleting;
     c.pod = std::move(pod);
     if (!c.pod.node_name.empty()) c.assumed_node.clear();
     const std::string new_node = c.pod.node_name.empty() ? c.assumed_node : c.pod.node_name;
@@ -415,7 +416,10 @@ class Controller {
       wake();
       return;
     }
-    if (new_node != old_node || (!c.engine_id && c.accountable())) {
+    // A pod being deleted keeps its node until it is gone; the engine is told (spread stops
+    // counting it) by accounting it again.
+    if (new_node != old_node || (!c.engine_id && c.accountable()) ||
+        (c.engine_id && was_deleting != c.pod.deleting)) {
       unaccount(c);
       if (c.accountable()) account(key, c);
       wake();

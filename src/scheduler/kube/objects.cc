@@ -388,6 +388,7 @@ Result<KubePod> podFromJson(const Json& pod, const KubeConfig& cfg) {
   s.name = out.key();
   s.ns = out.ns;
   s.labels = stringMap(find(*meta, "labels"));
+  s.terminating = out.deleting;
   s.creation_s = parseTimestamp(str(*meta, "creationTimestamp"));
   const Json* spec = find(pod, "spec");
   if (spec != nullptr) {

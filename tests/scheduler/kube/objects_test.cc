@@ -63,6 +63,16 @@ TEST(KubeObjectsTest, PodRequestsGpusFromLimitsAndQueueTierFromAnnotations) {
   EXPECT_EQ(p->spec.gpu_milli, 1000);
   EXPECT_EQ(p->spec.queue, "prod/vision");
   EXPECT_EQ(p->spec.tier, Tier::kGuaranteed);
+  EXPECT_FALSE(p->deleting);
+  EXPECT_FALSE(p->spec.terminating);
+  // Being deleted: the engine is told (topology spread stops counting it); null is not deleting.
+  j["metadata"]["deletionTimestamp"] = "2026-12-04T10:00:00Z";
+  auto d = podFromJson(j, KubeConfig{});
+  ASSERT_TRUE(d.ok());
+  EXPECT_TRUE(d->deleting);
+  EXPECT_TRUE(d->spec.terminating);
+  j["metadata"]["deletionTimestamp"] = nullptr;
+  EXPECT_FALSE(podFromJson(j, KubeConfig{}).value().spec.terminating);
 }
 
 TEST(KubeObjectsTest, MilliGpuAnnotationMakesASharingPod) {
