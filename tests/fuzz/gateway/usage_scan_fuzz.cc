@@ -80,19 +80,28 @@ bool expectedInt(const Json& obj, const char* key, int64_t& out) {
   return false;
 }
 
-// readUsageObject's contract, on nlohmann's reading of the object.
-UsageScan expectedUsage(const Json& usage) {
+// The usage read from prompt_tokens, completion_tokens and total_tokens (read(0..2, out): whether
+// each is a count), by readUsage's rules.
+template <typename Read>
+UsageScan usageFrom(Read read) {
   UsageScan s;
   int64_t prompt = 0, completion = 0, total = 0;
-  const bool has_prompt = expectedInt(usage, "prompt_tokens", prompt);
-  const bool has_completion = expectedInt(usage, "completion_tokens", completion);
-  const bool has_total = expectedInt(usage, "total_tokens", total);
+  const bool has_prompt = read(0, prompt);
+  const bool has_completion = read(1, completion);
+  const bool has_total = read(2, total);
   if (!has_prompt && !has_total) return s;
   if (!has_completion && has_total) completion = std::max<int64_t>(0, total - prompt);
   s.seen = true;
   s.prompt = prompt;
   s.completion = completion;
   return s;
+}
+
+constexpr const char* kCountNames[] = {"prompt_tokens", "completion_tokens", "total_tokens"};
+
+// readUsageObject's contract, on nlohmann's reading of the object.
+UsageScan expectedUsage(const Json& usage) {
+  return usageFrom([&](int i, int64_t& out) { return expectedInt(usage, kCountNames[i], out); });
 }
 
 bool sameUsage(const UsageScan& a, const UsageScan& b) {
@@ -111,15 +120,14 @@ std::string usageText(const UsageScan& s) {
 UsageScan walkBackUsage(const std::string& input) {
   using infera::gateway::ValueSpan;
   static constexpr std::string_view kUsage[] = {"usage"};
-  static constexpr std::string_view kCounts[] = {"prompt_tokens", "completion_tokens",
-                                                 "total_tokens"};
+  static constexpr std::string_view kCounts[] = {kCountNames[0], kCountNames[1], kCountNames[2]};
   ValueSpan usage[1];
   ValueSpan counts[3];
   const infera::gateway::NestedKeys nested{"usage", kCounts, counts};
   infera::gateway::findLastTopLevelValues(input, kUsage, usage, &nested);
-  UsageScan s;
-  if (!usage[0].found || input[usage[0].begin] != '{') return s;
-  auto count = [&](const ValueSpan& v, int64_t& out) {
+  if (!usage[0].found || input[usage[0].begin] != '{') return UsageScan{};
+  return usageFrom([&](int i, int64_t& out) {
+    const ValueSpan& v = counts[i];
     if (!v.found) return false;
     int64_t n = 0;
     const char* end = input.data() + v.end;
@@ -127,17 +135,7 @@ UsageScan walkBackUsage(const std::string& input) {
     if (ec != std::errc() || ptr != end || n < 0) return false;
     out = n;
     return true;
-  };
-  int64_t prompt = 0, completion = 0, total = 0;
-  const bool has_prompt = count(counts[0], prompt);
-  const bool has_completion = count(counts[1], completion);
-  const bool has_total = count(counts[2], total);
-  if (!has_prompt && !has_total) return s;
-  if (!has_completion && has_total) completion = std::max<int64_t>(0, total - prompt);
-  s.seen = true;
-  s.prompt = prompt;
-  s.completion = completion;
-  return s;
+  });
 }
 
 void checkJsonAnswer(const std::string& input) {
