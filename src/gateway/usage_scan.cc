@@ -82,7 +82,7 @@ void useCounts(UsageScan& s, std::string_view text, const ValueSpan (&spans)[3])
 template <size_t N>
 bool keyBefore(std::string_view json, size_t close, const char (&key)[N], bool& plain) {
   constexpr size_t len = N - 1;
-  if (close < len + 2 || json[close - len - 1] != '"' ||
+  if (close < len + 2 || json[close] != '"' || json[close - len - 1] != '"' ||
       std::memcmp(json.data() + close - len, key, len) != 0) {
     return false;
   }

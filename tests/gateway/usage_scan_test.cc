@@ -56,6 +56,9 @@ TEST(UsageScanTest, ReadsTheUsageBackendsWriteAndEveryNearMissAlike) {
   // Counts in an object that is not the top-level usage are not read.
   expectRead(R"({"x":{"usage":{"prompt_tokens":1,"completion_tokens":2}}})", {false, 0, 0});
   expectRead(R"({"notusage":{"prompt_tokens":1,"completion_tokens":2}})", {false, 0, 0});
+  // Found by the fuzz target: "usage" must be a whole key, closed by its own quote.
+  expectRead(R"({"usage[:{"prompt_tokens":5,"completion_tokens":7}})", {false, 0, 0});
+  expectRead(R"({"x":1,"usage":{"prompt_tokens":5,"completion_tokens"x:7}})", {false, 0, 0});
   expectRead(R"({"usage":{}})", {false, 0, 0});
   expectRead(R"("usage":{"prompt_tokens":1}})", {true, 1, 0});  // not JSON: as the walk reads it
   expectRead(R"(}})", {false, 0, 0});
