@@ -824,14 +824,26 @@ class SchedulerImpl final : public Scheduler {
       const NodeState& node = nodes_[n];
       if (r.num_gpu > 0 && (node.type < 0 || !((mask >> node.type) & 1u))) continue;
       if (!allowedOn(r, n)) continue;
-      if (pod_block_ != nullptr && (*pod_block_)[static_cast<size_t>(n)]) continue;
+      // A node ruled out only by anti-affinity with tier-2 pods on it: those pods must go.
+      std::vector<PodId> must;
+      if (pod_block_ != nullptr && (*pod_block_)[static_cast<size_t>(n)]) {
+        const auto m = anti_victims_.find(n);
+        if ((*pod_block_)[static_cast<size_t>(n)] != kBlockedByVictims || m == anti_victims_.end())
+          continue;
+        must = m->second;
+        if (std::any_of(must.begin(), must.end(),
+                        [&](PodId id) { return neededByAffinity(rec(id)); }))
+          continue;
+      }
       PodReq eff;
       if (!proportional(node, r, &eff)) continue;
       std::vector<PodId> cands;
       for (const PodId id : node_pods_[n]) {
-        if (rec(id).tier == Tier::kBestEffort && !neededByAffinity(rec(id))) cands.push_back(id);
+        if (rec(id).tier == Tier::kBestEffort && !neededByAffinity(rec(id)) &&
+            std::find(must.begin(), must.end(), id) == must.end())
+          cands.push_back(id);
       }
-      if (cands.empty()) continue;
+      if (cands.empty() && must.empty()) continue;
       // Lowest tier first, then fewest GPUs, then youngest.
       std::sort(cands.begin(), cands.end(), [&](PodId a, PodId b) {
         const PodRecord& pa = rec(a);
@@ -843,12 +855,17 @@ class SchedulerImpl final : public Scheduler {
         if (pa.creation_s != pb.creation_s) return pa.creation_s > pb.creation_s;
         return a > b;
       });
-      NodeState sim = node;
+      NodeState base = node;
+      for (const PodId id : must) {
+        const PodRecord& p = rec(id);
+        applyToNode(base, p.cpu, p.mem, p.req.gpu_milli, p.gpus, shapeClass(p.req), -1);
+      }
+      NodeState sim = base;
       std::vector<PodId> chosen;
       // One victim is the smallest set there is: take the first (in victim order) that suffices.
-      for (const PodId id : cands) {
+      for (const PodId id : fits(base, eff) ? std::vector<PodId>{} : cands) {
         const PodRecord& p = rec(id);
-        NodeState trial = node;
+        NodeState trial = base;
         applyToNode(trial, p.cpu, p.mem, p.req.gpu_milli, p.gpus, shapeClass(p.req), -1);
         if (fits(trial, eff)) {
           sim = trial;
@@ -857,7 +874,7 @@ class SchedulerImpl final : public Scheduler {
         }
       }
       // Otherwise greedily in victim order, then drop the ones not needed.
-      for (const PodId id : chosen.empty() ? cands : std::vector<PodId>{}) {
+      for (const PodId id : chosen.empty() && !fits(base, eff) ? cands : std::vector<PodId>{}) {
         if (fits(sim, eff)) break;
         const PodRecord& p = rec(id);
         applyToNode(sim, p.cpu, p.mem, p.req.gpu_milli, p.gpus, shapeClass(p.req), -1);
@@ -874,6 +891,7 @@ class SchedulerImpl final : public Scheduler {
           chosen.erase(chosen.begin() + static_cast<long>(i));
         }
       }
+      chosen.insert(chosen.begin(), must.begin(), must.end());
       int64_t gpu_sum = 0;
       for (const PodId id : chosen) gpu_sum += rec(id).req.gpuTotalMilli();
       if (chosen.size() < best_count || (chosen.size() == best_count && gpu_sum < best_gpu)) {
@@ -914,36 +932,65 @@ class SchedulerImpl final : public Scheduler {
   // and returns how many of the nodes its node constraints allow are among them; `blocked` stays
   // empty when nothing applies (no terms on the pod, no running pod with anti-affinity), which
   // costs nothing. A node without the topology key: an anti-affinity term has no domain there
-  // (allowed), an affinity term or a spread constraint cannot be met there (ruled out). The
-  // victims a tier-0 pod would preempt still count (kube-scheduler's preemption removes them
-  // first); re-packing plans do not look at these terms.
-  int podTermsBlock(const PodSpec& pod, const PodReq& r, std::vector<uint8_t>& blocked) const {
+  // (allowed), an affinity term or a spread constraint cannot be met there (ruled out). Nodes
+  // closed only by tier-2 pods on them go in anti_victims (see kBlockedByVictims); for affinity
+  // and spread, the victims a tier-0 pod would preempt still count. Re-packing plans do not
+  // look at these terms.
+  int podTermsBlock(const PodSpec& pod, const PodReq& r, std::vector<uint8_t>& blocked,
+                    std::map<int, std::vector<PodId>>& anti_victims) const {
     const PodConstraints& pc = pod.pod_constraints;
+    anti_victims.clear();
     if (pc.empty() && anti_holders_.empty()) return 0;
     const int count = static_cast<int>(nodes_.size());
     blocked.assign(nodes_.size(), 0);
     // Anti-affinity, the pod's own terms and running pods' terms that select it: the (key,
-    // value) domains it must stay out of, gathered first, then one pass over the nodes.
-    std::map<std::string, std::set<std::string>> avoid;
+    // value) domains it must stay out of, each with the pods that close it, gathered first,
+    // then one pass over the nodes.
+    std::map<std::string, std::map<std::string, std::vector<PodId>>> avoid;
     for (const PodAffinityTerm& t : pc.anti_affinity) {
-      forRunning([&](const PodRecord& q, int n) {
-        const std::string* d = domainOf(n, t.topology_key);
-        if (d != nullptr && termSelects(t, pod.ns, q.ns, q.labels))
-          avoid[t.topology_key].insert(*d);
-      });
+      for (size_t n = 0; n < node_pods_.size(); ++n) {
+        const std::string* d = domainOf(static_cast<int>(n), t.topology_key);
+        if (d == nullptr) continue;
+        for (const PodId id : node_pods_[n]) {
+          const PodRecord& q = rec(id);
+          if (termSelects(t, pod.ns, q.ns, q.labels)) avoid[t.topology_key][*d].push_back(id);
+        }
+      }
     }
     for (const PodId id : anti_holders_) {
       const PodRecord& q = rec(id);
       for (const PodAffinityTerm& t : q.anti_affinity) {
         if (!termSelects(t, q.ns, pod.ns, pod.labels)) continue;
         if (const std::string* d = domainOf(q.node, t.topology_key))
-          avoid[t.topology_key].insert(*d);
+          avoid[t.topology_key][*d].push_back(id);
       }
     }
+    // A node whose closing pods are all tier 2 and on that node is one preemption can open (as
+    // kube-scheduler's preemption removes the victims before it checks the terms): marked
+    // kBlockedByVictims, with those pods as victims it must take.
+    std::vector<PodId> closers;
     for (int n = 0; n < count && !avoid.empty(); ++n) {
+      closers.clear();
+      bool closed = false;
+      bool victims_only = true;
       for (const auto& [key, domains] : avoid) {
         const std::string* d = domainOf(n, key);
-        if (d != nullptr && domains.count(*d)) blocked[static_cast<size_t>(n)] = 1;
+        const auto it = d != nullptr ? domains.find(*d) : domains.end();
+        if (it == domains.end()) continue;
+        closed = true;
+        for (const PodId id : it->second) {
+          victims_only = rec(id).node == n && rec(id).tier == Tier::kBestEffort;
+          if (!victims_only) break;  // another node's pod, or one never preempted: closed
+          closers.push_back(id);
+        }
+        if (!victims_only) break;
+      }
+      if (!closed) continue;
+      blocked[static_cast<size_t>(n)] = victims_only ? kBlockedByVictims : 1;
+      if (victims_only) {
+        std::sort(closers.begin(), closers.end());
+        closers.erase(std::unique(closers.begin(), closers.end()), closers.end());
+        anti_victims[n] = closers;
       }
     }
     if (!pc.affinity.empty()) {
@@ -1034,17 +1081,19 @@ class SchedulerImpl final : public Scheduler {
     }
     // Nodes its inter-pod terms (and running pods' anti-affinity) rule out, for this decision.
     std::vector<uint8_t> blocked;
-    const int ruled_out = podTermsBlock(pod, r, blocked);
+    const int ruled_out = podTermsBlock(pod, r, blocked, anti_victims_);
     pod_block_ = blocked.empty() ? nullptr : &blocked;
     deciding_ = &pod;
     struct Unblock {
       const std::vector<uint8_t>*& block;
       const PodSpec*& deciding;
+      std::map<int, std::vector<PodId>>& anti_victims;
       ~Unblock() {
         block = nullptr;
         deciding = nullptr;
+        anti_victims.clear();
       }
-    } unblock{pod_block_, deciding_};
+    } unblock{pod_block_, deciding_, anti_victims_};
     std::string refusal;
     std::vector<TypeMask> quota_ok;
     for (const TypeMask group : typeGroups(r)) {
@@ -1324,6 +1373,10 @@ class SchedulerImpl final : public Scheduler {
   const std::vector<uint8_t>* exclude_ = nullptr;  // findNode skips these nodes (re-packing)
   // findNode and findVictims skip these: nodes a decision's inter-pod terms rule out.
   const std::vector<uint8_t>* pod_block_ = nullptr;
+  // In pod_block_: ruled out only by the anti-affinity of tier-2 pods on the node itself
+  // (anti_victims_), which a tier-0 pod's preemption may evict to open it.
+  static constexpr uint8_t kBlockedByVictims = 2;
+  std::map<int, std::vector<PodId>> anti_victims_;
   const PodSpec* deciding_ = nullptr;  // the pod makePlan is deciding for
   std::vector<PodId> anti_holders_;    // running pods with anti-affinity terms
   // Node constraints: per node its labels/taints and whether a NoSchedule/NoExecute taint keeps

@@ -1045,6 +1045,88 @@ TEST(SchedulerTest, PreemptionNeverEvictsThePodAnAffinityTermNeeds) {
   for (const Eviction& e : placed->evicted) EXPECT_NE(e.pod_name, "cache");
 }
 
+TEST(SchedulerTest, PreemptionCountsTheVictimsGoingForAntiAffinity) {
+  // As kube-scheduler's preemption: a node that tier-2 pods on it close by anti-affinity (the
+  // preemptor's terms or theirs) opens when they are evicted; tier-1 pods, or pods on another
+  // node of the domain, keep it closed.
+  const auto host = [](const std::string& n, const std::string& zone) {
+    return labelled(gpuNode(n, "A10", 4), {{"kubernetes.io/hostname", n}, {"zone", zone}});
+  };
+  const auto running = [](const std::string& name, int gpus, const std::string& app, Tier tier) {
+    PodSpec p = labelledPod(name, gpus, {{"app", app}});
+    p.queue = tier == Tier::kBestEffort ? "org/team-b" : "org/team-a";
+    p.tier = tier;
+    return p;
+  };
+  const auto urgent = [](int gpus, const std::string& key) {
+    PodSpec p = labelledPod("urgent", gpus, {{"app", "web"}});
+    p.queue = "org/team-a";
+    p.tier = Tier::kGuaranteed;
+    p.pod_constraints.anti_affinity = {termFor({{"app", "web"}}, key)};
+    return p;
+  };
+  const auto evicted = [](const Placement& placed) {
+    std::set<std::string> out;
+    for (const Eviction& e : placed.evicted) out.insert(e.pod_name);
+    return out;
+  };
+  {
+    // n0 has room but a tier-2 replica; n1 a tier-1 one. Only n0 can be opened, by that pod.
+    auto engine = makeEngine({host("n0", "z1"), host("n1", "z2")}, kTwoQueues);
+    ASSERT_TRUE(engine->assume(running("web-old", 1, "web", Tier::kBestEffort), "n0").ok());
+    ASSERT_TRUE(engine->assume(running("batch", 1, "batch", Tier::kBestEffort), "n0").ok());
+    ASSERT_TRUE(engine->assume(running("web-shared", 1, "web", Tier::kShared), "n1").ok());
+    auto placed = engine->schedule(urgent(1, "kubernetes.io/hostname"));
+    ASSERT_TRUE(placed.ok()) << placed.status().message();
+    EXPECT_EQ(placed->node_name, "n0");
+    EXPECT_EQ(evicted(*placed), std::set<std::string>{"web-old"});
+  }
+  {
+    // A full node: the replica must go and, for a 2-GPU pod, one more; for a 1-GPU pod only it.
+    for (const int gpus : {1, 2}) {
+      auto engine = makeEngine({host("n0", "z1")}, kTwoQueues);
+      ASSERT_TRUE(engine->assume(running("web-old", 1, "web", Tier::kBestEffort), "n0").ok());
+      ASSERT_TRUE(engine->assume(running("filler", 3, "batch", Tier::kBestEffort), "n0").ok());
+      auto placed = engine->schedule(urgent(gpus, "kubernetes.io/hostname"));
+      ASSERT_TRUE(placed.ok()) << placed.status().message();
+      const std::set<std::string> want =
+          gpus == 1 ? std::set<std::string>{"web-old"} : std::set<std::string>{"web-old", "filler"};
+      EXPECT_EQ(evicted(*placed), want);
+    }
+  }
+  {
+    // Symmetry: a running tier-2 pod whose own anti-affinity selects the preemptor is evicted.
+    auto engine = makeEngine({host("n0", "z1")}, kTwoQueues);
+    PodSpec guard = running("guard", 1, "guard", Tier::kBestEffort);
+    guard.pod_constraints.anti_affinity = {termFor({{"app", "web"}}, "kubernetes.io/hostname")};
+    ASSERT_TRUE(engine->assume(guard, "n0").ok());
+    PodSpec plain = urgent(1, "kubernetes.io/hostname");
+    plain.pod_constraints.anti_affinity.clear();
+    auto placed = engine->schedule(plain);
+    ASSERT_TRUE(placed.ok()) << placed.status().message();
+    EXPECT_EQ(evicted(*placed), std::set<std::string>{"guard"});
+  }
+  {
+    // Zone terms: replicas on two nodes of z1 cannot both go by one node's preemption (victims
+    // come from the chosen node only), and a tier-1 replica anywhere in the zone keeps it shut.
+    auto engine = makeEngine({host("n0", "z1"), host("n1", "z1")}, kTwoQueues);
+    ASSERT_TRUE(engine->assume(running("web-a", 1, "web", Tier::kBestEffort), "n0").ok());
+    ASSERT_TRUE(engine->assume(running("web-b", 1, "web", Tier::kBestEffort), "n1").ok());
+    EXPECT_EQ(engine->schedule(urgent(1, "zone")).status().code(), StatusCode::kResourceExhausted);
+    // Per node, the same replicas are one victim each.
+    auto placed = engine->schedule(urgent(1, "kubernetes.io/hostname"));
+    ASSERT_TRUE(placed.ok()) << placed.status().message();
+    EXPECT_EQ(placed->evicted.size(), 1u);
+  }
+  {
+    // A tier-1 pod closing the node: never preempted, the pod stays pending.
+    auto engine = makeEngine({host("n0", "z1")}, kTwoQueues);
+    ASSERT_TRUE(engine->assume(running("web-shared", 1, "web", Tier::kShared), "n0").ok());
+    EXPECT_EQ(engine->schedule(urgent(1, "kubernetes.io/hostname")).status().code(),
+              StatusCode::kResourceExhausted);
+  }
+}
+
 TEST(SchedulerTest, TaintsKeepPodsOffUnlessTolerated) {
   auto engine =
       makeEngine({labelled(gpuNode("tainted", "A10", 8), {}, {{"gpu", "reserved", "NoSchedule"}}),
