@@ -83,6 +83,42 @@ bool constraintsAllow(const NodeConstraints& c, const NodeSpec& node);
 bool nodeAffinityAllows(const NodeConstraints& c, const NodeSpec& node);
 bool hasHardTaint(const NodeSpec& node);
 std::string constraintKey(const NodeConstraints& c);
+// One node selector term against a node (a term without requirements matches none).
+bool nodeTermMatches(const NodeSelectorTerm& t, const NodeSpec& node);
+// How many of the node's PreferNoSchedule taints the tolerations (those with effect "" or
+// PreferNoSchedule) leave untolerated: kube-scheduler's TaintToleration score, before it is
+// normalised.
+int intolerablePreferNoSchedule(const std::vector<Toleration>& tolerations, const NodeSpec& node);
+
+// One decision's soft scores before normalisation (soft.cc), per node index; a component whose
+// `on` is false does not apply (it would be the same for every node).
+struct SoftRaw {
+  struct Component {
+    bool on = false;
+    std::vector<int64_t> value;
+  };
+  Component node_affinity;  // sum of the weights of the preferred terms the node matches
+  Component taints;         // intolerable PreferNoSchedule taints
+  Component pod_affinity;   // preferred (anti-)affinity weights of the node's domains
+  // ScheduleAnyway spread: per constraint, the selected pods in each node's domain and the
+  // domain's id (kube-scheduler's per-node count for kubernetes.io/hostname); nodes without
+  // every constraint's key are not scored (0).
+  struct Spread {
+    int max_skew = 1;
+    bool hostname = false;
+    std::vector<int> domain;
+    std::vector<int64_t> count;
+  };
+  std::vector<Spread> spread;
+  std::vector<uint8_t> spread_scored;
+  bool empty() const {
+    return !node_affinity.on && !taints.on && !pod_affinity.on && spread.empty();
+  }
+};
+// kube-scheduler's weighted sum of the normalised scores (NodeAffinity 2, InterPodAffinity 2,
+// PodTopologySpread 2, TaintToleration 3; each 0-100 over `nodes`, the nodes that fit), one per
+// node of `nodes`, in `out`.
+void softTotals(const SoftRaw& raw, const std::vector<int>& nodes, std::vector<int64_t>& out);
 
 // Applies a placement of `r` on GPUs `gpus` (one index per GPU) with sign +1 (bind) or -1 (free).
 void applyToNode(NodeState& n, int64_t cpu, int64_t mem, int gpu_milli,

@@ -129,6 +129,23 @@ bool nodeAffinityAllows(const NodeConstraints& c, const NodeSpec& node) {
   return true;
 }
 
+bool nodeTermMatches(const NodeSelectorTerm& t, const NodeSpec& node) {
+  return termMatches(t, node);
+}
+
+int intolerablePreferNoSchedule(const std::vector<Toleration>& tolerations, const NodeSpec& node) {
+  int count = 0;
+  for (const Taint& taint : node.taints) {
+    if (taint.effect != "PreferNoSchedule") continue;
+    const bool tolerated =
+        std::any_of(tolerations.begin(), tolerations.end(), [&](const Toleration& t) {
+          return (t.effect.empty() || t.effect == "PreferNoSchedule") && tolerates(t, taint);
+        });
+    count += tolerated ? 0 : 1;
+  }
+  return count;
+}
+
 std::string constraintKey(const NodeConstraints& c) {
   std::string out;
   for (const auto& [k, v] : c.node_selector) {

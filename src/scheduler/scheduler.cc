@@ -51,8 +51,18 @@ struct PodRecord {
   std::string ns;
   std::map<std::string, std::string> labels;
   std::vector<PodAffinityTerm> anti_affinity;
+  // Its preferred terms, which score the nodes for pods they select (kube-scheduler's symmetry),
+  // and its required affinity terms, which score them with weight 1 (hardPodAffinityWeight).
+  std::vector<WeightedPodTerm> soft_affinity;
+  std::vector<WeightedPodTerm> soft_anti_affinity;
+  std::vector<PodAffinityTerm> affinity;
   bool terminating = false;  // not counted by topology spread
 };
+
+// Whether a running pod's terms score the nodes for the pods they select.
+bool scoresOthers(const PodRecord& p) {
+  return !p.soft_affinity.empty() || !p.soft_anti_affinity.empty() || !p.affinity.empty();
+}
 
 struct Plan {
   PodReq req;  // effective request on the chosen node
@@ -493,6 +503,9 @@ class SchedulerImpl final : public Scheduler {
     nodes_.push_back(n);
     node_hard_taint_.push_back(hasHardTaint(spec) ? 1 : 0);
     hard_tainted_nodes_ += node_hard_taint_.back();
+    soft_tainted_nodes_ += std::any_of(spec.taints.begin(), spec.taints.end(), [](const Taint& t) {
+      return t.effect == "PreferNoSchedule";
+    });
     node_specs_.push_back(NodeSpec{spec.name, 0, 0, 0, {}, spec.labels, spec.taints});
     for (const auto& [key, e] : elig_index_) {
       Eligibility& el = elig_[static_cast<size_t>(e)];
@@ -773,13 +786,38 @@ class SchedulerImpl final : public Scheduler {
     return groups;
   }
 
-  // Best node for r among nodes of types in `mask` (all nodes for CPU-only pods).
+  // Best node for r among nodes of types in `mask` (all nodes for CPU-only pods): with soft
+  // scores (soft_), the fitting nodes with the highest weighted sum, and the policy's best among
+  // them; otherwise the policy's best.
   bool findNode(const PodReq& r, TypeMask mask, Plan* plan) {
     double best = -std::numeric_limits<double>::infinity();
+    int64_t best_soft = 0;
     uint64_t ties = 0;
     bool found = false;
     const bool random = policy_->isRandom();
     const bool first_tie = policy_->firstTie();
+    auto offer = [&](int n, double s, int gpu, const PodReq& eff, int64_t soft) {
+      if (!found || soft > best_soft || (soft == best_soft && s > best + kTieEps)) {
+        best = s;
+        best_soft = soft;
+        ties = 1;
+      } else if (soft == best_soft && s >= best - kTieEps) {
+        if (first_tie ? node_rank_[n] > node_rank_[plan->node] : rng_.below(++ties) != 0) return;
+      } else {
+        return;
+      }
+      found = true;
+      plan->node = n;
+      plan->gpu = gpu;
+      plan->req = eff;
+    };
+    struct Fit {
+      int node;
+      double score;
+      int gpu;
+      PodReq eff;
+    };
+    std::vector<Fit> fitting;  // with soft scores: every fitting node, ranked once all are known
     auto consider = [&](int n) {
       if (exclude_ != nullptr && (*exclude_)[static_cast<size_t>(n)]) return;
       if (pod_block_ != nullptr && (*pod_block_)[static_cast<size_t>(n)]) return;
@@ -789,18 +827,11 @@ class SchedulerImpl final : public Scheduler {
       int gpu = -1;
       const double s = random ? 0.0 : policy_->score(view_, n, eff, &gpu);
       if (random) policy_->score(view_, n, eff, &gpu);
-      if (!found || s > best + kTieEps) {
-        best = s;
-        ties = 1;
-      } else if (s >= best - kTieEps) {
-        if (first_tie ? node_rank_[n] > node_rank_[plan->node] : rng_.below(++ties) != 0) return;
+      if (soft_ != nullptr) {
+        fitting.push_back({n, s, gpu, eff});
       } else {
-        return;
+        offer(n, s, gpu, eff, 0);
       }
-      found = true;
-      plan->node = n;
-      plan->gpu = gpu;
-      plan->req = eff;
     };
     if (r.num_gpu == 0) {
       for (int n = 0; n < static_cast<int>(nodes_.size()); ++n) consider(n);
@@ -811,6 +842,16 @@ class SchedulerImpl final : public Scheduler {
           if (nodes_[n].gpu_free_total < r.gpuTotalMilli()) continue;
           consider(n);
         }
+      }
+    }
+    if (!fitting.empty()) {
+      std::vector<int> ns;
+      ns.reserve(fitting.size());
+      for (const Fit& f : fitting) ns.push_back(f.node);
+      std::vector<int64_t> totals;
+      softTotals(*soft_, ns, totals);
+      for (size_t i = 0; i < fitting.size(); ++i) {
+        offer(fitting[i].node, fitting[i].score, fitting[i].gpu, fitting[i].eff, totals[i]);
       }
     }
     return found;
@@ -1070,6 +1111,115 @@ class SchedulerImpl final : public Scheduler {
     return ruled_out;
   }
 
+  // The soft scores' raw values for pod on every node (SoftRaw); empty when none applies.
+  void softScores(const PodSpec& pod, SoftRaw& out) const {
+    const SoftConstraints& sc = pod.soft;
+    const size_t count = nodes_.size();
+    if (!sc.node_affinity.empty()) {
+      out.node_affinity.on = true;
+      out.node_affinity.value.assign(count, 0);
+      for (size_t n = 0; n < count; ++n) {
+        for (const WeightedNodeTerm& t : sc.node_affinity) {
+          if (nodeTermMatches(t.term, node_specs_[n])) out.node_affinity.value[n] += t.weight;
+        }
+      }
+    }
+    if (soft_tainted_nodes_ > 0) {
+      out.taints.value.assign(count, 0);
+      for (size_t n = 0; n < count; ++n) {
+        out.taints.value[n] =
+            intolerablePreferNoSchedule(pod.constraints.tolerations, node_specs_[n]);
+        out.taints.on |= out.taints.value[n] > 0;
+      }
+    }
+    // Inter-pod: each (key, domain) gets +weight for every running pod a preferred affinity term
+    // selects there, -weight for anti-affinity; and so for running pods' preferred terms that
+    // select this pod, and +1 for their required affinity terms that do (InterPodAffinity's
+    // scoring, hardPodAffinityWeight 1).
+    std::map<std::string, std::map<std::string, int64_t>> domain_score;
+    auto add = [&](const PodAffinityTerm& t, int q_node, int64_t w) {
+      if (const std::string* d = domainOf(q_node, t.topology_key))
+        domain_score[t.topology_key][*d] += w;
+    };
+    if (!sc.affinity.empty() || !sc.anti_affinity.empty()) {
+      forRunning([&](const PodRecord& q, int n) {
+        for (const WeightedPodTerm& t : sc.affinity) {
+          if (termSelects(t.term, pod.ns, q.ns, q.labels)) add(t.term, n, t.weight);
+        }
+        for (const WeightedPodTerm& t : sc.anti_affinity) {
+          if (termSelects(t.term, pod.ns, q.ns, q.labels)) add(t.term, n, -t.weight);
+        }
+      });
+    }
+    for (const PodId id : soft_holders_) {
+      const PodRecord& q = rec(id);
+      for (const WeightedPodTerm& t : q.soft_affinity) {
+        if (termSelects(t.term, q.ns, pod.ns, pod.labels)) add(t.term, q.node, t.weight);
+      }
+      for (const WeightedPodTerm& t : q.soft_anti_affinity) {
+        if (termSelects(t.term, q.ns, pod.ns, pod.labels)) add(t.term, q.node, -t.weight);
+      }
+      for (const PodAffinityTerm& t : q.affinity) {
+        if (termSelects(t, q.ns, pod.ns, pod.labels)) add(t, q.node, 1);
+      }
+    }
+    if (!domain_score.empty()) {
+      out.pod_affinity.on = true;
+      out.pod_affinity.value.assign(count, 0);
+      for (size_t n = 0; n < count; ++n) {
+        for (const auto& [key, scores] : domain_score) {
+          const std::string* d = domainOf(static_cast<int>(n), key);
+          const auto it = d != nullptr ? scores.find(*d) : scores.end();
+          if (it != scores.end()) out.pod_affinity.value[n] += it->second;
+        }
+      }
+    }
+    if (sc.spread.empty()) return;
+    // ScheduleAnyway: nodes with every constraint's key are scored; pods are counted on those
+    // its node affinity allows (as the hard constraints count; terminating ones are not).
+    out.spread_scored.assign(count, 0);
+    std::vector<uint8_t> counted(count, 0);
+    for (size_t n = 0; n < count; ++n) {
+      out.spread_scored[n] =
+          std::all_of(sc.spread.begin(), sc.spread.end(), [&](const SpreadConstraint& c) {
+            return domainOf(static_cast<int>(n), c.topology_key) != nullptr;
+          });
+      counted[n] = out.spread_scored[n] && nodeAffinityAllows(pod.constraints, node_specs_[n]);
+    }
+    for (const SpreadConstraint& c : sc.spread) {
+      SoftRaw::Spread sp;
+      sp.max_skew = c.max_skew;
+      sp.hostname = c.topology_key == "kubernetes.io/hostname";
+      sp.domain.assign(count, -1);
+      sp.count.assign(count, 0);
+      std::map<std::string, int> ids;
+      for (size_t n = 0; n < count; ++n) {
+        if (!out.spread_scored[n]) continue;
+        const std::string& d = *domainOf(static_cast<int>(n), c.topology_key);
+        sp.domain[n] = ids.emplace(d, static_cast<int>(ids.size())).first->second;
+      }
+      std::vector<int64_t> in_domain(ids.size(), 0);
+      const bool selects =
+          !c.selector.match_labels.empty() || !c.selector.match_expressions.empty();
+      forRunning([&](const PodRecord& q, int n) {
+        const auto un = static_cast<size_t>(n);
+        if (!selects || q.terminating || q.ns != pod.ns || !selectorMatches(c.selector, q.labels))
+          return;
+        if (sp.hostname) {
+          sp.count[un] += out.spread_scored[un];
+        } else if (counted[un]) {
+          ++in_domain[static_cast<size_t>(sp.domain[un])];
+        }
+      });
+      if (!sp.hostname) {
+        for (size_t n = 0; n < count; ++n) {
+          if (sp.domain[n] >= 0) sp.count[n] = in_domain[static_cast<size_t>(sp.domain[n])];
+        }
+      }
+      out.spread.push_back(std::move(sp));
+    }
+  }
+
   Result<Plan> makePlan(const PodSpec& pod, int64_t /*now_s*/, bool allow_preempt) {
     Plan plan;
     INFERA_ASSIGN_OR_RETURN(const PodReq r, toReq(pod));
@@ -1084,16 +1234,22 @@ class SchedulerImpl final : public Scheduler {
     const int ruled_out = podTermsBlock(pod, r, blocked, anti_victims_);
     pod_block_ = blocked.empty() ? nullptr : &blocked;
     deciding_ = &pod;
+    SoftRaw soft;
+    if (!pod.soft.empty() || soft_tainted_nodes_ > 0 || !soft_holders_.empty())
+      softScores(pod, soft);
+    soft_ = soft.empty() ? nullptr : &soft;
     struct Unblock {
       const std::vector<uint8_t>*& block;
       const PodSpec*& deciding;
       std::map<int, std::vector<PodId>>& anti_victims;
+      const SoftRaw*& soft;
       ~Unblock() {
         block = nullptr;
         deciding = nullptr;
         anti_victims.clear();
+        soft = nullptr;
       }
-    } unblock{pod_block_, deciding_, anti_victims_};
+    } unblock{pod_block_, deciding_, anti_victims_, soft_};
     std::string refusal;
     std::vector<TypeMask> quota_ok;
     for (const TypeMask group : typeGroups(r)) {
@@ -1221,6 +1377,9 @@ class SchedulerImpl final : public Scheduler {
     record.ns = pod.ns;
     record.labels = pod.labels;
     record.anti_affinity = pod.pod_constraints.anti_affinity;
+    record.soft_affinity = pod.soft.affinity;
+    record.soft_anti_affinity = pod.soft.anti_affinity;
+    record.affinity = pod.pod_constraints.affinity;
     record.terminating = pod.terminating;
     for (size_t i = 0; i < cfg_.scheduling.idle_reclaim.size(); ++i) {
       const auto& pol = cfg_.scheduling.idle_reclaim[i];
@@ -1243,6 +1402,7 @@ class SchedulerImpl final : public Scheduler {
     }
     const PodId id = idOf(slot);
     if (!pods_[slot].anti_affinity.empty()) anti_holders_.push_back(id);
+    if (scoresOthers(pods_[slot])) soft_holders_.push_back(id);
     holdEligibility(pods_[slot].req, +1);
     bindAccounting(id, +1);
     out.pod = id;
@@ -1321,12 +1481,16 @@ class SchedulerImpl final : public Scheduler {
     PodRecord& p = rec(id);
     holdEligibility(p.req, -1);
     if (!p.anti_affinity.empty()) std::erase(anti_holders_, id);
+    if (scoresOthers(p)) std::erase(soft_holders_, id);
     p.alive = false;
     p.name.clear();
     p.name.shrink_to_fit();
     p.ns.clear();
     p.labels.clear();
     p.anti_affinity.clear();
+    p.soft_affinity.clear();
+    p.soft_anti_affinity.clear();
+    p.affinity.clear();
     p.gpus.clear();
     p.gpus.shrink_to_fit();
     free_slots_.push_back(static_cast<uint32_t>(id));
@@ -1379,6 +1543,9 @@ class SchedulerImpl final : public Scheduler {
   std::map<int, std::vector<PodId>> anti_victims_;
   const PodSpec* deciding_ = nullptr;  // the pod makePlan is deciding for
   std::vector<PodId> anti_holders_;    // running pods with anti-affinity terms
+  std::vector<PodId> soft_holders_;    // running pods whose terms score nodes (scoresOthers)
+  // findNode ranks the fitting nodes by these first, when set (makePlan, for one decision).
+  const SoftRaw* soft_ = nullptr;
   // Node constraints: per node its labels/taints and whether a NoSchedule/NoExecute taint keeps
   // unconstrained pods off it; per distinct constraint the nodes it allows (eligibilityOf).
   struct Eligibility {
@@ -1389,6 +1556,7 @@ class SchedulerImpl final : public Scheduler {
   std::vector<NodeSpec> node_specs_;  // name, labels, taints only
   std::vector<uint8_t> node_hard_taint_;
   int hard_tainted_nodes_ = 0;  // nodes with a NoSchedule/NoExecute taint
+  int soft_tainted_nodes_ = 0;  // nodes with a PreferNoSchedule taint
   std::vector<Eligibility> elig_;
   std::map<std::string, int> elig_index_;  // constraintKey -> elig_ index
   std::vector<int> elig_free_;

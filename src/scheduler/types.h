@@ -20,7 +20,7 @@ enum class Tier : uint8_t { kGuaranteed = 0, kShared = 1, kBestEffort = 2 };
 // Kubernetes' hard node constraints, with core/v1's meaning (kube-scheduler's NodeAffinity and
 // TaintToleration filters): a pod goes only to nodes whose labels match its node selector and one
 // of its required affinity terms, and whose NoSchedule/NoExecute taints it tolerates all of.
-// PreferNoSchedule taints and preferred affinities are soft in Kubernetes and not modelled.
+// PreferNoSchedule taints and preferred affinities are soft: see SoftConstraints.
 struct Taint {
   std::string key;
   std::string value;
@@ -91,7 +91,7 @@ struct SpreadConstraint {
 // only to a node whose domain holds a pod each affinity term selects (the first pod of a group
 // whose term selects itself goes anywhere), whose domain holds no pod an anti-affinity term
 // selects, where no running pod's anti-affinity term selects it, and within every spread
-// constraint's skew. Preferred terms and ScheduleAnyway constraints are soft and not modelled.
+// constraint's skew. Preferred terms and ScheduleAnyway constraints: see SoftConstraints.
 struct PodConstraints {
   std::vector<PodAffinityTerm> affinity;
   std::vector<PodAffinityTerm> anti_affinity;
@@ -100,6 +100,32 @@ struct PodConstraints {
   // say): such a pod is refused with it rather than placed where it may not belong.
   std::string unsupported;
   bool empty() const { return affinity.empty() && anti_affinity.empty() && spread.empty(); }
+};
+
+// A preferred term (weight 1-100): kube-scheduler's scores add `weight` where it holds.
+struct WeightedNodeTerm {
+  int weight = 0;
+  NodeSelectorTerm term;
+};
+struct WeightedPodTerm {
+  int weight = 0;
+  PodAffinityTerm term;
+};
+
+// The soft constraints, kube-scheduler's Score plugins with their default weights:
+// NodeAffinity (preferred terms, 2), InterPodAffinity (preferred terms of the pod, and of
+// running pods that select it, 2), PodTopologySpread (ScheduleAnyway constraints, 2) and
+// TaintToleration (PreferNoSchedule taints the pod does not tolerate, 3), each normalised to
+// 0-100 over the nodes that fit. The engine places a pod on the fitting node with the highest
+// weighted sum; its policy (packing) decides among nodes with equal sums.
+struct SoftConstraints {
+  std::vector<WeightedNodeTerm> node_affinity;
+  std::vector<WeightedPodTerm> affinity;
+  std::vector<WeightedPodTerm> anti_affinity;
+  std::vector<SpreadConstraint> spread;  // whenUnsatisfiable: ScheduleAnyway
+  bool empty() const {
+    return node_affinity.empty() && affinity.empty() && anti_affinity.empty() && spread.empty();
+  }
 };
 
 struct NodeSpec {
@@ -127,6 +153,7 @@ struct PodSpec {
   std::string min_gpu_type;
   NodeConstraints constraints;     // node selector, required node affinity, tolerations
   PodConstraints pod_constraints;  // inter-pod (anti-)affinity, topology spread
+  SoftConstraints soft;            // preferred terms, ScheduleAnyway spread
   Tier tier = Tier::kShared;
   std::string queue;  // "" = resolved by the queue placement rules (or no queues)
   int priority = 0;

@@ -6,7 +6,9 @@
 #   - a fourth waits with a FailedScheduling Event naming the inter-pod constraints, and so does a
 #     plain pod with the same label (the replicas' anti-affinity is symmetric);
 #   - deleting one replica lets the fourth in, on the node it left;
-#   - a hard zone spread (maxSkew 1) keeps two zones even, the zone with the more nodes included.
+#   - a hard zone spread (maxSkew 1) keeps two zones even, the zone with the more nodes included;
+#   - preferred anti-affinity and a ScheduleAnyway spread (preferred-pod.json) spread replicas
+#     without ever keeping one pending.
 #   sched_pod_affinity_test.sh INFERA WORK_DIR
 set -uo pipefail
 source "$(dirname "$0")/lib.sh"
@@ -81,6 +83,32 @@ spread_bound() { for i in 0 1 2 3; do pod_bound "api-$i" || return 1; done; }
 check "four spread pods are bound" wait_for 20 spread_bound
 in_z2() { local c=0; for i in 0 1 2 3; do [[ "$(pod_node "api-$i")" == n-c ]] && c=$((c + 1)); done; echo $c; }
 check "... two of them in z2, the zone with one node" test "$(in_z2)" = 2
+
+# Soft terms (tests/testdata/kube/preferred-pod.json: preferred anti-affinity with app=serve by
+# host, weight 100, and a ScheduleAnyway zone spread): with the cluster emptied, three replicas go
+# one to a node, where packing alone would stack them; a fourth is bound all the same (soft), in
+# z2, the zone with fewer of them.
+for p in serve-0 serve-2 serve-3 other api-0 api-1 api-2 api-3; do
+  k delete pod "$p" -n ml --wait=false >/dev/null
+done
+emptied() { for p in serve-0 serve-2 serve-3 other api-0 api-1 api-2 api-3; do pod_gone "$p" || return 1; done; }
+check "the cluster is emptied" wait_for 20 emptied
+preferred() {
+  node -e '
+    const p = JSON.parse(require("fs").readFileSync(process.argv[1], "utf8"));
+    p.metadata.name = process.argv[2];
+    p.spec.containers[0].name = process.argv[2];
+    process.stdout.write(JSON.stringify(p));' "$FIXTURES/preferred-pod.json" "$1" |
+    k create --validate=false -f - >/dev/null
+}
+for i in 0 1 2; do
+  preferred "pref-$i"
+  check "preferred replica $i is bound" wait_for 20 pod_bound "pref-$i"
+done
+pref_nodes() { for i in 0 1 2; do pod_node "pref-$i"; echo; done | sort -u | grep -c .; }
+check "... one to a node (preferred anti-affinity)" test "$(pref_nodes)" = 3
+preferred pref-3
+check "a fourth is bound as well (the terms are soft), in z2" wait_for 20 pod_on pref-3 n-c
 kill -TERM "$SCHED_PID"
 check "sched serve stops on SIGTERM" wait_for 10 bash -c "! kill -0 $SCHED_PID"
 finish

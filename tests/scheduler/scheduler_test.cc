@@ -1127,6 +1127,178 @@ TEST(SchedulerTest, PreemptionCountsTheVictimsGoingForAntiAffinity) {
   }
 }
 
+WeightedPodTerm weighted(int weight, std::map<std::string, std::string> match, std::string key) {
+  return {weight, termFor(std::move(match), std::move(key))};
+}
+
+TEST(SchedulerTest, PreferredNodeAffinityAndPreferNoScheduleLeadAndPackingDecidesAmongEquals) {
+  auto engine = makeEngine({labelled(gpuNode("a", "A10", 4), {{"disk", "hdd"}}),
+                            labelled(gpuNode("b", "A10", 4), {{"disk", "ssd"}}),
+                            labelled(gpuNode("c", "A10", 4), {{"disk", "ssd"}})});
+  ASSERT_TRUE(engine->assume(gpuPod("on-a", 1), "a").ok());
+  ASSERT_TRUE(engine->assume(gpuPod("on-c", 1), "c").ok());
+  // Packing alone: a or c (each has one GPU used), never the empty b.
+  auto plain = engine->decide(gpuPod("plain", 2));
+  ASSERT_TRUE(plain.ok());
+  EXPECT_NE(plain->node_name, "b");
+  // Preferring ssd: b or c, and packing picks the used one, c.
+  PodSpec ssd = gpuPod("ssd", 1);
+  ssd.soft.node_affinity = {{10, NodeSelectorTerm{{{"disk", "In", {"ssd"}}}, {}}}};
+  auto placed = engine->schedule(ssd);
+  ASSERT_TRUE(placed.ok()) << placed.status().message();
+  EXPECT_EQ(placed->node_name, "c");
+  // Weights add up: a term for b (by name) outweighs the ssd term alone.
+  PodSpec named = ssd;
+  named.name = "named";
+  named.soft.node_affinity.push_back({20, NodeSelectorTerm{{}, {{"metadata.name", "In", {"b"}}}}});
+  placed = engine->schedule(named);
+  ASSERT_TRUE(placed.ok());
+  EXPECT_EQ(placed->node_name, "b");
+  // Soft: with the ssd nodes full the pod still goes, to a.
+  ASSERT_TRUE(engine->assume(gpuPod("fill-b", 3), "b").ok());
+  ASSERT_TRUE(engine->assume(gpuPod("fill-c", 2), "c").ok());
+  ssd.name = "ssd-2";
+  placed = engine->schedule(ssd);
+  ASSERT_TRUE(placed.ok()) << placed.status().message();
+  EXPECT_EQ(placed->node_name, "a");
+
+  // PreferNoSchedule: packing would pick the used spot node; a pod that does not tolerate the
+  // taint goes to the clean one; one that tolerates it (effect PreferNoSchedule or any effect)
+  // is placed by packing; a toleration of another effect does not count.
+  auto tainted =
+      makeEngine({labelled(gpuNode("spot", "A10", 4), {}, {{"spot", "", "PreferNoSchedule"}}),
+                  labelled(gpuNode("clean", "A10", 4), {})});
+  PodSpec used = gpuPod("used", 1);
+  used.constraints.tolerations = {{"spot", "Exists", "", ""}};
+  ASSERT_TRUE(tainted->assume(used, "spot").ok());
+  placed = tainted->decide(gpuPod("plain", 1));
+  ASSERT_TRUE(placed.ok());
+  EXPECT_EQ(placed->node_name, "clean");
+  for (const std::string effect : {"PreferNoSchedule", ""}) {
+    PodSpec tolerant = gpuPod("tolerant", 1);
+    tolerant.constraints.tolerations = {{"spot", "Exists", "", effect}};
+    placed = tainted->decide(tolerant);
+    ASSERT_TRUE(placed.ok());
+    EXPECT_EQ(placed->node_name, "spot") << effect;
+  }
+  PodSpec other = gpuPod("other-effect", 1);
+  other.constraints.tolerations = {{"spot", "Exists", "", "NoSchedule"}};
+  placed = tainted->decide(other);
+  ASSERT_TRUE(placed.ok());
+  EXPECT_EQ(placed->node_name, "clean");
+}
+
+TEST(SchedulerTest, PreferredPodTermsSpreadReplicasAttractAndAreSymmetric) {
+  std::vector<NodeSpec> nodes;
+  for (int i = 0; i < 3; ++i) {
+    nodes.push_back(labelled(
+        gpuNode("n" + std::to_string(i), "A10", 4),
+        {{"kubernetes.io/hostname", "n" + std::to_string(i)}, {"zone", i < 2 ? "z1" : "z2"}}));
+  }
+  // Without terms, packing stacks four 1-GPU replicas on one node.
+  {
+    auto engine = makeEngine(nodes);
+    std::set<std::string> used;
+    for (int i = 0; i < 4; ++i) {
+      auto placed =
+          engine->schedule(labelledPod("plain-" + std::to_string(i), 1, {{"app", "web"}}));
+      ASSERT_TRUE(placed.ok());
+      used.insert(placed->node_name);
+    }
+    EXPECT_EQ(used.size(), 1u);
+  }
+  // Preferred anti-affinity by host: one per node, then two per node; never refused.
+  auto engine = makeEngine(nodes);
+  std::map<std::string, int> per_node;
+  for (int i = 0; i < 6; ++i) {
+    PodSpec r = labelledPod("web-" + std::to_string(i), 1, {{"app", "web"}});
+    r.soft.anti_affinity = {weighted(100, {{"app", "web"}}, "kubernetes.io/hostname")};
+    auto placed = engine->schedule(r);
+    ASSERT_TRUE(placed.ok()) << placed.status().message();
+    ++per_node[placed->node_name];
+    if (i == 2) {
+      EXPECT_EQ(per_node.size(), 3u);
+    }
+  }
+  for (const auto& [n, k] : per_node) EXPECT_EQ(k, 2) << n;
+  // Preferred affinity by zone: next to the cache in z2, though packing (best fit) prefers the
+  // fuller node.
+  auto attract = makeEngine(nodes, "", "best-fit");
+  ASSERT_TRUE(attract->assume(labelledPod("fill", 2, {{"app", "batch"}}), "n0").ok());
+  ASSERT_TRUE(attract->assume(labelledPod("cache", 1, {{"app", "cache"}}), "n2").ok());
+  PodSpec near = labelledPod("near", 1, {{"app", "model"}});
+  EXPECT_EQ(attract->decide(near)->node_name, "n0");  // packing alone
+  near.soft.affinity = {weighted(50, {{"app", "cache"}}, "zone")};
+  auto placed = attract->decide(near);
+  ASSERT_TRUE(placed.ok());
+  EXPECT_EQ(placed->node_name, "n2");
+  // ... in another namespace the term selects nothing, and packing decides.
+  near.ns = "other";
+  EXPECT_EQ(attract->decide(near)->node_name, "n0");
+  // Symmetry: a running pod's preferred anti-affinity keeps a pod it selects off its node, and
+  // its preferred affinity draws one.
+  PodSpec guard = labelledPod("guard", 1, {{"app", "guard"}});
+  guard.soft.anti_affinity = {weighted(50, {{"app", "noisy"}}, "kubernetes.io/hostname")};
+  ASSERT_TRUE(attract->assume(guard, "n0").ok());
+  EXPECT_NE(attract->decide(labelledPod("noisy", 1, {{"app", "noisy"}}))->node_name, "n0");
+  EXPECT_EQ(attract->decide(labelledPod("quiet", 1, {{"app", "quiet"}}))->node_name, "n0");
+  PodSpec host = labelledPod("host", 1, {{"app", "host"}});
+  host.soft.affinity = {weighted(50, {{"app", "friend"}}, "kubernetes.io/hostname")};
+  auto hosted = attract->assume(host, "n1");
+  ASSERT_TRUE(hosted.ok());
+  EXPECT_EQ(attract->decide(labelledPod("friend", 1, {{"app", "friend"}}))->node_name, "n1");
+  // A running pod that goes takes its terms with it: packing decides again (n0 is the fullest).
+  ASSERT_TRUE(attract->release(hosted->pod).isOk());
+  EXPECT_EQ(attract->decide(labelledPod("friend", 1, {{"app", "friend"}}))->node_name, "n0");
+  // A running pod's required affinity scores too, with weight 1 (hardPodAffinityWeight).
+  PodSpec needs = labelledPod("needs", 1, {{"app", "needs"}});
+  needs.pod_constraints.affinity = {termFor({{"app", "friend"}}, "kubernetes.io/hostname")};
+  ASSERT_TRUE(attract->assume(needs, "n1").ok());
+  EXPECT_EQ(attract->decide(labelledPod("friend", 1, {{"app", "friend"}}))->node_name, "n1");
+}
+
+TEST(SchedulerTest, ScheduleAnywaySpreadBalancesZonesAndNeverRefuses) {
+  auto engine = makeEngine({labelled(gpuNode("n0", "A10", 4), {{"zone", "z1"}}),
+                            labelled(gpuNode("n1", "A10", 4), {{"zone", "z1"}}),
+                            labelled(gpuNode("n2", "A10", 4), {{"zone", "z2"}})});
+  SpreadConstraint zone;
+  zone.topology_key = "zone";
+  zone.selector.match_labels = {{"app", "serve"}};
+  std::map<std::string, int> per_zone;
+  for (int i = 0; i < 5; ++i) {
+    PodSpec p = labelledPod("serve-" + std::to_string(i), 2, {{"app", "serve"}});
+    p.soft.spread = {zone};
+    auto placed = engine->schedule(p);
+    ASSERT_TRUE(placed.ok()) << i << ": " << placed.status().message();
+    ++per_zone[placed->node_name == "n2" ? "z2" : "z1"];
+    if (i == 3) {
+      // Four placed: two per zone (packing alone would fill z1's nodes first).
+      EXPECT_EQ(per_zone["z1"], 2);
+      EXPECT_EQ(per_zone["z2"], 2);
+    }
+  }
+  EXPECT_EQ(per_zone["z1"], 3);  // z2 is full: the fifth goes to z1, not refused
+  // Terminating pods and other namespaces' pods are not counted.
+  auto counts = makeEngine({labelled(gpuNode("n0", "A10", 8), {{"zone", "z1"}}),
+                            labelled(gpuNode("n2", "A10", 8), {{"zone", "z2"}})});
+  ASSERT_TRUE(counts->assume(labelledPod("live", 1, {{"app", "serve"}}), "n0").ok());
+  for (int i = 0; i < 2; ++i) {
+    PodSpec going = labelledPod("going-" + std::to_string(i), 1, {{"app", "serve"}});
+    going.terminating = true;
+    ASSERT_TRUE(counts->assume(going, "n2").ok());
+    ASSERT_TRUE(
+        counts
+            ->assume(labelledPod("elsewhere-" + std::to_string(i), 1, {{"app", "serve"}}, "other"),
+                     "n2")
+            .ok());
+  }
+  PodSpec p = labelledPod("serve", 1, {{"app", "serve"}});
+  p.soft.spread = {zone};
+  auto placed = counts->decide(p);
+  ASSERT_TRUE(placed.ok());
+  EXPECT_EQ(placed->node_name, "n2");
+}
+
 TEST(SchedulerTest, TaintsKeepPodsOffUnlessTolerated) {
   auto engine =
       makeEngine({labelled(gpuNode("tainted", "A10", 8), {}, {{"gpu", "reserved", "NoSchedule"}}),

@@ -168,6 +168,35 @@ void addMatchLabelKeys(LabelSelector& sel, const Json& from,
   }
 }
 
+// One PodAffinityTerm. False when its namespaceSelector has labels: namespaces are not watched,
+// so their labels are unknown (the term is then read as selecting every namespace).
+bool affinityTerm(const Json& t, const std::map<std::string, std::string>& labels,
+                  PodAffinityTerm& term) {
+  term.selector = termSelector(t);
+  addMatchLabelKeys(term.selector, t, labels);
+  term.namespaces = stringList(find(t, "namespaces"));
+  // mismatchLabelKeys (and matchLabelKeys of these terms) the API server has already merged
+  // into labelSelector; ANDing matchLabelKeys once more changes nothing.
+  term.topology_key = str(t, "topologyKey");
+  const Json* ns_sel = find(t, "namespaceSelector");
+  if (ns_sel == nullptr || !ns_sel->is_object()) return true;
+  const LabelSelector nss = labelSelector(ns_sel);
+  term.all_namespaces = true;  // {} (or empty lists): every namespace
+  return nss.match_labels.empty() && nss.match_expressions.empty();
+}
+
+// A topologySpreadConstraints entry. False when it asks for node inclusion policies the engine
+// does not model.
+bool spreadConstraint(const Json& c, const std::map<std::string, std::string>& labels,
+                      SpreadConstraint& sc) {
+  sc.max_skew = clampedInt(find(c, "maxSkew"), 1);
+  sc.min_domains = clampedInt(find(c, "minDomains"), 1);
+  sc.topology_key = str(c, "topologyKey");
+  sc.selector = termSelector(c);
+  addMatchLabelKeys(sc.selector, c, labels);
+  return str(c, "nodeAffinityPolicy") != "Ignore" && str(c, "nodeTaintsPolicy") != "Honor";
+}
+
 // spec.affinity.podAffinity / podAntiAffinity (their required terms) and
 // spec.topologySpreadConstraints (those with whenUnsatisfiable DoNotSchedule). What the engine
 // cannot honour is named in `unsupported`, and such a pod is not placed.
@@ -182,25 +211,12 @@ PodConstraints podTerms(const Json& spec, const std::map<std::string, std::strin
     if (req == nullptr || !req->is_array()) return;
     for (const Json& t : *req) {
       PodAffinityTerm term;
-      term.selector = termSelector(t);
-      addMatchLabelKeys(term.selector, t, labels);
-      term.namespaces = stringList(find(t, "namespaces"));
-      const Json* ns_sel = find(t, "namespaceSelector");
-      if (ns_sel != nullptr && ns_sel->is_object()) {
-        const LabelSelector nss = labelSelector(ns_sel);
-        if (nss.match_labels.empty() && nss.match_expressions.empty()) {
-          term.all_namespaces = true;  // {} (or empty lists): every namespace
-        } else {
-          // Namespaces are not watched, so their labels are unknown. Such a pod is refused; as a
-          // running pod (bound by another scheduler) its anti-affinity keeps every namespace's
-          // selected pods out, a superset of what it asks.
-          unsupported = std::string(kind) + " namespaceSelector with labels";
-          if (std::string_view(kind) == "podAntiAffinity") term.all_namespaces = true;
-        }
+      if (!affinityTerm(t, labels, term)) {
+        // Such a pod is refused; as a running pod (bound by another scheduler) its anti-affinity
+        // keeps every namespace's selected pods out, a superset of what it asks.
+        unsupported = std::string(kind) + " namespaceSelector with labels";
+        term.all_namespaces = std::string_view(kind) == "podAntiAffinity";
       }
-      // mismatchLabelKeys (and matchLabelKeys of these terms) the API server has already merged
-      // into labelSelector; ANDing matchLabelKeys once more changes nothing.
-      term.topology_key = str(t, "topologyKey");
       out.push_back(std::move(term));
     }
   };
@@ -211,12 +227,7 @@ PodConstraints podTerms(const Json& spec, const std::map<std::string, std::strin
     for (const Json& c : *spread) {
       if (str(c, "whenUnsatisfiable") != "DoNotSchedule") continue;  // ScheduleAnyway: soft
       SpreadConstraint sc;
-      sc.max_skew = clampedInt(find(c, "maxSkew"), 1);
-      sc.min_domains = clampedInt(find(c, "minDomains"), 1);
-      sc.topology_key = str(c, "topologyKey");
-      sc.selector = termSelector(c);
-      addMatchLabelKeys(sc.selector, c, labels);
-      if (str(c, "nodeAffinityPolicy") == "Ignore" || str(c, "nodeTaintsPolicy") == "Honor") {
+      if (!spreadConstraint(c, labels, sc)) {
         unsupported =
             "topologySpreadConstraints nodeAffinityPolicy Ignore / nodeTaintsPolicy Honor";
       }
@@ -224,6 +235,53 @@ PodConstraints podTerms(const Json& spec, const std::map<std::string, std::strin
     }
   }
   return pc;
+}
+
+// The preferred terms (preferredDuringSchedulingIgnoredDuringExecution of nodeAffinity,
+// podAffinity and podAntiAffinity) and ScheduleAnyway spread constraints. Being soft, what the
+// engine cannot evaluate (a namespaceSelector with labels, node inclusion policies) is left out
+// rather than refused: the pod may go anywhere such a term would have let it.
+SoftConstraints softTerms(const Json& spec, const std::map<std::string, std::string>& labels) {
+  SoftConstraints sc;
+  const Json* affinity = find(spec, "affinity");
+  auto preferred = [&](const char* kind) -> const Json* {
+    const Json* a = affinity != nullptr ? find(*affinity, kind) : nullptr;
+    const Json* p =
+        a != nullptr ? find(*a, "preferredDuringSchedulingIgnoredDuringExecution") : nullptr;
+    return p != nullptr && p->is_array() ? p : nullptr;
+  };
+  if (const Json* p = preferred("nodeAffinity")) {
+    for (const Json& w : *p) {
+      const Json* pref = find(w, "preference");
+      if (pref == nullptr || !pref->is_object()) continue;
+      sc.node_affinity.push_back({clampedInt(find(w, "weight"), 0),
+                                  NodeSelectorTerm{requirements(find(*pref, "matchExpressions")),
+                                                   requirements(find(*pref, "matchFields"))}});
+    }
+  }
+  auto podPreferred = [&](const char* kind, std::vector<WeightedPodTerm>& out) {
+    const Json* p = preferred(kind);
+    if (p == nullptr) return;
+    for (const Json& w : *p) {
+      const Json* t = find(w, "podAffinityTerm");
+      WeightedPodTerm wt;
+      wt.weight = clampedInt(find(w, "weight"), 0);
+      if (t != nullptr && t->is_object() && affinityTerm(*t, labels, wt.term)) {
+        out.push_back(std::move(wt));
+      }
+    }
+  };
+  podPreferred("podAffinity", sc.affinity);
+  podPreferred("podAntiAffinity", sc.anti_affinity);
+  const Json* spread = find(spec, "topologySpreadConstraints");
+  if (spread != nullptr && spread->is_array()) {
+    for (const Json& c : *spread) {
+      if (str(c, "whenUnsatisfiable") != "ScheduleAnyway") continue;
+      SpreadConstraint s;
+      if (spreadConstraint(c, labels, s)) sc.spread.push_back(std::move(s));
+    }
+  }
+  return sc;
 }
 
 }  // namespace
@@ -397,6 +455,7 @@ Result<KubePod> podFromJson(const Json& pod, const KubeConfig& cfg) {
     s.service_account = str(*spec, "serviceAccountName");
     s.constraints = podConstraints(*spec);
     s.pod_constraints = podTerms(*spec, s.labels);
+    s.soft = softTerms(*spec, s.labels);
     if (s.service_account.empty()) s.service_account = "default";
     s.priority = clampedInt(find(*spec, "priority"), s.priority);
     // Requests: the sum over containers, or the largest init container if larger (what

@@ -261,6 +261,61 @@ TEST(KubeObjectsTest, PodAffinityAntiAffinityAndHardSpreadAreRead) {
   EXPECT_TRUE(podFromJson(fixture("gpu-pod.json"), KubeConfig{})->spec.pod_constraints.empty());
 }
 
+TEST(KubeObjectsTest, PreferredTermsScheduleAnywaySpreadAndTolerationsAreReadAsSoft) {
+  // kubectl's own JSON: two preferred node terms, a preferred pod affinity by zone, two preferred
+  // anti-affinity terms (one with a namespaceSelector with labels), a PreferNoSchedule
+  // toleration and a ScheduleAnyway spread.
+  auto p = podFromJson(fixture("preferred-pod.json"), KubeConfig{});
+  ASSERT_TRUE(p.ok()) << p.status().message();
+  EXPECT_TRUE(p->spec.pod_constraints.empty());  // nothing hard
+  EXPECT_TRUE(p->spec.pod_constraints.unsupported.empty());
+  const SoftConstraints& s = p->spec.soft;
+  ASSERT_EQ(s.node_affinity.size(), 2u);
+  EXPECT_EQ(s.node_affinity[0].weight, 40);
+  ASSERT_EQ(s.node_affinity[0].term.match_expressions.size(), 1u);
+  EXPECT_EQ(s.node_affinity[0].term.match_expressions[0].key, "disk");
+  EXPECT_EQ(s.node_affinity[1].weight, 5);
+  ASSERT_EQ(s.node_affinity[1].term.match_fields.size(), 1u);
+  EXPECT_EQ(s.node_affinity[1].term.match_fields[0].op, "NotIn");
+  ASSERT_EQ(s.affinity.size(), 1u);
+  EXPECT_EQ(s.affinity[0].weight, 20);
+  EXPECT_EQ(s.affinity[0].term.topology_key, "topology.kubernetes.io/zone");
+  EXPECT_TRUE(termSelects(s.affinity[0].term, "ml", "ml", {{"app", "cache"}}));
+  EXPECT_FALSE(termSelects(s.affinity[0].term, "ml", "other", {{"app", "cache"}}));
+  // The term with a namespaceSelector with labels cannot be evaluated: being soft, it is left
+  // out, and the pod is not refused for it.
+  ASSERT_EQ(s.anti_affinity.size(), 1u);
+  EXPECT_EQ(s.anti_affinity[0].weight, 100);
+  EXPECT_EQ(s.anti_affinity[0].term.topology_key, "kubernetes.io/hostname");
+  ASSERT_EQ(s.spread.size(), 1u);
+  EXPECT_EQ(s.spread[0].topology_key, "topology.kubernetes.io/zone");
+  EXPECT_TRUE(selectorMatches(s.spread[0].selector, {{"app", "serve"}}));
+  ASSERT_EQ(p->spec.constraints.tolerations.size(), 1u);
+  EXPECT_EQ(p->spec.constraints.tolerations[0].effect, "PreferNoSchedule");
+  // The DoNotSchedule fixture's ScheduleAnyway constraint and preferred term are soft ones too.
+  auto hard = podFromJson(fixture("spread-pod.json"), KubeConfig{});
+  ASSERT_TRUE(hard.ok());
+  ASSERT_EQ(hard->spec.soft.spread.size(), 1u);
+  EXPECT_EQ(hard->spec.soft.spread[0].topology_key, "kubernetes.io/hostname");
+  ASSERT_EQ(hard->spec.soft.affinity.size(), 0u);
+  ASSERT_EQ(hard->spec.soft.anti_affinity.size(), 1u);
+  EXPECT_EQ(hard->spec.soft.anti_affinity[0].weight, 10);
+  // Wrong types are read as absent; a weight out of range is clamped, not wrapped.
+  Json broken = fixture("preferred-pod.json");
+  auto& na =
+      broken["spec"]["affinity"]["nodeAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"];
+  na[0]["preference"] = "ssd";
+  na[1]["weight"] = 1000000000000LL;
+  broken["spec"]["affinity"]["podAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"][0]
+        ["podAffinityTerm"] = Json::array();
+  p = podFromJson(broken, KubeConfig{});
+  ASSERT_TRUE(p.ok()) << p.status().message();
+  ASSERT_EQ(p->spec.soft.node_affinity.size(), 1u);
+  EXPECT_EQ(p->spec.soft.node_affinity[0].weight, std::numeric_limits<int>::max());
+  EXPECT_TRUE(p->spec.soft.affinity.empty());
+  EXPECT_TRUE(podFromJson(fixture("gpu-pod.json"), KubeConfig{})->spec.soft.empty());
+}
+
 // What a hostile or broken object does to the reader: wrong types are read as absent (a term
 // with a selector that is not an object selects nothing), numbers out of int range are clamped,
 // a key given twice is read once (the last, as the API server's decoder keeps), and nothing
