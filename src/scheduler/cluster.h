@@ -106,7 +106,8 @@ struct SoftRaw {
   struct Spread {
     int max_skew = 1;
     bool hostname = false;
-    std::vector<int> domain;
+    int domains = 0;          // distinct domains (ids in `domain` are below this)
+    std::vector<int> domain;  // per node, -1 when not scored
     std::vector<int64_t> count;
   };
   std::vector<Spread> spread;
@@ -192,6 +193,9 @@ FragModel buildFragModel(const std::vector<PodReq>& pods, double coverage, bool 
 // Read-only view policies score against.
 struct ClusterView {
   const std::vector<NodeState>* nodes = nullptr;
+  // Per node, 1 when closed (NodeSpec::closed): cluster-wide terms (free GPUs per type, hosts for
+  // the big shapes) leave it out.
+  const std::vector<uint8_t>* closed = nullptr;
   int64_t max_cpu = 1;
   int64_t max_mem = 1;
   int max_gpu_milli = kMilliPerGpu;

@@ -323,6 +323,7 @@ class InferaPolicy final : public FgdPolicy {
       big_mem_[c] = big_[c].mem;
     }
     nodes_ = v.nodes;
+    closed_ = v.closed;
     last_free_.assign(v.nodes->size(), 0);
     for (size_t k = 0; k < v.nodes->size(); ++k) trackNode(static_cast<int>(k));
   }
@@ -437,7 +438,9 @@ class InferaPolicy final : public FgdPolicy {
     if (static_cast<size_t>(node) >= node_mask_.size())
       node_mask_.resize(static_cast<size_t>(node) + 1, 0);
     const NodeState& n = (*nodes_)[static_cast<size_t>(node)];
-    const uint32_t mask = big_.empty() ? 0 : hostMask(n);
+    const bool closed = closed_ != nullptr && static_cast<size_t>(node) < closed_->size() &&
+                        (*closed_)[static_cast<size_t>(node)];
+    const uint32_t mask = big_.empty() || closed ? 0 : hostMask(n);
     const uint32_t old = node_mask_[static_cast<size_t>(node)];
     for (uint32_t d = mask ^ old; d != 0; d &= d - 1) {
       const int c = std::countr_zero(d);
@@ -445,7 +448,7 @@ class InferaPolicy final : public FgdPolicy {
     }
     node_mask_[static_cast<size_t>(node)] = mask;
     if (n.type < 0 || n.type >= 32) return;
-    const double now = n.gpu_free_total;
+    const double now = closed ? 0 : n.gpu_free_total;
     const double delta = now - last_free_[static_cast<size_t>(node)];
     free_[static_cast<size_t>(n.type)] += delta;
     free_all_ += delta;
@@ -457,6 +460,7 @@ class InferaPolicy final : public FgdPolicy {
   double free_all_ = 0;
   std::vector<double> last_free_;
   const std::vector<NodeState>* nodes_ = nullptr;
+  const std::vector<uint8_t>* closed_ = nullptr;
   std::vector<Big> big_;
   std::array<int, 32> big_gpus_{};  // big_'s fields, as arrays for fitMask
   std::array<int64_t, 32> big_cpu_{};

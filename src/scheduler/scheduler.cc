@@ -197,7 +197,9 @@ class SchedulerImpl final : public Scheduler {
     const int min_gpus = std::max(1, cfg.min_node_gpus);
     auto isEmpty = [&](const NodeState& n) { return n.gpus > 0 && n.full_free_gpus == n.gpus; };
     int empty = 0;
-    for (const NodeState& n : nodes_) empty += n.gpus >= min_gpus && isEmpty(n);
+    for (size_t n = 0; n < nodes_.size(); ++n) {
+      empty += !node_closed_[n] && nodes_[n].gpus >= min_gpus && isEmpty(nodes_[n]);
+    }
     if (cfg.target_empty_nodes > 0 && empty >= cfg.target_empty_nodes) return plan;
     PodReq want;
     if (cfg.for_pod) {
@@ -225,7 +227,9 @@ class SchedulerImpl final : public Scheduler {
     std::vector<Source> sources;
     for (int n = 0; n < static_cast<int>(nodes_.size()); ++n) {
       const NodeState& node = nodes_[n];
-      if (node.gpus < min_gpus || node.type < 0 || !wouldHost(n)) continue;
+      if (node.gpus < min_gpus || node.type < 0 || node_closed_[static_cast<size_t>(n)] ||
+          !wouldHost(n))
+        continue;
       if (isEmpty(node) && !cfg.for_pod) continue;
       const auto& on = node_pods_[n];
       if (on.empty() || static_cast<int>(on.size()) > cfg.max_moves) continue;
@@ -247,9 +251,10 @@ class SchedulerImpl final : public Scheduler {
       if (a.gpu_used != b.gpu_used) return a.gpu_used < b.gpu_used;
       return node_rank_[a.node] < node_rank_[b.node];
     });
-    // Targets never include an empty GPU node (that only moves the hole) or a node being emptied.
+    // Targets never include an empty GPU node (that only moves the hole), a node being emptied
+    // or a closed one.
     std::vector<uint8_t> blocked(nodes_.size(), 0);
-    for (size_t n = 0; n < nodes_.size(); ++n) blocked[n] = isEmpty(nodes_[n]);
+    for (size_t n = 0; n < nodes_.size(); ++n) blocked[n] = isEmpty(nodes_[n]) || node_closed_[n];
     std::vector<uint8_t> received(nodes_.size(), 0);  // targets stay: never emptied after
     std::vector<Applied> applied;  // every tentative move, undone before returning
     const Rng rng_before = rng_;   // ties drawn while planning must not shift later decisions
@@ -360,8 +365,10 @@ class SchedulerImpl final : public Scheduler {
 
   ClusterStats stats() const override {
     ClusterStats s;
-    s.nodes = static_cast<int>(nodes_.size());
-    for (const NodeState& n : nodes_) {
+    s.nodes = static_cast<int>(nodes_.size()) - closed_nodes_;
+    for (size_t i = 0; i < nodes_.size(); ++i) {
+      const NodeState& n = nodes_[i];
+      if (node_closed_[i]) continue;
       s.gpu_milli_capacity += static_cast<int64_t>(n.gpus) * kMilliPerGpu;
       s.gpu_milli_allocated += static_cast<int64_t>(n.gpus) * kMilliPerGpu - n.gpu_free_total;
       s.cpu_milli_capacity += n.cpu_capacity;
@@ -401,7 +408,9 @@ class SchedulerImpl final : public Scheduler {
     for (int t = 0; t < kMaxGpuTypes; ++t) {
       if (need[t] <= 0) continue;
       std::vector<int> sizes;
-      for (const int n : by_type_[t]) sizes.push_back(nodes_[n].gpus);
+      for (const int n : by_type_[t]) {
+        if (!node_closed_[static_cast<size_t>(n)]) sizes.push_back(nodes_[n].gpus);
+      }
       std::sort(sizes.rbegin(), sizes.rend());
       int64_t have = 0;
       for (const int g : sizes) {
@@ -457,6 +466,7 @@ class SchedulerImpl final : public Scheduler {
     full_model_ = buildFragModel(workload, 1.0, /*with_memory=*/true);
     stats_model_ = &fgd_model_;
     view_.nodes = &nodes_;  // also for an engine that starts with no nodes (nodes join later)
+    view_.closed = &node_closed_;
     policy_ = makePolicy(cfg_.policy, view_, &fgd_model_, &full_model_, cfg_.seed);
     if (!policy_) return Status::invalidArgument("unknown policy '" + cfg_.policy + "'");
     return Status::ok();
@@ -503,10 +513,13 @@ class SchedulerImpl final : public Scheduler {
     nodes_.push_back(n);
     node_hard_taint_.push_back(hasHardTaint(spec) ? 1 : 0);
     hard_tainted_nodes_ += node_hard_taint_.back();
+    node_closed_.push_back(spec.closed ? 1 : 0);
+    closed_nodes_ += spec.closed ? 1 : 0;
     soft_tainted_nodes_ += std::any_of(spec.taints.begin(), spec.taints.end(), [](const Taint& t) {
       return t.effect == "PreferNoSchedule";
     });
-    node_specs_.push_back(NodeSpec{spec.name, 0, 0, 0, {}, spec.labels, spec.taints});
+    node_specs_.push_back(NodeSpec{spec.name, 0, 0, 0, {}, spec.labels, spec.taints, spec.closed});
+    domains_.clear();
     for (const auto& [key, e] : elig_index_) {
       Eligibility& el = elig_[static_cast<size_t>(e)];
       el.allowed.push_back(constraintsAllow(el.constraints, node_specs_.back()) ? 1 : 0);
@@ -515,7 +528,7 @@ class SchedulerImpl final : public Scheduler {
     node_pods_.emplace_back();
     if (n.type >= 0) {
       by_type_[n.type].push_back(idx);
-      capacity_[n.type] += static_cast<int64_t>(n.gpus) * kMilliPerGpu;
+      if (!spec.closed) capacity_[n.type] += static_cast<int64_t>(n.gpus) * kMilliPerGpu;
     }
     view_.nodes = &nodes_;
     view_.max_cpu = std::max(view_.max_cpu, n.cpu_capacity);
@@ -1136,10 +1149,14 @@ class SchedulerImpl final : public Scheduler {
     // selects there, -weight for anti-affinity; and so for running pods' preferred terms that
     // select this pod, and +1 for their required affinity terms that do (InterPodAffinity's
     // scoring, hardPodAffinityWeight 1).
-    std::map<std::string, std::map<std::string, int64_t>> domain_score;
+    std::map<std::string, std::vector<int64_t>> domain_score;  // by key, by domain id
     auto add = [&](const PodAffinityTerm& t, int q_node, int64_t w) {
-      if (const std::string* d = domainOf(q_node, t.topology_key))
-        domain_score[t.topology_key][*d] += w;
+      const Domains& d = domains(t.topology_key);
+      const int id = d.of_node[static_cast<size_t>(q_node)];
+      if (id < 0) return;
+      std::vector<int64_t>& v = domain_score[t.topology_key];
+      if (v.empty()) v.assign(static_cast<size_t>(d.count), 0);
+      v[static_cast<size_t>(id)] += w;
     };
     if (!sc.affinity.empty() || !sc.anti_affinity.empty()) {
       forRunning([&](const PodRecord& q, int n) {
@@ -1166,39 +1183,37 @@ class SchedulerImpl final : public Scheduler {
     if (!domain_score.empty()) {
       out.pod_affinity.on = true;
       out.pod_affinity.value.assign(count, 0);
-      for (size_t n = 0; n < count; ++n) {
-        for (const auto& [key, scores] : domain_score) {
-          const std::string* d = domainOf(static_cast<int>(n), key);
-          const auto it = d != nullptr ? scores.find(*d) : scores.end();
-          if (it != scores.end()) out.pod_affinity.value[n] += it->second;
+      for (const auto& [key, scores] : domain_score) {
+        const std::vector<int>& of_node = domains(key).of_node;
+        for (size_t n = 0; n < count; ++n) {
+          if (of_node[n] >= 0) out.pod_affinity.value[n] += scores[static_cast<size_t>(of_node[n])];
         }
       }
     }
     if (sc.spread.empty()) return;
     // ScheduleAnyway: nodes with every constraint's key are scored; pods are counted on those
     // its node affinity allows (as the hard constraints count; terminating ones are not).
+    std::vector<const Domains*> keys;
+    for (const SpreadConstraint& c : sc.spread) keys.push_back(&domains(c.topology_key));
     out.spread_scored.assign(count, 0);
     std::vector<uint8_t> counted(count, 0);
     for (size_t n = 0; n < count; ++n) {
-      out.spread_scored[n] =
-          std::all_of(sc.spread.begin(), sc.spread.end(), [&](const SpreadConstraint& c) {
-            return domainOf(static_cast<int>(n), c.topology_key) != nullptr;
-          });
+      out.spread_scored[n] = std::all_of(keys.begin(), keys.end(),
+                                         [&](const Domains* d) { return d->of_node[n] >= 0; });
       counted[n] = out.spread_scored[n] && nodeAffinityAllows(pod.constraints, node_specs_[n]);
     }
-    for (const SpreadConstraint& c : sc.spread) {
+    for (size_t k = 0; k < sc.spread.size(); ++k) {
+      const SpreadConstraint& c = sc.spread[k];
       SoftRaw::Spread sp;
       sp.max_skew = c.max_skew;
       sp.hostname = c.topology_key == "kubernetes.io/hostname";
+      sp.domains = keys[k]->count;
       sp.domain.assign(count, -1);
       sp.count.assign(count, 0);
-      std::map<std::string, int> ids;
       for (size_t n = 0; n < count; ++n) {
-        if (!out.spread_scored[n]) continue;
-        const std::string& d = *domainOf(static_cast<int>(n), c.topology_key);
-        sp.domain[n] = ids.emplace(d, static_cast<int>(ids.size())).first->second;
+        if (out.spread_scored[n]) sp.domain[n] = keys[k]->of_node[n];
       }
-      std::vector<int64_t> in_domain(ids.size(), 0);
+      std::vector<int64_t> in_domain(static_cast<size_t>(sp.domains), 0);
       const bool selects =
           !c.selector.match_labels.empty() || !c.selector.match_expressions.empty();
       forRunning([&](const PodRecord& q, int n) {
@@ -1218,6 +1233,30 @@ class SchedulerImpl final : public Scheduler {
       }
       out.spread.push_back(std::move(sp));
     }
+  }
+
+  // Each node's domain for a topology key: an id per distinct value of the label (-1 without
+  // it), built on first use and dropped when a node joins (the keys come from pods, so at most
+  // kMaxDomainKeys are kept).
+  struct Domains {
+    std::vector<int> of_node;
+    int count = 0;
+  };
+  static constexpr size_t kMaxDomainKeys = 64;
+  const Domains& domains(const std::string& key) const {
+    const auto it = domains_.find(key);
+    if (it != domains_.end()) return it->second;
+    if (domains_.size() >= kMaxDomainKeys) domains_.clear();
+    Domains d;
+    d.of_node.assign(nodes_.size(), -1);
+    std::map<std::string_view, int> ids;
+    for (size_t n = 0; n < nodes_.size(); ++n) {
+      if (const std::string* v = domainOf(static_cast<int>(n), key)) {
+        d.of_node[n] = ids.emplace(*v, static_cast<int>(ids.size())).first->second;
+      }
+    }
+    d.count = static_cast<int>(ids.size());
+    return domains_.emplace(key, std::move(d)).first->second;
   }
 
   Result<Plan> makePlan(const PodSpec& pod, int64_t /*now_s*/, bool allow_preempt) {
@@ -1426,7 +1465,10 @@ class SchedulerImpl final : public Scheduler {
     }
     const int t = n.type;
     const int64_t milli = p.req.gpuTotalMilli();
-    if (t >= 0 && p.tier != Tier::kBestEffort) shared_used_[t] += sign * milli;
+    // The shared pool is the open nodes' capacity: pods on closed ones take none of it (they
+    // still count for their queues).
+    if (t >= 0 && p.tier != Tier::kBestEffort && !node_closed_[static_cast<size_t>(p.node)])
+      shared_used_[t] += sign * milli;
     for (int a = p.queue; a >= 0; a = queues_[a].parent) {
       QueueState& q = queues_[a];
       if (t >= 0 && milli > 0) {
@@ -1546,6 +1588,7 @@ class SchedulerImpl final : public Scheduler {
   std::vector<PodId> soft_holders_;    // running pods whose terms score nodes (scoresOthers)
   // findNode ranks the fitting nodes by these first, when set (makePlan, for one decision).
   const SoftRaw* soft_ = nullptr;
+  mutable std::map<std::string, Domains> domains_;  // domains(), by topology key
   // Node constraints: per node its labels/taints and whether a NoSchedule/NoExecute taint keeps
   // unconstrained pods off it; per distinct constraint the nodes it allows (eligibilityOf).
   struct Eligibility {
@@ -1555,7 +1598,9 @@ class SchedulerImpl final : public Scheduler {
   };
   std::vector<NodeSpec> node_specs_;  // name, labels, taints only
   std::vector<uint8_t> node_hard_taint_;
-  int hard_tainted_nodes_ = 0;  // nodes with a NoSchedule/NoExecute taint
+  int hard_tainted_nodes_ = 0;        // nodes with a NoSchedule/NoExecute taint
+  std::vector<uint8_t> node_closed_;  // NodeSpec::closed, per node
+  int closed_nodes_ = 0;
   int soft_tainted_nodes_ = 0;  // nodes with a PreferNoSchedule taint
   std::vector<Eligibility> elig_;
   std::map<std::string, int> elig_index_;  // constraintKey -> elig_ index

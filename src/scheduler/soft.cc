@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <set>
 
 #include "scheduler/cluster.h"
 
@@ -60,12 +59,14 @@ void spreadNormalize(const SoftRaw& raw, const std::vector<int>& nodes, int64_t 
     if (c.hostname) {
       for (const int n : nodes) size += raw.spread_scored[static_cast<size_t>(n)];
     } else {
-      std::set<int> domains;
+      std::vector<uint8_t> seen(static_cast<size_t>(c.domains), 0);
       for (const int n : nodes) {
-        if (raw.spread_scored[static_cast<size_t>(n)])
-          domains.insert(c.domain[static_cast<size_t>(n)]);
+        const int d = c.domain[static_cast<size_t>(n)];
+        if (d >= 0 && !seen[static_cast<size_t>(d)]) {
+          seen[static_cast<size_t>(d)] = 1;
+          ++size;
+        }
       }
-      size = domains.size();
     }
     log_weight.push_back(std::log(static_cast<double>(size) + 2));
   }

@@ -136,6 +136,11 @@ struct NodeSpec {
   std::string gpu_model;                      // "" for CPU-only nodes
   std::map<std::string, std::string> labels;  // pool, region, zone, ...
   std::vector<Taint> taints;
+  // Closed (Kubernetes: cordoned or not Ready): its pods are held and counted (queue usage,
+  // inter-pod terms), pods go to it only as its taints allow (the reader adds the node
+  // controllers' NoSchedule taint), and it is left out of stats(), nodesForGuarantees() and
+  // re-packing.
+  bool closed = false;
 };
 
 struct PodSpec {

@@ -8,7 +8,8 @@
 #     taint lets the waiting pod in;
 #   - sched.yaml edited in place (no signal): a raised queue max is taken and a pod waiting on it
 #     is bound; a change that needs a restart (SIGHUP) and a file with an unknown key are refused
-#     with the key named, and the running config stays; the webhook answers by the new rules.
+#     with the key named, and the running config stays; the webhook answers by the new rules;
+#   - `kubectl cordon` on a node keeps its pods counted against their queue.
 #   sched_constraints_reload_test.sh INFERA WORK_DIR
 set -uo pipefail
 source "$(dirname "$0")/lib.sh"
@@ -127,6 +128,23 @@ check "the running config stays: max 10 admits 8 of 10, not the refused 12" wait
 plain q3 3
 check "... and holds at 10" wait_for 20 has_event q3 FailedScheduling "max GPU quota (10 GPUs) reached"
 check "the applied count did not move" test "$(reloads applied)" = 1
+
+# 4. kubectl cordon on n-z1, which holds four of the queue's pods (9 of its 10 GPUs in use): they
+#    keep counting (the node is closed, not dropped), so a 2-GPU pod created after the change
+#    waits on the quota, though n-reserved has room for it and it tolerates that node's taint.
+before=$(rebuilds)
+k cordon n-z1 >"$work/cordon.out" 2>&1
+check "kubectl cordon is accepted" grep -q 'cordoned' "$work/cordon.out"
+check "... and the scheduler took the change" wait_for 20 rebuilt_since "$before"
+gpu_pod_json q4 2 | node -e '
+  let s="";process.stdin.on("data",d=>s+=d).on("end",()=>{const p=JSON.parse(s);
+  p.spec.tolerations=[{key:"team",operator:"Equal",value:"vision",effect:"NoSchedule"}];
+  process.stdout.write(JSON.stringify(p))})' | k create --validate=false -f - >/dev/null
+check "the cordoned node's pods still count: the new pod waits on the quota" \
+  wait_for 20 has_event q4 FailedScheduling "max GPU quota (10 GPUs) reached"
+k uncordon n-z1 >/dev/null 2>&1
+k delete pod p1 -n ml --wait=false >/dev/null
+check "uncordoned, with one of its pods gone, the queue has room for it" wait_for 20 on_node q4 n-reserved
 kill -TERM "$sched_pid"
 check "sched serve stops on SIGTERM" wait_for 10 bash -c "! kill -0 $sched_pid"
 finish

@@ -1299,6 +1299,83 @@ TEST(SchedulerTest, ScheduleAnywaySpreadBalancesZonesAndNeverRefuses) {
   EXPECT_EQ(placed->node_name, "n2");
 }
 
+// A closed node (Kubernetes: cordoned or not Ready, with the node controllers' NoSchedule taint)
+// keeps its pods in the engine: they count for their queue's quota and for other pods' inter-pod
+// terms; it takes only pods that tolerate its taint; and it is left out of the shared pool, the
+// stats and re-packing.
+TEST(SchedulerTest, ClosedNodeCountsItsPodsAndTakesOnlyPodsThatTolerateItsTaint) {
+  NodeSpec cordoned = labelled(gpuNode("cordoned", "A10", 4), {{"zone", "z1"}, {"pool", "maint"}},
+                               {{"node.kubernetes.io/unschedulable", "", "NoSchedule"}});
+  cordoned.closed = true;
+  auto engine = makeEngine({cordoned, labelled(gpuNode("open", "A10", 4), {{"zone", "z1"}}),
+                            labelled(gpuNode("open2", "A10", 4), {{"zone", "z2"}})},
+                           R"(
+queues: [{name: team, max: {gpus: {"*": 4}}}, {name: other}]
+)");
+  for (int i = 0; i < 3; ++i) {
+    PodSpec p = labelledPod("x-" + std::to_string(i), 1, {{"app", "x"}});
+    p.queue = "team";
+    ASSERT_TRUE(engine->assume(p, "cordoned").ok());
+  }
+  // Their labels count: anti-affinity with app=x by zone keeps a pod out of z1.
+  PodSpec apart = labelledPod("apart", 1, {});
+  apart.queue = "other";
+  apart.pod_constraints.anti_affinity = {termFor({{"app", "x"}}, "zone")};
+  auto placed = engine->decide(apart);
+  ASSERT_TRUE(placed.ok()) << placed.status().message();
+  EXPECT_EQ(placed->node_name, "open2");
+  // Their GPUs count for the queue: 3 of its 4.
+  PodSpec two = gpuPod("two", 2);
+  two.queue = "team";
+  placed = engine->schedule(two);
+  ASSERT_FALSE(placed.ok());
+  EXPECT_NE(placed.status().message().find("max"), std::string::npos) << placed.status().message();
+  PodSpec one = gpuPod("one", 1);
+  one.queue = "team";
+  placed = engine->schedule(one);
+  ASSERT_TRUE(placed.ok()) << placed.status().message();
+  EXPECT_NE(placed->node_name, "cordoned");
+  // Re-packing neither empties it nor moves pods onto it.
+  RepackConfig repack;
+  repack.min_age_s = 0;
+  repack.min_tier = Tier::kShared;
+  const RepackPlan plan = engine->planRepack(repack, 0);
+  EXPECT_TRUE(plan.moves.empty());
+  // Stats are the open nodes': 8 GPUs, of which 1 is used.
+  const ClusterStats s = engine->stats();
+  EXPECT_EQ(s.nodes, 2);
+  EXPECT_EQ(s.gpu_milli_capacity, 8000);
+  EXPECT_EQ(s.gpu_milli_allocated, 1000);
+  // A pod that tolerates the taint may go to the closed node; one that does not may not.
+  PodSpec plain = gpuPod("plain", 1);
+  plain.queue = "other";
+  plain.constraints.node_selector = {{"pool", "maint"}};
+  EXPECT_FALSE(engine->decide(plain).ok());
+  PodSpec tolerant = plain;
+  tolerant.name = "tolerant";
+  tolerant.constraints.tolerations = {
+      {"node.kubernetes.io/unschedulable", "Exists", "", "NoSchedule"}};
+  placed = engine->decide(tolerant);
+  ASSERT_TRUE(placed.ok()) << placed.status().message();
+  EXPECT_EQ(placed->node_name, "cordoned");
+  // The shared pool is the open nodes' 8 GPUs, of which 1 is used: 7 more fit (the 3 on the
+  // closed node take none of it) ...
+  PodSpec four = gpuPod("four", 4);
+  four.queue = "other";
+  placed = engine->schedule(four);
+  ASSERT_TRUE(placed.ok()) << placed.status().message();
+  PodSpec three = gpuPod("three", 3);
+  three.queue = "other";
+  placed = engine->schedule(three);
+  ASSERT_TRUE(placed.ok()) << placed.status().message();
+  EXPECT_NE(placed->node_name, "cordoned");
+  // ... and then it is full, for the closed node's free GPUs too.
+  placed = engine->decide(tolerant);
+  ASSERT_FALSE(placed.ok());
+  EXPECT_NE(placed.status().message().find("shared A10 pool exhausted"), std::string::npos)
+      << placed.status().message();
+}
+
 TEST(SchedulerTest, TaintsKeepPodsOffUnlessTolerated) {
   auto engine =
       makeEngine({labelled(gpuNode("tainted", "A10", 8), {}, {{"gpu", "reserved", "NoSchedule"}}),

@@ -249,7 +249,7 @@ class Controller {
   double guaranteeShare() const {
     if (!engine_) return 0;
     int gpu_nodes = 0;
-    for (const auto& [name, n] : nodes_) gpu_nodes += n.spec.gpus > 0 && n.schedulable ? 1 : 0;
+    for (const auto& [name, n] : nodes_) gpu_nodes += n.spec.gpus > 0 && !n.spec.closed ? 1 : 0;
     return gpu_nodes > 0 ? static_cast<double>(engine_->nodesForGuarantees()) / gpu_nodes : 0.0;
   }
   size_t pendingCount() const {
@@ -288,9 +288,7 @@ class Controller {
     sc.policy = cfg_.policy;
     sc.scheduling = cfg_.scheduling;
     std::vector<NodeSpec> nodes;
-    for (const auto& [name, n] : nodes_) {
-      if (n.schedulable) nodes.push_back(n.spec);
-    }
+    for (const auto& [name, n] : nodes_) nodes.push_back(n.spec);  // closed ones hold their pods
     auto engine = Scheduler::create(sc, nodes);
     if (!engine.ok()) return engine.status();
     engine_ = std::move(*engine);
@@ -342,7 +340,7 @@ class Controller {
     if (it == nodes_.end()) {
       const KubeNode node = *n;
       nodes_[node.name] = node;
-      if (engine_ && node.schedulable) {
+      if (engine_) {
         if (!engine_->addNode(node.spec).ok()) needs_rebuild_ = true;
         // Pods that were bound to it before we saw it.
         for (auto& [key, p] : pods_) {
@@ -356,7 +354,7 @@ class Controller {
       return;
     }
     const KubeNode& old = it->second;
-    const bool same = old.schedulable == n->schedulable &&
+    const bool same = old.spec.closed == n->spec.closed &&
                       old.spec.cpu_milli == n->spec.cpu_milli &&
                       old.spec.memory_mib == n->spec.memory_mib && old.spec.gpus == n->spec.gpus &&
                       old.spec.gpu_model == n->spec.gpu_model &&

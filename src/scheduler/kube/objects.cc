@@ -404,9 +404,10 @@ Result<KubeNode> nodeFromJson(const Json& node, const KubeConfig& cfg) {
     out.spec.gpu_model = it != out.spec.labels.end() ? it->second : cfg.default_gpu_type;
   }
   const Json* spec = find(node, "spec");
+  bool cordoned = false;
   if (spec != nullptr) {
     const Json* u = find(*spec, "unschedulable");
-    if (u != nullptr && u->is_boolean() && u->get<bool>()) out.schedulable = false;
+    cordoned = u != nullptr && u->is_boolean() && u->get<bool>();
     const Json* taints = find(*spec, "taints");
     if (taints != nullptr && taints->is_array()) {
       for (const Json& t : *taints) {
@@ -414,14 +415,29 @@ Result<KubeNode> nodeFromJson(const Json& node, const KubeConfig& cfg) {
       }
     }
   }
+  std::string ready = "True";
   if (status != nullptr) {
     const Json* conds = find(*status, "conditions");
     if (conds != nullptr && conds->is_array()) {
       for (const Json& c : *conds) {
-        if (str(c, "type") == "Ready" && str(c, "status") != "True") out.schedulable = false;
+        if (str(c, "type") == "Ready") ready = str(c, "status");
       }
     }
   }
+  // A closed node keeps its pods (they count for quota and for other pods' inter-pod terms) and
+  // takes only pods that tolerate the taint Kubernetes' node controllers put on it
+  // (TaintNodesByCondition; kube-scheduler's NodeUnschedulable filter checks the same toleration).
+  // The taint is added here too, as the controllers may not have written it yet.
+  auto closeWith = [&](const char* key) {
+    out.spec.closed = true;
+    const bool tainted =
+        std::any_of(out.spec.taints.begin(), out.spec.taints.end(),
+                    [&](const Taint& t) { return t.key == key && t.effect == "NoSchedule"; });
+    if (!tainted) out.spec.taints.push_back(Taint{key, "", "NoSchedule"});
+  };
+  if (cordoned) closeWith("node.kubernetes.io/unschedulable");
+  if (ready == "False") closeWith("node.kubernetes.io/not-ready");
+  if (ready != "True" && ready != "False") closeWith("node.kubernetes.io/unreachable");
   return out;
 }
 

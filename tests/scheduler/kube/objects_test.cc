@@ -44,10 +44,48 @@ TEST(KubeObjectsTest, NodeFromKubeletShapeUsesAllocatableAndGpuProductLabel) {
   EXPECT_EQ(n->spec.memory_mib, 194633376LL / 1024);
   EXPECT_EQ(n->spec.gpus, 4);
   EXPECT_EQ(n->spec.gpu_model, "A10");
-  EXPECT_TRUE(n->schedulable);
+  EXPECT_FALSE(n->spec.closed);
+  EXPECT_TRUE(n->spec.taints.empty());
+}
+
+// A cordoned or not-Ready node is closed and carries the taint Kubernetes' node controllers put
+// on it (once, when the object already has it), so only pods tolerating it go there.
+TEST(KubeObjectsTest, CordonedAndNotReadyNodesAreClosedWithTheNodeControllersTaints) {
+  auto taintKeys = [](const KubeNode& n) {
+    std::vector<std::string> keys;
+    for (const Taint& t : n.spec.taints) keys.push_back(t.key + ":" + t.effect);
+    return keys;
+  };
   Json cordoned = fixture("node.json");
   cordoned["spec"]["unschedulable"] = true;
-  EXPECT_FALSE(nodeFromJson(cordoned, KubeConfig{})->schedulable);
+  auto n = nodeFromJson(cordoned, KubeConfig{});
+  ASSERT_TRUE(n.ok());
+  EXPECT_TRUE(n->spec.closed);
+  EXPECT_EQ(taintKeys(*n), std::vector<std::string>{"node.kubernetes.io/unschedulable:NoSchedule"});
+  cordoned["spec"]["taints"] =
+      Json::array({{{"key", "node.kubernetes.io/unschedulable"}, {"effect", "NoSchedule"}},
+                   {{"key", "gpu"}, {"value", "x"}, {"effect", "PreferNoSchedule"}}});
+  n = nodeFromJson(cordoned, KubeConfig{});
+  EXPECT_EQ(taintKeys(*n), (std::vector<std::string>{"node.kubernetes.io/unschedulable:NoSchedule",
+                                                     "gpu:PreferNoSchedule"}));
+  // unschedulable given but false, or not a boolean: open.
+  cordoned = fixture("node.json");
+  cordoned["spec"]["unschedulable"] = "true";
+  EXPECT_FALSE(nodeFromJson(cordoned, KubeConfig{})->spec.closed);
+  for (const auto& [status, key] : std::vector<std::pair<std::string, std::string>>{
+           {"False", "node.kubernetes.io/not-ready"},
+           {"Unknown", "node.kubernetes.io/unreachable"}}) {
+    Json j = fixture("node.json");
+    j["status"]["conditions"] = Json::array({{{"type", "Ready"}, {"status", status}}});
+    n = nodeFromJson(j, KubeConfig{});
+    ASSERT_TRUE(n.ok());
+    EXPECT_TRUE(n->spec.closed) << status;
+    EXPECT_EQ(taintKeys(*n), std::vector<std::string>{key + ":NoSchedule"}) << status;
+  }
+  Json ready = fixture("node.json");
+  ready["status"]["conditions"] = Json::array(
+      {{{"type", "MemoryPressure"}, {"status", "True"}}, {{"type", "Ready"}, {"status", "True"}}});
+  EXPECT_FALSE(nodeFromJson(ready, KubeConfig{})->spec.closed);
 }
 
 TEST(KubeObjectsTest, PodRequestsGpusFromLimitsAndQueueTierFromAnnotations) {

@@ -30,8 +30,7 @@ std::string formatTimestamp(int64_t unix_s);
 struct KubeNode {
   std::string name;
   std::string resource_version;
-  NodeSpec spec;
-  bool schedulable = true;  // false when cordoned (spec.unschedulable) or not Ready
+  NodeSpec spec;  // spec.closed when cordoned (spec.unschedulable) or not Ready
 };
 
 struct KubePod {
