@@ -6,6 +6,7 @@
 #include <limits>
 #include <map>
 #include <set>
+#include <unordered_map>
 
 #include "scheduler/cluster.h"
 
@@ -57,6 +58,17 @@ struct PodRecord {
   std::vector<WeightedPodTerm> soft_anti_affinity;
   std::vector<PodAffinityTerm> affinity;
   bool terminating = false;  // not counted by topology spread
+};
+
+// One term of a running pod's, in SchedulerImpl::terms_by_pair_.
+struct TermRef {
+  PodId holder;
+  uint8_t kind;  // 0 soft_affinity, 1 soft_anti_affinity, 2 affinity
+  uint32_t index;
+};
+struct TermRefs {
+  std::vector<TermRef> refs;
+  size_t stale = 0;
 };
 
 // Whether a running pod's terms score the nodes for the pods they select.
@@ -966,12 +978,104 @@ class SchedulerImpl final : public Scheduler {
     const auto it = labels.find(key);
     return it == labels.end() ? nullptr : &it->second;
   }
-  // Calls f(record, node) for every running pod.
+  // Calls f(id, record, node) for every running pod `sel` may select: with matchLabels, only the
+  // pods that have the rarest of its pairs (by_label_); otherwise every one. The caller still
+  // checks the whole selector.
   template <typename F>
-  void forRunning(F&& f) const {
-    for (size_t n = 0; n < node_pods_.size(); ++n) {
-      for (const PodId id : node_pods_[n]) f(rec(id), static_cast<int>(n));
+  void forSelectable(const LabelSelector& sel, F&& f) const {
+    if (sel.match_labels.empty()) {
+      for (size_t n = 0; n < node_pods_.size(); ++n) {
+        for (const PodId id : node_pods_[n]) f(id, rec(id), static_cast<int>(n));
+      }
+      return;
     }
+    const std::vector<PodId>* rarest = nullptr;
+    for (const auto& [k, v] : sel.match_labels) {
+      const auto it = by_label_.find(labelKey(k, v));
+      if (it == by_label_.end()) return;  // no running pod has this pair
+      if (rarest == nullptr || it->second.ids.size() < rarest->size()) rarest = &it->second.ids;
+    }
+    for (const PodId id : *rarest) {
+      if (isLive(id)) f(id, rec(id), rec(id).node);
+    }
+  }
+  // The term a TermRef names, and its score weight (+weight, -weight, or 1 for a required
+  // affinity term: hardPodAffinityWeight).
+  static const PodAffinityTerm& termOf(const PodRecord& q, const TermRef& ref, int64_t* weight) {
+    if (ref.kind == 0) {
+      *weight = q.soft_affinity[ref.index].weight;
+      return q.soft_affinity[ref.index].term;
+    }
+    if (ref.kind == 1) {
+      *weight = -q.soft_anti_affinity[ref.index].weight;
+      return q.soft_anti_affinity[ref.index].term;
+    }
+    *weight = 1;
+    return q.affinity[ref.index];
+  }
+  static std::string pairOf(const PodAffinityTerm& t) {
+    if (t.selector.match_labels.empty()) return {};
+    const auto& [k, v] = *t.selector.match_labels.begin();
+    return labelKey(k, v);
+  }
+  void indexTerms(PodId id, const PodRecord& p) {
+    for (uint32_t i = 0; i < p.soft_affinity.size(); ++i)
+      terms_by_pair_[pairOf(p.soft_affinity[i].term)].refs.push_back({id, 0, i});
+    for (uint32_t i = 0; i < p.soft_anti_affinity.size(); ++i)
+      terms_by_pair_[pairOf(p.soft_anti_affinity[i].term)].refs.push_back({id, 1, i});
+    for (uint32_t i = 0; i < p.affinity.size(); ++i)
+      terms_by_pair_[pairOf(p.affinity[i])].refs.push_back({id, 2, i});
+  }
+  // p has ended (alive is false): its terms are stale where they are listed.
+  void unindexTerms(const PodRecord& p) {
+    std::vector<std::string> pairs;
+    for (const WeightedPodTerm& t : p.soft_affinity) pairs.push_back(pairOf(t.term));
+    for (const WeightedPodTerm& t : p.soft_anti_affinity) pairs.push_back(pairOf(t.term));
+    for (const PodAffinityTerm& t : p.affinity) pairs.push_back(pairOf(t));
+    for (const std::string& pair : pairs) {
+      const auto it = terms_by_pair_.find(pair);
+      if (it == terms_by_pair_.end()) continue;
+      TermRefs& l = it->second;
+      if (++l.stale * 2 < l.refs.size()) continue;
+      std::erase_if(l.refs, [&](const TermRef& r) { return !isLive(r.holder); });
+      l.stale = 0;
+      if (l.refs.empty()) terms_by_pair_.erase(it);
+    }
+  }
+  bool isLive(PodId id) const {
+    const PodRecord& q = rec(id);
+    return q.alive && q.generation == static_cast<uint32_t>(id >> 32);
+  }
+  // Calls f(holder, ref) for every running pod's term that may select a pod with `labels`.
+  template <typename F>
+  void forTermsThatMaySelect(const std::map<std::string, std::string>& labels, F&& f) const {
+    auto visit = [&](const std::string& pair) {
+      const auto it = terms_by_pair_.find(pair);
+      if (it == terms_by_pair_.end()) return;
+      for (const TermRef& ref : it->second.refs) {
+        if (isLive(ref.holder)) f(rec(ref.holder), ref);
+      }
+    };
+    visit({});
+    for (const auto& [k, v] : labels) visit(labelKey(k, v));
+  }
+  static std::string labelKey(const std::string& k, const std::string& v) {
+    std::string key;
+    key.reserve(k.size() + 1 + v.size());
+    key.append(k).push_back('\0');
+    key.append(v);
+    return key;
+  }
+  // A pod with this label ended: its id stays in the list (skipped as stale) until they are half
+  // of it, then the list is compacted.
+  void unindexLabel(const std::string& key) {
+    const auto it = by_label_.find(key);
+    if (it == by_label_.end()) return;
+    LabelPods& l = it->second;
+    if (++l.stale * 2 < l.ids.size()) return;
+    std::erase_if(l.ids, [&](PodId id) { return !isLive(id); });
+    l.stale = 0;
+    if (l.ids.empty()) by_label_.erase(it);
   }
   // Whether a running pod is one the deciding pod's affinity terms select (it must not be a
   // victim: the node was allowed because of it).
@@ -1002,14 +1106,11 @@ class SchedulerImpl final : public Scheduler {
     // then one pass over the nodes.
     std::map<std::string, std::map<std::string, std::vector<PodId>>> avoid;
     for (const PodAffinityTerm& t : pc.anti_affinity) {
-      for (size_t n = 0; n < node_pods_.size(); ++n) {
-        const std::string* d = domainOf(static_cast<int>(n), t.topology_key);
-        if (d == nullptr) continue;
-        for (const PodId id : node_pods_[n]) {
-          const PodRecord& q = rec(id);
-          if (termSelects(t, pod.ns, q.ns, q.labels)) avoid[t.topology_key][*d].push_back(id);
-        }
-      }
+      forSelectable(t.selector, [&](PodId id, const PodRecord& q, int n) {
+        const std::string* d = domainOf(n, t.topology_key);
+        if (d != nullptr && termSelects(t, pod.ns, q.ns, q.labels))
+          avoid[t.topology_key][*d].push_back(id);
+      });
     }
     for (const PodId id : anti_holders_) {
       const PodRecord& q = rec(id);
@@ -1057,7 +1158,7 @@ class SchedulerImpl final : public Scheduler {
         });
       };
       std::set<std::pair<std::string, std::string>> with;
-      forRunning([&](const PodRecord& q, int n) {
+      forSelectable(pc.affinity.front().selector, [&](PodId, const PodRecord& q, int n) {
         if (!selectsAll(q.ns, q.labels)) return;
         for (const PodAffinityTerm& t : pc.affinity) {
           if (const std::string* d = domainOf(n, t.topology_key)) with.emplace(t.topology_key, *d);
@@ -1097,7 +1198,7 @@ class SchedulerImpl final : public Scheduler {
         if (honoured[static_cast<size_t>(n)]) in_domain.emplace(*domainOf(n, c.topology_key), 0);
       }
       const bool counts = !c.selector.match_labels.empty() || !c.selector.match_expressions.empty();
-      forRunning([&](const PodRecord& q, int n) {
+      forSelectable(c.selector, [&](PodId, const PodRecord& q, int n) {
         if (!counts || q.terminating || q.ns != pod.ns || !honoured[static_cast<size_t>(n)] ||
             !selectorMatches(c.selector, q.labels))
           return;
@@ -1158,28 +1259,18 @@ class SchedulerImpl final : public Scheduler {
       if (v.empty()) v.assign(static_cast<size_t>(d.count), 0);
       v[static_cast<size_t>(id)] += w;
     };
-    if (!sc.affinity.empty() || !sc.anti_affinity.empty()) {
-      forRunning([&](const PodRecord& q, int n) {
-        for (const WeightedPodTerm& t : sc.affinity) {
-          if (termSelects(t.term, pod.ns, q.ns, q.labels)) add(t.term, n, t.weight);
-        }
-        for (const WeightedPodTerm& t : sc.anti_affinity) {
-          if (termSelects(t.term, pod.ns, q.ns, q.labels)) add(t.term, n, -t.weight);
-        }
+    auto own = [&](const WeightedPodTerm& t, int64_t sign) {
+      forSelectable(t.term.selector, [&](PodId, const PodRecord& q, int n) {
+        if (termSelects(t.term, pod.ns, q.ns, q.labels)) add(t.term, n, sign * t.weight);
       });
-    }
-    for (const PodId id : soft_holders_) {
-      const PodRecord& q = rec(id);
-      for (const WeightedPodTerm& t : q.soft_affinity) {
-        if (termSelects(t.term, q.ns, pod.ns, pod.labels)) add(t.term, q.node, t.weight);
-      }
-      for (const WeightedPodTerm& t : q.soft_anti_affinity) {
-        if (termSelects(t.term, q.ns, pod.ns, pod.labels)) add(t.term, q.node, -t.weight);
-      }
-      for (const PodAffinityTerm& t : q.affinity) {
-        if (termSelects(t, q.ns, pod.ns, pod.labels)) add(t, q.node, 1);
-      }
-    }
+    };
+    for (const WeightedPodTerm& t : sc.affinity) own(t, 1);
+    for (const WeightedPodTerm& t : sc.anti_affinity) own(t, -1);
+    forTermsThatMaySelect(pod.labels, [&](const PodRecord& q, const TermRef& ref) {
+      int64_t weight = 1;
+      const PodAffinityTerm& t = termOf(q, ref, &weight);
+      if (termSelects(t, q.ns, pod.ns, pod.labels)) add(t, q.node, weight);
+    });
     if (!domain_score.empty()) {
       out.pod_affinity.on = true;
       out.pod_affinity.value.assign(count, 0);
@@ -1216,7 +1307,7 @@ class SchedulerImpl final : public Scheduler {
       std::vector<int64_t> in_domain(static_cast<size_t>(sp.domains), 0);
       const bool selects =
           !c.selector.match_labels.empty() || !c.selector.match_expressions.empty();
-      forRunning([&](const PodRecord& q, int n) {
+      forSelectable(c.selector, [&](PodId, const PodRecord& q, int n) {
         const auto un = static_cast<size_t>(n);
         if (!selects || q.terminating || q.ns != pod.ns || !selectorMatches(c.selector, q.labels))
           return;
@@ -1274,8 +1365,7 @@ class SchedulerImpl final : public Scheduler {
     pod_block_ = blocked.empty() ? nullptr : &blocked;
     deciding_ = &pod;
     SoftRaw soft;
-    if (!pod.soft.empty() || soft_tainted_nodes_ > 0 || !soft_holders_.empty())
-      softScores(pod, soft);
+    if (!pod.soft.empty() || soft_tainted_nodes_ > 0 || soft_holders_ > 0) softScores(pod, soft);
     soft_ = soft.empty() ? nullptr : &soft;
     struct Unblock {
       const std::vector<uint8_t>*& block;
@@ -1440,8 +1530,12 @@ class SchedulerImpl final : public Scheduler {
       pods_.push_back(std::move(record));
     }
     const PodId id = idOf(slot);
+    for (const auto& [k, v] : pods_[slot].labels) by_label_[labelKey(k, v)].ids.push_back(id);
     if (!pods_[slot].anti_affinity.empty()) anti_holders_.push_back(id);
-    if (scoresOthers(pods_[slot])) soft_holders_.push_back(id);
+    if (scoresOthers(pods_[slot])) {
+      ++soft_holders_;
+      indexTerms(id, pods_[slot]);
+    }
     holdEligibility(pods_[slot].req, +1);
     bindAccounting(id, +1);
     out.pod = id;
@@ -1523,8 +1617,12 @@ class SchedulerImpl final : public Scheduler {
     PodRecord& p = rec(id);
     holdEligibility(p.req, -1);
     if (!p.anti_affinity.empty()) std::erase(anti_holders_, id);
-    if (scoresOthers(p)) std::erase(soft_holders_, id);
-    p.alive = false;
+    p.alive = false;  // before the indexes drop it
+    if (scoresOthers(p)) {
+      --soft_holders_;
+      unindexTerms(p);
+    }
+    for (const auto& [k, v] : p.labels) unindexLabel(labelKey(k, v));
     p.name.clear();
     p.name.shrink_to_fit();
     p.ns.clear();
@@ -1585,10 +1683,21 @@ class SchedulerImpl final : public Scheduler {
   std::map<int, std::vector<PodId>> anti_victims_;
   const PodSpec* deciding_ = nullptr;  // the pod makePlan is deciding for
   std::vector<PodId> anti_holders_;    // running pods with anti-affinity terms
-  std::vector<PodId> soft_holders_;    // running pods whose terms score nodes (scoresOthers)
+  int soft_holders_ = 0;               // running pods whose terms score nodes (scoresOthers)
+  // Their terms (soft_affinity, soft_anti_affinity, affinity), by the first matchLabels pair of
+  // each term's selector ("key\0value"; "" for a term without matchLabels): a pod is checked
+  // only against the terms under its own label pairs and "". Ended holders' terms linger (stale)
+  // until they are half of a list.
+  std::unordered_map<std::string, TermRefs> terms_by_pair_;
   // findNode ranks the fitting nodes by these first, when set (makePlan, for one decision).
   const SoftRaw* soft_ = nullptr;
   mutable std::map<std::string, Domains> domains_;  // domains(), by topology key
+  // Running pods by label ("key\0value"), for forSelectable; ids of ended pods linger (stale).
+  struct LabelPods {
+    std::vector<PodId> ids;
+    size_t stale = 0;
+  };
+  std::unordered_map<std::string, LabelPods> by_label_;
   // Node constraints: per node its labels/taints and whether a NoSchedule/NoExecute taint keeps
   // unconstrained pods off it; per distinct constraint the nodes it allows (eligibilityOf).
   struct Eligibility {

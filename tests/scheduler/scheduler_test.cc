@@ -1376,6 +1376,99 @@ queues: [{name: team, max: {gpus: {"*": 4}}}, {name: other}]
       << placed.status().message();
 }
 
+// Inter-pod terms see exactly the running pods: pods that ended, and slots reused by pods with
+// other labels, are never counted (the label index drops ended pods lazily).
+TEST(SchedulerTest, InterPodTermsSeeOnlyRunningPodsAsPodsComeAndGo) {
+  std::vector<NodeSpec> nodes;
+  for (int i = 0; i < 3; ++i) {
+    const std::string name = "n" + std::to_string(i);
+    nodes.push_back(labelled(gpuNode(name, "A10", 8, 640000), {{"kubernetes.io/hostname", name}}));
+  }
+  nodes[2].taints = {{"hold", "", "NoSchedule"}};  // counted by spread, placed on by tolerators
+  auto engine = makeEngine(nodes);
+  std::vector<PodId> web;
+  for (int i = 0; i < 10; ++i) {
+    auto p = engine->assume(labelledPod("web-" + std::to_string(i), 0, {{"app", "web"}}), "n0");
+    ASSERT_TRUE(p.ok()) << p.status().message();
+    web.push_back(p->pod);
+  }
+  for (int i = 0; i < 9; ++i) ASSERT_TRUE(engine->release(web[static_cast<size_t>(i)]).isOk());
+  for (int i = 0; i < 9; ++i) {  // the freed slots, reused
+    ASSERT_TRUE(
+        engine->assume(labelledPod("db-" + std::to_string(i), 0, {{"app", "db"}}), "n1").ok());
+  }
+  auto only = [&](const std::string& node, const std::string& app) {
+    PodSpec p = labelledPod("probe", 1, {{"app", "probe"}});
+    p.constraints.node_selector = {{"kubernetes.io/hostname", node}};
+    p.constraints.tolerations = {{"hold", "Exists", "", "NoSchedule"}};
+    p.pod_constraints.anti_affinity = {termFor({{"app", app}}, "kubernetes.io/hostname")};
+    return engine->decide(p).ok();
+  };
+  EXPECT_FALSE(only("n0", "web"));  // one web pod is left there
+  EXPECT_TRUE(only("n1", "web"));   // the db pods in the web pods' old slots are not web
+  EXPECT_FALSE(only("n1", "db"));
+  EXPECT_TRUE(only("n2", "db"));
+  ASSERT_TRUE(engine->release(web[9]).isOk());
+  EXPECT_TRUE(only("n0", "web"));
+  // A pod that ends while others with its label run, its slot then taken by a new pod with the
+  // same label on another node: that pod counts once. Web pods: n0 4 (of 5, one ended), n1 the
+  // new one, n2 1 (tainted); a web pod with a hostname spread of skew 1 may go to n1 only
+  // (1 + 1 - 1 <= 1), which a second count of the new pod (2 + 1 - 1) would close.
+  std::vector<PodId> five;
+  for (int i = 0; i < 5; ++i) {
+    auto p = engine->assume(labelledPod("w0-" + std::to_string(i), 0, {{"app", "web"}}), "n0");
+    ASSERT_TRUE(p.ok());
+    five.push_back(p->pod);
+  }
+  ASSERT_TRUE(engine->assume(labelledPod("w2", 0, {{"app", "web"}}), "n2").ok());
+  ASSERT_TRUE(engine->release(five[4]).isOk());
+  ASSERT_TRUE(engine->assume(labelledPod("w1", 0, {{"app", "web"}}), "n1").ok());
+  PodSpec spread = labelledPod("spread", 1, {{"app", "web"}});
+  SpreadConstraint by_host;
+  by_host.topology_key = "kubernetes.io/hostname";
+  by_host.selector.match_labels = {{"app", "web"}};
+  spread.pod_constraints.spread = {by_host};
+  auto placed = engine->decide(spread);
+  ASSERT_TRUE(placed.ok()) << placed.status().message();
+  EXPECT_EQ(placed->node_name, "n1");
+  // Soft terms read the same: a preferred affinity to db pods draws a pod to n1.
+  PodSpec near = labelledPod("near", 1, {{"app", "near"}});
+  near.soft.affinity = {{50, termFor({{"app", "db"}}, "kubernetes.io/hostname")}};
+  placed = engine->decide(near);
+  ASSERT_TRUE(placed.ok());
+  EXPECT_EQ(placed->node_name, "n1");
+  // Running pods' preferred terms the same: an ended holder's term is not read again, though its
+  // slot now holds another holder with a term under the same label pair (A: 40 on n0, ended;
+  // C: 30 on n1, in A's slot; D: 50 on n0), nor counted twice.
+  auto holder = [&](const std::string& name, int weight, const std::string& node) {
+    PodSpec h = labelledPod(name, 0, {{"app", "holder"}});
+    h.soft.affinity = {{weight, termFor({{"app", "friend"}}, "kubernetes.io/hostname")}};
+    return engine->assume(h, node);
+  };
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(holder("e" + std::to_string(i), 1, "n2").ok());
+  auto a = holder("a", 40, "n0");
+  ASSERT_TRUE(a.ok());
+  ASSERT_TRUE(engine->release(a->pod).isOk());
+  ASSERT_TRUE(holder("c", 30, "n1").ok());
+  ASSERT_TRUE(holder("d", 50, "n0").ok());
+  placed = engine->decide(labelledPod("friend", 1, {{"app", "friend"}}));
+  ASSERT_TRUE(placed.ok());
+  EXPECT_EQ(placed->node_name, "n0");
+  // A term without matchLabels (an expression only) is read for every pod.
+  auto guard = [&](const std::string& name, const std::string& keeps_out, const std::string& node) {
+    PodSpec g = labelledPod(name, 0, {{"app", "guard"}});
+    PodAffinityTerm t;
+    t.selector.match_expressions = {{"app", "In", {keeps_out}}};
+    t.topology_key = "kubernetes.io/hostname";
+    g.soft.anti_affinity = {{100, t}};
+    return engine->assume(g, node);
+  };
+  ASSERT_TRUE(guard("g1", "x1", "n1").ok());
+  ASSERT_TRUE(guard("g0", "x0", "n0").ok());
+  EXPECT_EQ(engine->decide(labelledPod("x1", 1, {{"app", "x1"}}))->node_name, "n0");
+  EXPECT_EQ(engine->decide(labelledPod("x0", 1, {{"app", "x0"}}))->node_name, "n1");
+}
+
 TEST(SchedulerTest, TaintsKeepPodsOffUnlessTolerated) {
   auto engine =
       makeEngine({labelled(gpuNode("tainted", "A10", 8), {}, {{"gpu", "reserved", "NoSchedule"}}),
