@@ -6,6 +6,7 @@
 #include <limits>
 #include <map>
 #include <set>
+#include <type_traits>
 #include <unordered_map>
 
 #include "scheduler/cluster.h"
@@ -813,20 +814,24 @@ class SchedulerImpl final : public Scheduler {
 
   // Best node for r among nodes of types in `mask` (all nodes for CPU-only pods): with soft
   // scores (soft_), the fitting nodes with the highest weighted sum, and the policy's best among
-  // them; otherwise the policy's best.
+  // them; otherwise the policy's best. Two instantiations, so the common one (no soft scores)
+  // carries nothing of the other.
   bool findNode(const PodReq& r, TypeMask mask, Plan* plan) {
+    return soft_ != nullptr ? findNodeImpl<true>(r, mask, plan)
+                            : findNodeImpl<false>(r, mask, plan);
+  }
+  template <bool kSoft>
+  bool findNodeImpl(const PodReq& r, TypeMask mask, Plan* plan) {
     double best = -std::numeric_limits<double>::infinity();
-    int64_t best_soft = 0;
     uint64_t ties = 0;
     bool found = false;
     const bool random = policy_->isRandom();
     const bool first_tie = policy_->firstTie();
-    auto offer = [&](int n, double s, int gpu, const PodReq& eff, int64_t soft) {
-      if (!found || soft > best_soft || (soft == best_soft && s > best + kTieEps)) {
+    auto offer = [&](int n, double s, int gpu, const PodReq& eff) __attribute__((always_inline)) {
+      if (!found || s > best + kTieEps) {
         best = s;
-        best_soft = soft;
         ties = 1;
-      } else if (soft == best_soft && s >= best - kTieEps) {
+      } else if (s >= best - kTieEps) {
         if (first_tie ? node_rank_[n] > node_rank_[plan->node] : rng_.below(++ties) != 0) return;
       } else {
         return;
@@ -842,8 +847,9 @@ class SchedulerImpl final : public Scheduler {
       int gpu;
       PodReq eff;
     };
-    std::vector<Fit> fitting;  // with soft scores: every fitting node, ranked once all are known
-    auto consider = [&](int n) {
+    // With soft scores: every fitting node, ranked once all are known.
+    std::conditional_t<kSoft, std::vector<Fit>, std::nullptr_t> fitting{};
+    auto consider = [&](int n) __attribute__((always_inline)) {
       if (exclude_ != nullptr && (*exclude_)[static_cast<size_t>(n)]) return;
       if (pod_block_ != nullptr && (*pod_block_)[static_cast<size_t>(n)]) return;
       if (!allowedOn(r, n)) return;
@@ -852,10 +858,10 @@ class SchedulerImpl final : public Scheduler {
       int gpu = -1;
       const double s = random ? 0.0 : policy_->score(view_, n, eff, &gpu);
       if (random) policy_->score(view_, n, eff, &gpu);
-      if (soft_ != nullptr) {
+      if constexpr (kSoft) {
         fitting.push_back({n, s, gpu, eff});
       } else {
-        offer(n, s, gpu, eff, 0);
+        offer(n, s, gpu, eff);
       }
     };
     if (r.num_gpu == 0) {
@@ -869,14 +875,17 @@ class SchedulerImpl final : public Scheduler {
         }
       }
     }
-    if (!fitting.empty()) {
+    if constexpr (kSoft) {
+      if (fitting.empty()) return false;
       std::vector<int> ns;
       ns.reserve(fitting.size());
       for (const Fit& f : fitting) ns.push_back(f.node);
       std::vector<int64_t> totals;
       softTotals(*soft_, ns, totals);
+      const int64_t top = *std::max_element(totals.begin(), totals.end());
       for (size_t i = 0; i < fitting.size(); ++i) {
-        offer(fitting[i].node, fitting[i].score, fitting[i].gpu, fitting[i].eff, totals[i]);
+        if (totals[i] == top)
+          offer(fitting[i].node, fitting[i].score, fitting[i].gpu, fitting[i].eff);
       }
     }
     return found;
