@@ -43,7 +43,7 @@ EventLoops::EventLoops(int n) {
     auto loop = std::make_unique<Loop>();
     // Each socket is used by its own loop's thread only, so the reactor needs no per-descriptor
     // locks; the scheduler keeps its lock because other threads post to the loop.
-    loop->ctx = std::make_unique<asio::io_context>(BOOST_ASIO_CONCURRENCY_HINT_UNSAFE_IO);
+    loop->ctx = std::make_unique<Context>(BOOST_ASIO_CONCURRENCY_HINT_UNSAFE_IO);
     loop->guard = std::make_unique<asio::executor_work_guard<asio::io_context::executor_type>>(
         loop->ctx->get_executor());
     loops_.push_back(std::move(loop));
@@ -69,6 +69,11 @@ void EventLoops::stop() {
   for (auto& l : loops_) {
     if (l->thread.joinable()) l->thread.join();
   }
+}
+
+void EventLoops::shutdown() {
+  stop();
+  for (auto& l : loops_) l->ctx->shutdown();
 }
 
 }  // namespace infera::net

@@ -25,10 +25,20 @@ class EventLoops {
   void start();
   // Stops every loop and joins the threads. Idempotent.
   void stop();
+  // After stop(): destroys every handler still queued or waiting on the loops (coroutine frames
+  // included) and shuts their services down, as ~io_context would first. What those handlers
+  // point into may be destroyed after this, and so may I/O objects (timers, sockets) still alive,
+  // which must not outlive the loops themselves. Idempotent.
+  void shutdown();
 
  private:
+  // An io_context whose shutdown (the first half of its destructor) can be called on its own.
+  struct Context : asio::io_context {
+    using asio::io_context::io_context;
+    using asio::execution_context::shutdown;
+  };
   struct Loop {
-    std::unique_ptr<asio::io_context> ctx;
+    std::unique_ptr<Context> ctx;
     std::unique_ptr<asio::executor_work_guard<asio::io_context::executor_type>> guard;
     std::thread thread;
   };

@@ -11,6 +11,12 @@ check() {  # check NAME CONDITION...
   if "$@"; then passed=$((passed + 1)); echo "ok - $name"; else failed=$((failed + 1)); echo "FAIL - $name"; fi
 }
 finish() {
+  # In a sanitizer build (the asan preset) a process that ends with a report must fail the test,
+  # though it did its work first (a use after free at shutdown, say).
+  if [[ -n "${work:-}" ]]; then
+    check "no sanitizer report in the logs" \
+      bash -c "! grep -rqs -e 'ERROR: AddressSanitizer' -e 'ERROR: LeakSanitizer' -e 'runtime error:' '$work'"
+  fi
   echo "$passed passed, $failed failed"
   [[ "$failed" -eq 0 ]]
 }

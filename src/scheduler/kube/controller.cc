@@ -1313,7 +1313,14 @@ class KubeSchedulerImpl final : public KubeScheduler {
         prometheus_(std::move(prometheus)),
         registry_(1),
         loops_(1) {}
-  ~KubeSchedulerImpl() override { stop(); }
+  // The controller's coroutines still queued on the loops point into it, and its timers and
+  // sockets into the loops' services: the loops' handlers go first, then the controller, then
+  // the loops.
+  ~KubeSchedulerImpl() override {
+    stop();
+    loops_.shutdown();
+    controller_.reset();
+  }
 
   Status start() override {
     std::lock_guard<std::mutex> lock(reload_mu_);
@@ -1435,8 +1442,8 @@ class KubeSchedulerImpl final : public KubeScheduler {
   }
 
  private:
-  // Destroyed bottom up: the loops (and the coroutines still queued on them) before the
-  // controller, the controller before the metrics it counts in.
+  // Destroyed bottom up (after ~KubeSchedulerImpl has shut the loops down and destroyed the
+  // controller): the loops, then the metrics the controller counted in.
   ServeConfig cfg_;     // as running: in-cluster defaults resolved
   ServeConfig loaded_;  // as the file said (what a reload is compared with)
   net::UpstreamAddress address_;
