@@ -34,8 +34,8 @@ class EventLoops {
  private:
   // An io_context whose shutdown (the first half of its destructor) can be called on its own.
   struct Context : asio::io_context {
-    using asio::io_context::io_context;
     using asio::execution_context::shutdown;
+    using asio::io_context::io_context;
   };
   struct Loop {
     std::unique_ptr<Context> ctx;
