@@ -351,6 +351,10 @@ class SchedulerImpl final : public Scheduler {
       return Status::invalidArgument("pod " + live_pod->name + ": target node " +
                                      nodes_[to_node].name + " has another GPU type");
     }
+    if (node_closed_[static_cast<size_t>(to_node)]) {
+      return Status::invalidArgument("pod " + live_pod->name + ": target node " +
+                                     nodes_[to_node].name + " is closed");
+    }
     if (!allowedOn(live_pod->req, to_node)) {
       return Status::invalidArgument("pod " + live_pod->name + ": target node " +
                                      nodes_[to_node].name +
@@ -1236,6 +1240,8 @@ class SchedulerImpl final : public Scheduler {
 
   // The soft scores' raw values for pod on every node (SoftRaw); empty when none applies.
   void softScores(const PodSpec& pod, SoftRaw& out) const {
+    // The cache is trimmed here only: references domains() returns stay valid for the call.
+    if (domains_.size() >= kMaxDomainKeys) domains_.clear();
     const SoftConstraints& sc = pod.soft;
     const size_t count = nodes_.size();
     if (!sc.node_affinity.empty()) {
@@ -1336,8 +1342,9 @@ class SchedulerImpl final : public Scheduler {
   }
 
   // Each node's domain for a topology key: an id per distinct value of the label (-1 without
-  // it), built on first use and dropped when a node joins (the keys come from pods, so at most
-  // kMaxDomainKeys are kept).
+  // it), built on first use and dropped when a node joins (the keys come from pods, so the cache
+  // is cleared at the start of a decision once it holds kMaxDomainKeys; what it returns stays
+  // valid until then).
   struct Domains {
     std::vector<int> of_node;
     int count = 0;
@@ -1346,7 +1353,6 @@ class SchedulerImpl final : public Scheduler {
   const Domains& domains(const std::string& key) const {
     const auto it = domains_.find(key);
     if (it != domains_.end()) return it->second;
-    if (domains_.size() >= kMaxDomainKeys) domains_.clear();
     Domains d;
     d.of_node.assign(nodes_.size(), -1);
     std::map<std::string_view, int> ids;
@@ -1517,7 +1523,9 @@ class SchedulerImpl final : public Scheduler {
     record.anti_affinity = pod.pod_constraints.anti_affinity;
     record.soft_affinity = pod.soft.affinity;
     record.soft_anti_affinity = pod.soft.anti_affinity;
-    record.affinity = pod.pod_constraints.affinity;
+    // Its required affinity scores others only where the engine reads the terms as Kubernetes
+    // does (not with a namespaceSelector with labels, say).
+    if (pod.pod_constraints.unsupported.empty()) record.affinity = pod.pod_constraints.affinity;
     record.terminating = pod.terminating;
     for (size_t i = 0; i < cfg_.scheduling.idle_reclaim.size(); ++i) {
       const auto& pol = cfg_.scheduling.idle_reclaim[i];

@@ -1469,6 +1469,33 @@ TEST(SchedulerTest, InterPodTermsSeeOnlyRunningPodsAsPodsComeAndGo) {
   EXPECT_EQ(engine->decide(labelledPod("x0", 1, {{"app", "x0"}}))->node_name, "n1");
 }
 
+// A pod with more topology keys than the engine caches (64): every key is read while the pod's
+// decision lasts (under the asan preset, a cache emptied midway is a use after free).
+TEST(SchedulerTest, SpreadOverManyTopologyKeysIsScored) {
+  std::map<std::string, std::string> labels;
+  for (int k = 0; k < 70; ++k) labels["k" + std::to_string(k)] = "v";
+  NodeSpec a = labelled(gpuNode("a", "A10", 4), labels);
+  a.labels["zone"] = "z1";
+  NodeSpec b = labelled(gpuNode("b", "A10", 4), labels);
+  b.labels["zone"] = "z2";
+  auto engine = makeEngine({a, b});
+  ASSERT_TRUE(engine->assume(labelledPod("web-0", 1, {{"app", "web"}}), "a").ok());
+  PodSpec p = labelledPod("web-1", 1, {{"app", "web"}});
+  for (int k = 0; k < 70; ++k) {
+    SpreadConstraint c;
+    c.topology_key = "k" + std::to_string(k);
+    c.selector.match_labels = {{"app", "web"}};
+    p.soft.spread.push_back(c);
+  }
+  SpreadConstraint zone;
+  zone.topology_key = "zone";
+  zone.selector.match_labels = {{"app", "web"}};
+  p.soft.spread.push_back(zone);
+  auto placed = engine->decide(p);
+  ASSERT_TRUE(placed.ok()) << placed.status().message();
+  EXPECT_EQ(placed->node_name, "b");  // the zone without a web pod
+}
+
 TEST(SchedulerTest, TaintsKeepPodsOffUnlessTolerated) {
   auto engine =
       makeEngine({labelled(gpuNode("tainted", "A10", 8), {}, {{"gpu", "reserved", "NoSchedule"}}),

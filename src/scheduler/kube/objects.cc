@@ -142,6 +142,13 @@ LabelSelector selectsNothing() {
 
 // An integer field as an int, clamped to int's range (a narrowing cast would turn 10^12 into a
 // negative skew); `fallback` when absent or not an integer.
+int clampedInt(const Json* v, int fallback);
+
+// A preferred term's weight, within the API server's 1-100 (0 when absent: it adds nothing).
+int preferredWeight(const Json& term) {
+  return std::clamp(clampedInt(find(term, "weight"), 0), 0, 100);
+}
+
 int clampedInt(const Json* v, int fallback) {
   if (v == nullptr || !v->is_number_integer()) return fallback;
   if (v->is_number_unsigned()) {
@@ -189,7 +196,7 @@ bool affinityTerm(const Json& t, const std::map<std::string, std::string>& label
 // does not model.
 bool spreadConstraint(const Json& c, const std::map<std::string, std::string>& labels,
                       SpreadConstraint& sc) {
-  sc.max_skew = clampedInt(find(c, "maxSkew"), 1);
+  sc.max_skew = std::max(1, clampedInt(find(c, "maxSkew"), 1));  // the API server wants > 0
   sc.min_domains = clampedInt(find(c, "minDomains"), 1);
   sc.topology_key = str(c, "topologyKey");
   sc.selector = termSelector(c);
@@ -254,9 +261,9 @@ SoftConstraints softTerms(const Json& spec, const std::map<std::string, std::str
     for (const Json& w : *p) {
       const Json* pref = find(w, "preference");
       if (pref == nullptr || !pref->is_object()) continue;
-      sc.node_affinity.push_back({clampedInt(find(w, "weight"), 0),
-                                  NodeSelectorTerm{requirements(find(*pref, "matchExpressions")),
-                                                   requirements(find(*pref, "matchFields"))}});
+      sc.node_affinity.push_back(
+          {preferredWeight(w), NodeSelectorTerm{requirements(find(*pref, "matchExpressions")),
+                                                requirements(find(*pref, "matchFields"))}});
     }
   }
   auto podPreferred = [&](const char* kind, std::vector<WeightedPodTerm>& out) {
@@ -265,7 +272,7 @@ SoftConstraints softTerms(const Json& spec, const std::map<std::string, std::str
     for (const Json& w : *p) {
       const Json* t = find(w, "podAffinityTerm");
       WeightedPodTerm wt;
-      wt.weight = clampedInt(find(w, "weight"), 0);
+      wt.weight = preferredWeight(w);
       if (t != nullptr && t->is_object() && affinityTerm(*t, labels, wt.term)) {
         out.push_back(std::move(wt));
       }

@@ -338,7 +338,8 @@ TEST(KubeObjectsTest, PreferredTermsScheduleAnywaySpreadAndTolerationsAreReadAsS
   ASSERT_EQ(hard->spec.soft.affinity.size(), 0u);
   ASSERT_EQ(hard->spec.soft.anti_affinity.size(), 1u);
   EXPECT_EQ(hard->spec.soft.anti_affinity[0].weight, 10);
-  // Wrong types are read as absent; a weight out of range is clamped, not wrapped.
+  // Wrong types are read as absent; a weight out of range is clamped to the API server's 1-100
+  // (never wrapped, and never INT_MIN, which the anti-affinity sign would overflow).
   Json broken = fixture("preferred-pod.json");
   auto& na =
       broken["spec"]["affinity"]["nodeAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"];
@@ -349,7 +350,16 @@ TEST(KubeObjectsTest, PreferredTermsScheduleAnywaySpreadAndTolerationsAreReadAsS
   p = podFromJson(broken, KubeConfig{});
   ASSERT_TRUE(p.ok()) << p.status().message();
   ASSERT_EQ(p->spec.soft.node_affinity.size(), 1u);
-  EXPECT_EQ(p->spec.soft.node_affinity[0].weight, std::numeric_limits<int>::max());
+  EXPECT_EQ(p->spec.soft.node_affinity[0].weight, 100);
+  broken["spec"]["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+        [0]["weight"] = -1099511627776LL;
+  broken["spec"]["topologySpreadConstraints"][0]["maxSkew"] = -5;
+  p = podFromJson(broken, KubeConfig{});
+  ASSERT_TRUE(p.ok()) << p.status().message();
+  ASSERT_EQ(p->spec.soft.anti_affinity.size(), 1u);
+  EXPECT_EQ(p->spec.soft.anti_affinity[0].weight, 0);
+  ASSERT_EQ(p->spec.soft.spread.size(), 1u);
+  EXPECT_EQ(p->spec.soft.spread[0].max_skew, 1);
   EXPECT_TRUE(p->spec.soft.affinity.empty());
   EXPECT_TRUE(podFromJson(fixture("gpu-pod.json"), KubeConfig{})->spec.soft.empty());
 }
