@@ -6,7 +6,6 @@
 #include <limits>
 #include <map>
 #include <set>
-#include <type_traits>
 #include <unordered_map>
 
 #include "scheduler/cluster.h"
@@ -67,10 +66,15 @@ struct TermRef {
   uint8_t kind;  // 0 soft_affinity, 1 soft_anti_affinity, 2 affinity
   uint32_t index;
 };
-struct TermRefs {
-  std::vector<TermRef> refs;
+// An index's list (running pods, or their terms) whose entries of ended pods are dropped lazily:
+// each end counts one stale entry, and the list is compacted once they are half of it.
+template <typename T>
+struct IndexList {
+  std::vector<T> items;
   size_t stale = 0;
 };
+PodId holderOf(PodId id) { return id; }
+PodId holderOf(const TermRef& r) { return r.holder; }
 
 // Whether a running pod's terms score the nodes for the pods they select.
 bool scoresOthers(const PodRecord& p) {
@@ -852,7 +856,7 @@ class SchedulerImpl final : public Scheduler {
       PodReq eff;
     };
     // With soft scores: every fitting node, ranked once all are known.
-    std::conditional_t<kSoft, std::vector<Fit>, std::nullptr_t> fitting{};
+    std::vector<Fit> fitting;
     auto consider = [&](int n) __attribute__((always_inline)) {
       if (exclude_ != nullptr && (*exclude_)[static_cast<size_t>(n)]) return;
       if (pod_block_ != nullptr && (*pod_block_)[static_cast<size_t>(n)]) return;
@@ -1006,7 +1010,7 @@ class SchedulerImpl final : public Scheduler {
     for (const auto& [k, v] : sel.match_labels) {
       const auto it = by_label_.find(labelKey(k, v));
       if (it == by_label_.end()) return;  // no running pod has this pair
-      if (rarest == nullptr || it->second.ids.size() < rarest->size()) rarest = &it->second.ids;
+      if (rarest == nullptr || it->second.items.size() < rarest->size()) rarest = &it->second.items;
     }
     for (const PodId id : *rarest) {
       if (isLive(id)) f(id, rec(id), rec(id).node);
@@ -1033,11 +1037,11 @@ class SchedulerImpl final : public Scheduler {
   }
   void indexTerms(PodId id, const PodRecord& p) {
     for (uint32_t i = 0; i < p.soft_affinity.size(); ++i)
-      terms_by_pair_[pairOf(p.soft_affinity[i].term)].refs.push_back({id, 0, i});
+      terms_by_pair_[pairOf(p.soft_affinity[i].term)].items.push_back({id, 0, i});
     for (uint32_t i = 0; i < p.soft_anti_affinity.size(); ++i)
-      terms_by_pair_[pairOf(p.soft_anti_affinity[i].term)].refs.push_back({id, 1, i});
+      terms_by_pair_[pairOf(p.soft_anti_affinity[i].term)].items.push_back({id, 1, i});
     for (uint32_t i = 0; i < p.affinity.size(); ++i)
-      terms_by_pair_[pairOf(p.affinity[i])].refs.push_back({id, 2, i});
+      terms_by_pair_[pairOf(p.affinity[i])].items.push_back({id, 2, i});
   }
   // p has ended (alive is false): its terms are stale where they are listed.
   void unindexTerms(const PodRecord& p) {
@@ -1045,15 +1049,7 @@ class SchedulerImpl final : public Scheduler {
     for (const WeightedPodTerm& t : p.soft_affinity) pairs.push_back(pairOf(t.term));
     for (const WeightedPodTerm& t : p.soft_anti_affinity) pairs.push_back(pairOf(t.term));
     for (const PodAffinityTerm& t : p.affinity) pairs.push_back(pairOf(t));
-    for (const std::string& pair : pairs) {
-      const auto it = terms_by_pair_.find(pair);
-      if (it == terms_by_pair_.end()) continue;
-      TermRefs& l = it->second;
-      if (++l.stale * 2 < l.refs.size()) continue;
-      std::erase_if(l.refs, [&](const TermRef& r) { return !isLive(r.holder); });
-      l.stale = 0;
-      if (l.refs.empty()) terms_by_pair_.erase(it);
-    }
+    for (const std::string& pair : pairs) forgetOne(terms_by_pair_, pair);
   }
   bool isLive(PodId id) const {
     const PodRecord& q = rec(id);
@@ -1065,7 +1061,7 @@ class SchedulerImpl final : public Scheduler {
     auto visit = [&](const std::string& pair) {
       const auto it = terms_by_pair_.find(pair);
       if (it == terms_by_pair_.end()) return;
-      for (const TermRef& ref : it->second.refs) {
+      for (const TermRef& ref : it->second.items) {
         if (isLive(ref.holder)) f(rec(ref.holder), ref);
       }
     };
@@ -1079,16 +1075,17 @@ class SchedulerImpl final : public Scheduler {
     key.append(v);
     return key;
   }
-  // A pod with this label ended: its id stays in the list (skipped as stale) until they are half
-  // of it, then the list is compacted.
-  void unindexLabel(const std::string& key) {
-    const auto it = by_label_.find(key);
-    if (it == by_label_.end()) return;
-    LabelPods& l = it->second;
-    if (++l.stale * 2 < l.ids.size()) return;
-    std::erase_if(l.ids, [&](PodId id) { return !isLive(id); });
+  // One entry of `key`'s list has ended (its pod is no longer live): it stays, skipped as stale,
+  // until the stale entries are half the list, which is then compacted (and dropped if empty).
+  template <typename T>
+  void forgetOne(std::unordered_map<std::string, IndexList<T>>& index, const std::string& key) {
+    const auto it = index.find(key);
+    if (it == index.end()) return;
+    IndexList<T>& l = it->second;
+    if (++l.stale * 2 < l.items.size()) return;
+    std::erase_if(l.items, [&](const T& e) { return !isLive(holderOf(e)); });
     l.stale = 0;
-    if (l.ids.empty()) by_label_.erase(it);
+    if (l.items.empty()) index.erase(it);
   }
   // Whether a running pod is one the deciding pod's affinity terms select (it must not be a
   // victim: the node was allowed because of it).
@@ -1547,7 +1544,7 @@ class SchedulerImpl final : public Scheduler {
       pods_.push_back(std::move(record));
     }
     const PodId id = idOf(slot);
-    for (const auto& [k, v] : pods_[slot].labels) by_label_[labelKey(k, v)].ids.push_back(id);
+    for (const auto& [k, v] : pods_[slot].labels) by_label_[labelKey(k, v)].items.push_back(id);
     if (!pods_[slot].anti_affinity.empty()) anti_holders_.push_back(id);
     if (scoresOthers(pods_[slot])) {
       ++soft_holders_;
@@ -1639,7 +1636,7 @@ class SchedulerImpl final : public Scheduler {
       --soft_holders_;
       unindexTerms(p);
     }
-    for (const auto& [k, v] : p.labels) unindexLabel(labelKey(k, v));
+    for (const auto& [k, v] : p.labels) forgetOne(by_label_, labelKey(k, v));
     p.name.clear();
     p.name.shrink_to_fit();
     p.ns.clear();
@@ -1705,16 +1702,12 @@ class SchedulerImpl final : public Scheduler {
   // each term's selector ("key\0value"; "" for a term without matchLabels): a pod is checked
   // only against the terms under its own label pairs and "". Ended holders' terms linger (stale)
   // until they are half of a list.
-  std::unordered_map<std::string, TermRefs> terms_by_pair_;
+  std::unordered_map<std::string, IndexList<TermRef>> terms_by_pair_;
   // findNode ranks the fitting nodes by these first, when set (makePlan, for one decision).
   const SoftRaw* soft_ = nullptr;
   mutable std::map<std::string, Domains> domains_;  // domains(), by topology key
   // Running pods by label ("key\0value"), for forSelectable; ids of ended pods linger (stale).
-  struct LabelPods {
-    std::vector<PodId> ids;
-    size_t stale = 0;
-  };
-  std::unordered_map<std::string, LabelPods> by_label_;
+  std::unordered_map<std::string, IndexList<PodId>> by_label_;
   // Node constraints: per node its labels/taints and whether a NoSchedule/NoExecute taint keeps
   // unconstrained pods off it; per distinct constraint the nodes it allows (eligibilityOf).
   struct Eligibility {

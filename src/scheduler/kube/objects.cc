@@ -142,13 +142,6 @@ LabelSelector selectsNothing() {
 
 // An integer field as an int, clamped to int's range (a narrowing cast would turn 10^12 into a
 // negative skew); `fallback` when absent or not an integer.
-int clampedInt(const Json* v, int fallback);
-
-// A preferred term's weight, within the API server's 1-100 (0 when absent: it adds nothing).
-int preferredWeight(const Json& term) {
-  return std::clamp(clampedInt(find(term, "weight"), 0), 0, 100);
-}
-
 int clampedInt(const Json* v, int fallback) {
   if (v == nullptr || !v->is_number_integer()) return fallback;
   if (v->is_number_unsigned()) {
@@ -157,6 +150,19 @@ int clampedInt(const Json* v, int fallback) {
   }
   return static_cast<int>(std::clamp<int64_t>(v->get<int64_t>(), std::numeric_limits<int>::min(),
                                               std::numeric_limits<int>::max()));
+}
+
+// A preferred term's weight, within the API server's 1-100 (0 when absent: it adds nothing).
+int preferredWeight(const Json& term) {
+  return std::clamp(clampedInt(find(term, "weight"), 0), 0, 100);
+}
+
+// spec.affinity.<kind>.<when> (requiredDuring... or preferredDuring...) when it is a list.
+const Json* affinityList(const Json& spec, const char* kind, const char* when) {
+  const Json* affinity = find(spec, "affinity");
+  const Json* a = affinity != nullptr ? find(*affinity, kind) : nullptr;
+  const Json* list = a != nullptr ? find(*a, when) : nullptr;
+  return list != nullptr && list->is_array() ? list : nullptr;
 }
 
 // The labelSelector of a term or a spread constraint: a null (or non-object) one selects nothing.
@@ -210,12 +216,9 @@ bool spreadConstraint(const Json& c, const std::map<std::string, std::string>& l
 PodConstraints podTerms(const Json& spec, const std::map<std::string, std::string>& labels) {
   PodConstraints pc;
   std::string& unsupported = pc.unsupported;
-  const Json* affinity = find(spec, "affinity");
   auto terms = [&](const char* kind, std::vector<PodAffinityTerm>& out) {
-    const Json* a = affinity != nullptr ? find(*affinity, kind) : nullptr;
-    const Json* req =
-        a != nullptr ? find(*a, "requiredDuringSchedulingIgnoredDuringExecution") : nullptr;
-    if (req == nullptr || !req->is_array()) return;
+    const Json* req = affinityList(spec, kind, "requiredDuringSchedulingIgnoredDuringExecution");
+    if (req == nullptr) return;
     for (const Json& t : *req) {
       PodAffinityTerm term;
       if (!affinityTerm(t, labels, term)) {
@@ -250,12 +253,8 @@ PodConstraints podTerms(const Json& spec, const std::map<std::string, std::strin
 // rather than refused: the pod may go anywhere such a term would have let it.
 SoftConstraints softTerms(const Json& spec, const std::map<std::string, std::string>& labels) {
   SoftConstraints sc;
-  const Json* affinity = find(spec, "affinity");
-  auto preferred = [&](const char* kind) -> const Json* {
-    const Json* a = affinity != nullptr ? find(*affinity, kind) : nullptr;
-    const Json* p =
-        a != nullptr ? find(*a, "preferredDuringSchedulingIgnoredDuringExecution") : nullptr;
-    return p != nullptr && p->is_array() ? p : nullptr;
+  auto preferred = [&](const char* kind) {
+    return affinityList(spec, kind, "preferredDuringSchedulingIgnoredDuringExecution");
   };
   if (const Json* p = preferred("nodeAffinity")) {
     for (const Json& w : *p) {
