@@ -2,6 +2,8 @@
 
 #include <cstdio>
 
+#include "core/utf8.h"
+
 namespace infera::net {
 
 std::string_view HttpRequest::path() const {
@@ -140,6 +142,12 @@ std::string_view reasonPhrase(int status) {
 }
 
 void appendJsonString(std::string& out, std::string_view s) {
+  if (!validUtf8(s)) {
+    // Bytes from before the door (a store written by an older version): shown, never a broken
+    // document.
+    appendJsonString(out, toValidUtf8(s));
+    return;
+  }
   out.push_back('"');
   for (const char c : s) {
     switch (c) {

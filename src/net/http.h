@@ -64,7 +64,7 @@ std::string_view reasonPhrase(int status);
 // {"error":{"message":..., "type":..., "param":null, "code":...}}
 std::string errorJson(std::string_view message, std::string_view type, std::string_view code);
 
-// JSON string escaping (quotes included).
+// JSON string escaping (quotes included); ill-formed UTF-8 is written as U+FFFD.
 void appendJsonString(std::string& out, std::string_view s);
 
 }  // namespace infera::net

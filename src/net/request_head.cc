@@ -2,6 +2,8 @@
 
 #include <charconv>
 
+#include "core/utf8.h"
+
 namespace infera::net {
 
 void fillRequestHead(const RequestParser::value_type& msg, HttpRequest& out) {
@@ -22,6 +24,54 @@ void fillRequestHead(const RequestParser::value_type& msg, HttpRequest& out) {
   out.headers.resize(n);
   out.body.clear();
   out.keep_alive = msg.keep_alive();
+}
+
+std::string_view requestTextProblem(const HttpRequest& request) {
+  if (!validPercentEncodedUtf8(request.target)) {
+    return "the request target is not valid UTF-8 once percent-decoded (or has a malformed "
+           "percent escape)";
+  }
+  for (const auto& h : request.headers) {
+    if (!validUtf8(h.value)) return "a request header value is not valid UTF-8";
+  }
+  return {};
+}
+
+namespace {
+
+// "http://Host:8080" -> "host:8080" compared with the Host header, ASCII case-insensitively.
+bool sameHost(std::string_view origin, std::string_view host) {
+  const size_t scheme = origin.find("://");
+  if (scheme == std::string_view::npos) return false;
+  origin.remove_prefix(scheme + 3);
+  host = trimOws(host);
+  if (origin.empty() || origin.size() != host.size()) return false;
+  for (size_t i = 0; i < origin.size(); ++i) {
+    const auto lower = [](char c) { return (c >= 'A' && c <= 'Z') ? char(c - 'A' + 'a') : c; };
+    if (lower(origin[i]) != lower(host[i])) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+std::string crossSiteProblem(const HttpRequest& request, const std::vector<std::string>& allowed) {
+  const std::string_view m = request.method;
+  if (m == "GET" || m == "HEAD" || m == "OPTIONS") return {};
+  const std::string_view site = trimOws(request.header("sec-fetch-site"));
+  const std::string_view origin = trimOws(request.header("origin"));
+  if (site.empty() && origin.empty()) return {};  // not a browser's request
+  // The browser says the page is this server's own (or no page: the address bar, a bookmark).
+  if (site == "same-origin" || site == "none") return {};
+  for (const auto& a : allowed) {
+    if (a == "*" || (!origin.empty() && equalsLowerCase(origin, a))) return {};
+  }
+  // Without Sec-Fetch-Site (older browsers): the Origin names this server itself.
+  if (site.empty() && sameHost(origin, request.header("host"))) return {};
+  std::string why = "cross-site request refused: a " + std::string(m) + " from the page at ";
+  why += origin.empty() ? std::string("another site") : toValidUtf8(origin);
+  why += " (listen.allowed_origins / admin.allowed_origins list the origins allowed)";
+  return why;
 }
 
 std::string_view trimOws(std::string_view v) {

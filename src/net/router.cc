@@ -57,6 +57,7 @@ Router::~Router() {
   root_.reset();
   fallbacks_.clear();
   before_body_.clear();
+  error_shapes_.clear();
   while (!owned_.empty()) owned_.pop_back();
 }
 Router::Router(Router&&) noexcept = default;
@@ -132,6 +133,30 @@ void Router::setFallback(std::string prefix, FallbackHandler handler) {
     }
   }
   fallbacks_.emplace_back(std::move(prefix), std::move(handler));
+}
+
+void Router::setErrorShape(std::string prefix, ErrorShape shape) {
+  for (auto& [p, h] : error_shapes_) {
+    if (p == prefix) {
+      h = std::move(shape);
+      return;
+    }
+  }
+  error_shapes_.emplace_back(std::move(prefix), std::move(shape));
+}
+
+EarlyAnswer Router::errorAnswer(std::string_view path, int status, std::string_view message,
+                                std::string_view code) const {
+  const ErrorShape* best = nullptr;
+  size_t best_len = 0;
+  for (const auto& [prefix, shape] : error_shapes_) {
+    if (path.starts_with(prefix) && (!best || prefix.size() >= best_len)) {
+      best = &shape;
+      best_len = prefix.size();
+    }
+  }
+  if (best) return (*best)(status, message, code);
+  return defaultErrorAnswer(status, message, code);
 }
 
 void Router::setBeforeBody(std::string prefix, BeforeBody check) {

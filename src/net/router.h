@@ -59,6 +59,10 @@ using RouteGuard = std::function<RouteHandler(RouteHandler)>;
 // does, for other methods: `allow` lists them, comma-separated).
 using FallbackHandler =
     std::function<Task<void>(HttpRequest&, ResponseWriter&, int status, std::string_view allow)>;
+// A service's error body for an answer the server or router gives itself (net::HttpHandler::
+// errorAnswer): status, message and a short code in, content type and body out. Must not throw.
+using ErrorShape =
+    std::function<EarlyAnswer(int status, std::string_view message, std::string_view code)>;
 
 class Router {
  public:
@@ -81,6 +85,12 @@ class Router {
   // The fallback for paths starting with `prefix` (the longest registered prefix wins; "" = every
   // path). Without one: a plain-text 404/405.
   void setFallback(std::string prefix, FallbackHandler handler);
+  // The error shape of paths starting with `prefix` (the longest registered prefix wins; without
+  // one: OpenAI's {"error":{...}}), used for the answers of the floor: invalid UTF-8 at the door,
+  // cross-site refusals, a handler that threw. A service registers it with its routes.
+  void setErrorShape(std::string prefix, ErrorShape shape);
+  EarlyAnswer errorAnswer(std::string_view path, int status, std::string_view message,
+                          std::string_view code) const;
   // For a client that waits for `100 Continue` before sending a body: a check of the head of
   // requests whose path starts with `prefix` (the longest registered prefix wins) that may answer
   // finally instead (a 401 without reading the body). Must not block.
@@ -116,6 +126,7 @@ class Router {
   std::vector<std::pair<std::string, const Node*>> exact_;
   std::vector<std::pair<std::string, FallbackHandler>> fallbacks_;
   std::vector<std::pair<std::string, BeforeBody>> before_body_;
+  std::vector<std::pair<std::string, ErrorShape>> error_shapes_;
   // The literal prefixes of streamed routes' patterns: other requests skip the match.
   std::vector<std::string> streamed_prefixes_;
   std::vector<std::unique_ptr<void, void (*)(void*)>> owned_;
@@ -133,6 +144,10 @@ class RouterHandler final : public HttpHandler {
   }
   std::optional<uint64_t> streamedBodyLimit(const HttpRequest& head) override {
     return router_.streamedBodyLimit(head);
+  }
+  EarlyAnswer errorAnswer(const HttpRequest& head, int status, std::string_view message,
+                          std::string_view code) override {
+    return router_.errorAnswer(head.path(), status, message, code);
   }
   Router& router() { return router_; }
 

@@ -18,6 +18,7 @@
 #include <unordered_set>
 
 #include "core/log.h"
+#include "core/utf8.h"
 #include "net/internal/request_head.h"
 #include "net/internal/tls.h"
 #include "net/watchdog.h"
@@ -94,6 +95,12 @@ class Connection final : public ConnectionBase {
   Task<bool> writeBuffers(std::string_view a, std::string_view b = {}, std::string_view c = {});
   Task<void> sendError(int status, std::string_view message, std::string_view type,
                        std::string_view code);
+  // An answer of the floor in the handler's error shape (HttpHandler::errorAnswer); closes after.
+  Task<void> sendShaped(int status, std::string_view message, std::string_view code);
+  // Runs the handler; an exception it lets escape is logged with the request id and answered 500
+  // in its error shape (or, when the response had started, ends the connection): one request
+  // lost, never the worker or the process.
+  Task<void> runHandler();
   // After an early error response: stop sending, then read and discard what the client is still
   // sending (bounded in bytes and time) so closing does not reset the connection before the
   // client has read the response.
@@ -313,6 +320,21 @@ Task<void> Connection<Stream>::run([[maybe_unused]] std::shared_ptr<Connection> 
       co_await lingeringClose();
       break;
     }
+    // The floor (DESIGN.md): strings enter as valid UTF-8 or not at all, and a browser on another
+    // site changes nothing here. Both are answered before the body is read.
+    if (const std::string_view problem = requestTextProblem(request_); !problem.empty()) {
+      loop_.stats.rejected_utf8.fetch_add(1, std::memory_order_relaxed);
+      co_await sendShaped(400, problem, "invalid_utf8");
+      co_await lingeringClose();
+      break;
+    }
+    if (const std::string problem = crossSiteProblem(request_, cfg.allowed_origins);
+        !problem.empty()) {
+      loop_.stats.rejected_cross_site.fetch_add(1, std::memory_order_relaxed);
+      co_await sendShaped(403, problem, "cross_site_request");
+      co_await lingeringClose();
+      break;
+    }
     // A route that reads its body as it arrives has its own limit; every other body is read
     // whole, up to max_body_bytes.
     std::optional<uint64_t> streamed;
@@ -383,7 +405,7 @@ Task<void> Connection<Stream>::run([[maybe_unused]] std::shared_ptr<Connection> 
       keep_alive_ = request_.keep_alive && !loop_.draining;
       started_ = finished_ = chunked_ = no_body_ = head_pending_ = false;
       head_only_ = request_.method == "HEAD";
-      co_await loop_.handler->handle(request_, *this);
+      co_await runHandler();
       request_.body_reader = nullptr;
       watch_->active = false;
       watch_->on_close = nullptr;
@@ -432,7 +454,7 @@ Task<void> Connection<Stream>::run([[maybe_unused]] std::shared_ptr<Connection> 
     keep_alive_ = request_.keep_alive && !loop_.draining;
     started_ = finished_ = chunked_ = no_body_ = head_pending_ = false;
     head_only_ = request_.method == "HEAD";
-    co_await loop_.handler->handle(request_, *this);
+    co_await runHandler();
     watch_->active = false;
     watch_->on_close = nullptr;
     if (!started_ && !gone_) {
@@ -673,6 +695,43 @@ Task<void> Connection<Stream>::sendError(int status, std::string_view message,
 }
 
 template <class Stream>
+Task<void> Connection<Stream>::sendShaped(int status, std::string_view message,
+                                          std::string_view code) {
+  keep_alive_ = false;
+  started_ = true;
+  const EarlyAnswer a = loop_.handler->errorAnswer(request_, status, message, code);
+  writeHead(status, a.content_type, {}, static_cast<int64_t>(a.body.size()), false);
+  co_await writeBuffers(head_, a.body);
+  finished_ = true;
+}
+
+template <class Stream>
+Task<void> Connection<Stream>::runHandler() {
+  std::string thrown;
+  try {
+    co_await loop_.handler->handle(request_, *this);
+  } catch (const std::exception& e) {
+    thrown = e.what();
+    if (thrown.empty()) thrown = "an exception without a message";
+  } catch (...) {
+    thrown = "an exception of unknown type";
+  }
+  if (thrown.empty()) co_return;
+  loop_.stats.handler_exceptions.fetch_add(1, std::memory_order_relaxed);
+  const std::string_view request_id = request_.header("x-request-id");
+  INFERA_LOG(componentLogger("net"), err, "{} {} (request id {}): the handler threw: {}",
+             request_.method, toValidUtf8(request_.path()),
+             request_id.empty() ? std::string("none") : toValidUtf8(request_id),
+             toValidUtf8(thrown));
+  if (!started_ && !gone_) {
+    co_await sendShaped(500, "internal error: the request failed on the server (logged)",
+                        "internal_error");
+  } else {
+    keep_alive_ = false;  // a response cut short cannot be framed: the connection ends
+  }
+}
+
+template <class Stream>
 void Connection<Stream>::watchDisconnect(std::function<void()> on_close) {
   if (watch_->active || gone_) return;
   watch_->on_close = std::move(on_close);
@@ -759,6 +818,22 @@ class HttpServerImpl final : public HttpServer {
                                      "'");
     }
     tcp::endpoint endpoint(address, config_.port);
+    if (config_.port != 0) {
+      // SO_REUSEPORT lets a second process join a port and take every other connection: a second
+      // `infera serve` on the same ports would start silently and serve half the requests with
+      // its own config. A plain bind (no SO_REUSEPORT) first finds any listener already there.
+      tcp::acceptor probe(loops_.loop(0));
+      error_code ec;
+      probe.open(endpoint.protocol(), ec);
+      if (!ec) probe.set_option(tcp::acceptor::reuse_address(true), ec);
+      if (!ec) probe.bind(endpoint, ec);
+      if (ec == asio::error::address_in_use) {
+        return Status::unavailable("cannot listen on " + config_.host + ":" +
+                                   std::to_string(config_.port) +
+                                   ": another process is already listening there");
+      }
+      probe.close(ec);
+    }
     for (int i = 0; i < loops_.size(); ++i) {
       auto state = std::make_unique<LoopState>(loops_.loop(i), config_, stats_);
       error_code ec;
@@ -1003,6 +1078,19 @@ class HttpServerImpl final : public HttpServer {
 };
 
 }  // namespace
+
+EarlyAnswer defaultErrorAnswer(int status, std::string_view message, std::string_view code) {
+  std::string_view type = "invalid_request_error";
+  if (status == 401) type = "authentication_error";
+  if (status == 403) type = "permission_error";
+  if (status >= 500) type = "server_error";
+  return {status, "application/json", errorJson(toValidUtf8(message), type, code)};
+}
+
+EarlyAnswer HttpHandler::errorAnswer(const HttpRequest&, int status, std::string_view message,
+                                     std::string_view code) {
+  return defaultErrorAnswer(status, message, code);
+}
 
 Result<std::unique_ptr<HttpServer>> HttpServer::create(EventLoops& loops, ServerConfig config,
                                                        HandlerFactory factory) {

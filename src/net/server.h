@@ -11,6 +11,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "core/status.h"
 #include "net/asio.h"
@@ -43,6 +44,13 @@ struct ServerConfig {
   // TLS on this port (loaded by create(); its failure fails create). None: plain HTTP. The
   // handshake has the header timeout.
   std::optional<TlsServerConfig> tls;
+  // Cross-site requests (the floor of every port): a request whose method changes state (not GET,
+  // HEAD or OPTIONS) and that a browser marks as coming from another site (`Sec-Fetch-Site`
+  // cross-site or same-site) or whose `Origin` is neither this server's own (its host and port as
+  // the Host header names them) nor listed here ("http://console.example:8443") is refused 403
+  // before its body is read, with or without access control. "*" lets every origin through.
+  // Requests without these headers (curl, SDKs, kube-apiserver) are not cross-site requests.
+  std::vector<std::string> allowed_origins;
 };
 
 // A request body read piece by piece by its handler, for routes that take bodies larger than
@@ -99,6 +107,11 @@ struct EarlyAnswer {
   std::string body;
 };
 
+// The OpenAI-shaped error answer {"error":{"message","type","param","code"}} (the type from the
+// status: invalid_request_error, permission_error, server_error, ...); the message made valid
+// UTF-8.
+EarlyAnswer defaultErrorAnswer(int status, std::string_view message, std::string_view code);
+
 class HttpHandler {
  public:
   virtual ~HttpHandler() = default;
@@ -119,6 +132,13 @@ class HttpHandler {
     (void)head;
     return std::nullopt;
   }
+  // The answer the server gives itself for this request in the API's own error shape: a 400 for
+  // a request the door refuses (ill-formed UTF-8 in its path, query or a header), a 403 for a
+  // cross-site one, a 500 when the handler threw. `code` is a short machine-readable reason
+  // ("invalid_utf8", "cross_site_request", "internal_error"). Default: the OpenAI shape. Must not
+  // block or throw.
+  virtual EarlyAnswer errorAnswer(const HttpRequest& head, int status, std::string_view message,
+                                  std::string_view code);
 };
 
 // Called once per loop on that loop's thread before accepting.
@@ -145,6 +165,10 @@ struct ServerStats {
   std::atomic<uint64_t> tls_reload_failures{
       0};                                   // loads refused (the previous certificate kept serving)
   std::atomic<int64_t> tls_not_after_s{0};  // the serving certificate's expiry, unix seconds
+  // The floor:
+  std::atomic<uint64_t> handler_exceptions{0};  // handlers that threw (answered 500; a bug)
+  std::atomic<uint64_t> rejected_utf8{0};       // path, query or header not valid UTF-8 (400)
+  std::atomic<uint64_t> rejected_cross_site{0};  // cross-site state changes refused (403)
 };
 
 class HttpServer {

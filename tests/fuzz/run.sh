@@ -3,7 +3,8 @@
 # machine is shared), on a copy of its seed corpus with its dictionary, and prints the executions,
 # coverage and findings of each. New inputs and findings stay under BUILD_DIR/fuzz-runs/<target>/;
 # the seed corpus in the repository is not touched.
-# Usage: run.sh BUILD_DIR [TARGET...]   (targets: http_request sse path request_scan usage_scan config)
+# Usage: run.sh BUILD_DIR [TARGET...]   (targets: http_request sse path request_scan usage_scan config
+#   json_body request_text, and the services' readers)
 # Exit status: 1 when a target found something (its reproducer is in .../findings/).
 set -uo pipefail
 build=${1:?usage: run.sh BUILD_DIR [TARGET...]}
@@ -11,8 +12,9 @@ shift
 seconds=${FUZZ_SECONDS:-60}
 here=$(cd "$(dirname "$0")" && pwd)
 targets=("$@")
-[[ ${#targets[@]} -eq 0 ]] && targets=(http_request sse path request_scan usage_scan config)
-declare -A DICT=([http_request]=http [path]=http [sse]=sse [request_scan]=json [usage_scan]=json [config]=yaml)
+[[ ${#targets[@]} -eq 0 ]] && targets=(http_request sse path request_scan usage_scan config json_body request_text)
+declare -A DICT=([http_request]=http [path]=http [sse]=sse [request_scan]=json [usage_scan]=json [config]=yaml
+  [json_body]=json [request_text]=http)
 
 found=0
 rows=()

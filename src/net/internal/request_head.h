@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "net/client.h"
 #include "net/http.h"
@@ -52,6 +53,14 @@ void fillRequestHead(const RequestParser::value_type& msg, HttpRequest& out);
 // What is wrong with a request head just read (framing per RFC 9112 6.3, repeated singleton
 // headers, Host, an unsafe path), or empty. `version` is 10 or 11.
 std::string requestHeadProblem(unsigned version, const HttpRequest& request);
+
+// The floor's check of a request's text: its target (path and query, percent-decoded) and every
+// header value are valid UTF-8. The reason when not, else empty.
+std::string_view requestTextProblem(const HttpRequest& request);
+
+// The floor's cross-site check (ServerConfig::allowed_origins): the reason a state-changing request
+// from another site's page is refused, else empty.
+std::string crossSiteProblem(const HttpRequest& request, const std::vector<std::string>& allowed);
 
 // `v` without leading and trailing spaces and tabs.
 std::string_view trimOws(std::string_view v);
