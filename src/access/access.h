@@ -103,6 +103,23 @@ class Grant {
 // feature services (the feature store), registered models (the registry).
 enum class ResourceKind { kModel, kCollection, kFeatureService, kRegisteredModel };
 
+// Ownership of the resources a team creates through the data port (vector collections, feature
+// views and services): each is stored with its owning team. What a caller may do with one:
+//   - its own team's: everything;
+//   - shared (owner empty: made on the admin port or with access control off, or from before
+//     ownership was recorded): read and write its data, never drop it or change its schema
+//     (kManage: the admin port's);
+//   - another team's: nothing, answered as if it did not exist (404: a name tells nothing).
+// Without access control (an empty grant) every caller is the operator: everything.
+enum class Operation { kRead, kWrite, kManage };
+std::optional<Denial> checkOwner(const Grant& grant, ResourceKind kind, std::string_view name,
+                                 std::string_view owner, Operation op);
+// The owner to record for a resource the caller creates: its team, or empty (shared) without
+// access control.
+std::string owningTeam(const Grant& grant);
+// What a caller may list: its own team's resources and the shared ones.
+bool visibleTo(const Grant& grant, std::string_view owner);
+
 // What admit() reserves for a request, besides the caller's own counters.
 struct AdmitRequest {
   const LimitedResource* resource = nullptr;  // the model's own limits (all callers together)

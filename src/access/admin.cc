@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <nlohmann/json.hpp>
 
+#include "core/json.h"
 #include "access/internal/governance.h"
 #include "core/log.h"
 #include "core/text.h"
@@ -327,9 +328,14 @@ std::optional<AdminReply> outsideScope(const std::string& scope, const std::stri
 }
 
 std::optional<AdminReply> parseBody(std::string_view body, json& out) {
-  out = body.empty() ? json::object() : json::parse(body, nullptr, false);
-  if (out.is_discarded() || !out.is_object())
-    return errorReply(400, "request body must be a JSON object", "invalid_json");
+  if (body.empty()) {
+    out = json::object();
+    return std::nullopt;
+  }
+  auto read = readJson(body);
+  if (!read.ok()) return errorReply(400, read.status().message(), "invalid_json");
+  out = std::move(*read);
+  if (!out.is_object()) return errorReply(400, "request body must be a JSON object", "invalid_json");
   return std::nullopt;
 }
 
@@ -351,7 +357,7 @@ void Governance::addAdminRoutes(net::Router& r) {
                   if (!teams.ok()) return statusReply(teams.status());
                   json arr = json::array();
                   for (const auto& t : *teams) arr.push_back(teamToJson(t));
-                  return AdminReply{200, json{{"teams", arr}}.dump()};
+                  return AdminReply{200, dumpJson(json{{"teams", arr}})};
                 });
   addAdminRoute(
       r, "POST", "/admin/teams",
@@ -362,7 +368,7 @@ void Governance::addAdminRoutes(net::Router& r) {
         if (Status s = readTeam(j, t, true); !s.isOk()) return statusReply(s);
         if (Status s = st.createTeam(t, actor); !s.isOk()) return statusReply(s);
         auto created = st.team(t.name);
-        return AdminReply{201, teamToJson(created.ok() && *created ? **created : t).dump()};
+        return AdminReply{201, dumpJson(teamToJson(created.ok() && *created ? **created : t))};
       });
   auto team = [](MetaStore& st, const std::string& id,
                  std::optional<TeamRecord>& out) -> std::optional<AdminReply> {
@@ -381,7 +387,7 @@ void Governance::addAdminRoutes(net::Router& r) {
           return errorReply(404, "no team '" + name + "'", "not_found");
         }
         if (auto e = team(st, name, cur)) return *e;
-        return AdminReply{200, teamToJson(*cur).dump()};
+        return AdminReply{200, dumpJson(teamToJson(*cur))};
       });
   addAdminRoute(
       r, "PATCH", "/admin/teams/{name}",
@@ -396,7 +402,7 @@ void Governance::addAdminRoutes(net::Router& r) {
         if (Status s = readTeam(j, t, false); !s.isOk()) return statusReply(s);
         if (Status s = st.updateTeam(t, actor); !s.isOk()) return statusReply(s);
         auto updated = st.team(id);
-        return AdminReply{200, teamToJson(updated.ok() && *updated ? **updated : t).dump()};
+        return AdminReply{200, dumpJson(teamToJson(updated.ok() && *updated ? **updated : t))};
       });
   addAdminRoute(
       r, "DELETE", "/admin/teams/{name}",
@@ -405,7 +411,7 @@ void Governance::addAdminRoutes(net::Router& r) {
         std::optional<TeamRecord> cur;
         if (auto e = team(st, id, cur)) return *e;
         if (Status s = st.deleteTeam(id, actor); !s.isOk()) return statusReply(s);
-        return AdminReply{200, json{{"deleted", id}}.dump()};
+        return AdminReply{200, dumpJson(json{{"deleted", id}})};
       });
 
   // Users: /admin/users[?team=T] (GET list, POST create), /admin/users/{team}/{name}.
@@ -420,7 +426,7 @@ void Governance::addAdminRoutes(net::Router& r) {
         if (!users.ok()) return statusReply(users.status());
         json arr = json::array();
         for (const auto& u : *users) arr.push_back(userToJson(u));
-        return AdminReply{200, json{{"users", arr}}.dump()};
+        return AdminReply{200, dumpJson(json{{"users", arr}})};
       });
   addAdminRoute(
       r, "POST", "/admin/users",
@@ -431,7 +437,7 @@ void Governance::addAdminRoutes(net::Router& r) {
         if (Status s = readUser(j, u, true); !s.isOk()) return statusReply(s);
         if (Status s = st.createUser(u, actor); !s.isOk()) return statusReply(s);
         auto created = st.user(u.team, u.name);
-        return AdminReply{201, userToJson(created.ok() && *created ? **created : u).dump()};
+        return AdminReply{201, dumpJson(userToJson(created.ok() && *created ? **created : u))};
       });
   auto user = [](MetaStore& st, const net::PathParams& p,
                  std::optional<UserRecord>& out) -> std::optional<AdminReply> {
@@ -447,7 +453,7 @@ void Governance::addAdminRoutes(net::Router& r) {
       [user](net::HttpRequest&, const net::PathParams& p, MetaStore& st, const std::string&) {
         std::optional<UserRecord> cur;
         if (auto e = user(st, p, cur)) return *e;
-        return AdminReply{200, userToJson(*cur).dump()};
+        return AdminReply{200, dumpJson(userToJson(*cur))};
       });
   addAdminRoute(
       r, "PATCH", "/admin/users/{team}/{name}",
@@ -461,7 +467,7 @@ void Governance::addAdminRoutes(net::Router& r) {
         if (Status s = readUser(j, u, false); !s.isOk()) return statusReply(s);
         if (Status s = st.updateUser(u, actor); !s.isOk()) return statusReply(s);
         auto updated = st.user(u.team, u.name);
-        return AdminReply{200, userToJson(updated.ok() && *updated ? **updated : u).dump()};
+        return AdminReply{200, dumpJson(userToJson(updated.ok() && *updated ? **updated : u))};
       });
   addAdminRoute(
       r, "DELETE", "/admin/users/{team}/{name}",
@@ -469,7 +475,7 @@ void Governance::addAdminRoutes(net::Router& r) {
         std::optional<UserRecord> cur;
         if (auto e = user(st, p, cur)) return *e;
         if (Status s = st.deleteUser(cur->team, cur->name, actor); !s.isOk()) return statusReply(s);
-        return AdminReply{200, json{{"deleted", cur->team + "/" + cur->name}}.dump()};
+        return AdminReply{200, dumpJson(json{{"deleted", cur->team + "/" + cur->name}})};
       });
 
   // Keys.
@@ -484,7 +490,7 @@ void Governance::addAdminRoutes(net::Router& r) {
                      if (!keys.ok()) return statusReply(keys.status());
                      json arr = json::array();
                      for (const auto& k : *keys) arr.push_back(keyToJson(k, nowMs()));
-                     return AdminReply{200, json{{"keys", arr}}.dump()};
+                     return AdminReply{200, dumpJson(json{{"keys", arr}})};
                    });
   addAdminRoute(r, "POST", "/admin/keys",
                 [this](net::HttpRequest& req, const net::PathParams&, MetaStore& st,
@@ -498,7 +504,7 @@ void Governance::addAdminRoutes(net::Router& r) {
                   json out = keyToJson(k, nowMs());
                   out["key"] = *token;
                   out["note"] = "store this key now: it is shown only once";
-                  return AdminReply{201, out.dump()};
+                  return AdminReply{201, dumpJson(out)};
                 });
   auto key = [](MetaStore& st, const std::string& id,
                 std::optional<KeyRecord>& out) -> std::optional<AdminReply> {
@@ -516,7 +522,7 @@ void Governance::addAdminRoutes(net::Router& r) {
                      if (!scope.empty() && cur->team != scope) {
                        return errorReply(404, "no key '" + param(p, "id") + "'", "not_found");
                      }
-                     return AdminReply{200, keyToJson(*cur, nowMs()).dump()};
+                     return AdminReply{200, dumpJson(keyToJson(*cur, nowMs()))};
                    });
   addAdminRoute(r, "PATCH", "/admin/keys/{id}",
                 [this, key](net::HttpRequest& req, const net::PathParams& p, MetaStore& st,
@@ -528,7 +534,7 @@ void Governance::addAdminRoutes(net::Router& r) {
                   KeyRecord k = *cur;
                   if (Status s = readKey(j, k, false, nowMs()); !s.isOk()) return statusReply(s);
                   if (Status s = st.updateKey(k, actor); !s.isOk()) return statusReply(s);
-                  return AdminReply{200, keyToJson(k, nowMs()).dump()};
+                  return AdminReply{200, dumpJson(keyToJson(k, nowMs()))};
                 });
   addAdminRoute(r, "POST", "/admin/keys/{id}/revoke",
                 [this, key](net::HttpRequest&, const net::PathParams& p, MetaStore& st,
@@ -538,7 +544,7 @@ void Governance::addAdminRoutes(net::Router& r) {
                   if (auto e = key(st, id, cur)) return *e;
                   if (Status s = st.revokeKey(id, actor); !s.isOk()) return statusReply(s);
                   auto k = st.key(id);
-                  return AdminReply{200, keyToJson(k.ok() && *k ? **k : *cur, nowMs()).dump()};
+                  return AdminReply{200, dumpJson(keyToJson(k.ok() && *k ? **k : *cur, nowMs()))};
                 });
   addAdminRoute(r, "POST", "/admin/keys/{id}/rotate",
                 [this, key](net::HttpRequest& req, const net::PathParams& p, MetaStore& st,
@@ -563,7 +569,7 @@ void Governance::addAdminRoutes(net::Router& r) {
                   out["key"] = *token;
                   out["old_key_expires_ms"] = created.created_ms + grace_ms;
                   out["note"] = "store this key now: it is shown only once";
-                  return AdminReply{201, out.dump()};
+                  return AdminReply{201, dumpJson(out)};
                 });
 
   // Usage and audit.
@@ -630,7 +636,7 @@ void Governance::addAdminRoutes(net::Router& r) {
                          {"target", a.target},
                          {"detail", d.is_discarded() ? json(a.detail) : d}});
         }
-        return AdminReply{200, json{{"audit", arr}}.dump()};
+        return AdminReply{200, dumpJson(json{{"audit", arr}})};
       });
 }
 

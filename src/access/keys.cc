@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/json.h"
 #include "core/clock.h"
 #include "core/text.h"
 
@@ -414,7 +415,7 @@ Result<std::vector<std::string>> clampKeyToTeam(KeyRecord& k, const TeamRecord& 
 
 Status MetaStore::createTeam(const TeamRecord& t, const std::string& actor) {
   const int64_t now = clock_.unixMillis();
-  return mutate(actor, "team.create", t.name, fieldsJson(t).dump(), [&]() -> Status {
+  return mutate(actor, "team.create", t.name, dumpJson(fieldsJson(t)), [&]() -> Status {
     auto r = db_->exec(
         std::string("INSERT INTO infera_teams (") + kTeamCols +
             ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?9, ?10, ?11)",
@@ -430,7 +431,7 @@ Status MetaStore::createTeam(const TeamRecord& t, const std::string& actor) {
 
 Status MetaStore::updateTeam(const TeamRecord& t, const std::string& actor) {
   const int64_t now = clock_.unixMillis();
-  return mutate(actor, "team.update", t.name, fieldsJson(t).dump(), [&]() -> Status {
+  return mutate(actor, "team.update", t.name, dumpJson(fieldsJson(t)), [&]() -> Status {
     INFERA_ASSIGN_OR_RETURN(
         SqlResult r,
         db_->exec("UPDATE infera_teams SET models = ?2, rpm = ?3, tpm = ?4, daily_tokens = ?5, "
@@ -467,7 +468,7 @@ Status MetaStore::deleteTeam(const std::string& name, const std::string& actor) 
 
 Status MetaStore::createUser(const UserRecord& u, const std::string& actor) {
   const int64_t now = clock_.unixMillis();
-  return mutate(actor, "user.create", u.team + "/" + u.name, fieldsJson(u).dump(), [&]() -> Status {
+  return mutate(actor, "user.create", u.team + "/" + u.name, dumpJson(fieldsJson(u)), [&]() -> Status {
     INFERA_ASSIGN_OR_RETURN(auto team, this->team(u.team));
     if (!team) return Status::notFound("no team '" + u.team + "'");
     INFERA_RETURN_IF_ERROR(checkUserWithinTeam(u, *team));
@@ -485,7 +486,7 @@ Status MetaStore::createUser(const UserRecord& u, const std::string& actor) {
 
 Status MetaStore::updateUser(const UserRecord& u, const std::string& actor) {
   const int64_t now = clock_.unixMillis();
-  return mutate(actor, "user.update", u.team + "/" + u.name, fieldsJson(u).dump(), [&]() -> Status {
+  return mutate(actor, "user.update", u.team + "/" + u.name, dumpJson(fieldsJson(u)), [&]() -> Status {
     INFERA_ASSIGN_OR_RETURN(auto team, this->team(u.team));
     if (!team) return Status::notFound("no team '" + u.team + "'");
     INFERA_RETURN_IF_ERROR(checkUserWithinTeam(u, *team));
@@ -557,7 +558,7 @@ Result<std::string> MetaStore::createKey(KeyRecord& k, const std::string& server
   const std::string secret = randomToken(kSecretChars);
   k.hash = hashSecret(server_secret, k.salt, secret);
   k.created_ms = clock_.unixMillis();
-  Status s = mutate(actor, "key.create", k.id, fieldsJson(k).dump(), [&]() -> Status {
+  Status s = mutate(actor, "key.create", k.id, dumpJson(fieldsJson(k)), [&]() -> Status {
     INFERA_ASSIGN_OR_RETURN(auto team, this->team(k.team));
     if (!team) return Status::notFound("no team '" + k.team + "'");
     INFERA_RETURN_IF_ERROR(checkKeyWithinTeam(k, *team));
@@ -574,7 +575,7 @@ Result<std::string> MetaStore::createKey(KeyRecord& k, const std::string& server
 }
 
 Status MetaStore::updateKey(const KeyRecord& k, const std::string& actor) {
-  return mutate(actor, "key.update", k.id, fieldsJson(k).dump(), [&]() -> Status {
+  return mutate(actor, "key.update", k.id, dumpJson(fieldsJson(k)), [&]() -> Status {
     INFERA_ASSIGN_OR_RETURN(auto team, this->team(k.team));
     if (!team) return Status::notFound("no team '" + k.team + "'");
     INFERA_RETURN_IF_ERROR(checkKeyWithinTeam(k, *team));
@@ -626,7 +627,7 @@ Result<std::string> MetaStore::rotateKey(const std::string& id, int64_t grace_ms
   detail["rotated_from"] = id;
   detail["grace_ms"] = grace_ms;
   if (!clamped.empty()) detail["clamped_to_team"] = clamped;
-  Status s = mutate(actor, "key.rotate", id, detail.dump(), [&]() -> Status {
+  Status s = mutate(actor, "key.rotate", id, dumpJson(detail), [&]() -> Status {
     // A key rotated already is in its grace period: a second successor would inherit that end.
     INFERA_ASSIGN_OR_RETURN(
         SqlResult successor,
@@ -947,7 +948,7 @@ Result<std::string> MetaStore::queryUsage(const UsageQuery& q) {
     row["errors"] = r.integer(i, c++);
     rows.push_back(std::move(row));
   }
-  return rows.dump();
+  return dumpJson(rows);
 }
 
 Result<std::pair<int64_t, double>> MetaStore::teamUsageSince(const std::string& team,

@@ -832,6 +832,16 @@ void GovWorker::rateLimitHeaders(const GovTicket& t, std::vector<net::HttpHeader
 
 // ---------------- the AccessWorker API ----------------
 
+void GovWorker::setSnapshot(std::shared_ptr<const GovSnapshot> s) {
+  if (snapshot_ && s && s->generation < snapshot_->generation) return;
+  snapshot_ = std::move(s);
+  token_cache_.clear();
+  if (snapshot_ && static_cast<size_t>(shard_) < g_.worker_generations_.size()) {
+    g_.worker_generations_[static_cast<size_t>(shard_)].store(snapshot_->generation,
+                                                              std::memory_order_relaxed);
+  }
+}
+
 std::optional<Denial> GovWorker::authenticate(std::string_view authorization, std::string_view user,
                                               Grant& grant) {
   grant.t_ = std::make_unique<GovTicket>();
@@ -912,6 +922,47 @@ int64_t Grant::maxCompletion() const { return t_ ? t_->max_completion : 0; }
 bool Grant::holdsResource() const { return t_ && t_->dep_reserved; }
 void Grant::refusedByResources() {
   if (t_) t_->refused_by_deployments = true;
+}
+
+namespace {
+std::string_view kindName(ResourceKind kind) {
+  switch (kind) {
+    case ResourceKind::kModel:
+      return "model";
+    case ResourceKind::kCollection:
+      return "collection";
+    case ResourceKind::kFeatureService:
+      return "feature service";
+    case ResourceKind::kRegisteredModel:
+      return "registered model";
+  }
+  return "resource";
+}
+}  // namespace
+
+std::optional<Denial> checkOwner(const Grant& grant, ResourceKind kind, std::string_view name,
+                                 std::string_view owner, Operation op) {
+  if (!grant) return std::nullopt;
+  const std::string_view team = grant.principal().team;
+  if (!owner.empty() && owner == team) return std::nullopt;
+  if (owner.empty()) {
+    if (op != Operation::kManage) return std::nullopt;
+    return Denial{403,
+                  "the " + std::string(kindName(kind)) + " `" + std::string(name) +
+                      "` is shared by the admin: only the admin port may drop it or change its "
+                      "schema",
+                  "permission_error", "shared_resource"};
+  }
+  return Denial{404, std::string(kindName(kind)) + " `" + std::string(name) + "` not found",
+                "invalid_request_error", "not_found"};
+}
+
+std::string owningTeam(const Grant& grant) {
+  return grant ? std::string(grant.principal().team) : std::string();
+}
+
+bool visibleTo(const Grant& grant, std::string_view owner) {
+  return !grant || owner.empty() || owner == grant.principal().team;
 }
 
 void appendRetryAfter(std::vector<net::HttpHeader>& out, int64_t retry_after_ms) {

@@ -11,6 +11,12 @@ double candidateScore(const Candidate& c) {
   return c.ewma_s * static_cast<double>(c.inflight + 1);
 }
 
+double weightRatio(const Candidate& first, const Candidate& second) {
+  const int wf = std::max(first.weight, 1);
+  const int ws = std::max(second.weight, 1);
+  return wf > ws ? static_cast<double>(wf) / ws : 1.0;
+}
+
 int weightedSample(std::span<const Candidate> candidates, std::span<const int> pool,
                    std::mt19937_64& rng, int exclude) {
   int64_t total = 0;
@@ -71,13 +77,20 @@ int pickCandidate(std::span<const Candidate> candidates, double region_margin, s
   if (pool.size() == 1) return pool[0];
   const int a = weightedSample(candidates, pool, rng, -1);
   const int b = weightedSample(candidates, pool, rng, a);
-  const double sa = candidateScore(candidates[static_cast<size_t>(a)]);
-  const double sb = candidateScore(candidates[static_cast<size_t>(b)]);
-  if (sb * kScoreTieRatio + kScoreTieAbsolute < sa) {
+  const Candidate& ca = candidates[static_cast<size_t>(a)];
+  const Candidate& cb = candidates[static_cast<size_t>(b)];
+  const double sa = candidateScore(ca);
+  const double sb = candidateScore(cb);
+  // The second draw overrides the first (weighted) one only when clearly better, and a lighter
+  // endpoint must be better by its weight ratio more: with two endpoints the second draw is
+  // always the other one, so without the factor a weight-1 endpoint beside a weight-60 one won
+  // whenever its estimate had decayed (halved every idle second) below the other's by 2 ms: a
+  // share set by the decay, not by its weight.
+  if ((sb * kScoreTieRatio + kScoreTieAbsolute) * weightRatio(ca, cb) < sa) {
     if (loser) *loser = a;
     return b;
   }
-  if (loser && sa * kScoreTieRatio + kScoreTieAbsolute < sb) *loser = b;
+  if (loser && (sa * kScoreTieRatio + kScoreTieAbsolute) * weightRatio(cb, ca) < sb) *loser = b;
   return a;
 }
 

@@ -1,5 +1,6 @@
 #include "gateway/gateway.h"
 
+#include <condition_variable>
 #include <mutex>
 #include <thread>
 #include <unordered_map>
@@ -23,7 +24,8 @@ class GatewayImpl final : public Gateway {
         routes_(routes),
         deps_(std::move(deps)),
         metrics_(deps_.metrics),
-        loops_(static_cast<size_t>(deps_.workers)) {}
+        loops_(static_cast<size_t>(deps_.workers)),
+        worker_generations_(static_cast<size_t>(deps_.workers)) {}
 
   ~GatewayImpl() override { stopHealthChecks(); }
 
@@ -35,6 +37,16 @@ class GatewayImpl final : public Gateway {
     metrics_.registry
         .gaugeFamily("infera_gateway_config_generation", "Generation of the config in use.")
         ->setCallback([this] { return static_cast<double>(generation_.load()); });
+    auto per_worker = metrics_.registry.gaugeFamily(
+        "infera_gateway_worker_config_generation",
+        "Generation of the route table each worker serves (each reaches a change before it is "
+        "answered).",
+        {"worker"});
+    for (size_t i = 0; i < worker_generations_.size(); ++i) {
+      per_worker->setCallback({std::to_string(i)}, [this, i] {
+        return static_cast<double>(worker_generations_[i].load(std::memory_order_relaxed));
+      });
+    }
     updateHealthGauges(*current_);
     return Status::ok();
   }
@@ -46,6 +58,7 @@ class GatewayImpl final : public Gateway {
     {
       std::lock_guard<std::mutex> lock(control_mu_);
       h->setTable(current_);
+      worker_generations_[static_cast<size_t>(loop)].store(current_->generation);
       loops_[static_cast<size_t>(loop)] = {&ctx, h.get()};
     }
     ProxyHandler* p = h.get();
@@ -214,8 +227,38 @@ class GatewayImpl final : public Gateway {
     ++generation_;
     settings_ = std::move(next);
     current_ = *t;
-    for (const auto& l : loops_) {
-      if (l.handler) net::asio::post(*l.ctx, [h = l.handler, tab = current_] { h->setTable(tab); });
+    // Every worker serves the new table before apply returns (and so before a reload, a console
+    // apply or a registry change answers): a request sent after the answer never meets the old
+    // routes on a worker that had not swapped yet. A loop of this very thread cannot be waited
+    // for (it runs the post after we return); a loop that does not run the post within the
+    // deadline (stopping) is logged.
+    struct Pending {
+      std::mutex mu;
+      std::condition_variable cv;
+      size_t left = 0;
+    };
+    auto pending = std::make_shared<Pending>();
+    for (size_t i = 0; i < loops_.size(); ++i) {
+      const Loop& l = loops_[i];
+      if (!l.handler) continue;
+      const bool here = l.ctx->get_executor().running_in_this_thread();
+      if (!here) ++pending->left;
+      std::atomic<int64_t>* gen = &worker_generations_[i];
+      net::asio::post(*l.ctx, [h = l.handler, tab = current_, pending, here, gen] {
+        h->setTable(tab);
+        gen->store(tab->generation, std::memory_order_relaxed);
+        if (here) return;
+        std::lock_guard<std::mutex> lock(pending->mu);
+        if (--pending->left == 0) pending->cv.notify_all();
+      });
+    }
+    {
+      std::unique_lock<std::mutex> lock(pending->mu);
+      if (!pending->cv.wait_for(lock, std::chrono::seconds(5),
+                                [&] { return pending->left == 0; })) {
+        INFERA_LOG(log_, warn, "{} worker(s) had not taken routes generation {} after 5 s",
+                   pending->left, generation_.load());
+      }
     }
     updateHealthGauges(*current_);
     return Status::ok();
@@ -299,6 +342,7 @@ class GatewayImpl final : public Gateway {
   std::shared_ptr<const RouteTable> current_;
   std::unordered_map<std::string, std::shared_ptr<EndpointShared>> shared_;
   std::vector<Loop> loops_;  // under control_mu_
+  std::vector<std::atomic<int64_t>> worker_generations_;  // the table each loop serves
   std::atomic<int64_t> generation_{0};
   net::asio::io_context* health_ctx_ = nullptr;
   std::atomic<bool> stopping_{false};

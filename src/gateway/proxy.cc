@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "core/clock.h"
+#include "core/utf8.h"
 #include "gateway/internal/balancer.h"
 #include "gateway/internal/request_scan.h"
 #include "gateway/internal/usage_scan.h"
@@ -744,9 +745,9 @@ Task<void> ProxyHandler::relay(Exchange& x, const Endpoint& ep, WorkerEndpoint& 
     }
     std::string_view out = *piece;
     if (x.keep_answer) {
-      const size_t room =
-          static_cast<size_t>(x.route->capture.max_bytes) -
-          std::min(x.answer.size(), static_cast<size_t>(x.route->capture.max_bytes));
+      // Up to 3 bytes past the limit: enough to see where the character at the cut ends.
+      const size_t keep = static_cast<size_t>(x.route->capture.max_bytes) + 3;
+      const size_t room = keep - std::min(x.answer.size(), keep);
       x.answer.append(piece->substr(0, std::min(room, piece->size())));
     }
     if (scan_sse) {
@@ -1068,8 +1069,9 @@ void ProxyHandler::capture(Exchange& x, double seconds) {
   if (x.grant) ci.key_id = std::string(x.grant.principal().key_id);
   ci.status = x.status;
   ci.latency_ms = seconds * 1000;
-  ci.request = x.req.body.substr(0, static_cast<size_t>(c.max_bytes));
-  ci.response = std::move(x.answer);
+  // Cut at max_bytes, but never inside a character: a capture stays valid UTF-8 when the body was.
+  ci.request = std::string(truncateUtf8(x.req.body, static_cast<size_t>(c.max_bytes)));
+  ci.response = std::string(truncateUtf8(x.answer, static_cast<size_t>(c.max_bytes)));
   ci.flagged = flagged;
   ci.reason = std::move(reason);
   if (x.route->captures) x.route->captures->inc(shard_);

@@ -15,6 +15,15 @@ void readListen(ConfigReader& r, ListenConfig& l) {
   r.optional("port", port, 0, 65535);
   l.port = static_cast<uint16_t>(port);
   r.object("tls", [&](ConfigReader& t) { net::readTlsServerConfig(t, l.tls.emplace()); });
+  if (r.optional("allowed_origins", l.allowed_origins)) {
+    for (auto& o : l.allowed_origins) {
+      for (auto& c : o) c = (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c;
+      if (o != "*" && o.find("://") == std::string::npos) {
+        r.error("allowed_origins", "an origin is \"scheme://host[:port]\" or \"*\", got \"" + o +
+                                       "\"");
+      }
+    }
+  }
 }
 
 // A binding's deployments must be deployments of the config's models ("d" or "model/d").
@@ -125,6 +134,10 @@ std::vector<std::string> restartNeeded(const Config& running, const Config& next
     out.push_back("listen.tls (on or off)");
   if (running.admin.tls.has_value() != next.admin.tls.has_value())
     out.push_back("admin.tls (on or off)");
+  if (running.listen.allowed_origins != next.listen.allowed_origins)
+    out.push_back("listen.allowed_origins");
+  if (running.admin.allowed_origins != next.admin.allowed_origins)
+    out.push_back("admin.allowed_origins");
   if (running.max_body_bytes != next.max_body_bytes) out.push_back("max_body_bytes");
   if (running.max_connections != next.max_connections) out.push_back("max_connections");
   if (running.max_body_bytes_in_flight != next.max_body_bytes_in_flight)

@@ -8,6 +8,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "access/config.h"
 #include "core/status.h"
@@ -28,12 +29,15 @@ struct ListenConfig {
   std::string host = "127.0.0.1";
   uint16_t port = 8080;
   std::optional<net::TlsServerConfig> tls;  // the `tls:` mapping; none = plain HTTP
+  // Browser origins whose pages may send state-changing requests to this port besides its own
+  // ("https://console.example"; "*" = any): net::ServerConfig::allowed_origins. Lower-cased.
+  std::vector<std::string> allowed_origins;
 };
 
 struct Config {
   int workers = 0;  // 0 = one per core
   ListenConfig listen;
-  ListenConfig admin{"127.0.0.1", 9090, std::nullopt};
+  ListenConfig admin{"127.0.0.1", 9090, std::nullopt, {}};
   size_t max_body_bytes = 8 * 1024 * 1024;
   size_t max_header_bytes = 16 * 1024;
   int64_t max_connections = 65'536;  // data port, across workers; more are accepted and closed

@@ -11,6 +11,8 @@
 #include <sstream>
 #include <string_view>
 
+#include "core/json.h"
+
 namespace infera::server {
 namespace {
 
@@ -116,12 +118,12 @@ void emit(YAML::Emitter& out, const json& j) {
       if (std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 1e15) {
         out << std::to_string(static_cast<int64_t>(d));
       } else {
-        out << j.dump();
+        out << dumpJson(j);
       }
       break;
     }
     default:  // integers and booleans: JSON's text is YAML's
-      out << j.dump();
+      out << dumpJson(j);
       break;
   }
 }

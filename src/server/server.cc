@@ -5,12 +5,12 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
-#include <set>
 #include <string>
 #include <thread>
 #include <unordered_map>
 #include <vector>
 
+#include "core/json.h"
 #include "access/access.h"
 #include "console/console.h"
 #include "core/log.h"
@@ -170,6 +170,7 @@ class ServerImpl final : public Server {
     if (model_registry_)
       sc.max_streamed_body_bytes = static_cast<uint64_t>(config_.registry.max_artifact_bytes);
     sc.tls = config_.listen.tls;
+    sc.allowed_origins = config_.listen.allowed_origins;
     auto data = net::HttpServer::create(loops_, sc, [this](int i, net::asio::io_context& ctx) {
       return std::make_unique<net::RouterHandler>(dataRouter(i, ctx));
     });
@@ -182,6 +183,7 @@ class ServerImpl final : public Server {
     if (model_registry_)
       ac.max_streamed_body_bytes = static_cast<uint64_t>(config_.registry.max_artifact_bytes);
     ac.tls = config_.admin.tls;
+    ac.allowed_origins = config_.admin.allowed_origins;
     auto admin = net::HttpServer::create(admin_loops_, ac, [this](int, net::asio::io_context& ctx) {
       return std::make_unique<net::RouterHandler>(adminRouter(ctx));
     });
@@ -276,12 +278,12 @@ class ServerImpl final : public Server {
                 {"read_only", true}});
     } else {
       j["role"] = "none";
-      return j.dump();
+      return dumpJson(j);
     }
     // What a signed-in page needs first, without a second round trip.
     j["components"] = componentsJson();
     if (j["role"] == "admin") j["config_path"] = path_;
-    return j.dump();
+    return dumpJson(j);
   }
 
   nlohmann::json componentsJson() const {
@@ -344,7 +346,7 @@ class ServerImpl final : public Server {
                         {"data_port", data_->port()},
                         {"admin_port", admin_->port()},
                         {"components", componentsJson()}};
-    return j.dump();
+    return dumpJson(j);
   }
 
   using JsonReply = std::pair<int, std::string>;
@@ -361,7 +363,7 @@ class ServerImpl final : public Server {
       }
       j["errors"] = std::move(list);
     }
-    return {status, j.dump()};
+    return {status, dumpJson(j)};
   }
 
   // GET /admin/config: the file the server was started from (and reloads), as JSON.
@@ -390,26 +392,12 @@ class ServerImpl final : public Server {
     if (path_.empty()) {
       return configError(409, "this server was not started from a config file", "no_config_file");
     }
-    // A key given twice in one object is refused: the check and the file must not each read a
-    // different one of them.
-    std::vector<std::set<std::string>> keys_seen;
-    bool duplicate = false;
-    const nlohmann::ordered_json::parser_callback_t no_duplicates =
-        [&](int, nlohmann::ordered_json::parse_event_t ev, nlohmann::ordered_json& parsed) {
-          using Ev = nlohmann::ordered_json::parse_event_t;
-          if (ev == Ev::object_start) keys_seen.emplace_back();
-          if (ev == Ev::object_end && !keys_seen.empty()) keys_seen.pop_back();
-          if (ev == Ev::key && !keys_seen.empty() &&
-              !keys_seen.back().insert(parsed.get<std::string>()).second) {
-            duplicate = true;
-          }
-          return true;
-        };
-    const nlohmann::ordered_json req = nlohmann::ordered_json::parse(body, no_duplicates, false);
-    if (duplicate) {
-      return configError(400, "the body has a key given twice in one object", "invalid_json");
-    }
-    if (req.is_discarded() || !req.is_object() || !req.contains("config") ||
+    // The floor's reader: a key given twice in one object is refused (the check and the file must
+    // not each read a different one of them), and so is deep nesting and ill-formed UTF-8.
+    auto read = readOrderedJson(body);
+    if (!read.ok()) return configError(400, read.status().message(), "invalid_json");
+    const nlohmann::ordered_json& req = *read;
+    if (!req.is_object() || !req.contains("config") ||
         !req["config"].is_object()) {
       return configError(400, "the body must be a JSON object with a 'config' object",
                          "invalid_json");
@@ -441,11 +429,13 @@ class ServerImpl final : public Server {
       return configError(409, keys + ": need a restart; apply changes them only at the next start",
                          "restart_required", errors);
     }
-    if (req.value("dry_run", false)) {
-      return {200, nlohmann::json{{"valid", true},
-                                  {"yaml", checked->redacted_yaml},
-                                  {"file_edit", fileEdit(*checked)}}
-                       .dump()};
+    if (req.contains("dry_run") && !req["dry_run"].is_boolean()) {
+      return configError(400, "dry_run must be true or false", "invalid_json");
+    }
+    if (req.contains("dry_run") && req["dry_run"].get<bool>()) {
+      return {200, dumpJson(nlohmann::json{{"valid", true},
+                                           {"yaml", checked->redacted_yaml},
+                                           {"file_edit", fileEdit(*checked)}})};
     }
     const auto backup = writeConfigFile(path_, checked->yaml);
     if (!backup.ok()) return configError(500, backup.status().message(), "config_not_written");
@@ -460,16 +450,15 @@ class ServerImpl final : public Server {
                                {"backup", *backup},
                                {"file_edit", fileEdit(*checked)}};
       if (!s.isOk()) detail["error"] = s.message();
-      const Status a = access_->audit(actor, "config.apply", path_, detail.dump());
+      const Status a = access_->audit(actor, "config.apply", path_, dumpJson(detail));
       if (!a.isOk()) INFERA_LOG(log_, warn, "audit of a config apply failed: {}", a.message());
     }
     if (!s.isOk()) return configError(400, s.message(), "invalid_config", configErrorsOf(s));
-    return {200, nlohmann::json{{"status", "ok"},
-                                {"generation", configGeneration()},
-                                {"path", path_},
-                                {"backup", *backup},
-                                {"file_edit", fileEdit(*checked)}}
-                     .dump()};
+    return {200, dumpJson(nlohmann::json{{"status", "ok"},
+                                         {"generation", configGeneration()},
+                                         {"path", path_},
+                                         {"backup", *backup},
+                                         {"file_edit", fileEdit(*checked)}})};
   }
 
   Status rejected(Status s) {
@@ -491,6 +480,7 @@ class ServerImpl final : public Server {
     if (features_) features_->addDataRoutes(i, ctx, r, aw);
     if (vectors_) vectors_->addDataRoutes(i, ctx, r, aw);
     if (model_registry_) model_registry_->addDataRoutes(i, ctx, r, aw);
+    if (options_.extra_data_routes) options_.extra_data_routes(r);
     return r;
   }
 
@@ -620,6 +610,7 @@ class ServerImpl final : public Server {
                                              "not_found");
                     co_await sendJson(w, status == 405 ? 405 : 404, body);
                   });
+    if (options_.extra_admin_routes) options_.extra_admin_routes(r);
     return r;
   }
 
@@ -669,7 +660,40 @@ class ServerImpl final : public Server {
     registry_
         .gaugeFamily("infera_net_body_bytes_in_flight", "Request body bytes held on the data port.")
         ->setCallback(stat(&net::ServerStats::body_bytes_in_flight));
+    registerFloorMetrics();
     registerTlsMetrics();
+  }
+
+  // The floor's refusals and the handlers that threw, on both ports (port="data" or "admin").
+  void registerFloorMetrics() {
+    auto per_port = [this](auto field) {
+      return [this, field](bool is_data) {
+        return [this, field, is_data] {
+          const net::HttpServer* s = is_data ? data_.get() : admin_.get();
+          return s ? static_cast<double>((s->stats().*field).load()) : 0.0;
+        };
+      };
+    };
+    struct Family {
+      const char* name;
+      const char* help;
+      std::atomic<uint64_t> net::ServerStats::*field;
+    };
+    for (const Family& f : {
+             Family{"infera_net_handler_exceptions_total",
+                    "Handlers that threw: answered 500 (or the response cut), logged (a bug).",
+                    &net::ServerStats::handler_exceptions},
+             Family{"infera_net_invalid_utf8_rejections_total",
+                    "Requests refused 400 at the door: a path, query or header not valid UTF-8.",
+                    &net::ServerStats::rejected_utf8},
+             Family{"infera_net_cross_site_rejections_total",
+                    "State-changing requests from another site's page refused 403.",
+                    &net::ServerStats::rejected_cross_site},
+         }) {
+      auto family = registry_.counterFamily(f.name, f.help, {"port"});
+      family->setCallback({"data"}, per_port(f.field)(true));
+      family->setCallback({"admin"}, per_port(f.field)(false));
+    }
   }
 
   // One series per TLS port (port="data" or "admin").

@@ -16,6 +16,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -23,12 +24,21 @@
 #include "core/status.h"
 #include "server/config.h"
 
+namespace infera::net {
+class Router;
+}
+
 namespace infera::server {
 
 struct Options {
   // The clock access control and the feature store read (key expiry, limit windows, usage times,
   // feature TTLs and aggregation windows); tests step a fake.
   const Clock* clock = nullptr;
+  // Called with each data-port and admin-port router after every component registered its routes
+  // (tests: a route that throws under a service's prefix, to show the floor answers it in that
+  // service's shape).
+  std::function<void(net::Router&)> extra_data_routes;
+  std::function<void(net::Router&)> extra_admin_routes;
 };
 
 class Server {

@@ -739,35 +739,57 @@ TEST(GovernanceCluster, RedisCountersRefuseAndReconcileLikeInProcessOnes) {
   EXPECT_EQ(limited.header("x-ratelimit-limit-requests"), "3");
   EXPECT_EQ(limited.header("x-ratelimit-remaining-requests"), "0");
   EXPECT_FALSE(limited.header("x-ratelimit-reset-requests").empty());
-  // Tokens: ~180 reserved, ~21 used; reconciled in Redis, about 10 fit in 400 (2 without refunds).
+  // Tokens: each request reserves its prompt estimate (a quarter of the body, plus one) and
+  // default_max_tokens (150), then uses ~21; reconciled in Redis, exactly as many fit in 400 as
+  // in process (2 without refunds). Refunds reach Redis in batches (every 10 ms): a refusal counts
+  // as final only once no refund is left to land (2 s without an admission; each admission in
+  // between is a request that fit).
+  const auto admittedInTurn = [](double limit, double reserve, double used) {
+    int64_t k = 0;
+    while (static_cast<double>(k) * used + reserve <= limit + 1e-9 && k < 1000) ++k;
+    return k;
+  };
+  TestResponse last;
+  const auto countAdmitted = [&](const std::string& key, const std::string& body,
+                                 int64_t& used_each) {
+    int ok = 0;
+    used_each = 0;
+    for (int i = 0; i < 30; ++i) {
+      last = call(*gw, key, body);
+      if (last.status != 200) {
+        EXPECT_EQ(last.status, 429);
+        if (!waitFor(
+                [&] {
+                  last = call(*gw, key, body);
+                  return last.status == 200;
+                },
+                std::chrono::seconds(2)))
+          break;
+      }
+      if (ok == 0) used_each = parse(last.body)["usage"]["total_tokens"].get<int64_t>();
+      ++ok;
+    }
+    return ok;
+  };
   const std::string tpm_key = makeKey(*gw, "tpm", json::object(), json{{"tpm", 400}});
   const std::string body =
       R"({"model":"m1","messages":[{"role":"user","content":"hello there, how are you"}]})";
-  int ok = 0;
-  for (int i = 0; i < 30; ++i) {
-    const auto r = call(*gw, tpm_key, body);
-    if (r.status != 200) {
-      EXPECT_EQ(r.status, 429);
-      // Refunds are batched every 10 ms: wait for them once before counting a refusal as final.
-      if (!waitFor([&] { return call(*gw, tpm_key, body).status == 200; },
-                   std::chrono::milliseconds(200)))
-        break;
-    }
-    ++ok;
-  }
-  EXPECT_GE(ok, 6);
-  EXPECT_LT(ok, 30);
-  // Daily token budget (a period counter): refused with insufficient_quota once spent.
+  int64_t tpm_each = 0;
+  const int ok = countAdmitted(tpm_key, body, tpm_each);
+  ASSERT_GT(tpm_each, 0);
+  EXPECT_EQ(ok, admittedInTurn(400, static_cast<double>(body.size() / 4 + 1 + 150),
+                               static_cast<double>(tpm_each)))
+      << "each request used " << tpm_each;
+  // Daily token budget (a period counter): refused with insufficient_quota once spent, at exactly
+  // the request that would pass it.
   const std::string budget_key = makeKey(
       *gw, "budget", json{{"budget_tokens", 100}, {"budget_period", "day"}}, json::object());
-  TestResponse last;
-  int spent = 0;
-  for (int i = 0; i < 30; ++i) {
-    last = call(*gw, budget_key, chat("m1", 10));
-    if (last.status != 200) break;
-    ++spent;
-  }
-  EXPECT_GT(spent, 0);
+  int64_t budget_each = 0;
+  const std::string small = chat("m1", 10);
+  const int spent = countAdmitted(budget_key, small, budget_each);
+  ASSERT_GT(budget_each, 0);
+  EXPECT_EQ(spent, admittedInTurn(100, static_cast<double>(small.size() / 4 + 1 + 10),
+                                  static_cast<double>(budget_each)));
   EXPECT_EQ(last.status, 429);
   EXPECT_EQ(errorCode(last), "budget_exceeded");
   EXPECT_EQ(gw->metricSum("infera_ratelimit_fallback_total"), 0);

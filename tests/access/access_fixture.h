@@ -6,8 +6,10 @@
 #include <simdjson.h>
 #include <stdlib.h>
 
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -87,6 +89,22 @@ inline TestResponse admin(const server::Server& gw, const std::string& method,
   auto r = httpRequest(gw.adminPort(), method, target, body, h);
   EXPECT_TRUE(r.has_value()) << method << " " << target;
   return r ? *r : TestResponse{};
+}
+
+// The value of each series of a gauge family by its `worker` label, from the metrics text.
+inline std::map<std::string, double> perWorker(const server::Server& gw, const std::string& family) {
+  std::map<std::string, double> out;
+  std::istringstream in(gw.metricsText());
+  std::string line;
+  const std::string prefix = family + "{worker=\"";
+  while (std::getline(in, line)) {
+    if (line.rfind(prefix, 0) != 0) continue;
+    const size_t end = line.find('"', prefix.size());
+    const size_t space = line.rfind(' ');
+    if (end == std::string::npos || space == std::string::npos) continue;
+    out[line.substr(prefix.size(), end - prefix.size())] = std::stod(line.substr(space + 1));
+  }
+  return out;
 }
 
 inline json parse(const std::string& body) {

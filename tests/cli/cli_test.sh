@@ -36,6 +36,16 @@ body='{"model":"m","max_tokens":3,"messages":[{"role":"user","content":"hi"}]}'
 code=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/v1/chat/completions" -d "$body")
 check "serve answers a chat completion" test "$code" = 200
 
+# A second serve on the same data port refuses to start (SO_REUSEPORT would have let it take
+# every other connection with its own config), and the first keeps serving.
+sed "s/^listen: {port: 0}/listen: {port: $port}/" "$work/gw.yaml" >"$work/second.yaml"
+timeout 20 "$infera" serve -c "$work/second.yaml" >"$work/second.out" 2>&1
+rc=$?
+check "a second serve on the same port exits 1" test "$rc" -eq 1
+check "it says the port is taken" grep -q "127.0.0.1:$port: another process is already listening there" "$work/second.out"
+code=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/v1/chat/completions" -d "$body")
+check "the first serve still answers" test "$code" = 200
+
 # SIGHUP with a broken file: rejected, old config keeps serving.
 cp "$work/gw.yaml" "$work/gw.good"
 echo "bogus: 1" >>"$work/gw.yaml"

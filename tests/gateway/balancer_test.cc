@@ -25,6 +25,27 @@ TEST(BalancerTest, PrefersTheFasterAndLessLoadedOfTwo) {
   EXPECT_EQ(slow_now, 1000);
 }
 
+// Issue 47 item 6: a weight-1 deployment beside a weight-60 one took 9 of 40 requests in the
+// console test. With two endpoints the second draw is always the other one, and a rarely used
+// endpoint's estimate decays (halves every idle second) until it looks 2 ms better than the busy
+// one: it then won every comparison. Weights bound its share unless the other is clearly loaded.
+TEST(BalancerTest, ALightEndpointWhoseEstimateDecayedKeepsItsWeightShare) {
+  // dep-a: weight 1, estimate decayed to almost nothing; dep-b: weight 60, 3 ms.
+  std::vector<Candidate> c{{0, 0.00001, 0, 1, true}, {1, 0.003, 0, 60, true}};
+  std::mt19937_64 rng(11);
+  int light = 0;
+  const int n = 61'000;
+  for (int i = 0; i < n; ++i) light += pickCandidate(c, 0.5, rng) == 0;
+  // Its own draws only: 1 in 61 (1,000 expected; the old rule gave it every request).
+  EXPECT_NEAR(light, 1'000, 150);
+  // A heavy endpoint clearly loaded (50 in flight: 153 ms, past 60 x (1.5 x 0 + 2 ms)) still loses
+  // to the light one.
+  c[1].inflight = 50;
+  int light_now = 0;
+  for (int i = 0; i < 1'000; ++i) light_now += pickCandidate(c, 0.5, rng) == 0;
+  EXPECT_EQ(light_now, 1'000);
+}
+
 TEST(BalancerTest, StaysInRegionUnlessSlowerByMoreThanMargin) {
   std::vector<Candidate> c{{0, 0.012, 0, 1, true}, {1, 0.010, 0, 1, false}};
   std::mt19937_64 rng(3);

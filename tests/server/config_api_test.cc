@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -370,6 +371,100 @@ TEST_F(ConfigRoutesTest, AGoodChangeIsCheckedThenAppliedPersistedAndAudited) {
                       a["detail"]["generation"] == 2);
   }
   EXPECT_TRUE(found) << audit.dump();
+}
+
+
+// Issue 37, defect 5: with access control off (the quickstart), a page the operator opened on
+// another site could send a text/plain POST to the loopback admin port and rewrite the config.
+TEST(ConfigCrossSiteTest, APageOnAnotherSiteCannotRewriteTheConfigWithoutAccessControl) {
+  TempDir dir;
+  const std::string path = dir.file("infera.yaml");
+  std::ofstream(path) << "listen: {host: 127.0.0.1, port: 0}\nadmin: {host: 127.0.0.1, port: 0}\n"
+                         "workers: 1\nlog_level: warn\nmodels:\n  - name: m\n    deployments:\n"
+                         "      - name: d\n        endpoints: [{url: 'http://127.0.0.1:1'}]\n";
+  auto cfg = loadConfig(path);
+  ASSERT_TRUE(cfg.ok()) << cfg.status().message();
+  auto s = Server::start(std::move(*cfg), path);
+  ASSERT_TRUE(s.ok()) << s.status().message();
+  const std::string before = readAll(path);
+  json c = json::parse(testing::httpRequest((*s)->adminPort(), "GET", "/admin/config")->body)["config"];
+  c["models"][0]["deployments"][0]["endpoints"][0]["url"] = "http://127.0.0.1:2";  // elsewhere
+  const std::string body = json{{"config", c}}.dump();
+  for (const auto& headers : std::vector<std::vector<std::pair<std::string, std::string>>>{
+           {{"origin", "http://evil.example"}, {"content-type", "text/plain"}},
+           {{"origin", "http://evil.example"}, {"sec-fetch-site", "cross-site"}},
+           {{"origin", "http://127.0.0.1:8000"}, {"sec-fetch-site", "same-site"}}}) {
+    const auto r = testing::httpRequest((*s)->adminPort(), "POST", "/admin/config", body, headers);
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 403) << r->body;
+    EXPECT_EQ(json::parse(r->body)["error"]["code"], "cross_site_request") << r->body;
+  }
+  EXPECT_EQ(readAll(path), before);
+  EXPECT_EQ((*s)->configGeneration(), 1);
+  // The console (the admin port's own page) still applies the change.
+  const std::string own = "http://127.0.0.1:" + std::to_string((*s)->adminPort());
+  const auto ok = testing::httpRequest((*s)->adminPort(), "POST", "/admin/config", body,
+                                       {{"origin", own}, {"sec-fetch-site", "same-origin"}});
+  ASSERT_TRUE(ok);
+  EXPECT_EQ(ok->status, 200) << ok->body;
+  EXPECT_EQ((*s)->configGeneration(), 2);
+}
+
+// A wrong JSON type in a body is a 400 naming it, not an exception.
+TEST_F(ConfigRoutesTest, AWrongTypeOrDeepNestingIsRefusedWith400) {
+  json c = json::parse(call("GET", "/admin/config")->body)["config"];
+  const auto r = call("POST", "/admin/config", json{{"config", c}, {"dry_run", "yes"}}.dump());
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400) << r->body;
+  const std::string deep = "{\"config\":" + std::string(100'000, '[') + std::string(100'000, ']') + "}";
+  const auto d = call("POST", "/admin/config", deep);
+  ASSERT_TRUE(d);
+  EXPECT_EQ(d->status, 400) << d->body;
+  EXPECT_EQ(server_->configGeneration(), 1);
+  EXPECT_EQ(call("GET", "/admin/status")->status, 200);
+}
+
+// Issue 47 item 6: a console apply (and any reload) answers only once every worker serves the new
+// routes, so a request sent after the answer never meets the old weights on a worker that had not
+// swapped yet. Each worker says which table it serves.
+TEST(ConfigApplyTest, AnApplyAnswersOnlyWhenEveryWorkerServesTheNewRoutes) {
+  TempDir dir;
+  const std::string path = dir.file("infera.yaml");
+  std::ofstream(path) << "listen: {host: 127.0.0.1, port: 0}\nadmin: {host: 127.0.0.1, port: 0}\n"
+                         "workers: 2\nlog_level: warn\nmodels:\n  - name: m\n    deployments:\n"
+                         "      - name: d\n        endpoints: [{url: 'http://127.0.0.1:1'}]\n";
+  auto cfg = loadConfig(path);
+  ASSERT_TRUE(cfg.ok()) << cfg.status().message();
+  auto s = Server::start(std::move(*cfg), path);
+  ASSERT_TRUE(s.ok()) << s.status().message();
+  const auto perWorker = [&] {
+    std::map<std::string, std::string> out;
+    std::istringstream in((*s)->metricsText());
+    std::string line;
+    const std::string prefix = "infera_gateway_worker_config_generation{worker=\"";
+    while (std::getline(in, line)) {
+      if (line.rfind(prefix, 0) == 0) {
+        out[line.substr(prefix.size(), line.find('"', prefix.size()) - prefix.size())] =
+            line.substr(line.rfind(' ') + 1);
+      }
+    }
+    return out;
+  };
+  // The workers build their routers on their own loops as the server starts.
+  ASSERT_TRUE(testing::waitFor(
+      [&] { return perWorker() == std::map<std::string, std::string>{{"0", "1"}, {"1", "1"}}; }));
+  for (int weight = 2; weight < 12; ++weight) {
+    json c = json::parse(testing::httpRequest((*s)->adminPort(), "GET", "/admin/config")->body)["config"];
+    c["models"][0]["deployments"][0]["endpoints"][0]["weight"] = weight;
+    const auto r = testing::httpRequest((*s)->adminPort(), "POST", "/admin/config",
+                                        json{{"config", c}}.dump());
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << r->body;
+    const std::string gen = std::to_string(json::parse(r->body)["generation"].get<int64_t>());
+    // Read at once: no waiting.
+    EXPECT_EQ(perWorker(), (std::map<std::string, std::string>{{"0", gen}, {"1", gen}}))
+        << "after the apply of generation " << gen;
+  }
 }
 
 }  // namespace

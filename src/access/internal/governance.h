@@ -67,11 +67,7 @@ class GovWorker final : public AccessWorker {
   GovWorker(Governance& g, int shard, net::asio::io_context& ctx);
   ~GovWorker() override;
   // Ignores a snapshot older than the one held (posts from two threads may arrive out of order).
-  void setSnapshot(std::shared_ptr<const GovSnapshot> s) {
-    if (snapshot_ && s && s->generation < snapshot_->generation) return;
-    snapshot_ = std::move(s);
-    token_cache_.clear();
-  }
+  void setSnapshot(std::shared_ptr<const GovSnapshot> s);
 
   // AccessWorker
   std::string_view userHeader() const override;
@@ -291,7 +287,10 @@ class Governance final : public Access {
 
  private:
   Governance(const AccessConfig& c, int workers, const Clock& clock)
-      : config_(c), clock_(clock), usage_buffers_(static_cast<size_t>(workers)) {}
+      : config_(c),
+        clock_(clock),
+        usage_buffers_(static_cast<size_t>(workers)),
+        worker_generations_(static_cast<size_t>(workers)) {}
   Status init(obs::MetricsRegistry& metrics);
   // Hands a new snapshot to every worker, on its loop (under publish_mu_).
   void publishLocked(const std::shared_ptr<const GovSnapshot>& snap);
@@ -349,6 +348,9 @@ class Governance final : public Access {
     std::vector<UsageRecord> records;
   };
   std::vector<UsageBuffer> usage_buffers_;
+  // The snapshot generation each worker serves (infera_governance_worker_generation{worker}): a
+  // test, or an operator, sees every worker reach a change rather than some of them.
+  std::vector<std::atomic<int64_t>> worker_generations_;
   std::mutex flush_mu_;
   std::thread control_;
   std::mutex control_mu_;

@@ -1,6 +1,8 @@
 #pragma once
 // Private to the gateway. Latency-aware endpoint choice: power of two choices over weighted random
-// samples, scored by EWMA latency x (in-flight + 1) / weight, with region preference.
+// samples, scored by EWMA latency x (in-flight + 1), with region preference. The second sample
+// takes over from the first only when clearly better, and by the weight ratio more when it is the
+// lighter one, so endpoints share traffic by weight unless one is clearly slower or loaded.
 
 #include <cstdint>
 #include <random>
@@ -28,6 +30,10 @@ inline constexpr double kScoreTieAbsolute = 0.002;
 inline constexpr double kUnsampledPrior = 0.025;
 
 double candidateScore(const Candidate& c);
+
+// How much better than `first` the `second` must score to take its place: the weight ratio when
+// `first` is heavier, else 1.
+double weightRatio(const Candidate& first, const Candidate& second);
 
 // Picks one of `candidates` (all eligible: healthy, not ejected, under their limit). Region
 // preference: if any local candidate exists and the best local score is within (1 + margin) of the

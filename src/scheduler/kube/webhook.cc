@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "core/json.h"
 #include "scheduler/kube/internal/objects.h"
 
 namespace infera::sched::kube {
@@ -164,8 +165,9 @@ void addShare(Json& ops, const Json& spec, const std::string& resource, int64_t 
 namespace {
 
 Result<std::string> respond(std::string_view review_json, const WebhookPolicy& policy) {
-  const Json review = Json::parse(review_json, nullptr, /*allow_exceptions=*/false);
-  if (review.is_discarded() || !review.is_object() || !review.contains("request") ||
+  // The floor's reader (depth, duplicate keys, UTF-8): the API server sends one object per review.
+  INFERA_ASSIGN_OR_RETURN(const Json review, readJson(review_json));
+  if (!review.is_object() || !review.contains("request") ||
       !review["request"].is_object()) {
     return Status::invalidArgument("not an AdmissionReview with a request");
   }
@@ -250,11 +252,11 @@ Result<std::string> respond(std::string_view review_json, const WebhookPolicy& p
   }
   if (!ops.empty()) {
     response["patchType"] = "JSONPatch";
-    response["patch"] = base64(ops.dump());
+    response["patch"] = base64(dumpJson(ops));
   }
   const Json out = {
       {"apiVersion", "admission.k8s.io/v1"}, {"kind", "AdmissionReview"}, {"response", response}};
-  return out.dump();
+  return dumpJson(out);
 }
 
 }  // namespace
