@@ -15,6 +15,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "cli/admin_client.h"
 #include "core/text.h"
@@ -86,13 +87,17 @@ Url parseUrl(const std::string& url) {
   return u;
 }
 
-int connectTo(const Url& u) {
+// The transfer steps report failures (an upload undoes its new version before it exits); the
+// callers that have nothing to undo die() with the message.
+int tryConnect(const Url& u, std::string& error) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
   addrinfo* res = nullptr;
-  if (getaddrinfo(u.host.c_str(), u.port.c_str(), &hints, &res) != 0 || !res)
-    die("cannot resolve " + u.host);
+  if (getaddrinfo(u.host.c_str(), u.port.c_str(), &hints, &res) != 0 || !res) {
+    error = "cannot resolve " + u.host;
+    return -1;
+  }
   int fd = -1;
   for (addrinfo* a = res; a; a = a->ai_next) {
     fd = ::socket(a->ai_family, a->ai_socktype, a->ai_protocol);
@@ -101,17 +106,33 @@ int connectTo(const Url& u) {
     fd = -1;
   }
   freeaddrinfo(res);
-  if (fd < 0) die("cannot connect to " + u.host + ":" + u.port);
+  if (fd < 0) error = "cannot connect to " + u.host + ":" + u.port;
   return fd;
 }
 
-void sendAll(int fd, std::string_view data) {
+int connectTo(const Url& u) {
+  std::string error;
+  const int fd = tryConnect(u, error);
+  if (fd < 0) die(error);
+  return fd;
+}
+
+bool trySendAll(int fd, std::string_view data, std::string& error) {
   while (!data.empty()) {
     const ssize_t n = ::send(fd, data.data(), data.size(), MSG_NOSIGNAL);
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) die(std::string("sending: ") + std::strerror(errno));
+    if (n <= 0) {
+      error = std::string("sending: ") + std::strerror(errno);
+      return false;
+    }
     data.remove_prefix(static_cast<size_t>(n));
   }
+  return true;
+}
+
+void sendAll(int fd, std::string_view data) {
+  std::string error;
+  if (!trySendAll(fd, data, error)) die(error);
 }
 
 struct Head {
@@ -120,17 +141,19 @@ struct Head {
   std::string rest;  // body bytes read with the head
 };
 
-Head readHead(int fd) {
+bool tryReadHead(int fd, Head& h, std::string& error) {
   std::string buf;
   char tmp[16384];
   size_t end = std::string::npos;
   while ((end = buf.find("\r\n\r\n")) == std::string::npos) {
     const ssize_t n = ::recv(fd, tmp, sizeof(tmp), 0);
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) die("the admin API closed the connection before answering");
+    if (n <= 0) {
+      error = "the admin API closed the connection before answering";
+      return false;
+    }
     buf.append(tmp, static_cast<size_t>(n));
   }
-  Head h;
   const std::string head = buf.substr(0, end);
   h.rest = buf.substr(end + 4);
   h.status = std::atoi(head.substr(head.find(' ') + 1, 3).c_str());
@@ -149,6 +172,13 @@ Head readHead(int fd) {
     }
     pos = next;
   }
+  return true;
+}
+
+Head readHead(int fd) {
+  Head h;
+  std::string error;
+  if (!tryReadHead(fd, h, error)) die(error);
   return h;
 }
 
@@ -175,25 +205,52 @@ std::string requestHead(const Options& o, const Url& u, const std::string& metho
   return h + "\r\n";
 }
 
-json uploadFile(const Options& o, const std::string& path, const std::string& file) {
-  const int in = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
-  if (in < 0) die("cannot open " + file + ": " + std::strerror(errno));
+// A file to upload, opened (and found to be a regular file) before anything is created.
+struct LocalFile {
+  std::string name;
+  int fd = -1;
+  off_t size = 0;
+};
+
+LocalFile openUpload(const std::string& file) {
+  LocalFile f;
+  f.name = file;
+  f.fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
+  if (f.fd < 0) die("cannot open " + file + ": " + std::strerror(errno));
   struct stat st {};
-  ::fstat(in, &st);
+  if (::fstat(f.fd, &st) != 0 || !S_ISREG(st.st_mode)) die(file + " is not a regular file");
+  f.size = st.st_size;
+  return f;
+}
+
+// The server's answer to one upload, or why it failed ("" when it did not). Closes `in.fd`.
+json uploadFile(const Options& o, const std::string& path, LocalFile& in, std::string& error) {
   const Url u = parseUrl(o.url);
-  const int fd = connectTo(u);
-  sendAll(fd, requestHead(o, u, "PUT", path, st.st_size));
+  const int fd = tryConnect(u, error);
+  if (fd < 0) {
+    ::close(in.fd);
+    return nullptr;
+  }
+  const bool sent = trySendAll(fd, requestHead(o, u, "PUT", path, in.size), error);
   off_t offset = 0;
-  while (offset < st.st_size) {
-    const ssize_t n = ::sendfile(fd, in, &offset, static_cast<size_t>(st.st_size - offset));
+  while (sent && offset < in.size) {
+    const ssize_t n = ::sendfile(fd, in.fd, &offset, static_cast<size_t>(in.size - offset));
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) break;  // the server answered early (the answer says why)
   }
-  ::close(in);
-  Head h = readHead(fd);
+  ::close(in.fd);
+  in.fd = -1;
+  Head h;
+  if (!sent || !tryReadHead(fd, h, error)) {
+    ::close(fd);
+    return nullptr;
+  }
   const std::string body = readRest(fd, std::move(h.rest));
   ::close(fd);
-  if (h.status != 200) die("error " + std::to_string(h.status) + ": " + adminErrorText(body));
+  if (h.status != 200) {
+    error = "error " + std::to_string(h.status) + ": " + adminErrorText(body);
+    return nullptr;
+  }
   return json::parse(body, nullptr, false);
 }
 
@@ -412,17 +469,42 @@ void registerModelCommands(CLI::App& app) {
                      "The new version's source URI (default: the registry's own artifacts)");
   common(upload);
   upload->callback([o, name, list_a, version, text, admin] {
+    // Every file opens before a version is made: a missing file leaves nothing behind.
+    std::vector<LocalFile> locals;
+    for (const auto& f : *list_a) locals.push_back(openUpload(f));
     std::string v = *version;
-    if (v.empty()) {
+    const bool created = v.empty();
+    if (created) {
       const std::string source = text->empty() ? "mlflow-artifacts:/registry/" + enc(*name) : *text;
-      const json created =
+      const json made =
           mlflow(*o, "POST", "model-versions/create", json{{"name", *name}, {"source", source}});
-      v = created["model_version"].value("version", "");
+      v = made["model_version"].value("version", "");
     }
     json files = json::array();
-    for (const auto& f : *list_a) {
+    for (auto& f : locals) {
+      std::string error;
       const json r = uploadFile(
-          *o, admin + enc(*name) + "/versions/" + v + "/artifacts/" + enc(baseName(f)), f);
+          *o, admin + enc(*name) + "/versions/" + v + "/artifacts/" + enc(baseName(f.name)), f,
+          error);
+      if (!error.empty()) {
+        for (auto& rest : locals) {
+          if (rest.fd >= 0) ::close(rest.fd);
+        }
+        // A version this command made is READY in the registry: without its files it would be
+        // served and downloaded as if complete. Remove it (an existing --version is left as is).
+        if (created) {
+          const std::string undo = json{{"name", *name}, {"version", v}}.dump();
+          auto d = net::fetchBlocking(o->url + "/api/2.0/mlflow/model-versions/delete", "DELETE",
+                                      undo, adminHeaders(*o, true), std::chrono::seconds(30));
+          if (d.ok() && d->status == 200) {
+            die("uploading " + f.name + ": " + error + " (version " + v + " was removed)");
+          }
+          die("uploading " + f.name + ": " + error + " (version " + v +
+              " has no files and could not be removed: delete it with MLflow's "
+              "model-versions/delete)");
+        }
+        die("uploading " + f.name + ": " + error);
+      }
       files.push_back(r);
     }
     output(*o, json{{"version", v}, {"files", files}}, [&] {

@@ -2,8 +2,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/json.h"
 #include "core/log.h"
 #include "core/text.h"
+#include "core/utf8.h"
 #include "registry/internal/mlflow.h"
 #include "registry/internal/routing.h"
 #include "registry/internal/search.h"
@@ -30,6 +32,10 @@ RegistryMetrics::RegistryMetrics(obs::MetricsRegistry& r)
       syncs_failed(r.counterFamily("infera_registry_syncs_total",
                                    "Routing state reloads from the store, by result.", {"result"})
                        ->counter({"error"})),
+      sync_polls(r.counterFamily("infera_registry_sync_polls_total",
+                                 "Looks at the store's routing generation by the control thread "
+                                 "(every sync_interval_ms), changed or not.")
+                     ->counter()),
       rebuilds(r.counterFamily("infera_registry_route_rebuilds_total",
                                "Gateway route tables rebuilt because the registry's routes moved.")
                    ->counter()),
@@ -53,6 +59,11 @@ namespace {
 
 constexpr size_t kUploadChunk = 1 << 20;    // bytes handed to a worker per write
 constexpr size_t kDownloadChunk = 1 << 20;  // bytes read per piece
+// The free text of a review flag (docs/registry.md): what a reviewer reads, not a document.
+constexpr size_t kMaxFlagReasonBytes = 4096;
+// A request id, model or target named by a flag (names are at most 256 bytes; a target adds a
+// version or an alias).
+constexpr size_t kMaxFlagNameBytes = 512;
 
 std::string queryOf(const net::HttpRequest& req) {
   const size_t q = req.target.find('?');
@@ -67,6 +78,12 @@ std::string firstQuery(const net::HttpRequest& req, std::string_view key) {
 std::string decoded(std::string_view s) {
   std::string out;
   return percentDecode(s, out) ? out : std::string(s);
+}
+
+// A request body through the shared reader (size, depth, UTF-8, duplicate keys): {} when empty.
+Result<Json> readRequestJson(std::string_view body) {
+  if (body.empty()) return Json::object();
+  return readJson(body);
 }
 
 Task<void> sendJson(net::ResponseWriter& w, int status, const std::string& body) {
@@ -117,10 +134,13 @@ Json moveJson(const AliasMove& m) {
           {"reason", m.reason}};
 }
 
+// A stored body as JSON when it is JSON (within the shared reader's limits), else as text: a
+// capture cut at max_body_bytes, or bytes written before the door checked them (dumpJson
+// replaces what is not UTF-8).
 Json maybeJson(const std::string& s) {
-  Json j = Json::parse(s, nullptr, false);
-  if (j.is_discarded()) return s;
-  return j;
+  Result<Json> j = readJson(s);
+  if (!j.ok()) return s;
+  return std::move(*j);
 }
 
 Json reviewJson(const ReviewItem& r, bool bodies) {
@@ -190,6 +210,36 @@ Json statsJson(const gateway::ExperimentStats& s) {
   return j;
 }
 
+// The floor's own answers (invalid UTF-8 at the door, a cross-site refusal, a handler that threw)
+// in MLflow's error shape, so an MLflow client reads them like the registry's.
+net::EarlyAnswer mlflowShape(int status, std::string_view message, std::string_view) {
+  std::string_view code = status >= 500 ? "INTERNAL_ERROR" : "BAD_REQUEST";
+  switch (status) {
+    case 400:
+      code = "INVALID_PARAMETER_VALUE";
+      break;
+    case 401:
+      code = "UNAUTHENTICATED";
+      break;
+    case 403:
+      code = "PERMISSION_DENIED";
+      break;
+    case 404:
+      code = "RESOURCE_DOES_NOT_EXIST";
+      break;
+    case 413:
+      code = "RESOURCE_EXHAUSTED";
+      break;
+    case 429:
+    case 503:
+      code = "TEMPORARILY_UNAVAILABLE";
+      break;
+    default:
+      break;
+  }
+  return net::EarlyAnswer{status, "application/json", mlflowError(code, status, message).body};
+}
+
 std::string classOf(int status) {
   const int c = status / 100;
   return c >= 1 && c <= 5 ? std::to_string(c) + "xx" : "other";
@@ -200,8 +250,10 @@ struct AdminCall {
   std::string method;
   std::map<std::string, std::string> params;  // path parameters, percent-decoded
   std::string query;
-  Json body;  // {} when the body is empty; null when it is not JSON
+  Json body;  // {} when the body is empty; else what readJson read (any JSON value)
   std::string actor;
+  // Which registered models the caller may touch (null: all, the admin token's).
+  std::function<bool(const std::string& model)> visible;
   std::string param(const std::string& k) const {
     auto it = params.find(k);
     return it == params.end() ? std::string() : it->second;
@@ -225,7 +277,7 @@ using AdminOp = std::function<Result<AdminReply>(RegistryStore&, const AdminCall
 AdminReply reply(const Json& j, int status = 200) {
   AdminReply r;
   r.status = status;
-  r.body = j.dump();
+  r.body = dumpJson(j);
   return r;
 }
 
@@ -245,6 +297,29 @@ Result<std::string> bodyString(const AdminCall& c, const std::string& field, boo
   if (c.body[field].is_string()) return c.body[field].get<std::string>();
   if (c.body[field].is_number_integer()) return std::to_string(c.body[field].get<int64_t>());
   return Status::invalidArgument(field + ": must be a string");
+}
+
+// Typed reads of optional body fields: a value of another type is a 400 naming the field, where
+// nlohmann's value()/get<>() would throw on a pool thread. The body is an object (checked first).
+Result<double> bodyNumber(const AdminCall& c, const std::string& field, double def) {
+  const auto it = c.body.find(field);
+  if (it == c.body.end() || it->is_null()) return def;
+  if (!it->is_number()) return Status::invalidArgument(field + ": must be a number");
+  return it->get<double>();
+}
+
+Result<int64_t> bodyInt(const AdminCall& c, const std::string& field, int64_t def) {
+  const auto it = c.body.find(field);
+  if (it == c.body.end() || it->is_null()) return def;
+  if (!it->is_number_integer()) return Status::invalidArgument(field + ": must be an integer");
+  return it->get<int64_t>();
+}
+
+Result<bool> bodyBool(const AdminCall& c, const std::string& field, bool def) {
+  const auto it = c.body.find(field);
+  if (it == c.body.end() || it->is_null()) return def;
+  if (!it->is_boolean()) return Status::invalidArgument(field + ": must be true or false");
+  return it->get<bool>();
 }
 
 // ---- aliases and history ----
@@ -339,7 +414,8 @@ Status checkRefExists(RegistryStore& s, const std::string& model, const std::str
 Result<AdminReply> opGetExperiment(RegistryStore& s, const AdminCall& c, ApiShared& sh) {
   INFERA_ASSIGN_OR_RETURN(const auto spec, s.experiment(c.param("name")));
   if (!spec) return Status::notFound("model " + c.param("name") + " has no experiment");
-  Json j = {{"experiment", Json::parse(*spec)}};
+  INFERA_ASSIGN_OR_RETURN(Json stored, readJson(*spec));
+  Json j = {{"experiment", std::move(stored)}};
   if (auto st = sh.stats(c.param("name"))) j["stats"] = statsJson(*st);
   return reply(j);
 }
@@ -358,12 +434,13 @@ Result<AdminReply> storeExperiment(RegistryStore& s, const AdminCall& c,
   }
   const std::string json = experimentJson(spec);
   INFERA_RETURN_IF_ERROR(s.setExperiment(name, json));
-  return changed(reply({{"experiment", Json::parse(json)}}), "experiment.set", name);
+  INFERA_ASSIGN_OR_RETURN(Json written, readJson(json));
+  return changed(reply({{"experiment", std::move(written)}}), "experiment.set", name);
 }
 
 Result<AdminReply> opSetExperiment(RegistryStore& s, const AdminCall& c, ApiShared&) {
   if (!c.body.is_object()) return Status::invalidArgument("the body must be a JSON object");
-  INFERA_ASSIGN_OR_RETURN(const ExperimentSpec spec, parseExperiment(c.body.dump()));
+  INFERA_ASSIGN_OR_RETURN(const ExperimentSpec spec, parseExperiment(dumpJson(c.body)));
   return storeExperiment(s, c, spec);
 }
 
@@ -447,10 +524,11 @@ Result<AdminReply> opSetCapture(RegistryStore& s, const AdminCall& c, ApiShared&
   if (!c.body.is_object()) return Status::invalidArgument("the body must be a JSON object");
   CaptureSettings cs;
   cs.target = target(c);
-  cs.sample = c.body.value("sample", 0.0);
+  INFERA_ASSIGN_OR_RETURN(cs.sample, bodyNumber(c, "sample", 0.0));
   if (!(cs.sample >= 0 && cs.sample <= 1)) return Status::invalidArgument("sample: in [0, 1]");
-  cs.flag_errors = c.body.value("flag_errors", false);
-  cs.flag_slower_ms = c.body.value("flag_slower_ms", int64_t{0});
+  INFERA_ASSIGN_OR_RETURN(cs.flag_errors, bodyBool(c, "flag_errors", false));
+  INFERA_ASSIGN_OR_RETURN(cs.flag_slower_ms, bodyInt(c, "flag_slower_ms", 0));
+  if (cs.flag_slower_ms < 0) return Status::invalidArgument("flag_slower_ms: must be >= 0");
   if (c.body.contains("flag_contains")) {
     if (!c.body["flag_contains"].is_array())
       return Status::invalidArgument("flag_contains: a list of strings");
@@ -532,12 +610,48 @@ Result<AdminReply> opAnswerReview(RegistryStore& s, const AdminCall& c, ApiShare
   return r;
 }
 
+// The registered model a route name belongs to ("fraud/2", "fraud@champion" -> "fraud").
+std::string modelOfTarget(const std::string& target) {
+  return target.substr(0, target.find_first_of("/@"));
+}
+
 Result<AdminReply> opFlag(RegistryStore& s, const AdminCall& c, ApiShared& sh) {
   INFERA_ASSIGN_OR_RETURN(const std::string id, bodyString(c, "request_id", true));
-  if (sh.flush_records) INFERA_RETURN_IF_ERROR(sh.flush_records());
   INFERA_ASSIGN_OR_RETURN(const std::string reason, bodyString(c, "reason", false));
   INFERA_ASSIGN_OR_RETURN(const std::string model, bodyString(c, "model", false));
   INFERA_ASSIGN_OR_RETURN(const std::string tgt, bodyString(c, "target", false));
+  if (reason.size() > kMaxFlagReasonBytes) {
+    return Status::invalidArgument("reason: at most " + std::to_string(kMaxFlagReasonBytes) +
+                                   " bytes, got " + std::to_string(reason.size()));
+  }
+  const std::vector<std::pair<std::string, const std::string*>> names = {
+      {"request_id", &id}, {"model", &model}, {"target", &tgt}};
+  for (const auto& [field, value] : names) {
+    if (value->size() > kMaxFlagNameBytes) {
+      return Status::invalidArgument(field + ": at most " + std::to_string(kMaxFlagNameBytes) +
+                                     " bytes");
+    }
+  }
+  if (!model.empty() && !tgt.empty() && modelOfTarget(tgt) != model)
+    return Status::invalidArgument("target: '" + tgt + "' is not a route of model " + model);
+  if (sh.flush_records) INFERA_RETURN_IF_ERROR(sh.flush_records());
+  if (c.visible) {
+    // A key files flags only into the queues of models it may use: the captured inference's model
+    // when there is one (the store keeps it), and every model the flag names.
+    INFERA_ASSIGN_OR_RETURN(const auto item, s.reviewItem(id));
+    if (item && !item->model.empty() && !c.visible(item->model)) {
+      return Status::notFound("no captured or flagged inference with request id " + id +
+                              " of a model this key may use");
+    }
+    if ((!item || item->model.empty()) && model.empty() && tgt.empty()) {
+      return Status::invalidArgument("model: required (the inference " + id +
+                                     " was not captured; name the registered model it belongs to)");
+    }
+    for (const std::string& m : {model, modelOfTarget(tgt)}) {
+      if (!m.empty() && !c.visible(m))
+        return Status::notFound("Registered Model with name=" + m + " not found");
+    }
+  }
   INFERA_RETURN_IF_ERROR(s.flag(id, reason.empty() ? "flagged" : reason, c.actor, model, tgt));
   return reply({{"request_id", id}, {"flagged", true}});
 }
@@ -734,7 +848,7 @@ Task<void> Api::mlflowArtifacts(net::HttpRequest& req, net::ResponseWriter& w, n
       a.push_back({{"path", f.path}, {"is_dir", false}, {"file_size", f.size}});
     Json j = Json::object();
     if (!a.empty()) j["files"] = a;
-    const std::string body = j.dump();
+    const std::string body = dumpJson(j);
     co_await sendJson(w, 200, body);
     co_return;
   }
@@ -839,7 +953,7 @@ Task<void> Api::upload(net::HttpRequest& req, net::ResponseWriter& w, const Call
     if (sh->access) {
       const Json detail = {{"path", path}, {"size", cm.size}, {"sha256", cm.sha256}};
       (void)sh->access->audit(actor, "registry.artifact.upload",
-                              name + "/" + std::to_string(version), detail.dump());
+                              name + "/" + std::to_string(version), dumpJson(detail));
     }
     return cm;
   };
@@ -849,7 +963,7 @@ Task<void> Api::upload(net::HttpRequest& req, net::ResponseWriter& w, const Call
     co_return;
   }
   const std::string answer =
-      Json{{"path", path}, {"size", done->size}, {"sha256", done->sha256}}.dump();
+      dumpJson(Json{{"path", path}, {"size", done->size}, {"sha256", done->sha256}});
   co_await sendJson(w, 200, answer);
 }
 
@@ -912,8 +1026,22 @@ Task<void> Api::flag(net::HttpRequest& req, net::ResponseWriter& w, net::PathPar
   }
   AdminCall call;
   call.method = req.method;
-  call.body = req.body.empty() ? Json::object() : Json::parse(req.body, nullptr, false);
+  if (auto body = readRequestJson(req.body); body.ok()) {
+    call.body = std::move(*body);
+  } else {
+    const std::string answer = adminError(body.status());
+    co_await sendJson(w, adminStatus(body.status()), answer);
+    co_return;
+  }
   call.actor = c.actor;
+  if (!c.admin && access_) {
+    // As for the MLflow routes: checkAccess reads only the grant and the key snapshot it holds.
+    access::AccessWorker* aw = access_;
+    const access::Grant* g = &c.grant;
+    call.visible = [aw, g](const std::string& name) {
+      return !aw->checkAccess(*g, access::ResourceKind::kRegisteredModel, name, name);
+    };
+  }
   ApiShared* sh = &shared_;
   const PoolJob<AdminReply> job = [sh, call](RegistryStore& s) { return opFlag(s, call, *sh); };
   auto r = co_await runOnPool<AdminReply>(ctx_, shared_.pool, job);
@@ -954,6 +1082,10 @@ void Api::addDataRoutes(net::Router& router) {
   };
   router.setFallback("/api/2.0/mlflow", notFound);
   router.setFallback("/ajax-api/2.0/mlflow", notFound);
+  // /api/2.0/infera (flags) keeps the default shape, which is its own ({"error":{...}}).
+  for (const char* prefix :
+       {"/api/2.0/mlflow", "/ajax-api/2.0/mlflow", "/api/2.0/mlflow-artifacts"})
+    router.setErrorShape(prefix, mlflowShape);
   if (access_ && shared_.access) {
     // A client waiting for 100 Continue before an upload learns of a bad key first.
     access::Access* acc = shared_.access;
@@ -971,6 +1103,8 @@ void Api::addDataRoutes(net::Router& router) {
 }
 
 void Api::addAdminRoutes(net::Router& r, const net::RouteGuard& guard) {
+  // /admin/registry answers in the admin API's shape, which is the floor's default.
+  r.setErrorShape("/api/2.0/mlflow", mlflowShape);
   r.add("*", "/api/2.0/mlflow/{rest...}",
         guard([this](net::HttpRequest& req, net::ResponseWriter& w, net::PathParams p) {
           return mlflow(req, w, p);
@@ -990,7 +1124,14 @@ void Api::addAdminRoutes(net::Router& r, const net::RouteGuard& guard) {
         if (!p[k].empty()) call.params[k] = decoded(p[k]);
       }
       call.query = queryOf(req);
-      call.body = req.body.empty() ? Json::object() : Json::parse(req.body, nullptr, false);
+      if (auto body = readRequestJson(req.body); body.ok()) {
+        call.body = std::move(*body);
+      } else {
+        const std::string answer = adminError(body.status());
+        shared_.metrics.requests->counter({"admin", classOf(adminStatus(body.status()))})->inc(0);
+        co_await sendJson(w, adminStatus(body.status()), answer);
+        co_return;
+      }
       const std::string_view actor = req.header("x-infera-actor");
       call.actor = actor.empty() ? "admin" : std::string(actor);
       ApiShared* sh = &shared_;
@@ -999,7 +1140,7 @@ void Api::addAdminRoutes(net::Router& r, const net::RouteGuard& guard) {
         if (out.ok() && out->changed) sh->after_write(s);
         if (out.ok() && sh->access && !out->audit_action.empty()) {
           (void)sh->access->audit(call.actor, out->audit_action, out->audit_target,
-                                  call.body.is_discarded() ? "{}" : call.body.dump());
+                                  dumpJson(call.body));
         }
         return out;
       };
@@ -1073,7 +1214,7 @@ void Api::addAdminRoutes(net::Router& r, const net::RouteGuard& guard) {
                         {"label", it.label},
                         {"reviewer", it.reviewer},
                         {"note", it.note}};
-              lines += j.dump();
+              lines += dumpJson(j);
               lines += '\n';
             }
             if (!lines.empty() && !co_await w.writeChunk(lines)) co_return;

@@ -9,11 +9,50 @@
 #include <cstring>
 #include <filesystem>
 
+#include "core/log.h"
 #include "core/text.h"
 
 namespace infera::registry {
 
 namespace fs = std::filesystem;
+
+namespace {
+
+// A failure of the artifact directory: the detail (with the server's paths) goes to the log, the
+// answer names only the artifact.
+Status storageError(const std::string& artifact, const std::string& detail) {
+  INFERA_LOG(componentLogger("registry"), err, "artifact {}: {}", artifact, detail);
+  return Status::internal("storing or reading artifact '" + artifact +
+                          "' failed on the server (see its log)");
+}
+
+Status conflictWithFile(const std::string& path, const std::string& file) {
+  return Status::failedPrecondition("artifact path '" + path + "' conflicts with the artifact '" +
+                                    file + "' (a file cannot also be a directory)");
+}
+
+Status conflictWithDirectory(const std::string& path) {
+  return Status::failedPrecondition("artifact path '" + path +
+                                    "' conflicts with the artifacts under '" + path +
+                                    "/' (a directory cannot also be a file)");
+}
+
+// Whether `path` can be a file of the version in `dir`: none of its parents is a file and it is
+// not a directory.
+Status checkNoConflict(const std::string& dir, const std::string& path) {
+  struct stat st {};
+  for (size_t slash = path.find('/'); slash != std::string::npos;
+       slash = path.find('/', slash + 1)) {
+    const std::string parent = path.substr(0, slash);
+    if (::stat((dir + "/" + parent).c_str(), &st) == 0 && !S_ISDIR(st.st_mode))
+      return conflictWithFile(path, parent);
+  }
+  if (::stat((dir + "/" + path).c_str(), &st) == 0 && S_ISDIR(st.st_mode))
+    return conflictWithDirectory(path);
+  return Status::ok();
+}
+
+}  // namespace
 
 std::string encodeSegment(std::string_view s) {
   std::string out;
@@ -30,6 +69,7 @@ std::string encodeSegment(std::string_view s) {
 }
 
 struct ArtifactFiles::Upload {
+  std::string path;  // the artifact's path in its version (what messages name)
   int fd = -1;
   std::string tmp;
   std::string dest;
@@ -92,20 +132,29 @@ std::string ArtifactFiles::dirOf(const std::string& model, int64_t version) cons
 Result<ArtifactFiles::UploadPtr> ArtifactFiles::begin(const std::string& model, int64_t version,
                                                       const std::string& path) {
   INFERA_RETURN_IF_ERROR(validatePath(path));
+  const std::string dir = dirOf(model, version);
+  INFERA_RETURN_IF_ERROR(checkNoConflict(dir, path));
   UploadPtr u(new Upload);
-  u->dest = dirOf(model, version) + "/" + path;
+  u->path = path;
+  u->dest = dir + "/" + path;
   const fs::path parent = fs::path(u->dest).parent_path();
   std::error_code ec;
   fs::create_directories(parent, ec);
-  if (ec) return Status::internal("cannot create " + parent.string() + ": " + ec.message());
+  if (ec) {
+    // Another upload made a parent a file since the check.
+    if (ec == std::errc::not_a_directory || ec == std::errc::file_exists) {
+      INFERA_RETURN_IF_ERROR(checkNoConflict(dir, path));
+    }
+    return storageError(path, "cannot create " + parent.string() + ": " + ec.message());
+  }
   u->tmp = (parent / (".upload-" + std::to_string(::getpid()) + "-" +
                       std::to_string(reinterpret_cast<uintptr_t>(u.get()))))
                .string();
   u->fd = ::open(u->tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (u->fd < 0) return Status::internal("cannot create " + u->tmp + ": " + std::strerror(errno));
+  if (u->fd < 0) return storageError(path, "cannot create " + u->tmp + ": " + std::strerror(errno));
   u->sha = EVP_MD_CTX_new();
   if (!u->sha || EVP_DigestInit_ex(u->sha, EVP_sha256(), nullptr) != 1)
-    return Status::internal("sha256 init failed");
+    return storageError(path, "sha256 init failed");
   return u;
 }
 
@@ -120,9 +169,10 @@ Status ArtifactFiles::append(Upload& u, std::string_view data, int64_t limit) {
     const ssize_t n = ::write(u.fd, data.data() + done, data.size() - done);
     if (n < 0) {
       if (errno == EINTR) continue;
-      return errno == ENOSPC ? Status::unavailable("artifact directory is full: " +
-                                                   std::string(std::strerror(errno)))
-                             : Status::internal("writing " + u.tmp + ": " + std::strerror(errno));
+      return errno == ENOSPC
+                 ? Status::unavailable("artifact directory is full: " +
+                                       std::string(std::strerror(errno)))
+                 : storageError(u.path, "writing " + u.tmp + ": " + std::strerror(errno));
     }
     done += static_cast<size_t>(n);
   }
@@ -132,11 +182,14 @@ Status ArtifactFiles::append(Upload& u, std::string_view data, int64_t limit) {
 
 Result<ArtifactFiles::Committed> ArtifactFiles::commit(Upload& u) {
   if (::fdatasync(u.fd) != 0)
-    return Status::internal("fdatasync " + u.tmp + ": " + std::strerror(errno));
+    return storageError(u.path, "fdatasync " + u.tmp + ": " + std::strerror(errno));
   ::close(u.fd);
   u.fd = -1;
   if (::rename(u.tmp.c_str(), u.dest.c_str()) != 0) {
-    return Status::internal("rename to " + u.dest + ": " + std::strerror(errno));
+    const int err = errno;
+    // Another upload made the destination a directory since begin() checked.
+    if (err == EISDIR || err == ENOTEMPTY || err == EEXIST) return conflictWithDirectory(u.path);
+    return storageError(u.path, "rename to " + u.dest + ": " + std::strerror(err));
   }
   u.committed = true;
   unsigned char md[EVP_MAX_MD_SIZE];
@@ -156,11 +209,11 @@ Result<std::unique_ptr<ArtifactFiles::Reader>> ArtifactFiles::open(const std::st
     if (errno == ENOENT)
       return Status::notFound("artifact " + path + " of " + model + "/" + std::to_string(version) +
                               " not found");
-    return Status::internal("cannot open " + file + ": " + std::strerror(errno));
+    return storageError(path, "cannot open " + file + ": " + std::strerror(errno));
   }
   struct stat st {};
   if (::fstat(r->fd, &st) != 0)
-    return Status::internal("fstat " + file + ": " + std::strerror(errno));
+    return storageError(path, "fstat " + file + ": " + std::strerror(errno));
   r->size = st.st_size;
   return r;
 }
@@ -185,7 +238,7 @@ Result<std::string> ArtifactFiles::read(Reader& r, int64_t offset, size_t max) {
 Status ArtifactFiles::remove(const std::string& model, int64_t version) {
   std::error_code ec;
   fs::remove_all(dirOf(model, version), ec);
-  if (ec) return Status::internal("removing artifacts of " + model + ": " + ec.message());
+  if (ec) return storageError(model, "removing " + dirOf(model, version) + ": " + ec.message());
   return Status::ok();
 }
 

@@ -4,7 +4,9 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 
+#include "core/json.h"
 #include "core/text.h"
+#include "core/utf8.h"
 #include "registry/internal/search.h"
 
 namespace infera::registry {
@@ -38,14 +40,14 @@ std::string pythonDumps(const Json& v) {
     std::string out = "{";
     bool first = true;
     for (auto it = v.begin(); it != v.end(); ++it) {
-      out += (first ? "" : ", ") + Json(it.key()).dump() + ": " + pythonDumps(it.value());
+      out += (first ? "" : ", ") + dumpJson(Json(it.key())) + ": " + pythonDumps(it.value());
       first = false;
     }
     return out + "}";
   }
   if (v.is_boolean()) return v.get<bool>() ? "true" : "false";
   if (v.is_null()) return "null";
-  return v.dump();
+  return dumpJson(v);
 }
 
 Status typeError(const std::string& field, const Json& v) {
@@ -66,22 +68,39 @@ std::string numberText(const Json& v) {
   if (v.is_number_unsigned()) return std::to_string(v.get<uint64_t>());
   const double d = v.get<double>();
   if (std::floor(d) == d && std::fabs(d) < 1e15) return std::to_string(static_cast<int64_t>(d));
-  return v.dump();
+  return dumpJson(v);
+}
+
+Result<Json> readBody(std::string_view text) {
+  Result<Json> j = readJson(text);
+  if (!j.ok() && j.status().code() == StatusCode::kInvalidArgument)
+    return Status::invalidArgument("Malformed request body: " + j.status().message());
+  return j;
 }
 
 // A request's parameters: the query string for GET (unless it has none and a JSON body is
 // present), else the JSON body.
 class Params {
  public:
-  explicit Params(const MlflowRequest& r) {
-    from_query_ = r.method == "GET" && (!r.query.empty() || r.body.empty());
-    query_ = r.query;
-    if (!from_query_) {
-      Json j = Json::parse(r.body.empty() ? "{}" : r.body, nullptr, false);
+  // The body goes through the shared reader (size, depth, UTF-8, duplicate keys). MLflow reads a
+  // body that is not JSON as {} (flask's get_json(silent=True)) and then names the first missing
+  // parameter; every endpoint taking a body has a required one, so answering the reader's 400
+  // INVALID_PARAMETER_VALUE instead changes only the message, and says what is wrong.
+  static Result<Params> read(const MlflowRequest& r) {
+    Params p;
+    p.from_query_ = r.method == "GET" && (!r.query.empty() || r.body.empty());
+    p.query_ = r.query;
+    if (!p.from_query_ && !r.body.empty()) {
+      INFERA_ASSIGN_OR_RETURN(Json j, readBody(r.body));
       // A JSON string holding JSON (an old client's double encoding) is read once more.
-      if (j.is_string()) j = Json::parse(j.get<std::string>(), nullptr, false);
-      body_ = j.is_object() ? std::move(j) : Json::object();
+      if (j.is_string()) {
+        const std::string inner = j.get<std::string>();
+        INFERA_ASSIGN_OR_RETURN(j, readBody(inner));
+      }
+      // Any other value (an array, a number) has none of the parameters, as in MLflow.
+      if (j.is_object()) p.body_ = std::move(j);
     }
+    return p;
   }
 
   bool fromQuery() const { return from_query_; }
@@ -185,13 +204,14 @@ class Params {
   }
 
   std::string detail() const {
-    if (!from_query_) return body_.dump();
+    if (!from_query_) return dumpJson(body_);
     Json j = Json::object();
     j["query"] = query_;
-    return j.dump();
+    return dumpJson(j);
   }
 
  private:
+  Params() = default;
   bool from_query_ = false;
   std::string query_;
   Json body_ = Json::object();
@@ -245,7 +265,7 @@ OJson modelObject(const RegisteredModel& m) {
 
 MlflowReply ok(const OJson& j) {
   MlflowReply r;
-  r.body = j.dump();
+  r.body = dumpJson(j);
   return r;
 }
 
@@ -708,7 +728,7 @@ MlflowReply mlflowError(std::string_view code, int status, std::string_view mess
   OJson j;
   j["error_code"] = std::string(code);
   j["message"] = std::string(message);
-  r.body = j.dump();
+  r.body = dumpJson(j);
   return r;
 }
 
@@ -716,8 +736,8 @@ MlflowReply mlflowError(const Status& s) {
   return mlflowError(mlflowCode(s), mlflowStatus(s), s.message());
 }
 
-std::string versionJson(const ModelVersion& v) { return versionObject(v).dump(); }
-std::string modelJson(const RegisteredModel& m) { return modelObject(m).dump(); }
+std::string versionJson(const ModelVersion& v) { return dumpJson(versionObject(v)); }
+std::string modelJson(const RegisteredModel& m) { return dumpJson(modelObject(m)); }
 
 MlflowReply handleMlflow(RegistryStore& store, const MlflowRequest& req) {
   const Route* route = nullptr;
@@ -746,8 +766,9 @@ MlflowReply handleMlflow(RegistryStore& store, const MlflowRequest& req) {
           "Bad Request. Content-Type must be one of ['application/json']."));
     }
   }
-  const Params params(req);
-  return route->handler(store, req, params);
+  Result<Params> params = Params::read(req);
+  if (!params.ok()) return mlflowError(params.status());
+  return route->handler(store, req, *params);
 }
 
 }  // namespace infera::registry

@@ -1,6 +1,17 @@
 #include "registry/internal/pool.h"
 
+#include "core/log.h"
+
 namespace infera::registry {
+
+Status jobThrew(const char* what) {
+  try {
+    INFERA_LOG(componentLogger("registry"), err, "a registry operation threw: {}", what);
+  } catch (...) {  // NOLINT(bugprone-empty-catch): a logger that throws must not end the process
+    return Status::internal("internal error in the registry (the log could not be written)");
+  }
+  return Status::internal("internal error in the registry (see the server log)");
+}
 
 WorkerPool::WorkerPool(int threads, size_t max_queued)
     : threads_(std::max(1, threads)), max_queued_(std::max<size_t>(1, max_queued)) {}

@@ -307,6 +307,7 @@ class RegistryImpl final : public Registry, public gateway::InferenceObserver {
         std::lock_guard<std::mutex> lock(store_mu_);
         s = sync(*control_store_, false);
       }
+      metrics_.sync_polls->inc(0);
       if (!s.isOk() && !down)
         INFERA_LOG(log_, warn, "registry store unreachable, routes kept: {}", s.message());
       if (s.isOk() && down) INFERA_LOG(log_, info, "registry store reachable again");

@@ -4,6 +4,8 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "core/json.h"
+
 namespace infera::registry {
 
 using Json = nlohmann::json;
@@ -25,7 +27,9 @@ Json deploymentJson(const gateway::DeploymentConfig& d) {
 }  // namespace
 
 Result<ExperimentSpec> parseExperiment(const std::string& json) {
-  const Json j = Json::parse(json, nullptr, false);
+  Result<Json> read = readJson(json);
+  if (!read.ok()) return Status::invalidArgument("experiment: " + read.status().message());
+  const Json& j = *read;
   if (!j.is_object()) return Status::invalidArgument("experiment: the body must be a JSON object");
   ExperimentSpec e;
   if (j.contains("arms")) {
@@ -85,14 +89,30 @@ Result<ExperimentSpec> parseExperiment(const std::string& json) {
           "experiment.shadow.target: a version (\"4\") or an alias (\"@challenger\")");
     }
     e.shadow = s["target"].get<std::string>();
-    e.shadow_share = s.value("share", 1.0);
+    // Typed reads: value() would throw on a string where a number belongs ("share": "half").
+    const auto present = [&](const char* k) { return s.contains(k) && !s[k].is_null(); };
+    e.shadow_share = 1.0;
+    if (present("share")) {
+      if (!s["share"].is_number())
+        return Status::invalidArgument("experiment.shadow.share: a number in [0, 1]");
+      e.shadow_share = s["share"].get<double>();
+    }
     if (!(e.shadow_share >= 0 && e.shadow_share <= 1))
       return Status::invalidArgument("experiment.shadow.share: in [0, 1]");
-    e.shadow_timeout_ms = s.value("timeout_ms", int64_t{10'000});
+    if (present("timeout_ms")) {
+      if (!s["timeout_ms"].is_number_integer())
+        return Status::invalidArgument("experiment.shadow.timeout_ms: an integer in [1, 600000]");
+      e.shadow_timeout_ms = s["timeout_ms"].get<int64_t>();
+    }
     if (e.shadow_timeout_ms < 1 || e.shadow_timeout_ms > 600'000) {
       return Status::invalidArgument("experiment.shadow.timeout_ms: in [1, 600000]");
     }
-    e.shadow_max_concurrent = s.value("max_concurrent", 16);
+    if (present("max_concurrent")) {
+      const Json& m = s["max_concurrent"];
+      if (!m.is_number_integer() || m.get<int64_t>() < 1 || m.get<int64_t>() > 100'000)
+        return Status::invalidArgument("experiment.shadow.max_concurrent: in [1, 100000]");
+      e.shadow_max_concurrent = static_cast<int>(m.get<int64_t>());
+    }
     if (e.shadow_max_concurrent < 1 || e.shadow_max_concurrent > 100'000) {
       return Status::invalidArgument("experiment.shadow.max_concurrent: in [1, 100000]");
     }
@@ -115,7 +135,7 @@ std::string experimentJson(const ExperimentSpec& e) {
                    {"timeout_ms", e.shadow_timeout_ms},
                    {"max_concurrent", e.shadow_max_concurrent}};
   }
-  return j.dump();
+  return dumpJson(j);
 }
 
 std::string routeName(const std::string& model, const std::string& ref) {
@@ -306,8 +326,8 @@ DerivedRoutes deriveRoutes(const RoutingState& state,
     routes[m.name] = r;
     for (const auto& a : m.aliases) routes[a] = {{"route", m.name}};
   }
-  out.fingerprint = fp.dump();
-  out.json = routes.dump();
+  out.fingerprint = dumpJson(fp);
+  out.json = dumpJson(routes);
   return out;
 }
 

@@ -5,6 +5,9 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "core/json.h"
+#include "core/utf8.h"
+
 namespace infera::registry {
 namespace {
 
@@ -513,12 +516,16 @@ Result<int64_t> decodePageToken(std::string_view token) {
   std::string decoded;
   if (!base64Decode(token, decoded))
     return Status::invalidArgument("Invalid page token, could not base64-decode");
-  const nlohmann::json j = nlohmann::json::parse(decoded, nullptr, false);
-  if (j.is_discarded())
-    return Status::invalidArgument("Invalid page token, decoded value=" + decoded);
+  // Decoded bytes did not pass the door's UTF-8 check: they must not reach the message as they are.
+  if (!validUtf8(decoded))
+    return Status::invalidArgument("Invalid page token, decoded value is not UTF-8");
+  // A token is {"offset": N}: small and flat, whatever a client sends.
+  Result<nlohmann::json> read = readJson(decoded, JsonLimits{4096, 4});
+  if (!read.ok()) return Status::invalidArgument("Invalid page token, decoded value=" + decoded);
+  const nlohmann::json& j = *read;
   if (!j.is_object() || !j.contains("offset") || !j["offset"].is_number_integer() ||
       j["offset"].get<int64_t>() < 0) {
-    return Status::invalidArgument("Invalid page token, parsed value=" + j.dump());
+    return Status::invalidArgument("Invalid page token, parsed value=" + dumpJson(j));
   }
   return j["offset"].get<int64_t>();
 }

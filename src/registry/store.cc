@@ -6,6 +6,9 @@
 #include <regex>
 #include <set>
 
+#include "core/json.h"
+#include "core/utf8.h"
+
 namespace infera::registry {
 
 using store::SqlResult;
@@ -38,12 +41,27 @@ Status versionMissing(const std::string& name, int64_t v) {
                           ") not found");
 }
 
-std::string joinJson(const std::vector<std::string>& v) { return Json(v).dump(); }
+// A captured body as the store keeps it: the gateway cuts bodies at capture.max_body_bytes, which
+// may fall inside a character; that partial character goes (the cut moves back to the boundary),
+// and any other ill-formed bytes (an upstream's answer) become U+FFFD: PostgreSQL refuses them in
+// TEXT, and every reader gets valid UTF-8.
+std::string capturedText(std::string_view body) {
+  const size_t valid = validUtf8Prefix(body);
+  // At most 3 bytes short of a boundary: the start of one character cut off.
+  if (valid < body.size() && body.size() - valid <= 3) {
+    const auto lead = static_cast<unsigned char>(body[valid]);
+    const size_t len = lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : lead >= 0xC0 ? 2 : 0;
+    if (len > body.size() - valid) body = body.substr(0, valid);
+  }
+  return toValidUtf8(body);
+}
+
+std::string joinJson(const std::vector<std::string>& v) { return dumpJson(Json(v)); }
 std::vector<std::string> splitJson(const std::string& s) {
   std::vector<std::string> out;
-  Json j = Json::parse(s, nullptr, false);
-  if (j.is_array()) {
-    for (const auto& e : j) {
+  Result<Json> j = readJson(s);
+  if (j.ok() && j->is_array()) {
+    for (const auto& e : *j) {
       if (e.is_string()) out.push_back(e.get<std::string>());
     }
   }
@@ -106,11 +124,15 @@ CaptureSettings captureFromSpec(const std::string& target, const std::string& sp
   CaptureSettings c;
   c.target = target;
   c.updated_ms = updated;
-  Json j = Json::parse(spec, nullptr, false);
-  if (!j.is_object()) return c;
-  c.sample = j.value("sample", 0.0);
-  c.flag_errors = j.value("flag_errors", false);
-  c.flag_slower_ms = j.value("flag_slower_ms", int64_t{0});
+  Result<Json> read = readJson(spec);
+  if (!read.ok() || !read->is_object()) return c;
+  const Json& j = *read;
+  // Stored by setCapture; read by type all the same (value() throws on a mismatch).
+  if (j.contains("sample") && j["sample"].is_number()) c.sample = j["sample"].get<double>();
+  if (j.contains("flag_errors") && j["flag_errors"].is_boolean())
+    c.flag_errors = j["flag_errors"].get<bool>();
+  if (j.contains("flag_slower_ms") && j["flag_slower_ms"].is_number_integer())
+    c.flag_slower_ms = j["flag_slower_ms"].get<int64_t>();
   if (j.contains("flag_contains") && j["flag_contains"].is_array()) {
     for (const auto& e : j["flag_contains"]) {
       if (e.is_string()) c.flag_contains.push_back(e.get<std::string>());
@@ -1206,7 +1228,7 @@ Status RegistryStore::setCapture(const CaptureSettings& c) {
         "INSERT INTO infera_registry_capture_settings (target, spec, updated_ms) VALUES (?1, ?2, "
         "?3) "
         "ON CONFLICT (target) DO UPDATE SET spec = excluded.spec, updated_ms = excluded.updated_ms",
-        {text(c.target), text(captureSpec(c).dump()), num(ts)});
+        {text(c.target), text(dumpJson(captureSpec(c))), num(ts)});
     return r.ok() ? Status::ok() : conflictToRetry(r.takeStatus());
   });
 }
@@ -1267,9 +1289,9 @@ Status RegistryStore::insertCaptures(const std::vector<gateway::CapturedInferenc
         "excluded.latency_ms, request = excluded.request, response = excluded.response, captured = "
         "1",
         {text(c.request_id), num(c.ts_ms), text(model), text(c.target), text(c.arm), text(c.key_id),
-         num(c.status), SqlValue(c.latency_ms), text(c.request), text(c.response),
-         num(c.flagged ? 1 : 0), text(c.reason), text(c.flagged ? "rule" : ""),
-         num(c.flagged ? c.ts_ms : 0)});
+         num(c.status), SqlValue(c.latency_ms), text(capturedText(c.request)),
+         text(capturedText(c.response)), num(c.flagged ? 1 : 0), text(c.reason),
+         text(c.flagged ? "rule" : ""), num(c.flagged ? c.ts_ms : 0)});
     if (!r.ok()) {
       s = r.takeStatus();
       break;

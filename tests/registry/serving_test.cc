@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <chrono>
 #include <map>
+#include <sstream>
 #include <thread>
 
 #include "fakes/recording_backend.h"
@@ -114,7 +115,7 @@ TEST_P(ServingTest, VersionsAliasesAndTheModelsNameRouteToTheirDeployments) {
       400);
 }
 
-TEST_P(ServingTest, AnAliasMoveUnderLoadFailsNoRequestAndLandsWithinASecond) {
+TEST_P(ServingTest, AnAliasMoveUnderLoadFailsNoRequestAndEveryWorkerServesItBeforeTheAnswer) {
   setUpFraud();
   std::atomic<bool> stop{false};
   std::atomic<int> ok{0}, failed{0};
@@ -136,31 +137,42 @@ TEST_P(ServingTest, AnAliasMoveUnderLoadFailsNoRequestAndLandsWithinASecond) {
       }
     });
   }
-  double worst_ms = 0;
+  // The generation of the routes each worker serves (infera_gateway_worker_config_generation).
+  const auto perWorker = [&] {
+    std::map<std::string, double> out;
+    std::istringstream in(server_->metricsText());
+    std::string line;
+    const std::string prefix = "infera_gateway_worker_config_generation{worker=\"";
+    while (std::getline(in, line)) {
+      if (line.rfind(prefix, 0) != 0) continue;
+      out[line.substr(prefix.size(), line.find('"', prefix.size()) - prefix.size())] =
+          std::stod(line.substr(line.rfind(' ') + 1));
+    }
+    return out;
+  };
   for (int i = 0; i < 10; ++i) {
     const std::string to = i % 2 == 0 ? "2" : "1";
-    const auto t0 = Clock::now();
     const Reply mv = admin(*server_, "POST", "/admin/registry/models/fraud/aliases/champion",
                            {{"version", to}, {"reason", "move " + std::to_string(i)}});
     ASSERT_EQ(mv.status, 200) << mv.text;
-    // Every worker: requests on fresh connections land on either loop.
-    ASSERT_TRUE(testing::waitFor(
-        [&] {
-          for (int k = 0; k < 4; ++k) {
-            if (routeOf("fraud@champion") != "fraud/" + to) return false;
-          }
-          return true;
-        },
-        std::chrono::seconds(5)));
-    worst_ms =
-        std::max(worst_ms, std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+    // The move is answered once every worker serves it (well within the second the name
+    // promises): each worker's table is the gateway's newest at once, without waiting, and a
+    // request on any connection lands on the new version. (Asking a few requests on new
+    // connections would pass while one worker kept the old route whenever the kernel sent
+    // those connections elsewhere.)
+    const double generation = server_->metricSum("infera_gateway_config_generation");
+    const auto workers = perWorker();
+    ASSERT_EQ(workers.size(), 2u);  // the fixture's two workers
+    for (const auto& [worker, g] : workers) {
+      EXPECT_EQ(g, generation) << "worker " << worker << " after move " << i;
+    }
+    for (int k = 0; k < 4; ++k) EXPECT_EQ(routeOf("fraud@champion"), "fraud/" + to) << i;
   }
   stop = true;
   for (auto& t : load) t.join();
   EXPECT_EQ(failed.load(), 0);
   EXPECT_GT(ok.load(), 20);
   EXPECT_GT(on_v2.load(), 0);
-  EXPECT_LT(worst_ms, 1000.0) << "an alias move took " << worst_ms << " ms to reach every worker";
   // Every move is in the history, newest first, each from the previous one's target.
   const Reply h = admin(*server_, "GET", "/admin/registry/models/fraud/history?alias=champion");
   ASSERT_EQ(h.status, 200);
@@ -239,7 +251,7 @@ TEST_P(ServingTest, ConcurrentAliasMovesLeaveOneConsistentHistory) {
 INSTANTIATE_TEST_SUITE_P(Stores, ServingTest, ::testing::Values("sqlite", "postgres"),
                          [](const auto& param_info) { return std::string(param_info.param); });
 
-TEST(ReplicaTest, AnotherReplicaSeesAnAliasMoveWithinASecond) {
+TEST(ReplicaTest, AnotherReplicaSeesAnAliasMoveAtItsNextPoll) {
   auto a = startEmulator({"m"});
   auto b = startEmulator({"m"});
   ASSERT_TRUE(a && b);
@@ -267,20 +279,25 @@ TEST(ReplicaTest, AnotherReplicaSeesAnAliasMoveWithinASecond) {
     return r ? r->header("x-infera-route") : std::string();
   };
   ASSERT_TRUE(testing::waitFor([&] { return routeOn(*two) == "fraud/1"; }));
-  double worst_ms = 0;
+  // Counted in the other replica's polls of the store (every sync_interval_ms, 200 ms here), not
+  // in wall-clock time that a loaded machine stretches: a poll that began before the move was
+  // written may read the old generation; the one after it applies the move. Polls counted after
+  // the answer: at most 2 until the route is seen, plus one that may end while it is looked at.
+  int64_t worst_polls = 0;
   for (int i = 0; i < 4; ++i) {
     const std::string to = i % 2 == 0 ? "2" : "1";
-    const auto t0 = Clock::now();
     ASSERT_EQ(
         admin(*one, "POST", "/admin/registry/models/fraud/aliases/champion", {{"version", to}})
             .status,
         200);
+    const double polls0 = two->metricSum("infera_registry_sync_polls_total");
     ASSERT_TRUE(
-        testing::waitFor([&] { return routeOn(*two) == "fraud/" + to; }, std::chrono::seconds(5)));
-    worst_ms =
-        std::max(worst_ms, std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+        testing::waitFor([&] { return routeOn(*two) == "fraud/" + to; }, std::chrono::seconds(30)));
+    worst_polls = std::max(
+        worst_polls,
+        static_cast<int64_t>(two->metricSum("infera_registry_sync_polls_total") - polls0));
   }
-  EXPECT_LT(worst_ms, 1000.0) << "the other replica took " << worst_ms << " ms";
+  EXPECT_LE(worst_polls, 3) << "the other replica needed " << worst_polls << " polls";
 }
 
 // ---- experiments ----

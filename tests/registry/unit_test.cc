@@ -1,9 +1,13 @@
 // Pure parts of the registry: what it serves from a routing state (deriveRoutes), experiment
 // specs, MLflow's name checks, and the registry config section (errors with path and line,
-// unknown keys).
+// unknown keys), and the worker pool's guard against a job that throws.
 #include <gtest/gtest.h>
 
+#include <stdexcept>
+
+#include "core/clock.h"
 #include "core/config.h"
+#include "registry/internal/pool.h"
 #include "registry/internal/routing.h"
 #include "registry/internal/store.h"
 
@@ -171,6 +175,42 @@ TEST(RegistryConfigTest, ReadsTheSectionAndReportsErrorsWithPathAndLine) {
   EXPECT_TRUE(restartNeeded(c, next).empty());
   next.default_alias = "x";
   EXPECT_FALSE(restartNeeded(c, next).empty());
+}
+
+// A job that throws on a pool thread is its caller's kInternal, not std::terminate; the pool
+// goes on with the next job.
+TEST(WorkerPoolTest, AJobThatThrowsIsAnInternalErrorAndThePoolKeepsWorking) {
+  WorkerPool pool(1, 8);
+  ASSERT_TRUE(pool.start([]() -> Result<std::unique_ptr<RegistryStore>> {
+                    return RegistryStore::open("sqlite::memory:", SystemClock::instance());
+                  })
+                  .isOk());
+  net::asio::io_context ctx;
+  std::optional<Result<int>> thrown, not_std, after;
+  auto body = [&]() -> net::Task<void> {
+    const PoolJob<int> throws = [](RegistryStore&) -> Result<int> {
+      throw std::runtime_error("nlohmann-like failure");
+    };
+    auto thrown_result = co_await runOnPool<int>(ctx, pool, throws);
+    thrown.emplace(std::move(thrown_result));
+    const PoolJob<int> throws_int = [](RegistryStore&) -> Result<int> { throw 7; };
+    auto not_std_result = co_await runOnPool<int>(ctx, pool, throws_int);
+    not_std.emplace(std::move(not_std_result));
+    const PoolJob<int> fine = [](RegistryStore&) -> Result<int> { return 42; };
+    auto after_result = co_await runOnPool<int>(ctx, pool, fine);
+    after.emplace(std::move(after_result));
+  };
+  net::asio::co_spawn(ctx, body(), [](std::exception_ptr e) {
+    if (e) std::rethrow_exception(e);
+  });
+  ctx.run();
+  ASSERT_TRUE(thrown && not_std && after);
+  EXPECT_EQ(thrown->status().code(), StatusCode::kInternal);
+  // What it threw goes to the log, not to the caller.
+  EXPECT_EQ(thrown->status().message().find("nlohmann"), std::string::npos);
+  EXPECT_EQ(not_std->status().code(), StatusCode::kInternal);
+  ASSERT_TRUE(after->ok());
+  EXPECT_EQ(**after, 42);
 }
 
 }  // namespace

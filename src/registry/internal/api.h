@@ -29,6 +29,7 @@ struct RegistryMetrics {
   obs::Counter* artifact_bytes_out;
   obs::Counter* syncs_ok;
   obs::Counter* syncs_failed;
+  obs::Counter* sync_polls;  // every look at the store's generation, changed or not
   obs::Counter* rebuilds;
   obs::Counter* dropped_shadows;
   obs::Counter* dropped_captures;

@@ -3,11 +3,13 @@
 // loops. Each worker thread owns its own RegistryStore (one SqlDb per thread); a task runs on
 // whichever worker is free, and runOnPool() resumes the awaiting coroutine on its own loop with
 // the result. A full queue refuses the task (the caller answers 503), so a burst cannot grow
-// memory without bound.
+// memory without bound. A job that throws (a bug, or a library that throws where we did not
+// expect it) costs its own request a 500, never the process: runOnPool() catches and logs it.
 
 #include <atomic>
 #include <condition_variable>
 #include <deque>
+#include <exception>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -30,7 +32,8 @@ class WorkerPool {
   ~WorkerPool();
   // Opens one store per worker and starts them.
   Status start(const OpenStore& open);
-  // False when the queue is full (or the pool stopped).
+  // False when the queue is full (or the pool stopped). `task` must not throw (runOnPool's jobs
+  // never do: it catches what theirs throw).
   bool submit(Task task);
   size_t queued() const;
   uint64_t rejected() const { return rejected_.load(); }
@@ -51,6 +54,23 @@ class WorkerPool {
 template <typename T>
 using PoolJob = std::function<Result<T>(RegistryStore&)>;
 
+// The answer to a job that threw: logged (with what it threw) and kInternal, without the text
+// (it may name server paths or stored bytes).
+Status jobThrew(const char* what);
+
+// Runs `fn` on `store`; an exception becomes jobThrew()'s status. The one place a pool thread
+// meets an exception.
+template <typename T>
+Result<T> runGuarded(const PoolJob<T>& fn, RegistryStore& store) noexcept {
+  try {
+    return fn(store);
+  } catch (const std::exception& e) {
+    return jobThrew(e.what());
+  } catch (...) {
+    return jobThrew("an exception that is not a std::exception");
+  }
+}
+
 // Runs `fn` (copied) on a worker and resumes on `ctx` (the calling coroutine's loop) with its
 // result; kUnavailable when the queue is full. Pass a named job: g++ 12 mishandles temporaries
 // with destructors inside co_await expressions.
@@ -65,7 +85,7 @@ net::Task<Result<T>> runOnPool(net::asio::io_context& ctx, WorkerPool& pool, con
   };
   auto state = std::make_shared<State>(ctx);
   const bool queued = pool.submit([&ctx, state, fn](RegistryStore& store) {
-    Result<T> r = fn(store);
+    Result<T> r = runGuarded(fn, store);
     net::asio::post(ctx, [state, r = std::move(r)]() mutable {
       state->result.emplace(std::move(r));
       state->timer.cancel();
