@@ -1,9 +1,14 @@
 #include "vectors/internal/api.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <limits>
 
 #include "access/access.h"
+#include "core/json.h"
+#include "core/utf8.h"
 
 namespace infera::vectors {
 namespace {
@@ -52,10 +57,37 @@ Reply fail(const Status& s) {
     r.error = "Service internal error: " + r.error;
   return r;
 }
+// Qdrant's error body: {"status":{"error":"..."},"time":...} (the message made valid UTF-8).
+std::string qdrantError(std::string_view message, std::string_view time) {
+  std::string body = "{\"status\":{\"error\":";
+  net::appendJsonString(body, message);
+  body += "},\"time\":";
+  body += time;
+  body += "}";
+  return body;
+}
+
+// The floor's answers in that shape (net::ErrorShape; never throws but on allocation).
+net::EarlyAnswer qdrantErrorAnswer(int status, std::string_view message, std::string_view) {
+  std::string prefix = status == 400   ? "Bad request: "
+                       : status == 403 ? "Forbidden: "
+                       : status >= 500 ? "Service internal error: "
+                                       : "";
+  return {status, "application/json", qdrantError(prefix + std::string(message), "0.0")};
+}
+
 Reply ok(std::string result) {
   Reply r;
   r.result = std::move(result);
   return r;
+}
+
+// Arrays and objects nested in `j` (a body read by the floor: at most its depth limit).
+size_t jsonNesting(const Json& j) {
+  if (!j.is_structured()) return 0;
+  size_t deepest = 0;
+  for (const auto& v : j) deepest = std::max(deepest, jsonNesting(v));
+  return deepest + 1;
 }
 
 Status badRequest(const std::string& m) { return Status::invalidArgument("Bad request: " + m); }
@@ -114,7 +146,17 @@ Status validateName(const std::string& name) {
   return Status::ok();
 }
 
-// A dense vector of `dim` finite floats, normalised for cosine.
+// The largest component magnitude a collection of `dim` dimensions takes. With every |x_i| and
+// |y_i| at most B, |dot| <= dim * B^2 and the squared Euclidean distance <= dim * (2B)^2, so
+// B = sqrt(FLT_MAX / (8 * dim)) keeps both, every partial sum a kernel forms (in any order) and
+// float32 rounding a factor of two below FLT_MAX: no score is ever inf. Cosine vectors are
+// normalised in double, but one rule for every metric is simpler to state, and no embedding comes
+// near it (4.6e18 at dim 2, 2.5e16 at dim 65536).
+double componentLimit(size_t dim) {
+  return std::sqrt(double(std::numeric_limits<float>::max()) / (8.0 * double(dim)));
+}
+
+// A dense vector of `dim` finite floats within componentLimit(dim), normalised for cosine.
 Result<std::vector<float>> parseVector(const Json& j, const CollectionParams& p) {
   const Json* v = &j;
   if (j.is_object()) {
@@ -135,6 +177,7 @@ Result<std::vector<float>> parseVector(const Json& j, const CollectionParams& p)
                       std::to_string(v->size()));
   }
   std::vector<float> out(p.dim);
+  const double limit = componentLimit(p.dim);
   for (size_t i = 0; i < p.dim; ++i) {
     const Json& x = (*v)[i];
     if (!x.is_number())
@@ -142,6 +185,14 @@ Result<std::vector<float>> parseVector(const Json& j, const CollectionParams& p)
     out[i] = float(x.get<double>());
     if (!std::isfinite(out[i]))
       return wrongInput("vector component " + std::to_string(i) + " is not a finite number");
+    if (std::fabs(double(out[i])) > limit) {
+      char buf[256];
+      std::snprintf(buf, sizeof buf,
+                    "vector component %zu is %g: a %zu-dimensional collection takes magnitudes up "
+                    "to %g (larger ones could overflow the float32 score)",
+                    i, double(out[i]), p.dim, limit);
+      return wrongInput(buf);
+    }
   }
   if (p.distance == Distance::kCosine) {
     double n = 0;
@@ -223,6 +274,12 @@ std::string recordsJson(const std::vector<Record>& rs, bool scored) {
   return out;
 }
 
+// obj[key] when it is a string, else `def` (nlohmann's value() throws on another type).
+std::string stringOr(const Json& obj, const char* key, const std::string& def) {
+  const auto it = obj.find(key);
+  return it != obj.end() && it->is_string() ? it->get<std::string>() : def;
+}
+
 Result<CollectionParams> parseCreate(const Json& body) {
   CollectionParams p;
   if (!body.is_object())
@@ -243,7 +300,7 @@ Result<CollectionParams> parseCreate(const Json& body) {
   }
   p.dim = v["size"].get<size_t>();
   if (p.dim > 65'536) return badRequest("vector size " + std::to_string(p.dim) + " exceeds 65536");
-  const std::string d = v.value("distance", "");
+  const std::string d = stringOr(v, "distance", "");
   if (d == "Cosine")
     p.distance = Distance::kCosine;
   else if (d == "Euclid")
@@ -287,16 +344,19 @@ Result<CollectionParams> parseCreate(const Json& body) {
     if (!q.contains("scalar"))
       return badRequest("only scalar (int8) quantization is supported by Infera");
     const Json& s = q["scalar"];
-    if (s.value("type", "int8") != "int8")
+    if (!s.is_object() || (s.contains("type") && stringOr(s, "type", "") != "int8"))
       return badRequest("scalar quantization type must be int8");
     p.quantization = true;
-    p.quantile = s.value("quantile", 0.99f);
+    if (s.contains("quantile") && s["quantile"].is_number())
+      p.quantile = s["quantile"].get<float>();
     if (p.quantile < 0.5f || p.quantile > 1.0f) {
       return Status::failedPrecondition(
           "Validation error in JSON body: [quantization_config.scalar.quantile: value must be in "
           "0.5..1]");
     }
-    p.always_ram = s.value("always_ram", true);
+    if (s.contains("always_ram") && s["always_ram"].is_boolean()) {
+      p.always_ram = s["always_ram"].get<bool>();
+    }
     return Status::ok();
   };
   if (body.contains("hnsw_config")) INFERA_RETURN_IF_ERROR(hnsw(body["hnsw_config"]));
@@ -310,6 +370,30 @@ Result<CollectionParams> parseCreate(const Json& body) {
   return p;
 }
 
+// What a route does with the collection it names: the operation access::checkOwner checks.
+enum class Touch { kNone, kRead, kWrite, kManage };
+
+access::Operation operation(Touch t) {
+  switch (t) {
+    case Touch::kRead:
+      return access::Operation::kRead;
+    case Touch::kWrite:
+      return access::Operation::kWrite;
+    default:
+      return access::Operation::kManage;
+  }
+}
+
+// One request as a handler sees it.
+struct Call {
+  std::string name;  // the {name} path parameter, decoded ("" on routes without one)
+  net::PathParams params;
+  // The collection, its owner checked (null when the route names none, or when it is missing or
+  // another team's on a route that does not need it to exist).
+  std::shared_ptr<CollectionEntry> entry;
+  const access::Grant* grant = nullptr;  // empty without access control
+};
+
 // The per-loop handler.
 class Api {
  public:
@@ -317,16 +401,25 @@ class Api {
       access::AccessWorker* access)
       : store_(store), config_(config), ctx_(ctx), access_(access) {}
 
-  using Fn = Task<Reply> (Api::*)(net::HttpRequest&, const std::string& name, net::PathParams);
+  using Fn = Task<Reply> (Api::*)(net::HttpRequest&, Call&);
 
+  // Authenticates, admits, then resolves the collection the route names and checks its owner
+  // (access::checkOwner: another team's collection is answered as if it did not exist, a shared
+  // one refuses kManage) before `fn` runs; with `must_exist` a missing one is a 404 here.
   Task<void> serve(net::HttpRequest& req, net::ResponseWriter& w, net::PathParams params, Fn fn,
-                   bool scoped) {
+                   Touch touch, bool must_exist) {
     const auto t0 = Clock::now();
     const std::string name = percentDecode(params.get("name"));
     access::Grant grant;
     Reply r;
     bool denied = false;
-    if (access_) {
+    if (!validUtf8(name)) {
+      // The door refuses these; a name must never reach the store or an answer as stray bytes.
+      r = fail(Status::invalidArgument(
+          "Validation error in path parameters: [collection_name: must be valid UTF-8]"));
+      denied = true;
+    }
+    if (access_ && !denied) {
       std::string auth(req.header("authorization"));
       if (auth.empty() && !req.header("api-key").empty())
         auth = "Bearer " + std::string(req.header("api-key"));
@@ -336,7 +429,7 @@ class Api {
                    "Forbidden: " + d->message));
         r.status = d->status;
         denied = true;
-      } else if (scoped) {
+      } else if (touch != Touch::kNone) {
         if (auto no = access_->checkAccess(grant, access::ResourceKind::kCollection, name, name)) {
           r = fail(Status::permissionDenied("Forbidden: " + no->message));
           r.status = no->status;
@@ -352,9 +445,28 @@ class Api {
         }
       }
     }
+    Call call{name, params, nullptr, &grant};
+    if (!denied && touch != Touch::kNone) {
+      // After the last suspension before `fn`: the entry checked is the one `fn` uses.
+      call.entry = store_.find(name);
+      if (call.entry) {
+        if (auto no = access::checkOwner(grant, access::ResourceKind::kCollection, name,
+                                         call.entry->owner, operation(touch))) {
+          call.entry = nullptr;
+          if (no->status != 404) {
+            r = fail(Status::permissionDenied("Forbidden: " + no->message));
+            denied = true;
+          }
+        }
+      }
+      if (!denied && !call.entry && must_exist) {
+        r = fail(collectionMissing(name));
+        denied = true;
+      }
+    }
     if (!denied) {
       std::vector<net::HttpHeader> admitted = std::move(r.headers);
-      r = co_await (this->*fn)(req, name, params);
+      r = co_await (this->*fn)(req, call);
       for (auto& h : admitted) r.headers.push_back(std::move(h));
     }
     const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
@@ -369,11 +481,7 @@ class Api {
       body += tbuf;
       body += "}";
     } else {
-      body = "{\"status\":{\"error\":";
-      net::appendJsonString(body, r.error);
-      body += "},\"time\":";
-      body += tbuf;
-      body += "}";
+      body = qdrantError(r.error, tbuf);
     }
     if (access_ && grant) {
       access::UsageRecord rec;
@@ -387,70 +495,75 @@ class Api {
 
   // --- collections ---
 
-  Task<Reply> listCollections(net::HttpRequest&, const std::string&, net::PathParams) {
+  Task<Reply> listCollections(net::HttpRequest&, Call& c) {
     Json list = Json::array();
-    for (const auto& n : store_.names()) list.push_back({{"name", n}});
+    for (const auto& e : store_.entries()) {
+      if (access::visibleTo(*c.grant, e->owner)) list.push_back({{"name", e->name}});
+    }
     co_return ok(dumpJson(Json{{"collections", list}}));
   }
 
-  Task<Reply> getCollection(net::HttpRequest&, const std::string& name, net::PathParams) {
-    auto e = store_.find(name);
-    if (!e) co_return fail(collectionMissing(name));
+  Task<Reply> getCollection(net::HttpRequest&, Call& c) {
+    const std::shared_ptr<CollectionEntry>& e = c.entry;
     co_return ok(dumpJson(e->coll.info()));
   }
 
   // Infera's own (not Qdrant's): the graph and memory figures `infera vectors stats` prints.
-  Task<Reply> stats(net::HttpRequest&, const std::string& name, net::PathParams) {
-    auto e = store_.find(name);
-    if (!e) co_return fail(collectionMissing(name));
+  Task<Reply> stats(net::HttpRequest&, Call& c) {
+    const std::shared_ptr<CollectionEntry>& e = c.entry;
     co_return ok(dumpJson(e->coll.stats()));
   }
 
-  Task<Reply> exists(net::HttpRequest&, const std::string& name, net::PathParams) {
-    co_return ok(store_.find(name) ? "{\"exists\":true}" : "{\"exists\":false}");
+  Task<Reply> exists(net::HttpRequest&, Call& c) {
+    co_return ok(c.entry ? "{\"exists\":true}" : "{\"exists\":false}");
   }
 
-  Task<Reply> createCollection(net::HttpRequest& req, const std::string& name, net::PathParams) {
-    if (Status s = validateName(name); !s.isOk()) co_return fail(s);
-    auto body = parseJson(req.body.empty() ? "{}" : req.body);
+  // An existing name is never replaced: the owner (or the operator) hears "already exists", a
+  // shared collection's name is kManage (403, serve), and another team's name is hidden by serve,
+  // so the store's own check answers "already exists" without saying whose it is.
+  Task<Reply> createCollection(net::HttpRequest& req, Call& c) {
+    if (Status s = validateName(c.name); !s.isOk()) co_return fail(s);
+    if (c.entry) {
+      co_return fail(
+          Status::alreadyExists("Wrong input: Collection `" + c.name + "` already exists!"));
+    }
+    auto body = readBody(req.body.empty() ? "{}" : req.body);
     if (!body.ok()) co_return fail(body.status());
     auto params = parseCreate(*body);
     if (!params.ok()) co_return fail(params.status());
     Wait wait(ctx_);
-    const Status sub = store_.create(
-        name, *params, [this, w = wait.state](Status s) { post(w, std::move(s), 0); });
+    const Status sub =
+        store_.create(c.name, *params, access::owningTeam(*c.grant),
+                      [this, w = wait.state](Status s) { post(w, std::move(s), 0); });
     if (!sub.isOk()) co_return fail(sub);
     co_await wait.done();
     if (!wait.state->status.isOk()) co_return fail(wait.state->status);
     co_return ok("true");
   }
 
-  Task<Reply> updateCollection(net::HttpRequest&, const std::string& name, net::PathParams) {
-    if (!store_.find(name)) co_return fail(collectionMissing(name));
+  Task<Reply> updateCollection(net::HttpRequest&, Call&) {
     co_return ok(
         "true");  // accepted; Infera's collections are not re-parameterised (docs/vectors.md)
   }
 
-  Task<Reply> deleteCollection(net::HttpRequest&, const std::string& name, net::PathParams) {
+  // Qdrant answers `false` for a collection that does not exist (or that another team owns).
+  Task<Reply> deleteCollection(net::HttpRequest&, Call& c) {
+    if (!c.entry) co_return ok("false");
     Wait wait(ctx_);
     const Status sub = store_.drop(
-        name, [this, w = wait.state](bool existed) { post(w, Status::ok(), existed ? 1 : 0); });
+        c.entry, [this, w = wait.state](Status s) { post(w, Status::ok(), s.isOk() ? 1 : 0); });
     if (!sub.isOk()) co_return fail(sub);
     co_await wait.done();
     co_return ok(wait.state->op_id ? "true" : "false");
   }
 
-  Task<Reply> aliases(net::HttpRequest&, const std::string& name, net::PathParams) {
-    if (!name.empty() && !store_.find(name)) co_return fail(collectionMissing(name));
-    co_return ok("{\"aliases\":[]}");
-  }
+  Task<Reply> aliases(net::HttpRequest&, Call&) { co_return ok("{\"aliases\":[]}"); }
 
   // --- writes ---
 
-  Task<Reply> createIndex(net::HttpRequest& req, const std::string& name, net::PathParams) {
-    auto e = store_.find(name);
-    if (!e) co_return fail(collectionMissing(name));
-    auto body = parseJson(req.body);
+  Task<Reply> createIndex(net::HttpRequest& req, Call& c) {
+    const std::shared_ptr<CollectionEntry>& e = c.entry;
+    auto body = readBody(req.body);
     if (!body.ok()) co_return fail(body.status());
     if (!body->is_object() || !(*body)["field_name"].is_string()) {
       co_return fail(
@@ -476,19 +589,17 @@ class Api {
     co_return co_await write(req, e, std::move(op));
   }
 
-  Task<Reply> deleteIndex(net::HttpRequest& req, const std::string& name, net::PathParams params) {
-    auto e = store_.find(name);
-    if (!e) co_return fail(collectionMissing(name));
+  Task<Reply> deleteIndex(net::HttpRequest& req, Call& c) {
+    const std::shared_ptr<CollectionEntry>& e = c.entry;
     Op op;
     op.type = Op::Type::kDeleteIndex;
-    op.key = percentDecode(params.get("field"));
+    op.key = percentDecode(c.params.get("field"));
     co_return co_await write(req, e, std::move(op), true);
   }
 
-  Task<Reply> upsert(net::HttpRequest& req, const std::string& name, net::PathParams) {
-    auto e = store_.find(name);
-    if (!e) co_return fail(collectionMissing(name));
-    auto body = parseJson(req.body);
+  Task<Reply> upsert(net::HttpRequest& req, Call& c) {
+    const std::shared_ptr<CollectionEntry>& e = c.entry;
+    auto body = readBody(req.body);
     if (!body.ok()) co_return fail(body.status());
     Op op;
     op.type = Op::Type::kUpsert;
@@ -537,10 +648,9 @@ class Api {
     co_return co_await write(req, e, std::move(op));
   }
 
-  Task<Reply> deletePoints(net::HttpRequest& req, const std::string& name, net::PathParams) {
-    auto e = store_.find(name);
-    if (!e) co_return fail(collectionMissing(name));
-    auto body = parseJson(req.body);
+  Task<Reply> deletePoints(net::HttpRequest& req, Call& c) {
+    const std::shared_ptr<CollectionEntry>& e = c.entry;
+    auto body = readBody(req.body);
     if (!body.ok()) co_return fail(body.status());
     Op op;
     op.type = Op::Type::kDelete;
@@ -548,25 +658,24 @@ class Api {
     co_return co_await write(req, e, std::move(op));
   }
 
-  Task<Reply> setPayload(net::HttpRequest& req, const std::string& name, net::PathParams) {
-    co_return co_await payloadOp(req, name, Op::Type::kSetPayload);
+  Task<Reply> setPayload(net::HttpRequest& req, Call& c) {
+    co_return co_await payloadOp(req, c.entry, Op::Type::kSetPayload);
   }
-  Task<Reply> overwritePayload(net::HttpRequest& req, const std::string& name, net::PathParams) {
-    co_return co_await payloadOp(req, name, Op::Type::kOverwritePayload);
+  Task<Reply> overwritePayload(net::HttpRequest& req, Call& c) {
+    co_return co_await payloadOp(req, c.entry, Op::Type::kOverwritePayload);
   }
-  Task<Reply> deletePayload(net::HttpRequest& req, const std::string& name, net::PathParams) {
-    co_return co_await payloadOp(req, name, Op::Type::kDeletePayloadKeys);
+  Task<Reply> deletePayload(net::HttpRequest& req, Call& c) {
+    co_return co_await payloadOp(req, c.entry, Op::Type::kDeletePayloadKeys);
   }
-  Task<Reply> clearPayload(net::HttpRequest& req, const std::string& name, net::PathParams) {
-    co_return co_await payloadOp(req, name, Op::Type::kClearPayload);
+  Task<Reply> clearPayload(net::HttpRequest& req, Call& c) {
+    co_return co_await payloadOp(req, c.entry, Op::Type::kClearPayload);
   }
 
   // --- reads ---
 
-  Task<Reply> retrieve(net::HttpRequest& req, const std::string& name, net::PathParams) {
-    auto e = store_.find(name);
-    if (!e) co_return fail(collectionMissing(name));
-    auto body = parseJson(req.body);
+  Task<Reply> retrieve(net::HttpRequest& req, Call& c) {
+    const std::shared_ptr<CollectionEntry>& e = c.entry;
+    auto body = readBody(req.body);
     if (!body.ok()) co_return fail(body.status());
     if (!body->is_object() || !(*body)["ids"].is_array()) {
       co_return fail(Status::invalidArgument("Format error in JSON body: missing field `ids`"));
@@ -584,10 +693,9 @@ class Api {
     co_return ok(recordsJson(e->coll.retrieve(ids, *sel, *wv), false));
   }
 
-  Task<Reply> getPoint(net::HttpRequest&, const std::string& name, net::PathParams params) {
-    auto e = store_.find(name);
-    if (!e) co_return fail(collectionMissing(name));
-    auto id = pointIdFromText(percentDecode(params.get("id")));
+  Task<Reply> getPoint(net::HttpRequest&, Call& c) {
+    const std::shared_ptr<CollectionEntry>& e = c.entry;
+    auto id = pointIdFromText(percentDecode(c.params.get("id")));
     if (!id.ok()) co_return fail(id.status());
     PayloadSelector all;
     all.mode = PayloadSelector::Mode::kAll;
@@ -600,10 +708,9 @@ class Api {
     co_return ok(std::move(out));
   }
 
-  Task<Reply> count(net::HttpRequest& req, const std::string& name, net::PathParams) {
-    auto e = store_.find(name);
-    if (!e) co_return fail(collectionMissing(name));
-    auto body = parseJson(req.body.empty() ? "{}" : req.body);
+  Task<Reply> count(net::HttpRequest& req, Call& c) {
+    const std::shared_ptr<CollectionEntry>& e = c.entry;
+    auto body = readBody(req.body.empty() ? "{}" : req.body);
     if (!body.ok()) co_return fail(body.status());
     auto f = optionalFilter(*body);
     if (!f.ok()) co_return fail(f.status());
@@ -611,10 +718,9 @@ class Api {
     co_return ok("{\"count\":" + std::to_string(n) + "}");
   }
 
-  Task<Reply> scroll(net::HttpRequest& req, const std::string& name, net::PathParams) {
-    auto e = store_.find(name);
-    if (!e) co_return fail(collectionMissing(name));
-    auto body = parseJson(req.body.empty() ? "{}" : req.body);
+  Task<Reply> scroll(net::HttpRequest& req, Call& c) {
+    const std::shared_ptr<CollectionEntry>& e = c.entry;
+    auto body = readBody(req.body.empty() ? "{}" : req.body);
     if (!body.ok()) co_return fail(body.status());
     ScrollRequest sr;
     auto f = optionalFilter(*body);
@@ -649,32 +755,30 @@ class Api {
     co_return ok(std::move(out));
   }
 
-  Task<Reply> search(net::HttpRequest& req, const std::string& name, net::PathParams) {
-    auto e = store_.find(name);
-    if (!e) co_return fail(collectionMissing(name));
-    auto body = parseJson(req.body);
+  Task<Reply> search(net::HttpRequest& req, Call& c) {
+    const std::shared_ptr<CollectionEntry>& e = c.entry;
+    auto body = readBody(req.body);
     if (!body.ok()) co_return fail(body.status());
     auto r = runSearch(*e, *body, false);
     if (!r.ok()) co_return fail(r.status());
     co_return ok(std::move(*r));
   }
 
-  Task<Reply> searchBatch(net::HttpRequest& req, const std::string& name, net::PathParams) {
-    co_return co_await batch(req, name, false);
+  Task<Reply> searchBatch(net::HttpRequest& req, Call& c) {
+    co_return co_await batch(req, c.entry, false);
   }
 
-  Task<Reply> query(net::HttpRequest& req, const std::string& name, net::PathParams) {
-    auto e = store_.find(name);
-    if (!e) co_return fail(collectionMissing(name));
-    auto body = parseJson(req.body.empty() ? "{}" : req.body);
+  Task<Reply> query(net::HttpRequest& req, Call& c) {
+    const std::shared_ptr<CollectionEntry>& e = c.entry;
+    auto body = readBody(req.body.empty() ? "{}" : req.body);
     if (!body.ok()) co_return fail(body.status());
     auto r = runSearch(*e, *body, true);
     if (!r.ok()) co_return fail(r.status());
     co_return ok(std::move(*r));
   }
 
-  Task<Reply> queryBatch(net::HttpRequest& req, const std::string& name, net::PathParams) {
-    co_return co_await batch(req, name, true);
+  Task<Reply> queryBatch(net::HttpRequest& req, Call& c) {
+    co_return co_await batch(req, c.entry, true);
   }
 
  private:
@@ -751,10 +855,9 @@ class Api {
     return badRequest("Either list of point ids or filter must be provided");
   }
 
-  Task<Reply> payloadOp(net::HttpRequest& req, const std::string& name, Op::Type type) {
-    auto e = store_.find(name);
-    if (!e) co_return fail(collectionMissing(name));
-    auto body = parseJson(req.body);
+  Task<Reply> payloadOp(net::HttpRequest& req, const std::shared_ptr<CollectionEntry>& e,
+                        Op::Type type) {
+    auto body = readBody(req.body);
     if (!body.ok()) co_return fail(body.status());
     Op op;
     op.type = type;
@@ -767,7 +870,14 @@ class Api {
       op.payloads.push_back((*body)["payload"]);
       if (body->contains("key") && (*body)["key"].is_string()) {
         op.key = (*body)["key"].get<std::string>();
-        if (auto p = parseJsonPath(op.key); !p.ok()) co_return fail(p.status());
+        auto p = parseJsonPath(op.key);
+        if (!p.ok()) co_return fail(p.status());
+        // The payload lands that many levels down: together within the floor's depth limit.
+        if (p->steps.size() + jsonNesting(op.payloads.back()) > JsonLimits{}.max_depth) {
+          co_return fail(Status::invalidArgument(
+              "Format error in JSON body: the payload under key `" + op.key + "` would nest " +
+              "deeper than " + std::to_string(JsonLimits{}.max_depth) + " levels"));
+        }
       }
     }
     if (type == Op::Type::kDeletePayloadKeys) {
@@ -797,7 +907,7 @@ class Api {
           return badRequest(std::string(k) + " is not supported by Infera");
       }
       if (body.contains("using") && !body["using"].is_null() && body["using"] != "") {
-        return wrongInput("Not existing vector name error: " + body["using"].get<std::string>());
+        return wrongInput("Not existing vector name error: " + stringOr(body, "using", ""));
       }
       if (body.contains("query") && !body["query"].is_null()) {
         const Json& q = body["query"];
@@ -822,7 +932,7 @@ class Api {
         return Status::invalidArgument("Format error in JSON body: missing field `vector`");
       const Json& v = body["vector"];
       if (v.is_object() && v.contains("vector")) {
-        const std::string vname = v.value("name", "");
+        const std::string vname = stringOr(v, "name", "");
         if (!vname.empty()) return wrongInput("Not existing vector name error: " + vname);
         qv = v["vector"];
       } else {
@@ -876,10 +986,8 @@ class Api {
     return query ? "{\"points\":" + recordsJson(rs, true) + "}" : recordsJson(rs, true);
   }
 
-  Task<Reply> batch(net::HttpRequest& req, const std::string& name, bool query) {
-    auto e = store_.find(name);
-    if (!e) co_return fail(collectionMissing(name));
-    auto body = parseJson(req.body);
+  Task<Reply> batch(net::HttpRequest& req, const std::shared_ptr<CollectionEntry>& e, bool query) {
+    auto body = readBody(req.body);
     if (!body.ok()) co_return fail(body.status());
     if (!body->is_object() || !(*body)["searches"].is_array()) {
       co_return fail(
@@ -912,10 +1020,12 @@ void addQdrantRoutes(Store& store, const VectorsConfig& config, net::asio::io_co
   auto api = std::make_unique<Api>(store, config, ctx, access);
   Api* a = api.get();
   const std::string& pre = config.path_prefix;
-  auto add = [&](const char* method, const std::string& path, Api::Fn fn, bool scoped = true) {
+  auto add = [&](const char* method, const std::string& path, Api::Fn fn, Touch touch,
+                 bool must_exist = true) {
     router.add(method, pre + path,
-               [a, fn, scoped](net::HttpRequest& req, net::ResponseWriter& w, net::PathParams p) {
-                 return a->serve(req, w, p, fn, scoped);
+               [a, fn, touch, must_exist](net::HttpRequest& req, net::ResponseWriter& w,
+                                          net::PathParams p) {
+                 return a->serve(req, w, p, fn, touch, must_exist);
                });
   };
   // The root answer has no envelope (the client's version check reads it).
@@ -926,39 +1036,47 @@ void addQdrantRoutes(Store& store, const VectorsConfig& config, net::asio::io_co
   };
   router.add("GET", pre + "/", root);
   if (!pre.empty()) router.add("GET", pre, root);
-  add("GET", "/collections", &Api::listCollections, false);
-  add("GET", "/aliases", &Api::aliases, false);
-  add("GET", "/collections/{name}", &Api::getCollection);
-  add("PUT", "/collections/{name}", &Api::createCollection);
-  add("PATCH", "/collections/{name}", &Api::updateCollection);
-  add("DELETE", "/collections/{name}", &Api::deleteCollection);
-  add("GET", "/collections/{name}/exists", &Api::exists);
-  add("GET", "/collections/{name}/stats", &Api::stats);
-  add("GET", "/collections/{name}/aliases", &Api::aliases);
-  add("PUT", "/collections/{name}/index", &Api::createIndex);
-  add("DELETE", "/collections/{name}/index/{field}", &Api::deleteIndex);
-  add("PUT", "/collections/{name}/points", &Api::upsert);
-  add("POST", "/collections/{name}/points", &Api::retrieve);
-  add("GET", "/collections/{name}/points/{id}", &Api::getPoint);
-  add("POST", "/collections/{name}/points/delete", &Api::deletePoints);
-  add("POST", "/collections/{name}/points/payload", &Api::setPayload);
-  add("PUT", "/collections/{name}/points/payload", &Api::overwritePayload);
-  add("POST", "/collections/{name}/points/payload/delete", &Api::deletePayload);
-  add("POST", "/collections/{name}/points/payload/clear", &Api::clearPayload);
-  add("POST", "/collections/{name}/points/count", &Api::count);
-  add("POST", "/collections/{name}/points/scroll", &Api::scroll);
-  add("POST", "/collections/{name}/points/search", &Api::search);
-  add("POST", "/collections/{name}/points/search/batch", &Api::searchBatch);
-  add("POST", "/collections/{name}/points/query", &Api::query);
-  add("POST", "/collections/{name}/points/query/batch", &Api::queryBatch);
+  using T = Touch;
+  add("GET", "/collections", &Api::listCollections, T::kNone);
+  add("GET", "/aliases", &Api::aliases, T::kNone);
+  add("GET", "/collections/{name}", &Api::getCollection, T::kRead);
+  // Creating over an existing name is kManage; a missing one is created (serve lets it through).
+  add("PUT", "/collections/{name}", &Api::createCollection, T::kManage, false);
+  add("PATCH", "/collections/{name}", &Api::updateCollection, T::kManage);
+  add("DELETE", "/collections/{name}", &Api::deleteCollection, T::kManage, false);
+  add("GET", "/collections/{name}/exists", &Api::exists, T::kRead, false);
+  add("GET", "/collections/{name}/stats", &Api::stats, T::kRead);
+  add("GET", "/collections/{name}/aliases", &Api::aliases, T::kRead);
+  add("PUT", "/collections/{name}/index", &Api::createIndex, T::kManage);
+  add("DELETE", "/collections/{name}/index/{field}", &Api::deleteIndex, T::kManage);
+  add("PUT", "/collections/{name}/points", &Api::upsert, T::kWrite);
+  add("POST", "/collections/{name}/points", &Api::retrieve, T::kRead);
+  add("GET", "/collections/{name}/points/{id}", &Api::getPoint, T::kRead);
+  add("POST", "/collections/{name}/points/delete", &Api::deletePoints, T::kWrite);
+  add("POST", "/collections/{name}/points/payload", &Api::setPayload, T::kWrite);
+  add("PUT", "/collections/{name}/points/payload", &Api::overwritePayload, T::kWrite);
+  add("POST", "/collections/{name}/points/payload/delete", &Api::deletePayload, T::kWrite);
+  add("POST", "/collections/{name}/points/payload/clear", &Api::clearPayload, T::kWrite);
+  add("POST", "/collections/{name}/points/count", &Api::count, T::kRead);
+  add("POST", "/collections/{name}/points/scroll", &Api::scroll, T::kRead);
+  add("POST", "/collections/{name}/points/search", &Api::search, T::kRead);
+  add("POST", "/collections/{name}/points/search/batch", &Api::searchBatch, T::kRead);
+  add("POST", "/collections/{name}/points/query", &Api::query, T::kRead);
+  add("POST", "/collections/{name}/points/query/batch", &Api::queryBatch, T::kRead);
+  // The floor's own answers (ill-formed UTF-8 at the door, cross-site refusals, a handler that
+  // threw) in Qdrant's shape on every path this API serves. With a prefix, all of it; without,
+  // its two top-level paths (never "", which would take the other services' paths too).
+  for (const std::string& p : pre.empty() ? std::vector<std::string>{"/collections", "/aliases"}
+                                          : std::vector<std::string>{pre}) {
+    router.setErrorShape(p, qdrantErrorAnswer);
+  }
   router.setFallback(pre + "/collections",
                      [](net::HttpRequest& req, net::ResponseWriter& w, int status,
                         std::string_view) -> Task<void> {
-                       std::string body = "{\"status\":{\"error\":";
-                       net::appendJsonString(
-                           body, (status == 405 ? "Method not allowed: " : "Not found: ") +
-                                     std::string(req.path()));
-                       body += "},\"time\":0.0}";
+                       const std::string body =
+                           qdrantError((status == 405 ? "Method not allowed: " : "Not found: ") +
+                                           std::string(req.path()),
+                                       "0.0");
                        co_await w.send(status, "application/json", body);
                      });
   router.own(std::move(api));

@@ -172,14 +172,14 @@ Result<Op> decodeOp(std::string_view bytes) {
     if (s.empty()) {
       op.payloads.emplace_back(nullptr);
     } else {
-      auto j = parseJson(s);
+      auto j = parseStoredJson(s);
       if (!j.ok()) return Status::internal("corrupt payload in op");
       op.payloads.push_back(std::move(*j));
     }
   }
   const std::string f = r.str();
   if (!f.empty()) {
-    auto j = parseJson(f);
+    auto j = parseStoredJson(f);
     if (!j.ok()) return Status::internal("corrupt filter in op");
     op.filter = std::move(*j);
   }
@@ -1021,7 +1021,7 @@ Status Collection::load(const std::string& file) {
   if (std::fread(&hn, sizeof hn, 1, f) != 1 || hn > (1 << 26)) return fail("bad header");
   std::string h(hn, '\0');
   if (std::fread(h.data(), 1, hn, f) != hn) return fail("bad header");
-  auto head = parseJson(h);
+  auto head = parseStoredJson(h);
   if (!head.ok() || !head->is_object()) return fail("bad header");
   applied_seq_ = head->value("applied_seq", uint64_t(0));
   if (Status s = index_.load(f); !s.isOk()) return fail(s.message());
@@ -1048,7 +1048,7 @@ Status Collection::load(const std::string& file) {
     p.resize(pn);
     if (pn && std::fread(p.data(), 1, pn, f) != pn) return fail("truncated");
     if (pn) {
-      auto j = parseJson(p);
+      auto j = parseStoredJson(p);
       if (!j.ok()) return fail("bad payload");
       payloads_[slot] = std::move(*j);
     } else {

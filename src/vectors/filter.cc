@@ -299,6 +299,13 @@ Result<JsonPath> parseJsonPath(std::string_view text) {
   size_t i = 0;
   auto bad = [&] { return formatError("invalid payload key `" + std::string(text) + "`"); };
   if (text.empty()) return bad();
+  // A set-payload under a key nests the payload that deep: a key of 200,000 steps built a payload
+  // no JSON writer could walk back (a stack overflow at every read and at every restart's replay).
+  size_t steps = 1;
+  for (const char c : text) steps += c == '.' || c == '[';
+  if (steps > kMaxJsonPathSteps) {
+    return formatError("payload key of more than " + std::to_string(kMaxJsonPathSteps) + " steps");
+  }
   bool need_key = true;
   while (i < text.size()) {
     if (text[i] == '[') {

@@ -74,6 +74,19 @@ uint64_t Pipeline::donePoints() const {
   return done_points_;
 }
 
+// The one place a pipeline thread meets an exception from a batch's work (a bug: the work reports
+// errors as Status): the batch fails with kInternal, which stops the pipeline like any failure,
+// instead of std::terminate ending the command without saying why.
+Status Pipeline::guardedWork(Batch& b) noexcept {
+  try {
+    return work_(b);
+  } catch (const std::exception& e) {
+    return Status::internal(std::string("a batch's work threw: ") + e.what());
+  } catch (...) {
+    return Status::internal("a batch's work threw an exception that is not a std::exception");
+  }
+}
+
 void Pipeline::run() {
   std::unique_lock lock(mu_);
   for (;;) {
@@ -84,7 +97,7 @@ void Pipeline::run() {
     Status s;
     if (failed_.isOk()) {
       lock.unlock();
-      s = work_(b);
+      s = guardedWork(b);
       lock.lock();
     } else {
       s = Status::cancelled("not sent: an earlier batch failed");

@@ -1,6 +1,7 @@
 #include "vectors/internal/point_id.h"
 
 #include <charconv>
+#include <cmath>
 
 namespace infera::vectors {
 namespace {
@@ -91,6 +92,10 @@ Result<PointId> pointIdFromText(std::string_view s) {
 }
 
 void appendFloat(std::string& out, float v) {
+  if (!std::isfinite(v)) {
+    out += "null";
+    return;
+  }
   char buf[32];
   const auto r = std::to_chars(buf, buf + sizeof buf, v);
   out.append(buf, r.ptr);

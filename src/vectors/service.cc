@@ -69,20 +69,23 @@ class VectorServiceImpl final : public VectorService {
 
  private:
   // {"data_dir", "path_prefix", "load_seconds", "replayed_points", "collections": [{"name",
-  // "info": GET /collections/{name}'s result, "stats": GET /collections/{name}/stats's}]}.
+  // "owner" (the team, "" = shared), "info": GET /collections/{name}'s result, "stats": GET
+  // /collections/{name}/stats's}]}. The admin port sees every team's collections.
   std::string collectionsJson() const {
     Json list = Json::array();
-    for (const std::string& name : store_->names()) {
-      const auto e = store_->find(name);
-      if (!e || e->dropped.load()) continue;  // dropped since names() was read
-      list.push_back({{"name", name}, {"info", e->coll.info()}, {"stats", e->coll.stats()}});
+    for (const auto& e : store_->entries()) {
+      if (e->dropped.load()) continue;  // dropped since entries() was read
+      list.push_back({{"name", e->name},
+                      {"owner", e->owner},
+                      {"info", e->coll.info()},
+                      {"stats", e->coll.stats()}});
     }
     Json out = {{"data_dir", config_.data_dir},
                 {"path_prefix", config_.path_prefix},
                 {"load_seconds", store_->openSeconds()},
                 {"replayed_points", store_->replayedOps()},
                 {"collections", std::move(list)}};
-    return out.dump();
+    return dumpJson(out);  // never throws (names from an older store)
   }
 
   VectorsConfig config_;

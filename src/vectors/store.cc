@@ -3,12 +3,14 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
 #include "core/log.h"
+#include "core/utf8.h"
 
 namespace infera::vectors {
 namespace {
@@ -40,6 +42,25 @@ Status writeFileDurably(const std::string& file, const std::string& text) {
   fs::rename(tmp, file, ec);
   if (ec) return Status::internal("cannot rename " + tmp + ": " + ec.message());
   return syncDir(fs::path(file).parent_path().string());
+}
+
+// The one place a writer thread meets an exception from the work it runs (a bug: the engine
+// reports errors as Status): logged and turned into kInternal, so it costs one request, never the
+// writer thread (whose queue would stall) or the process (std::terminate).
+template <typename F>
+Status guarded(std::string_view what, const std::string& collection, F&& job) noexcept {
+  std::string why;
+  try {
+    return job();
+  } catch (const std::exception& e) {
+    why = e.what();
+  } catch (...) {
+    why = "an exception that is not a std::exception";
+  }
+  why = toValidUtf8(why);
+  INFERA_LOG(componentLogger("vectors"), err, "vectors: {} of collection {} threw: {}", what,
+             toValidUtf8(collection), why);
+  return Status::internal("Service internal error: " + std::string(what) + " failed: " + why);
 }
 
 }  // namespace
@@ -93,16 +114,39 @@ Status Store::load() {
   const fs::path root = fs::path(options_.data_dir) / "collections";
   fs::create_directories(root, ec);
   if (ec) return Status::internal("cannot create " + root.string() + ": " + ec.message());
+  std::vector<fs::path> dirs;
   for (const auto& d : fs::directory_iterator(root, ec)) {
     if (!d.is_directory()) continue;
     if (!fs::exists(d.path() / "config.json")) {
       fs::remove_all(d.path(), ec);  // a create that crashed before it was acknowledged
       continue;
     }
-    INFERA_ASSIGN_OR_RETURN(auto entry, openCollection(d.path().string()));
-    collections_[entry->name] = std::move(entry);
+    dirs.push_back(d.path());
   }
   if (ec) return Status::internal("cannot list " + root.string() + ": " + ec.message());
+  std::sort(dirs.begin(), dirs.end());  // the same spellings below at every start
+  std::vector<std::shared_ptr<CollectionEntry>> renamed;
+  for (const fs::path& d : dirs) {
+    INFERA_ASSIGN_OR_RETURN(auto entry, openCollection(d.string()));
+    if (!validUtf8(entry->name) || collections_.count(entry->name)) {
+      renamed.push_back(std::move(entry));
+      continue;
+    }
+    collections_[entry->name] = std::move(entry);
+  }
+  // Names stored before the door refused ill-formed UTF-8: an older version wrote them to
+  // config.json with U+FFFD in place of the bytes, so two of them may read the same. Each is
+  // served under a unique valid spelling, so it can be listed, read and dropped.
+  for (auto& entry : renamed) {
+    std::string shown = toValidUtf8(entry->name);
+    while (collections_.count(shown)) shown += "~";
+    INFERA_LOG(componentLogger("vectors"), warn,
+               "vectors: the collection in {} is named like another or not in valid UTF-8; "
+               "served as \"{}\"",
+               entry->dir, shown);
+    entry->name = shown;
+    collections_[shown] = std::move(entry);
+  }
   return Status::ok();
 }
 
@@ -110,12 +154,15 @@ Result<std::shared_ptr<CollectionEntry>> Store::openCollection(const std::string
   std::ifstream in(dir + "/config.json");
   std::stringstream text;
   text << in.rdbuf();
-  auto cfg = parseJson(text.str());
+  auto cfg = parseStoredJson(text.str());
   if (!cfg.ok() || !cfg->is_object() || !(*cfg)["name"].is_string()) {
     return Status::internal("bad " + dir + "/config.json");
   }
   INFERA_ASSIGN_OR_RETURN(CollectionParams params, paramsFromJson((*cfg)["params"]));
-  auto e = std::make_shared<CollectionEntry>((*cfg)["name"].get<std::string>(), params);
+  // No "owner": written before ownership was recorded, so shared.
+  const Json& owner = cfg->contains("owner") ? (*cfg)["owner"] : Json();
+  auto e = std::make_shared<CollectionEntry>((*cfg)["name"].get<std::string>(), params,
+                                             owner.is_string() ? owner.get<std::string>() : "");
   e->dir = dir;
   if (fs::exists(dir + "/snapshot.bin")) {
     INFERA_RETURN_IF_ERROR(e->coll.load(dir + "/snapshot.bin"));
@@ -123,14 +170,15 @@ Result<std::shared_ptr<CollectionEntry>> Store::openCollection(const std::string
   INFERA_ASSIGN_OR_RETURN(e->wal, Wal::open(dir + "/wal.log", options_.fsync));
   const uint64_t base = e->coll.appliedSeq();
   uint64_t replayed = 0;
-  INFERA_ASSIGN_OR_RETURN(uint64_t last, e->wal->replay([&](uint64_t seq,
-                                                            std::string_view bytes) -> Status {
-    if (seq <= base) return Status::ok();  // already in the snapshot
-    INFERA_ASSIGN_OR_RETURN(Op op, decodeOp(bytes));
-    (void)e->coll.apply(op, seq);  // an op that failed when first applied fails the same way again
-    replayed += std::max<size_t>(1, op.ids.size());
-    return Status::ok();
-  }));
+  INFERA_ASSIGN_OR_RETURN(
+      uint64_t last, e->wal->replay([&](uint64_t seq, std::string_view bytes) -> Status {
+        if (seq <= base) return Status::ok();  // already in the snapshot
+        INFERA_ASSIGN_OR_RETURN(Op op, decodeOp(bytes));
+        // An op that failed when first applied (or threw) fails the same way again.
+        (void)guarded("replaying an operation", e->name, [&] { return e->coll.apply(op, seq); });
+        replayed += std::max<size_t>(1, op.ids.size());
+        return Status::ok();
+      }));
   e->next_seq = std::max(base, last) + 1;
   e->ops_since_snapshot = replayed;
   replayed_ops_ += replayed;
@@ -147,6 +195,13 @@ std::vector<std::string> Store::names() const {
   std::shared_lock lock(mu_);
   std::vector<std::string> out;
   for (const auto& [n, e] : collections_) out.push_back(n);
+  return out;
+}
+
+std::vector<std::shared_ptr<CollectionEntry>> Store::entries() const {
+  std::shared_lock lock(mu_);
+  std::vector<std::shared_ptr<CollectionEntry>> out;
+  for (const auto& [n, e] : collections_) out.push_back(e);
   return out;
 }
 
@@ -176,67 +231,72 @@ Status Store::submit(std::shared_ptr<CollectionEntry> entry, Op op, Done durable
   return enqueue(t, std::move(task));
 }
 
-Status Store::create(const std::string& name, const CollectionParams& params,
-                     std::function<void(Status)> done) {
+Status Store::runOnWriter(const std::string& name, Job job, std::function<void(Status)> done) {
   Task task;
-  task.meta = [this, name, params, done = std::move(done)] {
-    if (find(name)) {
-      done(Status::alreadyExists("Wrong input: Collection `" + name + "` already exists!"));
-      return;
-    }
-    const std::string dir =
-        (fs::path(options_.data_dir) / "collections" / encodeDirName(name)).string();
-    std::error_code ec;
-    fs::remove_all(dir, ec);
-    fs::create_directories(dir, ec);
-    auto e = std::make_shared<CollectionEntry>(name, params);
-    e->dir = dir;
-    e->next_seq = 1;
-    Json cfg;
-    cfg["name"] = name;
-    cfg["params"] = paramsToJson(params);
-    Status s = ec ? Status::internal("Service internal error: cannot create " + dir) : Status::ok();
-    if (s.isOk()) s = writeFileDurably(dir + "/config.json", dumpJson(cfg));
-    if (s.isOk()) {
-      auto wal = Wal::open(dir + "/wal.log", options_.fsync);
-      if (wal.ok()) {
-        e->wal = std::move(*wal);
-      } else {
-        s = wal.takeStatus();
-      }
-    }
-    if (s.isOk()) {
-      std::unique_lock lock(mu_);
-      collections_[name] = std::move(e);
-    }
-    done(std::move(s));
-  };
+  task.meta = std::move(job);
+  task.meta_done = std::move(done);
+  task.meta_collection = name;
   return enqueue(threadFor(name), std::move(task));
 }
 
-Status Store::drop(const std::string& name, std::function<void(bool)> done) {
-  Task task;
-  task.meta = [this, name, done = std::move(done)] {
-    std::shared_ptr<CollectionEntry> e;
-    {
-      std::unique_lock lock(mu_);
-      const auto it = collections_.find(name);
-      if (it != collections_.end()) {
-        e = it->second;
-        collections_.erase(it);
-      }
-    }
-    if (e) {
-      e->dropped = true;
-      std::error_code ec;
-      // config.json goes first: a crash mid-removal leaves a directory load() discards.
-      fs::remove(e->dir + "/config.json", ec);
-      (void)syncDir(fs::path(e->dir).parent_path().string());
-      fs::remove_all(e->dir, ec);
-    }
-    done(e != nullptr);
-  };
-  return enqueue(threadFor(name), std::move(task));
+Status Store::create(const std::string& name, const CollectionParams& params,
+                     const std::string& owner, std::function<void(Status)> done) {
+  // On the collection's writer thread, so it is ordered with every other create and drop of the
+  // name: the check below cannot race another create.
+  return runOnWriter(
+      name,
+      [this, name, params, owner]() -> Status {
+        if (!validUtf8(name)) {
+          return Status::invalidArgument(
+              "Validation error in path parameters: [collection_name: must be valid UTF-8]");
+        }
+        if (find(name)) {
+          return Status::alreadyExists("Wrong input: Collection `" + name + "` already exists!");
+        }
+        const std::string dir =
+            (fs::path(options_.data_dir) / "collections" / encodeDirName(name)).string();
+        std::error_code ec;
+        fs::remove_all(dir, ec);
+        fs::create_directories(dir, ec);
+        if (ec) return Status::internal("Service internal error: cannot create " + dir);
+        auto e = std::make_shared<CollectionEntry>(name, params, owner);
+        e->dir = dir;
+        e->next_seq = 1;
+        Json cfg;
+        cfg["name"] = name;
+        cfg["params"] = paramsToJson(params);
+        if (!owner.empty()) cfg["owner"] = owner;
+        INFERA_RETURN_IF_ERROR(writeFileDurably(dir + "/config.json", dumpJson(cfg)));
+        INFERA_ASSIGN_OR_RETURN(e->wal, Wal::open(dir + "/wal.log", options_.fsync));
+        std::unique_lock lock(mu_);
+        collections_[name] = std::move(e);
+        return Status::ok();
+      },
+      std::move(done));
+}
+
+Status Store::drop(std::shared_ptr<CollectionEntry> entry, std::function<void(Status)> done) {
+  const std::string name = entry->name;
+  return runOnWriter(
+      name,
+      [this, entry = std::move(entry)]() -> Status {
+        {
+          std::unique_lock lock(mu_);
+          const auto it = collections_.find(entry->name);
+          if (it == collections_.end() || it->second != entry) {
+            return Status::notFound("Not found: Collection `" + entry->name + "` doesn't exist!");
+          }
+          collections_.erase(it);
+        }
+        entry->dropped = true;
+        std::error_code ec;
+        // config.json goes first: a crash mid-removal leaves a directory load() discards.
+        fs::remove(entry->dir + "/config.json", ec);
+        (void)syncDir(fs::path(entry->dir).parent_path().string());
+        fs::remove_all(entry->dir, ec);
+        return Status::ok();
+      },
+      std::move(done));
 }
 
 void Store::run(Thread& t) {
@@ -255,7 +315,8 @@ void Store::run(Thread& t) {
     for (auto& task : batch) {
       if (task.meta) {
         flushGroup(group);
-        task.meta();
+        Status s = guarded("a job", task.meta_collection, task.meta);
+        if (task.meta_done) task.meta_done(std::move(s));
       } else {
         group.push_back(std::move(task));
       }
@@ -306,14 +367,15 @@ void Store::flushGroup(std::vector<Task>& group) {
     Task& task = group[i];
     CollectionEntry& e = *task.entry;
     if (e.dropped || !syncStatus(&e).isOk()) continue;
-    Status s = e.coll.apply(task.op, seqs[i]);
+    Status s =
+        guarded("applying an operation", e.name, [&] { return e.coll.apply(task.op, seqs[i]); });
     e.ops_since_snapshot += std::max<size_t>(1, task.op.ids.size());
     if (task.applied) task.applied(std::move(s), seqs[i]);
   }
   for (CollectionEntry* e : touched) {
     if (!e->dropped && e->ops_since_snapshot >=
                            std::max<uint64_t>(options_.snapshot_min_points, e->coll.points() / 8)) {
-      const Status s = snapshot(*e);
+      const Status s = guarded("a snapshot", e->name, [&] { return snapshot(*e); });
       if (!s.isOk())
         INFERA_LOG(componentLogger("vectors"), err, "snapshot of {} failed: {}", e->name,
                    s.message());
@@ -341,14 +403,14 @@ void Store::snapshotAll() {
     std::mutex mu;
     std::condition_variable cv;
     bool done = false;
-    Task task;
-    task.meta = [&] {
-      if (!e->dropped) (void)snapshot(*e);
-      std::lock_guard<std::mutex> lock(mu);
-      done = true;
-      cv.notify_all();
-    };
-    if (!enqueue(threadFor(name), std::move(task)).isOk()) continue;
+    const Status queued = runOnWriter(
+        name, [&] { return e->dropped ? Status::ok() : snapshot(*e); },
+        [&](Status) {
+          std::lock_guard<std::mutex> lock(mu);
+          done = true;
+          cv.notify_all();
+        });
+    if (!queued.isOk()) continue;
     std::unique_lock<std::mutex> lock(mu);
     cv.wait(lock, [&] { return done; });
   }

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <stdexcept>
 #include <thread>
 
 #include "vectors/client.h"
@@ -310,6 +311,19 @@ TEST(Pipeline, TheFirstFailureStopsWhatIsNotStarted) {
   EXPECT_EQ(s.code(), StatusCode::kUnavailable);
   EXPECT_FALSE(pipe.push(Batch()));
   EXPECT_LE(ran.load(), 3);  // batch 1 failed; at most the one queued behind it was already taken
+}
+
+TEST(Pipeline, WorkThatThrowsFailsItsBatchInsteadOfEndingTheProcess) {
+  Pipeline pipe(2, [&](Batch& b) -> Status {
+    if (b.seq == 1) throw std::runtime_error("a bug");
+    return Status::ok();
+  });
+  bool pushed = true;
+  for (int i = 0; i < 4 && pushed; ++i) pushed = pipe.push(Batch());
+  const Status s = pipe.finish();
+  EXPECT_EQ(s.code(), StatusCode::kInternal);
+  EXPECT_NE(s.message().find("a bug"), std::string::npos) << s.message();
+  EXPECT_FALSE(pipe.push(Batch()));
 }
 
 }  // namespace

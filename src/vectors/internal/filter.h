@@ -27,6 +27,9 @@ struct JsonPath {
   std::vector<Step> steps;
   std::string text;
 };
+// At most this many steps ("a.b[0].c": 4): a payload set under a key nests that deep, and a stored
+// payload stays within the floor's depth limit (core/json.h JsonLimits::max_depth).
+inline constexpr size_t kMaxJsonPathSteps = 32;
 Result<JsonPath> parseJsonPath(std::string_view text);
 // Every value at `path` in `payload` (a key step descends into objects only).
 void valuesAt(const Json& payload, const JsonPath& path, std::vector<const Json*>& out);

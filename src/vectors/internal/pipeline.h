@@ -3,6 +3,7 @@
 // order, at most `concurrency` are queued or in flight, the first failure stops everything not yet
 // started, and `on_prefix` sees the last batch of every new contiguous run of finished batches
 // (in order) with the points of every batch up to it, which is what a checkpoint may record.
+// Work that throws fails its batch with kInternal (the pipeline stops as on any failure).
 //
 // Threads: push/finish from one thread (the reader); work and on_prefix on the pipeline's threads
 // (on_prefix under the pipeline's lock, so calls never overlap).
@@ -54,6 +55,7 @@ class Pipeline {
 
  private:
   void run();
+  Status guardedWork(Batch& b) noexcept;
   void waitUntil(std::unique_lock<std::mutex>& lock, const std::function<bool()>& done,
                  const std::function<void()>& tick);
 

@@ -6,7 +6,11 @@
 // a collection's operations stay in order. Every `periodic snapshot` writes the collection's state
 // and empties its WAL. Callbacks run on a writer thread: post to a loop from them.
 //
-// Layout: DATA_DIR/collections/<encoded name>/{config.json, snapshot.bin, wal.log}.
+// Layout: DATA_DIR/collections/<encoded name>/{config.json, snapshot.bin, wal.log}. config.json
+// holds the name, the parameters and the owning team ("owner"; absent in stores written before
+// ownership was recorded, which read as shared).
+// A job that throws on a writer thread (a bug) is logged and answered kInternal; it never ends
+// the thread or the process.
 // Thread-safe.
 
 #include <atomic>
@@ -38,8 +42,12 @@ struct StoreOptions {
 };
 
 struct CollectionEntry {
-  CollectionEntry(std::string n, CollectionParams p) : name(n), coll(std::move(n), p) {}
+  CollectionEntry(std::string n, CollectionParams p, std::string team = {})
+      : name(n), owner(std::move(team)), coll(std::move(n), p) {}
   std::string name;
+  // The team that created it through the data port; empty: shared (made on the admin port, without
+  // access control, or before ownership was recorded). Set once, before the entry is published.
+  std::string owner;
   std::string dir;
   Collection coll;
   std::unique_ptr<Wal> wal;  // writer thread only
@@ -51,6 +59,7 @@ struct CollectionEntry {
 class Store {
  public:
   using Done = std::function<void(Status, uint64_t op_id)>;
+  using Job = std::function<Status()>;
 
   // Opens the data dir, loads every collection (snapshot, then its WAL's tail), starts the writers.
   static Result<std::unique_ptr<Store>> open(StoreOptions options);
@@ -59,14 +68,21 @@ class Store {
 
   std::shared_ptr<CollectionEntry> find(const std::string& name) const;
   std::vector<std::string> names() const;
+  std::vector<std::shared_ptr<CollectionEntry>> entries() const;
 
   // kResourceExhausted when the writer's queue is full.
   Status submit(std::shared_ptr<CollectionEntry> entry, Op op, Done durable, Done applied);
-  // result: ok, or kAlreadyExists.
-  Status create(const std::string& name, const CollectionParams& params,
+  // result: ok, or kAlreadyExists (an existing collection is never replaced, whoever owns it).
+  // `owner`: the owning team ("" = shared).
+  Status create(const std::string& name, const CollectionParams& params, const std::string& owner,
                 std::function<void(Status)> done);
-  // result: true if it existed.
-  Status drop(const std::string& name, std::function<void(bool)> done);
+  // Drops `entry` if it is still the collection of its name (one re-created since it was looked
+  // up, maybe by another team, is left alone). result: ok, or kNotFound when it was not.
+  Status drop(std::shared_ptr<CollectionEntry> entry, std::function<void(Status)> done);
+  // Runs `job` on the writer thread of collection `name`, in order with that collection's writes;
+  // `done` (on that thread) gets its result, or kInternal when it threw (logged). The returned
+  // status: kResourceExhausted when the writer's queue is full (then nothing runs).
+  Status runOnWriter(const std::string& name, Job job, std::function<void(Status)> done);
 
   // Writes a snapshot of every collection now (tests, shutdown). Blocking.
   void snapshotAll();
@@ -79,7 +95,9 @@ class Store {
     std::shared_ptr<CollectionEntry> entry;  // an op
     Op op;
     Done durable, applied;
-    std::function<void()> meta;  // or a create/drop
+    Job meta;  // or a job (create, drop, snapshot): runs alone, then meta_done gets its result
+    std::function<void(Status)> meta_done;
+    std::string meta_collection;  // for the log
   };
   struct Thread {
     std::mutex mu;

@@ -1,0 +1,449 @@
+// The Qdrant REST API of the vector index through a real `infera serve` on loopback (data and
+// admin ports on port 0): what a hostile or careless request must not do (stop the process, write
+// a broken document, reach another team's collection, make a score that is not a number).
+
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "core/utf8.h"
+#include "fakes/http_test_client.h"
+#include "server/config.h"
+#include "server/server.h"
+
+namespace infera::vectors {
+namespace {
+
+using nlohmann::json;
+using testing::httpRequest;
+using testing::TestResponse;
+using Headers = std::vector<std::pair<std::string, std::string>>;
+
+constexpr const char* kAdminToken = "vectors-admin-token";
+
+std::string tempDir() {
+  char tmpl[] = "/tmp/infera-vectors-api-XXXXXX";
+  const char* d = ::mkdtemp(tmpl);
+  return d ? d : "/tmp";
+}
+
+// Qdrant's error body: {"status":{"error":"..."},"time":N}; the message, or "" when the body is
+// not that shape.
+std::string qdrantErrorMessage(const std::string& body) {
+  const json j = json::parse(body, nullptr, false);
+  if (j.is_discarded() || !j.is_object() || !j.contains("status") || !j["status"].is_object() ||
+      !j["status"].contains("error") || !j["status"]["error"].is_string() || !j.contains("time") ||
+      !j["time"].is_number()) {
+    return "";
+  }
+  return j["status"]["error"].get<std::string>();
+}
+
+class VectorsApiTest : public ::testing::Test {
+ protected:
+  void SetUp() override { dir_ = tempDir(); }
+  void TearDown() override {
+    server_.reset();
+    std::filesystem::remove_all(dir_);
+  }
+
+  // `governance`: access control on (teams and keys in a SQLite file in the test's directory).
+  void start(bool governance) {
+    server_.reset();
+    ::unsetenv("INFERA_ADMIN_TOKEN");
+    ::unsetenv("INFERA_KEY_SECRET");
+    std::string yaml =
+        "workers: 2\nlisten: {host: 127.0.0.1, port: 0}\nadmin: {host: 127.0.0.1, port: 0}\n"
+        "health_check: {enabled: false}\nlog_level: warn\n"
+        "vectors:\n  data_dir: " +
+        dir_ + "/vectors\n  fsync: false\n";
+    if (governance) {
+      yaml += "governance:\n  store: sqlite:" + dir_ +
+              "/access.db\n  admin_token: " + std::string(kAdminToken) +
+              "\n  key_secret: test-secret-0123456789abcdef0123456789\n"
+              "  sync_interval_ms: 100\n  usage_flush_ms: 100\n";
+    }
+    auto cfg = server::loadConfigString(yaml);
+    ASSERT_TRUE(cfg.ok()) << cfg.status().message() << "\n" << yaml;
+    auto s = server::Server::start(std::move(*cfg));
+    ASSERT_TRUE(s.ok()) << s.status().message();
+    server_ = std::move(*s);
+  }
+
+  TestResponse call(const std::string& method, const std::string& target,
+                    const std::string& body = {}, const std::string& key = {}) {
+    Headers h = {{"content-type", "application/json"}};
+    if (!key.empty()) h.push_back({"api-key", key});
+    auto r = httpRequest(server_->port(), method, target, body, h);
+    EXPECT_TRUE(r.has_value()) << method << " " << target << ": no answer";
+    return r ? *r : TestResponse{};
+  }
+  TestResponse admin(const std::string& method, const std::string& target,
+                     const std::string& body = {}) {
+    auto r = httpRequest(server_->adminPort(), method, target, body,
+                         {{"content-type", "application/json"},
+                          {"authorization", std::string("Bearer ") + kAdminToken}});
+    EXPECT_TRUE(r.has_value());
+    return r ? *r : TestResponse{};
+  }
+  // A team and one key of it.
+  std::string teamKey(const std::string& team) {
+    const auto t = admin("POST", "/admin/teams", json{{"name", team}}.dump());
+    EXPECT_EQ(t.status, 201) << t.body;
+    const auto k = admin("POST", "/admin/keys", json{{"team", team}}.dump());
+    EXPECT_EQ(k.status, 201) << k.body;
+    const json j = json::parse(k.body, nullptr, false);
+    return j.is_object() && j.contains("key") ? j["key"].get<std::string>() : "";
+  }
+  void createCollection(const std::string& name, const std::string& distance,
+                        const std::string& key = {}) {
+    const auto r = call("PUT", "/collections/" + name,
+                        R"({"vectors":{"size":2,"distance":")" + distance + R"("}})", key);
+    ASSERT_EQ(r.status, 200) << r.body;
+  }
+  json names(const std::string& key = {}) {
+    const auto r = call("GET", "/collections", "", key);
+    EXPECT_EQ(r.status, 200) << r.body;
+    EXPECT_TRUE(validUtf8(r.body));
+    const json j = json::parse(r.body, nullptr, false);
+    EXPECT_FALSE(j.is_discarded()) << r.body;
+    json out = json::array();
+    if (j.is_discarded()) return out;
+    for (const auto& c : j["result"]["collections"]) out.push_back(c["name"]);
+    return out;
+  }
+
+  std::string dir_;
+  std::unique_ptr<server::Server> server_;
+};
+
+const char* kTwoPoints =
+    R"({"points":[{"id":1,"vector":[0.5,0.5],"payload":{"secret":"team a's"}},)"
+    R"({"id":2,"vector":[0.25,0.75],"payload":{"secret":"also a's"}}]})";
+
+TEST_F(VectorsApiTest, DeeplyNestedPayloadIsA400InQdrantsShapeAndTheServerKeepsServing) {
+  start(false);
+  createCollection("deep", "Dot");
+  const size_t depth = 100'000;
+  const std::string body = R"({"points":[{"id":1,"vector":[0.5,0.5],"payload":{"a":)" +
+                           std::string(depth, '[') + std::string(depth, ']') + "}}]}";
+  const auto r = call("PUT", "/collections/deep/points?wait=true", body);
+  EXPECT_EQ(r.status, 400) << r.body.substr(0, 300);
+  const std::string message = qdrantErrorMessage(r.body);
+  EXPECT_TRUE(message.starts_with("Format error in JSON body: ")) << r.body.substr(0, 300);
+  EXPECT_NE(message.find("deeper"), std::string::npos) << message;
+  // Still serving, and nothing was written.
+  const auto n = call("POST", "/collections/deep/points/count", "{}");
+  ASSERT_EQ(n.status, 200) << n.body;
+  EXPECT_EQ(json::parse(n.body)["result"]["count"], 0);
+  // The same nesting in a search body and a filter.
+  const auto s = call("POST", "/collections/deep/points/search",
+                      R"({"vector":[1,1],"limit":1,"filter":)" + std::string(depth, '[') +
+                          std::string(depth, ']') + "}");
+  EXPECT_EQ(s.status, 400);
+  EXPECT_EQ(call("GET", "/collections/deep").status, 200);
+}
+
+// Found by review: a set-payload under a key of 200,000 steps nested the stored payload 200,000
+// deep; the next read, snapshot or write overflowed the stack, and so did every restart's replay.
+TEST_F(VectorsApiTest, APayloadKeyTooDeepIsRefusedAndNothingNestsPastTheFloorsLimit) {
+  start(false);
+  createCollection("keys", "Dot");
+  ASSERT_EQ(call("PUT", "/collections/keys/points?wait=true", kTwoPoints).status, 200);
+  std::string key = "a";
+  for (int i = 0; i < 200'000; ++i) key += ".a";
+  const auto r = call("POST", "/collections/keys/points/payload?wait=true",
+                      R"({"points":[1],"key":")" + key + R"(","payload":{"x":1}})");
+  EXPECT_EQ(r.status, 400) << r.body.substr(0, 200);
+  // 32 steps are fine; 32 steps plus a payload nesting 100 more are not (past 128 together).
+  std::string ok_key = "a";
+  for (int i = 1; i < 32; ++i) ok_key += ".a";
+  EXPECT_EQ(call("POST", "/collections/keys/points/payload?wait=true",
+                 R"({"points":[1],"key":")" + ok_key + R"(","payload":{"x":1}})")
+                .status,
+            200);
+  EXPECT_EQ(call("POST", "/collections/keys/points/payload?wait=true",
+                 R"({"points":[1],"key":")" + ok_key + R"(","payload":{"x":)" +
+                     std::string(100, '[') + std::string(100, ']') + "}}")
+                .status,
+            400);
+  const auto got = call("GET", "/collections/keys/points/1");
+  EXPECT_EQ(got.status, 200) << got.body.substr(0, 200);
+  EXPECT_TRUE(validUtf8(got.body));
+}
+
+TEST_F(VectorsApiTest, NonAsciiNameRoundTripsAndAnIllFormedOneIsA400InQdrantsShape) {
+  start(false);
+  createCollection("caf%C3%A9", "Cosine");
+  EXPECT_EQ(names(), json::array({"café"}));
+  const auto info = call("GET", "/collections/caf%C3%A9");
+  EXPECT_EQ(info.status, 200) << info.body;
+  ASSERT_EQ(call("PUT", "/collections/caf%C3%A9/points?wait=true",
+                 R"({"points":[{"id":7,"vector":[1,0],"payload":{"city":"Zürich"}}]})")
+                .status,
+            200);
+  const auto got = call("GET", "/collections/caf%C3%A9/points/7");
+  ASSERT_EQ(got.status, 200) << got.body;
+  EXPECT_EQ(json::parse(got.body)["result"]["payload"]["city"], "Zürich");
+
+  for (const char* method : {"PUT", "GET", "DELETE"}) {
+    const auto bad = call(method, "/collections/%FF", R"({"vectors":{"size":2,"distance":"Dot"}})");
+    EXPECT_EQ(bad.status, 400) << method << " " << bad.body;
+    EXPECT_FALSE(qdrantErrorMessage(bad.body).empty()) << method << " " << bad.body;
+    EXPECT_TRUE(validUtf8(bad.body));
+  }
+  const auto bad_points = call("POST", "/collections/x%FFy/points/scroll", "{}");
+  EXPECT_EQ(bad_points.status, 400);
+  EXPECT_FALSE(qdrantErrorMessage(bad_points.body).empty()) << bad_points.body;
+  EXPECT_EQ(names(), json::array({"café"}));
+}
+
+TEST_F(VectorsApiTest, NamesStoredBeforeTheDoorAreShownAsValidUtf8) {
+  // A store an older version wrote: a name with a raw 0xFF byte in config.json, no owner.
+  start(false);
+  createCollection("old", "Dot");
+  server_.reset();
+  const std::string file = dir_ + "/vectors/collections/old/config.json";
+  std::ifstream in(file);
+  std::stringstream text;
+  text << in.rdbuf();
+  std::string config = text.str();
+  const size_t at = config.find("\"name\":\"old\"");
+  ASSERT_NE(at, std::string::npos) << config;
+  config.replace(at, 12, "\"name\":\"old\xFF\"");
+  std::ofstream(file, std::ios::trunc) << config;
+  start(true);
+  const std::string key = teamKey("a");
+  EXPECT_EQ(names(key), json::array({"old\xEF\xBF\xBD"}));  // U+FFFD
+  // Reachable under that spelling (and shared: any team reads it).
+  EXPECT_EQ(call("GET", "/collections/old%EF%BF%BD", "", key).status, 200);
+  const auto all = admin("GET", "/admin/vectors/collections");
+  ASSERT_EQ(all.status, 200) << all.body;
+  EXPECT_TRUE(validUtf8(all.body));
+  const json j = json::parse(all.body, nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << all.body;
+  ASSERT_EQ(j["collections"].size(), 1u);
+  EXPECT_EQ(j["collections"][0]["owner"], "");
+}
+
+TEST_F(VectorsApiTest, ErrorsOfTheFloorComeInQdrantsShape) {
+  start(false);
+  const auto r = call("GET", "/collections/%FF");
+  EXPECT_EQ(r.status, 400);
+  EXPECT_FALSE(qdrantErrorMessage(r.body).empty()) << r.body;
+  const auto aliases = call("GET", "/aliases?x=%FF");
+  EXPECT_EQ(aliases.status, 400);
+  EXPECT_FALSE(qdrantErrorMessage(aliases.body).empty()) << aliases.body;
+}
+
+TEST_F(VectorsApiTest, VectorsWhoseScoreCouldOverflowAreRefusedOnUpsertAndQuery) {
+  start(false);
+  for (const std::string distance : {"Dot", "Euclid", "Cosine"}) {
+    const std::string c = "/collections/" + distance;
+    createCollection(distance, distance);
+    const auto up =
+        call("PUT", c + "/points?wait=true", R"({"points":[{"id":1,"vector":[3e38,3e38]}]})");
+    EXPECT_EQ(up.status, 400) << distance << " " << up.body;
+    EXPECT_NE(qdrantErrorMessage(up.body).find("takes magnitudes up to"), std::string::npos)
+        << up.body;
+    const auto batch =
+        call("PUT", c + "/points?wait=true", R"({"batch":{"ids":[1],"vectors":[[1,-3e37]]}})");
+    EXPECT_EQ(batch.status, 400) << distance << " " << batch.body;
+    ASSERT_EQ(call("PUT", c + "/points?wait=true",
+                   R"({"points":[{"id":2,"vector":[1e18,-1e18]},{"id":3,"vector":[1,2]}]})")
+                  .status,
+              200);
+    for (const auto& [path, body] : std::vector<std::pair<std::string, std::string>>{
+             {"/points/search", R"({"vector":[3e38,3e38],"limit":3})"},
+             {"/points/query", R"({"query":[3e38,3e38],"limit":3})"},
+             {"/points/search/batch", R"({"searches":[{"vector":[3e38,1],"limit":3}]})"}}) {
+      const auto q = call("POST", c + path, body);
+      EXPECT_EQ(q.status, 400) << distance << path << " " << q.body;
+      EXPECT_FALSE(qdrantErrorMessage(q.body).empty()) << q.body;
+    }
+    // Within the limit, every score is a finite number.
+    const auto q = call("POST", c + "/points/search", R"({"vector":[1e18,1e18],"limit":3})");
+    ASSERT_EQ(q.status, 200) << q.body;
+    const json j = json::parse(q.body, nullptr, false);
+    ASSERT_FALSE(j.is_discarded()) << distance << " " << q.body;
+    ASSERT_EQ(j["result"].size(), 2u) << q.body;
+    for (const auto& p : j["result"]) EXPECT_TRUE(p["score"].is_number()) << q.body;
+  }
+}
+
+// nlohmann's value() and get<> throw on a field of another type; these answer in Qdrant's shape
+// (400, or the field ignored as Qdrant's serde defaults would) instead of the floor's 500.
+TEST_F(VectorsApiTest, FieldsOfTheWrongTypeAreNeverA500) {
+  start(false);
+  const auto bad_distance =
+      call("PUT", "/collections/typed", R"({"vectors":{"size":2,"distance":5}})");
+  EXPECT_EQ(bad_distance.status, 400) << bad_distance.body;
+  const auto bad_quant = call("PUT", "/collections/typed",
+                              R"({"vectors":{"size":2,"distance":"Dot"},)"
+                              R"("quantization_config":{"scalar":{"type":1}}})");
+  EXPECT_EQ(bad_quant.status, 400) << bad_quant.body;
+  const auto odd_quantile = call("PUT", "/collections/typed",
+                                 R"({"vectors":{"size":2,"distance":"Dot"},)"
+                                 R"("quantization_config":{"scalar":{"quantile":"x"}}})");
+  EXPECT_LT(odd_quantile.status, 500) << odd_quantile.body;
+  (void)call("DELETE", "/collections/typed");
+  createCollection("typed", "Dot");
+  const auto using_number =
+      call("POST", "/collections/typed/points/query", R"({"query":[1,1],"using":5})");
+  EXPECT_EQ(using_number.status, 400) << using_number.body;
+  const auto name_number = call("POST", "/collections/typed/points/search",
+                                R"({"vector":{"name":5,"vector":[1,1]},"limit":1})");
+  EXPECT_LT(name_number.status, 500) << name_number.body;
+  for (const auto* r : {&bad_distance, &bad_quant, &using_number}) {
+    EXPECT_FALSE(qdrantErrorMessage(r->body).empty()) << r->body;
+  }
+}
+
+// Team b's key on every kind of route of team a's collection: answered as if it did not exist,
+// and nothing changes.
+TEST_F(VectorsApiTest, AnotherTeamsCollectionIsInvisibleAndUnchangedOnEveryRoute) {
+  start(true);
+  const std::string a = teamKey("a");
+  const std::string b = teamKey("b");
+  ASSERT_FALSE(a.empty());
+  ASSERT_FALSE(b.empty());
+  createCollection("acoll", "Dot", a);
+  ASSERT_EQ(call("PUT", "/collections/acoll/points?wait=true", kTwoPoints, a).status, 200);
+  ASSERT_EQ(call("PUT", "/collections/acoll/index",
+                 R"({"field_name":"secret","field_schema":"keyword"})", a)
+                .status,
+            200);
+  const std::string missing = "Not found: Collection `acoll` doesn't exist!";
+
+  struct Probe {
+    const char* method;
+    const char* path;
+    const char* body;
+  };
+  const std::vector<Probe> probes = {
+      {"GET", "/collections/acoll", ""},
+      {"GET", "/collections/acoll/stats", ""},
+      {"GET", "/collections/acoll/aliases", ""},
+      {"PATCH", "/collections/acoll", R"({"optimizers_config":{}})"},
+      {"PUT", "/collections/acoll/index", R"({"field_name":"other","field_schema":"keyword"})"},
+      {"DELETE", "/collections/acoll/index/secret?wait=true", ""},
+      {"PUT", "/collections/acoll/points?wait=true",
+       R"({"points":[{"id":1,"vector":[9,9],"payload":{"secret":"b's"}}]})"},
+      {"POST", "/collections/acoll/points", R"({"ids":[1,2],"with_payload":true})"},
+      {"GET", "/collections/acoll/points/1", ""},
+      {"POST", "/collections/acoll/points/delete?wait=true", R"({"points":[1,2]})"},
+      {"POST", "/collections/acoll/points/payload?wait=true",
+       R"({"payload":{"secret":"b's"},"points":[1]})"},
+      {"PUT", "/collections/acoll/points/payload?wait=true",
+       R"({"payload":{"secret":"b's"},"points":[1]})"},
+      {"POST", "/collections/acoll/points/payload/delete?wait=true",
+       R"({"keys":["secret"],"points":[1]})"},
+      {"POST", "/collections/acoll/points/payload/clear?wait=true", R"({"points":[1,2]})"},
+      {"POST", "/collections/acoll/points/count", "{}"},
+      {"POST", "/collections/acoll/points/scroll", R"({"with_payload":true})"},
+      {"POST", "/collections/acoll/points/search", R"({"vector":[1,1],"limit":5})"},
+      {"POST", "/collections/acoll/points/search/batch",
+       R"({"searches":[{"vector":[1,1],"limit":5}]})"},
+      {"POST", "/collections/acoll/points/query", R"({"query":[1,1],"limit":5})"},
+      {"POST", "/collections/acoll/points/query/batch",
+       R"({"searches":[{"query":[1,1],"limit":5}]})"},
+  };
+  auto probeAll = [&] {
+    for (const Probe& p : probes) {
+      const auto r = call(p.method, p.path, p.body, b);
+      EXPECT_EQ(r.status, 404) << p.method << " " << p.path << ": " << r.body;
+      EXPECT_EQ(qdrantErrorMessage(r.body), missing) << p.method << " " << p.path;
+      EXPECT_EQ(r.body.find("team a"), std::string::npos) << r.body;
+    }
+    // As for a collection that does not exist: exists is false, a drop drops nothing, a create
+    // finds the name taken without replacing it or saying whose it is.
+    const auto ex = call("GET", "/collections/acoll/exists", "", b);
+    ASSERT_EQ(ex.status, 200) << ex.body;
+    EXPECT_EQ(json::parse(ex.body)["result"]["exists"], false);
+    const auto drop = call("DELETE", "/collections/acoll", "", b);
+    ASSERT_EQ(drop.status, 200) << drop.body;
+    EXPECT_EQ(json::parse(drop.body)["result"], false);
+    const auto create =
+        call("PUT", "/collections/acoll", R"({"vectors":{"size":4,"distance":"Euclid"}})", b);
+    EXPECT_EQ(create.status, 409) << create.body;
+    EXPECT_EQ(qdrantErrorMessage(create.body), "Wrong input: Collection `acoll` already exists!");
+    EXPECT_EQ(names(b), json::array());
+  };
+  auto unchanged = [&] {
+    EXPECT_EQ(names(a), json::array({"acoll"}));
+    const auto info = call("GET", "/collections/acoll", "", a);
+    ASSERT_EQ(info.status, 200) << info.body;
+    const json i = json::parse(info.body);
+    EXPECT_EQ(i["result"]["config"]["params"]["vectors"]["size"], 2);
+    EXPECT_EQ(i["result"]["config"]["params"]["vectors"]["distance"], "Dot");
+    EXPECT_TRUE(i["result"]["payload_schema"].contains("secret")) << info.body;
+    EXPECT_FALSE(i["result"]["payload_schema"].contains("other")) << info.body;
+    const auto pts =
+        call("POST", "/collections/acoll/points", R"({"ids":[1,2],"with_vector":true})", a);
+    ASSERT_EQ(pts.status, 200) << pts.body;
+    const json p = json::parse(pts.body)["result"];
+    ASSERT_EQ(p.size(), 2u) << pts.body;
+    EXPECT_EQ(p[0]["payload"], json({{"secret", "team a's"}}));
+    EXPECT_EQ(p[0]["vector"], json({0.5, 0.5}));
+    EXPECT_EQ(p[1]["payload"], json({{"secret", "also a's"}}));
+  };
+  probeAll();
+  unchanged();
+
+  // Ownership is stored with the collection: the same after a restart.
+  start(true);
+  probeAll();
+  unchanged();
+
+  // The admin port sees and names every team's collections.
+  const auto all = admin("GET", "/admin/vectors/collections");
+  ASSERT_EQ(all.status, 200) << all.body;
+  const json j = json::parse(all.body);
+  ASSERT_EQ(j["collections"].size(), 1u);
+  EXPECT_EQ(j["collections"][0]["owner"], "a");
+}
+
+// A collection made without access control is shared: every team reads and writes its points,
+// none drops it or changes its schema; a team's own collection it manages fully.
+TEST_F(VectorsApiTest, SharedCollectionsAreReadAndWrittenByTeamsButManagedOnlyByTheAdmin) {
+  start(false);
+  createCollection("shared", "Dot");
+  start(true);
+  const std::string b = teamKey("b");
+  EXPECT_EQ(names(b), json::array({"shared"}));
+  EXPECT_EQ(call("PUT", "/collections/shared/points?wait=true", kTwoPoints, b).status, 200);
+  const auto scroll = call("POST", "/collections/shared/points/scroll", "{}", b);
+  ASSERT_EQ(scroll.status, 200) << scroll.body;
+  EXPECT_EQ(json::parse(scroll.body)["result"]["points"].size(), 2u);
+  for (const auto& [method, path, body] :
+       std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"DELETE", "/collections/shared", ""},
+           {"PATCH", "/collections/shared", "{}"},
+           {"PUT", "/collections/shared", R"({"vectors":{"size":2,"distance":"Dot"}})"},
+           {"PUT", "/collections/shared/index",
+            R"({"field_name":"secret","field_schema":"keyword"})"},
+           {"DELETE", "/collections/shared/index/secret", ""}}) {
+    const auto r = call(method, path, body, b);
+    EXPECT_EQ(r.status, 403) << method << " " << path << ": " << r.body;
+    EXPECT_TRUE(qdrantErrorMessage(r.body).starts_with("Forbidden: ")) << r.body;
+  }
+  EXPECT_EQ(names(b), json::array({"shared"}));
+  // Its own: everything, including dropping it.
+  createCollection("bcoll", "Dot", b);
+  EXPECT_EQ(
+      call("PUT", "/collections/bcoll/index", R"({"field_name":"k","field_schema":"keyword"})", b)
+          .status,
+      200);
+  const auto drop = call("DELETE", "/collections/bcoll", "", b);
+  ASSERT_EQ(drop.status, 200) << drop.body;
+  EXPECT_EQ(json::parse(drop.body)["result"], true);
+}
+
+}  // namespace
+}  // namespace infera::vectors
