@@ -4,9 +4,11 @@
 #include <nlohmann/json.hpp>
 
 #include "core/config.h"
+#include "core/json.h"
 #include "core/log.h"
 #include "features/features.h"
 #include "features/internal/ingest.h"
+#include "features/internal/json_body.h"
 #include "features/internal/online_store.h"
 #include "features/internal/pool.h"
 #include "features/internal/registry.h"
@@ -41,6 +43,7 @@ Task<void> sendJson(net::ResponseWriter& w, int status, const std::string& body)
 std::string adminError(const Status& s) {
   const char* code = s.code() == StatusCode::kFailedPrecondition ? "breaking_change"
                      : s.code() == StatusCode::kNotFound         ? "not_found"
+                     : s.code() == StatusCode::kPayloadTooLarge  ? "payload_too_large"
                                                                  : "invalid_repository";
   return net::errorJson(s.message(), "invalid_request_error", code);
 }
@@ -53,6 +56,8 @@ int adminStatus(const Status& s) {
       return 404;
     case StatusCode::kInvalidArgument:
       return 400;
+    case StatusCode::kPayloadTooLarge:
+      return 413;
     default:
       return 503;
   }
@@ -159,14 +164,21 @@ class FeatureStoreImpl final : public FeatureStore {
                [p](net::HttpRequest& req, net::ResponseWriter& w, net::PathParams) {
                  return p->health(req, w);
                });
+    // The floor's answers on these paths (invalid UTF-8 at the door, a cross-site refusal, a
+    // handler that threw) in the shape Feast's clients read. The admin routes keep the admin
+    // port's shape (net::errorJson), the router's default.
+    for (const char* path : {"/get-online-features", "/push", "/write-to-online-store", "/health"})
+      router.setErrorShape(path, feastErrorAnswer);
     router.own(std::move(h));
   }
 
   void addAdminRoutes(net::Router& admin, const net::RouteGuard& guard) override {
     auto files_of = [](const std::string& body,
                        std::map<std::string, std::string>& files) -> Status {
-      json j = json::parse(body, nullptr, false);
-      if (j.is_discarded() || !j.is_object() || !j.contains("files") || !j["files"].is_object()) {
+      Result<json> parsed = readJson(body);
+      if (!parsed.ok()) return parsed.takeStatus();
+      const json& j = *parsed;
+      if (!j.is_object() || !j.contains("files") || !j["files"].is_object()) {
         return Status::invalidArgument("expected {\"files\": {\"name.yaml\": \"<yaml>\", ...}}");
       }
       for (const auto& [k, v] : j["files"].items()) {
@@ -188,7 +200,7 @@ class FeatureStoreImpl final : public FeatureStore {
           co_return;
         }
         json out = {{"changes", r->changes}, {"breaking", r->breaking}, {"applied", r->applied}};
-        const std::string text = out.dump();
+        const std::string text = dumpJson(out);
         co_await sendJson(w, 200, text);
       };
     };
@@ -282,7 +294,8 @@ class FeatureStoreImpl final : public FeatureStore {
                        {"online", v->online},
                        {"source", v->source},
                        {"timestamp_field", ts},
-                       {"aggregated", v->aggregated()}});
+                       {"aggregated", v->aggregated()},
+                       {"owner", v->owner}});  // "" = shared
       // Since this server started: null until a write reaches the view.
       const auto f = fresh.find(n);
       json& jv = views.back();
@@ -296,7 +309,7 @@ class FeatureStoreImpl final : public FeatureStore {
       for (const auto& p : s.projections) {
         for (size_t fi : p.features) refs.push_back(p.alias + ":" + p.view->features[fi].name);
       }
-      services.push_back({{"name", n}, {"features", refs}});
+      services.push_back({{"name", n}, {"features", refs}, {"owner", s.owner}});
     }
     json sources = json::array();
     for (const auto& [n, ps] : reg->push_sources)
@@ -313,7 +326,7 @@ class FeatureStoreImpl final : public FeatureStore {
                 {"push_sources", sources},
                 {"feature_services", services},
                 {"store_stats", {{"keys", st.keys}, {"bytes", st.bytes}}}};
-    return out.dump();
+    return dumpJson(out);
   }
 
   // POST /admin/features/ingest {"feature_view_name", "df", "first_row", "dry_run"}: batch ingest
@@ -325,8 +338,10 @@ class FeatureStoreImpl final : public FeatureStore {
     auto err = [](int status, const std::string& m, const char* code) {
       return std::make_pair(status, net::errorJson(m, "invalid_request_error", code));
     };
-    if (ingest_parser_.parse(body.data(), body.size(), true).get(doc) != simdjson::SUCCESS ||
-        doc.get(obj) != simdjson::SUCCESS) {
+    if (auto e = parseBody(ingest_parser_, body, doc)) {
+      return err(400, e->refused ? e->message : "the body is not JSON", "invalid_json");
+    }
+    if (doc.get(obj) != simdjson::SUCCESS) {
       return err(400, "the body is not a JSON object", "invalid_json");
     }
     std::string_view name;
@@ -368,7 +383,7 @@ class FeatureStoreImpl final : public FeatureStore {
                 {"written", dry_run ? 0 : written},
                 {"expired", expired},
                 {"dry_run", dry_run}};
-    return {200, out.dump()};
+    return {200, dumpJson(out)};
   }
 
   struct Loop {

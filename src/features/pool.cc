@@ -1,8 +1,11 @@
 #include "features/internal/pool.h"
 
+#include "core/utf8.h"
+
 namespace infera::features {
 
-WorkerPool::WorkerPool(int threads, size_t max_queue) : max_queue_(max_queue) {
+WorkerPool::WorkerPool(int threads, size_t max_queue)
+    : log_(componentLogger("features")), max_queue_(max_queue) {
   for (int i = 0; i < std::max(threads, 1); ++i) threads_.emplace_back([this] { run(); });
 }
 
@@ -38,8 +41,29 @@ void WorkerPool::run() {
       job = std::move(queue_.front());
       queue_.pop_front();
     }
-    job();
+    // runOnPool's jobs catch their own exceptions (their caller must get an answer); this is for
+    // what escapes a raw submit()ted job, which must not end the process either.
+    try {
+      job();
+    } catch (...) {
+      (void)jobFailed(std::current_exception());
+    }
   }
+}
+
+Status WorkerPool::jobFailed(std::exception_ptr e) noexcept {
+  failed_.fetch_add(1, std::memory_order_relaxed);
+  std::string what;
+  try {
+    std::rethrow_exception(e);
+  } catch (const std::exception& ex) {
+    // Bounded and made valid UTF-8: a library's message may quote the input it choked on.
+    what = toValidUtf8(truncateUtf8(ex.what(), 200));
+  } catch (...) {
+    what = "an exception that is not a std::exception";
+  }
+  INFERA_LOG(log_, err, "a feature store job threw: {}", what);  // spdlog does not throw
+  return Status::internal("a feature store job failed (the server log has the details)");
 }
 
 }  // namespace infera::features

@@ -10,6 +10,8 @@
 #include <sstream>
 
 #include "core/config.h"
+#include "core/json.h"
+#include "core/utf8.h"
 
 namespace infera::features {
 namespace {
@@ -168,7 +170,7 @@ struct Builder {
     if (v.optional("source", fv.source)) raw.source_line = lineOf(v.node()["source"]);
     std::string ignored;
     v.optional("description", ignored);
-    v.optional("owner", ignored);
+    v.optional("owner", fv.owner);
     v.forEach("schema", [&](ConfigReader& f, size_t) {
       Feature feat;
       f.required("name", feat.name);
@@ -279,7 +281,7 @@ struct Builder {
     raw.service.origin = {file, s.line()};
     std::string ignored;
     s.optional("description", ignored);
-    s.optional("owner", ignored);
+    s.optional("owner", raw.service.owner);
     // features: ["view", "view:feature", ...]; projections: [{view, features, alias}].
     std::vector<std::string> refs;
     if (s.optional("features", refs)) {
@@ -485,6 +487,11 @@ Result<std::shared_ptr<const Registry>> buildRegistry(
   b.reg->files = files;
   std::vector<std::string> syntax;
   for (const auto& [name, text] : files) {
+    // The registry is written out as JSON and its names into answers: text, not bytes.
+    if (!validUtf8(text) || !validUtf8(name)) {
+      syntax.push_back(toValidUtf8(name) + ": not valid UTF-8");
+      continue;
+    }
     auto root = loadYamlString(text);
     if (!root.ok()) {
       syntax.push_back(name + ": " + root.status().message());
@@ -530,6 +537,13 @@ Result<std::map<std::string, std::string>> readRepositoryDir(const std::string& 
   if (files.empty()) return Status::notFound("no *.yaml files in feature repository " + dir);
   return files;
 }
+
+namespace {
+std::string ownerChange(const std::string& from, const std::string& to) {
+  auto name = [](const std::string& o) { return o.empty() ? std::string("shared") : "team " + o; };
+  return "owner " + name(from) + " -> " + name(to);
+}
+}  // namespace
 
 Plan planChanges(const Registry& cur, const Registry& next) {
   Plan plan;
@@ -611,6 +625,7 @@ Plan planChanges(const Registry& cur, const Registry& next) {
       diffs.push_back("source '" + old->source + "' -> '" + v->source + "'");
     if (old->online != v->online)
       diffs.push_back(std::string("online ") + (v->online ? "on" : "off"));
+    if (old->owner != v->owner) diffs.push_back(ownerChange(old->owner, v->owner));
     if (!diffs.empty()) {
       std::string s = "~ feature view " + n + ":";
       for (const auto& d : diffs) s += " " + d + ";";
@@ -641,6 +656,9 @@ Plan planChanges(const Registry& cur, const Registry& next) {
              s.projections[i].alias == it->second.projections[i].alias;
     }
     if (!same) plan.changes.push_back("~ feature service " + n + " (" + count(nf, "feature") + ")");
+    if (it->second.owner != s.owner)
+      plan.changes.push_back("~ feature service " + n + ": " +
+                             ownerChange(it->second.owner, s.owner));
   }
   for (const auto& [n, s] : cur.services) {
     if (!next.services.count(n)) plan.changes.push_back("- feature service " + n);
@@ -661,7 +679,7 @@ std::string serializeRegistry(const Registry& r) {
     views[n] = {{"id", v.id}, {"next_feature", v.next_feature}, {"features", fs}};
   }
   j["views"] = views;
-  return j.dump();
+  return dumpJson(j);
 }
 
 Result<std::pair<std::map<std::string, std::string>, StorageIds>> parseSerializedRegistry(

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/log.h"
+#include "features/internal/json_body.h"
 #include "net/http.h"
 
 namespace infera::features {
@@ -67,6 +68,35 @@ simdjson::dom::element member(simdjson::dom::object o, std::string_view k, bool&
   return e;
 }
 
+// A request body as a JSON object, read under the floor's rules (json_body.h): a refusal of the
+// floor is a 400, text that is not JSON Feast's 422.
+std::optional<Failure> readBody(simdjson::dom::parser& parser, std::string_view text,
+                                simdjson::dom::object& body) {
+  simdjson::dom::element doc;
+  if (auto e = parseBody(parser, text, doc)) {
+    if (e->refused) return badRequest(std::move(e->message));
+    return Failure{422, {}, "JSON decode error", "0"};
+  }
+  if (doc.get(body) != simdjson::SUCCESS) return Failure{422, {}, "JSON decode error", "0"};
+  return std::nullopt;
+}
+
+// The one ownership rule (access::checkOwner) for a feature view or service: nothing when the
+// caller may `op` it (its team's, or shared), else the failure `unknown()` builds, the one a name
+// that does not exist gets: another team's view or service is not there for this caller.
+template <typename Unknown>
+std::optional<Failure> checkOwned(const access::Grant& grant, std::string_view name,
+                                  std::string_view owner, access::Operation op, Unknown unknown) {
+  auto d = access::checkOwner(grant, access::ResourceKind::kFeatureService, name, owner, op);
+  if (!d) return std::nullopt;
+  if (d->status == 404) return unknown();
+  return Failure{d->status, "FeastPermissionError", "Permission error:\n" + d->message, {}};
+}
+bool mayWrite(const access::Grant& grant, const FeatureView& v) {
+  return !access::checkOwner(grant, access::ResourceKind::kFeatureService, v.name, v.owner,
+                             access::Operation::kWrite);
+}
+
 // A key column of the request: its values encoded as entity-key payloads.
 struct KeyColumn {
   std::string name;
@@ -99,8 +129,9 @@ void appendKeyJson(std::string& json, std::string_view part, Scalar t) {
   if (!appendValueJson(in, {t, false}, json, was_null)) json += "null";
 }
 
-std::optional<Failure> resolveFeatures(const Registry& reg, simdjson::dom::object body,
-                                       ReadPlan& plan, bool& full_names) {
+std::optional<Failure> resolveFeatures(const Registry& reg, const access::Grant& grant,
+                                       simdjson::dom::object body, ReadPlan& plan,
+                                       bool& full_names) {
   bool found = false;
   full_names = false;
   simdjson::dom::element fe = member(body, "full_feature_names", found);
@@ -121,11 +152,19 @@ std::optional<Failure> resolveFeatures(const Registry& reg, simdjson::dom::objec
       return validation("feature_service", "Input should be a valid string");
   }
   if (!service.empty()) {
-    auto it = reg.services.find(std::string(service));
-    if (it == reg.services.end()) {
+    auto unknown = [&] {
       return notFound(
           "FeatureServiceNotFoundException",
           "Feature service " + std::string(service) + " does not exist in project " + reg.project);
+    };
+    auto it = reg.services.find(std::string(service));
+    if (it == reg.services.end()) return unknown();
+    // The service and every view it reads: a view of another team makes the whole service
+    // unusable for this caller, and it is told no more than for a name that does not exist.
+    const access::Operation read = access::Operation::kRead;
+    if (auto f = checkOwned(grant, service, it->second.owner, read, unknown)) return f;
+    for (const auto& p : it->second.projections) {
+      if (auto f = checkOwned(grant, p.view->name, p.view->owner, read, unknown)) return f;
     }
     plan.service = std::string(service);
     for (const auto& p : it->second.projections) {
@@ -153,12 +192,15 @@ std::optional<Failure> resolveFeatures(const Registry& reg, simdjson::dom::objec
         }
         const std::string_view vn = ref.substr(0, colon);
         const std::string_view fn = ref.substr(colon + 1);
-        const FeatureView* v = reg.view(vn);
-        if (!v) {
+        auto unknown = [&] {
           return notFound(
               "FeatureViewNotFoundException",
               "Feature view " + std::string(vn) + " does not exist in project " + reg.project);
-        }
+        };
+        const FeatureView* v = reg.view(vn);
+        if (!v) return unknown();
+        // Before anything else is said about the view (its features, its keys).
+        if (auto f = checkOwned(grant, vn, v->owner, access::Operation::kRead, unknown)) return f;
         const Feature* f = v->feature(fn);
         if (!f) {
           return notFound(
@@ -462,6 +504,17 @@ std::string buildResponse(const ReadPlan& plan, const std::vector<std::string>& 
 
 }  // namespace
 
+net::EarlyAnswer feastErrorAnswer(int status, std::string_view message, std::string_view code) {
+  (void)code;  // Feast's bodies have no place for it; the status and message say it
+  Failure f{status,
+            status == 401 || status == 403 ? "FeastPermissionError"
+            : status >= 500                ? ""
+                                           : "FeastError",
+            std::string(message),
+            {}};
+  return {status, "application/json", failureBody(f)};
+}
+
 std::string feastErrorBody(std::string_view cls, std::string_view message) {
   // json.dumps' default separators, then encoded again as a JSON string (Feast's FeastError body).
   std::string inner = "{\"module\": \"feast.errors\", \"class\": ";
@@ -588,27 +641,22 @@ Task<void> fail(net::ResponseWriter& w, int& status_out, const std::vector<net::
 
 }  // namespace
 
-// Access control: who calls (401), whether they may read the feature service (403), and the
-// request limits of their key, team and user (429). With access control off: nothing.
-Task<bool> FeatureHandler::admit(Exchange& x, std::string_view service, bool check_service) {
+// Who calls (401), with access control on. Before the body is read: what a body names is
+// resolved as its caller sees it (another team's views and services are unknown to it).
+Task<bool> FeatureHandler::authenticate(Exchange& x) {
   if (!access_) co_return true;
-  if (!x.grant) {
-    if (auto d = access_->authenticate(x.req.header("authorization"),
-                                       x.req.header(access_->userHeader()), x.grant)) {
-      const Failure f{d->status, "FeastPermissionError", "Permission error:\n" + d->message, {}};
-      co_await fail(x.w, x.status, x.extra, f);
-      co_return false;
-    }
+  if (auto d = access_->authenticate(x.req.header("authorization"),
+                                     x.req.header(access_->userHeader()), x.grant)) {
+    const Failure f{d->status, "FeastPermissionError", "Permission error:\n" + d->message, {}};
+    co_await fail(x.w, x.status, x.extra, f);
+    co_return false;
   }
-  if (check_service) {
-    // A feature list names no service: only keys not limited to services may read one.
-    if (auto d = access_->checkAccess(x.grant, access::ResourceKind::kFeatureService, service,
-                                      service)) {
-      const Failure f{d->status, "FeastPermissionError", "Permission error:\n" + d->message, {}};
-      co_await fail(x.w, x.status, x.extra, f);
-      co_return false;
-    }
-  }
+  co_return true;
+}
+
+// The request limits of the caller's key, team and user (429). With access control off: nothing.
+Task<bool> FeatureHandler::admit(Exchange& x) {
+  if (!access_) co_return true;
   access::AdmitRequest ar;
   auto admission = access_->admit(x.grant, ar, x.extra);
   const std::optional<access::Denial> refused = co_await std::move(admission);
@@ -639,33 +687,28 @@ Task<void> FeatureHandler::finish(Exchange& x) {
 
 Task<void> FeatureHandler::getOnlineFeatures(net::HttpRequest& req, net::ResponseWriter& w) {
   Exchange x{kGet, req, w};
+  if (!(co_await authenticate(x))) {
+    co_await finish(x);
+    co_return;
+  }
   std::shared_ptr<const Registry> reg = registry_;  // this request's snapshot
   ReadPlan plan;
   bool full_names = false;
   std::optional<Failure> failure;
   {
-    simdjson::dom::element doc;
     simdjson::dom::object body;
-    if (parser_.parse(req.body.data(), req.body.size(), true).get(doc) != simdjson::SUCCESS ||
-        doc.get(body) != simdjson::SUCCESS) {
-      failure = Failure{422, {}, "JSON decode error", "0"};
-    } else {
-      failure = resolveFeatures(*reg, body, plan, full_names);
-      if (!failure) failure = readEntities(*reg, body, plan);
-    }
+    failure = readBody(parser_, req.body, body);
+    if (!failure) failure = resolveFeatures(*reg, x.grant, body, plan, full_names);
+    if (!failure) failure = readEntities(*reg, body, plan);
   }
   // The document is not used past this point (other requests on this loop reuse the parser).
-  if (failure) {
-    if (access_ && !(co_await admit(x, {}, false))) {
-      co_await finish(x);
-      co_return;
-    }
-    co_await fail(w, x.status, x.extra, *failure);
+  x.service = plan.service;
+  if (!(co_await admit(x))) {
     co_await finish(x);
     co_return;
   }
-  x.service = plan.service;
-  if (!(co_await admit(x, plan.service, true))) {
+  if (failure) {
+    co_await fail(w, x.status, x.extra, *failure);
     co_await finish(x);
     co_return;
   }
@@ -724,17 +767,18 @@ Task<void> FeatureHandler::writeBatches(Exchange& x, std::vector<ViewBatch> batc
 
 Task<void> FeatureHandler::push(net::HttpRequest& req, net::ResponseWriter& w) {
   Exchange x{kPush, req, w};
+  if (!(co_await authenticate(x))) {
+    co_await finish(x);
+    co_return;
+  }
   std::shared_ptr<const Registry> reg = registry_;
   std::vector<ViewBatch> batches;
   std::optional<Failure> failure;
   {
-    simdjson::dom::element doc;
     simdjson::dom::object body;
     bool found = false;
     std::string_view name, to = "online";
-    if (parser_.parse(req.body.data(), req.body.size(), true).get(doc) != simdjson::SUCCESS ||
-        doc.get(body) != simdjson::SUCCESS) {
-      failure = Failure{422, {}, "JSON decode error", "0"};
+    if ((failure = readBody(parser_, req.body, body))) {
     } else if (simdjson::dom::element n = member(body, "push_source_name", found); !found) {
       failure = validation("push_source_name", "Field required");
     } else if (n.get(name) != simdjson::SUCCESS) {
@@ -755,7 +799,15 @@ Task<void> FeatureHandler::push(net::HttpRequest& req, net::ResponseWriter& w) {
     } else {
       auto src = reg->push_sources.find(std::string(name));
       auto views = reg->views_by_source.find(std::string(name));
-      if (src == reg->push_sources.end() || views == reg->views_by_source.end()) {
+      // The views the caller may write (its team's and the shared ones): a push never reaches
+      // another team's view, and a source that feeds only such views is unknown to the caller.
+      std::vector<const FeatureView*> writable;
+      if (views != reg->views_by_source.end()) {
+        for (const FeatureView* v : views->second) {
+          if (mayWrite(x.grant, *v)) writable.push_back(v);
+        }
+      }
+      if (src == reg->push_sources.end() || writable.empty()) {
         failure = Failure{422,
                           "PushSourceNotFoundException",
                           "Unable to find push source '" + std::string(name) + "'.",
@@ -766,7 +818,7 @@ Task<void> FeatureHandler::push(net::HttpRequest& req, net::ResponseWriter& w) {
         IngestOptions o;
         o.now_us = shared_.clock->unixMillis() * 1000;
         o.retain_expired_s = shared_.config->retain_expired_s;
-        for (const FeatureView* v : views->second) {
+        for (const FeatureView* v : writable) {
           if (!s.isOk()) break;
           if (!v->online) continue;
           batches.emplace_back();
@@ -776,7 +828,7 @@ Task<void> FeatureHandler::push(net::HttpRequest& req, net::ResponseWriter& w) {
       }
     }
   }
-  if (!(co_await admit(x, {}, false))) {
+  if (!(co_await admit(x))) {
     co_await finish(x);
     co_return;
   }
@@ -791,24 +843,26 @@ Task<void> FeatureHandler::push(net::HttpRequest& req, net::ResponseWriter& w) {
 
 Task<void> FeatureHandler::writeToOnlineStore(net::HttpRequest& req, net::ResponseWriter& w) {
   Exchange x{kWrite, req, w};
+  if (!(co_await authenticate(x))) {
+    co_await finish(x);
+    co_return;
+  }
   std::shared_ptr<const Registry> reg = registry_;
   std::vector<ViewBatch> batches;
   std::optional<Failure> failure;
   {
-    simdjson::dom::element doc;
     simdjson::dom::object body;
     bool found = false;
     std::string_view name;
-    if (parser_.parse(req.body.data(), req.body.size(), true).get(doc) != simdjson::SUCCESS ||
-        doc.get(body) != simdjson::SUCCESS) {
-      failure = Failure{422, {}, "JSON decode error", "0"};
+    if ((failure = readBody(parser_, req.body, body))) {
     } else if (simdjson::dom::element n = member(body, "feature_view_name", found); !found) {
       failure = validation("feature_view_name", "Field required");
     } else if (n.get(name) != simdjson::SUCCESS) {
       failure = validation("feature_view_name", "Input should be a valid string");
     } else if (simdjson::dom::element df = member(body, "df", found); !found) {
       failure = validation("df", "Field required");
-    } else if (const FeatureView* v = reg->view(name); !v) {
+    } else if (const FeatureView* v = reg->view(name); !v || !mayWrite(x.grant, *v)) {
+      // Another team's view is as unknown to the caller as one that does not exist.
       failure = notFound("FeastObjectNotFoundException",
                          "Can't recognize feast object with a name " + std::string(name));
     } else {
@@ -825,7 +879,7 @@ Task<void> FeatureHandler::writeToOnlineStore(net::HttpRequest& req, net::Respon
       if (!s.isOk()) failure = badRequest(s.message());
     }
   }
-  if (!(co_await admit(x, {}, false))) {
+  if (!(co_await admit(x))) {
     co_await finish(x);
     co_return;
   }

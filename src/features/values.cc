@@ -5,6 +5,7 @@
 #include <cstring>
 #include <limits>
 
+#include "core/utf8.h"
 #include "net/http.h"
 
 namespace infera::features {
@@ -143,7 +144,7 @@ std::string describe(simdjson::dom::element v) {
       std::string s = "the string ";
       std::string_view sv;
       if (v.get(sv) != simdjson::SUCCESS) sv = {};
-      if (sv.size() > 40) sv = sv.substr(0, 40);
+      sv = truncateUtf8(sv, 40);  // whole characters: the message stays text
       net::appendJsonString(s, sv);
       return s;
     }
@@ -300,6 +301,7 @@ bool readScalarJson(std::string_view& in, Scalar t, std::string& json) {
       uint64_t n;
       if (!getVarint(in, n) || n > in.size()) return false;
       if (t == Scalar::kString) {
+        // Ill-formed UTF-8 (stored before the door checked it) is written as U+FFFD.
         net::appendJsonString(json, in.substr(0, n));
       } else {
         json += '"';

@@ -123,6 +123,44 @@ feature_views:
   EXPECT_NE(msg.find("entity 'e' is already defined at a.yaml:1"), std::string::npos) << msg;
 }
 
+// Feast's `owner` on views and services names the team whose data they are (the serving tests
+// show what it permits); it is a plain string, changing it is a planned change, and the other
+// keys of a view stay checked.
+TEST(RegistryTest, ReadsOwnersOfViewsAndServicesAndPlansTheirChange) {
+  std::string owned = kBase;
+  owned.replace(owned.find("  - name: stats\n"), 16, "  - name: stats\n    owner: alpha\n");
+  owned.replace(owned.find("{name: svc,"), 11, "{name: svc, owner: alpha,");
+  auto base = build({{"r.yaml", kBase}});
+  auto reg = build({{"r.yaml", owned}}, base->ids);
+  ASSERT_TRUE(base && reg);
+  EXPECT_EQ(reg->view("stats")->owner, "alpha");
+  EXPECT_EQ(reg->view("other")->owner, "") << "no owner: shared";
+  EXPECT_EQ(reg->services.at("svc").owner, "alpha");
+  const Plan p = planChanges(*base, *reg);
+  EXPECT_EQ(p.changes,
+            (std::vector<std::string>{"~ feature view stats: owner shared -> team alpha",
+                                      "~ feature service svc: owner shared -> team alpha"}));
+  EXPECT_TRUE(p.breaking.empty());
+
+  std::string bad = kBase;
+  bad.replace(bad.find("  - name: other\n"), 16,
+              "  - name: other\n    owner: [a, b]\n    colour: red\n");
+  const std::string msg = errorsOf({{"r.yaml", bad}});
+  EXPECT_NE(msg.find("r.yaml:feature_views[1].owner (line 15): must be a scalar value"),
+            std::string::npos)
+      << msg;
+  EXPECT_NE(msg.find("r.yaml:feature_views[1].colour (line 16): unknown key"), std::string::npos)
+      << msg;
+}
+
+// Names from the repository end up in JSON answers and in the stored registry: text only.
+TEST(RegistryTest, RefusesAFileThatIsNotUtf8) {
+  std::string text = kBase;
+  text.replace(text.find("name: other"), 11, "name: oth\xff");
+  const std::string msg = errorsOf({{"r.yaml", text}});
+  EXPECT_NE(msg.find("r.yaml: not valid UTF-8"), std::string::npos) << msg;
+}
+
 TEST(RegistryTest, ReportsYamlSyntaxErrorsWithTheirFile) {
   const std::string msg = errorsOf({{"x.yaml", "entities: [\n"}});
   EXPECT_NE(msg.find("x.yaml: YAML syntax error"), std::string::npos) << msg;

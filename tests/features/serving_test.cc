@@ -10,8 +10,10 @@
 #include <nlohmann/json.hpp>
 
 #include "core/clock.h"
+#include "core/utf8.h"
 #include "fakes/http_test_client.h"
 #include "fakes/servers.h"
+#include "features/internal/online_store.h"
 #include "features/internal/registry.h"
 #include "features/internal/values.h"
 #include "server/config.h"
@@ -102,7 +104,78 @@ class ServingTest : public ::testing::TestWithParam<std::string> {
            R"(]},"to":"online_and_offline"})";
   }
 
+  // Access control on; teams alpha and beta with a key each (alpha_key_, beta_key_); the test
+  // repository applied with kOwned beside it, served by every loop when this returns.
+  void startWithTeams() {
+    start("", "governance:\n  store: sqlite://" + dir_ +
+                  "/access.db\n  admin_token: tok\n  key_secret: "
+                  "test-secret-0123456789abcdef0123456789\n  sync_interval_ms: 100\n  "
+                  "usage_flush_ms: 100\n");
+    for (const char* team : {"alpha", "beta"}) {
+      ASSERT_EQ(adminAs("/admin/teams", json({{"name", team}}).dump()).status, 201);
+      const auto k = adminAs("/admin/keys", json({{"team", team}}).dump());
+      ASSERT_EQ(k.status, 201) << k.body;
+      (std::string(team) == "alpha" ? alpha_key_ : beta_key_) =
+          json::parse(k.body)["key"].get<std::string>();
+    }
+    auto files = readRepositoryDir(kRepo);
+    ASSERT_TRUE(files.ok());
+    json body = {{"files", *files}};
+    body["files"]["owned.yaml"] = kOwned;
+    const auto r = adminAs("/admin/features/apply", body.dump());
+    ASSERT_EQ(r.status, 200) << r.body;
+    ASSERT_TRUE(testing::waitFor([&] {
+      return postAs(alpha_key_, "/get-online-features",
+                    R"({"feature_service":"alpha_service","entities":{"driver_id":[1]}})")
+                 .status == 200;
+    }));
+  }
+  TestResponse adminAs(const std::string& path, const std::string& body) {
+    auto r = httpRequest(server_->adminPort(), "POST", path, body,
+                         {{"content-type", "application/json"}, {"authorization", "Bearer tok"}});
+    EXPECT_TRUE(r.has_value());
+    return r ? *r : TestResponse{};
+  }
+  TestResponse postAs(const std::string& key, const std::string& path, const std::string& body) {
+    return post(path, body, {{"authorization", "Bearer " + key}});
+  }
+  std::string pushAlphaScore(int64_t driver, int64_t score, int64_t ago_s) {
+    return R"({"push_source_name":"alpha_push","df":{"driver_id":[)" + std::to_string(driver) +
+           R"(],"event_timestamp":[")" + isoAgo(ago_s) + R"("],"score":[)" + std::to_string(score) +
+           "]}}";
+  }
+  // The {"module","class","message"} inside a FeastError body (a JSON string holding JSON).
+  static json feastDetail(const TestResponse& r) {
+    const json outer = json::parse(r.body, nullptr, false);
+    if (!outer.is_string()) return json();
+    return json::parse(outer.get<std::string>(), nullptr, false);
+  }
+
+  // Views and services owned by teams, beside the test repository's shared ones: alpha_mirror is
+  // fed by the shared driver_stats_push_source; mixed_service is shared but reads alpha's view.
+  static constexpr const char* kOwned = R"(push_sources:
+  - name: alpha_push
+feature_views:
+  - name: alpha_scores
+    owner: alpha
+    entities: [driver]
+    source: alpha_push
+    schema:
+      - {name: score, dtype: int64}
+  - name: alpha_mirror
+    owner: alpha
+    entities: [driver]
+    source: driver_stats_push_source
+    schema:
+      - {name: conv_rate, dtype: Float32}
+feature_services:
+  - {name: alpha_service, owner: alpha, features: [alpha_scores]}
+  - {name: beta_rates, owner: beta, features: ["driver_hourly_stats:conv_rate"]}
+  - {name: mixed_service, features: [alpha_scores, "driver_profile:city"]}
+)";
+
   FakeClock clock_{FakeClock::AtSystemTime{}};
+  std::string alpha_key_, beta_key_;
   std::string dir_;
   std::unique_ptr<testing::RedisServer> redis_;
   std::unique_ptr<server::Server> server_;
@@ -426,6 +499,188 @@ TEST_P(ServingTest, AccessControlAuthenticatesAndLimitsRequests) {
   }
   EXPECT_EQ(ok, 3);
   EXPECT_EQ(limited, 2);
+}
+
+// Issue 37: a team reads only its own views and services and the shared ones; another team's
+// answer exactly as a name that does not exist (the name tells nothing).
+TEST_P(ServingTest, AnotherTeamsViewsAndServicesAreUnknownToIt) {
+  startWithTeams();
+  ASSERT_EQ(postAs(alpha_key_, "/push", pushAlphaScore(7, 1, 60)).status, 200);
+  auto read = [&](const std::string& key, const std::string& what) {
+    return postAs(key, "/get-online-features", "{" + what + R"(,"entities":{"driver_id":[7]}})");
+  };
+  auto r = read(alpha_key_, R"("feature_service":"alpha_service")");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(json::parse(r.body)["results"][1]["values"][0], 1);
+  EXPECT_EQ(read(alpha_key_, R"("features":["alpha_scores:score"])").status, 200);
+
+  const json no_service = feastDetail(read(beta_key_, R"("feature_service":"no_such")"));
+  r = read(beta_key_, R"("feature_service":"alpha_service")");
+  EXPECT_EQ(r.status, 404) << r.body;
+  json d = feastDetail(r);
+  EXPECT_EQ(d["class"], no_service["class"]);
+  EXPECT_EQ(d["message"], "Feature service alpha_service does not exist in project rides");
+  for (const char* ref : {"alpha_scores:score", "alpha_scores:no_such_feature"}) {
+    r = read(beta_key_, std::string(R"("features":[")") + ref + "\"]");
+    EXPECT_EQ(r.status, 404) << r.body;
+    d = feastDetail(r);
+    EXPECT_EQ(d["class"], "FeatureViewNotFoundException") << ref;
+    EXPECT_EQ(d["message"], "Feature view alpha_scores does not exist in project rides");
+  }
+  // A shared service that reads alpha's view is alpha's to use only.
+  EXPECT_EQ(read(beta_key_, R"("feature_service":"mixed_service")").status, 404);
+  EXPECT_EQ(read(alpha_key_, R"("feature_service":"mixed_service")").status, 200);
+  // Beta's own service, over a shared view: beta's, not alpha's.
+  EXPECT_EQ(read(beta_key_, R"("feature_service":"beta_rates")").status, 200);
+  EXPECT_EQ(read(alpha_key_, R"("feature_service":"beta_rates")").status, 404);
+  // Shared views stay every team's, as before.
+  ASSERT_EQ(postAs(beta_key_, "/push", pushDriverStats(7, 0.5, 1, 30)).status, 200);
+  r = read(alpha_key_, R"("features":["driver_hourly_stats:conv_rate"])");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(json::parse(r.body)["results"][1]["values"][0], 0.5);
+  // The admin port sees every owner.
+  const auto reg = httpRequest(server_->adminPort(), "GET", "/admin/features/registry", "",
+                               {{"authorization", "Bearer tok"}});
+  ASSERT_TRUE(reg && reg->status == 200);
+  for (const auto& v : json::parse(reg->body)["views"]) {
+    if (v["name"] == "alpha_scores") {
+      EXPECT_EQ(v["owner"], "alpha");
+    } else if (v["name"] == "driver_profile") {
+      EXPECT_EQ(v["owner"], "");
+    }
+  }
+}
+
+TEST_P(ServingTest, AnotherTeamsPushOrWriteIsRefusedAndWritesNothing) {
+  startWithTeams();
+  ASSERT_EQ(postAs(alpha_key_, "/push", pushAlphaScore(7, 1, 60)).status, 200);
+  auto r = postAs(beta_key_, "/push", pushAlphaScore(7, 99, 1));
+  EXPECT_EQ(r.status, 422) << r.body;
+  EXPECT_EQ(feastDetail(r)["class"], "PushSourceNotFoundException");
+  r = postAs(
+      beta_key_, "/write-to-online-store",
+      R"({"feature_view_name":"alpha_scores","df":{"driver_id":[7],"score":[99],"event_timestamp":[")" +
+          isoAgo(1) + R"("]}})");
+  EXPECT_EQ(r.status, 404) << r.body;
+  EXPECT_NE(r.body.find("Can't recognize feast object with a name alpha_scores"),
+            std::string::npos);
+  const std::string q = R"({"features":["alpha_scores:score"],"entities":{"driver_id":[7]}})";
+  r = postAs(alpha_key_, "/get-online-features", q);
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(json::parse(r.body)["results"][1]["values"][0], 1) << "alpha's value is unchanged";
+
+  // A shared source that feeds a shared view and alpha's: beta's push reaches the shared one only.
+  ASSERT_EQ(postAs(beta_key_, "/push", pushDriverStats(8, 0.5, 1, 30)).status, 200);
+  const std::string mirror =
+      R"({"features":["alpha_mirror:conv_rate"],"entities":{"driver_id":[8,9]}})";
+  r = postAs(alpha_key_, "/get-online-features", mirror);
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(json::parse(r.body)["results"][1]["statuses"][0], "NOT_FOUND");
+  r = postAs(beta_key_, "/get-online-features",
+             R"({"features":["driver_hourly_stats:conv_rate"],"entities":{"driver_id":[8]}})");
+  EXPECT_EQ(json::parse(r.body)["results"][1]["values"][0], 0.5) << r.body;
+  ASSERT_EQ(postAs(alpha_key_, "/push", pushDriverStats(9, 0.25, 1, 30)).status, 200);
+  r = postAs(alpha_key_, "/get-online-features", mirror);
+  EXPECT_EQ(json::parse(r.body)["results"][1]["values"][1], 0.25) << r.body;
+}
+
+// Issue 37: every body goes through the floor's rules (core/json.h): too deep, a key given twice
+// or ill-formed UTF-8 is a 400 in Feast's shape, and the server goes on serving.
+TEST_P(ServingTest, RequestBodiesAreReadUnderTheJsonFloorsRules) {
+  startWithTeams();
+  const std::string deep(100000, '[');
+  for (const char* path : {"/get-online-features", "/push", "/write-to-online-store"}) {
+    const auto r = postAs(alpha_key_, path, deep);
+    EXPECT_EQ(r.status, 400) << path << " " << r.body;
+    EXPECT_NE(feastDetail(r)["message"].get<std::string>().find("deeper than 128 levels"),
+              std::string::npos)
+        << r.body;
+  }
+  auto r = postAs(
+      alpha_key_, "/get-online-features",
+      R"({"features":["driver_hourly_stats:conv_rate"],"features":["alpha_scores:score"],"entities":{"driver_id":[1]}})");
+  EXPECT_EQ(r.status, 400) << r.body;
+  EXPECT_NE(r.body.find("given twice"), std::string::npos) << r.body;
+  r = postAs(
+      alpha_key_, "/push",
+      R"({"push_source_name":"alpha_push","df":{"driver_id":[1],"driver_id":[2],"event_timestamp":[")" +
+          isoAgo(1) + R"("],"score":[5]}})");
+  EXPECT_EQ(r.status, 400) << r.body;
+  r = postAs(alpha_key_, "/push",
+             "{\"push_source_name\":\"alpha_push\xff\",\"df\":{\"driver_id\":[1],\"score\":[5]}}");
+  EXPECT_EQ(r.status, 400) << r.body;
+  EXPECT_TRUE(validUtf8(r.body));
+  r = postAs(
+      alpha_key_, "/write-to-online-store",
+      "{\"feature_view_name\":\"alpha_scores\",\"df\":{\"driver_id\":[1],\"score\":[\"\xc3\"]}}");
+  EXPECT_EQ(r.status, 400) << r.body;
+  // The admin port's bodies too.
+  r = adminAs("/admin/features/plan", R"({"files":{},"files":{}})");
+  EXPECT_EQ(r.status, 400) << r.body;
+  // Still serving, and nothing was written.
+  r = postAs(alpha_key_, "/get-online-features",
+             R"({"features":["alpha_scores:score"],"entities":{"driver_id":[1,2]}})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(json::parse(r.body)["results"][1]["statuses"],
+            json::parse(R"(["NOT_FOUND","NOT_FOUND"])"));
+}
+
+// The floor's own answers (here: a query that is not UTF-8, refused at the door before any
+// handler) come in the feature server's error shape, not the gateway's.
+TEST_P(ServingTest, TheFloorsAnswersUseFeastsErrorShape) {
+  startWithTeams();
+  const auto r = postAs(alpha_key_, "/push?x=%FF", pushAlphaScore(1, 1, 1));
+  EXPECT_EQ(r.status, 400) << r.body;
+  const json d = feastDetail(r);
+  EXPECT_EQ(d["module"], "feast.errors") << r.body;
+  EXPECT_EQ(d["class"], "FeastError") << r.body;
+}
+
+// Issue 37: a string stored before the door checked UTF-8 (written into the store directly here)
+// is served with U+FFFD, in a document that parses, and the server goes on.
+TEST_P(ServingTest, StoredIllFormedStringsAreServedWithReplacementCharacters) {
+  server_.reset();  // the store is the server's while it runs
+  std::unique_ptr<OnlineStore> store;
+  if (GetParam() == "redis") {
+    RedisStoreOptions o;
+    o.url = redis_->url();
+    auto s = openRedisStore(o, clock_);
+    ASSERT_TRUE(s.ok()) << s.status().message();
+    store = std::move(*s);
+  } else {
+    RocksDbOptions o;
+    o.path = dir_ + "/rocksdb";
+    auto s = openRocksDbStore(o, clock_);
+    ASSERT_TRUE(s.ok()) << s.status().message();
+    store = std::move(*s);
+  }
+  auto blob = store->loadMeta();
+  ASSERT_TRUE(blob.ok() && !blob->empty());
+  auto saved = parseSerializedRegistry(*blob);
+  ASSERT_TRUE(saved.ok()) << saved.status().message();
+  const StorageIds::View& view = saved->second.views.at("driver_profile");
+  std::string row, key;
+  putEventTime(row, (clock_.unixMillis() - 1000) * 1000);
+  putVarint(row, view.features.at("city").first);
+  row += static_cast<char>(Scalar::kString);
+  const std::string city = "Ly\xff\xc3on";
+  putVarint(row, city.size());
+  row += city;
+  putVarint(key, zigzag(1001));
+  std::vector<RowWrite> rows(1);
+  rows[0] = RowWrite{view.id, key, row, 0};
+  ASSERT_TRUE(store->write(std::move(rows)).isOk());
+  store.reset();
+  start();
+  for (int i = 0; i < 2; ++i) {
+    const auto r = post("/get-online-features",
+                        R"({"features":["driver_profile:city"],"entities":{"driver_id":[1001]}})");
+    ASSERT_EQ(r.status, 200) << r.body;
+    EXPECT_TRUE(validUtf8(r.body));
+    const json j = json::parse(r.body, nullptr, false);
+    ASSERT_FALSE(j.is_discarded()) << r.body;
+    EXPECT_EQ(j["results"][1]["values"][0], "Ly\xEF\xBF\xBD\xEF\xBF\xBDon");
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Stores, ServingTest, ::testing::Values("rocksdb", "redis"),

@@ -68,6 +68,30 @@ TEST_F(ValuesTest, StringsTakePythonStrOfScalars) {
   EXPECT_EQ(roundTrip("true", "string"), "\"True\"");
 }
 
+// A stored string that is not UTF-8 (written before the door checked bodies) prints as U+FFFD,
+// and a long string quoted in an error is cut between characters, not inside one.
+TEST_F(ValuesTest, StringsPrintAsValidUtf8AndErrorsCutAtCharacters) {
+  std::string enc(1, static_cast<char>(Scalar::kString));
+  const std::string raw =
+      "a\xff\xc3"
+      "b";
+  putVarint(enc, raw.size());
+  enc += raw;
+  std::string_view in(enc);
+  std::string out;
+  bool was_null = false;
+  ASSERT_TRUE(appendValueJson(in, {Scalar::kString, false}, out, was_null));
+  EXPECT_EQ(out,
+            "\"a\xEF\xBF\xBD\xEF\xBF\xBD"
+            "b\"");
+  std::string chars = "a";
+  for (int i = 0; i < 30; ++i) chars += "é";  // 2 bytes each: byte 40 falls inside one
+  const std::string err = roundTrip("\"" + chars + "\"", "int64");
+  ASSERT_TRUE(err.starts_with("ERR: expected an integer")) << err;
+  EXPECT_EQ(err.find("\xEF\xBF\xBD"), std::string::npos) << err;
+  EXPECT_NE(err.find("\"" + chars.substr(0, 39) + "\""), std::string::npos) << err;
+}
+
 TEST_F(ValuesTest, BytesAreBase64BoolsAndListsAreChecked) {
   EXPECT_EQ(roundTrip("\"aGVsbG8=\"", "bytes"), "\"aGVsbG8=\"");
   EXPECT_TRUE(roundTrip("\"not base64!\"", "bytes").starts_with("ERR:"));

@@ -2,19 +2,24 @@
 // A bounded pool of worker threads for blocking work (RocksDB, aggregation updates, batch
 // ingest), so the loops never block on disk. runOnPool() awaits a job from a loop: the job runs
 // on a worker and its result is posted back to the loop. A full queue sheds the job (the caller
-// answers 503) and counts it.
+// answers 503) and counts it. A job that throws (a bug, or a library that throws where it should
+// not) is logged and counted, and its awaiting caller gets kInternal: an exception on a pool
+// thread would otherwise end the process (std::terminate), which the loops' one catch-all does not
+// cover.
 //
 // Thread-safe. Destroying the pool finishes the jobs queued, then joins the threads.
 
 #include <atomic>
 #include <condition_variable>
 #include <deque>
+#include <exception>
 #include <functional>
 #include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
 
+#include "core/log.h"
 #include "core/status.h"
 #include "net/asio.h"
 
@@ -30,9 +35,25 @@ class WorkerPool {
   // False when the queue is full (the job is dropped).
   bool submit(std::function<void()> job);
   uint64_t shed() const { return shed_.load(std::memory_order_relaxed); }
+  // Jobs that ended with an exception.
+  uint64_t failed() const { return failed_.load(std::memory_order_relaxed); }
+
+  // Runs `fn` here (on a pool thread): its result, or kInternal when it throws (logged, counted).
+  template <typename T>
+  Result<T> runGuarded(std::function<Result<T>()>& fn) noexcept {
+    try {
+      return fn();
+    } catch (...) {
+      return jobFailed(std::current_exception());
+    }
+  }
 
  private:
   void run();
+  // Logs and counts an exception that escaped a job; the status its caller gets.
+  Status jobFailed(std::exception_ptr e) noexcept;
+  spdlog::logger* log_ = nullptr;
+  std::atomic<uint64_t> failed_{0};
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::function<void()>> queue_;
@@ -48,8 +69,8 @@ net::Task<Result<T>> runOnPool(WorkerPool& pool, net::asio::io_context& ctx,
                                std::function<Result<T>()> fn) {
   auto initiate = [&pool, &ctx, fn = std::move(fn)](auto handler) mutable {
     auto h = std::make_shared<decltype(handler)>(std::move(handler));
-    const bool queued = pool.submit([h, &ctx, fn = std::move(fn)]() mutable {
-      auto r = std::make_shared<Result<T>>(fn());
+    const bool queued = pool.submit([h, &pool, &ctx, fn = std::move(fn)]() mutable {
+      auto r = std::make_shared<Result<T>>(pool.runGuarded(fn));
       net::asio::post(ctx, [h, r]() mutable { (*h)(std::move(*r)); });
     });
     if (!queued) {

@@ -8,12 +8,15 @@
 //   project: rides
 //   entities:        [{name, join_keys: [one key], value_type, description}]
 //   push_sources:    [{name, timestamp_field: event_timestamp, created_timestamp_column,
-//   description}] feature_views:   [{name, entities: [names], ttl: 1d, online: true, source: <push
-//   source>,
+//                      description}]
+//   feature_views:   [{name, entities: [names], ttl: 1d, online: true, source: <push source>,
 //                      schema: [{name, dtype}], aggregations: [{name, function, column, dtype,
-//                      window, bucket}], description}]
+//                      window, bucket}], description, owner}]
 //   feature_services:[{name, features: ["view", "view:feature", ...],
-//                      projections: [{view, features: [names], alias}], description}]
+//                      projections: [{view, features: [names], alias}], description, owner}]
+// `owner` (Feast's field) is the team whose data a view or service is: only that team's keys read
+// or write it on the data port, and other teams see it as unknown; without an owner it is shared
+// (every team). Entities and push sources accept `owner` and ignore it: they hold no data.
 // Durations: an integer of seconds or "90s", "15m", "1h", "7d", "2w" (0 = forever for ttl).
 //
 // Immutable once built; shared between loops as shared_ptr<const Registry>.
@@ -70,6 +73,7 @@ struct FeatureView {
   int64_t ttl_s = 0;  // 0 = forever
   bool online = true;
   std::string source;  // push source name, or empty
+  std::string owner;   // the owning team; empty = shared
   std::vector<Feature> features;
   std::vector<Aggregation> aggregations;  // non-empty: a stream-aggregation view
   std::unordered_map<std::string, size_t, TransparentStringHash, std::equal_to<>> by_name;
@@ -98,6 +102,7 @@ struct Projection {
 
 struct FeatureService {
   std::string name;
+  std::string owner;  // the owning team; empty = shared
   std::vector<Projection> projections;
   Origin origin;
 };

@@ -1,11 +1,13 @@
 #pragma once
 // The Feast feature-server API on one loop: POST /get-online-features, /push,
-// /write-to-online-store and GET /health, with access control (authenticate, checkAccess on the
-// feature service, admit, finish). One FeatureHandler per loop, owned by that loop's router; it
-// reads the registry snapshot last posted to it.
+// /write-to-online-store and GET /health, with access control (authenticate; access::checkOwner
+// on every feature service and view read or written, another team's being unknown to the caller;
+// admit; finish). One FeatureHandler per loop, owned by that loop's router; it reads the registry
+// snapshot last posted to it.
 //
-// A request's JSON is parsed by the loop's one simdjson parser, so everything a handler needs
-// from it is taken out before its first co_await (another request on the loop may parse then).
+// A request's JSON is parsed by the loop's one simdjson parser under the floor's rules
+// (json_body.h), so everything a handler needs from it is taken out before its first co_await
+// after the parse (another request on the loop may parse then).
 
 #include <simdjson.h>
 
@@ -80,7 +82,8 @@ class FeatureHandler {
 
  private:
   struct Exchange;
-  net::Task<bool> admit(Exchange& x, std::string_view service, bool check_service);
+  net::Task<bool> authenticate(Exchange& x);
+  net::Task<bool> admit(Exchange& x);
   net::Task<void> finish(Exchange& x);
   net::Task<void> writeBatches(Exchange& x, std::vector<ViewBatch> batches, int ok_status,
                                std::string_view ok_body);
@@ -96,5 +99,9 @@ class FeatureHandler {
 
 // Feast's error bodies: a FeastError is a JSON string holding {"module","class","message"}.
 std::string feastErrorBody(std::string_view cls, std::string_view message);
+// The feature server's error shape for the floor's own answers (net::Router::setErrorShape): a
+// FeastError (FeastPermissionError for 401/403), or for a 5xx the plain message as a JSON string
+// (what Feast answers for an exception that is not a FeastError). Never throws but bad_alloc.
+net::EarlyAnswer feastErrorAnswer(int status, std::string_view message, std::string_view code);
 
 }  // namespace infera::features
