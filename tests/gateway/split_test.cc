@@ -111,16 +111,50 @@ TEST_F(ResolveTest, AnArmWithoutARouteIsLeftOutAndTheOthersSplitByWeight) {
   EXPECT_NEAR(served["m/2"] / 10000.0, 0.2, 0.02);
 }
 
+// Over 200 ids, each asked with two different fresh draws: a split that is not sticky (one that
+// mixes the draw in) keeps the same arm for only some of them (~68% each at 80/20), so all 200
+// agreeing cannot happen by chance. Both arms must be seen: a "split" sending everyone to one arm
+// is sticky too.
 TEST_F(ResolveTest, StickyByUserThenKeyAndForcedByHeader) {
+  std::map<std::string, int> arms_seen;
+  int user_and_key_differ = 0;
+  for (int i = 0; i < 200; ++i) {
+    const std::string id = "user-" + std::to_string(i);
+    const std::string other = "key-" + std::to_string(i);
+    RequestKeys k;
+    k.user = id;
+    k.random = 0x9E3779B97F4A7C15ull * static_cast<uint64_t>(i + 1);
+    const Targets a = resolveTargets(*table_, "m", Protocol::kOpenAi, k);
+    ASSERT_NE(a.arm, nullptr) << id;
+    k.random = ~k.random;  // another draw does not matter when there is an id
+    EXPECT_EQ(resolveTargets(*table_, "m", Protocol::kOpenAi, k).arm, a.arm) << id;
+    ++arms_seen[a.arm->name];
+    RequestKeys by_key;
+    by_key.key = id;  // no user: the key is the id, hashed the same way
+    by_key.random = 0x2545F4914F6CDD1Dull * static_cast<uint64_t>(i + 1);
+    EXPECT_EQ(resolveTargets(*table_, "m", Protocol::kOpenAi, by_key).arm, a.arm) << id;
+    by_key.random = ~by_key.random;
+    EXPECT_EQ(resolveTargets(*table_, "m", Protocol::kOpenAi, by_key).arm, a.arm) << id;
+    // Both set: the user decides, where the key alone would pick another arm.
+    RequestKeys key_only;
+    key_only.key = other;
+    const Targets o = resolveTargets(*table_, "m", Protocol::kOpenAi, key_only);
+    RequestKeys both;
+    both.user = id;
+    both.key = other;
+    both.random = k.random;
+    EXPECT_EQ(resolveTargets(*table_, "m", Protocol::kOpenAi, both).arm, a.arm) << id;
+    user_and_key_differ += o.arm != a.arm;
+  }
+  EXPECT_GT(arms_seen["a"], 0);
+  EXPECT_GT(arms_seen["b"], 0);
+  EXPECT_EQ(arms_seen["a"] + arms_seen["b"], 200);
+  EXPECT_GT(user_and_key_differ, 0);  // the user-over-key cases above were not all trivial
+
   RequestKeys k;
   k.user = "alice";
   const Targets a = resolveTargets(*table_, "m", Protocol::kOpenAi, k);
-  k.random = 999;  // a fresh draw does not matter when there is an id
-  const Targets b = resolveTargets(*table_, "m", Protocol::kOpenAi, k);
-  EXPECT_EQ(a.arm, b.arm);
-  RequestKeys by_key;
-  by_key.key = "alice";  // no user: the key is the id, hashed the same way
-  EXPECT_EQ(resolveTargets(*table_, "m", Protocol::kOpenAi, by_key).arm, a.arm);
+  ASSERT_NE(a.arm, nullptr);
   RequestKeys forced = k;
   forced.forced_arm = a.arm->name == "a" ? "b" : "a";
   const Targets f = resolveTargets(*table_, "m", Protocol::kOpenAi, forced);

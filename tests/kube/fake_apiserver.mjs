@@ -57,6 +57,11 @@ const logFile = args.log ? fs.openSync(args.log, 'a') : null;
 function log(line) {
   if (logFile !== null) fs.writeSync(logFile, `${new Date().toISOString()} ${line}\n`);
 }
+// Every Lease write with its holder, on the server's clock: the HA test reads a takeover's timing
+// from here (the replicas' own clocks and the test's are not involved).
+function logLease(r, key, obj) {
+  if (r.name === 'leases') log(`lease ${key} holder ${(obj.spec || {}).holderIdentity || ''}`);
+}
 
 // The resources served, as the real server lists them in discovery.
 const RESOURCES = [
@@ -731,6 +736,7 @@ function update(req, res, rt, q, body, statusOnly) {
     return send(res, 200, next);
   }
   put(r, next, 'MODIFIED');
+  logLease(r, key, next);
   return send(res, 200, next);
 }
 
@@ -785,6 +791,7 @@ async function create(req, res, rt, q, body) {
   }
   put(r, obj, 'ADDED');
   log(`create ${r.name} ${key}`);
+  logLease(r, key, obj);
   return send(res, 201, obj);
 }
 

@@ -4,6 +4,7 @@
 KUBE_TEST_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 SRC_DIR="$(cd "$KUBE_TEST_DIR/../.." && pwd)"
 FIXTURES="$SRC_DIR/tests/testdata/kube"
+source "$SRC_DIR/tests/fakes/sanitizer.sh"
 passed=0
 failed=0
 check() {  # check NAME CONDITION...
@@ -14,8 +15,7 @@ finish() {
   # In a sanitizer build (the asan preset) a process that ends with a report must fail the test,
   # though it did its work first (a use after free at shutdown, say).
   if [[ -n "${work:-}" ]]; then
-    check "no sanitizer report in the logs" \
-      bash -c "! grep -rqs -e 'ERROR: AddressSanitizer' -e 'ERROR: LeakSanitizer' -e 'runtime error:' '$work'"
+    check "no sanitizer report in the logs" no_sanitizer_report "$work"
   fi
   echo "$passed passed, $failed failed"
   [[ "$failed" -eq 0 ]]
@@ -122,19 +122,59 @@ gpu_pod_json() {
   ' "$FIXTURES/gpu-pod.json" "$@"
 }
 
-# has_event POD REASON TEXT: an Event in namespace ml on POD with REASON whose message has TEXT.
-has_event() {
-  k get events -n ml -o json | node -e '
-    let s="";process.stdin.on("data",d=>s+=d).on("end",()=>{const [pod,reason,text]=process.argv.slice(1);
-    process.exit(JSON.parse(s).items.some(e=>e.involvedObject.name===pod&&e.reason===reason&&e.message.includes(text))?0:1)})' "$1" "$2" "$3"
+# Negative checks ("absent", "unbound", "no such Event") hold only when the tool answered: a
+# kubectl that fails (API server down, bad kubeconfig) or output that does not parse fails them too,
+# where a bare `!` would turn the error into a pass.
+
+# events_match NS POD REASON TEXT: 0 when namespace NS has an Event on POD with REASON whose
+# message has TEXT, 1 when the Event list was read and has none, 2 when kubectl failed or printed
+# no Event list.
+events_match() {
+  local json
+  json=$(k get events -n "$1" -o json) || return 2
+  node -e '
+    try {
+      const [pod, reason, text] = process.argv.slice(1);
+      const l = JSON.parse(require("fs").readFileSync(0, "utf8"));
+      if (!["List", "EventList"].includes(l.kind) || !Array.isArray(l.items)) process.exit(2);
+      process.exit(l.items.some(e => e.involvedObject && e.involvedObject.name === pod &&
+        e.reason === reason && String(e.message).includes(text)) ? 0 : 1);
+    } catch (e) { process.exit(2); }' "$2" "$3" "$4" <<<"$json"
+}
+# has_event POD REASON TEXT / not_has_event POD REASON TEXT: as events_match, in namespace ml.
+has_event() { events_match ml "$@"; }
+not_has_event() { events_match ml "$@"; [[ $? -eq 1 ]]; }
+
+# absent KIND NAME [ARGS...]: the API server answers NotFound for the object (any other failure
+# of kubectl is not absence).
+absent() {
+  local out
+  out=$(k get "$@" -o name 2>&1) && return 1
+  [[ "$out" == "Error from server (NotFound): "* ]]
+}
+# file_lacks FILE PATTERN: FILE is readable and no line matches PATTERN (grep's status 1, not 2).
+file_lacks() {
+  grep -q -- "$2" "$1"
+  [[ $? -eq 1 ]]
 }
 
-# The state of pod NAME in namespace ml (the fixtures' namespace).
-pod_node() { k get pod "$1" -n ml -o jsonpath='{.spec.nodeName}' 2>/dev/null; }
-pod_bound() { [[ -n "$(pod_node "$1")" ]]; }
-pod_unbound() { ! pod_bound "$1"; }
-pod_on() { [[ "$(pod_node "$1")" == "$2" ]]; }  # pod_on NAME NODE
-pod_gone() { ! k get pod "$1" -n ml >/dev/null 2>&1; }
+# exited_ok PID: PID, a child of this shell, has exited with status 0 (a crash, or death by the
+# signal it was meant to handle, is not a clean stop; one still running fails at once).
+exited_ok() {
+  kill -0 "$1" 2>/dev/null && { echo "pid $1 still runs"; return 1; }
+  local rc
+  wait "$1"
+  rc=$?
+  [[ $rc -eq 0 ]] || { echo "pid $1 exited with status $rc"; return 1; }
+}
+
+# The state of pod NAME in namespace ml (the fixtures' namespace). pod_node fails when kubectl does.
+pod_node() { k get pod "$1" -n ml -o jsonpath='{.spec.nodeName}'; }
+pod_bound() { local n; n=$(pod_node "$1") && [[ -n "$n" ]]; }
+pod_unbound() { local n; n=$(pod_node "$1") && [[ -z "$n" ]]; }
+pod_on() { local n; n=$(pod_node "$1") && [[ "$n" == "$2" ]]; }      # pod_on NAME NODE
+pod_not_on() { local n; n=$(pod_node "$1") && [[ "$n" != "$2" ]]; }  # bound elsewhere or unbound
+pod_gone() { absent pod "$1" -n ml; }
 pod_deleting() { [[ -n "$(k get pod "$1" -n ml -o jsonpath='{.metadata.deletionTimestamp}' 2>/dev/null)" ]]; }
 
 # start_sched INFERA CONFIG LOG: `infera sched serve` in the background, checked started; sets

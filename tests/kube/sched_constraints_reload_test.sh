@@ -88,7 +88,7 @@ check "the fifth waits, its reason counting the nodes its tolerations exclude" \
   wait_for 20 has_event p5 FailedScheduling "2 of 3 nodes excluded by its node selector, node affinity or taints it does not tolerate"
 k taint nodes n-spot maintenance- >/dev/null 2>&1
 check "removing the taint lets it in" wait_for 20 on_node p5 n-spot
-none_on() { for i in 1 2 3 4 5; do ! on_node "p$i" "$1" || return 1; done; }
+none_on() { for i in 1 2 3 4 5; do pod_not_on "p$i" "$1" || return 1; done; }
 check "no plain pod was ever put on the reserved node" none_on n-reserved
 
 # 3. Live reload. Queue ml holds 6 GPUs (1 + 5 in use): a 1-GPU pod waits on its quota.
@@ -147,4 +147,5 @@ k delete pod p1 -n ml --wait=false >/dev/null
 check "uncordoned, with one of its pods gone, the queue has room for it" wait_for 20 on_node q4 n-reserved
 kill -TERM "$sched_pid"
 check "sched serve stops on SIGTERM" wait_for 10 bash -c "! kill -0 $sched_pid"
+check "... with exit status 0" exited_ok "$sched_pid"
 finish

@@ -111,4 +111,5 @@ preferred pref-3
 check "a fourth is bound as well (the terms are soft), in z2" wait_for 20 pod_on pref-3 n-c
 kill -TERM "$SCHED_PID"
 check "sched serve stops on SIGTERM" wait_for 10 bash -c "! kill -0 $SCHED_PID"
+check "... with exit status 0" exited_ok "$SCHED_PID"
 finish

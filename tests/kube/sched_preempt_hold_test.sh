@@ -29,7 +29,6 @@ scheduling:
     - {name: team-b, max: {gpus: {"*": 8}}}
 YAML
 start_sched "$infera" "$work/sched.yaml" "$work/serve.log"
-not_has_event() { ! has_event "$@"; }
 
 # pod NAME GPUS QUEUE TIER [GRACE_S]
 pod() {

@@ -3,7 +3,9 @@
 # (DCGM_FI_DEV_GPU_UTIL with dcgm-exporter's labels) that a real `prometheus` scrapes every second;
 # `infera sched serve` queries Prometheus, warns the idle notebook (Warning Event), then evicts it
 # through the Eviction API with an Event naming the policy; the busy training pod and the idle pod
-# no policy covers stay. A first run with dry_run only reports.
+# no policy covers stay, past the eviction of a second idle notebook that came with them (what a
+# wrong policy would have done to them, it would have done by then). A first run with dry_run only
+# reports.
 #   sched_reclaim_test.sh INFERA WORK_DIR
 set -uo pipefail
 source "$(dirname "$0")/lib.sh"
@@ -50,8 +52,8 @@ YAML
   PIDS+=("$SERVE_PID")
   wait_for 10 grep -q 'metrics http' "$work/$1.log" || { echo "sched serve did not start"; cat "$work/$1.log"; exit 1; }
 }
-bound() { [[ -n "$(k get pod "$1" -n ml -o jsonpath='{.spec.nodeName}' 2>/dev/null)" ]]; }
-gone() { ! k get pod "$1" -n ml >/dev/null 2>&1; }
+bound() { pod_bound "$@"; }
+gone() { pod_gone "$@"; }
 
 # Dry run first: it warns and reports, evicts nothing.
 serve dry true
@@ -68,8 +70,10 @@ wait "$SERVE_PID" 2>/dev/null
 serve real false
 gpu_pod_json train 1 '' '{"kind":"training"}' | k create --validate=false -f - >/dev/null
 gpu_pod_json stray 1 | k create --validate=false -f - >/dev/null
-check "training and unlabelled pods bound" wait_for 20 bash -c "bound() { [[ -n \$(kubectl --kubeconfig '$KCFG' --cache-dir '$KCACHE' get pod \$1 -n ml -o jsonpath='{.spec.nodeName}') ]]; }; bound train && bound stray"
-api POST /_test/dcgm '{"ml/nb": 0, "ml/train": 87, "ml/stray": 0}' >/dev/null
+gpu_pod_json nb2 1 '' '{"kind":"notebook"}' | k create --validate=false -f - >/dev/null
+three_bound() { bound train && bound stray && bound nb2; }
+check "training, unlabelled and a second notebook pod bound" wait_for 20 three_bound
+api POST /_test/dcgm '{"ml/nb": 0, "ml/train": 87, "ml/stray": 0, "ml/nb2": 0}' >/dev/null
 check "Prometheus has the DCGM series" wait_for 30 bash -c "curl -s 'http://127.0.0.1:$prom_port/api/v1/query?query=DCGM_FI_DEV_GPU_UTIL' | grep -q '\"pod\":\"train\"'"
 warned_for_real() {
   k get events -n ml -o json | node -e '
@@ -79,8 +83,11 @@ warned_for_real() {
 check "the idle notebook is warned (not the dry run's warning)" wait_for 30 warned_for_real
 check "the idle notebook is evicted" wait_for 30 gone nb
 check "... with an Event naming the policy" wait_for 10 has_event nb IdleReclaimed "idle policy idle-notebooks"
+check "the notebook idle since the other two came is evicted too" wait_for 30 gone nb2
 check "the busy training pod stays" bound train
+check "... never warned" not_has_event train IdleReclaimWarning ""
 check "the idle pod no policy covers stays" bound stray
+check "... never warned" not_has_event stray IdleReclaimWarning ""
 mport=$(sed -n 's|.*metrics http://127.0.0.1:\([0-9]*\).*|\1|p' "$work/real.log")
-check "reclaim counted" wait_for 10 bash -c "curl -s http://127.0.0.1:$mport/metrics | grep -q 'infera_sched_idle_reclaims_total{policy=\"idle-notebooks\",action=\"evicted\"} 1'"
+check "reclaim counted (two notebooks)" wait_for 10 bash -c "curl -s http://127.0.0.1:$mport/metrics | grep -q 'infera_sched_idle_reclaims_total{policy=\"idle-notebooks\",action=\"evicted\"} 2\$'"
 finish

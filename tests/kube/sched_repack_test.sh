@@ -54,14 +54,13 @@ check "the 1-GPU pod is recommended to move, freeing its node" \
   wait_for 20 has_event small RepackRecommended "re-packing frees node gpu-a10-0 (8 GPUs)"
 to_used_node() {
   has_event small RepackRecommended "recommend moving to gpu-a10-" &&
-    ! has_event small RepackRecommended "recommend moving to gpu-a10-3"
+    not_has_event small RepackRecommended "recommend moving to gpu-a10-3"
 }
 check "... onto a node in use, never the empty one" to_used_node
 check "... said to be a dry run" has_event small RepackRecommended "dry run: nothing is moved"
 check "the metrics show the plan" wait_for 10 bash -c "curl -s http://127.0.0.1:$mport/metrics | grep -q '^infera_sched_repack_recommended_moves 1' && curl -s http://127.0.0.1:$mport/metrics | grep -q '^infera_sched_repack_freeable_nodes 1'"
 plans_now() { curl -s "http://127.0.0.1:$mport/metrics" | sed -n 's/^infera_sched_repack_plans_total \([0-9]*\).*/\1/p'; }
 plans_at_least() { [[ "$(plans_now)" -ge "$1" ]]; }
-not_has_event() { ! has_event "$@"; }
 first=$(plans_now)
 check "plans keep running" wait_for 10 plans_at_least $((first + 3))
 check "the same recommendation is posted once" test "$(count_events RepackRecommended)" = 1

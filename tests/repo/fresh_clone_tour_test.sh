@@ -14,6 +14,11 @@ pid=""
 cleanup() { [[ -n "$pid" ]] && kill -9 "$pid" 2>/dev/null; rm -rf "$top"; }
 trap cleanup EXIT
 source "$src/tests/cli/lib.sh"
+# wait_for_s SECONDS COMMAND...: COMMAND until it succeeds, every 100 ms; false at the deadline.
+wait_for_s() {
+  local deadline=$((SECONDS + $1)); shift
+  until "$@"; do (( SECONDS >= deadline )) && return 1; sleep 0.1; done
+}
 
 git clone -q "$src" "$top/clone"
 check "the clone is the only thing in its parent" test "$(ls -A "$top")" = clone
@@ -33,7 +38,21 @@ check "it writes the JSON report and the chart" test -s "$top/sr/report.json" -a
 "$infera" sched simulate --mode replay --offered-load 1.0 --horizon 2 --policy infera --no-progress \
   --config "$clone/examples/scheduler/queues.yaml" -o "$top/replay" >"$top/replay.out" 2>&1
 check "the replay tour runs (2 h of arrivals)" test $? -eq 0
-check "the replay reports pending times" grep -qi "pending" "$top/replay.out"
+# The printed pending-time line, read field by field, against the JSON report's figures (an error
+# message that says "pending" matches neither).
+replay_pending_reported() {
+  node -e '
+    const fs = require("fs");
+    const r = JSON.parse(fs.readFileSync(process.argv[2], "utf8"));
+    const m = fs.readFileSync(process.argv[1], "utf8")
+      .match(/^  pending time: mean (\d+) s, p99 (\d+) s; ([\d.]+)% of started pods waited$/m);
+    const p = r.pending;
+    process.exit(m && p && r.mode === "replay" && r.scheduled > 0 &&
+      Number(m[1]) === Math.round(p.mean_s) && Number(m[2]) === Math.round(p.p99_s) &&
+      Math.abs(Number(m[3]) - 100 * p.waited_share) < 0.05 &&
+      p.waited === Math.round(p.waited_share * r.scheduled) ? 0 : 1);' "$top/replay.out" "$top/replay/report.json"
+}
+check "the replay reports pending times (summary line = report.json)" replay_pending_reported
 "$infera" sched validate "$clone/examples/scheduler/queues.yaml" >"$top/val.out" 2>&1
 check "sched validate accepts the example queues" test $? -eq 0
 INFERA_DATA_DIR="$clone/data" "$clone/build/bin/scheduler_trace_test" --gtest_brief=1 >"$top/trace.out" 2>&1
@@ -82,7 +101,13 @@ export INFERA_ADMIN_URL="http://127.0.0.1:$admin"
 "$infera" teams create ml --models 'llama*,text-*' --tpm 20000 --rpm 3 >/dev/null
 check "infera teams create" test $? -eq 0
 key=$("$infera" keys create --team ml --expires 30d)
-check "infera keys create prints a secret" test -n "$key"
+key_rc=$?
+# Its whole output is one secret, sk-inf-<12-character id>-<secret>; the id is what lists and the
+# audit log name.
+key_id=""
+[[ "$key" =~ ^sk-inf-([A-Za-z0-9]{12})-[A-Za-z0-9]{20,}$ ]] && key_id="${BASH_REMATCH[1]}"
+check "infera keys create prints a secret of the sk-inf- shape (status $key_rc)" \
+  bash -c "[[ $key_rc == 0 && -n '$key_id' ]]"
 chat() { code "http://127.0.0.1:$port/v1/chat/completions" "$@" \
   -d '{"model":"llama3","max_tokens":8,"messages":[{"role":"user","content":"hi"}]}'; }
 codes=""
@@ -92,12 +117,24 @@ check "without a key: 401" test "$(chat)" = 401
 "$infera" teams create other --models 'text-*' >/dev/null
 okey=$("$infera" keys create --team other)
 check "a model outside the team's list: 403" test "$(chat -H "authorization: Bearer $okey")" = 403
-"$infera" usage --team ml --granularity minute >"$top/usage.out" 2>&1
-check "infera usage answers" test $? -eq 0
+# Usage is flushed every second (usage_flush_ms). Summed over team ml's minute rows for
+# llama-3-8b: four requests (the 429 is recorded, with no tokens) and the three answered calls'
+# tokens, 4 prompt + 8 completion each from the emulator (the other team's 403 is not ml's).
+ml_usage() {  # ml_usage REQUESTS TOTAL_TOKENS
+  "$infera" usage --team ml --granularity minute >"$top/usage.out" 2>"$top/usage.err" || return 1
+  [[ "$(head -1 "$top/usage.out")" == "BUCKET (UTC)"*" REQUESTS "*" TOTAL "* ]] || return 1
+  [[ "$(awk 'NR > 1 && $3 == "ml" && $4 == "llama-3-8b" {n += $5; t += $8} END {print n + 0, t + 0}' \
+    "$top/usage.out")" == "$1 $2" ]]
+}
+check "infera usage shows ml's calls: 4 requests, 36 tokens" wait_for_s 10 ml_usage 4 36
 "$infera" keys list >"$top/keys.out" 2>&1
-check "infera keys list answers" test $? -eq 0
+keys_rc=$?
+check "infera keys list shows the key, team ml, state active (status $keys_rc)" \
+  bash -c "[[ $keys_rc == 0 && -n '$key_id' ]] && grep -Eq '^$key_id +ml +active ' '$top/keys.out'"
 "$infera" audit >"$top/audit.out" 2>&1
-check "infera audit lists the key creation" grep -q "key" "$top/audit.out"
+audit_rc=$?
+check "infera audit lists the key creation by the admin (status $audit_rc)" \
+  bash -c "[[ $audit_rc == 0 && -n '$key_id' ]] && grep -Eq '^[0-9-]+ [0-9:]+Z +admin +key\.create +$key_id ' '$top/audit.out'"
 
 kill -TERM "$pid"; wait "$pid" 2>/dev/null; pid=""
 
