@@ -110,7 +110,9 @@ enum class ResourceKind { kModel, kCollection, kFeatureService, kRegisteredModel
 //     ownership was recorded): read and write its data, never drop it or change its schema
 //     (kManage: the admin port's);
 //   - another team's: nothing, answered as if it did not exist (404: a name tells nothing).
-// Without access control (an empty grant) every caller is the operator: everything.
+// Without access control (an empty grant) every caller is the operator: everything. A caller
+// without a key (require_keys: false) owns nothing: what it creates is shared, and another team's
+// resources are absent to it.
 enum class Operation { kRead, kWrite, kManage };
 std::optional<Denial> checkOwner(const Grant& grant, ResourceKind kind, std::string_view name,
                                  std::string_view owner, Operation op);

@@ -5,8 +5,8 @@
 #include <algorithm>
 #include <nlohmann/json.hpp>
 
-#include "core/json.h"
 #include "access/internal/governance.h"
+#include "core/json.h"
 #include "core/log.h"
 #include "core/text.h"
 #include "net/router.h"
@@ -335,7 +335,8 @@ std::optional<AdminReply> parseBody(std::string_view body, json& out) {
   auto read = readJson(body);
   if (!read.ok()) return errorReply(400, read.status().message(), "invalid_json");
   out = std::move(*read);
-  if (!out.is_object()) return errorReply(400, "request body must be a JSON object", "invalid_json");
+  if (!out.is_object())
+    return errorReply(400, "request body must be a JSON object", "invalid_json");
   return std::nullopt;
 }
 

@@ -166,9 +166,9 @@ Status Governance::init(obs::MetricsRegistry& metrics) {
         return s ? static_cast<double>(s->generation) : 0.0;
       });
 
-  auto per_worker = metrics.gaugeFamily("infera_governance_worker_generation",
-                                        "Key/team snapshot generation each worker serves.",
-                                        {"worker"});
+  auto per_worker =
+      metrics.gaugeFamily("infera_governance_worker_generation",
+                          "Key/team snapshot generation each worker serves.", {"worker"});
   for (size_t i = 0; i < worker_generations_.size(); ++i) {
     worker_generations_[i].store(-1);
     per_worker->setCallback({std::to_string(i)}, [this, i] {

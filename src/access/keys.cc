@@ -11,8 +11,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/json.h"
 #include "core/clock.h"
+#include "core/json.h"
 #include "core/text.h"
 
 namespace infera::access {
@@ -468,40 +468,43 @@ Status MetaStore::deleteTeam(const std::string& name, const std::string& actor) 
 
 Status MetaStore::createUser(const UserRecord& u, const std::string& actor) {
   const int64_t now = clock_.unixMillis();
-  return mutate(actor, "user.create", u.team + "/" + u.name, dumpJson(fieldsJson(u)), [&]() -> Status {
-    INFERA_ASSIGN_OR_RETURN(auto team, this->team(u.team));
-    if (!team) return Status::notFound("no team '" + u.team + "'");
-    INFERA_RETURN_IF_ERROR(checkUserWithinTeam(u, *team));
-    auto r = db_->exec(std::string("INSERT INTO infera_users (") + kUserCols +
-                           ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?9)",
-                       {SqlValue(u.team), SqlValue(u.name), SqlValue(joinPatterns(u.models)),
-                        SqlValue(u.rpm), SqlValue(u.tpm), SqlValue(u.daily_tokens),
-                        SqlValue(u.budget_tokens), SqlValue(u.budget_usd), SqlValue(now)});
-    if (!r.ok() && r.status().code() == StatusCode::kAlreadyExists) {
-      return Status::alreadyExists("user '" + u.name + "' of team '" + u.team + "' already exists");
-    }
-    return r.ok() ? Status::ok() : r.status();
-  });
+  return mutate(
+      actor, "user.create", u.team + "/" + u.name, dumpJson(fieldsJson(u)), [&]() -> Status {
+        INFERA_ASSIGN_OR_RETURN(auto team, this->team(u.team));
+        if (!team) return Status::notFound("no team '" + u.team + "'");
+        INFERA_RETURN_IF_ERROR(checkUserWithinTeam(u, *team));
+        auto r = db_->exec(std::string("INSERT INTO infera_users (") + kUserCols +
+                               ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?9)",
+                           {SqlValue(u.team), SqlValue(u.name), SqlValue(joinPatterns(u.models)),
+                            SqlValue(u.rpm), SqlValue(u.tpm), SqlValue(u.daily_tokens),
+                            SqlValue(u.budget_tokens), SqlValue(u.budget_usd), SqlValue(now)});
+        if (!r.ok() && r.status().code() == StatusCode::kAlreadyExists) {
+          return Status::alreadyExists("user '" + u.name + "' of team '" + u.team +
+                                       "' already exists");
+        }
+        return r.ok() ? Status::ok() : r.status();
+      });
 }
 
 Status MetaStore::updateUser(const UserRecord& u, const std::string& actor) {
   const int64_t now = clock_.unixMillis();
-  return mutate(actor, "user.update", u.team + "/" + u.name, dumpJson(fieldsJson(u)), [&]() -> Status {
-    INFERA_ASSIGN_OR_RETURN(auto team, this->team(u.team));
-    if (!team) return Status::notFound("no team '" + u.team + "'");
-    INFERA_RETURN_IF_ERROR(checkUserWithinTeam(u, *team));
-    INFERA_ASSIGN_OR_RETURN(
-        SqlResult r,
-        db_->exec("UPDATE infera_users SET models = ?3, rpm = ?4, tpm = ?5, daily_tokens = ?6, "
-                  "budget_tokens = ?7, "
-                  "budget_usd = ?8, updated_ms = ?9 WHERE team = ?1 AND name = ?2",
-                  {SqlValue(u.team), SqlValue(u.name), SqlValue(joinPatterns(u.models)),
-                   SqlValue(u.rpm), SqlValue(u.tpm), SqlValue(u.daily_tokens),
-                   SqlValue(u.budget_tokens), SqlValue(u.budget_usd), SqlValue(now)}));
-    if (r.affected == 0)
-      return Status::notFound("no user '" + u.name + "' in team '" + u.team + "'");
-    return Status::ok();
-  });
+  return mutate(
+      actor, "user.update", u.team + "/" + u.name, dumpJson(fieldsJson(u)), [&]() -> Status {
+        INFERA_ASSIGN_OR_RETURN(auto team, this->team(u.team));
+        if (!team) return Status::notFound("no team '" + u.team + "'");
+        INFERA_RETURN_IF_ERROR(checkUserWithinTeam(u, *team));
+        INFERA_ASSIGN_OR_RETURN(
+            SqlResult r,
+            db_->exec("UPDATE infera_users SET models = ?3, rpm = ?4, tpm = ?5, daily_tokens = ?6, "
+                      "budget_tokens = ?7, "
+                      "budget_usd = ?8, updated_ms = ?9 WHERE team = ?1 AND name = ?2",
+                      {SqlValue(u.team), SqlValue(u.name), SqlValue(joinPatterns(u.models)),
+                       SqlValue(u.rpm), SqlValue(u.tpm), SqlValue(u.daily_tokens),
+                       SqlValue(u.budget_tokens), SqlValue(u.budget_usd), SqlValue(now)}));
+        if (r.affected == 0)
+          return Status::notFound("no user '" + u.name + "' in team '" + u.team + "'");
+        return Status::ok();
+      });
 }
 
 Status MetaStore::deleteUser(const std::string& team, const std::string& name,

@@ -940,10 +940,20 @@ std::string_view kindName(ResourceKind kind) {
 }
 }  // namespace
 
+// The team a caller owns resources as: its key's; a caller without a key (require_keys: false)
+// owns nothing (what it creates is shared), so no team, "anonymous" or any other, gets its
+// resources or lends it theirs.
+namespace {
+std::string_view ownerName(const Grant& grant) {
+  const Principal p = grant.principal();
+  return p.key_id.empty() ? std::string_view() : p.team;
+}
+}  // namespace
+
 std::optional<Denial> checkOwner(const Grant& grant, ResourceKind kind, std::string_view name,
                                  std::string_view owner, Operation op) {
   if (!grant) return std::nullopt;
-  const std::string_view team = grant.principal().team;
+  const std::string_view team = ownerName(grant);
   if (!owner.empty() && owner == team) return std::nullopt;
   if (owner.empty()) {
     if (op != Operation::kManage) return std::nullopt;
@@ -957,12 +967,10 @@ std::optional<Denial> checkOwner(const Grant& grant, ResourceKind kind, std::str
                 "invalid_request_error", "not_found"};
 }
 
-std::string owningTeam(const Grant& grant) {
-  return grant ? std::string(grant.principal().team) : std::string();
-}
+std::string owningTeam(const Grant& grant) { return grant ? std::string(ownerName(grant)) : ""; }
 
 bool visibleTo(const Grant& grant, std::string_view owner) {
-  return !grant || owner.empty() || owner == grant.principal().team;
+  return !grant || owner.empty() || owner == ownerName(grant);
 }
 
 void appendRetryAfter(std::vector<net::HttpHeader>& out, int64_t retry_after_ms) {

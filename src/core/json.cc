@@ -46,8 +46,7 @@ template <typename J>
 Result<J> read(std::string_view text, const JsonLimits& limits) {
   if (text.size() > limits.max_bytes) {
     return Status::payloadTooLarge("the JSON body is " + std::to_string(text.size()) +
-                                   " bytes, over the limit of " +
-                                   std::to_string(limits.max_bytes));
+                                   " bytes, over the limit of " + std::to_string(limits.max_bytes));
   }
   if (jsonDepth(text, limits.max_depth) > limits.max_depth) {
     return Status::invalidArgument("the JSON body nests arrays and objects deeper than " +

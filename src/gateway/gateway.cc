@@ -341,7 +341,7 @@ class GatewayImpl final : public Gateway {
   mutable std::mutex control_mu_;
   std::shared_ptr<const RouteTable> current_;
   std::unordered_map<std::string, std::shared_ptr<EndpointShared>> shared_;
-  std::vector<Loop> loops_;  // under control_mu_
+  std::vector<Loop> loops_;                               // under control_mu_
   std::vector<std::atomic<int64_t>> worker_generations_;  // the table each loop serves
   std::atomic<int64_t> generation_{0};
   net::asio::io_context* health_ctx_ = nullptr;

@@ -166,8 +166,8 @@ struct ServerStats {
       0};                                   // loads refused (the previous certificate kept serving)
   std::atomic<int64_t> tls_not_after_s{0};  // the serving certificate's expiry, unix seconds
   // The floor:
-  std::atomic<uint64_t> handler_exceptions{0};  // handlers that threw (answered 500; a bug)
-  std::atomic<uint64_t> rejected_utf8{0};       // path, query or header not valid UTF-8 (400)
+  std::atomic<uint64_t> handler_exceptions{0};   // handlers that threw (answered 500; a bug)
+  std::atomic<uint64_t> rejected_utf8{0};        // path, query or header not valid UTF-8 (400)
   std::atomic<uint64_t> rejected_cross_site{0};  // cross-site state changes refused (403)
 };
 

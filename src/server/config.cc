@@ -19,8 +19,8 @@ void readListen(ConfigReader& r, ListenConfig& l) {
     for (auto& o : l.allowed_origins) {
       for (auto& c : o) c = (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c;
       if (o != "*" && o.find("://") == std::string::npos) {
-        r.error("allowed_origins", "an origin is \"scheme://host[:port]\" or \"*\", got \"" + o +
-                                       "\"");
+        r.error("allowed_origins",
+                "an origin is \"scheme://host[:port]\" or \"*\", got \"" + o + "\"");
       }
     }
   }

@@ -10,9 +10,9 @@
 #include <unordered_map>
 #include <vector>
 
-#include "core/json.h"
 #include "access/access.h"
 #include "console/console.h"
+#include "core/json.h"
 #include "core/log.h"
 #include "emulator/emulator.h"
 #include "features/features.h"
@@ -397,8 +397,7 @@ class ServerImpl final : public Server {
     auto read = readOrderedJson(body);
     if (!read.ok()) return configError(400, read.status().message(), "invalid_json");
     const nlohmann::ordered_json& req = *read;
-    if (!req.is_object() || !req.contains("config") ||
-        !req["config"].is_object()) {
+    if (!req.is_object() || !req.contains("config") || !req["config"].is_object()) {
       return configError(400, "the body must be a JSON object with a 'config' object",
                          "invalid_json");
     }

@@ -92,7 +92,8 @@ inline TestResponse admin(const server::Server& gw, const std::string& method,
 }
 
 // The value of each series of a gauge family by its `worker` label, from the metrics text.
-inline std::map<std::string, double> perWorker(const server::Server& gw, const std::string& family) {
+inline std::map<std::string, double> perWorker(const server::Server& gw,
+                                               const std::string& family) {
   std::map<std::string, double> out;
   std::istringstream in(gw.metricsText());
   std::string line;

@@ -35,7 +35,9 @@ int64_t admittedInTurn(double limit, double reserve, double used) {
 }
 
 // The gateway's prompt estimate for a body (a quarter of its bytes, plus one).
-int64_t promptEstimate(const std::string& body) { return static_cast<int64_t>(body.size() / 4) + 1; }
+int64_t promptEstimate(const std::string& body) {
+  return static_cast<int64_t>(body.size() / 4) + 1;
+}
 
 class GovernanceTest : public ::testing::Test {
  protected:
@@ -632,8 +634,8 @@ TEST_F(GovernanceTest, DailyQuotaAndCostBudgetFromModelPrices) {
   const auto dollars = [](double prompt, double completion) {
     return (prompt * 1 + completion * 10'000) / 1e6;
   };
-  const double used = dollars(usage["prompt_tokens"].get<double>(),
-                              usage["completion_tokens"].get<double>());
+  const double used =
+      dollars(usage["prompt_tokens"].get<double>(), usage["completion_tokens"].get<double>());
   const double reserve = dollars(static_cast<double>(promptEstimate(chat("m1", 5))), 5);
   EXPECT_EQ(ok, admittedInTurn(0.5, reserve, used)) << usage.dump();
   EXPECT_EQ(ok, 9);
@@ -838,8 +840,7 @@ TEST_F(GovernanceTest, NamesThatAreNotUtf8AreRefusedAtTheDoorAndStoredOnesStillL
     for (const auto& r : rows) n += r["requests"].get<int64_t>();
     return n == 1;
   }));
-  EXPECT_EQ(usageRows(*gw_, "since=1h&granularity=total&group_by=user")[0]["user"],
-            "Jos\xC3\xA9");
+  EXPECT_EQ(usageRows(*gw_, "since=1h&granularity=total&group_by=user")[0]["user"], "Jos\xC3\xA9");
   // A store written before the door: raw bytes in a usage row, its roll-up and an audit entry.
   {
     auto db = store::SqlDb::open("sqlite:" + db_path_);
@@ -848,23 +849,28 @@ TEST_F(GovernanceTest, NamesThatAreNotUtf8AreRefusedAtTheDoorAndStoredOnesStillL
                             std::chrono::system_clock::now().time_since_epoch())
                             .count();
     const std::string bad = "bad\xFF\xFE";
-    ASSERT_TRUE((*db)->exec("INSERT INTO infera_usage VALUES (?, 'r-old', 'k', 'people', ?, ?, 'd1', "
-                            "'', 1, 1, 1.0, 0, 404, 0, 0, 0, 0, 0)",
-                            {store::SqlValue(now), store::SqlValue(bad), store::SqlValue(bad)})
-                    .ok());
-    ASSERT_TRUE((*db)->exec("INSERT INTO infera_usage_minute VALUES (?, 'people', 'k', ?, ?, 'd1', "
-                            "1, 1, 1, 0, 0, 1, 0, 1.0)",
-                            {store::SqlValue(now - now % 60000), store::SqlValue(bad),
-                             store::SqlValue(bad)})
-                    .ok());
-    ASSERT_TRUE((*db)->exec("INSERT INTO infera_audit VALUES (?, 999999, ?, 'alias.set', ?, '{}')",
-                            {store::SqlValue(now), store::SqlValue(std::string("console:Jos\xE9")),
-                             store::SqlValue(bad)})
+    ASSERT_TRUE(
+        (*db)
+            ->exec("INSERT INTO infera_usage VALUES (?, 'r-old', 'k', 'people', ?, ?, 'd1', "
+                   "'', 1, 1, 1.0, 0, 404, 0, 0, 0, 0, 0)",
+                   {store::SqlValue(now), store::SqlValue(bad), store::SqlValue(bad)})
+            .ok());
+    ASSERT_TRUE(
+        (*db)
+            ->exec("INSERT INTO infera_usage_minute VALUES (?, 'people', 'k', ?, ?, 'd1', "
+                   "1, 1, 1, 0, 0, 1, 0, 1.0)",
+                   {store::SqlValue(now - now % 60000), store::SqlValue(bad), store::SqlValue(bad)})
+            .ok());
+    ASSERT_TRUE((*db)
+                    ->exec("INSERT INTO infera_audit VALUES (?, 999999, ?, 'alias.set', ?, '{}')",
+                           {store::SqlValue(now), store::SqlValue(std::string("console:Jos\xE9")),
+                            store::SqlValue(bad)})
                     .ok());
   }
-  for (const std::string q : {"/admin/usage?since=1h&granularity=total&group_by=user,model",
-                              "/admin/usage?since=1h&granularity=minute&group_by=model",
-                              "/admin/usage?since=1h&granularity=hour&group_by=team,user", "/admin/audit?since=1h"}) {
+  for (const std::string q :
+       {"/admin/usage?since=1h&granularity=total&group_by=user,model",
+        "/admin/usage?since=1h&granularity=minute&group_by=model",
+        "/admin/usage?since=1h&granularity=hour&group_by=team,user", "/admin/audit?since=1h"}) {
     const auto r = admin(*gw_, "GET", q);
     EXPECT_EQ(r.status, 200) << q << ": " << r.body;
     EXPECT_FALSE(parse(r.body).is_discarded()) << q << " is not JSON: " << r.body.substr(0, 300);

@@ -16,12 +16,14 @@ TEST(Utf8Test, AcceptsWellFormedAndRefusesIllFormedSequences) {
   EXPECT_TRUE(validUtf8("plain ascii that is longer than eight bytes"));
   EXPECT_TRUE(validUtf8("caf\xC3\xA9 \xE2\x82\xAC \xF0\x9F\x98\x80"));
   EXPECT_FALSE(validUtf8("\xFF"));
-  EXPECT_FALSE(validUtf8("Jos\xE9"));                 // Latin-1
-  EXPECT_FALSE(validUtf8("\xC0\xAF"));                // overlong '/'
-  EXPECT_FALSE(validUtf8("\xED\xA0\x80"));            // a UTF-16 surrogate
-  EXPECT_FALSE(validUtf8("\xF4\x90\x80\x80"));        // past U+10FFFF
-  EXPECT_FALSE(validUtf8("abcdefgh\xE2\x82"));        // cut inside a character
-  EXPECT_EQ(validUtf8Prefix("abc\xFF" "def"), 3u);
+  EXPECT_FALSE(validUtf8("Jos\xE9"));           // Latin-1
+  EXPECT_FALSE(validUtf8("\xC0\xAF"));          // overlong '/'
+  EXPECT_FALSE(validUtf8("\xED\xA0\x80"));      // a UTF-16 surrogate
+  EXPECT_FALSE(validUtf8("\xF4\x90\x80\x80"));  // past U+10FFFF
+  EXPECT_FALSE(validUtf8("abcdefgh\xE2\x82"));  // cut inside a character
+  EXPECT_EQ(validUtf8Prefix("abc\xFF"
+                            "def"),
+            3u);
 }
 
 TEST(Utf8Test, ReplacesEachBadByteAndTruncatesAtCharacterBoundaries) {

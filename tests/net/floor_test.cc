@@ -35,11 +35,12 @@ class FloorTest : public ::testing::Test {
       r.add("*", "/svc/{name}", [seen](HttpRequest& req, ResponseWriter& w, PathParams p) {
         return answer(seen, req, w, std::string(p["name"]));
       });
-      r.add("GET", "/svc/throw/now", [seen](HttpRequest&, ResponseWriter&, PathParams) -> Task<void> {
-        ++seen->handled;
-        throw std::runtime_error("a bug in a handler");
-        co_return;
-      });
+      r.add("GET", "/svc/throw/now",
+            [seen](HttpRequest&, ResponseWriter&, PathParams) -> Task<void> {
+              ++seen->handled;
+              throw std::runtime_error("a bug in a handler");
+              co_return;
+            });
       // nlohmann's type_error: what a wrong JSON type in a body used to raise.
       r.add("POST", "/svc/json/type",
             [seen](HttpRequest&, ResponseWriter& w, PathParams) -> Task<void> {
@@ -79,8 +80,8 @@ class FloorTest : public ::testing::Test {
     server_.reset();
     loops_.stop();
   }
-  std::optional<testing::TestResponse> get(const std::string& target,
-                                           std::vector<std::pair<std::string, std::string>> h = {}) {
+  std::optional<testing::TestResponse> get(
+      const std::string& target, std::vector<std::pair<std::string, std::string>> h = {}) {
     return testing::httpRequest(server_->port(), "GET", target, "", h);
   }
   std::optional<testing::TestResponse> post(
@@ -138,8 +139,8 @@ TEST_F(FloorTest, EndsTheConnectionWhenAHandlerThrowsAfterItsResponseStarted) {
 
 TEST_F(FloorTest, RefusesIllFormedUtf8InThePathQueryOrHeadersBeforeTheHandler) {
   start();
-  for (const std::string target : {"/svc/%FF", "/svc/ok?name=%FF", "/svc/ok?actor=Jos%E9",
-                                   "/svc/%C0%AF", "/svc/ok?x=100%"}) {
+  for (const std::string target :
+       {"/svc/%FF", "/svc/ok?name=%FF", "/svc/ok?actor=Jos%E9", "/svc/%C0%AF", "/svc/ok?x=100%"}) {
     const auto r = get(target);
     ASSERT_TRUE(r) << target;
     EXPECT_EQ(r->status, 400) << target;
@@ -203,8 +204,8 @@ TEST_F(FloorTest, RefusesCrossSiteStateChangesButNotReadsOrTheServersOwnPages) {
 
 TEST_F(FloorTest, LetsConfiguredOriginsThrough) {
   start({"https://console.example"});
-  const auto ok = post("/svc/x", {{"origin", "https://console.example"},
-                                  {"sec-fetch-site", "cross-site"}});
+  const auto ok =
+      post("/svc/x", {{"origin", "https://console.example"}, {"sec-fetch-site", "cross-site"}});
   ASSERT_TRUE(ok);
   EXPECT_EQ(ok->status, 200);
   const auto no = post("/svc/x", {{"origin", "https://evil.example"}});
@@ -214,7 +215,8 @@ TEST_F(FloorTest, LetsConfiguredOriginsThrough) {
 
 TEST_F(FloorTest, LetsEveryOriginThroughWithAStar) {
   start({"*"});
-  const auto ok = post("/svc/x", {{"origin", "http://evil.example"}, {"sec-fetch-site", "cross-site"}});
+  const auto ok =
+      post("/svc/x", {{"origin", "http://evil.example"}, {"sec-fetch-site", "cross-site"}});
   ASSERT_TRUE(ok);
   EXPECT_EQ(ok->status, 200);
 }
@@ -224,7 +226,9 @@ TEST_F(FloorTest, LetsEveryOriginThroughWithAStar) {
 TEST(ListenTest, RefusesAPortAnotherServerAlreadyListensOn) {
   EventLoops loops(2);
   loops.start();
-  const auto factory = [](int, asio::io_context&) { return std::make_unique<RouterHandler>(Router{}); };
+  const auto factory = [](int, asio::io_context&) {
+    return std::make_unique<RouterHandler>(Router{});
+  };
   auto first = HttpServer::create(loops, ServerConfig{}, factory);
   ASSERT_TRUE(first.ok()) << first.status().message();
   ServerConfig again;

@@ -1,6 +1,22 @@
 # Shared by the SDK test scripts (sourced): checks the npm packages installed at build time
 # (tests/node/CMakeLists.txt: `npm ci` from package-lock.json), and starts `infera serve` on free
-# ports.
+# ports. At exit the servers stop and a sanitizer report in their output fails the script.
+source "$(dirname "${BASH_SOURCE[0]}")/../fakes/sanitizer.sh"
+SERVE_LOGS=()
+SERVE_PIDS=()
+
+# stop_and_check_serves [EXTRA_PID...]: the EXIT trap: stops the servers (and EXTRA_PIDs), then
+# exits 1 when any server's output holds a sanitizer report, else with the script's own status.
+stop_and_check_serves() {
+  local rc=$? p
+  for p in "${SERVE_PIDS[@]}" "$@"; do kill "$p" 2>/dev/null || true; done
+  for p in "${SERVE_PIDS[@]}" "$@"; do wait "$p" 2>/dev/null || true; done
+  if sanitizer_report "${SERVE_LOGS[@]}"; then
+    echo "FAIL - a sanitizer report in a server's output"
+    exit 1
+  fi
+  exit "$rc"
+}
 
 # require_module NODE_MODULES NAME: fails the test when the build did not install NAME.
 require_module() {
@@ -12,9 +28,11 @@ require_module() {
 start_serve() {
   local infera="$1" config="$2" out="$3"
   : >"$out"  # emptied before the child starts: a restart must not read the previous run's ports
+  SERVE_LOGS+=("$out")
   "$infera" serve -c "$config" >"$out" 2>&1 &
   SERVE_PID=$!
-  trap 'kill $SERVE_PID 2>/dev/null; wait $SERVE_PID 2>/dev/null || true' EXIT
+  SERVE_PIDS+=("$SERVE_PID")
+  trap stop_and_check_serves EXIT
   PORT=""
   for _ in $(seq 1 500); do
     PORT=$(sed -n 's|.*data https\{0,1\}://127.0.0.1:\([0-9]*\).*|\1|p' "$out")

@@ -1,6 +1,6 @@
 // The official openai SDK against registry routes: `node registry_sdk_test.mjs route MODEL WANT`
-// checks that MODEL is served by route WANT (x-infera-route); `split N` sends N users' requests to
-// the split model and checks every answer names an arm; `capture` prints the request id of one
+// checks that MODEL is served by route WANT (x-infera-route); `split N` sends N users' requests
+// (two each) to the split model and checks every answer names an arm, the same one per user; `capture` prints the request id of one
 // answer (for the flag and review that follow).
 import { createRequire } from 'node:module';
 import assert from 'node:assert/strict';
@@ -24,13 +24,22 @@ if (mode === 'route') {
   assert.equal(h.get('x-infera-route'), b, `${a} served by ${h.get('x-infera-route')}`);
   console.log(`ok - ${a} -> ${b}`);
 } else if (mode === 'split') {
-  const arms = {};
-  for (let i = 0; i < Number(a); i++) {
-    const h = await chat('fraud', { 'x-infera-user': `user-${i}` });
-    arms[h.get('x-infera-arm')] = (arms[h.get('x-infera-arm')] ?? 0) + 1;
+  // Every answer names an arm; each user (sticky by user) gets the same arm on a second request;
+  // a 50/50 split of N users puts at least a fifth of them in each arm (below that has a
+  // probability under 1e-4 for N = 40). Prints the per-arm counts for the CLI's figures.
+  const n = Number(a);
+  const arms = { ctl: 0, new: 0 };
+  for (let i = 0; i < n; i++) {
+    const first = (await chat('fraud', { 'x-infera-user': `user-${i}` })).get('x-infera-arm');
+    assert.ok(first === 'ctl' || first === 'new', `answer ${i} names arm ${first}`);
+    const again = (await chat('fraud', { 'x-infera-user': `user-${i}` })).get('x-infera-arm');
+    assert.equal(again, first, `user-${i} is sticky`);
+    arms[first] += 2;
   }
-  assert.ok(arms.ctl > 0 && arms.new > 0, JSON.stringify(arms));
+  assert.equal(arms.ctl + arms.new, 2 * n);
+  assert.ok(arms.ctl >= (2 * n) / 5 && arms.new >= (2 * n) / 5, JSON.stringify(arms));
   console.log(`ok - split ${JSON.stringify(arms)}`);
+  console.log(`arms ctl=${arms.ctl} new=${arms.new}`);
 } else if (mode === 'capture') {
   const h = await chat('fraud@champion');
   process.stdout.write(h.get('x-request-id'));

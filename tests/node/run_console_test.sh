@@ -102,7 +102,8 @@ models:
 YAML
 export INFERA_ADMIN_TOKEN="console-admin-$$"
 start_serve "$infera" "$work/console.yaml" "$work/console-serve.out"
-trap 'kill $SERVE_PID $API_PID $SCHED_PID 2>/dev/null; wait $SERVE_PID $API_PID $SCHED_PID 2>/dev/null || true' EXIT
+SERVE_LOGS+=("$work/kube/sched.log")
+trap 'stop_and_check_serves $API_PID $SCHED_PID' EXIT
 export INFERA_ADMIN_URL="http://127.0.0.1:$ADMIN_PORT"
 
 # Registry state for the registry page: two versions, champion moved 1 -> 2, an experiment.

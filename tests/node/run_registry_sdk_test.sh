@@ -79,9 +79,16 @@ grep -q "carol" "$work/history.out" && grep -q "v2 regressed" "$work/history.out
 
 # An A/B split with a shadow: per-arm figures from the CLI, the arm in every answer.
 "$infera" models experiment fraud --arm ctl=@champion:50 --arm new=@challenger:50 --sticky user --shadow 2:1.0 >/dev/null
-run_sdk split 40
+run_sdk split 40 | tee "$work/split.out"
+want_ctl=$(sed -n 's/^arms ctl=\([0-9]*\) new=[0-9]*$/\1/p' "$work/split.out")
+want_new=$(sed -n 's/^arms ctl=[0-9]* new=\([0-9]*\)$/\1/p' "$work/split.out")
+[[ -n "$want_ctl" && -n "$want_new" ]] || fail "the split printed no per-arm counts"
 "$infera" models experiment fraud | tee "$work/experiment.out"
-grep -q "^ctl" "$work/experiment.out" && grep -q "^new" "$work/experiment.out" || fail "no per-arm figures"
+# The CLI's per-arm request counts are the ones the clients saw (columns: ARM TARGET WEIGHT REQUESTS).
+got_ctl=$(awk '$1 == "ctl" {print $4}' "$work/experiment.out")
+got_new=$(awk '$1 == "new" {print $4}' "$work/experiment.out")
+[[ "$got_ctl" == "$want_ctl" && "$got_new" == "$want_new" ]] \
+  || fail "per-arm figures ctl=$got_ctl new=$got_new, the clients saw ctl=$want_ctl new=$want_new"
 grep -q "shadow fraud/2" "$work/experiment.out" || fail "no shadow figures"
 # (to a file, not `| grep -q`: grep's early exit would fail curl with SIGPIPE under pipefail)
 curl -sf "http://127.0.0.1:$ADMIN_PORT/metrics" -H "authorization: Bearer $INFERA_ADMIN_TOKEN" > "$work/metrics.txt" \

@@ -293,9 +293,9 @@ TEST(ReplicaTest, AnotherReplicaSeesAnAliasMoveAtItsNextPoll) {
     const double polls0 = two->metricSum("infera_registry_sync_polls_total");
     ASSERT_TRUE(
         testing::waitFor([&] { return routeOn(*two) == "fraud/" + to; }, std::chrono::seconds(30)));
-    worst_polls = std::max(
-        worst_polls,
-        static_cast<int64_t>(two->metricSum("infera_registry_sync_polls_total") - polls0));
+    worst_polls =
+        std::max(worst_polls,
+                 static_cast<int64_t>(two->metricSum("infera_registry_sync_polls_total") - polls0));
   }
   EXPECT_LE(worst_polls, 3) << "the other replica needed " << worst_polls << " polls";
 }

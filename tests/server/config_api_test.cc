@@ -373,7 +373,6 @@ TEST_F(ConfigRoutesTest, AGoodChangeIsCheckedThenAppliedPersistedAndAudited) {
   EXPECT_TRUE(found) << audit.dump();
 }
 
-
 // Issue 37, defect 5: with access control off (the quickstart), a page the operator opened on
 // another site could send a text/plain POST to the loopback admin port and rewrite the config.
 TEST(ConfigCrossSiteTest, APageOnAnotherSiteCannotRewriteTheConfigWithoutAccessControl) {
@@ -387,7 +386,8 @@ TEST(ConfigCrossSiteTest, APageOnAnotherSiteCannotRewriteTheConfigWithoutAccessC
   auto s = Server::start(std::move(*cfg), path);
   ASSERT_TRUE(s.ok()) << s.status().message();
   const std::string before = readAll(path);
-  json c = json::parse(testing::httpRequest((*s)->adminPort(), "GET", "/admin/config")->body)["config"];
+  json c =
+      json::parse(testing::httpRequest((*s)->adminPort(), "GET", "/admin/config")->body)["config"];
   c["models"][0]["deployments"][0]["endpoints"][0]["url"] = "http://127.0.0.1:2";  // elsewhere
   const std::string body = json{{"config", c}}.dump();
   for (const auto& headers : std::vector<std::vector<std::pair<std::string, std::string>>>{
@@ -416,7 +416,8 @@ TEST_F(ConfigRoutesTest, AWrongTypeOrDeepNestingIsRefusedWith400) {
   const auto r = call("POST", "/admin/config", json{{"config", c}, {"dry_run", "yes"}}.dump());
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 400) << r->body;
-  const std::string deep = "{\"config\":" + std::string(100'000, '[') + std::string(100'000, ']') + "}";
+  const std::string deep =
+      "{\"config\":" + std::string(100'000, '[') + std::string(100'000, ']') + "}";
   const auto d = call("POST", "/admin/config", deep);
   ASSERT_TRUE(d);
   EXPECT_EQ(d->status, 400) << d->body;
@@ -451,10 +452,12 @@ TEST(ConfigApplyTest, AnApplyAnswersOnlyWhenEveryWorkerServesTheNewRoutes) {
     return out;
   };
   // The workers build their routers on their own loops as the server starts.
-  ASSERT_TRUE(testing::waitFor(
-      [&] { return perWorker() == std::map<std::string, std::string>{{"0", "1"}, {"1", "1"}}; }));
+  ASSERT_TRUE(testing::waitFor([&] {
+    return perWorker() == std::map<std::string, std::string>{{"0", "1"}, {"1", "1"}};
+  }));
   for (int weight = 2; weight < 12; ++weight) {
-    json c = json::parse(testing::httpRequest((*s)->adminPort(), "GET", "/admin/config")->body)["config"];
+    json c = json::parse(
+        testing::httpRequest((*s)->adminPort(), "GET", "/admin/config")->body)["config"];
     c["models"][0]["deployments"][0]["endpoints"][0]["weight"] = weight;
     const auto r = testing::httpRequest((*s)->adminPort(), "POST", "/admin/config",
                                         json{{"config", c}}.dump());

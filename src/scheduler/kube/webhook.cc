@@ -167,8 +167,7 @@ namespace {
 Result<std::string> respond(std::string_view review_json, const WebhookPolicy& policy) {
   // The floor's reader (depth, duplicate keys, UTF-8): the API server sends one object per review.
   INFERA_ASSIGN_OR_RETURN(const Json review, readJson(review_json));
-  if (!review.is_object() || !review.contains("request") ||
-      !review["request"].is_object()) {
+  if (!review.is_object() || !review.contains("request") || !review["request"].is_object()) {
     return Status::invalidArgument("not an AdmissionReview with a request");
   }
   const Json& req = review["request"];

@@ -67,7 +67,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const infera::JsonLimits limits;  // the defaults every service uses
   const auto read = infera::readJson(body, limits);
   const auto ordered = infera::readOrderedJson(body, limits);
-  FUZZ_CHECK(read.ok() == ordered.ok(), "ordered and unordered readings disagree on " + printable(body));
+  FUZZ_CHECK(read.ok() == ordered.ok(),
+             "ordered and unordered readings disagree on " + printable(body));
   const int depth = infera::jsonDepth(body, limits.max_depth);
   if (!read.ok()) {
     FUZZ_CHECK(infera::validUtf8(read.status().message()),
@@ -82,7 +83,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                    printable(body) + " (" + read.status().message() + ")");
     return 0;
   }
-  FUZZ_CHECK(depth <= limits.max_depth, "accepted a body nesting past the limit: " + printable(body));
+  FUZZ_CHECK(depth <= limits.max_depth,
+             "accepted a body nesting past the limit: " + printable(body));
   const Json strict = Json::parse(body.begin(), body.end(), nullptr, false);
   FUZZ_CHECK(!strict.is_discarded(), "accepted a body nlohmann refuses: " + printable(body));
   FUZZ_CHECK(*read == strict, "read differently from nlohmann: " + printable(body));

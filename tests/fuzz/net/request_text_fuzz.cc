@@ -70,8 +70,10 @@ void checkParts(std::string_view target, std::string_view whole) {
       std::string decoded;
       FUZZ_CHECK(infera::percentDecode(part, decoded),
                  "a part of an accepted target does not decode: " + printable(part));
-      FUZZ_CHECK(infera::validUtf8(decoded), "a part of an accepted target decodes to ill-formed "
-                                             "UTF-8: " + printable(part) + " of " + printable(whole));
+      FUZZ_CHECK(infera::validUtf8(decoded),
+                 "a part of an accepted target decodes to ill-formed "
+                 "UTF-8: " +
+                     printable(part) + " of " + printable(whole));
       start = i + 1;
     }
   }

@@ -38,12 +38,16 @@ RegistryStore& store() {
     MlflowRequest create{"POST", "registered-models/create", "", R"({"name":"fraud"})", "", "", {}};
     infera::registry::handleMlflow(*st, create);
     for (int i = 0; i < 2; ++i) {
-      MlflowRequest v{"POST", "model-versions/create", "",
-                      R"({"name":"fraud","source":"s3://b/fraud"})", "", "", {}};
+      MlflowRequest v{"POST", "model-versions/create",
+                      "",     R"({"name":"fraud","source":"s3://b/fraud"})",
+                      "",     "",
+                      {}};
       infera::registry::handleMlflow(*st, v);
     }
-    MlflowRequest alias{"POST", "registered-models/alias", "",
-                        R"({"name":"fraud","alias":"champion","version":"1"})", "", "", {}};
+    MlflowRequest alias{"POST", "registered-models/alias",
+                        "",     R"({"name":"fraud","alias":"champion","version":"1"})",
+                        "",     "",
+                        {}};
     infera::registry::handleMlflow(*st, alias);
     return st;
   }();
@@ -78,10 +82,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     FUZZ_CHECK(false, std::string("an exception escaped: ") + e.what() + " on " + ep.path + " " +
                           printable(rest));
   }
-  FUZZ_CHECK(infera::validUtf8(reply.body), "a reply that is not valid UTF-8: " + printable(reply.body));
+  FUZZ_CHECK(infera::validUtf8(reply.body),
+             "a reply that is not valid UTF-8: " + printable(reply.body));
   const auto j = infera::readJson(reply.body.empty() ? "{}" : reply.body);
-  FUZZ_CHECK(j.ok() && j->is_object(),
-             std::string("a reply that is not a JSON object on ") + ep.path + ": " + printable(reply.body));
+  FUZZ_CHECK(j.ok() && j->is_object(), std::string("a reply that is not a JSON object on ") +
+                                           ep.path + ": " + printable(reply.body));
   FUZZ_CHECK(reply.status < 500, std::string("a 5xx for a request on ") + ep.path + ": " +
                                      printable(rest) + " -> " + printable(reply.body));
   if (reply.status >= 400) {
