@@ -11,6 +11,7 @@
 #include <boost/beast/http/read.hpp>
 #include <charconv>
 #include <condition_variable>
+#include <exception>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -97,10 +98,11 @@ class Connection final : public ConnectionBase {
                        std::string_view code);
   // An answer of the floor in the handler's error shape (HttpHandler::errorAnswer); closes after.
   Task<void> sendShaped(int status, std::string_view message, std::string_view code);
-  // Runs the handler; an exception it lets escape is logged with the request id and answered 500
-  // in its error shape (or, when the response had started, ends the connection): one request
-  // lost, never the worker or the process.
-  Task<void> runHandler();
+  // What the handler let escape (caught around its co_await in run(), inline: a coroutine of its
+  // own would cost a frame per request): logged with the request id and answered 500 in its error
+  // shape (or, when the response had started, the connection ends): one request lost, never the
+  // worker or the process.
+  Task<void> handlerThrew(std::exception_ptr thrown);
   // After an early error response: stop sending, then read and discard what the client is still
   // sending (bounded in bytes and time) so closing does not reset the connection before the
   // client has read the response.
@@ -405,7 +407,13 @@ Task<void> Connection<Stream>::run([[maybe_unused]] std::shared_ptr<Connection> 
       keep_alive_ = request_.keep_alive && !loop_.draining;
       started_ = finished_ = chunked_ = no_body_ = head_pending_ = false;
       head_only_ = request_.method == "HEAD";
-      co_await runHandler();
+      std::exception_ptr thrown;
+      try {
+        co_await loop_.handler->handle(request_, *this);
+      } catch (...) {
+        thrown = std::current_exception();
+      }
+      if (thrown) co_await handlerThrew(thrown);
       request_.body_reader = nullptr;
       watch_->active = false;
       watch_->on_close = nullptr;
@@ -454,7 +462,13 @@ Task<void> Connection<Stream>::run([[maybe_unused]] std::shared_ptr<Connection> 
     keep_alive_ = request_.keep_alive && !loop_.draining;
     started_ = finished_ = chunked_ = no_body_ = head_pending_ = false;
     head_only_ = request_.method == "HEAD";
-    co_await runHandler();
+    std::exception_ptr thrown;
+    try {
+      co_await loop_.handler->handle(request_, *this);
+    } catch (...) {
+      thrown = std::current_exception();
+    }
+    if (thrown) co_await handlerThrew(thrown);
     watch_->active = false;
     watch_->on_close = nullptr;
     if (!started_ && !gone_) {
@@ -706,17 +720,16 @@ Task<void> Connection<Stream>::sendShaped(int status, std::string_view message,
 }
 
 template <class Stream>
-Task<void> Connection<Stream>::runHandler() {
+Task<void> Connection<Stream>::handlerThrew(std::exception_ptr e) {
   std::string thrown;
   try {
-    co_await loop_.handler->handle(request_, *this);
-  } catch (const std::exception& e) {
-    thrown = e.what();
+    std::rethrow_exception(e);
+  } catch (const std::exception& ex) {
+    thrown = ex.what();
     if (thrown.empty()) thrown = "an exception without a message";
   } catch (...) {
     thrown = "an exception of unknown type";
   }
-  if (thrown.empty()) co_return;
   loop_.stats.handler_exceptions.fetch_add(1, std::memory_order_relaxed);
   const std::string_view request_id = request_.header("x-request-id");
   INFERA_LOG(componentLogger("net"), err, "{} {} (request id {}): the handler threw: {}",
