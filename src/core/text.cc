@@ -1,6 +1,5 @@
 #include "core/text.h"
 
-#include <charconv>
 #include <cstdlib>
 
 namespace infera {
@@ -22,11 +21,11 @@ bool percentDecode(std::string_view in, std::string& out) {
       out += in[i];
       continue;
     }
-    unsigned v = 0;
     if (i + 2 >= in.size()) return false;
-    const auto [ptr, ec] = std::from_chars(in.data() + i + 1, in.data() + i + 3, v, 16);
-    if (ec != std::errc() || ptr != in.data() + i + 3) return false;
-    out += static_cast<char>(v);
+    const int hi = hexDigitValue(in[i + 1]);
+    const int lo = hexDigitValue(in[i + 2]);
+    if (hi < 0 || lo < 0) return false;
+    out += static_cast<char>(hi * 16 + lo);
     i += 2;
   }
   return true;

@@ -9,6 +9,14 @@
 
 namespace infera {
 
+// The value of one hex digit (either case), or -1.
+inline int hexDigitValue(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
 // Lower-case hex of `n` bytes.
 std::string toHex(const unsigned char* data, size_t n);
 

@@ -3,6 +3,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "core/text.h"
+
 namespace infera {
 
 namespace {
@@ -40,13 +42,6 @@ size_t skipAscii(std::string_view s, size_t i) {
   }
   while (i < s.size() && static_cast<uint8_t>(s[i]) < 0x80) ++i;
   return i;
-}
-
-int hexValue(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
 }
 
 }  // namespace
@@ -101,20 +96,7 @@ bool validPercentEncodedUtf8(std::string_view s) {
   size_t i = skipAscii(s, 0);
   if (i == s.size() && s.find('%') == std::string_view::npos) return true;
   std::string decoded;
-  decoded.reserve(s.size());
-  for (i = 0; i < s.size(); ++i) {
-    if (s[i] != '%') {
-      decoded += s[i];
-      continue;
-    }
-    if (i + 2 >= s.size()) return false;
-    const int hi = hexValue(s[i + 1]);
-    const int lo = hexValue(s[i + 2]);
-    if (hi < 0 || lo < 0) return false;
-    decoded += static_cast<char>(hi * 16 + lo);
-    i += 2;
-  }
-  return validUtf8(decoded);
+  return percentDecode(s, decoded) && validUtf8(decoded);
 }
 
 }  // namespace infera

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <vector>
 
+#include "core/text.h"
 #include "net/http.h"
 
 namespace infera::gateway {
@@ -81,17 +82,9 @@ bool hex4(std::string_view s, size_t i, uint32_t& out) {
   if (i + 4 > s.size()) return false;
   out = 0;
   for (size_t k = i; k < i + 4; ++k) {
-    const char c = s[k];
-    out <<= 4;
-    if (c >= '0' && c <= '9') {
-      out |= static_cast<uint32_t>(c - '0');
-    } else if (c >= 'a' && c <= 'f') {
-      out |= static_cast<uint32_t>(c - 'a' + 10);
-    } else if (c >= 'A' && c <= 'F') {
-      out |= static_cast<uint32_t>(c - 'A' + 10);
-    } else {
-      return false;
-    }
+    const int v = hexDigitValue(s[k]);
+    if (v < 0) return false;
+    out = (out << 4) | static_cast<uint32_t>(v);
   }
   return true;
 }

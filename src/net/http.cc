@@ -2,6 +2,7 @@
 
 #include <cstdio>
 
+#include "core/text.h"
 #include "core/utf8.h"
 
 namespace infera::net {
@@ -62,14 +63,8 @@ std::string_view unsafePathReason(std::string_view path) {
     for (size_t i = 0; i < seg.size(); ++i) {
       char c = seg[i];
       if (c == '%') {
-        auto hex = [](char h) {
-          return (h >= '0' && h <= '9')   ? h - '0'
-                 : (h >= 'a' && h <= 'f') ? h - 'a' + 10
-                 : (h >= 'A' && h <= 'F') ? h - 'A' + 10
-                                          : -1;
-        };
         if (i + 2 >= seg.size()) return "malformed percent escape in the path";
-        const int hi = hex(seg[i + 1]), lo = hex(seg[i + 2]);
+        const int hi = hexDigitValue(seg[i + 1]), lo = hexDigitValue(seg[i + 2]);
         if (hi < 0 || lo < 0) return "malformed percent escape in the path";
         c = static_cast<char>(hi * 16 + lo);
         i += 2;

@@ -125,56 +125,60 @@ void Router::addRoute(std::string_view method, std::string_view pattern, RouteHa
   if (literal && node->methods.size() == 1) exact_.emplace_back(std::string(pattern), node);
 }
 
-void Router::setFallback(std::string prefix, FallbackHandler handler) {
-  for (auto& [p, h] : fallbacks_) {
+namespace {
+
+// Fallbacks, error shapes and body checks are kept by path prefix: setting one replaces the
+// prefix's entry, and a path gets the entry of the longest prefix it starts with.
+template <class T>
+void setByPrefix(std::vector<std::pair<std::string, T>>& entries, std::string prefix, T value) {
+  for (auto& [p, v] : entries) {
     if (p == prefix) {
-      h = std::move(handler);
+      v = std::move(value);
       return;
     }
   }
-  fallbacks_.emplace_back(std::move(prefix), std::move(handler));
+  entries.emplace_back(std::move(prefix), std::move(value));
+}
+
+template <class T>
+const T* longestPrefix(const std::vector<std::pair<std::string, T>>& entries,
+                       std::string_view path) {
+  const T* best = nullptr;
+  size_t best_len = 0;
+  for (const auto& [prefix, v] : entries) {
+    if (path.starts_with(prefix) && (!best || prefix.size() >= best_len)) {
+      best = &v;
+      best_len = prefix.size();
+    }
+  }
+  return best;
+}
+
+}  // namespace
+
+void Router::setFallback(std::string prefix, FallbackHandler handler) {
+  setByPrefix(fallbacks_, std::move(prefix), std::move(handler));
 }
 
 void Router::setErrorShape(std::string prefix, ErrorShape shape) {
-  for (auto& [p, h] : error_shapes_) {
-    if (p == prefix) {
-      h = std::move(shape);
-      return;
-    }
-  }
-  error_shapes_.emplace_back(std::move(prefix), std::move(shape));
+  setByPrefix(error_shapes_, std::move(prefix), std::move(shape));
 }
 
 EarlyAnswer Router::errorAnswer(std::string_view path, int status, std::string_view message,
                                 std::string_view code) const {
-  const ErrorShape* best = nullptr;
-  size_t best_len = 0;
-  for (const auto& [prefix, shape] : error_shapes_) {
-    if (path.starts_with(prefix) && (!best || prefix.size() >= best_len)) {
-      best = &shape;
-      best_len = prefix.size();
-    }
-  }
-  if (best) return (*best)(status, message, code);
+  if (const ErrorShape* shape = longestPrefix(error_shapes_, path))
+    return (*shape)(status, message, code);
   return defaultErrorAnswer(status, message, code);
 }
 
 void Router::setBeforeBody(std::string prefix, BeforeBody check) {
-  before_body_.emplace_back(std::move(prefix), std::move(check));
+  setByPrefix(before_body_, std::move(prefix), std::move(check));
 }
 
 std::optional<EarlyAnswer> Router::beforeBody(const HttpRequest& head) const {
-  const std::string_view path = head.path();
-  const BeforeBody* best = nullptr;
-  size_t best_len = 0;
-  for (const auto& [prefix, check] : before_body_) {
-    if (path.starts_with(prefix) && (!best || prefix.size() >= best_len)) {
-      best = &check;
-      best_len = prefix.size();
-    }
-  }
-  if (!best) return std::nullopt;
-  return (*best)(head);
+  const BeforeBody* check = longestPrefix(before_body_, head.path());
+  if (!check) return std::nullopt;
+  return (*check)(head);
 }
 
 Router::Match Router::match(std::string_view method, std::string_view path) const {
@@ -237,15 +241,7 @@ Task<void> Router::dispatch(HttpRequest& request, ResponseWriter& writer) const 
   const std::string_view path = request.path();
   Match m = match(request.method, path);
   if (m.handler) return (*m.handler)(request, writer, m.params);
-  const FallbackHandler* fb = nullptr;
-  size_t best = 0;
-  for (const auto& [prefix, h] : fallbacks_) {
-    if (path.starts_with(prefix) && (!fb || prefix.size() >= best)) {
-      fb = &h;
-      best = prefix.size();
-    }
-  }
-  if (fb) {
+  if (const FallbackHandler* fb = longestPrefix(fallbacks_, path)) {
     // The fallback gets `allow` as a view: a coroutine frame of ours owns the string while it runs
     // (dispatch is no coroutine, so `m` is gone before the handler's body starts).
     struct Owning {

@@ -397,42 +397,10 @@ Task<void> Connection<Stream>::run([[maybe_unused]] std::shared_ptr<Connection> 
         if (!co_await writeBuffers("HTTP/1.1 100 Continue\r\n\r\n")) break;
       }
     }
-    if (!parser->is_done() && streamed) {
-      // The handler reads the body itself (request_.body_reader).
-      watchdog_.disarm();
-      loop_.stats.requests_total.fetch_add(1, std::memory_order_relaxed);
-      StreamedBody reader(*this, *parser);
-      request_.body.clear();
-      request_.body_reader = &reader;
-      keep_alive_ = request_.keep_alive && !loop_.draining;
-      started_ = finished_ = chunked_ = no_body_ = head_pending_ = false;
-      head_only_ = request_.method == "HEAD";
-      std::exception_ptr thrown;
-      try {
-        co_await loop_.handler->handle(request_, *this);
-      } catch (...) {
-        thrown = std::current_exception();
-      }
-      if (thrown) co_await handlerThrew(thrown);
-      request_.body_reader = nullptr;
-      watch_->active = false;
-      watch_->on_close = nullptr;
-      if (!started_ && !gone_) {
-        co_await sendError(500, "handler wrote no response", "server_error", "internal_error");
-      } else if (started_ && !finished_) {
-        keep_alive_ = false;
-      }
-      // A body the handler did not read to its end (it answered early, or the read failed) cannot
-      // be skipped reliably: the connection ends here, without resetting the client's view of the
-      // answer.
-      if (!parser->is_done() && !gone_) {
-        co_await lingeringClose();
-        break;
-      }
-      if (gone_ || !keep_alive_ || loop_.draining) break;
-      continue;
-    }
-    if (!parser->is_done()) {
+    // A streamed body is read by the handler itself (request_.body_reader); any other is read
+    // whole here first.
+    const bool reads_body = !parser->is_done() && streamed;
+    if (!parser->is_done() && !reads_body) {
       watchdog_.expireAfter(cfg.body_timeout);
       ec = co_await fillChunkedLead(*parser);
       if (!ec) {
@@ -458,10 +426,19 @@ Task<void> Connection<Stream>::run([[maybe_unused]] std::shared_ptr<Connection> 
     }
     watchdog_.disarm();
     loop_.stats.requests_total.fetch_add(1, std::memory_order_relaxed);
-    request_.body = std::move(parser->get().body());
+    std::optional<StreamedBody> reader;
+    if (reads_body) {
+      reader.emplace(*this, *parser);
+      request_.body.clear();
+      request_.body_reader = &*reader;
+    } else {
+      request_.body = std::move(parser->get().body());
+    }
     keep_alive_ = request_.keep_alive && !loop_.draining;
     started_ = finished_ = chunked_ = no_body_ = head_pending_ = false;
     head_only_ = request_.method == "HEAD";
+    // The try stays here, around the one call site: a helper coroutine would cost every request
+    // a frame (docs/benchmarks.md, the floor's cost).
     std::exception_ptr thrown;
     try {
       co_await loop_.handler->handle(request_, *this);
@@ -469,12 +446,20 @@ Task<void> Connection<Stream>::run([[maybe_unused]] std::shared_ptr<Connection> 
       thrown = std::current_exception();
     }
     if (thrown) co_await handlerThrew(thrown);
+    request_.body_reader = nullptr;
     watch_->active = false;
     watch_->on_close = nullptr;
     if (!started_ && !gone_) {
       co_await sendError(500, "handler wrote no response", "server_error", "internal_error");
     } else if (started_ && !finished_) {
       keep_alive_ = false;  // a response cut short cannot be framed; close.
+    }
+    // A streamed body the handler did not read to its end (it answered early, or the read failed)
+    // cannot be skipped reliably: the connection ends here, without resetting the client's view of
+    // the answer.
+    if (reads_body && !parser->is_done() && !gone_) {
+      co_await lingeringClose();
+      break;
     }
     if (gone_ || !keep_alive_ || loop_.draining) break;
   }

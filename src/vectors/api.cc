@@ -8,6 +8,7 @@
 
 #include "access/access.h"
 #include "core/json.h"
+#include "core/text.h"
 #include "core/utf8.h"
 
 namespace infera::vectors {
@@ -97,14 +98,11 @@ Status collectionMissing(std::string_view name) {
 }
 
 std::string percentDecode(std::string_view s) {
-  auto hex = [](char c) {
-    return std::isdigit(uint8_t(c)) ? c - '0' : std::tolower(uint8_t(c)) - 'a' + 10;
-  };
   std::string out;
   for (size_t i = 0; i < s.size(); ++i) {
-    if (s[i] == '%' && i + 2 < s.size() && std::isxdigit(uint8_t(s[i + 1])) &&
-        std::isxdigit(uint8_t(s[i + 2]))) {
-      out.push_back(char(hex(s[i + 1]) * 16 + hex(s[i + 2])));
+    if (s[i] == '%' && i + 2 < s.size() && hexDigitValue(s[i + 1]) >= 0 &&
+        hexDigitValue(s[i + 2]) >= 0) {
+      out.push_back(char(hexDigitValue(s[i + 1]) * 16 + hexDigitValue(s[i + 2])));
       i += 2;
     } else {
       out.push_back(s[i]);

@@ -3,17 +3,9 @@
 #include <charconv>
 #include <cmath>
 
+#include "core/text.h"
+
 namespace infera::vectors {
-namespace {
-
-int hexValue(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
-}
-
-}  // namespace
 
 bool parseUuid(std::string_view s, PointId& out) {
   if (s.starts_with("urn:uuid:")) s.remove_prefix(9);
@@ -32,7 +24,7 @@ bool parseUuid(std::string_view s, PointId& out) {
   }
   uint64_t hi = 0, lo = 0;
   for (size_t i = 0; i < 32; ++i) {
-    const int v = hexValue(hex[i]);
+    const int v = hexDigitValue(hex[i]);
     if (v < 0) return false;
     (i < 16 ? hi : lo) = ((i < 16 ? hi : lo) << 4) | uint64_t(v);
   }
