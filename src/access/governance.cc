@@ -150,6 +150,11 @@ Status Governance::init(obs::MetricsRegistry& metrics) {
                       .counterFamily("infera_usage_write_failures_total",
                                      "Usage batches that could not be written (kept and retried).")
                       ->counter();
+  usage_written =
+      metrics
+          .counterFamily("infera_usage_records_written_total",
+                         "Usage records written to the store (committed: a restart keeps them).")
+          ->counter();
   cache_hits = metrics.counterFamily("infera_cache_hits_total", "Response cache hits.")->counter();
   cache_misses =
       metrics.counterFamily("infera_cache_misses_total", "Response cache misses.")->counter();
@@ -405,6 +410,7 @@ Status Governance::flushUsage() {
     std::lock_guard<std::mutex> lock(store_mu_);
     s = control_store_->insertUsage(batch);
   }
+  if (s.isOk()) usage_written->inc(0, static_cast<double>(batch.size()));
   if (!s.isOk()) {
     usage_dropped->inc(0);
     INFERA_LOG(log, warn, "usage write of {} records failed (kept for the next flush): {}",

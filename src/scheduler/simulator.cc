@@ -455,6 +455,7 @@ Result<ReplayResult> runReplay(const std::vector<NodeSpec>& nodes, const std::ve
         s.started_s = now;
         ++out.repack_moves;
         move_times.push_back(now);
+        out.repack_move_times.push_back(now);
         moved = true;
         if (out.migrations.size() < cfg.max_evictions_listed) out.migrations.push_back(m);
       }

@@ -152,10 +152,11 @@ struct ReplayResult {
   double whole_node_p99_pending_s = 0;
   // Re-packing (repack_moves_per_hour > 0).
   int repack_moves_per_hour = 0;
-  int repack_plans = 0;               // plans that proposed at least one move
-  int repack_moves = 0;               // pods moved
-  int repack_nodes_emptied = 0;       // nodes the applied plans emptied
-  std::vector<Migration> migrations;  // first max_evictions_listed, with reasons
+  int repack_plans = 0;                    // plans that proposed at least one move
+  int repack_moves = 0;                    // pods moved
+  int repack_nodes_emptied = 0;            // nodes the applied plans emptied
+  std::vector<int64_t> repack_move_times;  // of every move, in seconds, in order
+  std::vector<Migration> migrations;       // first max_evictions_listed, with reasons
 };
 
 Result<ReplayResult> runReplay(const std::vector<NodeSpec>& nodes, const std::vector<PodSpec>& pods,

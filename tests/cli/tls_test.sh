@@ -193,9 +193,9 @@ admin_curl=(curl -s --cacert "$pki/ca.pem" --cert "$pki/client.pem" --key "$pki/
 check "the admin port serves a client with one" test "$("${admin_curl[@]}" "https://127.0.0.1:$admin/healthz")" = ok
 metrics() { "${admin_curl[@]}" "https://127.0.0.1:$admin/metrics"; }
 metric() { metrics | sed -n "s/^$1 \([0-9.e+]*\)$/\1/p"; }
-check "admin handshake failures are counted" test "$(metric 'infera_net_tls_handshake_failures_total{port="admin"}')" -ge 1
+check "admin handshake failures are counted" test "$(metric 'infera_net_tls_handshake_failures_total{port="admin"}')" -eq 1
 check "data handshake failures are counted (TLS 1.1, h2 only, no CA)" \
-  test "$(metric 'infera_net_tls_handshake_failures_total{port="data"}')" -ge 3
+  test "$(metric 'infera_net_tls_handshake_failures_total{port="data"}')" -eq 3
 check "the certificate's expiry is exported" test -n "$(metric 'infera_net_tls_certificate_expiry_timestamp_seconds{port="data"}')"
 
 # --- HTTPS upstreams.

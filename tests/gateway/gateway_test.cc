@@ -274,6 +274,7 @@ TEST_F(GatewayTest, EjectsAFailingEndpointAndReadmitsItAfterTheBackoff) {
     ASSERT_TRUE(r);
     failures += r->status == 500;
   }
+  const auto ejected_by = std::chrono::steady_clock::now();
   ASSERT_EQ(bad.stats().requests.load(), 2u);
   EXPECT_EQ(failures, 2);  // retries are off: the client saw both
   EXPECT_EQ(gw_->metricSum("infera_gateway_endpoint_ejections_total"), 1);
@@ -290,6 +291,8 @@ TEST_F(GatewayTest, EjectsAFailingEndpointAndReadmitsItAfterTheBackoff) {
         return r && r->status == 200 && bad.stats().requests.load() > 2;
       },
       std::chrono::seconds(10)));
+  // Not before its 400 ms (less the time the second failure's answer took to reach us).
+  EXPECT_GE(std::chrono::steady_clock::now() - ejected_by, std::chrono::milliseconds(350));
   (void)good;
 }
 
@@ -322,11 +325,17 @@ TEST_F(GatewayTest, SpillsOverWhenTheLocalRegionIsMuchSlower) {
                "      - endpoints:\n" +
                endpoint(east, "region: east") + endpoint(west, "region: west"));
   for (int i = 0; i < 60; ++i) ASSERT_EQ(post("/v1/chat/completions", chatBody("m1"))->status, 200);
-  // Each worker learns the local latency once or twice, then prefers the remote region.
-  EXPECT_LE(east.stats().requests.load(), 6u);
-  EXPECT_GE(west.stats().requests.load(), 54u);
+  // Each of the 2 workers learns the local latency from its first request, then prefers the
+  // remote region (a loser's estimate decays 5 % per lost comparison: ~75 of them before east is
+  // tried again, more than the 60 requests).
+  EXPECT_LE(east.stats().requests.load(), 2u);
+  EXPECT_GE(west.stats().requests.load(), 58u);
 }
 
+// 3:1 weights between two like endpoints: the first (weighted) draw decides, so the heavy one's
+// share of 2,000 requests is 0.75 with a standard deviation of 0.0097; the bounds are 4.5 of
+// them either side, so 2:1 (0.667) and weights ignored (0.5) fail, and a correct run fails about
+// once in 150,000.
 TEST_F(GatewayTest, SplitsTrafficByWeight) {
   auto& heavy = startEmulator();
   auto& light = startEmulator();
@@ -334,12 +343,15 @@ TEST_F(GatewayTest, SplitsTrafficByWeight) {
                "models:\n  - name: m1\n    deployments:\n      - endpoints:\n" +
                endpoint(heavy, "weight: 3") + endpoint(light, "weight: 1"));
   TestClient c(gw_->port());
-  for (int i = 0; i < 400; ++i)
+  constexpr int kRequests = 2000;
+  for (int i = 0; i < kRequests; ++i)
     ASSERT_EQ(c.request("POST", "/v1/chat/completions", chatBody("m1", false, 1))->status, 200);
-  const double share = static_cast<double>(heavy.stats().requests.load()) / 400.0;
-  EXPECT_GT(share, 0.62) << "heavy got " << heavy.stats().requests.load();
-  EXPECT_LT(share, 0.88) << "heavy got " << heavy.stats().requests.load();
-  EXPECT_EQ(heavy.stats().requests.load() + light.stats().requests.load(), 400u);
+  const double share = static_cast<double>(heavy.stats().requests.load()) / kRequests;
+  std::printf("weight 3:1: heavy share %.4f of %d\n", share, kRequests);
+  EXPECT_GT(share, 0.706) << "heavy got " << heavy.stats().requests.load();
+  EXPECT_LT(share, 0.794) << "heavy got " << heavy.stats().requests.load();
+  EXPECT_EQ(heavy.stats().requests.load() + light.stats().requests.load(),
+            static_cast<uint64_t>(kRequests));
 }
 
 TEST_F(GatewayTest, AnswersGatewayTimeoutWhenTheUpstreamHangs) {
@@ -352,7 +364,10 @@ TEST_F(GatewayTest, AnswersGatewayTimeoutWhenTheUpstreamHangs) {
   const auto r = post("/v1/chat/completions", chatBody("m1"));
   ASSERT_TRUE(r);
   expectOpenAiError(*r, 504, "upstream_timeout");
-  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(3));
+  // It waited for the deployment's 300 ms, not the default (60 s) or nothing.
+  const auto took = std::chrono::steady_clock::now() - start;
+  EXPECT_GE(took, std::chrono::milliseconds(300));
+  EXPECT_LT(took, std::chrono::seconds(3));
 }
 
 TEST_F(GatewayTest, TotalDeadlineEndsALongStreamWithAnErrorEvent) {
@@ -367,6 +382,14 @@ TEST_F(GatewayTest, TotalDeadlineEndsALongStreamWithAnErrorEvent) {
   EXPECT_NE(r->body.find("event: error"), std::string::npos) << r->body;
   EXPECT_NE(r->body.find("upstream_timeout"), std::string::npos);
   EXPECT_EQ(r->body.find("[DONE]"), std::string::npos);
+  // Ended at 400 ms, a token every 50 ms: the role's chunk and 8 content chunks (9 measured; one
+  // more when a token races the deadline), not the 100 nor the ~17 of twice the deadline.
+  size_t chunks = 0;
+  for (size_t at = r->body.find("\"delta\""); at != std::string::npos;
+       at = r->body.find("\"delta\"", at + 1))
+    ++chunks;
+  std::printf("total deadline 400 ms: %zu chunks\n", chunks);
+  EXPECT_LE(chunks, 11u);
 }
 
 TEST_F(GatewayTest, ClientAbortCancelsTheUpstreamStream) {
@@ -482,7 +505,6 @@ TEST_F(GatewayTest, HotReloadUnderLoadFailsNoRequest) {
   stop = true;
   for (auto& t : clients) t.join();
   EXPECT_EQ(failed.load(), 0);
-  EXPECT_GE(ok.load(), 400);
   EXPECT_EQ(gw_->configGeneration(), 21);
   EXPECT_GT(b.stats().requests.load(), 0u);
 }

@@ -135,6 +135,7 @@ check "the applied count did not move" test "$(reloads applied)" = 1
 before=$(rebuilds)
 k cordon n-z1 >"$work/cordon.out" 2>&1
 check "kubectl cordon is accepted" grep -q 'cordoned' "$work/cordon.out"
+check "... and the node is unschedulable" test "$(k get node n-z1 -o jsonpath='{.spec.unschedulable}')" = true
 check "... and the scheduler took the change" wait_for 20 rebuilt_since "$before"
 gpu_pod_json q4 2 | node -e '
   let s="";process.stdin.on("data",d=>s+=d).on("end",()=>{const p=JSON.parse(s);

@@ -240,6 +240,7 @@ TEST_F(ServerTest, PoolKeepsAtMostMaxIdleAndClosesIdleConnections) {
         }
         EXPECT_EQ(stats.connections_total.load(), 4u);
         for (auto& c : conns) pool->release(std::move(c));
+        const auto released = SteadyClock::now();
         // A smaller cap closes the extra one at once.
         config.max_idle = 1;
         pool->configure(config);
@@ -249,6 +250,7 @@ TEST_F(ServerTest, PoolKeepsAtMostMaxIdleAndClosesIdleConnections) {
           co_await sleepUntil(SteadyClock::now() + std::chrono::milliseconds(10));
         }
         EXPECT_EQ(stats.connections_open.load(), 0);
+        EXPECT_GE(SteadyClock::now() - released, std::chrono::milliseconds(190));  // not at once
         done = true;
       },
       [](std::exception_ptr e) {

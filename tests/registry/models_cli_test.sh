@@ -30,10 +30,13 @@ fi
 export INFERA_ADMIN_URL="http://127.0.0.1:$admin"
 unset INFERA_ADMIN_TOKEN
 
-# The number of versions of fraud (deleted ones are not listed).
+# The number of versions of fraud (deleted ones are not listed); "failed" when the search does
+# not answer, so that a check of 0 fails too.
 versions() {
-  curl -sf "$INFERA_ADMIN_URL/api/2.0/mlflow/model-versions/search?filter=name%3D%27fraud%27" |
-    grep -o '"version":"[0-9]*"' | wc -l
+  local body
+  body=$(curl -sf "$INFERA_ADMIN_URL/api/2.0/mlflow/model-versions/search?filter=name%3D%27fraud%27") ||
+    { echo failed; return; }
+  grep -o '"version":"[0-9]*"' <<<"$body" | wc -l
 }
 fails() { ! "$@" >"$work/cmd.out" 2>&1; }
 

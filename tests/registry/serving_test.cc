@@ -452,9 +452,9 @@ INSTANTIATE_TEST_SUITE_P(Stores, ExperimentTest, ::testing::Values("sqlite", "po
 
 // ---- shadows ----
 
-double p99(std::vector<double> v) {
+double quantile(std::vector<double> v, double q) {
   std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[static_cast<size_t>(0.99 * static_cast<double>(v.size() - 1))];
+  return v.empty() ? 0 : v[static_cast<size_t>(q * static_cast<double>(v.size() - 1))];
 }
 
 class ShadowTest : public ServingTest {
@@ -490,18 +490,24 @@ class ShadowTest : public ServingTest {
   }
 };
 
+// Two faults this must catch, on a busy box too: a fixed cost added to every shadowed request
+// (the medians, interleaved, differ by half) and a client held while its shadow hangs (the tail
+// reaches the shadow's 1 s deadline; the bound is half of it above the unshadowed tail).
 TEST_P(ShadowTest, AHangingShadowChangesNeitherTheAnswerNorItsLatency) {
   c_->faults().hang_rate = 1.0;  // the shadow never answers
-  shadowAll(/*max_concurrent=*/4);
+  shadowAll(/*max_concurrent=*/4, /*timeout_ms=*/1000);
   std::vector<double> on, off;
   std::vector<std::string> ans_on, ans_off;
   measure(150, on, off, ans_on, ans_off);
   for (size_t i = 0; i < ans_on.size(); ++i) ASSERT_EQ(ans_on[i], ans_off[i]);
-  const double p99_on = p99(on), p99_off = p99(off);
-  std::printf("hanging shadow: client p99 %.2f ms with shadow, %.2f ms without (n=%zu each)\n",
-              p99_on, p99_off, on.size());
-  EXPECT_LT(p99_on, p99_off * 2 + 10)
-      << "p99 with a hanging shadow " << p99_on << " ms vs " << p99_off << " ms";
+  const double p50_on = quantile(on, 0.5), p50_off = quantile(off, 0.5);
+  const double p99_on = quantile(on, 0.99), p99_off = quantile(off, 0.99);
+  std::printf(
+      "hanging shadow: client p50 %.2f / p99 %.2f ms with shadow, %.2f / %.2f ms without "
+      "(n=%zu each)\n",
+      p50_on, p99_on, p50_off, p99_off, on.size());
+  EXPECT_LT(p50_on, p50_off * 1.5 + 1) << "median with a hanging shadow";
+  EXPECT_LT(p99_on, p99_off + 500) << "p99 with a hanging shadow";
   // Bounded by its own deadline and cap: timeouts and sheds are counted, never the client's.
   ASSERT_TRUE(testing::waitFor(
       [&] { return server_->metricSum("infera_gateway_shadow_requests_total") >= 150; }));

@@ -280,6 +280,7 @@ class Governance final : public Access {
   obs::Counter* redis_lease_admissions =
       nullptr;  // admissions decided from a lease, without a call
   obs::Counter* usage_dropped = nullptr;
+  obs::Counter* usage_written = nullptr;
   obs::Counter* cache_hits = nullptr;
   obs::Counter* cache_misses = nullptr;
   std::atomic<bool> redis_down{false};
