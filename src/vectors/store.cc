@@ -256,6 +256,14 @@ Status Store::create(const std::string& name, const CollectionParams& params,
         const std::string dir =
             (fs::path(options_.data_dir) / "collections" / encodeDirName(name)).string();
         std::error_code ec;
+        // A directory with a config.json belongs to a collection served under another name (one
+        // stored before the door refused ill-formed UTF-8, renamed at start): never reused. One
+        // without is a create that failed half-way, cleared.
+        if (fs::exists(fs::path(dir) / "config.json", ec)) {
+          return Status::alreadyExists("Wrong input: Collection `" + name +
+                                       "` cannot be created: its directory " + dir +
+                                       " holds a collection served under another name");
+        }
         fs::remove_all(dir, ec);
         fs::create_directories(dir, ec);
         if (ec) return Status::internal("Service internal error: cannot create " + dir);

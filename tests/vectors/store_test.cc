@@ -160,5 +160,31 @@ TEST_F(StoreTest, NamesStoredBeforeTheDoorLoadUnderUniqueValidSpellings) {
   EXPECT_EQ(store_->names().size(), 2u);
 }
 
+// A legacy collection whose stored name reads like a newer one's takes that name at start, and the
+// newer one is served as "<name>~" from its own directory. Once the legacy one is dropped, creating
+// the name again must not clear the directory the "~" collection lives in.
+TEST_F(StoreTest, CreateNeverClearsTheDirectoryOfACollectionServedUnderAnotherName) {
+  const std::string name = "x\xEF\xBF\xBD";
+  ASSERT_TRUE(create(name, "").isOk());
+  ASSERT_TRUE(create("a", "").isOk());  // "a" sorts first: it takes the name at the next start
+  store_.reset();
+  renameInConfig("a", name);
+  open();
+  ASSERT_NE(store_->find(name), nullptr);
+  ASSERT_NE(store_->find(name + "~"), nullptr);
+  const std::string kept = store_->find(name + "~")->dir;
+  ASSERT_EQ(kept, dir_ + "/collections/" + encodeDirName(name));
+  Answer a;
+  ASSERT_TRUE(store_->drop(store_->find(name), a.callback()).isOk());
+  ASSERT_TRUE(a.wait().isOk());
+  const Status again = create(name, "");
+  EXPECT_EQ(again.code(), StatusCode::kAlreadyExists) << again.message();
+  EXPECT_TRUE(std::filesystem::exists(kept + "/config.json"));
+  // At the next start, alone with its name again, it is served under it.
+  open();
+  ASSERT_NE(store_->find(name), nullptr);
+  EXPECT_EQ(store_->find(name)->dir, kept);
+}
+
 }  // namespace
 }  // namespace infera::vectors
