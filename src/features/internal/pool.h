@@ -71,7 +71,8 @@ net::Task<Result<T>> runOnPool(WorkerPool& pool, net::asio::io_context& ctx,
     auto h = std::make_shared<decltype(handler)>(std::move(handler));
     const bool queued = pool.submit([h, &pool, &ctx, fn = std::move(fn)]() mutable {
       auto r = std::make_shared<Result<T>>(pool.runGuarded(fn));
-      net::asio::post(ctx, [h, r]() mutable { (*h)(std::move(*r)); });
+      // The handler moves to ctx's thread: the pool's copy is never the last one.
+      net::asio::post(ctx, [h = std::move(h), r]() mutable { (*h)(std::move(*r)); });
     });
     if (!queued) {
       net::asio::post(ctx, [h]() mutable {

@@ -84,9 +84,11 @@ net::Task<Result<T>> runOnPool(net::asio::io_context& ctx, WorkerPool& pool, con
     std::optional<Result<T>> result;
   };
   auto state = std::make_shared<State>(ctx);
-  const bool queued = pool.submit([&ctx, state, fn](RegistryStore& store) {
+  const bool queued = pool.submit([&ctx, state, fn](RegistryStore& store) mutable {
     Result<T> r = runGuarded(fn, store);
-    net::asio::post(ctx, [state, r = std::move(r)]() mutable {
+    // The state (and its timer, a service of ctx) moves to ctx's thread with the result: the
+    // pool's copy must not be the last one, destroyed here after ctx may be gone (make asan).
+    net::asio::post(ctx, [state = std::move(state), r = std::move(r)]() mutable {
       state->result.emplace(std::move(r));
       state->timer.cancel();
     });
