@@ -58,13 +58,16 @@ bool sameHost(std::string_view origin, std::string_view host) {
 std::string crossSiteProblem(const HttpRequest& request, const std::vector<std::string>& allowed) {
   const std::string_view m = request.method;
   if (m == "GET" || m == "HEAD" || m == "OPTIONS") return {};
-  // One pass for both headers (every POST of the data plane comes through here).
-  std::string_view site, origin;
+  // One pass for both headers (every POST of the data plane comes through here); the first of
+  // each counts, as HttpRequest::header reads it everywhere else.
+  const HttpHeader *site_h = nullptr, *origin_h = nullptr;
   for (const auto& h : request.headers) {
     const std::string_view name = h.name;
-    if (name.size() == 6 && name == "origin") origin = trimOws(h.value);
-    if (name.size() == 14 && name == "sec-fetch-site") site = trimOws(h.value);
+    if (!origin_h && name.size() == 6 && name == "origin") origin_h = &h;
+    if (!site_h && name.size() == 14 && name == "sec-fetch-site") site_h = &h;
   }
+  const std::string_view site = site_h ? trimOws(site_h->value) : std::string_view();
+  const std::string_view origin = origin_h ? trimOws(origin_h->value) : std::string_view();
   if (site.empty() && origin.empty()) return {};  // not a browser's request
   // The browser says the page is this server's own (or no page: the address bar, a bookmark).
   if (site == "same-origin" || site == "none") return {};

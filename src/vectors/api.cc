@@ -97,18 +97,11 @@ Status collectionMissing(std::string_view name) {
   return Status::notFound("Not found: Collection `" + std::string(name) + "` doesn't exist!");
 }
 
+// Core's reader; a malformed escape never gets here (the door refuses the target), and would be
+// kept as sent.
 std::string percentDecode(std::string_view s) {
   std::string out;
-  for (size_t i = 0; i < s.size(); ++i) {
-    if (s[i] == '%' && i + 2 < s.size() && hexDigitValue(s[i + 1]) >= 0 &&
-        hexDigitValue(s[i + 2]) >= 0) {
-      out.push_back(char(hexDigitValue(s[i + 1]) * 16 + hexDigitValue(s[i + 2])));
-      i += 2;
-    } else {
-      out.push_back(s[i]);
-    }
-  }
-  return out;
+  return infera::percentDecode(s, out) ? out : std::string(s);
 }
 
 // A query-string parameter's value ("" when absent).
