@@ -125,6 +125,9 @@ int main(int argc, char** argv) {
                       "Share of streams cut mid-stream");
   emulate->add_option("--disconnect-after", ecfg.faults.disconnect_after_tokens,
                       "Tokens before a cut");
+  emulate->add_flag("--engine", ecfg.engine.enabled,
+                    "Model one vLLM engine (batching, KV cache with prefix caching, /metrics); "
+                    "tune it under engine: in -c (docs/emulator.md)");
   net::TlsServerConfig emu_tls;
   emulate->add_option("--tls-cert", emu_tls.cert_file,
                       "Serve HTTPS with this PEM certificate chain");

@@ -5,14 +5,17 @@
 #include <chrono>
 #include <cmath>
 #include <deque>
+#include <future>
 #include <mutex>
 #include <random>
 #include <unordered_map>
 
 #include "core/log.h"
+#include "emulator/internal/engine.h"
 #include "net/loops.h"
 #include "net/server.h"
 #include "net/sse.h"
+#include "obs/metrics.h"
 
 namespace infera::emulator {
 namespace {
@@ -41,6 +44,8 @@ struct ParsedRequest {
   bool continuous_usage = false;
   int max_tokens = -1;
   int prompt_tokens = 0;
+  int lora = 0;                  // engine mode: 1 + the adapter's index, 0 for the base model
+  std::vector<uint32_t> tokens;  // engine mode: the prompt's token ids (docs/emulator.md)
 };
 
 void appendUsage(std::string& out, int prompt, int completion) {
@@ -51,6 +56,254 @@ void appendUsage(std::string& out, int prompt, int completion) {
   out += ",\"completion_tokens\":";
   out += std::to_string(completion);
   out += "}";
+}
+
+// One engine model on the emulator's single loop (engine mode requires workers: 1, so the model,
+// its step loop, the handlers and /metrics share one thread and need no lock). Handlers queue a
+// request with a Sink and wait on its timer; each finished step updates the sinks and cancels
+// their timers to wake them.
+class EngineRuntime {
+ public:
+  struct Sink {
+    net::asio::steady_timer* wake = nullptr;
+    int tokens = 0;         // output tokens produced so far
+    bool finished = false;  // every token produced (the request left the engine)
+    bool stopped = false;   // the emulator is stopping
+    bool max_tokens_given = false;
+    int64_t first_token_us = 0;
+    int64_t last_token_us = 0;
+  };
+
+  EngineRuntime(const EmulatorConfig& cfg, net::asio::io_context& ctx)
+      : config_(cfg.engine),
+        model_(cfg.engine),
+        idle_(ctx),
+        step_timer_(ctx),
+        epoch_(net::SteadyClock::now()),
+        metrics_(1) {
+    model_name_ =
+        config_.served_model_name.empty() ? cfg.models.front() : config_.served_model_name;
+    declareMetrics();
+  }
+
+  void start(net::asio::io_context& ctx) { net::spawn(ctx, run(), "emulated engine"); }
+
+  std::string refuse(size_t prompt_tokens, int max_tokens) const {
+    return model_.refuse(prompt_tokens, max_tokens);
+  }
+  uint64_t add(std::vector<uint32_t> prompt, int max_tokens, int lora, Sink* sink) {
+    const uint64_t id = model_.add(std::move(prompt), max_tokens, lora, nowUs());
+    sinks_.emplace(id, sink);
+    idle_.cancel();
+    return id;
+  }
+  void abort(uint64_t id) {
+    if (sinks_.erase(id) == 0) return;
+    model_.abort(id);
+    success_abort_->inc(0);
+    idle_.cancel();  // freed blocks may let a waiting request in
+  }
+  // On the loop: ends the step loop and wakes every waiting handler.
+  void shutdown() {
+    stopped_ = true;
+    for (auto& [id, sink] : sinks_) {
+      sink->stopped = true;
+      sink->wake->cancel();
+    }
+    sinks_.clear();
+    idle_.cancel();
+    step_timer_.cancel();
+  }
+  std::string scrape();
+  const std::string& modelName() const { return model_name_; }
+
+ private:
+  int64_t nowUs() const {
+    return std::chrono::duration_cast<std::chrono::microseconds>(net::SteadyClock::now() - epoch_)
+        .count();
+  }
+
+  void declareMetrics();
+  void observe(const StepOutput& o, int64_t end_us, Sink& sink);
+  Task<void> run();
+
+  EngineConfig config_;
+  EngineModel model_;
+  std::unordered_map<uint64_t, Sink*> sinks_;
+  net::asio::steady_timer idle_;
+  net::asio::steady_timer step_timer_;
+  net::SteadyClock::time_point epoch_;
+  bool stopped_ = false;
+  std::string model_name_;
+  obs::MetricsRegistry metrics_;
+  obs::Histogram* ttft_ = nullptr;
+  obs::Histogram* itl_ = nullptr;
+  obs::Histogram* tpot_ = nullptr;
+  obs::Histogram* e2e_ = nullptr;
+  obs::Histogram* queue_ = nullptr;
+  obs::Histogram* prefill_time_ = nullptr;
+  obs::Histogram* decode_time_ = nullptr;
+  obs::Counter* success_length_ = nullptr;
+  obs::Counter* success_stop_ = nullptr;
+  obs::Counter* success_abort_ = nullptr;
+  obs::Family* lora_info_ = nullptr;
+  std::vector<std::string> lora_values_;
+  std::vector<StepOutput> outputs_;
+};
+
+Task<void> EngineRuntime::run() {
+  boost::system::error_code ec;
+  while (!stopped_) {
+    const auto start = net::SteadyClock::now();
+    const int64_t start_us = nowUs();
+    const int64_t step_us = model_.hasWork() ? model_.schedule(start_us) : 0;
+    if (step_us == 0) {
+      // Nothing can run: wait for a request to arrive or leave.
+      idle_.expires_at(net::Deadline::max());
+      co_await idle_.async_wait(net::asio::redirect_error(net::asio::use_awaitable, ec));
+      continue;
+    }
+    step_timer_.expires_at(start + std::chrono::microseconds(step_us));
+    co_await step_timer_.async_wait(net::asio::redirect_error(net::asio::use_awaitable, ec));
+    if (stopped_) break;
+    const int64_t end_us = start_us + step_us;
+    outputs_.clear();
+    model_.complete(end_us, outputs_);
+    for (const StepOutput& o : outputs_) {
+      const auto it = sinks_.find(o.id);
+      if (it == sinks_.end()) continue;  // aborted requests leave the model with their sink
+      Sink* sink = it->second;
+      observe(o, end_us, *sink);
+      sink->tokens = o.num_output;
+      if (o.finished) {
+        sink->finished = true;
+        sinks_.erase(it);
+      }
+      sink->wake->cancel();
+    }
+  }
+}
+
+void EngineRuntime::declareMetrics() {
+  // vLLM V1's names, types, help texts and buckets (vllm/v1/metrics/loggers.py), labelled
+  // engine and model_name. Gauges and counters the model keeps are read at scrape time (on the
+  // loop, as the model).
+  const std::vector<std::string> labels = {"engine", "model_name"};
+  const std::vector<std::string> values = {"0", model_name_};
+  auto gauge = [&](const char* name, const char* help, std::function<double()> fn) {
+    metrics_.gaugeFamily(name, help, labels)->setCallback(values, std::move(fn));
+  };
+  auto counter = [&](const char* name, const char* help, std::function<double()> fn) {
+    metrics_.counterFamily(name, help, labels)->setCallback(values, std::move(fn));
+  };
+  gauge("vllm:num_requests_running", "Number of requests in model execution batches.",
+        [this] { return model_.numRunning(); });
+  gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.",
+        [this] { return model_.numWaiting(); });
+  auto* by_reason = metrics_.gaugeFamily(
+      "vllm:num_requests_waiting_by_reason",
+      "Number of waiting requests by reason. Reason labels: 'capacity' = waiting for scheduling "
+      "capacity; 'deferred' = deferred by transient constraints (LoRA budget, KV transfer, blocked "
+      "status). Sum of all reasons equals vllm:num_requests_waiting.",
+      {"engine", "model_name", "reason"});
+  by_reason->setCallback({"0", model_name_, "capacity"},
+                         [this] { return model_.numWaiting() - model_.numDeferred(); });
+  by_reason->setCallback({"0", model_name_, "deferred"}, [this] { return model_.numDeferred(); });
+  gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.",
+        [this] { return model_.kvUsage(); });
+  counter("vllm:prefix_cache_queries_total",
+          "Prefix cache queries, in terms of number of queried tokens.",
+          [this] { return static_cast<double>(model_.counters().prefix_queries); });
+  counter("vllm:prefix_cache_hits_total", "Prefix cache hits, in terms of number of cached tokens.",
+          [this] { return static_cast<double>(model_.counters().prefix_hits); });
+  counter("vllm:num_preemptions_total", "Cumulative number of preemption from the engine.",
+          [this] { return static_cast<double>(model_.counters().preemptions); });
+  counter("vllm:prompt_tokens_total", "Number of prefill tokens processed.",
+          [this] { return static_cast<double>(model_.counters().prompt_tokens); });
+  counter("vllm:generation_tokens_total", "Number of generation tokens processed.",
+          [this] { return static_cast<double>(model_.counters().generation_tokens); });
+  auto* success = metrics_.counterFamily("vllm:request_success_total",
+                                         "Count of successfully processed requests.",
+                                         {"engine", "finished_reason", "model_name"});
+  success_length_ = success->counter({"0", "length", model_name_});
+  success_stop_ = success->counter({"0", "stop", model_name_});
+  success_abort_ = success->counter({"0", "abort", model_name_});
+  auto histogram = [&](const char* name, const char* help, std::vector<double> bounds) {
+    return metrics_.histogramFamily(name, help, labels, std::move(bounds))->histogram(values);
+  };
+  ttft_ =
+      histogram("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.",
+                {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1,  0.25,  0.5,   0.75,
+                 1.0,   2.5,   5.0,  7.5,  10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0});
+  const std::vector<double> token_bounds = {0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2,
+                                            0.3,  0.4,   0.5,  0.75,  1.0, 2.5,  5.0,
+                                            7.5,  10.0,  20.0, 40.0,  80.0};
+  itl_ = histogram("vllm:inter_token_latency_seconds",
+                   "Histogram of inter-token latency in seconds.", token_bounds);
+  tpot_ = histogram("vllm:request_time_per_output_token_seconds",
+                    "Histogram of time_per_output_token_seconds per request.", token_bounds);
+  const std::vector<double> request_bounds = {0.3,  0.5,   0.8,   1.0,   1.5,   2.0,    2.5,
+                                              5.0,  10.0,  15.0,  20.0,  30.0,  40.0,   50.0,
+                                              60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0};
+  e2e_ = histogram("vllm:e2e_request_latency_seconds",
+                   "Histogram of e2e request latency in seconds.", request_bounds);
+  queue_ = histogram("vllm:request_queue_time_seconds",
+                     "Histogram of time spent in WAITING phase for request.", request_bounds);
+  prefill_time_ =
+      histogram("vllm:request_prefill_time_seconds",
+                "Histogram of time spent in PREFILL phase for request.", request_bounds);
+  decode_time_ = histogram("vllm:request_decode_time_seconds",
+                           "Histogram of time spent in DECODE phase for request.", request_bounds);
+  // vLLM sets this gauge to the current time under the adapters' labels; one series is kept
+  // (the current adapters), so its cardinality stays bounded.
+  lora_info_ = metrics_.gaugeFamily("vllm:lora_requests_info", "Running stats on lora requests.",
+                                    {"max_lora", "waiting_lora_adapters", "running_lora_adapters"});
+}
+
+std::string EngineRuntime::scrape() {
+  if (!config_.lora_adapters.empty()) {
+    auto names = [this](const std::vector<int>& ids) {
+      std::string out;
+      for (int id : ids) {
+        if (!out.empty()) out += ",";
+        out += config_.lora_adapters[static_cast<size_t>(id - 1)];
+      }
+      return out;
+    };
+    std::vector<std::string> values = {std::to_string(config_.max_loras),
+                                       names(model_.waitingLoras()), names(model_.runningLoras())};
+    if (values != lora_values_) {
+      if (!lora_values_.empty()) lora_info_->remove(lora_values_);
+      lora_values_ = values;
+      lora_info_->gauge(values);
+    }
+    lora_info_->gauge(values)->set(static_cast<double>(unixSeconds()));
+  }
+  return metrics_.scrape();
+}
+
+void EngineRuntime::observe(const StepOutput& o, int64_t end_us, Sink& sink) {
+  constexpr double kUs = 1e-6;
+  if (o.token && o.num_output == 1) {
+    ttft_->observe(0, static_cast<double>(end_us - o.arrival_us) * kUs);
+    sink.first_token_us = end_us;
+  } else if (o.token) {
+    itl_->observe(0, static_cast<double>(end_us - sink.last_token_us) * kUs);
+  }
+  if (o.token) sink.last_token_us = end_us;
+  if (o.finished) {
+    const int64_t scheduled = o.first_scheduled_us < 0 ? o.arrival_us : o.first_scheduled_us;
+    const int64_t first = sink.first_token_us > 0 ? sink.first_token_us : end_us;
+    e2e_->observe(0, static_cast<double>(end_us - o.arrival_us) * kUs);
+    queue_->observe(0, static_cast<double>(scheduled - o.arrival_us) * kUs);
+    prefill_time_->observe(0, static_cast<double>(first - scheduled) * kUs);
+    decode_time_->observe(0, static_cast<double>(end_us - first) * kUs);
+    if (o.num_output > 1) {
+      tpot_->observe(0, static_cast<double>(end_us - first) * kUs / (o.num_output - 1));
+    }
+    // max_tokens always ends an emulated generation: "length" when the request set it.
+    (sink.max_tokens_given ? success_length_ : success_stop_)->inc(0);
+  }
 }
 
 class EmulatorImpl;
@@ -77,6 +330,10 @@ class Handler final : public net::HttpHandler {
   // Sleeps until `until`, in slices, returning early once the emulator stops or *gone is set, so
   // shutdown never waits for a long emulated generation.
   Task<void> sleepFor(net::Deadline until, const bool* gone = nullptr);
+  // Engine mode: waits until the engine produced `tokens` tokens (and finished, if asked);
+  // false when the client left or the emulator stops.
+  Task<bool> waitForEngine(EngineRuntime::Sink& sink, net::asio::steady_timer& wake, int tokens,
+                           bool finished, const bool& gone);
   Task<bool> hang(ResponseWriter& w);
 
   EmulatorImpl& emu_;
@@ -96,17 +353,29 @@ class EmulatorImpl final : public Emulator {
   ~EmulatorImpl() override { stop(); }
 
   Status init() {
+    if (config_.engine.enabled && config_.workers != 1) {
+      return Status::invalidArgument(
+          "an emulator with an engine model runs on one loop: workers "
+          "must be 1");
+    }
     net::ServerConfig sc;
     sc.host = config_.host;
     sc.port = config_.port;
     sc.max_body_bytes = 64 << 20;
     sc.tls = config_.tls;
     loops_.start();
+    if (config_.engine.enabled) {
+      engine_ = std::make_unique<EngineRuntime>(config_, loops_.loop(0));
+      engine_->start(loops_.loop(0));
+    }
     auto server = net::HttpServer::create(loops_, sc, [this](int i, net::asio::io_context&) {
       return std::make_unique<Handler>(*this, i);
     });
     if (!server.ok()) {
+      stopEngine();
       loops_.stop();
+      loops_.shutdown();
+      engine_.reset();
       return server.takeStatus();
     }
     server_ = std::move(*server);
@@ -142,10 +411,18 @@ class EmulatorImpl final : public Emulator {
     if (!server_) return;
     // Hanging requests and long sleeps end once stopping is set; streams get a moment to finish.
     stopping_ = true;
+    stopEngine();
     server_->drain(std::chrono::milliseconds(500));
     server_.reset();
     loops_.stop();
+    if (engine_) {
+      // The engine's timers belong to the loops: their handlers go first, then the engine.
+      loops_.shutdown();
+      engine_.reset();
+    }
   }
+  // The engine model, for engine mode's handlers (on loop 0); null in the simple mode.
+  EngineRuntime* engine() { return engine_.get(); }
 
   const EmulatorConfig& config() const { return config_; }
   EmulatorStats& mutableStats() { return stats_; }
@@ -160,7 +437,20 @@ class EmulatorImpl final : public Emulator {
   std::deque<std::string> ledger_order_;
   net::EventLoops loops_;
   std::unique_ptr<net::HttpServer> server_;
+  std::unique_ptr<EngineRuntime> engine_;
   std::atomic<bool> stopping_{false};
+
+  void stopEngine() {
+    if (!engine_) return;
+    // Wakes every handler waiting for tokens so the drain below ends them; runs on the loop.
+    std::promise<void> done;
+    auto future = done.get_future();
+    net::asio::post(loops_.loop(0), [this, &done] {
+      engine_->shutdown();
+      done.set_value();
+    });
+    future.wait();
+  }
 };
 
 Handler::Handler(EmulatorImpl& emu, int index)
@@ -198,6 +488,22 @@ Result<ParsedRequest> Handler::parseOpenAi(const HttpRequest& req, bool chat) {
     if (mt < 0) return Status::invalidArgument("max_tokens must be >= 0");
     p.max_tokens = static_cast<int>(std::min<int64_t>(mt, 1 << 20));
   }
+  // Engine mode reads the prompt's token ids (docs/emulator.md "Tokens"); the count is the same
+  // in both modes: a token per word, and 3 per chat message for its role and framing.
+  const EngineConfig& ec = emu_.config().engine;
+  std::vector<uint32_t>* ids = ec.enabled ? &p.tokens : nullptr;
+  if (ids != nullptr) {
+    for (size_t i = 0; i < ec.lora_adapters.size(); ++i) {
+      if (ec.lora_adapters[i] == p.model) p.lora = static_cast<int>(i) + 1;
+    }
+  }
+  auto addText = [&](std::string_view text) {
+    if (ids != nullptr) {
+      appendTokens(text, *ids);
+      return static_cast<int>(0);
+    }
+    return estimateTokens(text);
+  };
   int prompt = 0;
   if (chat) {
     simdjson::dom::array messages;
@@ -205,25 +511,59 @@ Result<ParsedRequest> Handler::parseOpenAi(const HttpRequest& req, bool chat) {
       return Status::invalidArgument("missing required field 'messages'");
     }
     for (auto m : messages) {
+      std::string_view role;
+      if (m["role"].get(role) != simdjson::SUCCESS) role = {};
+      if (ids != nullptr) {
+        ids->push_back(tokenId("<|im_start|>"));
+        ids->push_back(tokenId(role));
+      }
       std::string_view content;
-      if (m["content"].get(content) == simdjson::SUCCESS) prompt += estimateTokens(content);
+      simdjson::dom::array parts;
+      if (m["content"].get(content) == simdjson::SUCCESS) {
+        prompt += addText(content);
+      } else if (m["content"].get(parts) == simdjson::SUCCESS) {
+        // Content parts: the text parts, in order, as one text.
+        std::string text;
+        for (auto part : parts) {
+          std::string_view t;
+          if (part["text"].get(t) == simdjson::SUCCESS) {
+            text += t;
+            text += ' ';
+          }
+        }
+        prompt += addText(text);
+      } else if (ids != nullptr) {
+        appendTokens({}, *ids);
+      }
+      if (ids != nullptr) ids->push_back(tokenId("<|im_end|>"));
       prompt += 3;  // role and framing, as chat templates add
     }
   } else {
     std::string_view text;
     simdjson::dom::array arr;
     if (doc["prompt"].get(text) == simdjson::SUCCESS) {
-      prompt = estimateTokens(text);
+      prompt = addText(text);
     } else if (doc["prompt"].get(arr) == simdjson::SUCCESS) {
       for (auto e : arr) {
-        if (e.get(text) == simdjson::SUCCESS) prompt += estimateTokens(text);
+        if (e.get(text) == simdjson::SUCCESS) prompt += addText(text);
       }
     } else {
       return Status::invalidArgument("missing required field 'prompt'");
     }
   }
+  if (ids != nullptr) prompt = static_cast<int>(ids->size());
   p.prompt_tokens = std::max(prompt, 1);
   return p;
+}
+
+Task<bool> Handler::waitForEngine(EngineRuntime::Sink& sink, net::asio::steady_timer& wake,
+                                  int tokens, bool finished, const bool& gone) {
+  boost::system::error_code ec;
+  while (!gone && !sink.stopped && (sink.tokens < tokens || (finished && !sink.finished))) {
+    wake.expires_at(net::Deadline::max());
+    co_await wake.async_wait(net::asio::redirect_error(net::asio::use_awaitable, ec));
+  }
+  co_return !gone && !sink.stopped;
 }
 
 Task<void> Handler::sleepFor(net::Deadline until, const bool* gone) {
@@ -272,6 +612,9 @@ Task<void> Handler::handle(HttpRequest& req, ResponseWriter& w) {
     co_await embeddings(req, w);
   } else if (path == "/v1/models" && req.method == "GET") {
     co_await models(w);
+  } else if (path == "/metrics" && req.method == "GET" && emu_.engine() != nullptr) {
+    const std::string body = emu_.engine()->scrape();
+    co_await w.send(200, "text/plain; version=0.0.4; charset=utf-8", body);
   } else if (path == "/health" || path == "/v1/health") {
     co_await w.send(200, "application/json", "{}");
   } else if (path.starts_with("/v2")) {
@@ -289,8 +632,8 @@ Task<void> Handler::generate(HttpRequest& req, ResponseWriter& w, bool chat) {
     co_await error(w, 400, msg, "invalid_request_error", "invalid_request");
     co_return;
   }
-  const ParsedRequest& p = *parsed;
-  if (!knownModel(p.model)) {
+  ParsedRequest& p = *parsed;
+  if (!knownModel(p.model) && p.lora == 0) {
     const std::string msg = "The model `" + p.model + "` does not exist.";
     co_await error(w, 404, msg, "invalid_request_error", "model_not_found");
     co_return;
@@ -298,6 +641,34 @@ Task<void> Handler::generate(HttpRequest& req, ResponseWriter& w, bool chat) {
   auto& stats = emu_.mutableStats();
   FaultControl& f = emu_.faults();
   const int n_tokens = p.max_tokens >= 0 ? p.max_tokens : emu_.config().default_max_tokens;
+
+  // Engine mode: the request queues in the engine model; its tokens come as the engine's steps
+  // end. The guard takes it out of the engine however this coroutine ends.
+  EngineRuntime* engine = emu_.engine();
+  EngineRuntime::Sink sink;
+  net::asio::steady_timer wake(co_await net::asio::this_coro::executor);
+  bool gone = false;
+  struct EngineGuard {
+    EngineRuntime* engine = nullptr;
+    uint64_t id = 0;
+    ~EngineGuard() {
+      if (engine != nullptr) engine->abort(id);
+    }
+  } engine_guard;
+  if (engine != nullptr) {
+    if (const std::string why = engine->refuse(p.tokens.size(), n_tokens); !why.empty()) {
+      co_await error(w, 400, why, "BadRequestError", "invalid_request");
+      co_return;
+    }
+    sink.wake = &wake;
+    sink.max_tokens_given = p.max_tokens >= 0;
+    w.watchDisconnect([&gone, &wake] {
+      gone = true;
+      wake.cancel();
+    });
+    engine_guard.id = engine->add(std::move(p.tokens), n_tokens, p.lora, &sink);
+    engine_guard.engine = engine;
+  }
   const int64_t created = unixSeconds();
   const std::string id = std::string(chat ? "chatcmpl-" : "cmpl-") + std::to_string(index_) + "-" +
                          std::to_string(++next_id_);
@@ -310,8 +681,9 @@ Task<void> Handler::generate(HttpRequest& req, ResponseWriter& w, bool chat) {
 
   if (!p.stream) {
     auto when = net::SteadyClock::now() + ttft + per_token * std::max(0, n_tokens - 1);
-    if (ttft.count() > 0 || per_token.count() > 0) {
-      bool gone = false;
+    if (engine != nullptr) {
+      if (!co_await waitForEngine(sink, wake, n_tokens, true, gone)) co_return;
+    } else if (ttft.count() > 0 || per_token.count() > 0) {
       w.watchDisconnect([&gone] { gone = true; });
       co_await sleepFor(when, &gone);
       if (gone) co_return;
@@ -343,8 +715,7 @@ Task<void> Handler::generate(HttpRequest& req, ResponseWriter& w, bool chat) {
   }
 
   // Streaming.
-  bool gone = false;
-  w.watchDisconnect([&gone] { gone = true; });
+  if (engine == nullptr) w.watchDisconnect([&gone] { gone = true; });
   stats.active_streams.fetch_add(1, std::memory_order_relaxed);
   struct ActiveGuard {
     EmulatorStats& s;
@@ -380,7 +751,14 @@ Task<void> Handler::generate(HttpRequest& req, ResponseWriter& w, bool chat) {
     chunk += "}";
     event.clear();
     net::appendSseData(event, chunk);
-    if (ttft.count() > 0) co_await sleepFor(next, &gone);
+    if (engine != nullptr) {
+      // vLLM sends the role chunk with the engine's first output.
+      if (!co_await waitForEngine(sink, wake, std::min(n_tokens, 1), n_tokens == 0, gone)) {
+        gone = true;
+      }
+    } else if (ttft.count() > 0) {
+      co_await sleepFor(next, &gone);
+    }
     if (gone || !co_await w.writeChunk(event)) {
       stats.aborted_streams.fetch_add(1, std::memory_order_relaxed);
       emu_.recordUsage(req.header("x-request-id"), p.prompt_tokens, 0, false);
@@ -388,7 +766,11 @@ Task<void> Handler::generate(HttpRequest& req, ResponseWriter& w, bool chat) {
     }
   }
   for (int i = 0; i < n_tokens; ++i) {
-    if (i > 0 || !chat) {
+    if (engine != nullptr) {
+      if (!gone && !co_await waitForEngine(sink, wake, i + 1, i + 1 == n_tokens, gone)) {
+        gone = true;
+      }
+    } else if (i > 0 || !chat) {
       if (i > 0) next += per_token;
       if (next > net::SteadyClock::now()) co_await sleepFor(next, &gone);
     }
@@ -422,6 +804,12 @@ Task<void> Handler::generate(HttpRequest& req, ResponseWriter& w, bool chat) {
       emu_.recordUsage(req.header("x-request-id"), p.prompt_tokens, i, false);
       co_return;
     }
+  }
+  if (engine != nullptr && n_tokens == 0 && !gone &&
+      !co_await waitForEngine(sink, wake, 0, true, gone)) {
+    stats.aborted_streams.fetch_add(1, std::memory_order_relaxed);
+    emu_.recordUsage(req.header("x-request-id"), p.prompt_tokens, 0, false);
+    co_return;
   }
   event.clear();
   if (p.include_usage || p.continuous_usage) {
@@ -520,6 +908,20 @@ Task<void> Handler::models(ResponseWriter& w) {
     body += "{\"id\":";
     net::appendJsonString(body, m);
     body += ",\"object\":\"model\",\"created\":" + created + ",\"owned_by\":\"infera-emulator\"}";
+  }
+  const EngineConfig& ec = emu_.config().engine;
+  if (ec.enabled) {
+    // vLLM lists each LoRA adapter as a model whose parent is the base model.
+    for (const auto& a : ec.lora_adapters) {
+      body += ",{\"id\":";
+      net::appendJsonString(body, a);
+      body += ",\"object\":\"model\",\"created\":" + created +
+              ",\"owned_by\":\"infera-emulator\",\"root\":";
+      net::appendJsonString(body, a);
+      body += ",\"parent\":";
+      net::appendJsonString(body, emu_.config().models.front());
+      body += "}";
+    }
   }
   body += "]}";
   co_await w.send(200, "application/json", body);
@@ -682,6 +1084,43 @@ void readEmulatorConfig(ConfigReader& r, EmulatorConfig& cfg) {
     f.optional("disconnect_rate", cfg.faults.disconnect_rate, 0, 1);
     f.optional("disconnect_after_tokens", cfg.faults.disconnect_after_tokens, 0, 1 << 20);
   });
+  r.object("engine", [&](ConfigReader& e) {
+    EngineConfig& ec = cfg.engine;
+    ec.enabled = true;
+    e.optional("enabled", ec.enabled);
+    e.optional("block_size", ec.block_size, 1, 1024);
+    e.optional("num_gpu_blocks", ec.num_gpu_blocks, 1, 10'000'000);
+    e.optional("max_num_seqs", ec.max_num_seqs, 1, 65536);
+    e.optional("max_num_batched_tokens", ec.max_num_batched_tokens, 1, 10'000'000);
+    e.optional("max_model_len", ec.max_model_len, 1, 10'000'000);
+    e.optional("enable_prefix_caching", ec.enable_prefix_caching);
+    e.optional("step_base_ms", ec.step_base_ms, 0, 60'000);
+    e.optional("prefill_ms_per_token", ec.prefill_ms_per_token, 0, 1000);
+    e.optional("decode_ms_per_seq", ec.decode_ms_per_seq, 0, 1000);
+    e.optional("kv_ms_per_ktoken", ec.kv_ms_per_ktoken, 0, 1000);
+    e.optional("time_scale", ec.time_scale, 0.0001, 1000);
+    e.optional("lora_adapters", ec.lora_adapters);
+    e.optional("max_loras", ec.max_loras, 1, 1024);
+    e.optional("lora_load_ms", ec.lora_load_ms, 0, 600'000);
+    e.optional("served_model_name", ec.served_model_name);
+    if (static_cast<int64_t>(ec.max_model_len) >
+        static_cast<int64_t>(ec.num_gpu_blocks) * ec.block_size) {
+      e.error("max_model_len",
+              "must fit the KV cache (num_gpu_blocks x block_size = " +
+                  std::to_string(static_cast<int64_t>(ec.num_gpu_blocks) * ec.block_size) +
+                  " tokens)");
+    }
+    for (const auto& a : ec.lora_adapters) {
+      if (std::find(cfg.models.begin(), cfg.models.end(), a) != cfg.models.end()) {
+        e.error("lora_adapters", "'" + a + "' is also a model name");
+      }
+    }
+  });
+  if (cfg.engine.enabled && cfg.workers != 1) {
+    r.error("workers",
+            "must be 1 with engine: (one engine model runs on one loop, as vLLM's "
+            "engine core is one process); run more emulators for more engines");
+  }
   if (cfg.models.empty()) r.error("models", "must name at least one model");
 }
 

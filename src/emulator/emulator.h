@@ -28,6 +28,35 @@ struct FaultConfig {
   int disconnect_after_tokens = 3;
 };
 
+// The engine model (docs/emulator.md "Engine mode"): one emulated endpoint behaves like one vLLM
+// engine: a scheduler step loop with continuous batching and chunked prefill, a paged KV cache
+// with automatic prefix caching (LRU eviction of freed blocks, preemption with recompute), LoRA
+// slots, and vLLM's metrics on /metrics. Off (the simple timed mode) unless `enabled`.
+struct EngineConfig {
+  bool enabled = false;
+  int block_size = 16;                // tokens per KV block
+  int num_gpu_blocks = 29205;         // KV capacity = num_gpu_blocks x block_size tokens
+  int max_num_seqs = 1024;            // sequences in one step
+  int max_num_batched_tokens = 8192;  // tokens in one step (chunked prefill)
+  int max_model_len = 32768;          // prompt + max_tokens; longer requests are refused (400)
+  bool enable_prefix_caching = true;
+  // Step time in ms = step_base_ms + prefill_ms_per_token x prefill tokens computed +
+  // decode_ms_per_seq x decoding sequences + kv_ms_per_ktoken x context tokens attended / 1000,
+  // plus lora_load_ms per adapter loaded in the step. The defaults are BLIS's fitted profile of
+  // Llama-3.1-8B-Instruct on one H100 under vLLM 0.8.4 (docs/emulator.md "Calibration").
+  double step_base_ms = 5.7527;
+  double prefill_ms_per_token = 0.01725;
+  double decode_ms_per_seq = 0.006;
+  double kv_ms_per_ktoken = 0;
+  // Multiplies every step time (0.1 runs the engine ten times faster than the profile).
+  double time_scale = 1.0;
+  // LoRA: adapters served (a request names one as its model), GPU slots, load time per swap-in.
+  std::vector<std::string> lora_adapters;
+  int max_loras = 1;
+  double lora_load_ms = 20.0;
+  std::string served_model_name;  // the model_name label of the metrics; default: first model
+};
+
 struct EmulatorConfig {
   std::string host = "127.0.0.1";
   uint16_t port = 8000;
@@ -43,6 +72,7 @@ struct EmulatorConfig {
   // would otherwise grow by the ledger's size.
   size_t usage_ledger = 0;
   FaultConfig faults;
+  EngineConfig engine;
   std::optional<net::TlsServerConfig>
       tls;  // serve HTTPS (an https:// backend for tests and benchmarks)
 };

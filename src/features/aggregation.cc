@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstring>
 
+#include "core/hash.h"
+
 namespace infera::features {
 namespace {
 
@@ -88,12 +90,7 @@ uint64_t hashBytes(std::string_view bytes) {
     h ^= static_cast<uint8_t>(c);
     h *= 1099511628211ULL;
   }
-  h ^= h >> 30;
-  h *= 0xbf58476d1ce4e5b9ULL;
-  h ^= h >> 27;
-  h *= 0x94d049bb133111ebULL;
-  h ^= h >> 31;
-  return h;
+  return mix64(h);
 }
 
 void encodeAggState(const FeatureView& view, const AggState& state, std::string& out) {

@@ -1,5 +1,7 @@
 #include "gateway/internal/split.h"
 
+#include "core/hash.h"
+
 namespace infera::gateway {
 
 uint64_t stickyHash(std::string_view salt, std::string_view id) {
@@ -15,9 +17,7 @@ uint64_t stickyHash(std::string_view salt, std::string_view id) {
   h *= 0x100000001b3ULL;
   mix(id);
   h += 0x9e3779b97f4a7c15ULL;
-  h = (h ^ (h >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  h = (h ^ (h >> 27)) * 0x94d049bb133111ebULL;
-  return h ^ (h >> 31);
+  return mix64(h);
 }
 
 int armForHash(std::span<const uint32_t> weights, uint64_t hash) {
