@@ -1,5 +1,7 @@
 #include "gateway/config.h"
 
+#include <cctype>
+
 #include "core/config.h"
 
 namespace infera::gateway {
@@ -22,6 +24,52 @@ void readProtocol(ConfigReader& r, Protocol& p) {
   std::string s = protocolName(p).data();
   if (r.optionalEnum("protocol", s, {"openai", "kserve"})) {
     p = s == "kserve" ? Protocol::kKServe : Protocol::kOpenAi;
+  }
+}
+
+void readRouting(ConfigReader& r, EngineRoutingConfig& e) {
+  std::string policy = "latency";
+  r.optionalEnum("policy", policy, {"latency", "engine"});
+  e.enabled = policy == "engine";
+  r.object("weights", [&](ConfigReader& w) {
+    w.optional("prefix", e.prefix_weight, 0, 1000);
+    w.optional("queue", e.queue_weight, 0, 1000);
+    w.optional("kv_cache", e.kv_weight, 0, 1000);
+    w.optional("lora", e.lora_weight, 0, 1000);
+    w.optional("session", e.session_weight, 0, 1000);
+    w.optional("latency", e.latency_weight, 0, 1000);
+  });
+  r.optional("session_header", e.session_header);
+  for (char& c : e.session_header)
+    c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  r.optional("max_waiting", e.max_waiting, 0, 1'000'000);
+  r.optional("max_kv_usage", e.max_kv_usage, 0, 1);
+  r.optional("metrics_interval_ms", e.metrics_interval_ms, 10, 60'000);
+  r.optional("metrics_timeout_ms", e.metrics_timeout_ms, 1, 60'000);
+  r.optional("stale_ms", e.stale_ms, 10, 3'600'000);
+  r.optional("metrics_path", e.metrics_path);
+  if (e.metrics_path.empty() || e.metrics_path[0] != '/') {
+    r.error("metrics_path", "must start with / (got '" + e.metrics_path + "')");
+  }
+  r.optional("prefix_block_bytes", e.prefix_block_bytes, 16, 4096);
+  r.optional("prefix_max_blocks", e.prefix_max_blocks, 1, kMaxPrefixBlocks);
+  r.optional("prefix_index_entries", e.prefix_index_entries, 1024, 1 << 24);
+  r.object("flow_control", [&](ConfigReader& f) {
+    e.flow_control = true;
+    f.optional("enabled", e.flow_control);
+    f.optional("queue_timeout_ms", e.queue_timeout_ms, 1, 3'600'000);
+    f.optional("max_queued", e.max_queued, 1, 65536);
+    f.optionalEnum("fairness", e.fairness, {"team", "user", "none"});
+    f.optionalEnum("default_priority", e.default_priority,
+                   {"critical", "standard", "batch", "sheddable"});
+  });
+  if (e.flow_control && e.max_waiting == 0 && e.max_kv_usage == 0) {
+    r.error("flow_control", "needs max_waiting or max_kv_usage (what saturated means)");
+  }
+  if (e.flow_control && !e.enabled) r.error("flow_control", "needs policy: engine");
+  if (e.enabled && e.stale_ms <= e.metrics_interval_ms) {
+    r.error("stale_ms", "must be longer than metrics_interval_ms (" +
+                            std::to_string(e.metrics_interval_ms) + ")");
   }
 }
 
@@ -89,6 +137,7 @@ void readModels(ConfigReader& r, const std::set<std::string>& emulators, Gateway
               d.object("limits", [&](ConfigReader& l) { access::readLimits(l, dc.limits); });
               d.optional("continuous_usage", dc.continuous_usage);
               d.object("tls", [&](ConfigReader& t) { net::readTlsClientConfig(t, dc.tls); });
+              d.object("routing", [&](ConfigReader& t) { readRouting(t, dc.routing); });
               d.forEach(
                   "endpoints",
                   [&](ConfigReader& e, size_t) {
@@ -124,6 +173,15 @@ void readModels(ConfigReader& r, const std::set<std::string>& emulators, Gateway
               mc.deployments.push_back(std::move(dc));
             },
             true);
+        // One route balances over all its deployments' endpoints: one policy for all of them.
+        for (size_t i = 1; i < mc.deployments.size(); ++i) {
+          if (!(mc.deployments[i].routing == mc.deployments[0].routing)) {
+            m.error("deployments", "every deployment of a model needs the same routing: (" +
+                                       mc.deployments[i].name + " differs from " +
+                                       mc.deployments[0].name + ")");
+            break;
+          }
+        }
         cfg.models.push_back(std::move(mc));
       },
       false);

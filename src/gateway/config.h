@@ -47,6 +47,49 @@ struct EndpointConfig {
   int line = 0;
 };
 
+// Engine-aware routing of a deployment (docs/routing.md): the gateway reads each endpoint's
+// engine signals (vLLM's /metrics, Triton's queue) and scores endpoints by what they hold. Off by
+// default: the deployment then balances by latency as before, at the same cost.
+// The most prompt blocks hashed per request (the prefix scan's bound).
+inline constexpr int kMaxPrefixBlocks = 1024;
+
+struct EngineRoutingConfig {
+  bool enabled = false;  // `routing: {policy: engine}`
+  // Scorer weights; the endpoint with the highest weighted sum wins (ties: a random one).
+  double prefix_weight = 3;   // share of the prompt's leading blocks last sent to that endpoint
+  double queue_weight = 2;    // fewer requests running + waiting (min-max over the candidates)
+  double kv_weight = 1;       // more free KV cache
+  double lora_weight = 1;     // the adapter asked for is loaded there
+  double session_weight = 0;  // the endpoint a session header's value hashes to
+  double latency_weight = 0;  // lower EWMA latency, as the default policy
+  std::string session_header = "x-session-id";
+  // Filters: endpoints past these (when their signals are known) are not chosen while another
+  // is under them. 0 = no filter.
+  int max_waiting = 0;
+  double max_kv_usage = 0;
+  // Signals: scraped every interval on one thread; older than stale_ms = unknown (never idle).
+  int64_t metrics_interval_ms = 100;
+  int64_t metrics_timeout_ms = 500;
+  int64_t stale_ms = 1000;
+  std::string metrics_path = "/metrics";
+  // The approximate prefix index: the rendered prompt in blocks of prefix_block_bytes, at most
+  // prefix_max_blocks of them (longer prompts: their first blocks), in a table of
+  // prefix_index_entries block hashes per model (memory bounded; overwrites counted).
+  int prefix_block_bytes = 64;
+  int prefix_max_blocks = 256;
+  int prefix_index_entries = 1 << 16;
+  // Flow control: when every endpoint is past a filter (max_waiting, max_kv_usage), requests wait
+  // in the gateway, most urgent priority first and shared fairly between teams (or users) by
+  // tokens, for at most queue_timeout_ms (then 429 with retry-after); at most max_queued per
+  // worker (then the least urgent, newest waiter is shed). Sheddable requests never wait.
+  bool flow_control = false;
+  int64_t queue_timeout_ms = 30'000;
+  int max_queued = 1024;
+  std::string fairness = "team";              // team | user | none
+  std::string default_priority = "standard";  // critical | standard | batch | sheddable
+  bool operator==(const EngineRoutingConfig&) const = default;
+};
+
 struct DeploymentConfig {
   std::string name;
   std::string upstream_model;  // model name sent to the backend; default the model's name
@@ -56,6 +99,7 @@ struct DeploymentConfig {
   LimitConfig limits;             // protects this deployment's capacity (all keys together)
   bool continuous_usage = false;  // backend supports vLLM's stream_options.continuous_usage_stats
   net::TlsClientConfig tls;       // defaults of its https:// endpoints
+  EngineRoutingConfig routing;
   std::vector<EndpointConfig> endpoints;
 };
 

@@ -33,7 +33,7 @@ class GatewayImpl final : public Gateway {
     log_ = componentLogger("gateway");
     INFERA_ASSIGN_OR_RETURN(
         current_, buildRouteTable(settings_, routes_.models(), deps_.emulator_urls, shared_,
-                                  metrics_, ++generation_));
+                                  metrics_, ++generation_, &prefix_indexes_));
     metrics_.registry
         .gaugeFamily("infera_gateway_config_generation", "Generation of the config in use.")
         ->setCallback([this] { return static_cast<double>(generation_.load()); });
@@ -156,6 +156,7 @@ class GatewayImpl final : public Gateway {
       if (sampled > 0) {
         body += ",\"ewma_ms\":" + std::to_string(ewma_sum / sampled * 1000);
       }
+      if (ep.deployment->routing.enabled) engineJson(ep, now, body);
       body += "}";
     }
     body += "]}";
@@ -203,9 +204,12 @@ class GatewayImpl final : public Gateway {
   void startHealthChecks(net::asio::io_context& ctx) override {
     health_ctx_ = &ctx;
     health_running_ = true;
+    signals_running_ = true;
     net::asio::post(ctx, [this] {
       health_timer_ = std::make_unique<net::asio::steady_timer>(*health_ctx_);
+      signals_timer_ = std::make_unique<net::asio::steady_timer>(*health_ctx_);
       net::spawn(*health_ctx_, healthLoop(), "health checks");
+      net::spawn(*health_ctx_, signalsLoop(), "engine signals");
     });
   }
 
@@ -214,15 +218,22 @@ class GatewayImpl final : public Gateway {
     stopping_ = true;
     net::asio::post(*health_ctx_, [this] {
       if (health_timer_) health_timer_->cancel();
+      if (signals_timer_) signals_timer_->cancel();
     });
-    while (health_running_.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    // Scrapes in flight end by their own deadline (metrics_timeout_ms); a loop that no longer
+    // runs drops them with their table.
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+    while (health_running_.load() || signals_running_.load() ||
+           (scrapes_->load() > 0 && std::chrono::steady_clock::now() < give_up)) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
     health_ctx_ = nullptr;
   }
 
  private:
   Status applyLocked(GatewayConfig next) {
     auto t = buildRouteTable(next, routes_.models(), deps_.emulator_urls, shared_, metrics_,
-                             generation_.load() + 1);
+                             generation_.load() + 1, &prefix_indexes_);
     if (!t.ok()) return t.takeStatus();
     ++generation_;
     settings_ = std::move(next);
@@ -328,6 +339,89 @@ class GatewayImpl final : public Gateway {
     }
   }
 
+  // Engine-aware routing's signals: every endpoint of a deployment whose routing is on has its
+  // metrics scraped on this one thread at the shortest interval asked; each result is stored in
+  // the endpoint's shared signals, which the workers read.
+  // Touches nothing of the gateway's but what it is given (a stop does not wait for it forever).
+  static Task<void> scrape(const Endpoint& ep, std::shared_ptr<const RouteTable> keep,
+                           std::shared_ptr<std::atomic<int>> count) {
+    (void)keep;
+    struct InFlight {
+      EngineSignals& s;
+      std::atomic<int>& n;
+      ~InFlight() {
+        s.in_flight = false;
+        --n;
+      }
+    } in_flight{ep.shared->engine, *count};
+    const EngineRoutingConfig& cfg = ep.deployment->routing;
+    auto r = co_await net::fetch(
+        ep.address, "GET", cfg.metrics_path, "", {},
+        net::SteadyClock::now() + std::chrono::milliseconds(cfg.metrics_timeout_ms));
+    EngineSignals& sig = ep.shared->engine;
+    EngineSample sample;
+    if (r.ok() && r->status == 200 && parseEngineMetrics(r->body, sample)) {
+      sig.store(sample, monoNanos());
+      ep.engine_load->set(sample.running + sample.waiting);
+      ep.engine_kv->set(sample.kv_usage);
+    } else {
+      sig.failures.fetch_add(1, std::memory_order_relaxed);
+    }
+  }
+
+  Task<void> signalsLoop() {
+    struct Done {
+      std::atomic<bool>& b;
+      ~Done() { b = false; }
+    } done{signals_running_};
+    while (!stopping_) {
+      auto t = table();
+      int64_t interval_ms = 1000;  // how soon a reload that turns routing on is seen
+      const int64_t now = monoNanos();
+      std::unordered_map<std::string_view, bool> seen;
+      for (const auto& ep : t->endpoints) {
+        const EngineRoutingConfig& cfg = ep.deployment->routing;
+        if (!cfg.enabled || !seen.emplace(ep.key, true).second) continue;
+        interval_ms = std::min(interval_ms, cfg.metrics_interval_ms);
+        const int64_t updated = ep.shared->engine.updated_ns.load(std::memory_order_relaxed);
+        const bool stale = updated == 0 || now - updated > cfg.stale_ms * 1'000'000;
+        ep.engine_age->set(updated == 0 ? -1 : static_cast<double>(now - updated) / 1e9);
+        if (stale) {
+          ep.engine_load->set(-1);
+          ep.engine_kv->set(-1);
+        }
+        if (!ep.shared->engine.in_flight.exchange(true)) {
+          ++*scrapes_;
+          net::spawn(*health_ctx_, scrape(ep, t, scrapes_), "engine metrics scrape");
+        }
+      }
+      signals_timer_->expires_after(std::chrono::milliseconds(interval_ms));
+      boost::system::error_code ec;
+      co_await signals_timer_->async_wait(net::asio::redirect_error(net::asio::use_awaitable, ec));
+    }
+  }
+
+  static void engineJson(const Endpoint& ep, int64_t now, std::string& body) {
+    const EngineSignals& sig = ep.shared->engine;
+    const int64_t updated = sig.updated_ns.load(std::memory_order_relaxed);
+    const bool fresh = updated > 0 && now - updated <= ep.deployment->routing.stale_ms * 1'000'000;
+    body += ",\"engine\":{\"known\":";
+    body += fresh ? "true" : "false";
+    if (updated > 0) {
+      body += ",\"age_ms\":" + std::to_string((now - updated) / 1'000'000);
+      body += ",\"load\":" + std::to_string(sig.load.load(std::memory_order_relaxed));
+      body += ",\"waiting\":" + std::to_string(sig.waiting.load(std::memory_order_relaxed));
+      const float kv = sig.kv_usage.load(std::memory_order_relaxed);
+      if (kv >= 0) body += ",\"kv_cache_usage\":" + std::to_string(kv);
+    }
+    body += ",\"scrape_errors\":" + std::to_string(sig.failures.load(std::memory_order_relaxed));
+    const double sent = ep.prefix_sent_blocks->value();
+    if (sent > 0) {
+      body += ",\"prefix_hit_rate\":" + std::to_string(ep.prefix_hit_blocks->value() / sent);
+    }
+    body += "}";
+  }
+
   struct Loop {
     net::asio::io_context* ctx = nullptr;
     ProxyHandler* handler = nullptr;  // owned by that loop's router
@@ -348,6 +442,10 @@ class GatewayImpl final : public Gateway {
   std::atomic<bool> stopping_{false};
   std::atomic<bool> health_running_{false};
   std::unique_ptr<net::asio::steady_timer> health_timer_;
+  std::atomic<bool> signals_running_{false};
+  std::shared_ptr<std::atomic<int>> scrapes_ = std::make_shared<std::atomic<int>>(0);
+  std::unique_ptr<net::asio::steady_timer> signals_timer_;
+  PrefixIndexes prefix_indexes_;  // per model, across reloads (control thread)
 };
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "core/clock.h"
+#include "core/hash.h"
 #include "core/utf8.h"
 #include "gateway/internal/balancer.h"
 #include "gateway/internal/request_scan.h"
@@ -38,6 +39,27 @@ std::string_view answerOutput(std::string_view json) {
   if (findTopLevelValue(json, "choices", b, e) || findTopLevelValue(json, "data", b, e))
     return json.substr(b, e - b);
   return json;
+}
+
+// An endpoint a request may go to now: healthy, not ejected, under this worker's share of its
+// concurrency limit.
+bool available(const Endpoint& ep, const WorkerEndpoint& ws, int64_t now_ns) {
+  return ep.shared->healthy.load(std::memory_order_relaxed) &&
+         ep.shared->ejected_until_ns.load(std::memory_order_relaxed) <= now_ns &&
+         ws.inflight < ep.max_inflight_per_worker;
+}
+
+// Whether an endpoint's engine signals are fresh; when they are, this worker's count of what it
+// sent there since the scrape it last saw starts again at each new scrape.
+bool freshSignals(const EngineSignals& sig, WorkerEndpoint& ws, int64_t now_ns, int64_t stale_ns) {
+  const int64_t updated = sig.updated_ns.load(std::memory_order_acquire);
+  if (updated == 0 || now_ns - updated > stale_ns) return false;
+  const uint32_t seq = sig.seq.load(std::memory_order_relaxed);
+  if (seq != ws.seen_seq) {
+    ws.seen_seq = seq;
+    ws.sent_since_scrape = 0;
+  }
+  return true;
 }
 
 }  // namespace
@@ -89,6 +111,11 @@ struct ProxyHandler::Exchange {
   std::string primary_output;
   bool keep_answer = false;  // data capture: keep the answer's first bytes
   std::string answer;
+  // Engine-aware routing: the prompt's prefix block hashes (a buffer lent by the handler).
+  std::unique_ptr<uint64_t[]> blocks;
+  size_t n_blocks = 0;
+  // Flow control: the timer the request waits on in the gateway's queue (null when not waiting).
+  net::asio::steady_timer* flow_timer = nullptr;
 };
 
 ProxyHandler::ProxyHandler(int shard, net::asio::io_context& ctx, GatewayMetrics& metrics,
@@ -162,9 +189,317 @@ void ProxyHandler::setTable(std::shared_ptr<const RouteTable> table) {
   table_ = std::move(table);
 }
 
+void ProxyHandler::hashPrompt(Exchange& x) {
+  if (block_buffers_.empty()) {
+    x.blocks = std::make_unique<uint64_t[]>(static_cast<size_t>(kMaxPrefixBlocks));
+  } else {
+    x.blocks = std::move(block_buffers_.back());
+    block_buffers_.pop_back();
+  }
+  const EngineRoutingConfig& cfg = *x.route->engine;
+  const size_t max_blocks = static_cast<size_t>(std::min(cfg.prefix_max_blocks, kMaxPrefixBlocks));
+  x.n_blocks = promptBlockHashes(x.fields.root, static_cast<size_t>(cfg.prefix_block_bytes),
+                                 std::span<uint64_t>(x.blocks.get(), max_blocks));
+}
+
+int ProxyHandler::pickEngine(Exchange& x, const RouteTable& table, const StateVector& state,
+                             const std::vector<uint32_t>& candidates,
+                             std::span<const uint32_t> tried, int64_t now_ns) {
+  const Route& route = *x.route;
+  const EngineRoutingConfig& cfg = *route.engine;
+  EngineCandidate buf[64];
+  size_t n = 0;
+  uint64_t slots = 0;
+  uint64_t session = 0;
+  if (cfg.session_weight > 0) {
+    const std::string_view id = x.req.header(cfg.session_header);
+    if (!id.empty()) session = loraHash(id);
+  }
+  const int64_t stale_ns = cfg.stale_ms * 1'000'000;
+  for (const uint32_t idx : candidates) {
+    if (std::find(tried.begin(), tried.end(), idx) != tried.end()) continue;
+    const Endpoint& ep = table.endpoints[idx];
+    WorkerEndpoint& ws = *state[idx];
+    if (!available(ep, ws, now_ns)) continue;
+    const EngineSignals& sig = ep.shared->engine;
+    EngineCandidate c;
+    c.index = idx;
+    c.slot = ep.prefix_slot;
+    c.known = freshSignals(sig, ws, now_ns, stale_ns);
+    if (c.known) {
+      c.load = sig.load.load(std::memory_order_relaxed) + ws.sent_since_scrape;
+      c.waiting = sig.waiting.load(std::memory_order_relaxed) + ws.sent_since_scrape;
+      c.kv_usage = std::max(0.0f, sig.kv_usage.load(std::memory_order_relaxed));
+    }
+    if (route.lora_hash != 0) {
+      for (const auto& l : sig.loras)
+        c.lora = c.lora || l.load(std::memory_order_relaxed) == route.lora_hash;
+    }
+    c.ewma_s = ws.ewma_s;
+    if (c.ewma_s > 0) {
+      const double age_ns = static_cast<double>(now_ns - ws.sampled_ns);
+      if (age_ns > 1e8) c.ewma_s *= std::exp2(-age_ns / kEwmaHalfLifeNs);
+    }
+    if (session != 0) c.session = mix64(session ^ ep.key_hash);
+    if (c.slot >= 0) slots |= uint64_t{1} << c.slot;
+    buf[n++] = c;
+  }
+  uint16_t matched[64];
+  const std::span<const uint64_t> blocks(x.blocks.get(), x.blocks ? x.n_blocks : 0);
+  if (!blocks.empty() && slots != 0) route.prefix_index->match(blocks, slots, matched);
+  const EngineChoice choice = pickEngineCandidate(cfg, std::span<const EngineCandidate>(buf, n),
+                                                  matched, blocks.size(), rng_);
+  if (choice.position < 0) return -1;
+  const EngineCandidate& chosen = buf[choice.position];
+  ++state[chosen.index]->sent_since_scrape;
+  if (!blocks.empty() && chosen.slot >= 0) {
+    route.prefix_index->record(blocks, chosen.slot, static_cast<uint32_t>(now_ns / 1'000'000'000));
+    const Endpoint& ep = table.endpoints[chosen.index];
+    ep.prefix_hit_blocks->inc(shard_, choice.matched);
+    ep.prefix_sent_blocks->inc(shard_, static_cast<double>(blocks.size()));
+  }
+  return static_cast<int>(chosen.index);
+}
+
+struct ProxyHandler::FlowState {
+  FlowQueue queue;
+  int pending = 0;  // admitted waiters not yet on their way to an endpoint
+  std::unique_ptr<net::asio::steady_timer> tick;
+  bool ticking = false;
+};
+
+obs::Counter* ProxyHandler::flowCounter(const Route& route, Priority p, std::string_view team,
+                                        std::string_view outcome) {
+  std::string key = route.model;
+  key += '\x1f';
+  key += priorityName(p);
+  key += '\x1f';
+  key += team;
+  key += '\x1f';
+  key += outcome;
+  const auto it = flow_counters_.find(key);
+  if (it != flow_counters_.end()) return it->second;
+  obs::Counter* c = metrics_.flow_outcomes->counter(
+      {route.model, std::string(priorityName(p)), std::string(team), std::string(outcome)});
+  flow_counters_.emplace(std::move(key), c);
+  return c;
+}
+
+int ProxyHandler::roomFor(const RouteTable& table, const StateVector& state, const Route& route,
+                          int64_t now_ns) {
+  const EngineRoutingConfig& cfg = *route.engine;
+  const int64_t stale_ns = cfg.stale_ms * 1'000'000;
+  int room = 0;
+  for (const uint32_t idx : route.openai_endpoints) {
+    const Endpoint& ep = table.endpoints[idx];
+    WorkerEndpoint& ws = *state[idx];
+    if (!available(ep, ws, now_ns)) continue;
+    const EngineSignals& sig = ep.shared->engine;
+    if (!freshSignals(sig, ws, now_ns, stale_ns)) {
+      ++room;  // unknown signals give no reason to hold a request back
+      continue;
+    }
+    // What this worker sent since the scrape counts as waiting until the next one says better.
+    const int waiting = sig.waiting.load(std::memory_order_relaxed) + ws.sent_since_scrape;
+    if (cfg.max_kv_usage > 0 && sig.kv_usage.load(std::memory_order_relaxed) >= cfg.max_kv_usage) {
+      continue;
+    }
+    if (cfg.max_waiting > 0) {
+      room += std::max(0, cfg.max_waiting - waiting);
+    } else {
+      ++room;
+    }
+  }
+  return room;
+}
+
+void ProxyHandler::dispatch(const std::string& model) {
+  const auto it = flow_.find(model);
+  if (it == flow_.end() || !table_) return;
+  FlowState& fs = *it->second;
+  if (fs.queue.size() == 0) return;
+  auto admit = [&fs](FlowQueue::Waiter* w) {
+    w->admitted = true;
+    ++fs.pending;
+    static_cast<net::asio::steady_timer*>(w->wake)->cancel();
+  };
+  const Route* route = findRoute(*table_, model);
+  if (route == nullptr || route->engine == nullptr || !route->engine->flow_control) {
+    // A reload turned flow control off (or removed the model): nobody waits any more.
+    while (FlowQueue::Waiter* w = fs.queue.popNext()) admit(w);
+    return;
+  }
+  // Another worker's more urgent waiter goes first: this worker holds its less urgent ones (the
+  // queued gauge's cells are every worker's counts).
+  auto held = [&](Priority p) {
+    for (int q = 0; q < static_cast<int>(p); ++q) {
+      const double others = route->flow_queued[q]->value() -
+                            static_cast<double>(fs.queue.count(static_cast<Priority>(q)));
+      if (others > 0.5) return true;
+    }
+    return false;
+  };
+  int room = roomFor(*table_, *state_, *route, monoNanos()) - fs.pending;
+  while (room-- > 0) {
+    const FlowQueue::Waiter* next = fs.queue.next();
+    if (next == nullptr || held(next->priority)) break;
+    admit(fs.queue.popNext());
+  }
+  if (fs.queue.size() > 0 && !fs.ticking) {
+    // Room also comes from other workers' and other gateways' requests ending, seen in the next
+    // scrape: look again at the scrape interval while anyone waits.
+    if (!fs.tick) fs.tick = std::make_unique<net::asio::steady_timer>(ctx_);
+    fs.ticking = true;
+    struct Tick {
+      ProxyHandler* self;
+      std::shared_ptr<bool> alive;
+      std::string model;
+      void operator()(const boost::system::error_code&) const {
+        if (!*alive) return;
+        const auto f = self->flow_.find(model);
+        if (f != self->flow_.end()) f->second->ticking = false;
+        self->dispatch(model);
+      }
+    };
+    fs.tick->expires_after(std::chrono::milliseconds(
+        std::clamp<int64_t>(route->engine->metrics_interval_ms / 2, 5, 50)));
+    fs.tick->async_wait(Tick{this, alive_, model});
+  }
+}
+
+Task<bool> ProxyHandler::waitForRoom(Exchange& x) {
+  const Route& route = *x.route;
+  const EngineRoutingConfig& cfg = *route.engine;
+  Priority prio = route.default_priority;
+  const std::string_view asked = x.req.header("x-infera-priority");
+  if (!asked.empty()) {
+    Priority p;
+    if (!parsePriority(asked, p)) {
+      co_await sendError(x, 400,
+                         "x-infera-priority must be one of critical, standard, batch, sheddable",
+                         "invalid_request_error", "invalid_priority");
+      co_return false;
+    }
+    // A caller may lower its request's priority, never raise it above its route's.
+    if (p > prio) prio = p;
+  }
+  auto& slot = flow_[route.model];
+  if (!slot) slot = std::make_unique<FlowState>();
+  FlowState& fs = *slot;
+  const int room = roomFor(*x.table, *x.state, route, monoNanos()) - fs.pending;
+  if (fs.queue.size() == 0 && room > 0) co_return true;
+  const access::Principal who = x.grant ? x.grant.principal() : access::Principal{};
+  const std::string_view team = who.team;
+  const int pi = static_cast<int>(prio);
+  const int64_t retry_ms = std::max<int64_t>(1000, cfg.metrics_interval_ms * 10);
+  // Sheddable work never waits: it goes if there is room beyond everyone waiting, else it is shed.
+  if (prio == Priority::kSheddable && room - static_cast<int>(fs.queue.size()) > 0) co_return true;
+  if (prio == Priority::kSheddable) {
+    flowCounter(route, prio, team, "shed")->inc(shard_);
+    access::appendRetryAfter(x.extra, retry_ms);
+    co_await sendError(x, 429,
+                       "model " + route.model + " is saturated; sheddable requests do not wait",
+                       "requests", "model_saturated");
+    co_return false;
+  }
+  FlowQueue::Waiter w;
+  w.priority = prio;
+  if (cfg.fairness == "team") {
+    w.key = std::string(team);
+  } else if (cfg.fairness == "user") {
+    w.key = std::string(who.user.empty() ? team : who.user);
+  }
+  w.cost = x.grant ? static_cast<double>(x.grant.estimatedPrompt() + x.grant.maxCompletion())
+                   : static_cast<double>(x.req.body.size() / 4 + 1) +
+                         static_cast<double>(std::max<int64_t>(x.fields.max_tokens, 16));
+  net::asio::steady_timer timer(ctx_);
+  w.wake = &timer;
+  if (fs.queue.size() >= static_cast<size_t>(cfg.max_queued)) {
+    FlowQueue::Waiter* worst = fs.queue.worst();
+    if (worst == nullptr || worst->priority <= prio) {
+      flowCounter(route, prio, team, "shed")->inc(shard_);
+      access::appendRetryAfter(x.extra, retry_ms);
+      co_await sendError(x, 429,
+                         "model " + route.model + " is saturated and its wait queue is full",
+                         "requests", "model_saturated");
+      co_return false;
+    }
+    // A less urgent waiter makes room.
+    worst->shed = true;
+    fs.queue.remove(worst);
+    static_cast<net::asio::steady_timer*>(worst->wake)->cancel();
+  }
+  // However this ends (the loop's shutdown included), the waiter leaves the queue.
+  struct Queued {
+    FlowQueue& q;
+    FlowQueue::Waiter& w;
+    ~Queued() { q.remove(&w); }
+  } queued{fs.queue, w};
+  fs.queue.push(&w);
+  route.flow_queued[pi]->add(shard_, 1);
+  flowCounter(route, prio, team, "queued")->inc(shard_);
+  // The one disconnect watch of the request (a writer keeps the first it is given): the same as
+  // forward()'s, and it also ends the wait.
+  x.flow_timer = &timer;
+  x.w.watchDisconnect([&x] {
+    x.client_gone = true;
+    if (x.flow_timer) x.flow_timer->cancel();
+    if (x.current) x.current->abort();
+  });
+  const int64_t queued_ns = monoNanos();
+  timer.expires_after(std::chrono::milliseconds(cfg.queue_timeout_ms));
+  dispatch(route.model);  // the most urgent waiter may have room now
+  if (!w.admitted && !w.shed && !x.client_gone) {
+    boost::system::error_code ec;
+    co_await timer.async_wait(net::asio::redirect_error(net::asio::use_awaitable, ec));
+  }
+  // Out of the queue before anything else is awaited: a dispatch meanwhile must not admit (and
+  // count as pending) a waiter that is leaving.
+  fs.queue.remove(&w);
+  x.flow_timer = nullptr;
+  route.flow_queued[pi]->add(shard_, -1);
+  route.flow_wait[pi]->observe(shard_, static_cast<double>(monoNanos() - queued_ns) / 1e9);
+  const bool gone = x.client_gone;
+  if (w.admitted) {
+    --fs.pending;
+    if (!gone) {
+      flowCounter(route, prio, team, "admitted")->inc(shard_);
+      co_return true;
+    }
+  }
+  if (gone) {
+    flowCounter(route, prio, team, "left")->inc(shard_);
+    x.status = 499;
+    clientLeft(x, nullptr);
+    x.w.closeAfterResponse();
+    co_await x.w.send(499, "application/json", "{}");
+    co_return false;
+  }
+  access::appendRetryAfter(x.extra, retry_ms);
+  if (w.shed) {
+    flowCounter(route, prio, team, "shed")->inc(shard_);
+    co_await sendError(
+        x, 429, "model " + route.model + " is saturated; more urgent requests took the place",
+        "requests", "model_saturated");
+    co_return false;
+  }
+  flowCounter(route, prio, team, "timeout")->inc(shard_);
+  co_await sendError(x, 429,
+                     "model " + route.model + " stayed saturated for " +
+                         std::to_string(cfg.queue_timeout_ms) + " ms",
+                     "requests", "model_saturated");
+  co_return false;
+}
+
 int ProxyHandler::pick(const RouteTable& table, const StateVector& state,
                        const std::vector<uint32_t>& candidates, std::span<const uint32_t> tried,
-                       int64_t now_ns) {
+                       int64_t now_ns, Exchange* x) {
+  // Engine-aware routes score up to 64 endpoints (the prefix index's slots); more balance by
+  // latency.
+  if (x != nullptr && x->route != nullptr && x->route->engine != nullptr &&
+      candidates.size() <= 64) {
+    return pickEngine(*x, table, state, candidates, tried, now_ns);
+  }
   Candidate buf[64];
   std::vector<Candidate> big;
   size_t n = 0;
@@ -173,9 +508,7 @@ int ProxyHandler::pick(const RouteTable& table, const StateVector& state,
     if (std::find(tried.begin(), tried.end(), idx) != tried.end()) continue;
     const Endpoint& ep = table.endpoints[idx];
     const WorkerEndpoint& ws = *state[idx];
-    if (!ep.shared->healthy.load(std::memory_order_relaxed)) continue;
-    if (ep.shared->ejected_until_ns.load(std::memory_order_relaxed) > now_ns) continue;
-    if (ws.inflight >= ep.max_inflight_per_worker) continue;
+    if (!available(ep, ws, now_ns)) continue;
     double ewma = ws.ewma_s;
     if (ewma > 0) {
       const double age_ns = static_cast<double>(now_ns - ws.sampled_ns);
@@ -280,6 +613,9 @@ Task<void> ProxyHandler::unmatched(net::HttpRequest& req, net::ResponseWriter& w
 }
 
 void ProxyHandler::finishExchange(Exchange& x) {
+  if (x.blocks) block_buffers_.push_back(std::move(x.blocks));
+  // A request of a flow-controlled route ended: its room may let a waiter go.
+  if (x.route && x.route->engine && x.route->engine->flow_control) dispatch(x.route->model);
   if (x.grant) finishAccess(x);
   const int64_t end_ns = monoNanos();
   const double seconds = static_cast<double>(end_ns - x.start_ns) / 1e9;
@@ -373,12 +709,17 @@ Task<void> ProxyHandler::handleOpenAi(net::HttpRequest& req, net::ResponseWriter
   x.route = targets.route;
   x.rewrite_model = true;
   x.stream = x.fields.stream;
+  if (x.route->engine && x.route->engine->prefix_weight > 0) hashPrompt(x);
   if (targets.split || targets.shadow || targets.route->tag_responses ||
       targets.route->capture.enabled()) {
     applyTargets(x, targets);
   }
   if (x.grant) {
     const bool go_on = co_await admit(x);
+    if (!go_on) co_return;
+  }
+  if (x.route->engine && x.route->engine->flow_control) {
+    const bool go_on = co_await waitForRoom(x);
     if (!go_on) co_return;
   }
   co_await forward(x, *targets.endpoints);
@@ -574,7 +915,7 @@ Task<void> ProxyHandler::forward(Exchange& x, const std::vector<uint32_t>& candi
   for (int attempt = 0; attempt < max_attempts && !x.client_gone && n_tried < tried_buf.size();
        ++attempt) {
     const int idx = pick(table, *x.state, candidates,
-                         std::span<const uint32_t>(tried_buf.data(), n_tried), monoNanos());
+                         std::span<const uint32_t>(tried_buf.data(), n_tried), monoNanos(), &x);
     if (idx < 0) break;
     const Endpoint& ep = table.endpoints[static_cast<size_t>(idx)];
     const Deployment& dep = *ep.deployment;

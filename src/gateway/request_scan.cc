@@ -331,6 +331,7 @@ Result<RequestFields> scanRequest(simdjson::dom::parser& parser, const std::stri
     return Status::invalidArgument("request body could not be read as one JSON object");
   }
   RequestFields f;
+  f.root = doc;
   int64_t max_tokens = -1, max_completion_tokens = -1;
   size_t i = 0;
   for (auto field : obj) {

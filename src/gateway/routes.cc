@@ -76,6 +76,44 @@ GatewayMetrics::GatewayMetrics(obs::MetricsRegistry& r)
       captures(r.counterFamily(
           "infera_gateway_captures_total",
           "Inferences captured for review and training data (sampled or flagged).", {"model"})),
+      engine_load(r.gaugeFamily(
+          "infera_gateway_engine_load",
+          "Engine-aware routing: requests running + waiting on the endpoint's engine at its last "
+          "scrape (-1: unknown).",
+          {"deployment", "endpoint"})),
+      engine_kv(r.gaugeFamily("infera_gateway_engine_kv_cache_usage",
+                              "Engine-aware routing: the engine's KV-cache usage, 0..1, at its "
+                              "last scrape (-1: unknown).",
+                              {"deployment", "endpoint"})),
+      engine_age(r.gaugeFamily("infera_gateway_engine_signal_age_seconds",
+                               "Engine-aware routing: seconds since the endpoint's last good "
+                               "metrics scrape (-1: never); past stale_ms its signals are unknown.",
+                               {"deployment", "endpoint"})),
+      engine_scrape_errors(r.counterFamily(
+          "infera_gateway_engine_scrape_errors_total",
+          "Engine-aware routing: metrics scrapes that failed, timed out or did not parse.",
+          {"deployment", "endpoint"})),
+      prefix_blocks(r.counterFamily(
+          "infera_gateway_prefix_blocks_total",
+          "Engine-aware routing: prompt blocks of the requests sent to an endpoint (sent) and of "
+          "those, the leading ones the gateway had sent there before (hit).",
+          {"deployment", "endpoint", "result"})),
+      prefix_overwrites(r.counterFamily(
+          "infera_gateway_prefix_index_overwrites_total",
+          "Engine-aware routing: prefix-index entries overwritten for want of room.", {"model"})),
+      flow_queued(r.gaugeFamily("infera_gateway_flow_queued",
+                                "Flow control: requests waiting in the gateway for room, by "
+                                "priority.",
+                                {"model", "priority"})),
+      flow_wait(r.histogramFamily("infera_gateway_flow_wait_seconds",
+                                  "Flow control: time requests waited in the gateway before "
+                                  "being sent.",
+                                  {"model", "priority"}, obs::MetricsRegistry::latencyBuckets())),
+      flow_outcomes(r.counterFamily(
+          "infera_gateway_flow_requests_total",
+          "Flow control: requests that had to wait, by priority, team and outcome (queued, "
+          "admitted, timeout, shed, left).",
+          {"model", "priority", "team", "outcome"})),
       in_flight(r.gaugeFamily("infera_gateway_requests_in_flight", "Data-plane requests in flight.")
                     ->gauge()),
       active_streams(
@@ -84,7 +122,7 @@ GatewayMetrics::GatewayMetrics(obs::MetricsRegistry& r)
   for (const char* code :
        {"invalid_json", "missing_model", "model_not_found", "no_healthy_endpoint",
         "upstream_timeout", "upstream_unavailable", "upstream_error", "not_found",
-        "method_not_allowed", "not_ready", "other"}) {
+        "method_not_allowed", "not_ready", "model_saturated", "invalid_priority", "other"}) {
     error_counters.emplace_back(code, errors->counter({code}));
   }
 }
@@ -100,7 +138,7 @@ Result<std::shared_ptr<const RouteTable>> buildRouteTable(
     const GatewayConfig& config, const std::vector<ModelConfig>& models,
     const std::unordered_map<std::string, std::string>& emulator_urls,
     std::unordered_map<std::string, std::shared_ptr<EndpointShared>>& shared,
-    GatewayMetrics& metrics, int64_t generation) {
+    GatewayMetrics& metrics, int64_t generation, PrefixIndexes* prefix_indexes) {
   auto table = std::make_shared<RouteTable>();
   table->generation = generation;
   table->region = config.region;
@@ -136,6 +174,7 @@ Result<std::shared_ptr<const RouteTable>> buildRouteTable(
       dep->retry = dc.retry;
       dep->limited.limits = dc.limits;
       dep->continuous_usage = dc.continuous_usage;
+      dep->routing = dc.routing;
       dep->limited.req = "d:" + mc.name + "/" + dc.name + ":r";
       dep->limited.tok = "d:" + mc.name + "/" + dc.name + ":t";
       for (int c = 0; c < kCodeClasses; ++c) {
@@ -180,14 +219,60 @@ Result<std::shared_ptr<const RouteTable>> buildRouteTable(
         ep.shared = sh;
         ep.healthy_gauge = metrics.endpoint_healthy->gauge({dc.name, ep.label});
         ep.deployment = dep.get();
+        if (dc.routing.enabled) {
+          ep.key_hash = loraHash(ep.key);
+          ep.engine_load = metrics.engine_load->gauge({dc.name, ep.label});
+          ep.engine_kv = metrics.engine_kv->gauge({dc.name, ep.label});
+          ep.engine_age = metrics.engine_age->gauge({dc.name, ep.label});
+          metrics.engine_scrape_errors->setCallback({dc.name, ep.label}, [sh] {
+            return static_cast<double>(sh->engine.failures.load(std::memory_order_relaxed));
+          });
+          ep.prefix_hit_blocks = metrics.prefix_blocks->counter({dc.name, ep.label, "hit"});
+          ep.prefix_sent_blocks = metrics.prefix_blocks->counter({dc.name, ep.label, "sent"});
+        }
         const auto index = static_cast<uint32_t>(table->endpoints.size());
         dep->endpoints.push_back(index);
         (ep.protocol == Protocol::kKServe ? route->kserve_endpoints : route->openai_endpoints)
             .push_back(index);
         table->endpoints.push_back(std::move(ep));
       }
-      if (!route->first_deployment) route->first_deployment = dep.get();
+      if (!route->first_deployment) {
+        route->first_deployment = dep.get();
+        if (dep->routing.enabled) {
+          route->engine = &dep->routing;
+          route->lora_hash = loraHash(dep->upstream_model);
+          if (dep->routing.flow_control) {
+            (void)parsePriority(dep->routing.default_priority, route->default_priority);
+            for (int p = 0; p < kPriorities; ++p) {
+              const std::string name(priorityName(static_cast<Priority>(p)));
+              route->flow_queued[p] = metrics.flow_queued->gauge({mc.name, name});
+              route->flow_wait[p] = metrics.flow_wait->histogram({mc.name, name});
+            }
+          }
+        }
+      }
       table->deployments.push_back(std::move(dep));
+    }
+    if (route->engine) {
+      // The model's prefix index, kept across reloads while its endpoints fit its 64 slots (a
+      // fresh one when they do not: the slots of endpoints gone are never reused).
+      std::vector<std::string> keys;
+      for (const uint32_t idx : route->openai_endpoints) keys.push_back(table->endpoints[idx].key);
+      const auto entries = static_cast<size_t>(route->engine->prefix_index_entries);
+      std::shared_ptr<PrefixIndex>* kept = prefix_indexes ? &(*prefix_indexes)[mc.name] : nullptr;
+      if (kept && *kept && (*kept)->capacity() >= entries && (*kept)->fits(keys)) {
+        route->prefix_index = *kept;
+      } else {
+        route->prefix_index = std::make_shared<PrefixIndex>(entries);
+        if (kept) *kept = route->prefix_index;
+      }
+      for (const uint32_t idx : route->openai_endpoints) {
+        Endpoint& ep = table->endpoints[idx];
+        ep.prefix_slot = route->prefix_index->slotFor(ep.key);
+      }
+      metrics.prefix_overwrites->setCallback({mc.name}, [keep = route->prefix_index] {
+        return static_cast<double>(keep->overwrites());
+      });
     }
     route->capture = mc.capture;
     if (mc.capture.enabled()) route->captures = metrics.captures->counter({mc.name});

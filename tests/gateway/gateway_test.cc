@@ -11,6 +11,7 @@
 
 #include <atomic>
 #include <fstream>
+#include <mutex>
 #include <thread>
 
 #include "emulator/emulator.h"
@@ -780,6 +781,232 @@ TEST_F(GatewayTest, KeepsAConnectionPerRequestInFlightForTheNextWave) {
   gw_.reset();
   backend->reset();
   loops.stop();
+}
+
+// Engine-aware routing end to end: engines modelled by emulators in engine mode, whose own
+// prefix-cache counters say where each prompt's prefix was computed.
+class EngineRoutingTest : public GatewayTest {
+ protected:
+  Emulator& startEngine() {
+    return startEmulator({"m1"}, [](EmulatorConfig& c) {
+      c.engine.enabled = true;
+      c.engine.num_gpu_blocks = 4096;
+      c.engine.time_scale = 0.1;
+    });
+  }
+  static double series(const Emulator& e, const std::string& name) {
+    const auto r = httpRequest(e.port(), "GET", "/metrics");
+    if (!r || r->status != 200) return -1;
+    const std::string key = "\n" + name + "{engine=\"0\",model_name=\"m1\"} ";
+    const auto at = r->body.find(key);
+    return at == std::string::npos ? -1 : std::stod(r->body.substr(at + key.size()));
+  }
+  // Tenants with long system prompts, each asking several short questions in turn.
+  static std::vector<std::string> tenantRequests(int tenants, int questions) {
+    std::vector<std::string> out;
+    for (int q = 0; q < questions; ++q) {
+      for (int t = 0; t < tenants; ++t) {
+        std::string system;
+        for (int w = 0; w < 300; ++w)
+          system += "t" + std::to_string(t) + "w" + std::to_string(w) + " ";
+        out.push_back(R"({"model":"m1","max_tokens":2,"messages":[{"role":"system","content":")" +
+                      system + R"("},{"role":"user","content":"question )" + std::to_string(q) +
+                      R"("}]})");
+      }
+    }
+    return out;
+  }
+};
+
+TEST_F(EngineRoutingTest, EachTenantsPrefixGoesWhereItIsCachedAsOftenAsOneEngineWouldHitIt) {
+  const auto requests = tenantRequests(8, 5);
+  // The best possible: every request on one engine that keeps everything.
+  auto& single = startEngine();
+  for (const auto& body : requests) {
+    const auto r = httpRequest(single.port(), "POST", "/v1/chat/completions", body);
+    ASSERT_TRUE(r && r->status == 200);
+  }
+  const double best = series(single, "vllm:prefix_cache_hits_total");
+  ASSERT_GT(best, 0);
+  std::vector<Emulator*> engines;
+  std::string eps;
+  for (int i = 0; i < 4; ++i) {
+    engines.push_back(&startEngine());
+    eps += endpoint(*engines.back());
+  }
+  startGateway(std::string(kNoHealth) +
+               "models:\n  - name: m1\n    deployments:\n      - name: pool\n"
+               "        routing: {policy: engine, metrics_interval_ms: 20, stale_ms: 2000}\n"
+               "        endpoints:\n" +
+               eps);
+  // Every engine's signals are known before the first request (the scraper's first round).
+  ASSERT_TRUE(waitFor([&] {
+    const auto r = httpRequest(gw_->adminPort(), "GET", "/admin/endpoints");
+    if (!r) return false;
+    size_t known = 0;
+    for (size_t at = 0; (at = r->body.find(R"("known":true)", at)) != std::string::npos; ++at) {
+      ++known;
+    }
+    return known == engines.size();
+  }));
+  for (const auto& body : requests) {
+    const auto r = post("/v1/chat/completions", body);
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << r->body;
+  }
+  double hits = 0, queries = 0;
+  int used = 0;
+  for (auto* e : engines) {
+    hits += series(*e, "vllm:prefix_cache_hits_total");
+    const double q = series(*e, "vllm:prefix_cache_queries_total");
+    queries += q;
+    used += q > 0 ? 1 : 0;
+  }
+  EXPECT_EQ(queries, series(single, "vllm:prefix_cache_queries_total"));
+  // Each tenant's prefix was computed once, on one engine: hits as one engine would have them,
+  // and the tenants spread over the engines (not all sent to one).
+  EXPECT_GE(hits, 0.95 * best) << "hits " << hits << " of the best " << best;
+  // (Tenants' first requests tie on an idle pool and are spread at random: all on one engine
+  // has a chance of 4 x 4^-8.)
+  EXPECT_GE(used, 2);
+  // The gateway's own view: the share of prompt blocks it found where it sent them.
+  const auto admin = httpRequest(gw_->adminPort(), "GET", "/admin/endpoints");
+  ASSERT_TRUE(admin);
+  EXPECT_NE(admin->body.find(R"("prefix_hit_rate":)"), std::string::npos) << admin->body;
+  EXPECT_GT(gw_->metricSum("infera_gateway_prefix_blocks_total"), 0);
+}
+
+TEST_F(EngineRoutingTest, AnEngineWhoseMetricsCannotBeReadIsNeverTakenForAnIdleOne) {
+  auto& engine = startEngine();
+  auto& silent = startEmulator({"m1"});  // the simple mode: /metrics is a 404
+  startGateway(std::string(kNoHealth) +
+               "models:\n  - name: m1\n    deployments:\n      - name: pool\n"
+               "        routing: {policy: engine, metrics_interval_ms: 20, stale_ms: 2000}\n"
+               "        endpoints:\n" +
+               endpoint(engine) + endpoint(silent));
+  ASSERT_TRUE(waitFor([&] {
+    const auto r = httpRequest(gw_->adminPort(), "GET", "/admin/endpoints");
+    return r && r->body.find(R"("known":true)") != std::string::npos &&
+           gw_->metricSum("infera_gateway_engine_scrape_errors_total") >= 2;
+  }));
+  for (int i = 0; i < 20; ++i) {
+    const auto r = post("/v1/chat/completions", chatBody("m1"));
+    ASSERT_TRUE(r && r->status == 200);
+  }
+  // Every answer came from the engine whose signals are known (the other got only scrapes).
+  EXPECT_EQ(silent.stats().completion_tokens.load(), 0u);
+  EXPECT_EQ(series(engine, "vllm:generation_tokens_total"), 20 * 4);
+  const auto admin = httpRequest(gw_->adminPort(), "GET", "/admin/endpoints");
+  ASSERT_TRUE(admin);
+  EXPECT_NE(admin->body.find(R"("engine":{"known":false,"scrape_errors":)"), std::string::npos)
+      << admin->body;
+  // Its signal age is shown as never (-1).
+  const auto m = httpRequest(gw_->adminPort(), "GET", "/metrics");
+  ASSERT_TRUE(m);
+  EXPECT_NE(
+      m->body.find("infera_gateway_engine_signal_age_seconds{deployment=\"pool\",endpoint=\"" +
+                   silent.url() + "\"} -1"),
+      std::string::npos);
+}
+
+// Flow control: one engine that runs one sequence at a time (max_num_seqs 1), so a second
+// request waits in the engine and a third is past max_waiting: it waits in the gateway.
+class FlowControlTest : public EngineRoutingTest {
+ protected:
+  void startPool(const std::string& flow) {
+    auto& e = startEmulator({"m1"}, [](EmulatorConfig& c) {
+      c.engine.enabled = true;
+      c.engine.max_num_seqs = 1;
+      c.engine.time_scale = 2;  // ~12 ms a step: 20 tokens take ~0.25 s
+    });
+    engine_ = &e;
+    startGateway(std::string(kNoHealth) +
+                 "models:\n  - name: m1\n    deployments:\n      - name: pool\n"
+                 "        routing: {policy: engine, metrics_interval_ms: 10, stale_ms: 2000, "
+                 "max_waiting: 1, flow_control: " +
+                 flow + "}\n        endpoints:\n" + endpoint(e));
+    ASSERT_TRUE(waitFor([&] {
+      const auto r = httpRequest(gw_->adminPort(), "GET", "/admin/endpoints");
+      return r && r->body.find(R"("known":true)") != std::string::npos;
+    }));
+  }
+  static std::string body(int max_tokens) { return chatBody("m1", false, max_tokens); }
+  double queued(const std::string& priority) {
+    const auto m = httpRequest(gw_->adminPort(), "GET", "/metrics");
+    if (!m) return -1;
+    const std::string key =
+        "\ninfera_gateway_flow_queued{model=\"m1\",priority=\"" + priority + "\"} ";
+    const auto at = m->body.find(key);
+    return at == std::string::npos ? 0 : std::stod(m->body.substr(at + key.size()));
+  }
+  bool gatewaySeesWaiting(int n) {
+    const auto r = httpRequest(gw_->adminPort(), "GET", "/admin/endpoints");
+    return r && r->body.find("\"waiting\":" + std::to_string(n) + ",") != std::string::npos;
+  }
+  Emulator* engine_ = nullptr;
+};
+
+TEST_F(FlowControlTest, AStandardRequestOvertakesBatchWorkWaitingInTheGateway) {
+  startPool("{queue_timeout_ms: 20000}");
+  std::mutex mu;
+  std::vector<std::string> done;
+  std::vector<std::thread> threads;
+  auto send = [&](const std::string& name, const std::string& priority) {
+    threads.emplace_back([&, name, priority] {
+      std::vector<std::pair<std::string, std::string>> h;
+      if (!priority.empty()) h.push_back({"x-infera-priority", priority});
+      const auto r = httpRequest(gw_->port(), "POST", "/v1/chat/completions", body(20), h);
+      std::lock_guard<std::mutex> lock(mu);
+      done.push_back(name + (r && r->status == 200 ? "" : ":" + std::to_string(r ? r->status : 0)));
+    });
+  };
+  for (int i = 0; i < 5; ++i) send("batch" + std::to_string(i), "batch");
+  // The engine runs one and holds one waiting; the other three wait in the gateway.
+  ASSERT_TRUE(waitFor([&] { return queued("batch") == 3 && gatewaySeesWaiting(1); }))
+      << queued("batch");
+  send("standard", "");
+  for (auto& t : threads) t.join();
+  ASSERT_EQ(done.size(), 6u);
+  const auto at = std::find(done.begin(), done.end(), "standard");
+  ASSERT_NE(at, done.end()) << ::testing::PrintToString(done);
+  // Ahead of it only what the engine already held: it went before the three still queued.
+  EXPECT_LE(at - done.begin(), 2) << ::testing::PrintToString(done);
+  for (const auto& d : done) EXPECT_EQ(d.find(':'), std::string::npos) << d;
+  EXPECT_EQ(gw_->metricSum("infera_gateway_flow_queued"), 0);
+}
+
+TEST_F(FlowControlTest, PastTheQueueDeadlineA429WithRetryAfterAndSheddableWorkNeverWaits) {
+  startPool("{queue_timeout_ms: 300}");
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 2; ++i) {  // one running, one waiting in the engine: ~1.2 s each
+    threads.emplace_back(
+        [&] { httpRequest(gw_->port(), "POST", "/v1/chat/completions", body(100)); });
+  }
+  // Saturated as the gateway sees it: its last scrape says one is waiting (the engine says so
+  // first; the gateway a scrape later).
+  ASSERT_TRUE(waitFor([&] { return gatewaySeesWaiting(1); }));
+  const auto shed = post("/v1/chat/completions", body(2), {{"x-infera-priority", "sheddable"}});
+  ASSERT_TRUE(shed);
+  expectOpenAiError(*shed, 429, "model_saturated");
+  EXPECT_FALSE(shed->header("retry-after").empty());
+  const auto start = std::chrono::steady_clock::now();
+  const auto late = post("/v1/chat/completions", body(2));
+  ASSERT_TRUE(late);
+  expectOpenAiError(*late, 429, "model_saturated");
+  EXPECT_FALSE(late->header("retry-after").empty());
+  EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(300));
+  const auto bad = post("/v1/chat/completions", body(2), {{"x-infera-priority", "urgent!"}});
+  ASSERT_TRUE(bad);
+  expectOpenAiError(*bad, 400, "invalid_priority");
+  const auto m = httpRequest(gw_->adminPort(), "GET", "/metrics");
+  ASSERT_TRUE(m);
+  EXPECT_NE(m->body.find("infera_gateway_flow_requests_total{model=\"m1\",priority=\"sheddable\","
+                         "team=\"\",outcome=\"shed\"} 1\n"),
+            std::string::npos);
+  EXPECT_NE(m->body.find("infera_gateway_flow_requests_total{model=\"m1\",priority=\"standard\","
+                         "team=\"\",outcome=\"timeout\"} 1\n"),
+            std::string::npos);
+  for (auto& t : threads) t.join();
 }
 
 }  // namespace

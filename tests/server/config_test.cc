@@ -70,6 +70,45 @@ models:
       });
 }
 
+// Engine-aware routing: every key checked, and one policy per model.
+TEST(ServerConfigTest, RoutingErrorsNameTheKeyAndOnePolicyHoldsPerModel) {
+  const auto cfg = loadConfigString(R"(models:
+  - name: m
+    deployments:
+      - name: a
+        routing: {policy: smart, weights: {prefix: -1}, metrics_path: metrics, flow_control: {}}
+        endpoints: [{url: "http://127.0.0.1:1"}]
+      - name: b
+        routing: {policy: engine, flow_control: {fairness: age}}
+        endpoints: [{url: "http://127.0.0.1:2"}]
+)");
+  ASSERT_FALSE(cfg.ok());
+  expectEveryMessage(
+      cfg.status().message(),
+      {
+          "models[0].deployments[0].routing.policy (line 5): must be one of",
+          "models[0].deployments[0].routing.weights.prefix (line 5): must be in [0, 1000], got -1",
+          "models[0].deployments[0].routing.metrics_path (line 5): must start with /",
+          "models[0].deployments[0].routing.flow_control (line 5): needs max_waiting or "
+          "max_kv_usage",
+          "models[0].deployments[1].routing.flow_control.fairness (line 8): must be one of",
+          "models[0].deployments (line 4): every deployment of a model needs the same routing: "
+          "(b differs from a)",
+      });
+  const auto ok = loadConfigString(R"(models:
+  - name: m
+    deployments:
+      - routing: {policy: engine, max_waiting: 4, flow_control: {queue_timeout_ms: 100}}
+        endpoints: [{url: "http://127.0.0.1:1"}]
+)");
+  ASSERT_TRUE(ok.ok()) << ok.status().message();
+  const auto& r = ok->gateway.models[0].deployments[0].routing;
+  EXPECT_TRUE(r.enabled);
+  EXPECT_TRUE(r.flow_control);
+  EXPECT_EQ(r.queue_timeout_ms, 100);
+  EXPECT_EQ(r.prefix_weight, 3);
+}
+
 // Governance settings: errors name the key path and line, and never echo a password of a URL.
 TEST(ServerConfigTest, GovernanceErrorsNameTheKeyAndHideUrlPasswords) {
   const auto cfg = loadConfigString(R"(governance:

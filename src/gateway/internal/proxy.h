@@ -29,6 +29,10 @@ struct WorkerEndpoint {
   EndpointShared::WorkerView* view = nullptr;
   int inflight = 0;
   std::unique_ptr<net::ConnectionPool> pool;
+  // Engine-aware routing: requests this worker sent since the engine's last scrape it saw (the
+  // scraped queue does not count them yet).
+  uint32_t seen_seq = 0;
+  int sent_since_scrape = 0;
 };
 
 class ProxyHandler {
@@ -79,9 +83,27 @@ class ProxyHandler {
   void clientLeft(Exchange& x, net::UpstreamConnection* conn);
   net::Task<void> sendError(Exchange& x, int status, std::string_view message,
                             std::string_view type, std::string_view code);
+  // `x`: the request when its route is engine-aware (null: latency balancing).
   int pick(const RouteTable& table, const StateVector& state,
-           const std::vector<uint32_t>& candidates, std::span<const uint32_t> tried,
-           int64_t now_ns);
+           const std::vector<uint32_t>& candidates, std::span<const uint32_t> tried, int64_t now_ns,
+           Exchange* x = nullptr);
+  int pickEngine(Exchange& x, const RouteTable& table, const StateVector& state,
+                 const std::vector<uint32_t>& candidates, std::span<const uint32_t> tried,
+                 int64_t now_ns);
+  // The prompt's prefix blocks of an engine-aware route's request, read from its one parse.
+  void hashPrompt(Exchange& x);
+  // Flow control: true when the request may go on (now or after waiting), false when it was
+  // answered (429 past the queue deadline, shed, or the client left).
+  net::Task<bool> waitForRoom(Exchange& x);
+  // Endpoints of `route` with room now (eligible and, when their signals are known, under the
+  // filters), less the waiters admitted but not sent yet.
+  int roomFor(const RouteTable& table, const StateVector& state, const Route& route,
+              int64_t now_ns);
+  struct FlowState;
+  // Admits waiters of `model` while its endpoints have room; arms the queue's tick while any wait.
+  void dispatch(const std::string& model);
+  obs::Counter* flowCounter(const Route& route, Priority p, std::string_view team,
+                            std::string_view outcome);
   void recordFailure(const RouteTable& table, const Endpoint& ep, int64_t now_ns);
   void recordSuccess(const Endpoint& ep, int64_t now_ns);
   void finishExchange(Exchange& x);
@@ -122,6 +144,16 @@ class ProxyHandler {
   InferenceObserver* observer_;
   // Shadow requests in flight on this worker, by shadow route (its per-worker cap).
   std::unordered_map<std::string, int, TransparentStringHash, std::equal_to<>> shadow_inflight_;
+  // Prefix-block buffers (kMaxPrefixBlocks each) lent to requests of engine-aware routes and
+  // taken back when they end: no allocation per request once as many exist as run at once.
+  std::vector<std::unique_ptr<uint64_t[]>> block_buffers_;
+  // Flow control: this worker's wait queue per model, and its per-team counters (looked up only by
+  // requests that wait).
+  std::unordered_map<std::string, std::unique_ptr<FlowState>, TransparentStringHash,
+                     std::equal_to<>>
+      flow_;
+  std::unordered_map<std::string, obs::Counter*, TransparentStringHash, std::equal_to<>>
+      flow_counters_;
 };
 
 }  // namespace infera::gateway

@@ -37,6 +37,9 @@ struct RequestFields {
   // With `canonical`: the body without model, user and stream_options, keys sorted at every depth,
   // strings and numbers written one way (what the response cache keys on).
   std::string canonical;
+  // The parsed body, for reading more of it (the prompt's prefix blocks): valid until the parser's
+  // next parse, so only before the request's first co_await.
+  simdjson::dom::element root;
 };
 
 // One top-level member of a JSON object text: its key unescaped and its value's byte span.

@@ -11,6 +11,7 @@
 #include "access/limits.h"
 #include "core/text.h"
 #include "gateway/config.h"
+#include "gateway/internal/engine_routing.h"
 #include "net/client.h"
 #include "net/http.h"
 #include "obs/metrics.h"
@@ -39,6 +40,8 @@ struct EndpointShared {
         workers(worker_count) {}
   std::unique_ptr<WorkerView[]> views;
   const int workers;
+  // Engine-aware routing: the engine's signals (scraped when a deployment's routing asks).
+  EngineSignals engine;
 };
 
 struct GatewayMetrics {
@@ -65,6 +68,17 @@ struct GatewayMetrics {
   obs::Family* shadow_duration;  // {model, shadow}
   obs::Family* shadow_matches;   // {model, shadow, result}
   obs::Family* captures;         // {model}
+  // Engine-aware routing: each endpoint's signals and the prompt blocks it held when chosen.
+  obs::Family* engine_load;           // {deployment, endpoint}: running + waiting; -1 unknown
+  obs::Family* engine_kv;             // {deployment, endpoint}: 0..1; -1 unknown
+  obs::Family* engine_age;            // {deployment, endpoint}: seconds since the last scrape
+  obs::Family* engine_scrape_errors;  // {deployment, endpoint}
+  obs::Family* prefix_blocks;         // {deployment, endpoint, result=hit|sent}
+  obs::Family* prefix_overwrites;     // {model}
+  // Flow control.
+  obs::Family* flow_queued;    // {model, priority}: waiting in the gateway now
+  obs::Family* flow_wait;      // {model, priority}: time waited before being sent
+  obs::Family* flow_outcomes;  // {model, priority, team, outcome=queued|admitted|timeout|shed|left}
   obs::Gauge* in_flight;
   obs::Gauge* active_streams;
   // Pre-resolved error counters (read-only after construction: no lock on lookup).
@@ -87,6 +101,15 @@ struct Endpoint {
   const Deployment* deployment = nullptr;
   std::shared_ptr<EndpointShared> shared;
   obs::Gauge* healthy_gauge = nullptr;
+  // Engine-aware routing (its deployment's routing.enabled): the endpoint's prefix-index slot
+  // (-1: none), a hash of its key (session affinity), and its signal gauges.
+  int prefix_slot = -1;
+  uint64_t key_hash = 0;
+  obs::Gauge* engine_load = nullptr;
+  obs::Gauge* engine_kv = nullptr;
+  obs::Gauge* engine_age = nullptr;
+  obs::Counter* prefix_hit_blocks = nullptr;   // prompt blocks it held when chosen
+  obs::Counter* prefix_sent_blocks = nullptr;  // prompt blocks of the requests sent to it
 };
 
 constexpr int kCodeClasses = 6;  // 1xx..5xx plus "other"
@@ -100,6 +123,7 @@ struct Deployment {
   RetryConfig retry;
   access::LimitedResource limited;  // its own limits; counters "d:model/deployment:r|t"
   bool continuous_usage = false;
+  EngineRoutingConfig routing;
   std::vector<uint32_t> endpoints;
   obs::Counter* requests_by_class[kCodeClasses] = {};
   obs::Histogram* upstream_latency = nullptr;
@@ -163,6 +187,14 @@ struct Route {
   obs::Counter* captures = nullptr;
   bool tag_responses = false;
   net::HttpHeader route_header;  // x-infera-route: model
+  // Engine-aware routing (its deployments' routing, the same for all): null = latency balancing.
+  const EngineRoutingConfig* engine = nullptr;
+  std::shared_ptr<PrefixIndex> prefix_index;  // kept across reloads, per model
+  uint64_t lora_hash = 0;                     // loraHash of the first deployment's upstream model
+  // Flow control (engine->flow_control): the route's default priority and per-priority cells.
+  Priority default_priority = Priority::kStandard;
+  obs::Gauge* flow_queued[kPriorities] = {};
+  obs::Histogram* flow_wait[kPriorities] = {};
   // An experiment decides per request (an arm, or a shadow draw).
   bool experiment() const { return !arms.empty() || shadow != nullptr; }
 };
@@ -236,10 +268,12 @@ Targets resolveRoute(const Route& route, Protocol protocol, const RequestKeys& k
 // Builds a snapshot of `models` with `config`'s settings. Resolves URLs (blocking DNS: control
 // thread only). `emulator_urls` maps in-process emulator names to their URLs; `shared` carries
 // endpoint state across reloads.
+// `prefix_indexes` (optional) keeps each model's prefix index across reloads.
+using PrefixIndexes = std::unordered_map<std::string, std::shared_ptr<PrefixIndex>>;
 Result<std::shared_ptr<const RouteTable>> buildRouteTable(
     const GatewayConfig& config, const std::vector<ModelConfig>& models,
     const std::unordered_map<std::string, std::string>& emulator_urls,
     std::unordered_map<std::string, std::shared_ptr<EndpointShared>>& shared,
-    GatewayMetrics& metrics, int64_t generation);
+    GatewayMetrics& metrics, int64_t generation, PrefixIndexes* prefix_indexes = nullptr);
 
 }  // namespace infera::gateway

@@ -40,6 +40,18 @@ function snapshot(text) {
 const TTFT_SUM = 'infera_gateway_time_to_first_token_seconds_sum';
 const TTFT_COUNT = 'infera_gateway_time_to_first_token_seconds_count';
 
+// An engine-routed endpoint's signals (docs/routing.md): its engine's queue and KV-cache usage
+// and the share of prompt blocks found where they were sent; unknown signals say so, with their age.
+function engineText(g) {
+  const hits = g.prefix_hit_rate === undefined ? '' : ` · prefix hits ${fmt.pct(g.prefix_hit_rate)}`;
+  if (!g.known) {
+    const age = g.age_ms === undefined ? 'never read' : `${fmt.num(g.age_ms / 1000, 1)} s old`;
+    return `engine signals unknown (${age})${hits}`;
+  }
+  const kv = g.kv_cache_usage === undefined ? '' : ` · KV ${fmt.pct(g.kv_cache_usage)}`;
+  return `queue ${g.load} (${g.waiting} waiting)${kv}${hits}`;
+}
+
 function labelsOf(text) {
   const out = {};
   const re = /([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"/g;
@@ -109,7 +121,7 @@ export default {
             const state = !e.healthy ? badge('down', 'bad') : e.ejected ? badge('ejected', 'warn') : badge('healthy', 'ok');
             rows.push(h('tr', { 'data-endpoint': e.endpoint },
               h('td', {}, ''), h('td', {}, ''), h('td', {}, e.endpoint), h('td', {}, e.region || '–'),
-              h('td', { colspan: 4 }),
+              h('td', { colspan: 4, class: 'engine' }, e.engine ? engineText(e.engine) : ''),
               h('td', { class: 'num' }, e.weight),
               h('td', { class: 'num' }, e.in_flight ?? '–'),
               h('td', {}, state, ' ', e.ewma_ms ? `${fmt.num(e.ewma_ms, 1)} ms` : '')));
