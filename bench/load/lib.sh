@@ -114,7 +114,7 @@ start_emulator() {
 # start_gateway NAME CPUS WORKERS UPSTREAM_PORT [EXTRA_YAML]: sets GW_PORT, GW_ADMIN, GW_PID.
 start_gateway() {
   local name="$1" cpus="$2" workers="$3" up="$4" extra="${5:-}"
-  local cfg="$BENCH_TMP/$name.yaml" log="$BENCH_TMP/$name.log"
+  local cfg="$BENCH_TMP/$name.yaml"
   cat >"$cfg" <<EOF
 region: local
 workers: $workers
@@ -130,7 +130,14 @@ models:
         endpoints:
           - {url: "http://127.0.0.1:$up", region: local, max_concurrent: 100000}
 EOF
-  pin_prefix "$cpus"
+  serve_gateway "$name" "$cpus"
+}
+
+# serve_gateway NAME CPUS: runs `infera serve` on $BENCH_TMP/NAME.yaml (log NAME.log) and waits
+# for its ports: sets GW_PORT, GW_ADMIN, GW_PID.
+serve_gateway() {
+  local cfg="$BENCH_TMP/$1.yaml" log="$BENCH_TMP/$1.log"
+  pin_prefix "$2"
   "${PIN[@]}" "$INFERA" serve -c "$cfg" >"$log" 2>&1 &
   GW_PID=$!
   BENCH_PIDS+=("$GW_PID")

@@ -29,9 +29,13 @@ void readProtocol(ConfigReader& r, Protocol& p) {
 
 void readRouting(ConfigReader& r, EngineRoutingConfig& e) {
   std::string policy = "latency";
-  r.optionalEnum("policy", policy, {"latency", "engine"});
-  e.enabled = policy == "engine";
+  r.optionalEnum("policy", policy, {"latency", "engine", "random", "round_robin"});
+  e.enabled = policy != "latency";
+  e.pick = policy == "random"        ? EnginePick::kRandom
+           : policy == "round_robin" ? EnginePick::kRoundRobin
+                                     : EnginePick::kScore;
   r.object("weights", [&](ConfigReader& w) {
+    if (e.pick != EnginePick::kScore) w.error("", "apply to policy: engine only");
     w.optional("prefix", e.prefix_weight, 0, 1000);
     w.optional("queue", e.queue_weight, 0, 1000);
     w.optional("kv_cache", e.kv_weight, 0, 1000);
@@ -66,7 +70,14 @@ void readRouting(ConfigReader& r, EngineRoutingConfig& e) {
   if (e.flow_control && e.max_waiting == 0 && e.max_kv_usage == 0) {
     r.error("flow_control", "needs max_waiting or max_kv_usage (what saturated means)");
   }
-  if (e.flow_control && !e.enabled) r.error("flow_control", "needs policy: engine");
+  if (e.flow_control && !e.enabled) {
+    r.error("flow_control", "needs policy: engine (or random, round_robin)");
+  }
+  if (e.pick != EnginePick::kScore) {
+    // No scorer: the choice among the endpoints the filters leave is random or in turn.
+    e.prefix_weight = e.queue_weight = e.kv_weight = e.lora_weight = e.session_weight = 0;
+    e.latency_weight = 0;
+  }
   if (e.enabled && e.stale_ms <= e.metrics_interval_ms) {
     r.error("stale_ms", "must be longer than metrics_interval_ms (" +
                             std::to_string(e.metrics_interval_ms) + ")");

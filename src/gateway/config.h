@@ -53,8 +53,15 @@ struct EndpointConfig {
 // The most prompt blocks hashed per request (the prefix scan's bound).
 inline constexpr int kMaxPrefixBlocks = 1024;
 
+// How an engine-routed deployment picks among the endpoints left by the filters: by the weighted
+// scorers (`policy: engine`), uniformly at random (`random`), or in turn per worker
+// (`round_robin`). The last two are baselines (bench/load/engine_routing.sh) that still read the
+// signals, so filters and flow control work with them.
+enum class EnginePick : uint8_t { kScore, kRandom, kRoundRobin };
+
 struct EngineRoutingConfig {
-  bool enabled = false;  // `routing: {policy: engine}`
+  bool enabled = false;  // `routing: {policy: engine | random | round_robin}`
+  EnginePick pick = EnginePick::kScore;
   // Scorer weights; the endpoint with the highest weighted sum wins (ties: a random one).
   double prefix_weight = 3;   // share of the prompt's leading blocks last sent to that endpoint
   double queue_weight = 2;    // fewer requests running + waiting (min-max over the candidates)

@@ -170,7 +170,36 @@ void EngineSignals::store(const EngineSample& s, int64_t now_ns) {
 
 namespace {
 
-// Hashes the rendered prompt block by block without building it.
+// One block's bytes, hashed in four independent lanes (a multiply and a shift per eight bytes
+// each), so blocks and lanes overlap in the CPU instead of waiting on one multiply chain.
+uint64_t blockContentHash(const char* p, size_t n) {
+  constexpr uint64_t kMul = 0xff51afd7ed558ccdULL;
+  uint64_t lane[4] = {0x243f6a8885a308d3ULL, 0x13198a2e03707344ULL, 0xa4093822299f31d0ULL,
+                      0x082efa98ec4e6c89ULL};
+  auto step = [](uint64_t h, uint64_t w) {
+    h = (h ^ w) * kMul;
+    return h ^ (h >> 32);
+  };
+  size_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    for (size_t k = 0; k < 4; ++k) {
+      uint64_t w;
+      std::memcpy(&w, p + i + 8 * k, 8);
+      lane[k] = step(lane[k], w);
+    }
+  }
+  for (; i + 8 <= n; i += 8) {
+    uint64_t w;
+    std::memcpy(&w, p + i, 8);
+    lane[0] = step(lane[0], w);
+  }
+  for (; i < n; ++i) lane[0] = (lane[0] ^ static_cast<unsigned char>(p[i])) * 0x100000001b3ULL;
+  return mix64(lane[0] ^ std::rotl(lane[1], 17) ^ std::rotl(lane[2], 31) ^ std::rotl(lane[3], 47) ^
+               n);
+}
+
+// Hashes the rendered prompt block by block without building it: a block's hash chains its
+// parent's (one multiply on the chain; the content hashes are independent of each other).
 class BlockHasher {
  public:
   BlockHasher(size_t block_bytes, std::span<uint64_t> out)
@@ -179,28 +208,25 @@ class BlockHasher {
   size_t count() const { return n_; }
   void add(std::string_view s) {
     while (!s.empty() && !full()) {
+      if (fill_ == 0 && s.size() >= block_) {
+        // Whole blocks straight from the text, no copy.
+        finishBlock(s.data());
+        s.remove_prefix(block_);
+        continue;
+      }
       const size_t take = std::min(s.size(), block_ - fill_);
       std::memcpy(buf_ + fill_, s.data(), take);
       fill_ += take;
       s.remove_prefix(take);
-      if (fill_ == block_) finishBlock();
+      if (fill_ == block_) finishBlock(buf_);
     }
   }
 
  private:
   static constexpr size_t kMaxBlock = 4096;
-  void finishBlock() {
-    // Eight bytes at a time (a multiply and a shift each), chained to the previous block.
-    uint64_t h = mix64(parent_ + 0x9e3779b97f4a7c15ULL);
-    size_t i = 0;
-    for (; i + 8 <= block_; i += 8) {
-      uint64_t w;
-      std::memcpy(&w, buf_ + i, 8);
-      h = (h ^ w) * 0xff51afd7ed558ccdULL;
-      h ^= h >> 32;
-    }
-    for (; i < block_; ++i) h = (h ^ static_cast<unsigned char>(buf_[i])) * 0x100000001b3ULL;
-    h = mix64(h);
+  void finishBlock(const char* p) {
+    uint64_t h = (parent_ ^ blockContentHash(p, block_)) * 0x9e3779b97f4a7c15ULL;
+    h ^= h >> 29;
     if (h == 0) h = 1;
     out_[n_++] = h;
     parent_ = h;
@@ -339,7 +365,8 @@ int PrefixIndex::slotFor(const std::string& endpoint_key) {
 
 EngineChoice pickEngineCandidate(const EngineRoutingConfig& cfg,
                                  std::span<const EngineCandidate> candidates,
-                                 const uint16_t matched[64], size_t blocks, std::mt19937_64& rng) {
+                                 const uint16_t matched[64], size_t blocks, std::mt19937_64& rng,
+                                 std::atomic<uint64_t>* turn) {
   EngineChoice choice;
   if (candidates.empty()) return choice;
   auto past = [&](const EngineCandidate& c) {
@@ -349,6 +376,21 @@ EngineChoice pickEngineCandidate(const EngineRoutingConfig& cfg,
   bool any_under = false;
   for (const auto& c : candidates) any_under = any_under || !past(c);
   choice.filtered = !any_under;
+  if (cfg.pick == EnginePick::kRoundRobin && turn != nullptr) {
+    size_t eligible = 0;
+    for (const auto& c : candidates) eligible += any_under && past(c) ? 0 : 1;
+    size_t k = turn->fetch_add(1, std::memory_order_relaxed) % eligible;
+    for (size_t i = 0; i < candidates.size(); ++i) {
+      if (any_under && past(candidates[i])) continue;
+      if (k-- == 0) {
+        choice.position = static_cast<int>(i);
+        break;
+      }
+    }
+    const EngineCandidate& chosen = candidates[static_cast<size_t>(choice.position)];
+    choice.matched = blocks > 0 && chosen.slot >= 0 ? matched[chosen.slot] : 0;
+    return choice;
+  }
   double min_load = std::numeric_limits<double>::infinity(), max_load = -1, max_ewma = 0;
   uint64_t max_session = 0;
   for (const auto& c : candidates) {

@@ -248,7 +248,7 @@ int ProxyHandler::pickEngine(Exchange& x, const RouteTable& table, const StateVe
   const std::span<const uint64_t> blocks(x.blocks.get(), x.blocks ? x.n_blocks : 0);
   if (!blocks.empty() && slots != 0) route.prefix_index->match(blocks, slots, matched);
   const EngineChoice choice = pickEngineCandidate(cfg, std::span<const EngineCandidate>(buf, n),
-                                                  matched, blocks.size(), rng_);
+                                                  matched, blocks.size(), rng_, route.turn.get());
   if (choice.position < 0) return -1;
   const EngineCandidate& chosen = buf[choice.position];
   ++state[chosen.index]->sent_since_scrape;

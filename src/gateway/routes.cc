@@ -266,6 +266,7 @@ Result<std::shared_ptr<const RouteTable>> buildRouteTable(
         route->prefix_index = std::make_shared<PrefixIndex>(entries);
         if (kept) *kept = route->prefix_index;
       }
+      route->turn = std::make_shared<std::atomic<uint64_t>>(0);
       for (const uint32_t idx : route->openai_endpoints) {
         Endpoint& ep = table->endpoints[idx];
         ep.prefix_slot = route->prefix_index->slotFor(ep.key);

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 
 namespace infera::gateway {
@@ -225,6 +226,42 @@ TEST(EngineScorer, AdapterAndSessionScorersPickTheirEndpoint) {
   c[1].session = 9;
   c[2].session = 7;
   EXPECT_EQ(pickEngineCandidate(cfg, c, matched, 0, rng).position, 1);
+}
+
+TEST(EngineScorer, RoundRobinTakesTheEndpointsTheFiltersLeaveInTurn) {
+  EngineRoutingConfig cfg;
+  cfg.pick = EnginePick::kRoundRobin;
+  cfg.max_waiting = 8;
+  std::mt19937_64 rng(1);
+  std::atomic<uint64_t> turn{0};
+  uint16_t matched[64] = {};
+  std::vector<EngineCandidate> c = {known(0, 0, 1), known(1, 1, 9), known(2, 2, 1), known(3, 3, 0)};
+  std::vector<int> order;
+  for (int i = 0; i < 6; ++i)
+    order.push_back(pickEngineCandidate(cfg, c, matched, 0, rng, &turn).position);
+  EXPECT_EQ(order, (std::vector<int>{0, 2, 3, 0, 2, 3}));  // 1 waits past max_waiting
+  c[0] = known(0, 0, 20);
+  c[2] = known(2, 2, 20);
+  c[3] = known(3, 3, 20);
+  order.clear();  // all past the filter: all take turns
+  for (int i = 0; i < 4; ++i)
+    order.push_back(pickEngineCandidate(cfg, c, matched, 0, rng, &turn).position);
+  std::sort(order.begin(), order.end());
+  EXPECT_EQ(order, (std::vector<int>{0, 1, 2, 3}));
+}
+
+TEST(EngineScorer, RandomSpreadsOverTheEndpointsWhateverTheirSignals) {
+  // policy: random zeroes every weight (config.cc): every candidate ties.
+  EngineRoutingConfig cfg;
+  cfg.pick = EnginePick::kRandom;
+  cfg.prefix_weight = cfg.queue_weight = cfg.kv_weight = cfg.lora_weight = 0;
+  std::mt19937_64 rng(7);
+  uint16_t matched[64] = {};
+  matched[0] = 10;
+  const std::vector<EngineCandidate> c = {known(0, 0, 30, 0.9), known(1, 1, 0), known(2, 2, 5)};
+  std::map<int, int> seen;
+  for (int i = 0; i < 600; ++i) ++seen[pickEngineCandidate(cfg, c, matched, 10, rng).position];
+  for (int i = 0; i < 3; ++i) EXPECT_GT(seen[i], 150) << i;
 }
 
 std::vector<std::string> drain(FlowQueue& q, std::map<FlowQueue::Waiter*, std::string>& names) {

@@ -107,6 +107,29 @@ TEST(ServerConfigTest, RoutingErrorsNameTheKeyAndOnePolicyHoldsPerModel) {
   EXPECT_TRUE(r.flow_control);
   EXPECT_EQ(r.queue_timeout_ms, 100);
   EXPECT_EQ(r.prefix_weight, 3);
+  // The baselines: no scorer, so weights are an error; filters and flow control still apply.
+  const auto rr = loadConfigString(R"(models:
+  - name: m
+    deployments:
+      - routing: {policy: round_robin, weights: {queue: 1}, max_waiting: 2, flow_control: {}}
+        endpoints: [{url: "http://127.0.0.1:1"}]
+)");
+  ASSERT_FALSE(rr.ok());
+  expectEveryMessage(rr.status().message(),
+                     {"models[0].deployments[0].routing.weights (line 4): apply to policy: "
+                      "engine only"});
+  const auto random = loadConfigString(R"(models:
+  - name: m
+    deployments:
+      - routing: {policy: random, max_waiting: 2, flow_control: {}}
+        endpoints: [{url: "http://127.0.0.1:1"}]
+)");
+  ASSERT_TRUE(random.ok()) << random.status().message();
+  const auto& rd = random->gateway.models[0].deployments[0].routing;
+  EXPECT_TRUE(rd.enabled);
+  EXPECT_TRUE(rd.flow_control);
+  EXPECT_EQ(rd.pick, gateway::EnginePick::kRandom);
+  EXPECT_EQ(rd.prefix_weight + rd.queue_weight + rd.kv_weight + rd.lora_weight, 0);
 }
 
 // Governance settings: errors name the key path and line, and never echo a password of a URL.

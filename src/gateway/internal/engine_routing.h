@@ -119,10 +119,13 @@ struct EngineChoice {
 
 // Picks the candidate with the highest weighted score (docs/routing.md "Scorers"); ties go to a
 // random one. `matched[slot]`: leading prompt blocks per slot (PrefixIndex::match); `blocks`: the
-// prompt's block count.
+// prompt's block count. `policy: round_robin` takes the `*turn`-th of the endpoints the filters
+// leave and advances it (one counter per route, shared by the workers); `random` has no scorer,
+// so every one ties.
 EngineChoice pickEngineCandidate(const EngineRoutingConfig& cfg,
                                  std::span<const EngineCandidate> candidates,
-                                 const uint16_t matched[64], size_t blocks, std::mt19937_64& rng);
+                                 const uint16_t matched[64], size_t blocks, std::mt19937_64& rng,
+                                 std::atomic<uint64_t>* turn = nullptr);
 
 // Flow control (docs/routing.md "Flow control"): priority classes, most urgent first.
 enum class Priority : uint8_t { kCritical = 0, kStandard = 1, kBatch = 2, kSheddable = 3 };

@@ -189,8 +189,9 @@ struct Route {
   net::HttpHeader route_header;  // x-infera-route: model
   // Engine-aware routing (its deployments' routing, the same for all): null = latency balancing.
   const EngineRoutingConfig* engine = nullptr;
-  std::shared_ptr<PrefixIndex> prefix_index;  // kept across reloads, per model
-  uint64_t lora_hash = 0;                     // loraHash of the first deployment's upstream model
+  std::shared_ptr<PrefixIndex> prefix_index;    // kept across reloads, per model
+  std::shared_ptr<std::atomic<uint64_t>> turn;  // policy round_robin: the next turn (all workers)
+  uint64_t lora_hash = 0;                       // loraHash of the first deployment's upstream model
   // Flow control (engine->flow_control): the route's default priority and per-priority cells.
   Priority default_priority = Priority::kStandard;
   obs::Gauge* flow_queued[kPriorities] = {};
