@@ -921,10 +921,10 @@ class FlowControlTest : public EngineRoutingTest {
     });
     engine_ = &e;
     startGateway(std::string(kNoHealth) +
-                 "models:\n  - name: m1\n    deployments:\n      - name: pool\n"
-                 "        routing: {policy: engine, metrics_interval_ms: 10, stale_ms: 2000, "
-                 "max_waiting: 1, flow_control: " +
-                 flow + "}\n        endpoints:\n" + endpoint(e),
+                     "models:\n  - name: m1\n    deployments:\n      - name: pool\n"
+                     "        routing: {policy: engine, metrics_interval_ms: 10, stale_ms: 2000, "
+                     "max_waiting: 1, flow_control: " +
+                     flow + "}\n        endpoints:\n" + endpoint(e),
                  {}, workers);
     ASSERT_TRUE(waitFor([&] {
       const auto r = httpRequest(gw_->adminPort(), "GET", "/admin/endpoints");
