@@ -37,8 +37,9 @@ declare -A QUICK_ARGS=(
   [governance]="--duration 3 --rounds 1"
   [redis_script]="--calls 2000 --rounds 1"
   [features]="2"
+  [engine_routing]="--engines 8 --rates 4 --duration 5 --policies least_queue,prefix_load --parts prefix"
 )
-for script in throughput latency streams governance redis_script features; do
+for script in throughput latency streams governance redis_script features engine_routing; do
   section "bench/load/$script.sh"
   quick=()
   [[ "${BENCH_QUICK:-0}" == "1" ]] && read -ra quick <<<"${QUICK_ARGS[$script]}"

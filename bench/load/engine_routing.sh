@@ -24,6 +24,7 @@
 #   priority  the same pool: interactive (standard) traffic alone, then beside batch-class
 #             (x-infera-priority: batch) load at twice the pool's capacity; interactive TTFT.
 #
+# Lists take spaces or commas.
 # Usage: bench/load/engine_routing.sh [--engines "8 16"] [--rates "1 2 3 4"] [--duration 30]
 #          [--scale 10] [--policies "..."] [--parts "..."] [--seed 1]
 set -euo pipefail
@@ -47,6 +48,8 @@ while [[ $# -gt 0 ]]; do
     *) echo "unknown argument $1" >&2; exit 2 ;;
   esac
 done
+# Lists may be comma- or space-separated.
+ENGINES="${ENGINES//,/ }" RATES="${RATES//,/ }" POLICIES="${POLICIES//,/ }" PARTS="${PARTS//,/ }"
 
 bench_init node curl python3
 CLIENT="$BENCH_ROOT/bench/load/engine_client.js"
@@ -190,9 +193,9 @@ heavy_rate="$(python3 -c "print(round(2 * $first_n * 1000 / (0.01725 * $SCALE) /
 FLOW=", max_waiting: 4, flow_control: {fairness: team, queue_timeout_ms: 600000}"
 GOV="governance: {store: \"sqlite:$BENCH_TMP/gov-RUN.db\", key_secret: bench-secret-0123456789abcdef0123456789}"
 
-two_team_run() {  # two_team_run LABEL WITH_HEAVY(0|1) HEAVY_PRIORITY: prints the client's JSON line
+two_team_run() {  # two_team_run LABEL WITH_HEAVY(0|1) HEAVY_PRIORITY [FLOW]: the client's JSON line
   start_engines "$first_n"
-  start_pool_gateway "gw-$1" "$(routing_yaml prefix_load "$FLOW")" "${GOV/RUN/$1}"
+  start_pool_gateway "gw-$1" "$(routing_yaml prefix_load "${4-$FLOW}")" "${GOV/RUN/$1}"
   local light heavy streams
   light="$(make_team_key "$GW_ADMIN" light)"
   heavy="$(make_team_key "$GW_ADMIN" heavy)"
@@ -228,6 +231,8 @@ if [[ " $PARTS " == *" fairness "* || " $PARTS " == *" priority "* ]]; then
   if [[ " $PARTS " == *" fairness "* ]]; then
     both="$(two_team_run fair 1 "")"
     report_pair "light team beside a heavy team (same priority)" "$alone" "$both" light
+    both="$(two_team_run nofc 1 "" "")"
+    report_pair "the same without flow control (prefix_load only)" "$alone" "$both" light
   fi
   if [[ " $PARTS " == *" priority "* ]]; then
     both="$(two_team_run prio 1 batch)"

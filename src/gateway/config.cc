@@ -66,6 +66,21 @@ void readRouting(ConfigReader& r, EngineRoutingConfig& e) {
     f.optionalEnum("fairness", e.fairness, {"team", "user", "none"});
     f.optionalEnum("default_priority", e.default_priority,
                    {"critical", "standard", "batch", "sheddable"});
+    f.object("priorities", [&](ConfigReader& by) {
+      auto names = [](ConfigReader& m, std::map<std::string, std::string, std::less<>>& out) {
+        if (!m.node().IsMap()) return;
+        for (const auto& kv : m.node()) {
+          const std::string name = kv.first.Scalar();
+          std::string p;
+          if (m.optionalEnum(name, p, {"critical", "standard", "batch", "sheddable"})) {
+            out[name] = p;
+          }
+        }
+      };
+      by.object("keys", [&](ConfigReader& m) { names(m, e.key_priorities); });
+      by.object("users", [&](ConfigReader& m) { names(m, e.user_priorities); });
+      by.object("teams", [&](ConfigReader& m) { names(m, e.team_priorities); });
+    });
   });
   if (e.flow_control && e.max_waiting == 0 && e.max_kv_usage == 0) {
     r.error("flow_control", "needs max_waiting or max_kv_usage (what saturated means)");

@@ -5,6 +5,8 @@
 // path and line; unknown keys rejected; cross-references checked).
 
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -94,6 +96,11 @@ struct EngineRoutingConfig {
   int max_queued = 1024;
   std::string fairness = "team";              // team | user | none
   std::string default_priority = "standard";  // critical | standard | batch | sheddable
+  // Priorities by who asks (names of critical | standard | batch | sheddable): a key's (by key
+  // id) over its user's over its team's over default_priority; the header may only lower it.
+  std::map<std::string, std::string, std::less<>> key_priorities;
+  std::map<std::string, std::string, std::less<>> user_priorities;
+  std::map<std::string, std::string, std::less<>> team_priorities;
   bool operator==(const EngineRoutingConfig&) const = default;
 };
 

@@ -516,15 +516,31 @@ FlowQueue::Waiter* FlowQueue::next() const {
   return best;
 }
 
-FlowQueue::Waiter* FlowQueue::worst() const {
+double FlowQueue::servedOf(const Waiter& w, bool queued) const {
+  if (w.key.empty()) return 0;
+  const auto it = served_.find(w.key);
+  const double s = it == served_.end() ? 0 : it->second;
+  return queued ? s : std::max(s, vtime_);
+}
+
+FlowQueue::Waiter* FlowQueue::shedFor(const Waiter& newcomer) const {
   Waiter* worst = nullptr;
+  double worst_served = 0;
   for (Waiter* w : waiters_) {
+    const double s = servedOf(*w, true);
     if (worst == nullptr || w->priority > worst->priority ||
-        (w->priority == worst->priority && w->seq > worst->seq)) {
+        (w->priority == worst->priority &&
+         (s > worst_served || (s == worst_served && w->seq > worst->seq)))) {
       worst = w;
+      worst_served = s;
     }
   }
-  return worst;
+  if (worst == nullptr || newcomer.priority > worst->priority) return nullptr;
+  if (newcomer.priority < worst->priority) return worst;
+  bool queued = false;
+  for (const Waiter* o : waiters_) queued = queued || (!o->key.empty() && o->key == newcomer.key);
+  // Equal shares: the newcomer is the newest.
+  return servedOf(newcomer, queued) < worst_served ? worst : nullptr;
 }
 
 }  // namespace infera::gateway

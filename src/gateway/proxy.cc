@@ -371,6 +371,20 @@ Task<bool> ProxyHandler::waitForRoom(Exchange& x) {
   const Route& route = *x.route;
   const EngineRoutingConfig& cfg = *route.engine;
   Priority prio = route.default_priority;
+  const access::Principal who = x.grant ? x.grant.principal() : access::Principal{};
+  if (!cfg.key_priorities.empty() || !cfg.user_priorities.empty() || !cfg.team_priorities.empty()) {
+    // The most specific assignment wins: the key's, its user's, its team's (config.cc checked
+    // the names).
+    const std::pair<const std::map<std::string, std::string, std::less<>>*, std::string_view> by[] =
+        {{&cfg.key_priorities, who.key_id},
+         {&cfg.user_priorities, who.user},
+         {&cfg.team_priorities, who.team}};
+    for (const auto& [names, id] : by) {
+      if (id.empty()) continue;
+      const auto it = names->find(id);
+      if (it != names->end() && parsePriority(it->second, prio)) break;
+    }
+  }
   const std::string_view asked = x.req.header("x-infera-priority");
   if (!asked.empty()) {
     Priority p;
@@ -388,7 +402,6 @@ Task<bool> ProxyHandler::waitForRoom(Exchange& x) {
   FlowState& fs = *slot;
   const int room = roomFor(*x.table, *x.state, route, monoNanos()) - fs.pending;
   if (fs.queue.size() == 0 && room > 0) co_return true;
-  const access::Principal who = x.grant ? x.grant.principal() : access::Principal{};
   const std::string_view team = who.team;
   const int pi = static_cast<int>(prio);
   const int64_t retry_ms = std::max<int64_t>(1000, cfg.metrics_interval_ms * 10);
@@ -415,8 +428,8 @@ Task<bool> ProxyHandler::waitForRoom(Exchange& x) {
   net::asio::steady_timer timer(ctx_);
   w.wake = &timer;
   if (fs.queue.size() >= static_cast<size_t>(cfg.max_queued)) {
-    FlowQueue::Waiter* worst = fs.queue.worst();
-    if (worst == nullptr || worst->priority <= prio) {
+    FlowQueue::Waiter* worst = fs.queue.shedFor(w);
+    if (worst == nullptr) {
       flowCounter(route, prio, team, "shed")->inc(shard_);
       access::appendRetryAfter(x.extra, retry_ms);
       co_await sendError(x, 429,
@@ -424,7 +437,7 @@ Task<bool> ProxyHandler::waitForRoom(Exchange& x) {
                          "requests", "model_saturated");
       co_return false;
     }
-    // A less urgent waiter makes room.
+    // A less urgent waiter, or one of a team served more, makes room.
     worst->shed = true;
     fs.queue.remove(worst);
     static_cast<net::asio::steady_timer*>(worst->wake)->cancel();

@@ -993,5 +993,90 @@ TEST_F(GovernanceTest, KeysSurviveARestartAndTheSecretStaysPrivate) {
   EXPECT_EQ(call(*gw_, key, chat("m1", 1)).status, 200);
 }
 
+// Flow control's priorities by who asks (docs/routing.md "Flow control"): a team's configured
+// class orders its waiters, a key holder's header only lowers its own. One engine that runs one
+// sequence at a time and a gateway with one worker (the order holds per worker).
+TEST(FlowPriorityTest, ATeamsConfiguredPriorityOrdersItsWaitersAndTheHeaderOnlyLowersIt) {
+  emulator::EmulatorConfig ecfg;
+  ecfg.port = 0;
+  ecfg.models = {"m1"};
+  ecfg.engine.enabled = true;
+  ecfg.engine.max_num_seqs = 1;
+  ecfg.engine.time_scale = 2;  // ~12 ms a step: 20 tokens take ~0.25 s
+  auto emu = emulator::Emulator::start(ecfg);
+  ASSERT_TRUE(emu.ok()) << emu.status().message();
+  const std::string db = tempPath("flow.db");
+  auto gw = startGov(
+      "workers: 1\nlisten: {host: 127.0.0.1, port: 0}\nadmin: {host: 127.0.0.1, port: 0}\n"
+      "health_check: {enabled: false}\nlog_level: warn\ngovernance:\n  store: sqlite:" +
+      db + "\n  admin_token: " + kAdminToken +
+      "\n  key_secret: test-secret-0123456789abcdef0123456789\n"
+      "models:\n  - name: m1\n    deployments:\n      - name: pool\n"
+      "        routing: {policy: engine, metrics_interval_ms: 10, stale_ms: 2000, max_waiting: 1,\n"
+      "                  flow_control: {queue_timeout_ms: 20000,\n"
+      "                                 priorities: {teams: {jobs: batch, oncall: critical}}}}\n"
+      "        endpoints: [{url: \"" +
+      (*emu)->url() + "\"}]\n");
+  ASSERT_TRUE(gw);
+  std::map<std::string, std::string> keys;
+  for (const std::string team : {"jobs", "oncall", "plain"}) {
+    ASSERT_EQ(admin(*gw, "POST", "/admin/teams", R"({"name":")" + team + R"("})").status, 201);
+    const auto k = admin(*gw, "POST", "/admin/keys", R"({"team":")" + team + R"("})");
+    ASSERT_EQ(k.status, 201) << k.body;
+    keys[team] = json::parse(k.body)["key"].get<std::string>();
+  }
+  ASSERT_TRUE(waitFor([&] {
+    const auto r = admin(*gw, "GET", "/admin/endpoints");
+    return r.body.find(R"("known":true)") != std::string::npos;
+  }));
+  auto metric = [&](const std::string& series) {
+    const std::string text = gw->metricsText();
+    const auto at = text.find("\n" + series + " ");
+    return at == std::string::npos ? 0.0 : std::stod(text.substr(at + series.size() + 2));
+  };
+  auto outcome = [&](const std::string& priority, const std::string& team) {
+    return metric(R"(infera_gateway_flow_requests_total{model="m1",priority=")" + priority +
+                  R"(",team=")" + team + R"(",outcome="queued"})");
+  };
+  testing::CompletionOrder requests;
+  auto send = [&](const std::string& name, const std::string& team, const std::string& priority) {
+    requests.send(name, [&gw, &keys, team, priority] {
+      std::vector<std::pair<std::string, std::string>> h = {
+          {"authorization", "Bearer " + keys.at(team)}};
+      if (!priority.empty()) h.push_back({"x-infera-priority", priority});
+      return httpRequest(
+          gw->port(), "POST", "/v1/chat/completions",
+          R"({"model":"m1","max_tokens":20,"messages":[{"role":"user","content":"hi"}]})", h);
+    });
+  };
+  // The jobs team's work is batch by its team, without a header.
+  for (int i = 0; i < 5; ++i) send("jobs" + std::to_string(i), "jobs", "");
+  ASSERT_TRUE(waitFor(
+      [&] { return metric(R"(infera_gateway_flow_queued{model="m1",priority="batch"})") >= 2; }));
+  const int queued_before =
+      static_cast<int>(metric(R"(infera_gateway_flow_queued{model="m1",priority="batch"})"));
+  // The on-call team is critical by its team, and asking for more changes nothing; the plain
+  // team's key cannot raise itself to critical with the header (it stays standard).
+  send("oncall", "oncall", "");
+  ASSERT_TRUE(waitFor([&] { return outcome("critical", "oncall") == 1; }));
+  send("plain", "plain", "critical");
+  const std::vector<std::string> done = requests.join();
+  ASSERT_EQ(done.size(), 7u);
+  for (const auto& d : done) EXPECT_EQ(d.find(':'), std::string::npos) << d;
+  EXPECT_GE(outcome("batch", "jobs"), 2);
+  EXPECT_EQ(outcome("critical", "jobs") + outcome("standard", "jobs"), 0);
+  EXPECT_EQ(outcome("critical", "oncall"), 1);
+  EXPECT_EQ(outcome("standard", "plain"), 1);
+  EXPECT_EQ(outcome("critical", "plain"), 0);
+  // Both overtook the batch work still queued when they came (one may have been admitted in the
+  // moment between the count and their arrival).
+  const auto pos = [&](const std::string& name) {
+    return static_cast<int>(std::find(done.begin(), done.end(), name) - done.begin());
+  };
+  const int last = static_cast<int>(done.size()) - 1;
+  EXPECT_GE(last - pos("plain"), std::max(1, queued_before - 1)) << ::testing::PrintToString(done);
+  EXPECT_LT(pos("oncall"), pos("plain")) << ::testing::PrintToString(done);
+}
+
 }  // namespace
 }  // namespace infera::access

@@ -203,4 +203,20 @@ std::string TestClient::readAll() {
   return out;
 }
 
+void CompletionOrder::send(std::string name, std::function<std::optional<TestResponse>()> request) {
+  threads_.emplace_back([this, name = std::move(name), request = std::move(request)] {
+    const auto r = request();
+    std::lock_guard<std::mutex> lock(mu_);
+    done_.push_back(name + (r && r->status == 200 ? "" : ":" + std::to_string(r ? r->status : 0)));
+  });
+}
+
+std::vector<std::string> CompletionOrder::join() {
+  for (auto& t : threads_) {
+    if (t.joinable()) t.join();
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  return done_;
+}
+
 }  // namespace infera::testing

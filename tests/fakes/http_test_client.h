@@ -5,8 +5,10 @@
 
 #include <chrono>
 #include <functional>
+#include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace infera::testing {
@@ -64,6 +66,25 @@ std::optional<TestResponse> httpRequest(
     uint16_t port, const std::string& method, const std::string& target,
     const std::string& body = {},
     const std::vector<std::pair<std::string, std::string>>& headers = {});
+
+// Requests sent each from a thread of its own, recorded by name in the order they complete ("name"
+// for a 200, "name:STATUS" otherwise, 0 when none came). Every thread is joined by join() and on
+// destruction (a failed assertion that ends the test early included).
+class CompletionOrder {
+ public:
+  CompletionOrder() = default;
+  CompletionOrder(const CompletionOrder&) = delete;
+  CompletionOrder& operator=(const CompletionOrder&) = delete;
+  ~CompletionOrder() { join(); }
+  void send(std::string name, std::function<std::optional<TestResponse>()> request);
+  // Joins every thread; then the names in completion order.
+  std::vector<std::string> join();
+
+ private:
+  std::mutex mu_;
+  std::vector<std::string> done_;
+  std::vector<std::thread> threads_;
+};
 
 // Polls `cond` until true or the deadline passes (no fixed sleeps in tests).
 bool waitFor(const std::function<bool()>& cond,

@@ -281,8 +281,36 @@ TEST(FlowQueue, TheMostUrgentGoesFirstThenArrivalOrder) {
     q.push(w);
   }
   EXPECT_EQ(q.count(Priority::kBatch), 2u);
-  EXPECT_EQ(q.worst(), &b2);
+  FlowQueue::Waiter standard, sheddable;
+  sheddable.priority = Priority::kSheddable;
+  EXPECT_EQ(q.shedFor(standard), &b2);       // a less urgent waiter makes room for the newcomer
+  EXPECT_EQ(q.shedFor(sheddable), nullptr);  // the newcomer is the least urgent
   EXPECT_EQ(drain(q, names), (std::vector<std::string>{"c1", "s1", "b1", "b2"}));
+}
+
+TEST(FlowQueue, AFullQueueShedsTheHeavyTeamsNewestNotALightNewcomer) {
+  FlowQueue q;
+  FlowQueue::Waiter h[4], light, heavy_new;
+  for (auto& w : h) {
+    w.key = "heavy";
+    w.cost = 2000;
+    q.push(&w);
+  }
+  // The heavy team has been served: two of its waiters went.
+  ASSERT_EQ(q.popNext(), &h[0]);
+  ASSERT_EQ(q.popNext(), &h[1]);
+  light.key = "light";
+  light.cost = 50;
+  EXPECT_EQ(q.shedFor(light), &h[3]);  // the heavy team's newest goes, not the light newcomer
+  heavy_new.key = "heavy";
+  heavy_new.cost = 2000;
+  EXPECT_EQ(q.shedFor(heavy_new), nullptr);  // a heavy newcomer is itself the last to serve
+  // Without fairness keys the newest is shed: the newcomer.
+  FlowQueue plain;
+  FlowQueue::Waiter a, b, c;
+  plain.push(&a);
+  plain.push(&b);
+  EXPECT_EQ(plain.shedFor(c), nullptr);
 }
 
 TEST(FlowQueue, TeamsShareByTokensNotByRequests) {

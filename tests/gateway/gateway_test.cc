@@ -952,24 +952,12 @@ TEST_F(FlowControlTest, AStandardRequestOvertakesBatchWorkWaitingInTheGateway) {
   // the other worker may admit one of its waiters into the same freed place, and the engine takes
   // whichever arrives first.
   startPool("{queue_timeout_ms: 20000}", 1);
-  std::mutex mu;
-  std::vector<std::string> done;
-  std::vector<std::thread> threads;
-  struct Join {
-    std::vector<std::thread>& t;
-    ~Join() {
-      for (auto& th : t) {
-        if (th.joinable()) th.join();
-      }
-    }
-  } join{threads};
+  testing::CompletionOrder requests;
   auto send = [&](const std::string& name, const std::string& priority) {
-    threads.emplace_back([&, name, priority] {
+    requests.send(name, [this, priority] {
       std::vector<std::pair<std::string, std::string>> h;
       if (!priority.empty()) h.push_back({"x-infera-priority", priority});
-      const auto r = httpRequest(gw_->port(), "POST", "/v1/chat/completions", body(20), h);
-      std::lock_guard<std::mutex> lock(mu);
-      done.push_back(name + (r && r->status == 200 ? "" : ":" + std::to_string(r ? r->status : 0)));
+      return httpRequest(gw_->port(), "POST", "/v1/chat/completions", body(20), h);
     });
   };
   for (int i = 0; i < 5; ++i) send("batch" + std::to_string(i), "batch");
@@ -977,7 +965,7 @@ TEST_F(FlowControlTest, AStandardRequestOvertakesBatchWorkWaitingInTheGateway) {
   ASSERT_TRUE(waitFor([&] { return queued("batch") >= 2; })) << queued("batch");
   const int queued_before = static_cast<int>(queued("batch"));
   send("standard", "");
-  for (auto& t : threads) t.join();
+  const std::vector<std::string> done = requests.join();
   ASSERT_EQ(done.size(), 6u);
   const auto at = std::find(done.begin(), done.end(), "standard");
   ASSERT_NE(at, done.end()) << ::testing::PrintToString(done);

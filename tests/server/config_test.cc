@@ -130,6 +130,41 @@ TEST(ServerConfigTest, RoutingErrorsNameTheKeyAndOnePolicyHoldsPerModel) {
   EXPECT_TRUE(rd.flow_control);
   EXPECT_EQ(rd.pick, gateway::EnginePick::kRandom);
   EXPECT_EQ(rd.prefix_weight + rd.queue_weight + rd.kv_weight + rd.lora_weight, 0);
+  // Priorities by key, user and team: each value checked, each name kept.
+  const auto by = loadConfigString(R"(models:
+  - name: m
+    deployments:
+      - routing:
+          policy: engine
+          max_waiting: 2
+          flow_control:
+            priorities:
+              teams: {jobs: batch, oncall: urgent}
+              users: {nightly: sheddable}
+              keys: {k1: critical}
+              groups: {x: batch}
+        endpoints: [{url: "http://127.0.0.1:1"}]
+)");
+  ASSERT_FALSE(by.ok());
+  expectEveryMessage(
+      by.status().message(),
+      {"models[0].deployments[0].routing.flow_control.priorities.teams.oncall (line 9): must be "
+       "one of",
+       "models[0].deployments[0].routing.flow_control.priorities.groups (line 12): unknown key"});
+  const auto good = loadConfigString(R"(models:
+  - name: m
+    deployments:
+      - routing:
+          policy: engine
+          max_waiting: 2
+          flow_control: {priorities: {teams: {jobs: batch}, users: {nightly: sheddable}, keys: {k1: critical}}}
+        endpoints: [{url: "http://127.0.0.1:1"}]
+)");
+  ASSERT_TRUE(good.ok()) << good.status().message();
+  const auto& g = good->gateway.models[0].deployments[0].routing;
+  EXPECT_EQ(g.team_priorities.at("jobs"), "batch");
+  EXPECT_EQ(g.user_priorities.at("nightly"), "sheddable");
+  EXPECT_EQ(g.key_priorities.at("k1"), "critical");
 }
 
 // Governance settings: errors name the key path and line, and never echo a password of a URL.

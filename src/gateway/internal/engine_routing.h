@@ -155,11 +155,15 @@ class FlowQueue {
   // The next to admit (null when empty); popNext() removes it and counts its cost to its key.
   Waiter* next() const;
   Waiter* popNext();
-  // The least urgent, most recent waiter (the first to shed), null when empty.
-  Waiter* worst() const;
+  // When the queue is full and `newcomer` (not queued) arrives: the waiter to shed in its place,
+  // the one that would be served last — the least urgent; within it, the key served the most
+  // (a heavy team's, not a light newcomer's); then the newest — or null when that is the newcomer.
+  Waiter* shedFor(const Waiter& newcomer) const;
   size_t count(Priority p) const { return by_priority_[static_cast<int>(p)]; }
 
  private:
+  // What w's key has been served (a key with nothing queued: from the virtual time on).
+  double servedOf(const Waiter& w, bool queued) const;
   std::vector<Waiter*> waiters_;
   mutable std::unordered_map<std::string, double> served_;
   double vtime_ = 0;  // the served count at the start of the last admitted waiter's cost
