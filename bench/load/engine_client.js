@@ -11,7 +11,8 @@
 // request is one of `tenants` system prompts of `prefix_words` words (the tenant's shared prefix)
 // and a fresh question of `question_words` words. Time to first token (TTFT) is read from the
 // first SSE event with content. After the last send the client waits up to `drain_s` for answers;
-// a request still unanswered then counts as failed (and its TTFT as the time waited so far).
+// a request still unanswered then counts as failed (and its TTFT as the time waited so far); a
+// refused request (non-200) counts as failed and has no TTFT.
 //
 // Prints one JSON line: per stream, sent/ok/failed, TTFT and end-to-end percentiles (s), output
 // tokens, and the best possible prefix-cache hit rate of its prompts (tokens): every prompt of a
@@ -105,8 +106,8 @@ function planStream(st, idx) {
       finished = true;
       outstanding--;
       const end = now();
-      lastAnswer = Math.max(lastAnswer, end);
       if (ok) {
+        lastAnswer = Math.max(lastAnswer, end);
         res.ok++;
         res.tokens += tokens;
         res.ttft.push((first === null ? end : first) - start);
@@ -114,7 +115,9 @@ function planStream(st, idx) {
       } else {
         res.failed++;
         res.statuses[status] = (res.statuses[status] || 0) + 1;
-        res.ttft.push(end - start);  // censored: at least this long
+        // A request never answered counts with the time waited (censored: at least this long);
+        // a refusal (a 429 shed) is a failure, not a fast first token.
+        if (status === 'drain_timeout') res.ttft.push(end - start);
       }
       maybeDone();
     };

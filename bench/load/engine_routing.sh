@@ -21,13 +21,14 @@
 #   fairness  prefix_load + flow control (max_waiting 4, fairness: team) on the first engine count:
 #             a light team (short prompts, LIGHT_RATE/s) alone, then beside a heavy team sending
 #             long unshared prompts at twice the pool's prefill capacity; the light team's TTFT.
-#   priority  the same pool: interactive (standard) traffic alone, then beside batch-class
-#             (x-infera-priority: batch) load at twice the pool's capacity; interactive TTFT.
+#   priority  the same pool (fairness: none): interactive (standard) traffic alone, then beside
+#             batch-class (x-infera-priority: batch) load at twice the pool's capacity.
 #
 # Lists take spaces or commas.
 # Usage: bench/load/engine_routing.sh [--engines "8 16"] [--rates "1 2 3 4"] [--duration 30]
 #          [--scale 10] [--policies "..."] [--parts "..."] [--seed 1]
 set -euo pipefail
+shopt -s inherit_errexit  # a failure inside $(...) stops the run too
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 ENGINES="8 16" RATES="1 2 3 4" DURATION=30 SCALE=10 SEED=1
@@ -50,6 +51,13 @@ while [[ $# -gt 0 ]]; do
 done
 # Lists may be comma- or space-separated.
 ENGINES="${ENGINES//,/ }" RATES="${RATES//,/ }" POLICIES="${POLICIES//,/ }" PARTS="${PARTS//,/ }"
+for p in $POLICIES; do
+  [[ " random round_robin least_queue latency prefix_load " == *" $p "* ]] ||
+    { echo "unknown policy $p" >&2; exit 2; }
+done
+for p in $PARTS; do
+  [[ " prefix fairness priority " == *" $p "* ]] || { echo "unknown part $p" >&2; exit 2; }
+done
 
 bench_init node curl python3
 CLIENT="$BENCH_ROOT/bench/load/engine_client.js"
@@ -191,11 +199,11 @@ first_n="${ENGINES%% *}"
 # 1000 / (17.25 us x scale) prompt tokens per second.
 heavy_rate="$(python3 -c "print(round(2 * $first_n * 1000 / (0.01725 * $SCALE) / 1540, 2))")"
 FLOW=", max_waiting: 4, flow_control: {fairness: team, queue_timeout_ms: 600000}"
-GOV="governance: {store: \"sqlite:$BENCH_TMP/gov-RUN.db\", key_secret: bench-secret-0123456789abcdef0123456789}"
+GOV="governance: {store: \"sqlite:$BENCH_TMP/gov-@RUN@.db\", key_secret: bench-secret-0123456789abcdef0123456789}"
 
 two_team_run() {  # two_team_run LABEL WITH_HEAVY(0|1) HEAVY_PRIORITY [FLOW]: the client's JSON line
   start_engines "$first_n"
-  start_pool_gateway "gw-$1" "$(routing_yaml prefix_load "${4-$FLOW}")" "${GOV/RUN/$1}"
+  start_pool_gateway "gw-$1" "$(routing_yaml prefix_load "${4-$FLOW}")" "${GOV/@RUN@/$1}"
   local light heavy streams
   light="$(make_team_key "$GW_ADMIN" light)"
   heavy="$(make_team_key "$GW_ADMIN" heavy)"
@@ -235,7 +243,8 @@ if [[ " $PARTS " == *" fairness "* || " $PARTS " == *" priority "* ]]; then
     report_pair "the same without flow control (prefix_load only)" "$alone" "$both" light
   fi
   if [[ " $PARTS " == *" priority "* ]]; then
-    both="$(two_team_run prio 1 batch)"
+    # Priority alone: no fairness between the two teams, so only the class orders them.
+    both="$(two_team_run prio 1 batch "${FLOW/fairness: team/fairness: none}")"
     report_pair "interactive beside batch-class load" "$alone" "$both" light
   fi
 fi

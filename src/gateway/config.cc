@@ -67,8 +67,15 @@ void readRouting(ConfigReader& r, EngineRoutingConfig& e) {
     f.optionalEnum("default_priority", e.default_priority,
                    {"critical", "standard", "batch", "sheddable"});
     f.object("priorities", [&](ConfigReader& by) {
+      if (!by.node().IsMap()) {
+        by.error("", "must be a mapping with keys, users and teams");
+        return;
+      }
       auto names = [](ConfigReader& m, std::map<std::string, std::string, std::less<>>& out) {
-        if (!m.node().IsMap()) return;
+        if (!m.node().IsMap()) {
+          m.error("", "must be a mapping of name: priority class");
+          return;
+        }
         for (const auto& kv : m.node()) {
           const std::string name = kv.first.Scalar();
           std::string p;

@@ -56,9 +56,10 @@ struct EndpointConfig {
 inline constexpr int kMaxPrefixBlocks = 1024;
 
 // How an engine-routed deployment picks among the endpoints left by the filters: by the weighted
-// scorers (`policy: engine`), uniformly at random (`random`), or in turn per worker
-// (`round_robin`). The last two are baselines (bench/load/engine_routing.sh) that still read the
-// signals, so filters and flow control work with them.
+// scorers (`policy: engine`), uniformly at random (`random`), or in turn
+// (`round_robin`: one counter per route, shared by the workers). The last two are baselines
+// (bench/load/engine_routing.sh) that still read the signals, so filters and flow control work with
+// them.
 enum class EnginePick : uint8_t { kScore, kRandom, kRoundRobin };
 
 struct EngineRoutingConfig {
@@ -90,14 +91,16 @@ struct EngineRoutingConfig {
   // Flow control: when every endpoint is past a filter (max_waiting, max_kv_usage), requests wait
   // in the gateway, most urgent priority first and shared fairly between teams (or users) by
   // tokens, for at most queue_timeout_ms (then 429 with retry-after); at most max_queued per
-  // worker (then the least urgent, newest waiter is shed). Sheddable requests never wait.
+  // worker (then the waiter that would be served last is shed: FlowQueue::shedFor). Sheddable
+  // requests never wait.
   bool flow_control = false;
   int64_t queue_timeout_ms = 30'000;
   int max_queued = 1024;
   std::string fairness = "team";              // team | user | none
   std::string default_priority = "standard";  // critical | standard | batch | sheddable
   // Priorities by who asks (names of critical | standard | batch | sheddable): a key's (by key
-  // id) over its user's over its team's over default_priority; the header may only lower it.
+  // id), else its team's, else default_priority; a user's (named by the caller) and the header
+  // may only lower it.
   std::map<std::string, std::string, std::less<>> key_priorities;
   std::map<std::string, std::string, std::less<>> user_priorities;
   std::map<std::string, std::string, std::less<>> team_priorities;

@@ -6,6 +6,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstring>
+#include <unordered_set>
 
 #include "core/hash.h"
 
@@ -478,6 +479,15 @@ void FlowQueue::push(Waiter* w) {
   }
   waiters_.push_back(w);
   ++by_priority_[static_cast<int>(w->priority)];
+  // Bounded under sustained saturation too (keys may be caller-named users): keys with nothing
+  // queued and not ahead of the virtual time are forgotten (push() would start them there anyway).
+  if (served_.size() > 2 * waiters_.size() + 1024) {
+    std::unordered_set<std::string_view> queued;
+    for (const Waiter* o : waiters_) queued.insert(o->key);
+    std::erase_if(served_, [&](const auto& kv) {
+      return kv.second <= vtime_ && queued.count(kv.first) == 0;
+    });
+  }
 }
 
 void FlowQueue::remove(Waiter* w) {
@@ -485,7 +495,6 @@ void FlowQueue::remove(Waiter* w) {
   if (it == waiters_.end()) return;
   waiters_.erase(it);
   --by_priority_[static_cast<int>(w->priority)];
-  // Bounded by the keys that wait: a key cleared here comes back at the virtual time.
   if (waiters_.empty() && served_.size() > 4096) served_.clear();
 }
 
@@ -524,23 +533,29 @@ double FlowQueue::servedOf(const Waiter& w, bool queued) const {
 }
 
 FlowQueue::Waiter* FlowQueue::shedFor(const Waiter& newcomer) const {
+  // Each waiter's finish tag: what its key has been served plus the cost of its key's waiters up
+  // to and including it (waiters_ is in arrival order), i.e. where next() would reach it. Keyless
+  // waiters share one key, so among them the newest has the highest tag.
+  std::unordered_map<std::string_view, double> backlog;
   Waiter* worst = nullptr;
-  double worst_served = 0;
+  double worst_tag = 0;
   for (Waiter* w : waiters_) {
-    const double s = servedOf(*w, true);
+    double& queued = backlog[w->key];
+    queued += w->cost;
+    const double tag = servedOf(*w, true) + queued;
     if (worst == nullptr || w->priority > worst->priority ||
         (w->priority == worst->priority &&
-         (s > worst_served || (s == worst_served && w->seq > worst->seq)))) {
+         (tag > worst_tag || (tag == worst_tag && w->seq > worst->seq)))) {
       worst = w;
-      worst_served = s;
+      worst_tag = tag;
     }
   }
   if (worst == nullptr || newcomer.priority > worst->priority) return nullptr;
   if (newcomer.priority < worst->priority) return worst;
-  bool queued = false;
-  for (const Waiter* o : waiters_) queued = queued || (!o->key.empty() && o->key == newcomer.key);
-  // Equal shares: the newcomer is the newest.
-  return servedOf(newcomer, queued) < worst_served ? worst : nullptr;
+  const auto it = backlog.find(newcomer.key);
+  const double ahead = it == backlog.end() ? 0 : it->second;
+  // Equal tags: the newcomer is the newest.
+  return servedOf(newcomer, ahead > 0) + ahead + newcomer.cost < worst_tag ? worst : nullptr;
 }
 
 }  // namespace infera::gateway

@@ -373,17 +373,17 @@ Task<bool> ProxyHandler::waitForRoom(Exchange& x) {
   Priority prio = route.default_priority;
   const access::Principal who = x.grant ? x.grant.principal() : access::Principal{};
   if (!cfg.key_priorities.empty() || !cfg.user_priorities.empty() || !cfg.team_priorities.empty()) {
-    // The most specific assignment wins: the key's, its user's, its team's (config.cc checked
-    // the names).
-    const std::pair<const std::map<std::string, std::string, std::less<>>*, std::string_view> by[] =
-        {{&cfg.key_priorities, who.key_id},
-         {&cfg.user_priorities, who.user},
-         {&cfg.team_priorities, who.team}};
-    for (const auto& [names, id] : by) {
-      if (id.empty()) continue;
-      const auto it = names->find(id);
-      if (it != names->end() && parsePriority(it->second, prio)) break;
-    }
+    // The key's class, else its team's (config.cc checked the names). A user's may only lower
+    // it: the user is named by the caller (x-infera-user), as the header is.
+    auto lookup = [](const std::map<std::string, std::string, std::less<>>& names,
+                     std::string_view id, Priority& out) {
+      if (id.empty()) return false;
+      const auto it = names.find(id);
+      return it != names.end() && parsePriority(it->second, out);
+    };
+    if (!lookup(cfg.key_priorities, who.key_id, prio)) lookup(cfg.team_priorities, who.team, prio);
+    Priority user_prio;
+    if (lookup(cfg.user_priorities, who.user, user_prio) && user_prio > prio) prio = user_prio;
   }
   const std::string_view asked = x.req.header("x-infera-priority");
   if (!asked.empty()) {

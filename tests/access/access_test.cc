@@ -1014,14 +1014,18 @@ TEST(FlowPriorityTest, ATeamsConfiguredPriorityOrdersItsWaitersAndTheHeaderOnlyL
       "models:\n  - name: m1\n    deployments:\n      - name: pool\n"
       "        routing: {policy: engine, metrics_interval_ms: 10, stale_ms: 2000, max_waiting: 1,\n"
       "                  flow_control: {queue_timeout_ms: 20000,\n"
-      "                                 priorities: {teams: {jobs: batch, oncall: critical}}}}\n"
+      "                                 priorities: {teams: {jobs: batch, oncall: critical},\n"
+      "                                              users: {boss: critical}}}}\n"
       "        endpoints: [{url: \"" +
       (*emu)->url() + "\"}]\n");
   ASSERT_TRUE(gw);
   std::map<std::string, std::string> keys;
   for (const std::string team : {"jobs", "oncall", "plain"}) {
     ASSERT_EQ(admin(*gw, "POST", "/admin/teams", R"({"name":")" + team + R"("})").status, 201);
-    const auto k = admin(*gw, "POST", "/admin/keys", R"({"team":")" + team + R"("})");
+    // The plain team's key may name users (x-infera-user).
+    const auto k = admin(
+        *gw, "POST", "/admin/keys",
+        R"({"team":")" + team + R"(","allow_user":)" + (team == "plain" ? "true" : "false") + "}");
     ASSERT_EQ(k.status, 201) << k.body;
     keys[team] = json::parse(k.body)["key"].get<std::string>();
   }
@@ -1039,11 +1043,13 @@ TEST(FlowPriorityTest, ATeamsConfiguredPriorityOrdersItsWaitersAndTheHeaderOnlyL
                   R"(",team=")" + team + R"(",outcome="queued"})");
   };
   testing::CompletionOrder requests;
-  auto send = [&](const std::string& name, const std::string& team, const std::string& priority) {
-    requests.send(name, [&gw, &keys, team, priority] {
+  auto send = [&](const std::string& name, const std::string& team, const std::string& priority,
+                  const std::string& user = "") {
+    requests.send(name, [&gw, &keys, team, priority, user] {
       std::vector<std::pair<std::string, std::string>> h = {
           {"authorization", "Bearer " + keys.at(team)}};
       if (!priority.empty()) h.push_back({"x-infera-priority", priority});
+      if (!user.empty()) h.push_back({"x-infera-user", user});
       return httpRequest(
           gw->port(), "POST", "/v1/chat/completions",
           R"({"model":"m1","max_tokens":20,"messages":[{"role":"user","content":"hi"}]})", h);
@@ -1055,11 +1061,12 @@ TEST(FlowPriorityTest, ATeamsConfiguredPriorityOrdersItsWaitersAndTheHeaderOnlyL
       [&] { return metric(R"(infera_gateway_flow_queued{model="m1",priority="batch"})") >= 2; }));
   const int queued_before =
       static_cast<int>(metric(R"(infera_gateway_flow_queued{model="m1",priority="batch"})"));
-  // The on-call team is critical by its team, and asking for more changes nothing; the plain
-  // team's key cannot raise itself to critical with the header (it stays standard).
+  // The on-call team is critical by its team. The plain team's key cannot raise itself to
+  // critical, neither with the header nor by naming a user assigned critical (the caller names
+  // both): it stays standard.
   send("oncall", "oncall", "");
   ASSERT_TRUE(waitFor([&] { return outcome("critical", "oncall") == 1; }));
-  send("plain", "plain", "critical");
+  send("plain", "plain", "critical", "boss");
   const std::vector<std::string> done = requests.join();
   ASSERT_EQ(done.size(), 7u);
   for (const auto& d : done) EXPECT_EQ(d.find(':'), std::string::npos) << d;

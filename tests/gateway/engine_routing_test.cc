@@ -305,6 +305,17 @@ TEST(FlowQueue, AFullQueueShedsTheHeavyTeamsNewestNotALightNewcomer) {
   heavy_new.key = "heavy";
   heavy_new.cost = 2000;
   EXPECT_EQ(q.shedFor(heavy_new), nullptr);  // a heavy newcomer is itself the last to serve
+  // Equal shares so far, but the heavy team has a backlog: its newest would be served last.
+  FlowQueue fresh;
+  FlowQueue::Waiter backlog[3], newcomer;
+  for (auto& w : backlog) {
+    w.key = "heavy";
+    w.cost = 100;
+    fresh.push(&w);
+  }
+  newcomer.key = "light";
+  newcomer.cost = 100;
+  EXPECT_EQ(fresh.shedFor(newcomer), &backlog[2]);
   // Without fairness keys the newest is shed: the newcomer.
   FlowQueue plain;
   FlowQueue::Waiter a, b, c;

@@ -129,7 +129,9 @@ TEST(ServerConfigTest, RoutingErrorsNameTheKeyAndOnePolicyHoldsPerModel) {
   EXPECT_TRUE(rd.enabled);
   EXPECT_TRUE(rd.flow_control);
   EXPECT_EQ(rd.pick, gateway::EnginePick::kRandom);
-  EXPECT_EQ(rd.prefix_weight + rd.queue_weight + rd.kv_weight + rd.lora_weight, 0);
+  EXPECT_EQ(rd.prefix_weight + rd.queue_weight + rd.kv_weight + rd.lora_weight + rd.session_weight +
+                rd.latency_weight,
+            0);
   // Priorities by key, user and team: each value checked, each name kept.
   const auto by = loadConfigString(R"(models:
   - name: m
