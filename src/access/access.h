@@ -182,6 +182,12 @@ class AccessWorker {
   // Fills `grant`; else the denial to answer (401; 403 when the key may not name a user).
   virtual std::optional<Denial> authenticate(std::string_view authorization, std::string_view user,
                                              Grant& grant) = 0;
+  // An in-process caller acting as the key `key_id` (net::InProcessCaller: the batch executor runs
+  // a batch's lines as the key that created it). The key must still be valid now (known, not
+  // revoked, not expired), and may name `user` only if it may set the user header. Fills `grant`;
+  // else the denial (401/403).
+  virtual std::optional<Denial> authenticateKey(std::string_view key_id, std::string_view user,
+                                                Grant& grant) = 0;
   // Whether the caller's key, team and user may use a resource, named as the client named it or
   // by its canonical name: nothing, or the denial (403).
   virtual std::optional<Denial> checkAccess(const Grant& grant, ResourceKind kind,

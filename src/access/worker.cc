@@ -217,6 +217,11 @@ std::optional<Denial> GovWorker::authenticate(std::string_view authorization,
     // Never echo the key itself.
     return Denial{401, "Incorrect API key provided.", "invalid_request_error", "invalid_api_key"};
   }
+  return acceptKey(key, user_header, t);
+}
+
+std::optional<Denial> GovWorker::acceptKey(const KeyInfo* key, std::string_view user_header,
+                                           GovTicket& t) {
   if (key->rec.expires_ms != 0 && key->rec.expires_ms <= g_.nowMs()) {
     g_.denied_auth->inc(shard_);
     return Denial{401, "This API key has expired.", "invalid_request_error", "expired_api_key"};
@@ -847,6 +852,28 @@ std::optional<Denial> GovWorker::authenticate(std::string_view authorization, st
   grant.t_ = std::make_unique<GovTicket>();
   auto denied = authenticate(authorization, user, *grant.t_);
   if (denied) grant.t_.reset();  // not identified: no usage record
+  return denied;
+}
+
+std::optional<Denial> GovWorker::authenticateKey(std::string_view key_id, std::string_view user,
+                                                 Grant& grant) {
+  grant.t_ = std::make_unique<GovTicket>();
+  GovTicket& t = *grant.t_;
+  t.snapshot = snapshot_;
+  const KeyInfo* key = nullptr;
+  if (snapshot_) {
+    const auto it = snapshot_->by_id.find(std::string(key_id));
+    if (it != snapshot_->by_id.end()) key = it->second;
+  }
+  std::optional<Denial> denied;
+  if (key == nullptr) {
+    g_.denied_auth->inc(shard_);
+    denied = Denial{401, "The API key " + std::string(key_id) + " is no longer valid (revoked).",
+                    "invalid_request_error", "invalid_api_key"};
+  } else {
+    denied = acceptKey(key, user, t);
+  }
+  if (denied) grant.t_.reset();
   return denied;
 }
 

@@ -1,5 +1,6 @@
 #include "core/text.h"
 
+#include <algorithm>
 #include <cstdlib>
 
 namespace infera {
@@ -55,6 +56,27 @@ std::string redactUrl(std::string_view url) {
     const size_t v = p + 9;
     const size_t e = out.find_first_of("& ", v);
     out.replace(v, (e == std::string::npos ? out.size() : e) - v, "***");
+  }
+  return out;
+}
+
+std::vector<std::string> queryValues(std::string_view query, std::string_view key) {
+  std::vector<std::string> out;
+  while (!query.empty()) {
+    const size_t amp = query.find('&');
+    const std::string_view kv = query.substr(0, amp);
+    const size_t eq = kv.find('=');
+    std::string k(kv.substr(0, eq));
+    std::replace(k.begin(), k.end(), '+', ' ');
+    std::string kd;
+    if (percentDecode(k, kd) && kd == key) {
+      std::string v(eq == std::string_view::npos ? std::string_view() : kv.substr(eq + 1));
+      std::replace(v.begin(), v.end(), '+', ' ');
+      std::string vd;
+      out.push_back(percentDecode(v, vd) ? vd : v);
+    }
+    if (amp == std::string_view::npos) break;
+    query.remove_prefix(amp + 1);
   }
   return out;
 }

@@ -6,6 +6,7 @@
 #include <functional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace infera {
 
@@ -22,6 +23,10 @@ std::string toHex(const unsigned char* data, size_t n);
 
 // "%41" -> "A"; false on a malformed escape ('+' is left as it is).
 bool percentDecode(std::string_view in, std::string& out);
+
+// Query-string values of `key` ("a=1&a=2" -> {"1","2"}), percent-decoded ('+' is a space); a
+// value with a malformed escape is given as sent.
+std::vector<std::string> queryValues(std::string_view query, std::string_view key);
 
 // The environment variable's value, or `fallback` when it is unset or empty.
 std::string envOr(const char* name, std::string_view fallback);

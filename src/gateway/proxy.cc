@@ -1164,8 +1164,14 @@ Task<void> ProxyHandler::relay(Exchange& x, const Endpoint& ep, WorkerEndpoint& 
 Task<bool> ProxyHandler::authenticate(Exchange& x) {
   // Usage is read from the answer, so it must come back uncompressed.
   std::erase_if(x.req.headers, [](const HttpHeader& h) { return h.name == "accept-encoding"; });
-  auto denied = access_->authenticate(x.req.header("authorization"),
-                                      x.req.header(access_->userHeader()), x.grant);
+  // An in-process request (a batch line) acts for the key that made it, named by the process.
+  auto denied = x.req.in_process != nullptr
+                    ? (x.req.in_process->key_id.empty()
+                           ? access_->authenticate("", "", x.grant)
+                           : access_->authenticateKey(x.req.in_process->key_id,
+                                                      x.req.in_process->user, x.grant))
+                    : access_->authenticate(x.req.header("authorization"),
+                                            x.req.header(access_->userHeader()), x.grant);
   if (denied) {
     co_await sendError(x, denied->status, denied->message, denied->type, denied->code);
     co_return false;

@@ -10,6 +10,14 @@ namespace infera::net {
 
 class BodyReader;  // net/server.h
 
+// Who an in-process request acts for (the batch executor submits a batch's lines through the
+// gateway's own handlers as the key that created the batch). Set only by code in this process,
+// never from the wire: the server builds requests with it null.
+struct InProcessCaller {
+  std::string key_id;  // empty: no key (access control off, or an anonymous batch)
+  std::string user;
+};
+
 struct HttpHeader {
   std::string name;  // lower-case
   std::string value;
@@ -24,6 +32,9 @@ struct HttpRequest {
   // Set only for a route that reads its body as it arrives (Router::addStreamed): `body` is then
   // empty and the handler reads the pieces from here. Valid while the handler runs.
   BodyReader* body_reader = nullptr;
+  // Set only for a request made inside the process (see InProcessCaller): the caller it acts for,
+  // instead of an Authorization header.
+  const InProcessCaller* in_process = nullptr;
 
   // The path part of target (before '?').
   std::string_view path() const;

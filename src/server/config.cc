@@ -81,6 +81,7 @@ Result<Config> parseConfig(const YAML::Node& root) {
   r.object("features", [&](ConfigReader& f) { features::readFeaturesConfig(f, cfg.features); });
   r.object("vectors", [&](ConfigReader& vr) { vectors::readVectorsConfig(vr, cfg.vectors); });
   r.object("registry", [&](ConfigReader& rr) { registry::readRegistryConfig(rr, cfg.registry); });
+  r.object("batch", [&](ConfigReader& br) { batch::readBatchConfig(br, cfg.batch); });
   r.object("scheduler", [&](ConfigReader& s) {
     s.required("metrics_url", cfg.scheduler_metrics_url);
     const std::string& u = cfg.scheduler_metrics_url;
@@ -96,6 +97,11 @@ Result<Config> parseConfig(const YAML::Node& root) {
     // The registry shares access control's store (replicas share it); else a file of its own.
     cfg.registry.store =
         cfg.access.enabled ? cfg.access.store : "sqlite:" + cfg.registry.data_dir + "/registry.db";
+  }
+  if (cfg.batch.enabled && cfg.batch.store.empty()) {
+    // Batches share access control's store (replicas share the work through it); else a file.
+    cfg.batch.store =
+        cfg.access.enabled ? cfg.access.store : "sqlite:" + cfg.batch.data_dir + "/batch.db";
   }
   return cfg;
 }
@@ -161,6 +167,7 @@ std::vector<std::string> restartNeeded(const Config& running, const Config& next
   }
   for (auto& s : registry::restartNeeded(running.registry, next.registry))
     out.push_back(std::move(s));
+  for (auto& s : batch::restartNeeded(running.batch, next.batch)) out.push_back(std::move(s));
   if (running.scheduler_metrics_url != next.scheduler_metrics_url) out.push_back("scheduler");
   return out;
 }

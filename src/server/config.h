@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "access/config.h"
+#include "batch/batch.h"
 #include "core/status.h"
 #include "emulator/emulator.h"
 #include "features/features.h"
@@ -55,6 +56,7 @@ struct Config {
   features::FeaturesConfig features;  // the `features` section (enabled when present)
   vectors::VectorsConfig vectors;     // the `vectors` section (off unless present)
   registry::RegistryConfig registry;  // the `registry` section (off unless present)
+  batch::BatchConfig batch;           // the `batch` section (off unless present)
   // The `scheduler` section: where an `infera sched serve` (its own process) serves its metrics;
   // the admin port then relays them at GET /admin/scheduler/metrics for the console.
   std::string scheduler_metrics_url;  // "" = none

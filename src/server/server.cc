@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "access/access.h"
+#include "batch/batch.h"
 #include "console/console.h"
 #include "core/json.h"
 #include "core/log.h"
@@ -79,6 +80,7 @@ class ServerImpl final : public Server {
         admin_loops_(1) {}
 
   ~ServerImpl() override {
+    if (batch_) batch_->stop();  // first: its lines run on the data loops' routers
     if (gateway_) gateway_->stopHealthChecks();
     admin_.reset();  // first: a /metrics scrape reads data_'s stats
     data_.reset();  // the routers and what they own (the gateway's and access's per-loop state), on
@@ -86,6 +88,7 @@ class ServerImpl final : public Server {
     loops_.stop();
     vectors_.reset();  // after the loops: finishes queued writes, snapshots every collection
     features_.reset();
+    batch_.reset();
     model_registry_
         .reset();     // after the loops, before access (its last tasks may audit) and the gateway
     access_.reset();  // after the workers: writes the last usage records
@@ -148,6 +151,12 @@ class ServerImpl final : public Server {
     if (config_.vectors.enabled) {
       INFERA_ASSIGN_OR_RETURN(vectors_, vectors::VectorService::create(config_.vectors, workers_));
     }
+    if (config_.batch.enabled) {
+      const Clock* clock = options_.clock ? options_.clock : &SystemClock::instance();
+      INFERA_ASSIGN_OR_RETURN(
+          batch_,
+          batch::BatchService::create(config_.batch, {registry_, access_.get(), workers_, clock}));
+    }
     if (!config_.scheduler_metrics_url.empty()) {
       auto a = net::resolveUrl(config_.scheduler_metrics_url);
       if (!a.ok()) return a.status().withContext("scheduler.metrics_url");
@@ -166,9 +175,8 @@ class ServerImpl final : public Server {
     sc.max_connections = config_.max_connections;
     sc.max_body_bytes_in_flight = config_.max_body_bytes_in_flight;
     sc.idle_timeout = std::chrono::milliseconds(config_.idle_timeout_ms);
-    // Artifact uploads stream their bodies (beyond max_body_bytes, never held whole).
-    if (model_registry_)
-      sc.max_streamed_body_bytes = static_cast<uint64_t>(config_.registry.max_artifact_bytes);
+    // Artifact and file uploads stream their bodies (beyond max_body_bytes, never held whole).
+    sc.max_streamed_body_bytes = maxStreamedBody();
     sc.tls = config_.listen.tls;
     sc.allowed_origins = config_.listen.allowed_origins;
     auto data = net::HttpServer::create(loops_, sc, [this](int i, net::asio::io_context& ctx) {
@@ -190,6 +198,7 @@ class ServerImpl final : public Server {
     if (!admin.ok()) return admin.status().withContext("admin");
     admin_ = std::move(*admin);
     gateway_->startHealthChecks(admin_loops_.loop(0));
+    if (batch_) batch_->start();
     INFERA_LOG(log_, info, "serving on {}:{} (admin {}:{}), {} workers, {} models",
                config_.listen.host, data_->port(), config_.admin.host, admin_->port(), workers_,
                config_.gateway.models.size());
@@ -290,6 +299,7 @@ class ServerImpl final : public Server {
     return {{"gateway", true},
             {"governance", access_ != nullptr},
             {"registry", model_registry_ != nullptr},
+            {"batch", batch_ != nullptr},
             {"features", features_ != nullptr},
             {"vectors", vectors_ != nullptr},
             {"scheduler", scheduler_metrics_.has_value()}};
@@ -466,6 +476,15 @@ class ServerImpl final : public Server {
     return s;
   }
 
+  // The largest body a streamed data route reads (0: none).
+  uint64_t maxStreamedBody() const {
+    uint64_t m = 0;
+    if (model_registry_) m = static_cast<uint64_t>(config_.registry.max_artifact_bytes);
+    if (batch_)
+      m = std::max<uint64_t>(m, static_cast<uint64_t>(config_.batch.max_file_bytes) + 64 * 1024);
+    return m;
+  }
+
   // Loop i's data router: every component's data routes, with that loop's access worker.
   net::Router dataRouter(int i, net::asio::io_context& ctx) {
     net::Router r;
@@ -479,6 +498,8 @@ class ServerImpl final : public Server {
     if (features_) features_->addDataRoutes(i, ctx, r, aw);
     if (vectors_) vectors_->addDataRoutes(i, ctx, r, aw);
     if (model_registry_) model_registry_->addDataRoutes(i, ctx, r, aw);
+    if (batch_)
+      batch_->addDataRoutes(i, ctx, r, aw);  // after the gateway's: lines run through them
     if (options_.extra_data_routes) options_.extra_data_routes(r);
     return r;
   }
@@ -749,6 +770,7 @@ class ServerImpl final : public Server {
   std::unique_ptr<vectors::VectorService> vectors_;
   std::optional<net::UpstreamAddress> scheduler_metrics_;  // `scheduler.metrics_url`, resolved
   std::unique_ptr<registry::Registry> model_registry_;
+  std::unique_ptr<batch::BatchService> batch_;
   net::EventLoops loops_;
   net::EventLoops admin_loops_;
   std::unique_ptr<net::HttpServer> data_;

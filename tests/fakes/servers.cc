@@ -411,4 +411,63 @@ bool PostgresServer::createDatabase(const std::string& name) {
   return ok;
 }
 
+// ---------------------------------------------------------------------------
+// ServeProcess
+
+std::unique_ptr<ServeProcess> ServeProcess::start(const std::string& binary,
+                                                  const std::string& config,
+                                                  const std::string& log) {
+  std::unique_ptr<ServeProcess> p(new ServeProcess());
+  {
+    std::ofstream truncate(log, std::ios::trunc);  // a restart must not read the last run's ports
+  }
+  p->pid_ = spawnProcess({binary, "serve", "-c", config}, log, "/", true);
+  if (p->pid_ < 0) return nullptr;
+  const auto deadline = Clock::now() + std::chrono::seconds(20);
+  while (Clock::now() < deadline) {
+    std::ifstream in(log);
+    std::string line;
+    while (std::getline(in, line)) {
+      const size_t data = line.find("data http://127.0.0.1:");
+      const size_t admin = line.find("admin http://127.0.0.1:");
+      if (data != std::string::npos && admin != std::string::npos) {
+        p->port_ = static_cast<uint16_t>(std::atoi(line.c_str() + data + 22));
+        p->admin_port_ = static_cast<uint16_t>(std::atoi(line.c_str() + admin + 23));
+        return p;
+      }
+    }
+    int status = 0;
+    if (::waitpid(p->pid_, &status, WNOHANG) == p->pid_) {
+      std::ifstream out(log);
+      const std::string text((std::istreambuf_iterator<char>(out)),
+                             std::istreambuf_iterator<char>());
+      std::fprintf(stderr,
+                   "infera serve (%s) exited (status %d) before it served; its output (%s):\n%s\n",
+                   binary.c_str(), WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status),
+                   log.c_str(), text.c_str());
+      p->pid_ = -1;
+      return nullptr;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  std::fprintf(stderr, "infera serve did not print its ports within 20 s (%s)\n", log.c_str());
+  return nullptr;
+}
+
+ServeProcess::~ServeProcess() { kill9(); }
+
+void ServeProcess::kill9() {
+  if (pid_ < 0) return;
+  ::kill(pid_, SIGKILL);
+  reap(pid_);
+  pid_ = -1;
+}
+
+void ServeProcess::stop() {
+  if (pid_ < 0) return;
+  ::kill(pid_, SIGTERM);
+  reap(pid_);
+  pid_ = -1;
+}
+
 }  // namespace infera::testing

@@ -62,4 +62,27 @@ class PostgresServer {
 // A TCP port on 127.0.0.1 that was free a moment ago.
 uint16_t freeLoopbackPort();
 
+// `infera serve -c CONFIG` as a process of its own (a replica, or one to kill -9), its output
+// appended to LOG; ready when start() returns (it printed its ports: give it `port: 0` for both).
+// The destructor kills it (SIGKILL) if it still runs.
+class ServeProcess {
+ public:
+  // `binary`: the infera binary of the build (tests get it as a compile definition).
+  static std::unique_ptr<ServeProcess> start(const std::string& binary, const std::string& config,
+                                             const std::string& log);
+  ~ServeProcess();
+  uint16_t port() const { return port_; }
+  uint16_t adminPort() const { return admin_port_; }
+  // SIGKILL, and reaped: the process ends at once, with no shutdown of its own.
+  void kill9();
+  // SIGTERM, and reaped: a clean shutdown.
+  void stop();
+
+ private:
+  ServeProcess() = default;
+  int pid_ = -1;
+  uint16_t port_ = 0;
+  uint16_t admin_port_ = 0;
+};
+
 }  // namespace infera::testing

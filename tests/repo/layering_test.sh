@@ -17,9 +17,10 @@ declare -A ALLOWED=(
   [vectors]="core net obs store access"
   [features]="core net obs store access"
   [registry]="core net obs store access gateway"
+  [batch]="core net obs store access"
   [scheduler]="core net obs"
   [console]="core net"
-  [server]="core net obs store emulator access gateway vectors features registry console"
+  [server]="core net obs store emulator access gateway vectors features registry batch console"
   [cli]="core net emulator scheduler server vectors features"
 )
 fail=0

@@ -74,6 +74,8 @@ class GovWorker final : public AccessWorker {
   int64_t defaultMaxTokens() const override { return config().default_max_tokens; }
   std::optional<Denial> authenticate(std::string_view authorization, std::string_view user,
                                      Grant& grant) override;
+  std::optional<Denial> authenticateKey(std::string_view key_id, std::string_view user,
+                                        Grant& grant) override;
   std::optional<Denial> checkAccess(const Grant& grant, ResourceKind kind,
                                     std::string_view requested,
                                     std::string_view canonical) const override;
@@ -94,6 +96,8 @@ class GovWorker final : public AccessWorker {
   // resource), their reservation (in process, or in Redis when remote()), and the refusal to send.
   std::optional<Denial> authenticate(std::string_view authorization, std::string_view user_header,
                                      GovTicket& t);
+  // The rest of authenticate once the key is known: not expired, the team, the user header.
+  std::optional<Denial> acceptKey(const KeyInfo* key, std::string_view user_header, GovTicket& t);
   bool allowed(const GovTicket& t, std::string_view requested, std::string_view canonical) const;
   void buildCharges(GovTicket& t, const LimitedResource* resource, const PriceConfig& price,
                     bool count_resource);

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "core/text.h"
 #include "registry/internal/store.h"
 
 namespace infera::registry {
@@ -62,8 +63,5 @@ int mlflowStatus(const Status& s);
 // MLflow JSON of a version and a model (also used by the admin API).
 std::string versionJson(const ModelVersion& v);
 std::string modelJson(const RegisteredModel& m);
-
-// Query-string values of `key` ("a=1&a=2" -> {"1","2"}), percent-decoded ('+' is a space).
-std::vector<std::string> queryValues(std::string_view query, std::string_view key);
 
 }  // namespace infera::registry

@@ -1,0 +1,145 @@
+#pragma once
+// Batch internals: what the API handlers and the executor share, the per-loop state lines run
+// on, and the two halves (api.cc: the Files and Batches routes; runner.cc: the executor).
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "batch/batch.h"
+#include "batch/internal/files.h"
+#include "batch/internal/store.h"
+#include "net/blocking_pool.h"
+#include "net/router.h"
+
+namespace infera::obs {
+class Counter;
+class MetricsRegistry;
+}  // namespace infera::obs
+
+namespace infera::batch {
+
+// The executor's counters (written by its thread only, on shard 0).
+struct Metrics {
+  explicit Metrics(obs::MetricsRegistry& r);
+  obs::Counter* lines_ok;       // answered 2xx and recorded
+  obs::Counter* lines_failed;   // answered otherwise (or not at all) and recorded
+  obs::Counter* lines_retried;  // sent again after a retryable answer
+  obs::Counter* lines_aborted;  // in flight at a stop: not recorded, run again later
+  obs::Counter* batches_validated;
+  obs::Counter* batches_failed;
+  obs::Counter* batches_finished;
+};
+
+struct Shared {
+  Shared(const BatchConfig& c, const Clock& clk, std::string file_dir, obs::MetricsRegistry& r)
+      : config(c),
+        clock(clk),
+        files(std::move(file_dir)),
+        pool(c.threads, static_cast<size_t>(c.max_queued)),
+        metrics(r) {}
+  const BatchConfig config;
+  const Clock& clock;
+  FileDir files;
+  net::BlockingPool<BatchStore> pool;
+  Metrics metrics;
+  int64_t nowMs() const { return clock.unixMillis(); }
+};
+
+// One line on its way through the gateway.
+struct LineJob {
+  std::string batch_id;
+  int64_t line = 0;
+  std::string custom_id;
+  std::string endpoint;
+  std::string body;  // the line's `body`, as the gateway reads it
+  std::string key_id;
+  std::string user;
+  int attempt = 1;
+  int64_t not_before_ms = 0;  // a retry waits for its back-off
+  size_t slot = 0;            // the executor's chunk slot it belongs to
+};
+
+// What came back: an HTTP answer (status > 0), or none (status 0: the line was aborted, or the
+// gateway gave no answer).
+struct LineOutcome {
+  LineJob job;
+  int status = 0;
+  std::string body;
+  std::string request_id;
+  bool aborted = false;
+};
+
+// Answers from the loops to the executor thread.
+class Mailbox {
+ public:
+  void put(LineOutcome o) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      q_.push_back(std::move(o));
+    }
+    cv_.notify_one();
+  }
+  void wake() { cv_.notify_one(); }
+  // Waits up to `ms` for answers (or a wake()), then takes them all.
+  std::deque<LineOutcome> take(int64_t ms, const std::atomic<bool>& stop) {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait_for(lock, std::chrono::milliseconds(ms), [&] { return !q_.empty() || stop.load(); });
+    std::deque<LineOutcome> out;
+    out.swap(q_);
+    return out;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<LineOutcome> q_;
+};
+
+class CaptureWriter;
+
+// A data loop's side of the executor, owned by that loop's router: the gateway handlers its lines
+// run through, and the lines in flight on it (to abort at stop()). Used only on its loop.
+struct LoopLines {
+  explicit LoopLines(net::asio::io_context& c) : ctx(c) {}
+  net::asio::io_context& ctx;
+  std::unordered_map<std::string, net::RouteHandler> handlers;  // endpoint -> the gateway's
+  std::vector<CaptureWriter*> in_flight;
+};
+
+// Runs `job` on `loop` (posted there) and puts the outcome in `mailbox`.
+void runLineOn(LoopLines& loop, LineJob job, std::shared_ptr<Mailbox> mailbox,
+               int64_t max_response_bytes);
+// Aborts every line in flight on `loop` (on its thread): each ends with aborted = true.
+void abortLines(LoopLines& loop);
+
+// The executor: one thread.
+class Runner {
+ public:
+  Runner(Shared& shared, std::function<LoopLines*(size_t)> loop, size_t loops);
+  ~Runner();
+  Status start();
+  void stop();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// The API on one data loop.
+void addApiRoutes(Shared& shared, net::asio::io_context& ctx, net::Router& router,
+                  access::AccessWorker* access);
+
+// The Batch object's JSON (OpenAI's shape).
+std::string batchJson(const BatchRow& b);
+// The File object's JSON.
+std::string fileJson(const FileRow& f);
+
+}  // namespace infera::batch

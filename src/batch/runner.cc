@@ -1,0 +1,846 @@
+// The batch executor: validates input files into chunks, claims chunks with leases, runs their
+// lines through the gateway's own handlers on the data loops (in-process requests as the batch's
+// key, priority class `batch`), records every answer before it counts, and writes the output and
+// error files when a batch ends.
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "batch/internal/service.h"
+#include "core/json.h"
+#include "core/log.h"
+#include "net/server.h"
+#include "obs/metrics.h"
+
+namespace infera::batch {
+
+using Json = nlohmann::json;
+using net::Task;
+
+// ---------------- one line on a loop ----------------
+
+// Keeps the gateway's answer to one in-process request.
+class CaptureWriter final : public net::ResponseWriter {
+ public:
+  explicit CaptureWriter(int64_t max_bytes) : max_(max_bytes) {}
+  Task<bool> send(int status, std::string_view content_type, std::string_view body,
+                  std::span<const net::HttpHeader> extra) override {
+    (void)content_type;
+    if (gone_) co_return false;
+    status_ = status;
+    takeHeaders(extra);
+    started_ = finished_ = true;
+    co_return append(body);
+  }
+  Task<bool> start(int status, std::string_view content_type,
+                   std::span<const net::HttpHeader> extra, int64_t content_length,
+                   std::span<const net::HttpHeader> relayed) override {
+    (void)content_type;
+    (void)content_length;
+    if (gone_) co_return false;
+    status_ = status;
+    takeHeaders(extra);
+    takeHeaders(relayed);
+    started_ = true;
+    co_return true;
+  }
+  Task<bool> writeChunk(std::string_view data) override {
+    if (gone_) co_return false;
+    co_return append(data);
+  }
+  Task<bool> finish() override {
+    finished_ = true;
+    co_return !gone_;
+  }
+  bool started() const override { return started_; }
+  bool finished() const override { return finished_; }
+  bool clientGone() const override { return gone_; }
+  void closeAfterResponse() override {}
+  void watchDisconnect(std::function<void()> on_close) override {
+    if (!on_close_) on_close_ = std::move(on_close);
+  }
+  // The executor stops: the line ends as if its client went away.
+  void abort() {
+    aborted_ = gone_ = true;
+    if (auto f = std::move(on_close_)) f();
+  }
+
+  int status() const { return status_; }
+  bool aborted() const { return aborted_; }
+  bool tooLarge() const { return too_large_; }
+  std::string& body() { return body_; }
+  const std::string& requestId() const { return request_id_; }
+
+ private:
+  bool append(std::string_view data) {
+    if (static_cast<int64_t>(body_.size() + data.size()) > max_) {
+      too_large_ = gone_ = true;
+      return false;
+    }
+    body_.append(data);
+    return true;
+  }
+  void takeHeaders(std::span<const net::HttpHeader> h) {
+    for (const auto& x : h) {
+      if (x.name == "x-request-id") request_id_ = x.value;
+    }
+  }
+  const int64_t max_;
+  int status_ = 0;
+  bool started_ = false, finished_ = false, gone_ = false, aborted_ = false, too_large_ = false;
+  std::string body_;
+  std::string request_id_;
+  std::function<void()> on_close_;
+};
+
+namespace {
+
+Task<void> runLine(LoopLines& loop, LineJob job, std::shared_ptr<Mailbox> mailbox,
+                   int64_t max_response_bytes) {
+  LineOutcome out;
+  const auto it = loop.handlers.find(job.endpoint);
+  if (it == loop.handlers.end()) {
+    out.status = 404;
+    out.body = dumpJson(Json{{"error",
+                              {{"message", "The gateway serves no route for " + job.endpoint},
+                               {"type", "invalid_request_error"},
+                               {"param", nullptr},
+                               {"code", "unknown_url"}}}});
+  } else {
+    net::HttpRequest req;
+    req.method = "POST";
+    req.target = job.endpoint;
+    req.headers = {{"content-type", "application/json"}, {"x-infera-priority", "batch"}};
+    req.body = job.body;
+    const net::InProcessCaller caller{job.key_id, job.user};
+    req.in_process = &caller;
+    CaptureWriter w(max_response_bytes);
+    loop.in_flight.push_back(&w);
+    try {
+      net::Task<void> handled = it->second(req, w, net::PathParams{});
+      co_await std::move(handled);
+    } catch (const std::exception& e) {
+      INFERA_LOG(componentLogger("batch"), err, "batch {} line {}: the handler threw: {}",
+                 job.batch_id, job.line, e.what());
+      if (!w.started()) out.status = 500;
+    }
+    std::erase(loop.in_flight, &w);
+    if (out.status == 0 && !w.aborted() && !w.tooLarge()) out.status = w.status();
+    out.aborted = w.aborted();
+    if (w.tooLarge()) {
+      out.status = 500;
+      out.body = dumpJson(Json{{"error",
+                                {{"message", "the answer is larger than batch.max_response_bytes"},
+                                 {"type", "server_error"},
+                                 {"param", nullptr},
+                                 {"code", "response_too_large"}}}});
+    } else {
+      out.body = std::move(w.body());
+    }
+    out.request_id = w.requestId();
+  }
+  out.job = std::move(job);
+  mailbox->put(std::move(out));
+}
+
+}  // namespace
+
+void runLineOn(LoopLines& loop, LineJob job, std::shared_ptr<Mailbox> mailbox,
+               int64_t max_response_bytes) {
+  LoopLines* l = &loop;
+  net::asio::post(loop.ctx, [l, job = std::move(job), mailbox = std::move(mailbox),
+                             max_response_bytes]() mutable {
+    net::spawn(l->ctx, runLine(*l, std::move(job), std::move(mailbox), max_response_bytes),
+               "batch line");
+  });
+}
+
+void abortLines(LoopLines& loop) {
+  // abort() may resume nothing synchronously, but copy first: a callback may end a line.
+  const std::vector<CaptureWriter*> lines = loop.in_flight;
+  for (CaptureWriter* w : lines) {
+    if (std::find(loop.in_flight.begin(), loop.in_flight.end(), w) != loop.in_flight.end())
+      w->abort();
+  }
+}
+
+// ---------------- the executor ----------------
+
+namespace {
+
+constexpr size_t kSlots = 4;             // chunks held at once
+constexpr int64_t kRecordEveryMs = 50;   // answers are written at least this often
+constexpr size_t kRecordBatch = 256;     // or when this many wait
+constexpr int64_t kFinalizePage = 1000;  // results read per query when writing the output
+constexpr int64_t kMaxBackoffMs = 30'000;
+constexpr size_t kMaxErrors = 100;  // validation errors kept per batch
+
+bool retryable(int status) {
+  return status == 0 || status == 408 || status == 429 || status == 500 || status == 502 ||
+         status == 503 || status == 504;
+}
+
+std::string randomOwner() { return "runner-" + newRequestId().substr(10, 16); }
+
+// The output file ids of a batch: made from its id, so a finalizer that takes over writes the same.
+std::string outputFileId(const std::string& batch_id, const char* kind) {
+  const std::string hex = batch_id.size() > 6 ? batch_id.substr(6) : batch_id;
+  return "file-" + hex + "-" + kind;
+}
+
+Json errorEntry(const char* code, std::string message, const Json& param, int64_t line) {
+  return Json{{"code", code},
+              {"message", std::move(message)},
+              {"param", param},
+              {"line", line > 0 ? Json(line) : Json(nullptr)}};
+}
+
+}  // namespace
+
+struct Runner::Impl {
+  Impl(Shared& s, std::function<LoopLines*(size_t)> l, size_t n)
+      : sh(s),
+        loop(std::move(l)),
+        loops(n),
+        owner(randomOwner()),
+        mailbox(std::make_shared<Mailbox>()) {}
+
+  struct Slot {
+    bool active = false;
+    Chunk chunk;
+    BatchRow batch;
+    std::unique_ptr<FileDir::Reader> file;
+    std::unique_ptr<LineReader> lines;
+    int64_t next_line = 0;  // the physical line lines->next() gives next
+    std::vector<int64_t> recorded;
+    size_t recorded_at = 0;
+    bool exhausted = false;   // every line read
+    bool dropped = false;     // the lease was lost or the batch is ending: no more sends
+    int64_t outstanding = 0;  // sent or waiting for a retry, not yet recorded
+  };
+
+  Shared& sh;
+  std::function<LoopLines*(size_t)> loop;
+  size_t loops;
+  const std::string owner;
+  std::shared_ptr<Mailbox> mailbox;
+  std::unique_ptr<BatchStore> store;
+  std::atomic<bool> stopping{false};
+  std::thread thread;
+  std::array<Slot, kSlots> slots;
+  std::vector<LineJob> retries;
+  std::unordered_map<std::string, std::vector<LineResult>> unrecorded;  // by batch
+  std::vector<size_t> unrecorded_slots;  // the slot of each unrecorded result, in order
+  size_t unrecorded_count = 0;
+  int64_t in_flight = 0;  // lines on the loops
+  size_t next_loop = 0;
+  int64_t last_housekeeping = 0, last_renew = 0, last_record = 0, last_claim_miss = 0;
+  spdlog::logger* log = componentLogger("batch");
+
+  void logError(const char* what, const Status& s) {
+    INFERA_LOG(log, warn, "batch executor: {}: {}", what, s.message());
+  }
+
+  void run();
+  void housekeeping(int64_t now);
+  bool validate(int64_t now);
+  bool finalize(int64_t now);
+  void renewLeases(int64_t now);
+  bool claim(int64_t now);
+  bool sendNext(int64_t now);
+  void handle(LineOutcome&& o, int64_t now);
+  void addResult(size_t slot, const std::string& batch_id, LineResult r);
+  void recordResults();
+  void closeSlots();
+  void drain();
+};
+
+void Runner::Impl::housekeeping(int64_t now) {
+  if (auto e = store->expire(now); !e.ok()) logError("expiring batches", e.status());
+  // Batches that stop early: their slots stop sending.
+  for (Slot& s : slots) {
+    if (!s.active || s.dropped) continue;
+    auto ending = store->ending(s.chunk.batch_id);
+    if (!ending.ok()) {
+      logError("reading a batch's state", ending.status());
+      continue;
+    }
+    if (!ending->empty()) s.dropped = true;
+  }
+  while (validate(now)) {
+  }
+  while (finalize(now)) {
+  }
+}
+
+bool Runner::Impl::validate(int64_t now) {
+  auto claimed = store->claimValidation(owner, now, sh.config.lease_ms);
+  if (!claimed.ok()) {
+    logError("claiming a validation", claimed.status());
+    return false;
+  }
+  if (!*claimed) return false;
+  const BatchRow& b = **claimed;
+  Json errors = Json::array();
+  int64_t error_count = 0;
+  auto fail = [&](Json e) {
+    ++error_count;
+    if (errors.size() < kMaxErrors) errors.push_back(std::move(e));
+  };
+  auto file = store->file(b.input_file_id);
+  if (!file.ok()) {
+    logError("reading an input file's row", file.status());
+    return false;  // the lease runs out and it is tried again
+  }
+  if (!*file || (!(*file)->team.empty() && (*file)->team != b.team)) {
+    fail(errorEntry("invalid_request",
+                    "Cannot find file " + b.input_file_id + ", or it is not accessible to you.",
+                    "file_id", 0));
+  } else if ((*file)->purpose != "batch") {
+    fail(errorEntry("invalid_request",
+                    "File " + b.input_file_id + " has purpose '" + (*file)->purpose +
+                        "'; a batch's input file must have purpose 'batch'.",
+                    "file_id", 0));
+  }
+  std::vector<Chunk> chunks;
+  int64_t total = 0;
+  if (error_count == 0) {
+    auto reader = sh.files.open(b.input_file_id);
+    if (!reader.ok()) {
+      logError("opening an input file", reader.status());
+      fail(errorEntry("invalid_request", "The input file could not be read.", "file_id", 0));
+    } else {
+      LineReader lines(**reader, 0, static_cast<size_t>(sh.config.max_line_bytes));
+      std::unordered_set<std::string> ids;
+      std::string text;
+      int64_t line_no = 0, chunk_first = 0, chunk_offset = 0, in_chunk = 0;
+      const bool embeddings = b.endpoint == "/v1/embeddings";
+      for (;;) {
+        auto more = lines.next(text);
+        const int64_t offset = lines.offset();  // where the line just read starts
+        ++line_no;
+        if (!more.ok()) {
+          if (more.status().code() != StatusCode::kInvalidArgument) {
+            fail(errorEntry("invalid_request", "The input file could not be read.", "file_id", 0));
+            break;
+          }
+          fail(errorEntry("invalid_json_line",
+                          "This line is longer than " + std::to_string(sh.config.max_line_bytes) +
+                              " bytes (batch.max_line_bytes).",
+                          nullptr, line_no));
+          continue;
+        }
+        if (!*more) break;
+        if (text.find_first_not_of(" \t\r") == std::string::npos) continue;  // a blank line
+        if (total >= sh.config.max_lines) {
+          fail(errorEntry("too_many_tasks",
+                          "The input file has more than " + std::to_string(sh.config.max_lines) +
+                              " requests (batch.max_lines).",
+                          nullptr, line_no));
+          break;
+        }
+        auto parsed = readJson(text);
+        if (!parsed.ok() || !parsed->is_object()) {
+          fail(errorEntry("invalid_json_line", "This line is not parseable as valid JSON.", nullptr,
+                          line_no));
+          continue;
+        }
+        const Json& j = *parsed;
+        bool bad = false;
+        for (const char* key : {"custom_id", "method", "url", "body"}) {
+          if (!j.contains(key)) {
+            fail(errorEntry("missing_required_parameter",
+                            "Missing required parameter: '" + std::string(key) + "'.", key,
+                            line_no));
+            bad = true;
+            break;
+          }
+        }
+        if (bad) continue;
+        if (!j["custom_id"].is_string() || j["custom_id"].get_ref<const std::string&>().empty() ||
+            j["custom_id"].get_ref<const std::string&>().size() > 512) {
+          fail(errorEntry("invalid_request", "'custom_id' must be a non-empty string.", "custom_id",
+                          line_no));
+          continue;
+        }
+        if (!j["method"].is_string() || j["method"].get_ref<const std::string&>() != "POST") {
+          fail(errorEntry("invalid_request", "Only the POST method is supported.", "method",
+                          line_no));
+          continue;
+        }
+        if (!j["url"].is_string() || j["url"].get_ref<const std::string&>() != b.endpoint) {
+          fail(errorEntry("invalid_url",
+                          "The URL provided for this request does not match the batch endpoint.",
+                          "url", line_no));
+          continue;
+        }
+        const Json& body = j["body"];
+        if (!body.is_object()) {
+          fail(errorEntry("invalid_request", "'body' must be an object.", "body", line_no));
+          continue;
+        }
+        if (const auto st = body.find("stream");
+            st != body.end() && st->is_boolean() && st->get<bool>()) {
+          fail(errorEntry("streaming_unsupported", "Streaming is not supported in the Batch API.",
+                          "body.stream", line_no));
+          continue;
+        }
+        if (const auto m = body.find("model"); m == body.end() || !m->is_string()) {
+          fail(
+              errorEntry("invalid_request", "Model parameter is required.", "body.model", line_no));
+          continue;
+        }
+        (void)embeddings;
+        if (!ids.insert(j["custom_id"].get<std::string>()).second) {
+          fail(errorEntry("duplicate_custom_id",
+                          "The custom_id for this request is a duplicate of another request. The "
+                          "custom_id parameter must be unique for each request in a batch.",
+                          "custom_id", line_no));
+          continue;
+        }
+        if (in_chunk == 0) {
+          chunk_first = line_no;
+          chunk_offset = offset;
+        }
+        ++total;
+        if (++in_chunk == sh.config.chunk_lines) {
+          chunks.push_back(Chunk{b.id, static_cast<int64_t>(chunks.size()), chunk_first,
+                                 line_no - chunk_first + 1, chunk_offset});
+          in_chunk = 0;
+        }
+      }
+      if (in_chunk > 0) {
+        chunks.push_back(Chunk{b.id, static_cast<int64_t>(chunks.size()), chunk_first,
+                               line_no - chunk_first + 1, chunk_offset});
+      }
+      if (total == 0 && error_count == 0)
+        fail(errorEntry("empty_file", "The input file has no requests.", nullptr, 0));
+    }
+  }
+  const int64_t done_at = sh.clock.unixMillis();
+  const Status s = error_count > 0 ? store->failBatch(b.id, dumpJson(errors), done_at)
+                                   : store->startBatch(b.id, chunks, total, done_at);
+  if (!s.isOk()) logError("ending a validation", s);
+  (error_count > 0 ? sh.metrics.batches_failed : sh.metrics.batches_validated)->inc(0);
+  INFERA_LOG(log, info, "batch {}: {} ({} requests, {} chunks, {} errors)", b.id,
+             error_count > 0 ? "failed validation" : "validated", total, chunks.size(),
+             error_count);
+  return true;
+}
+
+bool Runner::Impl::finalize(int64_t now) {
+  auto claimed = store->claimFinalize(owner, now, sh.config.lease_ms);
+  if (!claimed.ok()) {
+    logError("claiming a finalization", claimed.status());
+    return false;
+  }
+  if (!*claimed) return false;
+  const BatchRow& b = **claimed;
+  const std::string out_id = outputFileId(b.id, "output");
+  const std::string err_id = outputFileId(b.id, "errors");
+  auto out = sh.files.create(out_id);
+  auto err = sh.files.create(err_id);
+  if (!out.ok() || !err.ok()) {
+    logError("creating output files", out.ok() ? err.status() : out.status());
+    return false;
+  }
+  const int64_t no_limit = INT64_MAX;
+  int64_t out_lines = 0, err_lines = 0, unrun = 0;
+  Status failed;
+  auto write = [&](FileDir::Writer& w, const std::string& line) {
+    if (!failed.isOk()) return;
+    failed = sh.files.append(w, line, no_limit);
+    if (failed.isOk()) failed = sh.files.append(w, "\n", no_limit);
+  };
+  // Lines a batch that stopped early never ran: each gets an error line (read from the input,
+  // merged with the answers in line order).
+  std::unique_ptr<FileDir::Reader> input;
+  std::unique_ptr<LineReader> lines;
+  int64_t input_line = 0;
+  const bool list_unrun = !b.ending.empty() && b.total > 0;
+  if (list_unrun) {
+    auto r = sh.files.open(b.input_file_id);
+    if (r.ok()) {
+      input = std::move(*r);
+      lines =
+          std::make_unique<LineReader>(*input, 0, static_cast<size_t>(sh.config.max_line_bytes));
+    }
+  }
+  const char* unrun_code = b.ending == "expired" ? "batch_expired" : "batch_cancelled";
+  const char* unrun_message = b.ending == "expired"
+                                  ? "This request could not be executed before the completion "
+                                    "window expired."
+                                  : "This request was not executed because the batch was "
+                                    "cancelled.";
+  std::string text;
+  // Input lines before `upto` (exclusive) that have no answer become unrun error lines.
+  auto listUnrunBefore = [&](int64_t upto) {
+    while (lines && failed.isOk() && input_line + 1 < upto) {
+      auto more = lines->next(text);
+      ++input_line;
+      if (!more.ok()) continue;
+      if (!*more) {
+        lines.reset();
+        break;
+      }
+      auto j = readJson(text);
+      if (!j.ok() || !j->is_object() || !j->contains("custom_id")) continue;
+      ++unrun;
+      ++err_lines;
+      write(**err, dumpJson(Json{{"id", newRequestId()},
+                                 {"custom_id", (*j)["custom_id"]},
+                                 {"response", nullptr},
+                                 {"error", {{"code", unrun_code}, {"message", unrun_message}}}}));
+    }
+  };
+  int64_t after = 0;
+  for (;;) {
+    auto page = store->results(b.id, after, kFinalizePage);
+    if (!page.ok()) {
+      failed = page.status();
+      break;
+    }
+    for (const LineResult& r : *page) {
+      listUnrunBefore(r.line);
+      if (lines && input_line < r.line) {
+        // Skip the answered line itself in the input.
+        (void)lines->next(text);
+        ++input_line;
+      }
+      if (r.ok) {
+        ++out_lines;
+        write(**out, r.line_json);
+      } else {
+        ++err_lines;
+        write(**err, r.line_json);
+      }
+      after = r.line;
+    }
+    if (static_cast<int64_t>(page->size()) < kFinalizePage) break;
+  }
+  listUnrunBefore(INT64_MAX);
+  if (!failed.isOk()) {
+    logError("writing output files", failed);
+    return false;
+  }
+  auto commit = [&](FileDir::Writer& w, const std::string& id, const char* suffix,
+                    int64_t n) -> Result<std::string> {
+    if (n == 0) return std::string();
+    INFERA_ASSIGN_OR_RETURN(const auto cm, sh.files.commit(w));
+    FileRow f;
+    f.id = id;
+    f.team = b.team;
+    f.key_id = b.key_id;
+    f.purpose = "batch_output";
+    f.filename = b.id + suffix;
+    f.bytes = cm.size;
+    f.sha256 = cm.sha256;
+    f.created_ms = sh.clock.unixMillis();
+    INFERA_RETURN_IF_ERROR(store->upsertFile(f));
+    return id;
+  };
+  auto out_file = commit(**out, out_id, "_output.jsonl", out_lines);
+  auto err_file = commit(**err, err_id, "_error.jsonl", err_lines);
+  if (!out_file.ok() || !err_file.ok()) {
+    logError("committing output files", out_file.ok() ? err_file.status() : out_file.status());
+    return false;
+  }
+  const std::string final_status = b.ending.empty() ? "completed" : b.ending;
+  const Status s =
+      store->finishBatch(b.id, final_status, *out_file, *err_file, unrun, sh.clock.unixMillis());
+  if (!s.isOk()) {
+    logError("finishing a batch", s);
+    return false;
+  }
+  sh.metrics.batches_finished->inc(0);
+  INFERA_LOG(log, info, "batch {}: {} ({} answered, {} failed, {} not run)", b.id, final_status,
+             out_lines, err_lines - unrun, unrun);
+  return true;
+}
+
+void Runner::Impl::renewLeases(int64_t now) {
+  for (Slot& s : slots) {
+    if (!s.active || s.dropped) continue;
+    auto kept = store->renewChunk(s.chunk, owner, now + sh.config.lease_ms);
+    if (!kept.ok()) {
+      logError("renewing a lease", kept.status());
+    } else if (!*kept) {
+      INFERA_LOG(log, warn, "batch {} chunk {}: the lease was taken over; its lines stop here",
+                 s.chunk.batch_id, s.chunk.chunk);
+      s.dropped = true;
+    }
+  }
+}
+
+bool Runner::Impl::claim(int64_t now) {
+  auto free = std::find_if(slots.begin(), slots.end(), [](const Slot& s) { return !s.active; });
+  if (free == slots.end()) return false;
+  auto c = store->claimChunk(owner, now, sh.config.lease_ms);
+  if (!c.ok()) {
+    logError("claiming a chunk", c.status());
+    return false;
+  }
+  if (!*c) return false;
+  Slot s;
+  s.chunk = **c;
+  auto b = store->batch(s.chunk.batch_id);
+  auto f = sh.files.open(b.ok() && *b ? (*b)->input_file_id : std::string());
+  auto rec = store->recordedLines(s.chunk.batch_id, s.chunk.first_line,
+                                  s.chunk.first_line + s.chunk.lines - 1);
+  if (!b.ok() || !*b || !f.ok() || !rec.ok()) {
+    logError("opening a chunk", !b.ok()    ? b.status()
+                                : !f.ok()  ? f.status()
+                                : rec.ok() ? Status::notFound("batch")
+                                           : rec.status());
+    (void)store->releaseChunk(s.chunk, owner, false);
+    return false;
+  }
+  s.batch = std::move(**b);
+  s.file = std::move(*f);
+  s.lines = std::make_unique<LineReader>(*s.file, s.chunk.offset,
+                                         static_cast<size_t>(sh.config.max_line_bytes));
+  s.next_line = s.chunk.first_line;
+  s.recorded = std::move(*rec);
+  s.active = true;
+  *free = std::move(s);
+  return true;
+}
+
+bool Runner::Impl::sendNext(int64_t now) {
+  // Retries whose back-off is over go first.
+  for (size_t i = 0; i < retries.size(); ++i) {
+    if (retries[i].not_before_ms > now) continue;
+    LineJob job = std::move(retries[i]);
+    retries.erase(retries.begin() + static_cast<std::ptrdiff_t>(i));
+    if (slots[job.slot].dropped) {
+      --slots[job.slot].outstanding;
+      return true;
+    }
+    ++in_flight;
+    runLineOn(*loop(next_loop++ % loops), std::move(job), mailbox, sh.config.max_response_bytes);
+    return true;
+  }
+  for (size_t si = 0; si < slots.size(); ++si) {
+    Slot& s = slots[si];
+    if (!s.active || s.dropped || s.exhausted) continue;
+    std::string text;
+    while (s.next_line < s.chunk.first_line + s.chunk.lines) {
+      const int64_t line = s.next_line++;
+      auto more = s.lines->next(text);
+      if (more.ok() && !*more) break;
+      while (s.recorded_at < s.recorded.size() && s.recorded[s.recorded_at] < line) ++s.recorded_at;
+      if (s.recorded_at < s.recorded.size() && s.recorded[s.recorded_at] == line) continue;
+      if (more.ok() && text.find_first_not_of(" \t\r") == std::string::npos) continue;
+      auto j = more.ok() ? readOrderedJson(text) : Result<nlohmann::ordered_json>(more.status());
+      if (!j.ok() || !j->is_object() || !j->contains("custom_id") || !j->contains("body")) {
+        // Validated before: the file changed underneath. The line fails; the rest go on.
+        LineResult r;
+        r.line = line;
+        r.line_json = dumpJson(Json{{"id", newRequestId()},
+                                    {"custom_id", nullptr},
+                                    {"response", nullptr},
+                                    {"error",
+                                     {{"code", "invalid_json_line"},
+                                      {"message", "This line is not parseable as valid JSON."}}}});
+        ++s.outstanding;
+        addResult(si, s.chunk.batch_id, std::move(r));
+        continue;
+      }
+      LineJob job;
+      job.batch_id = s.chunk.batch_id;
+      job.line = line;
+      job.custom_id = (*j)["custom_id"].is_string() ? (*j)["custom_id"].get<std::string>() : "";
+      job.endpoint = s.batch.endpoint;
+      job.body = dumpJson((*j)["body"]);
+      job.key_id = s.batch.key_id;
+      job.user = s.batch.user;
+      job.slot = si;
+      ++s.outstanding;
+      ++in_flight;
+      runLineOn(*loop(next_loop++ % loops), std::move(job), mailbox, sh.config.max_response_bytes);
+      return true;
+    }
+    s.exhausted = true;
+  }
+  return false;
+}
+
+void Runner::Impl::handle(LineOutcome&& o, int64_t now) {
+  --in_flight;
+  Slot& s = slots[o.job.slot];
+  if (o.aborted) {
+    sh.metrics.lines_aborted->inc(0);
+    --s.outstanding;  // not recorded: it runs again after a restart
+    return;
+  }
+  if (retryable(o.status) && (stopping.load() || s.dropped)) {
+    --s.outstanding;  // no retry now: it runs again after a restart (or by the lease's taker)
+    return;
+  }
+  if (retryable(o.status) && o.job.attempt < sh.config.max_attempts) {
+    const int64_t backoff =
+        std::min<int64_t>(kMaxBackoffMs, sh.config.retry_base_ms << (o.job.attempt - 1));
+    o.job.attempt += 1;
+    o.job.not_before_ms = now + backoff;
+    sh.metrics.lines_retried->inc(0);
+    retries.push_back(std::move(o.job));
+    return;
+  }
+  LineResult r;
+  r.line = o.job.line;
+  r.ok = o.status >= 200 && o.status < 300;
+  // The answer's body as the backend wrote it (keys in its order), or its text when not JSON.
+  using OJson = nlohmann::ordered_json;
+  OJson body;
+  if (auto parsed = readOrderedJson(o.body); parsed.ok()) {
+    body = std::move(*parsed);
+    if (const auto u = body.find("usage"); u != body.end() && u->is_object()) {
+      auto num = [&](const char* k) {
+        const auto it = u->find(k);
+        return it != u->end() && it->is_number_integer() ? it->get<int64_t>() : int64_t{0};
+      };
+      r.prompt_tokens = num("prompt_tokens");
+      r.completion_tokens = num("completion_tokens");
+    }
+  } else {
+    body = o.body;
+  }
+  OJson line;
+  line["id"] = newRequestId();
+  line["custom_id"] = o.job.custom_id;
+  if (o.status == 0) {
+    line["response"] = nullptr;
+    line["error"] = OJson{{"code", "request_timeout"},
+                          {"message", "The request got no answer from the model's backends."}};
+  } else {
+    line["response"] =
+        OJson{{"status_code", o.status}, {"request_id", o.request_id}, {"body", body}};
+    line["error"] = nullptr;
+  }
+  r.line_json = dumpJson(line);
+  addResult(o.job.slot, o.job.batch_id, std::move(r));
+}
+
+void Runner::Impl::addResult(size_t slot, const std::string& batch_id, LineResult r) {
+  unrecorded[batch_id].push_back(std::move(r));
+  unrecorded_slots.push_back(slot);
+  ++unrecorded_count;
+}
+
+void Runner::Impl::recordResults() {
+  if (unrecorded_count == 0) return;
+  bool all_ok = true;
+  for (auto& [batch_id, results] : unrecorded) {
+    const Status s = store->record(batch_id, results);
+    if (!s.isOk()) {
+      // Not counted: the chunk is given back unfinished and its lines run again.
+      logError("recording answers", s);
+      all_ok = false;
+      continue;
+    }
+    for (const LineResult& r : results)
+      (r.ok ? sh.metrics.lines_ok : sh.metrics.lines_failed)->inc(0);
+  }
+  for (size_t slot : unrecorded_slots) {
+    --slots[slot].outstanding;
+    if (!all_ok) slots[slot].dropped = true;
+  }
+  unrecorded.clear();
+  unrecorded_slots.clear();
+  unrecorded_count = 0;
+}
+
+void Runner::Impl::closeSlots() {
+  for (Slot& s : slots) {
+    if (!s.active || s.outstanding > 0 || !(s.exhausted || s.dropped)) continue;
+    const bool done = s.exhausted && !s.dropped;
+    if (const Status st = store->releaseChunk(s.chunk, owner, done); !st.isOk())
+      logError("releasing a chunk", st);
+    s = Slot{};
+  }
+}
+
+void Runner::Impl::drain() {
+  // Every line still in flight is aborted; its answer is not recorded (it runs again).
+  for (size_t i = 0; i < loops; ++i) {
+    LoopLines* l = loop(i);
+    if (l != nullptr) net::asio::post(l->ctx, [l] { abortLines(*l); });
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  std::atomic<bool> never{false};
+  while (in_flight > 0 && std::chrono::steady_clock::now() < deadline) {
+    for (LineOutcome& o : mailbox->take(50, never)) handle(std::move(o), 0);
+  }
+  if (in_flight > 0)
+    INFERA_LOG(log, warn, "batch executor: {} lines still in flight at stop", in_flight);
+  recordResults();
+  for (Slot& s : slots) {
+    if (s.active) (void)store->releaseChunk(s.chunk, owner, false);
+    s = Slot{};
+  }
+}
+
+void Runner::Impl::run() {
+  const int64_t poll = sh.config.poll_ms;
+  while (!stopping.load()) {
+    const int64_t now = sh.clock.unixMillis();
+    if (now - last_housekeeping >= poll) {
+      last_housekeeping = now;
+      housekeeping(now);
+    }
+    if (now - last_renew >= sh.config.lease_ms / 3) {
+      last_renew = now;
+      renewLeases(now);
+    }
+    // Fill the pipeline: lines from the slots held, then a new chunk.
+    while (in_flight + static_cast<int64_t>(retries.size()) < sh.config.concurrency) {
+      if (sendNext(now)) continue;
+      if (now - last_claim_miss < poll) break;
+      if (!claim(now)) {
+        last_claim_miss = now;
+        break;
+      }
+    }
+    const int64_t wait = retries.empty() ? poll : std::min<int64_t>(poll, 20);
+    for (LineOutcome& o : mailbox->take(in_flight > 0 ? wait : poll, stopping))
+      handle(std::move(o), sh.clock.unixMillis());
+    if (unrecorded_count >= kRecordBatch ||
+        (unrecorded_count > 0 && sh.clock.unixMillis() - last_record >= kRecordEveryMs) ||
+        (unrecorded_count > 0 && in_flight == 0)) {
+      last_record = sh.clock.unixMillis();
+      recordResults();
+    }
+    closeSlots();
+  }
+  drain();
+}
+
+Runner::Runner(Shared& shared, std::function<LoopLines*(size_t)> loop, size_t loops)
+    : impl_(std::make_unique<Impl>(shared, std::move(loop), loops)) {}
+
+Runner::~Runner() { stop(); }
+
+Status Runner::start() {
+  INFERA_ASSIGN_OR_RETURN(impl_->store, BatchStore::open(impl_->sh.config.store));
+  Impl* i = impl_.get();
+  impl_->thread = std::thread([i] {
+    try {
+      i->run();
+    } catch (const std::exception& e) {
+      INFERA_LOG(i->log, critical, "batch executor stopped: {}", e.what());
+    }
+  });
+  return Status::ok();
+}
+
+void Runner::stop() {
+  if (!impl_ || !impl_->thread.joinable()) return;
+  impl_->stopping.store(true);
+  impl_->mailbox->wake();
+  impl_->thread.join();
+}
+
+}  // namespace infera::batch
