@@ -152,16 +152,23 @@ class Api {
     c.denied =
         aw_->authenticate(req.header("authorization"), req.header(aw_->userHeader()), c.grant);
     if (!c.denied) {
-      c.viewer.team = access::owningTeam(c.grant);
+      // A caller without a key (require_keys: false) is the team "anonymous": what it makes is
+      // its own, not shared with every team.
+      c.viewer.team = std::string(c.grant.principal().team);
       const access::Principal p = c.grant.principal();
       c.key_id = std::string(p.key_id);
       c.user = std::string(p.user);
     }
     return c;
   }
-  // Whether `c` sees a row owned by `team` (another team's is answered as absent).
+  // Whether `c` sees a row owned by `team` (another team's is answered as absent): its own, and
+  // the shared rows made without access control.
   static bool sees(const Caller& c, const std::string& team) {
     return c.viewer.all || team.empty() || team == c.viewer.team;
+  }
+  // Whether `c` may delete or cancel it: its own only (shared rows are the operator's).
+  static bool owns(const Caller& c, const std::string& team) {
+    return c.viewer.all || (!team.empty() && team == c.viewer.team);
   }
 
   template <typename T>
@@ -334,7 +341,7 @@ Task<void> Api::uploadFile(net::HttpRequest& req, net::ResponseWriter& w) {
   row.team = c.viewer.team;
   row.key_id = c.key_id;
   row.purpose = purpose;
-  row.filename = filename.substr(0, 512);
+  row.filename = filename.substr(0, validUtf8Prefix(std::string_view(filename).substr(0, 512)));
   row.created_ms = sh_.nowMs();
   const net::PoolJob<BatchStore, FileRow> commit_job = [files, writer,
                                                         row](BatchStore& s) -> Result<FileRow> {
@@ -533,9 +540,10 @@ Task<void> Api::deleteFile(net::HttpRequest& req, net::ResponseWriter& w, std::s
   const Caller* cp = &c;
   const net::PoolJob<BatchStore, bool> job = [files, id, cp](BatchStore& s) -> Result<bool> {
     INFERA_ASSIGN_OR_RETURN(const auto row, s.file(id));
-    if (!row || !sees(*cp, row->team)) return false;
-    INFERA_RETURN_IF_ERROR(s.fileInUse(id));
-    INFERA_RETURN_IF_ERROR(s.deleteFile(id));
+    if (!row || !owns(*cp, row->team)) return false;
+    const Status d = s.deleteFile(id);
+    if (d.code() == StatusCode::kNotFound) return false;
+    INFERA_RETURN_IF_ERROR(d);
     INFERA_RETURN_IF_ERROR(files->remove(id));
     return true;
   };
@@ -664,6 +672,12 @@ Task<void> Api::createBatch(net::HttpRequest& req, net::ResponseWriter& w) {
     }
     row.metadata = dumpJson(*m);
   }
+  if (!plausibleId(row.input_file_id)) {
+    const Answer ans = errorAnswer(400, "Invalid 'input_file_id': not a file id.", "invalid_value",
+                                   "input_file_id");
+    co_await reply(w, ans);
+    co_return;
+  }
   auto window = parseWindow(row.completion_window);
   row.id = newBatchId();
   row.team = c.viewer.team;
@@ -672,7 +686,15 @@ Task<void> Api::createBatch(net::HttpRequest& req, net::ResponseWriter& w) {
   row.status = "validating";
   row.created_ms = sh_.nowMs();
   row.expires_ms = row.created_ms + (window.ok() ? *window : 86'400'000);
-  const net::PoolJob<BatchStore, BatchRow> job = [row](BatchStore& s) -> Result<BatchRow> {
+  const int64_t max_open = sh_.config.max_open_batches;
+  const net::PoolJob<BatchStore, BatchRow> job = [row,
+                                                  max_open](BatchStore& s) -> Result<BatchRow> {
+    INFERA_ASSIGN_OR_RETURN(const int64_t open, s.openBatches(row.team));
+    if (open >= max_open) {
+      return Status::resourceExhausted(
+          "The team has " + std::to_string(open) +
+          " batches that have not ended (batch.max_open_batches); wait for some to end.");
+    }
     INFERA_RETURN_IF_ERROR(s.insertBatch(row));
     return row;
   };
@@ -787,7 +809,7 @@ Task<void> Api::cancelBatch(net::HttpRequest& req, net::ResponseWriter& w, std::
   const net::PoolJob<BatchStore, std::optional<BatchRow>> job =
       [id, now, cp](BatchStore& s) -> Result<std::optional<BatchRow>> {
     INFERA_ASSIGN_OR_RETURN(const auto row, s.batch(id));
-    if (!row || !sees(*cp, row->team)) return std::optional<BatchRow>();
+    if (!row || !owns(*cp, row->team)) return std::optional<BatchRow>();
     return s.cancel(id, now);
   };
   Result<std::optional<BatchRow>> r = std::optional<BatchRow>();

@@ -62,6 +62,7 @@ struct BatchConfig {
   int64_t retry_base_ms = 500;              // back-off: base × 2^(attempt-1), ≤ 30 s
   int threads = 2;                          // store and file workers for the API
   int64_t max_queued = 1024;                // queued API store/file tasks; more is 503
+  int64_t max_open_batches = 100;           // per team, not yet ended; more is 429
   std::vector<std::string> endpoints = {"/v1/chat/completions", "/v1/completions",
                                         "/v1/embeddings"};
   std::vector<std::string> completion_windows = {"24h"};  // accepted values ("<n>h" or "<n>m")

@@ -39,11 +39,14 @@ void readBatchConfig(ConfigReader& r, BatchConfig& c) {
   r.optional("retry_base_ms", c.retry_base_ms, 1, 60'000);
   r.optional("threads", c.threads, 1, 64);
   r.optional("max_queued", c.max_queued, 1, 1'000'000);
+  r.optional("max_open_batches", c.max_open_batches, 1, 1'000'000);
   if (r.optional("endpoints", c.endpoints)) {
     if (c.endpoints.empty()) r.error("endpoints", "must name at least one endpoint");
     for (const auto& e : c.endpoints) {
       if (!e.starts_with("/v1/") && !e.starts_with("/v2/"))
         r.error("endpoints", "'" + e + "' is not a /v1/ or /v2/ path the gateway serves");
+      if (e.starts_with("/v1/files") || e.starts_with("/v1/batches"))
+        r.error("endpoints", "'" + e + "' is the batch API itself, not a model endpoint");
     }
   }
   if (r.optional("completion_windows", c.completion_windows)) {
@@ -62,7 +65,8 @@ std::vector<std::string> restartNeeded(const BatchConfig& a, const BatchConfig& 
       a.max_response_bytes != b.max_response_bytes || a.concurrency != b.concurrency ||
       a.chunk_lines != b.chunk_lines || a.lease_ms != b.lease_ms || a.poll_ms != b.poll_ms ||
       a.max_attempts != b.max_attempts || a.retry_base_ms != b.retry_base_ms ||
-      a.threads != b.threads || a.max_queued != b.max_queued || a.endpoints != b.endpoints ||
+      a.threads != b.threads || a.max_queued != b.max_queued ||
+      a.max_open_batches != b.max_open_batches || a.endpoints != b.endpoints ||
       a.completion_windows != b.completion_windows) {
     return {"batch"};
   }

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <openssl/evp.h>
+#include <openssl/rand.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -68,8 +69,12 @@ Result<FileDir::WriterPtr> FileDir::create(const std::string& id) {
   WriterPtr w(new Writer);
   w->id = id;
   w->dest = pathOf(id);
-  w->tmp = root_ + "/.tmp-" + id + "-" + std::to_string(::getpid());
-  w->fd = ::open(w->tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  // A name no other writer (another replica on the shared directory, with the same pid in its
+  // container) can hold: O_EXCL fails rather than share it.
+  unsigned char rnd[8];
+  if (RAND_bytes(rnd, sizeof(rnd)) != 1) return storageError(id, "no random bytes for a name");
+  w->tmp = root_ + "/.tmp-" + id + "-" + toHex(rnd, sizeof(rnd));
+  w->fd = ::open(w->tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   if (w->fd < 0) return storageError(id, "cannot create " + w->tmp + ": " + std::strerror(errno));
   w->sha = EVP_MD_CTX_new();
   if (!w->sha || EVP_DigestInit_ex(w->sha, EVP_sha256(), nullptr) != 1)
@@ -103,6 +108,13 @@ Result<FileDir::Committed> FileDir::commit(Writer& w) {
   if (::rename(w.tmp.c_str(), w.dest.c_str()) != 0)
     return storageError(w.id, "rename to " + w.dest + ": " + std::strerror(errno));
   w.committed = true;
+  // The rename itself must survive a crash: the directory's entry is synced too.
+  const int dir = ::open(root_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir >= 0) {
+    const int rc = ::fsync(dir);
+    ::close(dir);
+    if (rc != 0) return storageError(w.id, "fsync of the file directory failed");
+  }
   unsigned char md[EVP_MAX_MD_SIZE];
   unsigned int len = 0;
   EVP_DigestFinal_ex(w.sha, md, &len);

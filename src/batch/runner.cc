@@ -60,6 +60,10 @@ class CaptureWriter final : public net::ResponseWriter {
   bool clientGone() const override { return gone_; }
   void closeAfterResponse() override {}
   void watchDisconnect(std::function<void()> on_close) override {
+    if (gone_) {
+      on_close();  // aborted before the handler got here: it ends now
+      return;
+    }
     if (!on_close_) on_close_ = std::move(on_close);
   }
   // The executor stops: the line ends as if its client went away.
@@ -73,6 +77,7 @@ class CaptureWriter final : public net::ResponseWriter {
   bool tooLarge() const { return too_large_; }
   std::string& body() { return body_; }
   const std::string& requestId() const { return request_id_; }
+  int64_t retryAfterMs() const { return retry_after_ms_; }
 
  private:
   bool append(std::string_view data) {
@@ -86,6 +91,9 @@ class CaptureWriter final : public net::ResponseWriter {
   void takeHeaders(std::span<const net::HttpHeader> h) {
     for (const auto& x : h) {
       if (x.name == "x-request-id") request_id_ = x.value;
+      if (x.name == "retry-after-ms") retry_after_ms_ = std::atoll(x.value.c_str());
+      if (x.name == "retry-after" && retry_after_ms_ == 0)
+        retry_after_ms_ = std::atoll(x.value.c_str()) * 1000;
     }
   }
   const int64_t max_;
@@ -93,6 +101,7 @@ class CaptureWriter final : public net::ResponseWriter {
   bool started_ = false, finished_ = false, gone_ = false, aborted_ = false, too_large_ = false;
   std::string body_;
   std::string request_id_;
+  int64_t retry_after_ms_ = 0;
   std::function<void()> on_close_;
 };
 
@@ -102,7 +111,9 @@ Task<void> runLine(LoopLines& loop, LineJob job, std::shared_ptr<Mailbox> mailbo
                    int64_t max_response_bytes) {
   LineOutcome out;
   const auto it = loop.handlers.find(job.endpoint);
-  if (it == loop.handlers.end()) {
+  if (loop.stopping) {
+    out.aborted = true;  // posted before the stop, started after it: not run
+  } else if (it == loop.handlers.end()) {
     out.status = 404;
     out.body = dumpJson(Json{{"error",
                               {{"message", "The gateway serves no route for " + job.endpoint},
@@ -130,8 +141,10 @@ Task<void> runLine(LoopLines& loop, LineJob job, std::shared_ptr<Mailbox> mailbo
     std::erase(loop.in_flight, &w);
     if (out.status == 0 && !w.aborted() && !w.tooLarge()) out.status = w.status();
     out.aborted = w.aborted();
+    out.retry_after_ms = w.retryAfterMs();
     if (w.tooLarge()) {
       out.status = 500;
+      out.too_large = true;
       out.body = dumpJson(Json{{"error",
                                 {{"message", "the answer is larger than batch.max_response_bytes"},
                                  {"type", "server_error"},
@@ -159,6 +172,7 @@ void runLineOn(LoopLines& loop, LineJob job, std::shared_ptr<Mailbox> mailbox,
 }
 
 void abortLines(LoopLines& loop) {
+  loop.stopping = true;
   // abort() may resume nothing synchronously, but copy first: a callback may end a line.
   const std::vector<CaptureWriter*> lines = loop.in_flight;
   for (CaptureWriter* w : lines) {
@@ -171,10 +185,13 @@ void abortLines(LoopLines& loop) {
 
 namespace {
 
-constexpr size_t kSlots = 4;             // chunks held at once
-constexpr int64_t kRecordEveryMs = 50;   // answers are written at least this often
-constexpr size_t kRecordBatch = 256;     // or when this many wait
-constexpr int64_t kFinalizePage = 1000;  // results read per query when writing the output
+constexpr size_t kSlots = 4;                  // chunks held at once
+constexpr int64_t kRecordEveryMs = 50;        // answers are written at least this often
+constexpr size_t kRecordBatch = 256;          // or when this many wait
+constexpr int64_t kRecordBytes = 64 << 20;    // or this many bytes of answers
+constexpr int64_t kFinalizeBytes = 64 << 20;  // answers read per query when writing the output
+constexpr int64_t kBackOffMs = 60'000;        // a chunk whose input cannot be read waits this long
+constexpr int64_t kFinalizePage = 1000;       // results read per query when writing the output
 constexpr int64_t kMaxBackoffMs = 30'000;
 constexpr size_t kMaxErrors = 100;  // validation errors kept per batch
 
@@ -219,6 +236,7 @@ struct Runner::Impl {
     size_t recorded_at = 0;
     bool exhausted = false;   // every line read
     bool dropped = false;     // the lease was lost or the batch is ending: no more sends
+    bool lost = false;        // the lease was lost (another runner has the chunk): no renewals
     int64_t outstanding = 0;  // sent or waiting for a retry, not yet recorded
   };
 
@@ -250,7 +268,13 @@ struct Runner::Impl {
   bool finalize(int64_t now);
   void renewLeases(int64_t now);
   bool claim(int64_t now);
-  bool sendNext(int64_t now);
+  bool sendDueRetry(int64_t now);
+  bool sendNewLine();
+  void send(LineJob job);
+  // Keeps the pipeline's bookkeeping going during long work on this thread (validation,
+  // finalization): leases renewed, answers taken in and recorded.
+  void tick();
+  int64_t unrecorded_bytes = 0;
   void handle(LineOutcome&& o, int64_t now);
   void addResult(size_t slot, const std::string& batch_id, LineResult r);
   void recordResults();
@@ -270,9 +294,8 @@ void Runner::Impl::housekeeping(int64_t now) {
     }
     if (!ending->empty()) s.dropped = true;
   }
-  while (validate(now)) {
-  }
-  while (finalize(now)) {
+  (void)validate(sh.clock.unixMillis());
+  for (int i = 0; i < 4 && finalize(sh.clock.unixMillis()); ++i) {
   }
 }
 
@@ -318,7 +341,17 @@ bool Runner::Impl::validate(int64_t now) {
       std::string text;
       int64_t line_no = 0, chunk_first = 0, chunk_offset = 0, in_chunk = 0;
       const bool embeddings = b.endpoint == "/v1/embeddings";
+      bool taken_over = false;
       for (;;) {
+        if (line_no % 1000 == 999) {
+          // Long files: the executor's other work goes on, and the validation stays ours.
+          tick();
+          auto kept = store->renewBatch(b.id, owner, sh.clock.unixMillis() + sh.config.lease_ms);
+          if (kept.ok() && !*kept) {
+            taken_over = true;
+            break;
+          }
+        }
         auto more = lines.next(text);
         const int64_t offset = lines.offset();  // where the line just read starts
         ++line_no;
@@ -416,13 +449,17 @@ bool Runner::Impl::validate(int64_t now) {
         chunks.push_back(Chunk{b.id, static_cast<int64_t>(chunks.size()), chunk_first,
                                line_no - chunk_first + 1, chunk_offset});
       }
+      if (taken_over) {
+        INFERA_LOG(log, warn, "batch {}: the validation was taken over", b.id);
+        return true;
+      }
       if (total == 0 && error_count == 0)
         fail(errorEntry("empty_file", "The input file has no requests.", nullptr, 0));
     }
   }
   const int64_t done_at = sh.clock.unixMillis();
-  const Status s = error_count > 0 ? store->failBatch(b.id, dumpJson(errors), done_at)
-                                   : store->startBatch(b.id, chunks, total, done_at);
+  const Status s = error_count > 0 ? store->failBatch(b.id, owner, dumpJson(errors), done_at)
+                                   : store->startBatch(b.id, owner, chunks, total, done_at);
   if (!s.isOk()) logError("ending a validation", s);
   (error_count > 0 ? sh.metrics.batches_failed : sh.metrics.batches_validated)->inc(0);
   INFERA_LOG(log, info, "batch {}: {} ({} requests, {} chunks, {} errors)", b.id,
@@ -467,6 +504,13 @@ bool Runner::Impl::finalize(int64_t now) {
       input = std::move(*r);
       lines =
           std::make_unique<LineReader>(*input, 0, static_cast<size_t>(sh.config.max_line_bytes));
+    } else if (r.status().code() != StatusCode::kNotFound) {
+      logError("opening an input file to list the lines not run", r.status());
+      return false;  // tried again when the lease runs out
+    } else {
+      // The input is gone: the lines not run are counted, not listed.
+      INFERA_LOG(log, warn, "batch {}: the input file is gone; its lines not run are not listed",
+                 b.id);
     }
   }
   const char* unrun_code = b.ending == "expired" ? "batch_expired" : "batch_cancelled";
@@ -481,7 +525,10 @@ bool Runner::Impl::finalize(int64_t now) {
     while (lines && failed.isOk() && input_line + 1 < upto) {
       auto more = lines->next(text);
       ++input_line;
-      if (!more.ok()) continue;
+      if (!more.ok()) {
+        if (more.status().code() != StatusCode::kInvalidArgument) failed = more.status();
+        continue;  // an overlong line (validation refused such files) or a read error
+      }
       if (!*more) {
         lines.reset();
         break;
@@ -497,12 +544,20 @@ bool Runner::Impl::finalize(int64_t now) {
     }
   };
   int64_t after = 0;
+  int64_t listed = 0;
   for (;;) {
-    auto page = store->results(b.id, after, kFinalizePage);
+    tick();
+    auto kept = store->renewBatch(b.id, owner, sh.clock.unixMillis() + sh.config.lease_ms);
+    if (kept.ok() && !*kept) {
+      INFERA_LOG(log, warn, "batch {}: the finalization was taken over", b.id);
+      return true;
+    }
+    auto page = store->results(b.id, after, kFinalizePage, kFinalizeBytes);
     if (!page.ok()) {
       failed = page.status();
       break;
     }
+    listed += static_cast<int64_t>(page->size());
     for (const LineResult& r : *page) {
       listUnrunBefore(r.line);
       if (lines && input_line < r.line) {
@@ -519,9 +574,10 @@ bool Runner::Impl::finalize(int64_t now) {
       }
       after = r.line;
     }
-    if (static_cast<int64_t>(page->size()) < kFinalizePage) break;
+    if (page->empty()) break;
   }
   listUnrunBefore(INT64_MAX);
+  if (list_unrun && !input) unrun = std::max<int64_t>(0, b.total - listed);
   if (!failed.isOk()) {
     logError("writing output files", failed);
     return false;
@@ -549,12 +605,15 @@ bool Runner::Impl::finalize(int64_t now) {
     return false;
   }
   const std::string final_status = b.ending.empty() ? "completed" : b.ending;
-  const Status s =
-      store->finishBatch(b.id, final_status, *out_file, *err_file, unrun, sh.clock.unixMillis());
+  const Status s = store->finishBatch(b.id, owner, final_status, *out_file, *err_file, unrun,
+                                      sh.clock.unixMillis());
   if (!s.isOk()) {
     logError("finishing a batch", s);
     return false;
   }
+  // The output files hold the answers now.
+  if (const Status d = store->dropResults(b.id); !d.isOk())
+    logError("dropping recorded answers", d);
   sh.metrics.batches_finished->inc(0);
   INFERA_LOG(log, info, "batch {}: {} ({} answered, {} failed, {} not run)", b.id, final_status,
              out_lines, err_lines - unrun, unrun);
@@ -563,15 +622,31 @@ bool Runner::Impl::finalize(int64_t now) {
 
 void Runner::Impl::renewLeases(int64_t now) {
   for (Slot& s : slots) {
-    if (!s.active || s.dropped) continue;
+    // A slot stopped because its batch is ending keeps its lease while its lines are out, so the
+    // batch is finalized only once their answers are recorded.
+    if (!s.active || s.lost) continue;
     auto kept = store->renewChunk(s.chunk, owner, now + sh.config.lease_ms);
     if (!kept.ok()) {
       logError("renewing a lease", kept.status());
     } else if (!*kept) {
       INFERA_LOG(log, warn, "batch {} chunk {}: the lease was taken over; its lines stop here",
                  s.chunk.batch_id, s.chunk.chunk);
-      s.dropped = true;
+      s.dropped = s.lost = true;
     }
+  }
+}
+
+void Runner::Impl::tick() {
+  const int64_t now = sh.clock.unixMillis();
+  if (now - last_renew >= sh.config.lease_ms / 3) {
+    last_renew = now;
+    renewLeases(now);
+  }
+  std::atomic<bool> never{false};
+  for (LineOutcome& o : mailbox->take(0, never)) handle(std::move(o), now);
+  if (unrecorded_count > 0 && now - last_record >= kRecordEveryMs) {
+    last_record = now;
+    recordResults();
   }
 }
 
@@ -595,7 +670,9 @@ bool Runner::Impl::claim(int64_t now) {
                                 : !f.ok()  ? f.status()
                                 : rec.ok() ? Status::notFound("batch")
                                            : rec.status());
-    (void)store->releaseChunk(s.chunk, owner, false);
+    // Claimable again only after a while, so that the chunks of other batches go first (and a
+    // file that is back, on a volume that was not mounted, is found then).
+    (void)store->backOffChunk(s.chunk, owner, now + kBackOffMs);
     return false;
   }
   s.batch = std::move(**b);
@@ -609,20 +686,28 @@ bool Runner::Impl::claim(int64_t now) {
   return true;
 }
 
-bool Runner::Impl::sendNext(int64_t now) {
-  // Retries whose back-off is over go first.
+void Runner::Impl::send(LineJob job) {
+  ++in_flight;
+  runLineOn(*loop(next_loop++ % loops), std::move(job), mailbox, sh.config.max_response_bytes);
+}
+
+bool Runner::Impl::sendDueRetry(int64_t now) {
   for (size_t i = 0; i < retries.size(); ++i) {
-    if (retries[i].not_before_ms > now) continue;
+    if (retries[i].not_before_ms > now && !slots[retries[i].slot].dropped) continue;
     LineJob job = std::move(retries[i]);
     retries.erase(retries.begin() + static_cast<std::ptrdiff_t>(i));
     if (slots[job.slot].dropped) {
-      --slots[job.slot].outstanding;
+      --slots[job.slot].outstanding;  // its batch is ending (or the chunk was taken over)
       return true;
     }
-    ++in_flight;
-    runLineOn(*loop(next_loop++ % loops), std::move(job), mailbox, sh.config.max_response_bytes);
+    sh.metrics.lines_retried->inc(0);
+    send(std::move(job));
     return true;
   }
+  return false;
+}
+
+bool Runner::Impl::sendNewLine() {
   for (size_t si = 0; si < slots.size(); ++si) {
     Slot& s = slots[si];
     if (!s.active || s.dropped || s.exhausted) continue;
@@ -659,8 +744,7 @@ bool Runner::Impl::sendNext(int64_t now) {
       job.user = s.batch.user;
       job.slot = si;
       ++s.outstanding;
-      ++in_flight;
-      runLineOn(*loop(next_loop++ % loops), std::move(job), mailbox, sh.config.max_response_bytes);
+      send(std::move(job));
       return true;
     }
     s.exhausted = true;
@@ -676,16 +760,20 @@ void Runner::Impl::handle(LineOutcome&& o, int64_t now) {
     --s.outstanding;  // not recorded: it runs again after a restart
     return;
   }
-  if (retryable(o.status) && (stopping.load() || s.dropped)) {
+  const bool may_retry = retryable(o.status) && !o.too_large;
+  if (may_retry && (stopping.load() || s.dropped)) {
     --s.outstanding;  // no retry now: it runs again after a restart (or by the lease's taker)
     return;
   }
-  if (retryable(o.status) && o.job.attempt < sh.config.max_attempts) {
-    const int64_t backoff =
-        std::min<int64_t>(kMaxBackoffMs, sh.config.retry_base_ms << (o.job.attempt - 1));
-    o.job.attempt += 1;
+  // A 429 that says when to come back (the gateway's own rate limits and budgets do) waits that
+  // long and does not spend an attempt: the line runs when the key has room, within the window.
+  const bool paced = o.status == 429 && o.retry_after_ms > 0;
+  if (may_retry && (paced || o.job.attempt < sh.config.max_attempts)) {
+    int64_t backoff = std::min<int64_t>(kMaxBackoffMs,
+                                        sh.config.retry_base_ms << std::min(o.job.attempt - 1, 20));
+    if (paced) backoff = std::max(backoff / 4, o.retry_after_ms);
+    if (!paced) o.job.attempt += 1;
     o.job.not_before_ms = now + backoff;
-    sh.metrics.lines_retried->inc(0);
     retries.push_back(std::move(o.job));
     return;
   }
@@ -725,6 +813,7 @@ void Runner::Impl::handle(LineOutcome&& o, int64_t now) {
 }
 
 void Runner::Impl::addResult(size_t slot, const std::string& batch_id, LineResult r) {
+  unrecorded_bytes += static_cast<int64_t>(r.line_json.size());
   unrecorded[batch_id].push_back(std::move(r));
   unrecorded_slots.push_back(slot);
   ++unrecorded_count;
@@ -751,6 +840,7 @@ void Runner::Impl::recordResults() {
   unrecorded.clear();
   unrecorded_slots.clear();
   unrecorded_count = 0;
+  unrecorded_bytes = 0;
 }
 
 void Runner::Impl::closeSlots() {
@@ -769,13 +859,17 @@ void Runner::Impl::drain() {
     LoopLines* l = loop(i);
     if (l != nullptr) net::asio::post(l->ctx, [l] { abortLines(*l); });
   }
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  // Every line must be back before the routers go (a line suspended in the gateway's handler
+  // holds its per-loop state); aborted lines end at once, the gateway's timeouts bound the rest.
   std::atomic<bool> never{false};
-  while (in_flight > 0 && std::chrono::steady_clock::now() < deadline) {
+  auto next_note = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (in_flight > 0) {
     for (LineOutcome& o : mailbox->take(50, never)) handle(std::move(o), 0);
+    if (in_flight > 0 && std::chrono::steady_clock::now() > next_note) {
+      INFERA_LOG(log, warn, "batch executor: waiting for {} lines in flight to end", in_flight);
+      next_note += std::chrono::seconds(10);
+    }
   }
-  if (in_flight > 0)
-    INFERA_LOG(log, warn, "batch executor: {} lines still in flight at stop", in_flight);
   recordResults();
   for (Slot& s : slots) {
     if (s.active) (void)store->releaseChunk(s.chunk, owner, false);
@@ -795,11 +889,14 @@ void Runner::Impl::run() {
       last_renew = now;
       renewLeases(now);
     }
-    // Fill the pipeline: lines from the slots held, then a new chunk.
-    while (in_flight + static_cast<int64_t>(retries.size()) < sh.config.concurrency) {
-      if (sendNext(now)) continue;
+    // Fill the pipeline: retries that are due, lines from the slots held, then a new chunk.
+    // Lines waiting for a retry count against new lines, never against their own resend.
+    while (in_flight < sh.config.concurrency) {
+      if (sendDueRetry(now)) continue;
+      if (in_flight + static_cast<int64_t>(retries.size()) >= sh.config.concurrency) break;
+      if (sendNewLine()) continue;
       if (now - last_claim_miss < poll) break;
-      if (!claim(now)) {
+      if (!claim(sh.clock.unixMillis())) {
         last_claim_miss = now;
         break;
       }
@@ -807,7 +904,7 @@ void Runner::Impl::run() {
     const int64_t wait = retries.empty() ? poll : std::min<int64_t>(poll, 20);
     for (LineOutcome& o : mailbox->take(in_flight > 0 ? wait : poll, stopping))
       handle(std::move(o), sh.clock.unixMillis());
-    if (unrecorded_count >= kRecordBatch ||
+    if (unrecorded_count >= kRecordBatch || unrecorded_bytes >= kRecordBytes ||
         (unrecorded_count > 0 && sh.clock.unixMillis() - last_record >= kRecordEveryMs) ||
         (unrecorded_count > 0 && in_flight == 0)) {
       last_record = sh.clock.unixMillis();

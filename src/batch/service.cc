@@ -59,13 +59,14 @@ class BatchServiceImpl final : public BatchService {
 
   void addDataRoutes(int loop, net::asio::io_context& ctx, net::Router& router,
                      access::AccessWorker* access) override {
-    addApiRoutes(shared_, ctx, router, access);
-    // The gateway's handlers this loop runs lines through (registered before ours).
+    // The gateway's handlers this loop runs lines through (registered before ours; a streamed
+    // route reads a body an in-process request does not have, so none is taken).
     auto lines = std::make_unique<LoopLines>(ctx);
     for (const std::string& ep : shared_.config.endpoints) {
       const net::Router::Match m = router.match("POST", ep);
-      if (m.handler != nullptr) lines->handlers[ep] = *m.handler;
+      if (m.handler != nullptr && m.streamed_limit == 0) lines->handlers[ep] = *m.handler;
     }
+    addApiRoutes(shared_, ctx, router, access);
     std::lock_guard<std::mutex> lock(mu_);
     if (loop >= 0 && static_cast<size_t>(loop) < loops_.size()) loops_[loop] = lines.get();
     router.own(std::move(lines));

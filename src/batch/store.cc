@@ -170,9 +170,11 @@ Result<ListQuery> listWhere(store::SqlDb& db, const char* table, const Viewer& v
     q.where += " AND purpose = ?" + std::to_string(q.params.size());
   }
   if (!p.after.empty()) {
-    INFERA_ASSIGN_OR_RETURN(
-        auto c,
-        db.exec(std::string("SELECT created_ms FROM ") + table + " WHERE id = ?1", {p.after}));
+    // The cursor resolves only among the rows the viewer sees (another team's id tells nothing).
+    INFERA_ASSIGN_OR_RETURN(auto c,
+                            db.exec(std::string("SELECT created_ms FROM ") + table +
+                                        " WHERE id = ?1 AND (?2 = 1 OR team = ?3 OR team = '')",
+                                    {p.after, int64_t{v.all ? 1 : 0}, v.team}));
     if (c.rows.empty()) return Status::notFound("no such object for 'after': " + p.after);
     q.params.emplace_back(c.integer(0, 0));
     const std::string t = std::to_string(q.params.size());
@@ -202,7 +204,15 @@ Result<std::vector<FileRow>> BatchStore::files(const Viewer& v, const Page& page
 }
 
 Status BatchStore::deleteFile(const std::string& id) {
-  return db_->exec("DELETE FROM batch_files WHERE id = ?1", {id}).takeStatus();
+  // One statement: a batch created over the file between a check and the delete cannot slip in.
+  INFERA_ASSIGN_OR_RETURN(
+      auto d, db_->exec("DELETE FROM batch_files WHERE id = ?1 AND NOT EXISTS (SELECT 1 FROM "
+                        "batch_batches WHERE input_file_id = ?1 AND status IN ('validating', "
+                        "'in_progress', 'finalizing', 'cancelling'))",
+                        {id}));
+  if (d.affected == 1) return Status::ok();
+  INFERA_RETURN_IF_ERROR(fileInUse(id));
+  return Status::notFound("No such File object: " + id);
 }
 
 Status BatchStore::fileInUse(const std::string& id) {
@@ -286,13 +296,21 @@ Result<std::optional<BatchRow>> BatchStore::claimValidation(const std::string& o
   return batch(id);
 }
 
-Status BatchStore::startBatch(const std::string& id, const std::vector<Chunk>& chunks,
-                              int64_t total, int64_t now_ms) {
+Status BatchStore::startBatch(const std::string& id, const std::string& owner,
+                              const std::vector<Chunk>& chunks, int64_t total, int64_t now_ms) {
   INFERA_RETURN_IF_ERROR(db_->begin());
   auto fail = [&](Status s) {
     (void)db_->rollback();
     return s;
   };
+  // Only the validator that holds the batch (a validator whose lease ran out and was taken over
+  // must not reset the chunks the other one wrote).
+  auto held = db_->exec(
+      "UPDATE batch_batches SET lease_ms = lease_ms WHERE id = ?1 AND owner = ?2 AND status IN "
+      "('validating', 'cancelling')",
+      {id, owner});
+  if (!held.ok()) return fail(held.takeStatus());
+  if (held->affected != 1) return fail(Status::failedPrecondition("the validation was taken over"));
   // Chunks of an earlier attempt (a validator that died after writing some) go first.
   if (auto d = db_->exec("DELETE FROM batch_chunks WHERE batch_id = ?1", {id}); !d.ok())
     return fail(d.takeStatus());
@@ -311,13 +329,32 @@ Status BatchStore::startBatch(const std::string& id, const std::vector<Chunk>& c
   return db_->commit();
 }
 
-Status BatchStore::failBatch(const std::string& id, const std::string& errors_json,
-                             int64_t now_ms) {
+Status BatchStore::failBatch(const std::string& id, const std::string& owner,
+                             const std::string& errors_json, int64_t now_ms) {
   return db_
       ->exec(
           "UPDATE batch_batches SET status = 'failed', errors = ?2, failed_ms = ?3, lease_ms = "
-          "0, owner = '' WHERE id = ?1 AND status IN ('validating', 'cancelling')",
-          {id, errors_json, now_ms})
+          "0, owner = '' WHERE id = ?1 AND owner = ?4 AND status IN ('validating', "
+          "'cancelling')",
+          {id, errors_json, now_ms, owner})
+      .takeStatus();
+}
+
+Result<bool> BatchStore::renewBatch(const std::string& id, const std::string& owner,
+                                    int64_t until_ms) {
+  INFERA_ASSIGN_OR_RETURN(
+      auto u, db_->exec("UPDATE batch_batches SET lease_ms = ?3 WHERE id = ?1 AND owner = ?2 AND "
+                        "status IN ('validating', 'cancelling', 'finalizing')",
+                        {id, owner, until_ms}));
+  return u.affected == 1;
+}
+
+Status BatchStore::backOffChunk(const Chunk& c, const std::string& owner, int64_t until_ms) {
+  return db_
+      ->exec(
+          "UPDATE batch_chunks SET lease_ms = ?4, owner = '' WHERE batch_id = ?1 AND chunk = "
+          "?2 AND owner = ?3 AND done = 0",
+          {c.batch_id, c.chunk, owner, until_ms})
       .takeStatus();
 }
 
@@ -378,9 +415,12 @@ Status BatchStore::record(const std::string& batch_id, const std::vector<LineRes
   INFERA_RETURN_IF_ERROR(db_->begin());
   int64_t ok = 0, failed = 0, prompt = 0, completion = 0;
   for (const LineResult& r : results) {
+    // Only while the batch runs: an answer that comes back after it was finalized is not kept
+    // (its line is already in the error file as not run).
     auto ins = db_->exec(
-        "INSERT INTO batch_results (batch_id, line, ok, line_json) VALUES (?1, ?2, ?3, ?4) ON "
-        "CONFLICT (batch_id, line) DO NOTHING",
+        "INSERT INTO batch_results (batch_id, line, ok, line_json) SELECT ?1, ?2, ?3, ?4 WHERE "
+        "EXISTS (SELECT 1 FROM batch_batches WHERE id = ?1 AND status IN ('in_progress', "
+        "'cancelling')) ON CONFLICT (batch_id, line) DO NOTHING",
         {batch_id, r.line, int64_t{r.ok ? 1 : 0}, r.line_json});
     if (!ins.ok()) {
       (void)db_->rollback();
@@ -433,11 +473,23 @@ Result<std::optional<BatchRow>> BatchStore::claimFinalize(const std::string& own
 }
 
 Result<std::vector<LineResult>> BatchStore::results(const std::string& batch_id, int64_t after,
-                                                    int64_t limit) {
+                                                    int64_t limit, int64_t max_bytes) {
+  // The sizes first, so that a page of large answers stays within max_bytes (one row at least).
+  INFERA_ASSIGN_OR_RETURN(
+      auto sizes, db_->exec("SELECT line, length(line_json) FROM batch_results WHERE batch_id = "
+                            "?1 AND line > ?2 ORDER BY line LIMIT ?3",
+                            {batch_id, after, limit}));
+  if (sizes.rows.empty()) return std::vector<LineResult>();
+  int64_t last = sizes.integer(0, 0), bytes = 0;
+  for (size_t i = 0; i < sizes.rows.size(); ++i) {
+    bytes += sizes.integer(i, 1);
+    if (i > 0 && bytes > max_bytes) break;
+    last = sizes.integer(i, 0);
+  }
   INFERA_ASSIGN_OR_RETURN(
       auto r, db_->exec("SELECT line, ok, line_json FROM batch_results WHERE batch_id = ?1 AND "
-                        "line > ?2 ORDER BY line LIMIT ?3",
-                        {batch_id, after, limit}));
+                        "line > ?2 AND line <= ?3 ORDER BY line",
+                        {batch_id, after, last}));
   std::vector<LineResult> out;
   out.reserve(r.rows.size());
   for (size_t i = 0; i < r.rows.size(); ++i) {
@@ -450,18 +502,35 @@ Result<std::vector<LineResult>> BatchStore::results(const std::string& batch_id,
   return out;
 }
 
-Status BatchStore::finishBatch(const std::string& id, const std::string& status,
-                               const std::string& output_file_id, const std::string& error_file_id,
-                               int64_t unrun, int64_t now_ms) {
+Status BatchStore::dropResults(const std::string& batch_id) {
+  INFERA_RETURN_IF_ERROR(
+      db_->exec("DELETE FROM batch_results WHERE batch_id = ?1", {batch_id}).takeStatus());
+  return db_->exec("DELETE FROM batch_chunks WHERE batch_id = ?1", {batch_id}).takeStatus();
+}
+
+Result<int64_t> BatchStore::openBatches(const std::string& team) {
+  INFERA_ASSIGN_OR_RETURN(
+      auto r, db_->exec("SELECT COUNT(*) FROM batch_batches WHERE team = ?1 AND status IN "
+                        "('validating', 'in_progress', 'finalizing', 'cancelling')",
+                        {team}));
+  return r.integer(0, 0);
+}
+
+Status BatchStore::finishBatch(const std::string& id, const std::string& owner,
+                               const std::string& status, const std::string& output_file_id,
+                               const std::string& error_file_id, int64_t unrun, int64_t now_ms) {
   const char* column = status == "completed"   ? "completed_ms"
                        : status == "cancelled" ? "cancelled_ms"
                                                : "expired_ms";
-  return db_
-      ->exec(std::string("UPDATE batch_batches SET status = ?2, output_file_id = ?3, "
-                         "error_file_id = ?4, failed = failed + ?6, lease_ms = 0, owner = '', ") +
-                 column + " = ?5 WHERE id = ?1 AND status = 'finalizing'",
-             {id, status, output_file_id, error_file_id, now_ms, unrun})
-      .takeStatus();
+  INFERA_ASSIGN_OR_RETURN(
+      auto u,
+      db_->exec(
+          std::string("UPDATE batch_batches SET status = ?2, output_file_id = ?3, "
+                      "error_file_id = ?4, failed = failed + ?6, lease_ms = 0, owner = '', ") +
+              column + " = ?5 WHERE id = ?1 AND status = 'finalizing' AND owner = ?7",
+          {id, status, output_file_id, error_file_id, now_ms, unrun, owner}));
+  if (u.affected != 1) return Status::failedPrecondition("the finalization was taken over");
+  return Status::ok();
 }
 
 }  // namespace infera::batch

@@ -7,6 +7,7 @@
 #include <iostream>
 
 #include "cli/admin_cmd.h"
+#include "cli/batches_cmd.h"
 #include "cli/features_cmd.h"
 #include "cli/models_cmd.h"
 #include "cli/vectors_cmd.h"
@@ -200,6 +201,7 @@ int main(int argc, char** argv) {
   infera::cli::registerAdminCommands(app);
   infera::cli::registerFeaturesCommands(app);
   infera::cli::registerVectorsCommands(app);
+  infera::cli::registerBatchesCommands(app);
   infera::cli::registerModelCommands(app);
 
 #ifdef INFERA_WITH_SCHED

@@ -194,10 +194,10 @@ TEST(Store, ChunksAreClaimedByOneRunnerAndAnswersRecordedOnce) {
   ASSERT_TRUE(v1.ok() && v2.ok());
   EXPECT_TRUE(v1->has_value());
   EXPECT_FALSE(v2->has_value());
-  ASSERT_TRUE(
-      (*one)
-          ->startBatch("batch_1", {{"batch_1", 0, 1, 2, 0}, {"batch_1", 1, 3, 2, 100}}, 4, now)
-          .isOk());
+  ASSERT_TRUE((*one)
+                  ->startBatch("batch_1", "r1",
+                               {{"batch_1", 0, 1, 2, 0}, {"batch_1", 1, 3, 2, 100}}, 4, now)
+                  .isOk());
   // Two chunks, two runners: each gets one, and a third claim finds nothing.
   auto c1 = (*one)->claimChunk("r1", now, 1000);
   auto c2 = (*two)->claimChunk("r2", now, 1000);
@@ -225,7 +225,7 @@ TEST(Store, ChunksAreClaimedByOneRunnerAndAnswersRecordedOnce) {
   EXPECT_EQ((*row)->completed, 1);
   EXPECT_EQ((*row)->failed, 1);
   EXPECT_EQ((*row)->prompt_tokens, 6);
-  auto results = (*one)->results("batch_1", 0, 10);
+  auto results = (*one)->results("batch_1", 0, 10, 1 << 20);
   ASSERT_TRUE(results.ok());
   ASSERT_EQ(results->size(), 2u);
   EXPECT_EQ((*results)[0].line_json, "{\"custom_id\":\"a\"}");
@@ -239,10 +239,40 @@ TEST(Store, ChunksAreClaimedByOneRunnerAndAnswersRecordedOnce) {
   EXPECT_TRUE(f1->has_value());
   EXPECT_FALSE(f2->has_value());
   EXPECT_EQ((**f1).status, "finalizing");
-  ASSERT_TRUE((*one)->finishBatch("batch_1", "completed", "file-o", "", 0, now + 2100).isOk());
+  // Only the finalizer that holds it may finish it.
+  EXPECT_FALSE((*two)->finishBatch("batch_1", "r2", "completed", "file-x", "", 0, now).isOk());
+  ASSERT_TRUE(
+      (*one)->finishBatch("batch_1", "r1", "completed", "file-o", "", 0, now + 2100).isOk());
   EXPECT_EQ((*(*one)->batch("batch_1"))->status, "completed");
   // A completed batch cannot be cancelled.
   EXPECT_EQ((*one)->cancel("batch_1", now).status().code(), StatusCode::kFailedPrecondition);
+}
+
+TEST(Store, ValidationIsFencedAndResultsArePagedByBytes) {
+  TempDir dir;
+  auto s = BatchStore::open("sqlite:" + dir.path() + "/b.db");
+  ASSERT_TRUE(s.ok() && (*s)->migrate().isOk());
+  const int64_t now = 1'000'000;
+  ASSERT_TRUE((*s)->insertBatch(newBatch("batch_3", now)).isOk());
+  ASSERT_TRUE((*(*s)->claimValidation("slow", now, 1000)).has_value());
+  // The slow validator's lease runs out; another takes the validation over and finishes it.
+  ASSERT_TRUE((*(*s)->claimValidation("fast", now + 1001, 1000)).has_value());
+  EXPECT_FALSE(*(*s)->renewBatch("batch_3", "slow", now + 5000));
+  ASSERT_TRUE((*s)->startBatch("batch_3", "fast", {{"batch_3", 0, 1, 3, 0}}, 3, now).isOk());
+  // The slow one's end changes nothing.
+  EXPECT_FALSE((*s)->startBatch("batch_3", "slow", {}, 0, now).isOk());
+  ASSERT_TRUE((*s)->failBatch("batch_3", "slow", "[]", now).isOk());
+  EXPECT_EQ((*(*s)->batch("batch_3"))->status, "in_progress");
+  EXPECT_EQ((*(*s)->batch("batch_3"))->total, 3);
+  // Three answers of 1,000 bytes: pages of at most 2,500 bytes hold two, then one (and a single
+  // answer larger than the page still comes, alone).
+  std::vector<LineResult> rs;
+  for (int64_t i = 1; i <= 3; ++i) rs.push_back({i, true, std::string(1000, 'x'), 0, 0});
+  ASSERT_TRUE((*s)->record("batch_3", rs).isOk());
+  EXPECT_EQ((*s)->results("batch_3", 0, 100, 2500)->size(), 2u);
+  EXPECT_EQ((*s)->results("batch_3", 2, 100, 2500)->size(), 1u);
+  EXPECT_EQ((*s)->results("batch_3", 0, 100, 10)->size(), 1u);
+  EXPECT_TRUE((*s)->results("batch_3", 3, 100, 2500)->empty());
 }
 
 TEST(Store, ACancelledBatchIsFinalizedOnceNoChunkIsLeased) {
@@ -252,7 +282,7 @@ TEST(Store, ACancelledBatchIsFinalizedOnceNoChunkIsLeased) {
   const int64_t now = 1'000'000;
   ASSERT_TRUE((*s)->insertBatch(newBatch("batch_2", now)).isOk());
   ASSERT_TRUE((*(*s)->claimValidation("r1", now, 1000)).has_value());
-  ASSERT_TRUE((*s)->startBatch("batch_2", {{"batch_2", 0, 1, 5, 0}}, 5, now).isOk());
+  ASSERT_TRUE((*s)->startBatch("batch_2", "r1", {{"batch_2", 0, 1, 5, 0}}, 5, now).isOk());
   auto c = (*s)->claimChunk("r1", now, 1000);
   ASSERT_TRUE(c.ok() && c->has_value());
   auto cancelled = (*s)->cancel("batch_2", now);

@@ -19,9 +19,10 @@ workers: 2
 log_level: warn
 governance:
   store: sqlite:$work/gov.db
+  usage_flush_ms: 50
 emulators:
   fast: {models: [llama-3-8b, text-embedding-3-small], token_ms: 1, default_max_tokens: 6}
-  slow: {models: [slow-model], ttft_ms: 150, token_ms: 1, default_max_tokens: 2}
+  slow: {models: [slow-model], ttft_ms: 600, token_ms: 1, default_max_tokens: 2}
 models:
   - name: llama-3-8b
     deployments: [{endpoints: [{emulator: fast}]}]
@@ -29,11 +30,16 @@ models:
     deployments: [{endpoints: [{emulator: fast}]}]
   - name: slow-model
     deployments: [{endpoints: [{emulator: slow}]}]
+  - name: dead-model
+    deployments: [{endpoints: [{url: "http://127.0.0.1:1"}]}]
 batch:
   data_dir: $work/batch
   concurrency: 4
   chunk_lines: 16
   poll_ms: 50
+  lease_ms: 400         # shorter than a slow-model line: leases must be renewed while lines run
+  max_attempts: 2
+  retry_base_ms: 20
 YAML
 export INFERA_ADMIN_TOKEN="batch-admin-$$"
 start_serve "$infera" "$work/batch.yaml" "$work/serve.out"
@@ -46,3 +52,36 @@ key_b=$("$infera" keys create --team team-b 2>/dev/null)
 [[ "$key_a" == sk-inf-* && "$key_b" == sk-inf-* ]] || { echo "no keys: $key_a $key_b"; exit 1; }
 NODE_PATH="$node_modules" INFERA_BASE_URL="http://127.0.0.1:$port/v1" INFERA_KEY_A="$key_a" \
   INFERA_KEY_B="$key_b" WORK_DIR="$work" node "$here/batch_sdk_test.mjs"
+
+# Every slow-model request that reached the backend was one the cancelled batch counts as answered:
+# lines in flight at the cancel were waited for, not listed as "not run" while they ran (and billed).
+answered=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["request_counts"]["completed"])' \
+  "$work/cancelled.json")
+billed=""
+for _ in $(seq 1 100); do
+  billed=$("$infera" usage --team team-a --model slow-model --granularity total --group-by none --json |
+    python3 -c 'import json,sys; d=json.load(sys.stdin); r=d.get("rows", d) if isinstance(d, dict) else d; print(sum(x.get("requests", 0) for x in r))')
+  [[ "$billed" == "$answered" ]] && break
+  sleep 0.05
+done
+[[ "$billed" == "$answered" ]] || { echo "slow-model billed $billed requests, the batch answered $answered"; exit 1; }
+echo "ok - billed slow-model requests ($billed) are the cancelled batch's answered lines"
+
+# The same from the command line: `infera batches create --wait`, list, show, output.
+export INFERA_URL="http://127.0.0.1:$port" INFERA_API_KEY="$key_a"
+for i in 1 2 3; do
+  printf '{"custom_id":"cli-%s","method":"POST","url":"/v1/chat/completions","body":{"model":"llama-3-8b","max_tokens":2,"messages":[{"role":"user","content":"hi %s"}]}}\n' "$i" "$i"
+done >"$work/cli.jsonl"
+created=$("$infera" batches create "$work/cli.jsonl" --metadata job=cli --wait --json)
+id=$(python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])' <<<"$created")
+python3 -c 'import json,sys; b=json.load(sys.stdin); assert b["status"]=="completed" and b["request_counts"]=={"total":3,"completed":3,"failed":0} and b["metadata"]=={"job":"cli"}, b' <<<"$created"
+"$infera" batches list | grep -q "^$id  *completed" || { echo "infera batches list does not show $id"; exit 1; }
+"$infera" batches show "$id" | grep -q "3 of 3 done" || { echo "infera batches show: no progress line"; exit 1; }
+[[ $("$infera" batches output "$id" | wc -l) == 3 ]] || { echo "infera batches output: not 3 lines"; exit 1; }
+"$infera" batches output "$id" -o "$work/cli-out.jsonl"
+[[ $(grep -c '"status_code":200' "$work/cli-out.jsonl") == 3 ]] || { echo "output file not 3 answers"; exit 1; }
+if "$infera" batches output "$id" --errors 2>"$work/cli-err.txt"; then echo "a batch without errors has an error file?"; exit 1; fi
+grep -q "has no error file" "$work/cli-err.txt" || { cat "$work/cli-err.txt"; exit 1; }
+INFERA_API_KEY="$key_b" "$infera" batches show "$id" 2>"$work/cli-b.txt" && { echo "team b sees team a's batch"; exit 1; }
+grep -q "error 404" "$work/cli-b.txt" || { cat "$work/cli-b.txt"; exit 1; }
+echo "ok - infera batches create/list/show/output, and another team's key gets a 404"

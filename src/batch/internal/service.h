@@ -75,6 +75,8 @@ struct LineOutcome {
   std::string body;
   std::string request_id;
   bool aborted = false;
+  bool too_large = false;      // the answer was over max_response_bytes (not retried)
+  int64_t retry_after_ms = 0;  // what the answer's retry-after said
 };
 
 // Answers from the loops to the executor thread.
@@ -112,6 +114,7 @@ struct LoopLines {
   net::asio::io_context& ctx;
   std::unordered_map<std::string, net::RouteHandler> handlers;  // endpoint -> the gateway's
   std::vector<CaptureWriter*> in_flight;
+  bool stopping = false;  // set by abortLines: a line that starts after it ends at once
 };
 
 // Runs `job` on `loop` (posted there) and puts the outcome in `mailbox`.

@@ -110,6 +110,8 @@ class BatchStore {
   Result<std::optional<FileRow>> file(const std::string& id);
   // One more than page.limit rows, so the caller knows has_more.
   Result<std::vector<FileRow>> files(const Viewer& v, const Page& page);
+  // kFailedPrecondition (and nothing deleted) when the file is the input of a batch that has not
+  // ended; kNotFound when there is no such row.
   Status deleteFile(const std::string& id);
   // kFailedPrecondition when the file is the input of a batch that has not ended.
   Status fileInUse(const std::string& id);
@@ -130,10 +132,19 @@ class BatchStore {
                                                   int64_t lease_ms);
   // Validation passed: the chunks, the total, status in_progress (unless the batch was cancelled
   // meanwhile, which keeps its status). All or nothing.
-  Status startBatch(const std::string& id, const std::vector<Chunk>& chunks, int64_t total,
-                    int64_t now_ms);
-  // Validation failed: status failed with `errors_json`.
-  Status failBatch(const std::string& id, const std::string& errors_json, int64_t now_ms);
+  // Only `owner`, while it holds the validation (kFailedPrecondition when it was taken over).
+  Status startBatch(const std::string& id, const std::string& owner,
+                    const std::vector<Chunk>& chunks, int64_t total, int64_t now_ms);
+  // Validation failed: status failed with `errors_json` (only `owner`, while it holds it).
+  Status failBatch(const std::string& id, const std::string& owner, const std::string& errors_json,
+                   int64_t now_ms);
+  // Extends `owner`'s lease on the batch's validation or finalization; false when taken over.
+  Result<bool> renewBatch(const std::string& id, const std::string& owner, int64_t until_ms);
+  // Gives a chunk back that cannot be worked on now (its input unreadable), claimable again only
+  // after `until_ms`, so the chunks of other batches go first.
+  Status backOffChunk(const Chunk& c, const std::string& owner, int64_t until_ms);
+  // Batches of `team` that have not ended.
+  Result<int64_t> openBatches(const std::string& team);
   // A chunk of an in_progress batch (not ending) whose lease ran out, now leased to `owner`.
   Result<std::optional<Chunk>> claimChunk(const std::string& owner, int64_t now_ms,
                                           int64_t lease_ms);
@@ -153,13 +164,17 @@ class BatchStore {
   // finalizer's lease ran out, now status finalizing and leased to `owner`.
   Result<std::optional<BatchRow>> claimFinalize(const std::string& owner, int64_t now_ms,
                                                 int64_t lease_ms);
-  // Up to `limit` recorded answers after line `after`, in line order.
-  Result<std::vector<LineResult>> results(const std::string& batch_id, int64_t after,
-                                          int64_t limit);
+  // Up to `limit` recorded answers after line `after`, in line order, and no more than
+  // `max_bytes` of them (but at least one).
+  Result<std::vector<LineResult>> results(const std::string& batch_id, int64_t after, int64_t limit,
+                                          int64_t max_bytes);
+  // A finished batch's recorded answers and chunks (its output files hold them now).
+  Status dropResults(const std::string& batch_id);
   // The end: output and error files (ids may be empty) and the final status (completed,
   // cancelled or expired).
   // `unrun`: lines the batch ended without running (cancelled or expired), counted as failed.
-  Status finishBatch(const std::string& id, const std::string& status,
+  // Only `owner`, while it holds the finalization.
+  Status finishBatch(const std::string& id, const std::string& owner, const std::string& status,
                      const std::string& output_file_id, const std::string& error_file_id,
                      int64_t unrun, int64_t now_ms);
 
