@@ -157,6 +157,7 @@ struct UsageRecord {
   bool stream = false;
   bool aborted = false;
   bool estimated = false;  // no usage came back; the reservation's estimate was billed
+  bool batch = false;      // a line of a batch (the Batch API), billed at its price factor
   double cost_usd = 0;
 };
 

@@ -168,6 +168,15 @@ Result<std::unique_ptr<MetaStore>> MetaStore::open(const std::string& url, const
   return s;
 }
 
+Status MetaStore::addColumnIfMissing(const char* table, const char* column, const char* type) {
+  const std::string probe = std::string("SELECT ") + column + " FROM " + table + " LIMIT 0";
+  if (db_->exec(probe).ok()) return Status::ok();
+  const auto added =
+      db_->exec(std::string("ALTER TABLE ") + table + " ADD COLUMN " + column + " " + type);
+  if (added.ok() || db_->exec(probe).ok()) return Status::ok();
+  return added.status();
+}
+
 Status MetaStore::migrate() {
   // Idempotent; several replicas may run it at once (PostgreSQL: IF NOT EXISTS + ON CONFLICT).
   const char* schema = R"sql(
@@ -206,6 +215,11 @@ DROP INDEX IF EXISTS infera_usage_team_ts;
 CREATE INDEX IF NOT EXISTS infera_keys_team ON infera_keys (team)
 )sql";
   INFERA_RETURN_IF_ERROR(db_->execScript(schema));
+  // Columns added after a table was first made (stores written by an older version).
+  for (const auto& [table, column] : {std::pair<const char*, const char*>{"infera_usage", "batch"},
+                                      {"infera_usage_minute", "batch_requests"}}) {
+    INFERA_RETURN_IF_ERROR(addColumnIfMissing(table, column, "BIGINT NOT NULL DEFAULT 0"));
+  }
   auto r = db_->exec(
       "INSERT INTO infera_meta (k, v) VALUES ('generation', 1) ON CONFLICT (k) DO NOTHING");
   if (!r.ok()) return r.status();
@@ -220,8 +234,8 @@ CREATE INDEX IF NOT EXISTS infera_keys_team ON infera_keys (team)
         "INSERT INTO infera_usage_minute SELECT (ts_ms / 60000) * 60000, team, key_id, user_id, "
         "model, deployment, "
         "COUNT(*), SUM(prompt_tokens), SUM(completion_tokens), SUM(cached), SUM(aborted), "
-        "SUM(CASE WHEN status >= 400 THEN 1 ELSE 0 END), SUM(cost_usd), SUM(latency_ms) FROM "
-        "infera_usage "
+        "SUM(CASE WHEN status >= 400 THEN 1 ELSE 0 END), SUM(cost_usd), SUM(latency_ms), "
+        "SUM(batch) FROM infera_usage "
         "GROUP BY (ts_ms / 60000) * 60000, team, key_id, user_id, model, deployment");
   }
   if (!mark.ok()) {
@@ -744,7 +758,7 @@ struct RollupId {
 };
 struct RollupSums {
   int64_t requests = 0, prompt_tokens = 0, completion_tokens = 0, cached = 0, aborted = 0,
-          errors = 0;
+          errors = 0, batch = 0;
   double cost_usd = 0, latency_ms = 0;
 };
 
@@ -752,18 +766,18 @@ struct RollupSums {
 
 Status MetaStore::insertUsage(const std::vector<UsageRecord>& batch) {
   if (batch.empty()) return Status::ok();
-  constexpr size_t kCols = 18;
-  constexpr size_t kRollupCols = 14;
+  constexpr size_t kCols = 19;
+  constexpr size_t kRollupCols = 15;
   static const MultiRowInsert kInsertRecords(
       "infera_usage (ts_ms, request_id, key_id, team, user_id, model, deployment, region, "
       "prompt_tokens, "
       "completion_tokens, latency_ms, ttft_ms, status, cached, stream, aborted, estimated, "
-      "cost_usd)",
+      "cost_usd, batch)",
       kCols, "");
   static const MultiRowInsert kUpsertRollups(
       "infera_usage_minute (minute_ms, team, key_id, user_id, model, deployment, requests, "
       "prompt_tokens, "
-      "completion_tokens, cached, aborted, errors, cost_usd, latency_ms_sum)",
+      "completion_tokens, cached, aborted, errors, cost_usd, latency_ms_sum, batch_requests)",
       kRollupCols,
       " ON CONFLICT (minute_ms, team, key_id, user_id, model, deployment) DO UPDATE SET "
       "requests = infera_usage_minute.requests + excluded.requests, "
@@ -773,7 +787,8 @@ Status MetaStore::insertUsage(const std::vector<UsageRecord>& batch) {
       "aborted = infera_usage_minute.aborted + excluded.aborted, "
       "errors = infera_usage_minute.errors + excluded.errors, "
       "cost_usd = infera_usage_minute.cost_usd + excluded.cost_usd, "
-      "latency_ms_sum = infera_usage_minute.latency_ms_sum + excluded.latency_ms_sum");
+      "latency_ms_sum = infera_usage_minute.latency_ms_sum + excluded.latency_ms_sum, "
+      "batch_requests = infera_usage_minute.batch_requests + excluded.batch_requests");
   // Ordered, so that replicas sharing a PostgreSQL store lock roll-up rows in the same order.
   std::map<RollupId, RollupSums> rollups;
   for (const UsageRecord& u : batch) {
@@ -787,6 +802,7 @@ Status MetaStore::insertUsage(const std::vector<UsageRecord>& batch) {
     r.errors += u.status >= 400 ? 1 : 0;
     r.cost_usd += u.cost_usd;
     r.latency_ms += u.latency_ms;
+    r.batch += u.batch ? 1 : 0;
   }
   INFERA_RETURN_IF_ERROR(db_->begin());
   auto run = [&](const std::string& sql, const std::vector<SqlValue>& params) {
@@ -819,6 +835,7 @@ Status MetaStore::insertUsage(const std::vector<UsageRecord>& batch) {
       params.emplace_back(int64_t{u.aborted ? 1 : 0});
       params.emplace_back(int64_t{u.estimated ? 1 : 0});
       params.emplace_back(u.cost_usd);
+      params.emplace_back(int64_t{u.batch ? 1 : 0});
     }
     INFERA_RETURN_IF_ERROR(run(kInsertRecords.sql(n), params));
   }
@@ -842,6 +859,7 @@ Status MetaStore::insertUsage(const std::vector<UsageRecord>& batch) {
       params.emplace_back(sum.errors);
       params.emplace_back(sum.cost_usd);
       params.emplace_back(sum.latency_ms);
+      params.emplace_back(sum.batch);
     }
     INFERA_RETURN_IF_ERROR(run(kUpsertRollups.sql(n), params));
   }
@@ -912,7 +930,8 @@ Result<std::string> MetaStore::queryUsage(const UsageQuery& q) {
   sql +=
       ", SUM(requests), SUM(prompt_tokens), SUM(completion_tokens), SUM(cached), SUM(aborted), "
       "SUM(cost_usd), "
-      "SUM(latency_ms_sum), SUM(errors) FROM infera_usage_minute WHERE minute_ms >= ?1 AND "
+      "SUM(latency_ms_sum), SUM(errors), SUM(batch_requests) FROM infera_usage_minute WHERE "
+      "minute_ms >= ?1 AND "
       "minute_ms < ?2";
   const int64_t from = q.from_ms - ((q.from_ms % 60'000) + 60'000) % 60'000;
   std::vector<SqlValue> params = {SqlValue(from),
@@ -949,6 +968,7 @@ Result<std::string> MetaStore::queryUsage(const UsageQuery& q) {
     const double latency_sum = r.real(i, c++);
     row["avg_latency_ms"] = requests > 0 ? latency_sum / static_cast<double>(requests) : 0.0;
     row["errors"] = r.integer(i, c++);
+    row["batch_requests"] = r.integer(i, c++);  // of `requests`: lines of batches
     rows.push_back(std::move(row));
   }
   return dumpJson(rows);

@@ -838,6 +838,80 @@ Task<void> Api::cancelBatch(net::HttpRequest& req, net::ResponseWriter& w, std::
 
 }  // namespace
 
+// ---------------- the operator's view (admin port) ----------------
+
+// A Batch object with who made it (the admin API's rows).
+std::string adminBatchJson(const BatchRow& b) {
+  auto parsed = readJson(batchJson(b));
+  Json j = parsed.ok() ? std::move(*parsed) : Json::object();
+  j["team"] = b.team;
+  j["key_id"] = b.key_id;
+  j["user"] = b.user;
+  return dumpJson(j);
+}
+
+class AdminApi {
+ public:
+  AdminApi(Shared& sh, net::asio::io_context& ctx) : sh_(sh), ctx_(ctx) {}
+
+  Task<void> list(net::HttpRequest& req, net::ResponseWriter& w) {
+    const std::string_view q = queryPart(req);
+    Page page;
+    auto limit = limitParam(q, 100, 1000);
+    std::string answer;
+    int status = 200;
+    if (!limit.ok()) {
+      status = 400;
+      answer = errorBody(400, limit.status().message(), "", nullptr, "limit");
+    } else {
+      page.limit = *limit;
+      page.after = lastValue(q, "after");
+      page.team = lastValue(q, "team");
+      page.status = lastValue(q, "status");
+      const net::PoolJob<BatchStore, std::string> job =
+          [page](BatchStore& s) -> Result<std::string> {
+        INFERA_ASSIGN_OR_RETURN(auto rows, s.batches(Viewer{true, ""}, page));
+        return listJson<BatchRow>(rows, page.limit, &adminBatchJson);
+      };
+      auto r = co_await net::runOnPool<BatchStore, std::string>(ctx_, sh_.pool, job, kComponent);
+      status = r.ok() ? 200 : httpStatusOf(r.status());
+      answer =
+          r.ok() ? std::move(*r) : errorBody(status, r.status().message(), "", nullptr, nullptr);
+    }
+    co_await w.send(status, "application/json", answer);
+  }
+
+  Task<void> one(net::HttpRequest& req, net::ResponseWriter& w, std::string id, bool cancel) {
+    (void)req;
+    const int64_t now = sh_.nowMs();
+    const net::PoolJob<BatchStore, std::optional<BatchRow>> job =
+        [id, cancel, now](BatchStore& s) -> Result<std::optional<BatchRow>> {
+      if (!plausibleId(id)) return std::optional<BatchRow>();
+      INFERA_ASSIGN_OR_RETURN(auto row, s.batch(id));
+      if (!row || !cancel) return row;
+      return s.cancel(id, now);
+    };
+    auto r = co_await net::runOnPool<BatchStore, std::optional<BatchRow>>(ctx_, sh_.pool, job,
+                                                                          kComponent);
+    int status = 200;
+    std::string answer;
+    if (!r.ok()) {
+      status = httpStatusOf(r.status());
+      answer = errorBody(status, r.status().message(), "", nullptr, nullptr);
+    } else if (!*r) {
+      status = 404;
+      answer = errorBody(404, "No batch found with id '" + id + "'.", "", "batch_not_found", "id");
+    } else {
+      answer = adminBatchJson(**r);
+    }
+    co_await w.send(status, "application/json", answer);
+  }
+
+ private:
+  Shared& sh_;
+  net::asio::io_context& ctx_;
+};
+
 std::string fileJson(const FileRow& f) {
   return dumpJson(Json{{"id", f.id},
                        {"object", "file"},
@@ -935,6 +1009,25 @@ void addApiRoutes(Shared& sh, net::asio::io_context& ctx, net::Router& router,
              [a](net::HttpRequest& r, net::ResponseWriter& w, net::PathParams p) {
                return a->cancelBatch(r, w, std::string(p["id"]));
              });
+}
+
+void addAdminApiRoutes(Shared& sh, net::asio::io_context& ctx, net::Router& admin,
+                       const net::RouteGuard& guard) {
+  auto api = std::make_unique<AdminApi>(sh, ctx);
+  AdminApi* a = api.get();
+  admin.own(std::move(api));
+  admin.add("GET", "/admin/batches",
+            guard([a](net::HttpRequest& r, net::ResponseWriter& w, net::PathParams) {
+              return a->list(r, w);
+            }));
+  admin.add("GET", "/admin/batches/{id}",
+            guard([a](net::HttpRequest& r, net::ResponseWriter& w, net::PathParams p) {
+              return a->one(r, w, std::string(p["id"]), false);
+            }));
+  admin.add("POST", "/admin/batches/{id}/cancel",
+            guard([a](net::HttpRequest& r, net::ResponseWriter& w, net::PathParams p) {
+              return a->one(r, w, std::string(p["id"]), true);
+            }));
 }
 
 }  // namespace infera::batch

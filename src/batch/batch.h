@@ -63,6 +63,7 @@ struct BatchConfig {
   int threads = 2;                          // store and file workers for the API
   int64_t max_queued = 1024;                // queued API store/file tasks; more is 503
   int64_t max_open_batches = 100;           // per team, not yet ended; more is 429
+  double price_factor = 0.5;  // batch lines are billed at this share of the route\'s price
   std::vector<std::string> endpoints = {"/v1/chat/completions", "/v1/completions",
                                         "/v1/embeddings"};
   std::vector<std::string> completion_windows = {"24h"};  // accepted values ("<n>h" or "<n>m")
@@ -92,6 +93,10 @@ class BatchService {
   // `access`: that loop's access worker (null: no access control).
   virtual void addDataRoutes(int loop, net::asio::io_context& ctx, net::Router& router,
                              access::AccessWorker* access) = 0;
+  // On the admin loop: every team's batches for the operator (GET /admin/batches?team=&status=
+  // &limit=&after=, GET /admin/batches/{id}, POST /admin/batches/{id}/cancel), behind `guard`.
+  virtual void addAdminRoutes(net::asio::io_context& ctx, net::Router& admin,
+                              const net::RouteGuard& guard) = 0;
   // Starts the executor (after every loop's addDataRoutes).
   virtual void start() = 0;
   // Stops the executor: no new lines; the lines in flight are aborted (their answers are not

@@ -40,6 +40,7 @@ void readBatchConfig(ConfigReader& r, BatchConfig& c) {
   r.optional("threads", c.threads, 1, 64);
   r.optional("max_queued", c.max_queued, 1, 1'000'000);
   r.optional("max_open_batches", c.max_open_batches, 1, 1'000'000);
+  r.optional("price_factor", c.price_factor, 0.0, 10.0);
   if (r.optional("endpoints", c.endpoints)) {
     if (c.endpoints.empty()) r.error("endpoints", "must name at least one endpoint");
     for (const auto& e : c.endpoints) {
@@ -66,8 +67,8 @@ std::vector<std::string> restartNeeded(const BatchConfig& a, const BatchConfig& 
       a.chunk_lines != b.chunk_lines || a.lease_ms != b.lease_ms || a.poll_ms != b.poll_ms ||
       a.max_attempts != b.max_attempts || a.retry_base_ms != b.retry_base_ms ||
       a.threads != b.threads || a.max_queued != b.max_queued ||
-      a.max_open_batches != b.max_open_batches || a.endpoints != b.endpoints ||
-      a.completion_windows != b.completion_windows) {
+      a.max_open_batches != b.max_open_batches || a.price_factor != b.price_factor ||
+      a.endpoints != b.endpoints || a.completion_windows != b.completion_windows) {
     return {"batch"};
   }
   return {};

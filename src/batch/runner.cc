@@ -126,7 +126,7 @@ Task<void> runLine(LoopLines& loop, LineJob job, std::shared_ptr<Mailbox> mailbo
     req.target = job.endpoint;
     req.headers = {{"content-type", "application/json"}, {"x-infera-priority", "batch"}};
     req.body = job.body;
-    const net::InProcessCaller caller{job.key_id, job.user};
+    const net::InProcessCaller caller{job.key_id, job.user, true, loop.price_factor};
     req.in_process = &caller;
     CaptureWriter w(max_response_bytes);
     loop.in_flight.push_back(&w);

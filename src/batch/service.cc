@@ -62,6 +62,7 @@ class BatchServiceImpl final : public BatchService {
     // The gateway's handlers this loop runs lines through (registered before ours; a streamed
     // route reads a body an in-process request does not have, so none is taken).
     auto lines = std::make_unique<LoopLines>(ctx);
+    lines->price_factor = shared_.config.price_factor;
     for (const std::string& ep : shared_.config.endpoints) {
       const net::Router::Match m = router.match("POST", ep);
       if (m.handler != nullptr && m.streamed_limit == 0) lines->handlers[ep] = *m.handler;
@@ -70,6 +71,11 @@ class BatchServiceImpl final : public BatchService {
     std::lock_guard<std::mutex> lock(mu_);
     if (loop >= 0 && static_cast<size_t>(loop) < loops_.size()) loops_[loop] = lines.get();
     router.own(std::move(lines));
+  }
+
+  void addAdminRoutes(net::asio::io_context& ctx, net::Router& admin,
+                      const net::RouteGuard& guard) override {
+    addAdminApiRoutes(shared_, ctx, admin, guard);
   }
 
   void start() override {

@@ -169,6 +169,14 @@ Result<ListQuery> listWhere(store::SqlDb& db, const char* table, const Viewer& v
     q.params.emplace_back(p.purpose);
     q.where += " AND purpose = ?" + std::to_string(q.params.size());
   }
+  if (!p.team.empty()) {
+    q.params.emplace_back(p.team);
+    q.where += " AND team = ?" + std::to_string(q.params.size());
+  }
+  if (!with_purpose && !p.status.empty()) {
+    q.params.emplace_back(p.status);
+    q.where += " AND status = ?" + std::to_string(q.params.size());
+  }
   if (!p.after.empty()) {
     // The cursor resolves only among the rows the viewer sees (another team's id tells nothing).
     INFERA_ASSIGN_OR_RETURN(auto c,

@@ -21,6 +21,7 @@ std::string_view routes_js();
 std::string_view registry_js();
 std::string_view stores_js();
 std::string_view vectors_js();
+std::string_view batches_js();
 std::string_view scheduler_js();
 std::string_view audit_js();
 }  // namespace infera::console::files
@@ -96,6 +97,7 @@ std::vector<Asset> assets() {
       {"pages/registry.js", kJs, files::registry_js()},
       {"pages/stores.js", kJs, files::stores_js()},
       {"pages/vectors.js", kJs, files::vectors_js()},
+      {"pages/batches.js", kJs, files::batches_js()},
       {"pages/scheduler.js", kJs, files::scheduler_js()},
       {"pages/audit.js", kJs, files::audit_js()},
   };

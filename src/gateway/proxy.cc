@@ -1319,7 +1319,14 @@ void ProxyHandler::finishAccess(Exchange& x) {
     r.estimated = true;
     r.prompt_tokens = x.grant.estimatedPrompt();
   }
-  access_->finish(x.grant, std::move(r), x.route ? x.route->price : PriceConfig{});
+  PriceConfig price = x.route ? x.route->price : PriceConfig{};
+  if (x.req.in_process != nullptr && x.req.in_process->batch) {
+    // A batch line: marked in usage, billed at the batch price factor.
+    r.batch = true;
+    price.prompt_per_1m *= x.req.in_process->price_factor;
+    price.completion_per_1m *= x.req.in_process->price_factor;
+  }
+  access_->finish(x.grant, std::move(r), price);
 }
 
 // ---------------- experiments: arms, data capture, shadows ----------------

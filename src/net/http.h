@@ -16,6 +16,8 @@ class BodyReader;  // net/server.h
 struct InProcessCaller {
   std::string key_id;  // empty: no key (access control off, or an anonymous batch)
   std::string user;
+  bool batch = false;         // a batch line: its usage record is marked as batch work
+  double price_factor = 1.0;  // the share of the route's price its usage is billed at
 };
 
 struct HttpHeader {

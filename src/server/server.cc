@@ -603,6 +603,8 @@ class ServerImpl final : public Server {
     if (model_registry_)
       model_registry_->addAdminRoutes(
           ctx, r, [this](net::RouteHandler h) { return guarded(std::move(h)); });
+    if (batch_)
+      batch_->addAdminRoutes(ctx, r, [this](net::RouteHandler h) { return guarded(std::move(h)); });
     if (access_) {
       access_->addAdminRoutes(r);
     } else {

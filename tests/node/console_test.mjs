@@ -62,7 +62,7 @@ const go = async (page, id) => {
   await ready(page, id);
 };
 // Every page of the console (src/console/assets/app.js, PAGES).
-const PAGES = ['overview', 'keys', 'usage', 'routes', 'registry', 'stores', 'vectors', 'scheduler', 'audit'];
+const PAGES = ['overview', 'keys', 'usage', 'routes', 'registry', 'stores', 'vectors', 'batches', 'scheduler', 'audit'];
 const shot = (page, name) => page.screenshot({ path: `${SHOTS}/${name}.png`, fullPage: false });
 const step = (name) => console.log(`-- ${name}`);
 
@@ -90,7 +90,7 @@ try {
   await page.press('#login-token', 'Enter'); // the keyboard submits too
   await ready(page, 'overview');
   const nav = await page.$$eval('nav a', (as) => as.map((a) => a.textContent));
-  assert.deepEqual(nav, ['Overview', 'Keys & teams', 'Usage & cost', 'Routes & config', 'Registry', 'Features', 'Vectors', 'Scheduler', 'Audit']);
+  assert.deepEqual(nav, ['Overview', 'Keys & teams', 'Usage & cost', 'Routes & config', 'Registry', 'Features', 'Vectors', 'Batches', 'Scheduler', 'Audit']);
   await page.waitForSelector('tr[data-deployment="chat|dep-a"]');
   await shot(page, 'overview');
 
@@ -247,6 +247,40 @@ try {
   await shot(page, 'vectors');
   const asTeam = await fetch(`${ADMIN_URL}/admin/vectors/collections`, { headers: { authorization: `Bearer ${riskKey}` } });
   assert.equal(asTeam.status, 403, 'the collections route is for the admin token');
+
+  step('batches: a team\'s batches with their progress, counts and validation errors');
+  const upload = async (text) => {
+    const form = new FormData();
+    form.append('purpose', 'batch');
+    form.append('file', new Blob([text]), 'in.jsonl');
+    const r = await fetch(`${DATA_URL}/v1/files`, { method: 'POST', headers: { authorization: `Bearer ${riskKey}` }, body: form });
+    assert.equal(r.status, 200);
+    return (await r.json()).id;
+  };
+  const startBatch = async (fileId) => {
+    const r = await fetch(`${DATA_URL}/v1/batches`, {
+      method: 'POST', headers: { authorization: `Bearer ${riskKey}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ input_file_id: fileId, endpoint: '/v1/chat/completions', completion_window: '24h' }),
+    });
+    assert.equal(r.status, 200);
+    return (await r.json()).id;
+  };
+  const line = (i) => JSON.stringify({ custom_id: `c${i}`, method: 'POST', url: '/v1/chat/completions', body: { model: 'fraud', max_tokens: 2, messages: [{ role: 'user', content: 'hi' }] } });
+  const goodBatch = await startBatch(await upload([0, 1, 2].map(line).join('\n') + '\n'));
+  const badBatch = await startBatch(await upload('not json\n' + line(9) + '\n'));
+  await go(page, 'batches');
+  const rowCells = async (id, want) => waitFor(`batch ${id} ${want}`, async () => {
+    const row = await page.$(`table[aria-label="Batches"] tr[data-id="${id}"]`);
+    const cells = row ? await row.$$eval('td', (tds) => tds.map((td) => td.textContent)) : [];
+    return cells[3] === want ? cells : null;
+  });
+  const goodCells = await rowCells(goodBatch, 'completed');
+  assert.equal(goodCells[1], 'risk');
+  assert.match(goodCells[4], /^3 \/ 3/, `progress: ${goodCells[4]}`);
+  const badCells = await rowCells(badBatch, 'failed');
+  assert.equal(badCells[7], 'line 1: invalid_json_line');
+  await shot(page, 'batches');
+  assert.equal((await fetch(`${ADMIN_URL}/admin/batches`, { headers: { authorization: `Bearer ${riskKey}` } })).status, 403, 'every team\'s batches are for the admin token');
 
   step('scheduler: the queue against its guarantee and max, pending time, the cluster figures');
   await go(page, 'scheduler');

@@ -25,6 +25,7 @@ emulators:
   slow: {models: [slow-model], ttft_ms: 600, token_ms: 1, default_max_tokens: 2}
 models:
   - name: llama-3-8b
+    price: {prompt_per_1m: 1000000, completion_per_1m: 1000000}   # \$1 a token: costs are token counts
     deployments: [{endpoints: [{emulator: fast}]}]
   - name: text-embedding-3-small
     deployments: [{endpoints: [{emulator: fast}]}]
@@ -38,6 +39,7 @@ batch:
   chunk_lines: 16
   poll_ms: 50
   lease_ms: 400         # shorter than a slow-model line: leases must be renewed while lines run
+  price_factor: 0.5
   max_attempts: 2
   retry_base_ms: 20
 YAML
@@ -85,3 +87,26 @@ grep -q "has no error file" "$work/cli-err.txt" || { cat "$work/cli-err.txt"; ex
 INFERA_API_KEY="$key_b" "$infera" batches show "$id" 2>"$work/cli-b.txt" && { echo "team b sees team a's batch"; exit 1; }
 grep -q "error 404" "$work/cli-b.txt" || { cat "$work/cli-b.txt"; exit 1; }
 echo "ok - infera batches create/list/show/output, and another team's key gets a 404"
+
+# Usage: every llama-3-8b request of team-a so far was a batch line, marked and billed at half
+# price; one interactive request beside them is billed in full and not marked.
+unset INFERA_API_KEY
+interactive=$(curl -sf -H "authorization: Bearer $key_a" -H 'content-type: application/json' \
+  -d '{"model":"llama-3-8b","max_tokens":2,"messages":[{"role":"user","content":"hello there"}]}' \
+  "http://127.0.0.1:$port/v1/chat/completions" | python3 -c 'import json,sys; print(json.load(sys.stdin)["usage"]["total_tokens"])')
+row=""
+for _ in $(seq 1 100); do
+  row=$("$infera" usage --team team-a --model llama-3-8b --granularity total --group-by none --json)
+  python3 -c 'import json,sys; r=json.loads(sys.argv[1])["rows"][0]; sys.exit(0 if r["requests"] == r["batch_requests"] + 1 else 1)' "$row" 2>/dev/null && break
+  sleep 0.05
+done
+python3 - "$row" "$interactive" <<'PY'
+import json, sys
+r = json.loads(sys.argv[1])["rows"][0]
+interactive = int(sys.argv[2])
+assert r["batch_requests"] > 100 and r["requests"] == r["batch_requests"] + 1, r
+batch_tokens = r["total_tokens"] - interactive
+want = 0.5 * batch_tokens + interactive
+assert abs(r["cost_usd"] - want) < 1e-6, (r, want)
+print(f"ok - usage: {r['batch_requests']} batch requests at half price, 1 interactive at full price (cost {r['cost_usd']})")
+PY

@@ -15,7 +15,7 @@ source "$here/lib.sh"
 require_module "$node_modules" playwright-core
 [[ -x /usr/bin/chromium ]] || { echo "/usr/bin/chromium missing (scripts/install-deps.sh installs it)"; exit 1; }
 fail() { echo "FAIL: $*"; exit 1; }
-rm -rf "$work"/console.db* "$work/registry" "$work/features" "$work/vectors" "$work/shots" "$work"/console.yaml*
+rm -rf "$work"/console.db* "$work/registry" "$work/features" "$work/vectors" "$work/batch" "$work/shots" "$work"/console.yaml*
 # An `infera sched serve` against the test API server (tests/kube/fake_apiserver.mjs, HTTPS with a
 # throwaway CA) for the Scheduler page: one 8-GPU A10 node, a queue with a guarantee and a max, a
 # 2-GPU pod it binds.
@@ -79,6 +79,9 @@ features:
 vectors:
   data_dir: $work/vectors
   fsync: false
+batch:
+  data_dir: $work/batch
+  poll_ms: 50
 scheduler:
   metrics_url: $sched_metrics/metrics
 # Both emulators answer in ~40 ms: the balancer (two weighted draws, the faster kept unless within

@@ -114,7 +114,8 @@ struct LoopLines {
   net::asio::io_context& ctx;
   std::unordered_map<std::string, net::RouteHandler> handlers;  // endpoint -> the gateway's
   std::vector<CaptureWriter*> in_flight;
-  bool stopping = false;  // set by abortLines: a line that starts after it ends at once
+  bool stopping = false;      // set by abortLines: a line that starts after it ends at once
+  double price_factor = 1.0;  // batch.price_factor, for each line's usage
 };
 
 // Runs `job` on `loop` (posted there) and puts the outcome in `mailbox`.
@@ -139,6 +140,9 @@ class Runner {
 // The API on one data loop.
 void addApiRoutes(Shared& shared, net::asio::io_context& ctx, net::Router& router,
                   access::AccessWorker* access);
+// The operator's routes on the admin loop.
+void addAdminApiRoutes(Shared& shared, net::asio::io_context& ctx, net::Router& admin,
+                       const net::RouteGuard& guard);
 
 // The Batch object's JSON (OpenAI's shape).
 std::string batchJson(const BatchRow& b);

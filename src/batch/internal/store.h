@@ -95,6 +95,8 @@ struct Page {
   int64_t limit = 20;
   bool ascending = false;  // files: order=asc; batches are always newest first
   std::string purpose;     // files only: "" = any
+  std::string team;        // "" = any (the operator's filters)
+  std::string status;      // batches only: "" = any
 };
 
 class BatchStore {

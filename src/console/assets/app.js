@@ -7,12 +7,13 @@ import routes from './pages/routes.js';
 import registry from './pages/registry.js';
 import stores from './pages/stores.js';
 import vectors from './pages/vectors.js';
+import batches from './pages/batches.js';
 import scheduler from './pages/scheduler.js';
 import audit from './pages/audit.js';
 
 // Each page says whether it is shown for this login and server (a page for a component that is
 // not configured is absent) and renders into <main>; render may return a stop function.
-const PAGES = [overview, keys, usage, routes, registry, stores, vectors, scheduler, audit];
+const PAGES = [overview, keys, usage, routes, registry, stores, vectors, batches, scheduler, audit];
 
 const app = document.getElementById('app');
 let ctx = null;
