@@ -38,8 +38,9 @@ declare -A QUICK_ARGS=(
   [redis_script]="--calls 2000 --rounds 1"
   [features]="2"
   [engine_routing]="--engines 8 --rates 4 --duration 5 --policies least_queue,prefix_load --parts prefix"
+  [batch]="2000 8"
 )
-for script in throughput latency streams governance redis_script features engine_routing; do
+for script in throughput latency streams governance redis_script features engine_routing batch; do
   section "bench/load/$script.sh"
   quick=()
   [[ "${BENCH_QUICK:-0}" == "1" ]] && read -ra quick <<<"${QUICK_ARGS[$script]}"

@@ -159,4 +159,20 @@ printf '{"id":1,"text":"a red apple"}\n{"id":2,"text":"a green pear","payload":{
 check "infera vectors embed through the example's emulator" grep -q "embedded 2 texts" "$top/vembed.out"
 check "the embedded collection has the emulator's 384 dimensions" bash -c "curl -s $INFERA_URL/collections/docs | grep -q '\"size\":384'"
 kill -TERM "$pid"; wait "$pid" 2>/dev/null; pid=""
+# --- batch tour (README: "Batch inference"), on free ports -----------------------------------------
+mkdir -p "$top/batch" && cd "$top/batch"
+sed -e 's/port: 8080/port: 0/' -e 's/port: 9090/port: 0/' -e "s|./infera-data/batch|$top/batch/data|" \
+  "$clone/examples/batch.yaml" >"$top/batch.yaml"
+start_serve "$infera" "$top/batch.yaml" "$top/batch.out"
+check "the batch example starts" test -n "$port"
+export INFERA_URL="http://127.0.0.1:$port"
+for i in 1 2 3; do echo "{\"custom_id\":\"q$i\",\"method\":\"POST\",\"url\":\"/v1/chat/completions\",\"body\":{\"model\":\"llama-3-8b\",\"messages\":[{\"role\":\"user\",\"content\":\"question $i\"}]}}"; done >requests.jsonl
+"$infera" batches create requests.jsonl --wait >"$top/bcreate.out" 2>&1
+check "infera batches create --wait ends completed, 3 of 3" grep -q "completed.*3 of 3 done" "$top/bcreate.out"
+batch_id=$(awk 'NR==1 {print $1}' "$top/bcreate.out")
+"$infera" batches list >"$top/blist.out" 2>&1
+check "infera batches list shows it" bash -c "[[ -n '$batch_id' ]] && grep -q '^$batch_id ' '$top/blist.out'"
+"$infera" batches output "$batch_id" >"$top/boutput.out" 2>&1
+check "infera batches output has one answer per line" bash -c "[[ \$(grep -c '\"status_code\":200' '$top/boutput.out') == 3 ]]"
+kill -TERM "$pid"; wait "$pid" 2>/dev/null; pid=""
 finish
