@@ -69,6 +69,8 @@ run_batch() {
   [[ "$(field '["request_counts"]["completed"]' <<<"$batch")" == "$(wc -l <"$1")" ]] || {
     echo "batch did not answer every line: $batch" >&2; return 1; }
   echo "$(python3 -c "print(round($t1 - $t0, 3))") $peak"
+  # The phases, from the batch's own timestamps (whole seconds): validating, running, finalizing.
+  python3 -c "import json,sys; b=json.loads(sys.argv[1]); print('  phases of', b['request_counts']['total'], 'lines: validating', b['in_progress_at']-b['created_at'], 's, running', b['finalizing_at']-b['in_progress_at'], 's, finalizing', b['completed_at']-b['finalizing_at'], 's')" "$batch" >>"$BENCH_TMP/phases.txt"
 }
 
 lines "$BENCH_TMP/small.jsonl" $((N / 10))
@@ -82,6 +84,7 @@ loop=$(node "$here/batch_client.js" "$GW_PORT" "$BENCH_TMP/big.jsonl" "$C")
 loop_s=$(field '["seconds"]' <<<"$loop")
 [[ "$(field '["failed"]' <<<"$loop")" == 0 ]] || { echo "client loop failed: $loop" >&2; exit 1; }
 
+tail -1 "$BENCH_TMP/phases.txt"
 python3 - "$N" "$C" "$big_s" "$loop_s" "$idle" "$small_peak" "$big_peak" <<'PY'
 import sys
 n, c, big_s, loop_s, idle, small_peak, big_peak = sys.argv[1:]

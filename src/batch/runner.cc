@@ -15,6 +15,8 @@
 #include "net/server.h"
 #include "obs/metrics.h"
 
+#include <simdjson.h>
+
 namespace infera::batch {
 
 using Json = nlohmann::json;
@@ -269,12 +271,17 @@ struct Runner::Impl {
   void renewLeases(int64_t now);
   bool claim(int64_t now);
   bool sendDueRetry(int64_t now);
+  // Sends lines until `concurrency` are in flight (or nothing is left to send now).
+  void fill(int64_t now);
   bool sendNewLine();
   void send(LineJob job);
   // Keeps the pipeline's bookkeeping going during long work on this thread (validation,
   // finalization): leases renewed, answers taken in and recorded.
   void tick();
   int64_t unrecorded_bytes = 0;
+  simdjson::dom::parser response_parser;   // the answers (usage, and whether they are JSON)
+  simdjson::ondemand::parser line_parser;  // the input lines (custom_id and body)
+  bool lineFields(const std::string& text, std::string& custom_id, std::string& body);
   void handle(LineOutcome&& o, int64_t now);
   void addResult(size_t slot, const std::string& batch_id, LineResult r);
   void recordResults();
@@ -686,6 +693,34 @@ bool Runner::Impl::claim(int64_t now) {
   return true;
 }
 
+bool Runner::Impl::lineFields(const std::string& text, std::string& custom_id, std::string& body) {
+  const simdjson::padded_string padded(text);
+  simdjson::ondemand::document doc;
+  if (line_parser.iterate(padded).get(doc) != simdjson::SUCCESS) return false;
+  simdjson::ondemand::object obj;
+  if (doc.get_object().get(obj) != simdjson::SUCCESS) return false;
+  bool have_id = false, have_body = false;
+  for (auto field : obj) {
+    std::string_view key;
+    if (field.unescaped_key().get(key) != simdjson::SUCCESS) return false;
+    if (key == "custom_id") {
+      std::string_view v;
+      if (field.value().get_string().get(v) != simdjson::SUCCESS) return false;
+      custom_id = std::string(v);
+      have_id = true;
+    } else if (key == "body") {
+      simdjson::ondemand::object b;  // validation checked that it is an object
+      std::string_view raw;
+      if (field.value().get_object().get(b) != simdjson::SUCCESS ||
+          b.raw_json().get(raw) != simdjson::SUCCESS)
+        return false;
+      body = std::string(raw);
+      have_body = true;
+    }
+  }
+  return have_id && have_body;
+}
+
 void Runner::Impl::send(LineJob job) {
   ++in_flight;
   runLineOn(*loop(next_loop++ % loops), std::move(job), mailbox, sh.config.max_response_bytes);
@@ -719,8 +754,11 @@ bool Runner::Impl::sendNewLine() {
       while (s.recorded_at < s.recorded.size() && s.recorded[s.recorded_at] < line) ++s.recorded_at;
       if (s.recorded_at < s.recorded.size() && s.recorded[s.recorded_at] == line) continue;
       if (more.ok() && text.find_first_not_of(" \t\r") == std::string::npos) continue;
-      auto j = more.ok() ? readOrderedJson(text) : Result<nlohmann::ordered_json>(more.status());
-      if (!j.ok() || !j->is_object() || !j->contains("custom_id") || !j->contains("body")) {
+      // The line was read whole at validation (readJson: no duplicate key, valid UTF-8); here only
+      // its custom_id and the bytes of its body are taken, and the gateway reads those bytes.
+      std::string custom_id, body;
+      const bool parsed = more.ok() && lineFields(text, custom_id, body);
+      if (!parsed) {
         // Validated before: the file changed underneath. The line fails; the rest go on.
         LineResult r;
         r.line = line;
@@ -737,9 +775,9 @@ bool Runner::Impl::sendNewLine() {
       LineJob job;
       job.batch_id = s.chunk.batch_id;
       job.line = line;
-      job.custom_id = (*j)["custom_id"].is_string() ? (*j)["custom_id"].get<std::string>() : "";
+      job.custom_id = std::move(custom_id);
       job.endpoint = s.batch.endpoint;
-      job.body = dumpJson((*j)["body"]);
+      job.body = std::move(body);
       job.key_id = s.batch.key_id;
       job.user = s.batch.user;
       job.slot = si;
@@ -780,35 +818,45 @@ void Runner::Impl::handle(LineOutcome&& o, int64_t now) {
   LineResult r;
   r.line = o.job.line;
   r.ok = o.status >= 200 && o.status < 300;
-  // The answer's body as the backend wrote it (keys in its order), or its text when not JSON.
-  using OJson = nlohmann::ordered_json;
-  OJson body;
-  if (auto parsed = readOrderedJson(o.body); parsed.ok()) {
-    body = std::move(*parsed);
-    if (const auto u = body.find("usage"); u != body.end() && u->is_object()) {
-      auto num = [&](const char* k) {
-        const auto it = u->find(k);
-        return it != u->end() && it->is_number_integer() ? it->get<int64_t>() : int64_t{0};
-      };
-      r.prompt_tokens = num("prompt_tokens");
-      r.completion_tokens = num("completion_tokens");
-    }
-  } else {
-    body = o.body;
-  }
-  OJson line;
-  line["id"] = newRequestId();
-  line["custom_id"] = o.job.custom_id;
+  // The output line, written directly: the answer's body goes in as the backend wrote it (keys in
+  // its order), minified onto one line, once simdjson has read it as JSON (valid UTF-8 included);
+  // an answer that is not JSON goes in as a string.
+  std::string& out = r.line_json;
+  out.reserve(o.body.size() + 256);
+  out = "{\"id\":";
+  net::appendJsonString(out, newRequestId());
+  out += ",\"custom_id\":";
+  net::appendJsonString(out, o.job.custom_id);
   if (o.status == 0) {
-    line["response"] = nullptr;
-    line["error"] = OJson{{"code", "request_timeout"},
-                          {"message", "The request got no answer from the model's backends."}};
+    out +=
+        ",\"response\":null,\"error\":{\"code\":\"request_timeout\",\"message\":\"The request "
+        "got no answer from the model's backends.\"}}";
   } else {
-    line["response"] =
-        OJson{{"status_code", o.status}, {"request_id", o.request_id}, {"body", body}};
-    line["error"] = nullptr;
+    out += ",\"response\":{\"status_code\":" + std::to_string(o.status) + ",\"request_id\":";
+    net::appendJsonString(out, o.request_id);
+    out += ",\"body\":";
+    simdjson::dom::element doc;
+    if (!o.body.empty() && response_parser.parse(o.body).get(doc) == simdjson::SUCCESS) {
+      if (simdjson::dom::object usage; doc["usage"].get(usage) == simdjson::SUCCESS) {
+        int64_t n = 0;
+        if (usage["prompt_tokens"].get(n) == simdjson::SUCCESS) r.prompt_tokens = n;
+        if (usage["completion_tokens"].get(n) == simdjson::SUCCESS) r.completion_tokens = n;
+      }
+      const size_t at = out.size();
+      out.resize(at + o.body.size());
+      size_t len = 0;
+      if (simdjson::minify(o.body.data(), o.body.size(), out.data() + at, len) ==
+          simdjson::SUCCESS) {
+        out.resize(at + len);
+      } else {
+        out.resize(at);
+        net::appendJsonString(out, o.body);
+      }
+    } else {
+      net::appendJsonString(out, o.body);
+    }
+    out += "},\"error\":null}";
   }
-  r.line_json = dumpJson(line);
   addResult(o.job.slot, o.job.batch_id, std::move(r));
 }
 
@@ -877,6 +925,23 @@ void Runner::Impl::drain() {
   }
 }
 
+void Runner::Impl::fill(int64_t now) {
+  // Fill the pipeline: retries that are due, lines from the slots held, then a new chunk.
+  // Lines waiting for a retry count against new lines, never against their own resend.
+  while (in_flight < sh.config.concurrency) {
+    if (sendDueRetry(now)) continue;
+    if (in_flight + static_cast<int64_t>(retries.size()) >= sh.config.concurrency) break;
+    if (sendNewLine()) continue;
+    // A new chunk: only into a free slot, and not again within poll_ms of finding none.
+    if (std::none_of(slots.begin(), slots.end(), [](const Slot& x) { return !x.active; })) break;
+    if (now - last_claim_miss < sh.config.poll_ms) break;
+    if (!claim(sh.clock.unixMillis())) {
+      last_claim_miss = now;
+      break;
+    }
+  }
+}
+
 void Runner::Impl::run() {
   const int64_t poll = sh.config.poll_ms;
   while (!stopping.load()) {
@@ -889,21 +954,16 @@ void Runner::Impl::run() {
       last_renew = now;
       renewLeases(now);
     }
-    // Fill the pipeline: retries that are due, lines from the slots held, then a new chunk.
-    // Lines waiting for a retry count against new lines, never against their own resend.
-    while (in_flight < sh.config.concurrency) {
-      if (sendDueRetry(now)) continue;
-      if (in_flight + static_cast<int64_t>(retries.size()) >= sh.config.concurrency) break;
-      if (sendNewLine()) continue;
-      if (now - last_claim_miss < poll) break;
-      if (!claim(sh.clock.unixMillis())) {
-        last_claim_miss = now;
-        break;
-      }
-    }
+    fill(now);
     const int64_t wait = retries.empty() ? poll : std::min<int64_t>(poll, 20);
-    for (LineOutcome& o : mailbox->take(in_flight > 0 ? wait : poll, stopping))
+    bool answered = false;
+    for (LineOutcome& o : mailbox->take(in_flight > 0 ? wait : poll, stopping)) {
       handle(std::move(o), sh.clock.unixMillis());
+      answered = true;
+    }
+    // The freed places are filled before the answers are written: a commit (and its fsync) must
+    // not hold the pipeline empty.
+    if (answered) fill(sh.clock.unixMillis());
     if (unrecorded_count >= kRecordBatch || unrecorded_bytes >= kRecordBytes ||
         (unrecorded_count > 0 && sh.clock.unixMillis() - last_record >= kRecordEveryMs) ||
         (unrecorded_count > 0 && in_flight == 0)) {
