@@ -851,13 +851,18 @@ TEST_F(GovernanceTest, NamesThatAreNotUtf8AreRefusedAtTheDoorAndStoredOnesStillL
     const std::string bad = "bad\xFF\xFE";
     ASSERT_TRUE(
         (*db)
-            ->exec("INSERT INTO infera_usage VALUES (?, 'r-old', 'k', 'people', ?, ?, 'd1', "
+            ->exec("INSERT INTO infera_usage (ts_ms, request_id, key_id, team, user_id, model, "
+                   "deployment, region, prompt_tokens, completion_tokens, latency_ms, ttft_ms, "
+                   "status, cached, stream, aborted, estimated, cost_usd) VALUES (?, 'r-old', 'k', "
+                   "'people', ?, ?, 'd1', "
                    "'', 1, 1, 1.0, 0, 404, 0, 0, 0, 0, 0)",
                    {store::SqlValue(now), store::SqlValue(bad), store::SqlValue(bad)})
             .ok());
     ASSERT_TRUE(
         (*db)
-            ->exec("INSERT INTO infera_usage_minute VALUES (?, 'people', 'k', ?, ?, 'd1', "
+            ->exec("INSERT INTO infera_usage_minute (minute_ms, team, key_id, user_id, model, "
+                   "deployment, requests, prompt_tokens, completion_tokens, cached, aborted, "
+                   "errors, cost_usd, latency_ms_sum) VALUES (?, 'people', 'k', ?, ?, 'd1', "
                    "1, 1, 1, 0, 0, 1, 0, 1.0)",
                    {store::SqlValue(now - now % 60000), store::SqlValue(bad), store::SqlValue(bad)})
             .ok());
