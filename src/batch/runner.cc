@@ -758,6 +758,8 @@ bool Runner::Impl::sendNewLine() {
       // its custom_id and the bytes of its body are taken, and the gateway reads those bytes.
       std::string custom_id, body;
       const bool parsed = more.ok() && lineFields(text, custom_id, body);
+      // The parser keeps the room of the longest line it read (≈ 6× its size): not past 1 MiB.
+      if (line_parser.capacity() > (1u << 20)) line_parser = simdjson::ondemand::parser{};
       if (!parsed) {
         // Validated before: the file changed underneath. The line fails; the rest go on.
         LineResult r;
@@ -856,6 +858,8 @@ void Runner::Impl::handle(LineOutcome&& o, int64_t now) {
       net::appendJsonString(out, o.body);
     }
     out += "},\"error\":null}";
+    // A DOM parser keeps the room of the largest answer it read (≈ 15× its size): not past 1 MiB.
+    if (response_parser.capacity() > (1u << 20)) response_parser = simdjson::dom::parser{};
   }
   addResult(o.job.slot, o.job.batch_id, std::move(r));
 }
@@ -926,6 +930,7 @@ void Runner::Impl::drain() {
 }
 
 void Runner::Impl::fill(int64_t now) {
+  if (stopping.load()) return;  // a stop sends nothing more: drain() aborts what is out
   // Fill the pipeline: retries that are due, lines from the slots held, then a new chunk.
   // Lines waiting for a retry count against new lines, never against their own resend.
   while (in_flight < sh.config.concurrency) {

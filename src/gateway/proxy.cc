@@ -1191,6 +1191,11 @@ Task<bool> ProxyHandler::admit(Exchange& x) {
   access::AdmitRequest ar;
   ar.resource = &route.limited;
   ar.price = route.price;
+  if (x.req.in_process != nullptr && x.req.in_process->batch) {
+    // A batch line reserves what it will be billed: its share of the price (finishAccess).
+    ar.price.prompt_per_1m *= x.req.in_process->price_factor;
+    ar.price.completion_per_1m *= x.req.in_process->price_factor;
+  }
   const std::string_view path = x.req.path();
   const bool openai = path.starts_with("/v1/");
   const bool embeddings = path == "/v1/embeddings";
