@@ -882,14 +882,25 @@ class AdminApi {
   }
 
   Task<void> one(net::HttpRequest& req, net::ResponseWriter& w, std::string id, bool cancel) {
-    (void)req;
     const int64_t now = sh_.nowMs();
+    const std::string_view who = req.header("x-infera-actor");
+    const std::string actor = who.empty() ? "admin" : toValidUtf8(who.substr(0, 128));
+    access::Access* audit = sh_.access;
     const net::PoolJob<BatchStore, std::optional<BatchRow>> job =
-        [id, cancel, now](BatchStore& s) -> Result<std::optional<BatchRow>> {
+        [id, cancel, now, actor, audit](BatchStore& s) -> Result<std::optional<BatchRow>> {
       if (!plausibleId(id)) return std::optional<BatchRow>();
       INFERA_ASSIGN_OR_RETURN(auto row, s.batch(id));
       if (!row || !cancel) return row;
-      return s.cancel(id, now);
+      INFERA_ASSIGN_OR_RETURN(auto after, s.cancel(id, now));
+      if (audit != nullptr && after) {
+        // An operator's change, in the audit log like the others.
+        const Json detail = {{"team", after->team}, {"status", after->status}};
+        const Status a = audit->audit(actor, "batch.cancel", id, dumpJson(detail));
+        if (!a.isOk())
+          INFERA_LOG(componentLogger("batch"), warn, "audit of a batch cancel failed: {}",
+                     a.message());
+      }
+      return after;
     };
     auto r = co_await net::runOnPool<BatchStore, std::optional<BatchRow>>(ctx_, sh_.pool, job,
                                                                           kComponent);

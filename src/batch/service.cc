@@ -33,7 +33,7 @@ class BatchServiceImpl final : public BatchService {
   BatchServiceImpl(const BatchConfig& config, BatchDeps deps)
       : shared_(config, deps.clock ? *deps.clock : SystemClock::instance(),
                 config.file_dir.empty() ? config.data_dir + "/files" : config.file_dir,
-                deps.metrics),
+                deps.metrics, deps.access),
         loops_(static_cast<size_t>(std::max(1, deps.workers)), nullptr) {}
 
   ~BatchServiceImpl() override { stop(); }

@@ -110,3 +110,21 @@ want = 0.5 * batch_tokens + interactive
 assert abs(r["cost_usd"] - want) < 1e-6, (r, want)
 print(f"ok - usage: {r['batch_requests']} batch requests at half price, 1 interactive at full price (cost {r['cost_usd']})")
 PY
+
+# The operator's view: every team's batches on the admin port (not for a team key), and an admin
+# cancel that lands in the audit log.
+export INFERA_API_KEY="$key_b"
+for i in $(seq 1 40); do
+  printf '{"custom_id":"adm-%s","method":"POST","url":"/v1/chat/completions","body":{"model":"slow-model","max_tokens":2,"messages":[{"role":"user","content":"hi"}]}}\n' "$i"
+done >"$work/adm.jsonl"
+adm=$("$infera" batches create "$work/adm.jsonl" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])')
+admin_auth="authorization: Bearer $INFERA_ADMIN_TOKEN"
+curl -sf -H "$admin_auth" "$INFERA_ADMIN_URL/admin/batches?team=team-b" | grep -q "\"id\":\"$adm\"" ||
+  { echo "the admin API does not list team-b's batch"; exit 1; }
+[[ $(curl -s -o /dev/null -w '%{http_code}' -H "authorization: Bearer $key_b" "$INFERA_ADMIN_URL/admin/batches") == 403 ]] ||
+  { echo "a team key reads every team's batches"; exit 1; }
+curl -sf -X POST -H "$admin_auth" -H 'x-infera-actor: ops-ann' "$INFERA_ADMIN_URL/admin/batches/$adm/cancel" | grep -q '"status":"cancelling"' ||
+  { echo "the admin cancel did not answer cancelling"; exit 1; }
+curl -sf -H "$admin_auth" "$INFERA_ADMIN_URL/admin/audit?limit=20" | grep -q "batch.cancel" ||
+  { echo "the admin cancel is not in the audit log"; exit 1; }
+echo "ok - /admin/batches lists every team's batches (admin token only); an admin cancel is audited"

@@ -39,17 +39,20 @@ struct Metrics {
 };
 
 struct Shared {
-  Shared(const BatchConfig& c, const Clock& clk, std::string file_dir, obs::MetricsRegistry& r)
+  Shared(const BatchConfig& c, const Clock& clk, std::string file_dir, obs::MetricsRegistry& r,
+         access::Access* a)
       : config(c),
         clock(clk),
         files(std::move(file_dir)),
         pool(c.threads, static_cast<size_t>(c.max_queued)),
-        metrics(r) {}
+        metrics(r),
+        access(a) {}
   const BatchConfig config;
   const Clock& clock;
   FileDir files;
   net::BlockingPool<BatchStore> pool;
   Metrics metrics;
+  access::Access* access;  // null: no access control (no audit log)
   int64_t nowMs() const { return clock.unixMillis(); }
 };
 
