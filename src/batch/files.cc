@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 
@@ -57,6 +58,14 @@ Status FileDir::init() {
   if (ec)
     return Status::internal("cannot create the file directory " + root_ + ": " + ec.message());
   ::chmod(root_.c_str(), 0700);
+  // Uploads a killed process left half-written: not listed (no row), but on disk. One untouched
+  // for an hour is no live writer's (a writer appends as bytes arrive; replicas share the folder).
+  const auto stale = fs::file_time_type::clock::now() - std::chrono::hours(1);
+  for (const auto& e : fs::directory_iterator(root_, ec)) {
+    std::error_code te;
+    if (e.path().filename().string().starts_with(".tmp-") && e.last_write_time(te) < stale && !te)
+      fs::remove(e.path(), te);
+  }
   return Status::ok();
 }
 

@@ -159,6 +159,18 @@ TEST(LineReader, LinesOffsetsAndOverlongLines) {
   EXPECT_FALSE(files.open("f2").ok());
 }
 
+TEST(FileDir, AKilledUploadsLeftoverIsRemovedOnceStaleAndALiveOneIsNot) {
+  TempDir dir;
+  const std::string stale = dir.path() + "/.tmp-file-a-1", live = dir.path() + "/.tmp-file-b-2";
+  std::ofstream(stale) << "half";
+  std::ofstream(live) << "half";
+  fs::last_write_time(stale, fs::file_time_type::clock::now() - std::chrono::hours(2));
+  FileDir files(dir.path());
+  ASSERT_TRUE(files.init().isOk());
+  EXPECT_FALSE(fs::exists(stale));
+  EXPECT_TRUE(fs::exists(live));
+}
+
 TEST(Window, Parsing) {
   EXPECT_EQ(*parseWindow("24h"), 86'400'000);
   EXPECT_EQ(*parseWindow("90m"), 5'400'000);

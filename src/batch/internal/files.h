@@ -17,7 +17,9 @@ namespace infera::batch {
 class FileDir {
  public:
   explicit FileDir(std::string root) : root_(std::move(root)) {}
-  Status init();  // creates the directory (0700)
+  // Creates the directory (0700) and removes half-written files untouched for an hour (a killed
+  // upload's).
+  Status init();
 
   struct Writer;
   struct WriterDeleter {
