@@ -73,7 +73,6 @@ engine:
   time_scale: $SCALE
 EOF
 
-RUN_PIDS=()
 ENGINE_PORTS=()
 start_engines() {  # start_engines N
   ENGINE_PORTS=()
@@ -121,12 +120,6 @@ start_pool_gateway() {  # start_pool_gateway NAME ROUTING_YAML [GOVERNANCE_YAML]
   RUN_PIDS+=("$GW_PID")
 }
 
-stop_run() {
-  local pid
-  for pid in "${RUN_PIDS[@]:-}"; do [[ -n "$pid" ]] && kill "$pid" 2>/dev/null || true; done
-  for pid in "${RUN_PIDS[@]:-}"; do [[ -n "$pid" ]] && wait "$pid" 2>/dev/null || true; done
-  RUN_PIDS=()
-}
 
 # The engines' own prefix-cache counters, summed: "hits queries preemptions".
 engine_counters() {

@@ -212,3 +212,13 @@ check_chat() {
 
 # rss_kb PID: resident set size in kB (VmRSS).
 rss_kb() { awk '/^VmRSS:/ {print $2}' "/proc/$1/status"; }
+
+# Processes of one measurement (a script appends their pids to RUN_PIDS); stop_run kills and reaps
+# them, so the next measurement starts fresh.
+RUN_PIDS=()
+stop_run() {
+  local pid
+  for pid in "${RUN_PIDS[@]:-}"; do [[ -n "$pid" ]] && kill "$pid" 2>/dev/null || true; done
+  for pid in "${RUN_PIDS[@]:-}"; do [[ -n "$pid" ]] && wait "$pid" 2>/dev/null || true; done
+  RUN_PIDS=()
+}

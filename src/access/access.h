@@ -189,6 +189,12 @@ class AccessWorker {
   // else the denial (401/403).
   virtual std::optional<Denial> authenticateKey(std::string_view key_id, std::string_view user,
                                                 Grant& grant) = 0;
+  // Who is calling `req`, the one way every service reads it: its in-process caller when it has
+  // one (authenticateKey; no key id: as a request without a key), else its Authorization header
+  // (or, when that is absent, `key_header`'s value as a bearer token: Qdrant's `api-key`) and the
+  // user header.
+  std::optional<Denial> authenticateRequest(const net::HttpRequest& req, Grant& grant,
+                                            std::string_view key_header = {});
   // Whether the caller's key, team and user may use a resource, named as the client named it or
   // by its canonical name: nothing, or the denial (403).
   virtual std::optional<Denial> checkAccess(const Grant& grant, ResourceKind kind,

@@ -168,15 +168,6 @@ Result<std::unique_ptr<MetaStore>> MetaStore::open(const std::string& url, const
   return s;
 }
 
-Status MetaStore::addColumnIfMissing(const char* table, const char* column, const char* type) {
-  const std::string probe = std::string("SELECT ") + column + " FROM " + table + " LIMIT 0";
-  if (db_->exec(probe).ok()) return Status::ok();
-  const auto added =
-      db_->exec(std::string("ALTER TABLE ") + table + " ADD COLUMN " + column + " " + type);
-  if (added.ok() || db_->exec(probe).ok()) return Status::ok();
-  return added.status();
-}
-
 Status MetaStore::migrate() {
   // Idempotent; several replicas may run it at once (PostgreSQL: IF NOT EXISTS + ON CONFLICT).
   const char* schema = R"sql(
@@ -218,7 +209,7 @@ CREATE INDEX IF NOT EXISTS infera_keys_team ON infera_keys (team)
   // Columns added after a table was first made (stores written by an older version).
   for (const auto& [table, column] : {std::pair<const char*, const char*>{"infera_usage", "batch"},
                                       {"infera_usage_minute", "batch_requests"}}) {
-    INFERA_RETURN_IF_ERROR(addColumnIfMissing(table, column, "BIGINT NOT NULL DEFAULT 0"));
+    INFERA_RETURN_IF_ERROR(db_->addColumnIfMissing(table, column, "BIGINT NOT NULL DEFAULT 0"));
   }
   auto r = db_->exec(
       "INSERT INTO infera_meta (k, v) VALUES ('generation', 1) ON CONFLICT (k) DO NOTHING");

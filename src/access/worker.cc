@@ -1000,6 +1000,21 @@ bool visibleTo(const Grant& grant, std::string_view owner) {
   return !grant || owner.empty() || owner == ownerName(grant);
 }
 
+std::optional<Denial> AccessWorker::authenticateRequest(const net::HttpRequest& req, Grant& grant,
+                                                        std::string_view key_header) {
+  if (const net::InProcessCaller* caller = req.in_process) {
+    return caller->key_id.empty() ? authenticate("", "", grant)
+                                  : authenticateKey(caller->key_id, caller->user, grant);
+  }
+  const std::string_view authorization = req.header("authorization");
+  if (authorization.empty() && !key_header.empty()) {
+    const std::string_view key = req.header(key_header);
+    if (!key.empty())
+      return authenticate("Bearer " + std::string(key), req.header(userHeader()), grant);
+  }
+  return authenticate(authorization, req.header(userHeader()), grant);
+}
+
 void appendRetryAfter(std::vector<net::HttpHeader>& out, int64_t retry_after_ms) {
   out.push_back(
       {"retry-after", std::to_string(std::max<int64_t>(1, (retry_after_ms + 999) / 1000))});

@@ -122,8 +122,8 @@ std::string listJson(std::vector<Row>& rows, int64_t limit, std::string (*one)(c
 
 class Api {
  public:
-  Api(Shared& sh, net::asio::io_context& ctx, access::AccessWorker* aw)
-      : sh_(sh), ctx_(ctx), aw_(aw) {}
+  Api(Shared& sh, net::asio::io_context& ctx, access::AccessWorker* aw, const LoopLines& lines)
+      : sh_(sh), ctx_(ctx), aw_(aw), lines_(lines) {}
 
   Task<void> uploadFile(net::HttpRequest& req, net::ResponseWriter& w);
   Task<void> listFiles(net::HttpRequest& req, net::ResponseWriter& w);
@@ -149,8 +149,7 @@ class Api {
       c.viewer.all = true;  // no access control: the operator
       return c;
     }
-    c.denied =
-        aw_->authenticate(req.header("authorization"), req.header(aw_->userHeader()), c.grant);
+    c.denied = aw_->authenticateRequest(req, c.grant);
     if (!c.denied) {
       // A caller without a key (require_keys: false) is the team "anonymous": what it makes is
       // its own, not shared with every team.
@@ -206,6 +205,7 @@ class Api {
   Shared& sh_;
   net::asio::io_context& ctx_;
   access::AccessWorker* aw_;
+  const LoopLines& lines_;  // this loop's: the vector index's routes (vector_collection)
 };
 
 // ---------------- files ----------------
@@ -672,6 +672,55 @@ Task<void> Api::createBatch(net::HttpRequest& req, net::ResponseWriter& w) {
     }
     row.metadata = dumpJson(*m);
   }
+  // Infera's extension: the vectors of a /v1/embeddings batch go straight into a collection.
+  if (const auto vc = b.find("vector_collection"); vc != b.end() && !vc->is_null()) {
+    std::string bad;
+    if (!vc->is_string() || vc->get_ref<const std::string&>().empty() ||
+        vc->get_ref<const std::string&>().size() > 255) {
+      bad = "Invalid 'vector_collection': expected a collection name (1 to 255 characters).";
+    } else if (row.endpoint != "/v1/embeddings") {
+      bad = "'vector_collection' is for batches of endpoint '/v1/embeddings'.";
+    }
+    if (!bad.empty()) {
+      {
+        const Answer ans = errorAnswer(400, bad, "invalid_value", "vector_collection");
+        co_await reply(w, ans);
+      }
+      co_return;
+    }
+    row.vector_collection = vc->get<std::string>();
+    // Asked of the vector index now, as the caller (its route checks the key's access), so a
+    // missing or foreign collection fails the create, not each line after its embedding is paid.
+    const std::string name = percentEncode(row.vector_collection);
+    int status = 404;
+    if (lines_.vector_info) {
+      net::HttpRequest probe;
+      probe.method = "GET";
+      probe.target = "/collections/" + name;
+      const net::InProcessCaller as{c.key_id, c.user, false, 1.0};
+      probe.in_process = &as;
+      net::PathParams params;
+      params.push("name", name);
+      CaptureWriter cw(1 << 20);
+      net::Task<void> handled = lines_.vector_info(probe, cw, params);
+      co_await std::move(handled);
+      status = cw.status();
+    }
+    if (status != 200) {
+      {
+        const Answer ans = errorAnswer(
+            400,
+            !lines_.vector_info
+                ? "'vector_collection' needs the vector index, which this server does not run."
+                : "Collection '" + row.vector_collection +
+                      "' does not exist or is not accessible to you (the vector index answered " +
+                      std::to_string(status) + ").",
+            "invalid_value", "vector_collection");
+        co_await reply(w, ans);
+      }
+      co_return;
+    }
+  }
   if (!plausibleId(row.input_file_id)) {
     const Answer ans = errorAnswer(400, "Invalid 'input_file_id': not a file id.", "invalid_value",
                                    "input_file_id");
@@ -947,7 +996,7 @@ std::string batchJson(const BatchRow& b) {
     if (m.ok()) metadata = *m;
   }
   auto fileOrNull = [](const std::string& id) { return id.empty() ? Json(nullptr) : Json(id); };
-  return dumpJson(Json{
+  Json out{
       {"id", b.id},
       {"object", "batch"},
       {"endpoint", b.endpoint},
@@ -973,12 +1022,14 @@ std::string batchJson(const BatchRow& b) {
         {"output_tokens", b.completion_tokens},
         {"output_tokens_details", {{"reasoning_tokens", 0}}},
         {"total_tokens", b.prompt_tokens + b.completion_tokens}}},
-      {"metadata", metadata}});
+      {"metadata", metadata}};
+  if (!b.vector_collection.empty()) out["vector_collection"] = b.vector_collection;
+  return dumpJson(out);
 }
 
 void addApiRoutes(Shared& sh, net::asio::io_context& ctx, net::Router& router,
-                  access::AccessWorker* aw) {
-  auto api = std::make_unique<Api>(sh, ctx, aw);
+                  access::AccessWorker* aw, const LoopLines& lines) {
+  auto api = std::make_unique<Api>(sh, ctx, aw, lines);
   Api* a = api.get();
   router.own(std::move(api));
   // The multipart framing around the file: a little over the file's own limit.

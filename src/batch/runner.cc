@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <array>
+#include <cctype>
+#include <charconv>
 #include <chrono>
 #include <unordered_map>
 #include <unordered_set>
@@ -12,6 +14,7 @@
 #include "batch/internal/service.h"
 #include "core/json.h"
 #include "core/log.h"
+#include "core/text.h"
 #include "net/server.h"
 #include "obs/metrics.h"
 
@@ -24,90 +27,73 @@ using net::Task;
 
 // ---------------- one line on a loop ----------------
 
-// Keeps the gateway's answer to one in-process request.
-class CaptureWriter final : public net::ResponseWriter {
- public:
-  explicit CaptureWriter(int64_t max_bytes) : max_(max_bytes) {}
-  Task<bool> send(int status, std::string_view content_type, std::string_view body,
-                  std::span<const net::HttpHeader> extra) override {
-    (void)content_type;
-    if (gone_) co_return false;
-    status_ = status;
-    takeHeaders(extra);
-    started_ = finished_ = true;
-    co_return append(body);
-  }
-  Task<bool> start(int status, std::string_view content_type,
-                   std::span<const net::HttpHeader> extra, int64_t content_length,
-                   std::span<const net::HttpHeader> relayed) override {
-    (void)content_type;
-    (void)content_length;
-    if (gone_) co_return false;
-    status_ = status;
-    takeHeaders(extra);
-    takeHeaders(relayed);
-    started_ = true;
-    co_return true;
-  }
-  Task<bool> writeChunk(std::string_view data) override {
-    if (gone_) co_return false;
-    co_return append(data);
-  }
-  Task<bool> finish() override {
-    finished_ = true;
-    co_return !gone_;
-  }
-  bool started() const override { return started_; }
-  bool finished() const override { return finished_; }
-  bool clientGone() const override { return gone_; }
-  void closeAfterResponse() override {}
-  void watchDisconnect(std::function<void()> on_close) override {
-    if (gone_) {
-      on_close();  // aborted before the handler got here: it ends now
-      return;
-    }
-    if (!on_close_) on_close_ = std::move(on_close);
-  }
-  // The executor stops: the line ends as if its client went away.
-  void abort() {
-    aborted_ = gone_ = true;
-    if (auto f = std::move(on_close_)) f();
-  }
-
-  int status() const { return status_; }
-  bool aborted() const { return aborted_; }
-  bool tooLarge() const { return too_large_; }
-  std::string& body() { return body_; }
-  const std::string& requestId() const { return request_id_; }
-  int64_t retryAfterMs() const { return retry_after_ms_; }
-
- private:
-  bool append(std::string_view data) {
-    if (static_cast<int64_t>(body_.size() + data.size()) > max_) {
-      too_large_ = gone_ = true;
-      return false;
-    }
-    body_.append(data);
-    return true;
-  }
-  void takeHeaders(std::span<const net::HttpHeader> h) {
-    for (const auto& x : h) {
-      if (x.name == "x-request-id") request_id_ = x.value;
-      if (x.name == "retry-after-ms") retry_after_ms_ = std::atoll(x.value.c_str());
-      if (x.name == "retry-after" && retry_after_ms_ == 0)
-        retry_after_ms_ = std::atoll(x.value.c_str()) * 1000;
-    }
-  }
-  const int64_t max_;
-  int status_ = 0;
-  bool started_ = false, finished_ = false, gone_ = false, aborted_ = false, too_large_ = false;
-  std::string body_;
-  std::string request_id_;
-  int64_t retry_after_ms_ = 0;
-  std::function<void()> on_close_;
-};
-
 namespace {
+
+std::string errorBody(std::string_view message, std::string_view type, std::string_view code) {
+  return dumpJson(
+      Json{{"error", {{"message", message}, {"type", type}, {"param", nullptr}, {"code", code}}}});
+}
+
+// A line of a batch into a vector collection, once its embeddings answer (out.body, 2xx) is in:
+// its one vector is upserted with the line's point id and payload, as the batch's key, through
+// the vector index's own route (wait=true: written before the line counts). `out` becomes the
+// failure when the answer holds no vector or the upsert is refused.
+Task<void> deliverVector(LoopLines& loop, const LineJob& job, const net::InProcessCaller& caller,
+                         LineOutcome& out) {
+  std::string vector;
+  {
+    static thread_local simdjson::dom::parser parser;
+    simdjson::dom::element doc;
+    simdjson::dom::array data, embedding;
+    if (parser.parse(out.body).get(doc) != simdjson::SUCCESS ||
+        doc["data"].get(data) != simdjson::SUCCESS || data.size() != 1 ||
+        data.at(0)["embedding"].get(embedding) != simdjson::SUCCESS || embedding.size() == 0) {
+      out.status = 502;
+      out.body = errorBody("The embeddings answer holds no single vector of floats to upsert.",
+                           "server_error", "invalid_embedding");
+      co_return;
+    }
+    vector = simdjson::minify(embedding);
+  }
+  const std::string name = percentEncode(job.collection);
+  if (!loop.vector_upsert) {
+    out.status = 404;
+    out.body = errorBody("This server has no vector index (no vectors: section) to upsert into.",
+                         "invalid_request_error", "vector_index_missing");
+    co_return;
+  }
+  net::HttpRequest req;
+  req.method = "PUT";
+  req.target = "/collections/" + name + "/points?wait=true";
+  req.headers = {{"content-type", "application/json"}};
+  req.body.reserve(vector.size() + job.payload.size() + job.point_id.size() + 48);
+  req.body = "{\"points\":[{\"id\":" + job.point_id + ",\"vector\":" + vector;
+  if (!job.payload.empty()) req.body += ",\"payload\":" + job.payload;
+  req.body += "}]}";
+  req.in_process = &caller;
+  CaptureWriter w(1 << 20);
+  loop.in_flight.push_back(&w);
+  try {
+    net::PathParams params;
+    params.push("name", name);
+    net::Task<void> handled = loop.vector_upsert(req, w, params);
+    co_await std::move(handled);
+  } catch (const std::exception& e) {
+    INFERA_LOG(componentLogger("batch"), err, "batch {} line {}: the vector upsert threw: {}",
+               job.batch_id, job.line, e.what());
+  }
+  std::erase(loop.in_flight, &w);
+  if (w.aborted()) {
+    out.aborted = true;
+    co_return;
+  }
+  if (w.status() < 200 || w.status() >= 300) {
+    // The vector index's own error (Qdrant's shape) is the line's answer; 429 and 5xx retry.
+    out.status = w.status() > 0 ? w.status() : 500;
+    out.body = std::move(w.body());
+    out.retry_after_ms = w.retryAfterMs();
+  }
+}
 
 Task<void> runLine(LoopLines& loop, LineJob job, std::shared_ptr<Mailbox> mailbox,
                    int64_t max_response_bytes) {
@@ -117,11 +103,8 @@ Task<void> runLine(LoopLines& loop, LineJob job, std::shared_ptr<Mailbox> mailbo
     out.aborted = true;  // posted before the stop, started after it: not run
   } else if (it == loop.handlers.end()) {
     out.status = 404;
-    out.body = dumpJson(Json{{"error",
-                              {{"message", "The gateway serves no route for " + job.endpoint},
-                               {"type", "invalid_request_error"},
-                               {"param", nullptr},
-                               {"code", "unknown_url"}}}});
+    out.body = errorBody("The gateway serves no route for " + job.endpoint, "invalid_request_error",
+                         "unknown_url");
   } else {
     net::HttpRequest req;
     req.method = "POST";
@@ -147,15 +130,16 @@ Task<void> runLine(LoopLines& loop, LineJob job, std::shared_ptr<Mailbox> mailbo
     if (w.tooLarge()) {
       out.status = 500;
       out.too_large = true;
-      out.body = dumpJson(Json{{"error",
-                                {{"message", "the answer is larger than batch.max_response_bytes"},
-                                 {"type", "server_error"},
-                                 {"param", nullptr},
-                                 {"code", "response_too_large"}}}});
+      out.body = errorBody("the answer is larger than batch.max_response_bytes", "server_error",
+                           "response_too_large");
     } else {
       out.body = std::move(w.body());
     }
     out.request_id = w.requestId();
+    if (!job.collection.empty() && !out.aborted && out.status >= 200 && out.status < 300 &&
+        !loop.stopping) {
+      co_await deliverVector(loop, job, caller, out);
+    }
   }
   out.job = std::move(job);
   mailbox->put(std::move(out));
@@ -196,6 +180,69 @@ constexpr int64_t kBackOffMs = 60'000;        // a chunk whose input cannot be r
 constexpr int64_t kFinalizePage = 1000;       // results read per query when writing the output
 constexpr int64_t kMaxBackoffMs = 30'000;
 constexpr size_t kMaxErrors = 100;  // validation errors kept per batch
+
+// A point id as Qdrant takes it: an unsigned 64-bit integer or a UUID (8-4-4-4-12 hex digits).
+bool isUuid(std::string_view s) {
+  if (s.size() != 36) return false;
+  for (size_t i = 0; i < s.size(); ++i) {
+    const bool dash = i == 8 || i == 13 || i == 18 || i == 23;
+    if (dash ? s[i] != '-' : !std::isxdigit(static_cast<unsigned char>(s[i]))) return false;
+  }
+  return true;
+}
+
+// A line's point id when it gives none: its custom_id, when that is a decimal unsigned 64-bit
+// integer or a UUID; as JSON text into `json`.
+bool pointIdFromCustomId(std::string_view id, std::string& json) {
+  if (isUuid(id)) {
+    json.clear();
+    net::appendJsonString(json, id);
+    return true;
+  }
+  uint64_t v = 0;
+  const auto [end, ec] = std::from_chars(id.data(), id.data() + id.size(), v);
+  if (id.empty() || ec != std::errc() || end != id.data() + id.size()) return false;
+  json = std::to_string(v);
+  return true;
+}
+
+// Why a line of a batch into a vector collection cannot be delivered ("" = it can), and the
+// parameter at fault.
+std::string vectorLineProblem(const Json& line, const Json& body, const char*& param) {
+  const auto in = body.find("input");
+  const bool one_input =
+      in != body.end() &&
+      ((in->is_string() && !in->get_ref<const std::string&>().empty()) ||
+       (in->is_array() && in->size() == 1 && ((*in)[0].is_string() || (*in)[0].is_array())) ||
+       (in->is_array() && !in->empty() &&
+        std::all_of(in->begin(), in->end(), [](const Json& t) { return t.is_number_integer(); })));
+  if (!one_input) {
+    param = "body.input";
+    return "With vector_collection, each line embeds one input: 'input' must be a string, a list "
+           "of one string, or one list of token ids.";
+  }
+  if (const auto e = body.find("encoding_format");
+      e != body.end() && !(e->is_string() && e->get_ref<const std::string&>() == "float")) {
+    param = "body.encoding_format";
+    return "With vector_collection, 'encoding_format' must be 'float' (or absent).";
+  }
+  std::string id;
+  if (const auto p = line.find("point_id"); p != line.end()) {
+    if (!p->is_number_unsigned() && !(p->is_string() && isUuid(p->get_ref<const std::string&>()))) {
+      param = "point_id";
+      return "'point_id' must be an unsigned integer or a UUID.";
+    }
+  } else if (!pointIdFromCustomId(line["custom_id"].get_ref<const std::string&>(), id)) {
+    param = "point_id";
+    return "With vector_collection, a line needs a 'point_id' (an unsigned integer or a UUID), or "
+           "a custom_id that is one.";
+  }
+  if (const auto p = line.find("payload"); p != line.end() && !p->is_null() && !p->is_object()) {
+    param = "payload";
+    return "'payload' must be an object.";
+  }
+  return {};
+}
 
 bool retryable(int status) {
   return status == 0 || status == 408 || status == 429 || status == 500 || status == 502 ||
@@ -281,7 +328,9 @@ struct Runner::Impl {
   int64_t unrecorded_bytes = 0;
   simdjson::dom::parser response_parser;   // the answers (usage, and whether they are JSON)
   simdjson::ondemand::parser line_parser;  // the input lines (custom_id and body)
-  bool lineFields(const std::string& text, std::string& custom_id, std::string& body);
+  // The fields of a validated line a run needs: its custom_id and body (as JSON text) and, when
+  // `job.collection` is set, its point id and payload.
+  bool lineFields(const std::string& text, LineJob& job);
   void handle(LineOutcome&& o, int64_t now);
   void addResult(size_t slot, const std::string& batch_id, LineResult r);
   void recordResults();
@@ -347,7 +396,6 @@ bool Runner::Impl::validate(int64_t now) {
       std::unordered_set<std::string> ids;
       std::string text;
       int64_t line_no = 0, chunk_first = 0, chunk_offset = 0, in_chunk = 0;
-      const bool embeddings = b.endpoint == "/v1/embeddings";
       bool taken_over = false;
       for (;;) {
         if (line_no % 1000 == 999) {
@@ -433,7 +481,14 @@ bool Runner::Impl::validate(int64_t now) {
               errorEntry("invalid_request", "Model parameter is required.", "body.model", line_no));
           continue;
         }
-        (void)embeddings;
+        if (!b.vector_collection.empty()) {
+          const char* param = nullptr;
+          const std::string why = vectorLineProblem(j, body, param);
+          if (!why.empty()) {
+            fail(errorEntry("invalid_request", why, param, line_no));
+            continue;
+          }
+        }
         if (!ids.insert(j["custom_id"].get<std::string>()).second) {
           fail(errorEntry("duplicate_custom_id",
                           "The custom_id for this request is a duplicate of another request. The "
@@ -693,20 +748,25 @@ bool Runner::Impl::claim(int64_t now) {
   return true;
 }
 
-bool Runner::Impl::lineFields(const std::string& text, std::string& custom_id, std::string& body) {
+bool Runner::Impl::lineFields(const std::string& text, LineJob& job) {
   const simdjson::padded_string padded(text);
   simdjson::ondemand::document doc;
   if (line_parser.iterate(padded).get(doc) != simdjson::SUCCESS) return false;
   simdjson::ondemand::object obj;
   if (doc.get_object().get(obj) != simdjson::SUCCESS) return false;
   bool have_id = false, have_body = false;
+  const bool vectors = !job.collection.empty();
+  auto trimmed = [](std::string_view s) {
+    while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
+    return std::string(s);
+  };
   for (auto field : obj) {
     std::string_view key;
     if (field.unescaped_key().get(key) != simdjson::SUCCESS) return false;
     if (key == "custom_id") {
       std::string_view v;
       if (field.value().get_string().get(v) != simdjson::SUCCESS) return false;
-      custom_id = std::string(v);
+      job.custom_id = std::string(v);
       have_id = true;
     } else if (key == "body") {
       simdjson::ondemand::object b;  // validation checked that it is an object
@@ -714,10 +774,27 @@ bool Runner::Impl::lineFields(const std::string& text, std::string& custom_id, s
       if (field.value().get_object().get(b) != simdjson::SUCCESS ||
           b.raw_json().get(raw) != simdjson::SUCCESS)
         return false;
-      body = std::string(raw);
+      job.body = std::string(raw);
       have_body = true;
+    } else if (vectors && key == "point_id") {
+      std::string_view raw;  // validation checked: an unsigned integer or a UUID string
+      if (field.value().raw_json_token().get(raw) != simdjson::SUCCESS) return false;
+      job.point_id = trimmed(raw);
+    } else if (vectors && key == "payload") {
+      simdjson::ondemand::value v;
+      if (field.value().get(v) != simdjson::SUCCESS) return false;
+      bool null = false;
+      if (v.is_null().get(null) != simdjson::SUCCESS) return false;
+      if (null) continue;
+      simdjson::ondemand::object p;  // validation checked: an object
+      std::string_view raw;
+      if (v.get_object().get(p) != simdjson::SUCCESS || p.raw_json().get(raw) != simdjson::SUCCESS)
+        return false;
+      job.payload = trimmed(raw);
     }
   }
+  if (vectors && job.point_id.empty() && !pointIdFromCustomId(job.custom_id, job.point_id))
+    return false;
   return have_id && have_body;
 }
 
@@ -756,8 +833,9 @@ bool Runner::Impl::sendNewLine() {
       if (more.ok() && text.find_first_not_of(" \t\r") == std::string::npos) continue;
       // The line was read whole at validation (readJson: no duplicate key, valid UTF-8); here only
       // its custom_id and the bytes of its body are taken, and the gateway reads those bytes.
-      std::string custom_id, body;
-      const bool parsed = more.ok() && lineFields(text, custom_id, body);
+      LineJob job;
+      job.collection = s.batch.vector_collection;
+      const bool parsed = more.ok() && lineFields(text, job);
       // The parser keeps the room of the longest line it read (≈ 6× its size): not past 1 MiB.
       if (line_parser.capacity() > (1u << 20)) line_parser = simdjson::ondemand::parser{};
       if (!parsed) {
@@ -774,12 +852,9 @@ bool Runner::Impl::sendNewLine() {
         addResult(si, s.chunk.batch_id, std::move(r));
         continue;
       }
-      LineJob job;
       job.batch_id = s.chunk.batch_id;
       job.line = line;
-      job.custom_id = std::move(custom_id);
       job.endpoint = s.batch.endpoint;
-      job.body = std::move(body);
       job.key_id = s.batch.key_id;
       job.user = s.batch.user;
       job.slot = si;

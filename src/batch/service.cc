@@ -67,7 +67,13 @@ class BatchServiceImpl final : public BatchService {
       const net::Router::Match m = router.match("POST", ep);
       if (m.handler != nullptr && m.streamed_limit == 0) lines->handlers[ep] = *m.handler;
     }
-    addApiRoutes(shared_, ctx, router, access);
+    // The handlers are copied: a router may move (the loop takes it), its routes' state does not.
+    if (const net::Router::Match m = router.match("PUT", "/collections/_/points");
+        m.handler != nullptr && m.streamed_limit == 0)
+      lines->vector_upsert = *m.handler;
+    if (const net::Router::Match m = router.match("GET", "/collections/_"); m.handler != nullptr)
+      lines->vector_info = *m.handler;
+    addApiRoutes(shared_, ctx, router, access, *lines);
     std::lock_guard<std::mutex> lock(mu_);
     if (loop >= 0 && static_cast<size_t>(loop) < loops_.size()) loops_[loop] = lines.get();
     router.own(std::move(lines));

@@ -25,7 +25,8 @@ CREATE TABLE IF NOT EXISTS batch_batches (
   completion_tokens BIGINT NOT NULL, created_ms BIGINT NOT NULL, expires_ms BIGINT NOT NULL,
   in_progress_ms BIGINT NOT NULL, finalizing_ms BIGINT NOT NULL, completed_ms BIGINT NOT NULL,
   failed_ms BIGINT NOT NULL, expired_ms BIGINT NOT NULL, cancelling_ms BIGINT NOT NULL,
-  cancelled_ms BIGINT NOT NULL, owner TEXT NOT NULL, lease_ms BIGINT NOT NULL);
+  cancelled_ms BIGINT NOT NULL, owner TEXT NOT NULL, lease_ms BIGINT NOT NULL,
+  vector_collection TEXT NOT NULL DEFAULT '');
 CREATE INDEX IF NOT EXISTS batch_batches_by_time ON batch_batches (created_ms, id);
 CREATE INDEX IF NOT EXISTS batch_batches_by_status ON batch_batches (status);
 CREATE TABLE IF NOT EXISTS batch_chunks (
@@ -58,7 +59,7 @@ constexpr const char* kBatchColumns =
     "id, team, key_id, user_name, endpoint, input_file_id, completion_window, status, ending, "
     "errors, metadata, output_file_id, error_file_id, total, completed, failed, prompt_tokens, "
     "completion_tokens, created_ms, expires_ms, in_progress_ms, finalizing_ms, completed_ms, "
-    "failed_ms, expired_ms, cancelling_ms, cancelled_ms";
+    "failed_ms, expired_ms, cancelling_ms, cancelled_ms, vector_collection";
 
 BatchRow batchAt(const store::SqlResult& r, size_t i) {
   BatchRow b;
@@ -81,6 +82,7 @@ BatchRow batchAt(const store::SqlResult& r, size_t i) {
         &b.expires_ms, &b.in_progress_ms, &b.finalizing_ms, &b.completed_ms, &b.failed_ms,
         &b.expired_ms, &b.cancelling_ms, &b.cancelled_ms})
     *v = r.integer(i, c++);
+  b.vector_collection = r.text(i, c++);
   return b;
 }
 
@@ -122,7 +124,11 @@ Result<std::unique_ptr<BatchStore>> BatchStore::open(const std::string& url) {
   return std::make_unique<BatchStore>(std::move(db));
 }
 
-Status BatchStore::migrate() { return db_->execScript(kSchema); }
+Status BatchStore::migrate() {
+  INFERA_RETURN_IF_ERROR(db_->execScript(kSchema));
+  // Added after the first release of the schema.
+  return db_->addColumnIfMissing("batch_batches", "vector_collection", "TEXT NOT NULL DEFAULT ''");
+}
 
 // ---------------- files ----------------
 
@@ -239,10 +245,10 @@ Status BatchStore::insertBatch(const BatchRow& b) {
   return db_
       ->exec(std::string("INSERT INTO batch_batches (") + kBatchColumns +
                  ", owner, lease_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, "
-                 "?13, 0, 0, 0, 0, 0, ?14, ?15, 0, 0, 0, 0, 0, 0, 0, '', 0)",
+                 "?13, 0, 0, 0, 0, 0, ?14, ?15, 0, 0, 0, 0, 0, 0, 0, ?16, '', 0)",
              {b.id, b.team, b.key_id, b.user, b.endpoint, b.input_file_id, b.completion_window,
               b.status, b.ending, b.errors, b.metadata, b.output_file_id, b.error_file_id,
-              b.created_ms, b.expires_ms})
+              b.created_ms, b.expires_ms, b.vector_collection})
       .takeStatus();
 }
 

@@ -14,6 +14,7 @@
 
 #include "cli/admin_client.h"
 #include "cli/progress.h"
+#include "core/json.h"
 #include "core/text.h"
 #include "net/client.h"
 
@@ -135,6 +136,97 @@ json waitFor(const Common& o, const std::string& id) {
   }
 }
 
+// Uploads `content` as a batch input file and creates a batch over it with the fields of `req`
+// (input_file_id added); waits for it to end when `wait`. Prints it and exits.
+[[noreturn]] void uploadAndCreate(const Common& o, const std::string& file,
+                                  const std::string& content, json req,
+                                  const std::vector<std::string>& metadata, bool wait) {
+  const std::string boundary = "infera-cli-" + std::to_string(::getpid()) + "-boundary";
+  std::string name = file;
+  if (const size_t slash = name.rfind('/'); slash != std::string::npos) name.erase(0, slash + 1);
+  for (char& ch : name) {
+    if (ch == '"' || ch == '\r' || ch == '\n') ch = '_';
+  }
+  const std::string body =
+      "--" + boundary + "\r\nContent-Disposition: form-data; name=\"purpose\"\r\n\r\nbatch\r\n--" +
+      boundary + "\r\nContent-Disposition: form-data; name=\"file\"; filename=\"" + name +
+      "\"\r\nContent-Type: application/octet-stream\r\n\r\n" + content + "\r\n--" + boundary +
+      "--\r\n";
+  if (!metadata.empty()) {
+    json m = json::object();
+    for (const auto& kv : metadata) {
+      const size_t eq = kv.find('=');
+      if (eq == std::string::npos) {
+        std::fprintf(stderr, "--metadata takes key=value, got %s\n", kv.c_str());
+        std::exit(1);
+      }
+      m[kv.substr(0, eq)] = kv.substr(eq + 1);
+    }
+    req["metadata"] = m;
+  }
+  const json f = callJson(o, "POST", "/v1/files", body,
+                          {{"content-type", "multipart/form-data; boundary=" + boundary}});
+  req["input_file_id"] = f.value("id", "");
+  json b = callJson(o, "POST", "/v1/batches", req.dump(), {{"content-type", "application/json"}});
+  if (wait) b = waitFor(o, b.value("id", ""));
+  done(o, b, [&] { printBatch(b); });
+}
+
+std::string readWhole(const std::string& file) {
+  std::ifstream in(file, std::ios::binary);
+  if (!in) {
+    std::fprintf(stderr, "cannot read %s\n", file.c_str());
+    std::exit(1);
+  }
+  std::stringstream content;
+  content << in.rdbuf();
+  return content.str();
+}
+
+// `infera vectors embed`'s input ({"id", "text", "payload"} per line) as a batch's lines: one
+// /v1/embeddings request per text, its point id and payload (the text under `text_key`) beside it.
+std::string embedLines(const std::string& file, const std::string& model,
+                       const std::string& text_key) {
+  std::ifstream in(file, std::ios::binary);
+  if (!in) {
+    std::fprintf(stderr, "cannot read %s\n", file.c_str());
+    std::exit(1);
+  }
+  std::string out, line;
+  for (size_t n = 1; std::getline(in, line); ++n) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    auto j = readJson(line);
+    const char* bad = nullptr;
+    if (!j.ok() || !j->is_object()) {
+      bad = "not a JSON object";
+    } else if (!j->contains("id") || !((*j)["id"].is_number_unsigned() || (*j)["id"].is_string())) {
+      bad = "'id' must be an unsigned integer or a UUID";
+    } else if (!j->contains("text") || !(*j)["text"].is_string()) {
+      bad = "'text' must be a string";
+    } else if (j->contains("payload") && !(*j)["payload"].is_object() &&
+               !(*j)["payload"].is_null()) {
+      bad = "'payload' must be an object";
+    }
+    if (bad != nullptr) {
+      std::fprintf(stderr, "%s:%zu: %s\n", file.c_str(), n, bad);
+      std::exit(1);
+    }
+    const json& id = (*j)["id"];
+    json payload =
+        j->contains("payload") && (*j)["payload"].is_object() ? (*j)["payload"] : json::object();
+    if (!text_key.empty()) payload[text_key] = (*j)["text"];
+    const json l = {{"custom_id", id.is_string() ? id.get<std::string>() : id.dump()},
+                    {"method", "POST"},
+                    {"url", "/v1/embeddings"},
+                    {"body", {{"model", model}, {"input", (*j)["text"]}}},
+                    {"point_id", id},
+                    {"payload", payload}};
+    out += l.dump();
+    out += '\n';
+  }
+  return out;
+}
+
 }  // namespace
 
 void registerBatchesCommands(CLI::App& app) {
@@ -156,49 +248,36 @@ void registerBatchesCommands(CLI::App& app) {
   create->add_option("--endpoint", *endpoint, "The endpoint every line calls");
   create->add_option("--window", *window, "Completion window");
   create->add_option("--metadata", *metadata, "key=value (repeatable)");
+  auto collection = std::make_shared<std::string>();
+  create->add_option("--collection", *collection,
+                     "/v1/embeddings: upsert each line's vector into this collection");
   create->add_flag("--wait", *wait, "Wait for the batch to end, showing its progress");
   addCommon(create, *common);
-  create->callback([common, file, endpoint, window, metadata, wait] {
-    std::ifstream in(*file, std::ios::binary);
-    if (!in) {
-      std::fprintf(stderr, "cannot read %s\n", file->c_str());
-      std::exit(1);
-    }
-    std::stringstream content;
-    content << in.rdbuf();
-    const std::string boundary = "infera-cli-" + std::to_string(::getpid()) + "-boundary";
-    std::string name = *file;
-    if (const size_t slash = name.rfind('/'); slash != std::string::npos) name.erase(0, slash + 1);
-    for (char& ch : name) {
-      if (ch == '"' || ch == '\r' || ch == '\n') ch = '_';
-    }
-    const std::string body =
-        "--" + boundary +
-        "\r\nContent-Disposition: form-data; name=\"purpose\"\r\n\r\nbatch\r\n--" + boundary +
-        "\r\nContent-Disposition: form-data; name=\"file\"; filename=\"" + name +
-        "\"\r\nContent-Type: application/octet-stream\r\n\r\n" + content.str() + "\r\n--" +
-        boundary + "--\r\n";
-    const json f = callJson(*common, "POST", "/v1/files", body,
-                            {{"content-type", "multipart/form-data; boundary=" + boundary}});
-    json req = {{"input_file_id", f.value("id", "")},
-                {"endpoint", *endpoint},
-                {"completion_window", *window}};
-    if (!metadata->empty()) {
-      json m = json::object();
-      for (const auto& kv : *metadata) {
-        const size_t eq = kv.find('=');
-        if (eq == std::string::npos) {
-          std::fprintf(stderr, "--metadata takes key=value, got %s\n", kv.c_str());
-          std::exit(1);
-        }
-        m[kv.substr(0, eq)] = kv.substr(eq + 1);
-      }
-      req["metadata"] = m;
-    }
-    json b = callJson(*common, "POST", "/v1/batches", req.dump(),
-                      {{"content-type", "application/json"}});
-    if (*wait) b = waitFor(*common, b.value("id", ""));
-    done(*common, b, [&] { printBatch(b); });
+  create->callback([common, file, endpoint, window, metadata, collection, wait] {
+    json req = {{"endpoint", *endpoint}, {"completion_window", *window}};
+    if (!collection->empty()) req["vector_collection"] = *collection;
+    uploadAndCreate(*common, *file, readWhole(*file), std::move(req), *metadata, *wait);
+  });
+
+  auto* embed = batches->add_subcommand(
+      "embed", "Embed a file of texts into a vector collection as a batch (resumable, half price)");
+  auto model = std::make_shared<std::string>();
+  auto text_key = std::make_shared<std::string>("text");
+  embed->add_option("collection", *collection, "The collection (it must exist)")->required();
+  embed->add_option("file", *file, "JSON lines {\"id\", \"text\", \"payload\"}")->required();
+  embed->add_option("--model", *model, "The embedding model")->required();
+  embed->add_option("--text-key", *text_key,
+                    "Keep the text in the payload under this key (\"\": not)");
+  embed->add_option("--window", *window, "Completion window");
+  embed->add_option("--metadata", *metadata, "key=value (repeatable)");
+  embed->add_flag("--wait", *wait, "Wait for the batch to end, showing its progress");
+  addCommon(embed, *common);
+  embed->callback([common, file, collection, model, text_key, window, metadata, wait] {
+    json req = {{"endpoint", "/v1/embeddings"},
+                {"completion_window", *window},
+                {"vector_collection", *collection}};
+    uploadAndCreate(*common, *file, embedLines(*file, *model, *text_key), std::move(req), *metadata,
+                    *wait);
   });
 
   auto* list = batches->add_subcommand("list", "The batches this key's team sees, newest first");

@@ -1,6 +1,7 @@
 #include "core/text.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cstdlib>
 
 namespace infera {
@@ -11,6 +12,23 @@ std::string toHex(const unsigned char* data, size_t n) {
   for (size_t i = 0; i < n; ++i) {
     out[2 * i] = kHex[data[i] >> 4];
     out[2 * i + 1] = kHex[data[i] & 0xf];
+  }
+  return out;
+}
+
+std::string percentEncode(std::string_view in) {
+  static constexpr char kHex[] = "0123456789ABCDEF";
+  std::string out;
+  out.reserve(in.size());
+  for (const char ch : in) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~') {
+      out += ch;
+    } else {
+      out += '%';
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
+    }
   }
   return out;
 }

@@ -23,6 +23,8 @@ std::string toHex(const unsigned char* data, size_t n);
 
 // "%41" -> "A"; false on a malformed escape ('+' is left as it is).
 bool percentDecode(std::string_view in, std::string& out);
+// `in` fit for one path segment or query value: every byte but ALPHA DIGIT - _ . ~ as %XX.
+std::string percentEncode(std::string_view in);
 
 // Query-string values of `key` ("a=1&a=2" -> {"1","2"}), percent-decoded ('+' is a space); a
 // value with a malformed escape is given as sent.

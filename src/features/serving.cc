@@ -645,8 +645,7 @@ Task<void> fail(net::ResponseWriter& w, int& status_out, const std::vector<net::
 // resolved as its caller sees it (another team's views and services are unknown to it).
 Task<bool> FeatureHandler::authenticate(Exchange& x) {
   if (!access_) co_return true;
-  if (auto d = access_->authenticate(x.req.header("authorization"),
-                                     x.req.header(access_->userHeader()), x.grant)) {
+  if (auto d = access_->authenticateRequest(x.req, x.grant)) {
     const Failure f{d->status, "FeastPermissionError", "Permission error:\n" + d->message, {}};
     co_await fail(x.w, x.status, x.extra, f);
     co_return false;

@@ -171,6 +171,7 @@ void readModels(ConfigReader& r, const std::set<std::string>& emulators, Gateway
               d.optional("continuous_usage", dc.continuous_usage);
               d.object("tls", [&](ConfigReader& t) { net::readTlsClientConfig(t, dc.tls); });
               d.object("routing", [&](ConfigReader& t) { readRouting(t, dc.routing); });
+              d.optional("max_batch_share", dc.max_batch_share, 0.01, 1);
               d.forEach(
                   "endpoints",
                   [&](ConfigReader& e, size_t) {

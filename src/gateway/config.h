@@ -117,6 +117,9 @@ struct DeploymentConfig {
   bool continuous_usage = false;  // backend supports vLLM's stream_options.continuous_usage_stats
   net::TlsClientConfig tls;       // defaults of its https:// endpoints
   EngineRoutingConfig routing;
+  // The share of each endpoint's max_concurrent that batch work (the batch and sheddable
+  // priority classes: the batch executor's lines, x-infera-priority) may hold; 1 = no cap.
+  double max_batch_share = 1;
   std::vector<EndpointConfig> endpoints;
 };
 

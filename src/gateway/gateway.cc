@@ -81,8 +81,7 @@ class GatewayImpl final : public Gateway {
       // A client waiting for 100 Continue without a good key gets its 401 before sending the body.
       auto check = [access](const net::HttpRequest& head) -> std::optional<net::EarlyAnswer> {
         access::Grant g;
-        auto denied = access->authenticate(head.header("authorization"),
-                                           head.header(access->userHeader()), g);
+        auto denied = access->authenticateRequest(head, g);
         if (!denied) return std::nullopt;
         return net::EarlyAnswer{denied->status, "application/json", access::denialJson(*denied)};
       };

@@ -42,12 +42,16 @@ std::string_view answerOutput(std::string_view json) {
 }
 
 // An endpoint a request may go to now: healthy, not ejected, under this worker's share of its
-// concurrency limit.
-bool available(const Endpoint& ep, const WorkerEndpoint& ws, int64_t now_ns) {
+// concurrency limit (and, for batch work, of its deployment's batch share).
+bool available(const Endpoint& ep, const WorkerEndpoint& ws, int64_t now_ns, bool batch = false) {
   return ep.shared->healthy.load(std::memory_order_relaxed) &&
          ep.shared->ejected_until_ns.load(std::memory_order_relaxed) <= now_ns &&
-         ws.inflight < ep.max_inflight_per_worker;
+         ws.inflight < ep.max_inflight_per_worker &&
+         (!batch || ws.batch_inflight < ep.max_batch_per_worker);
 }
+
+// How soon batch work turned away by a deployment's max_batch_share may come back.
+constexpr int64_t kBatchCapRetryMs = 100;
 
 // Whether an endpoint's engine signals are fresh; when they are, this worker's count of what it
 // sent there since the scrape it last saw starts again at each new scrape.
@@ -116,6 +120,10 @@ struct ProxyHandler::Exchange {
   size_t n_blocks = 0;
   // Flow control: the timer the request waits on in the gateway's queue (null when not waiting).
   net::asio::steady_timer* flow_timer = nullptr;
+  // Its priority class (read when the route has flow control or a batch cap), and whether that
+  // makes it batch work (max_batch_share).
+  Priority priority = Priority::kStandard;
+  bool batch_work = false;
 };
 
 ProxyHandler::ProxyHandler(int shard, net::asio::io_context& ctx, GatewayMetrics& metrics,
@@ -220,7 +228,7 @@ int ProxyHandler::pickEngine(Exchange& x, const RouteTable& table, const StateVe
     if (std::find(tried.begin(), tried.end(), idx) != tried.end()) continue;
     const Endpoint& ep = table.endpoints[idx];
     WorkerEndpoint& ws = *state[idx];
-    if (!available(ep, ws, now_ns)) continue;
+    if (!available(ep, ws, now_ns, x.batch_work)) continue;
     const EngineSignals& sig = ep.shared->engine;
     EngineCandidate c;
     c.index = idx;
@@ -263,7 +271,8 @@ int ProxyHandler::pickEngine(Exchange& x, const RouteTable& table, const StateVe
 
 struct ProxyHandler::FlowState {
   FlowQueue queue;
-  int pending = 0;  // admitted waiters not yet on their way to an endpoint
+  int pending = 0;        // admitted waiters not yet on their way to an endpoint
+  int pending_batch = 0;  // of those, batch work
   std::unique_ptr<net::asio::steady_timer> tick;
   bool ticking = false;
 };
@@ -313,6 +322,17 @@ int ProxyHandler::roomFor(const RouteTable& table, const StateVector& state, con
   return room;
 }
 
+int ProxyHandler::batchRoom(const RouteTable& table, const StateVector& state,
+                            const std::vector<uint32_t>& endpoints, int64_t now_ns) {
+  int room = 0;
+  for (const uint32_t idx : endpoints) {
+    const Endpoint& ep = table.endpoints[idx];
+    const WorkerEndpoint& ws = *state[idx];
+    if (available(ep, ws, now_ns)) room += std::max(0, ep.max_batch_per_worker - ws.batch_inflight);
+  }
+  return room;
+}
+
 void ProxyHandler::dispatch(const std::string& model) {
   const auto it = flow_.find(model);
   if (it == flow_.end() || !table_) return;
@@ -321,6 +341,7 @@ void ProxyHandler::dispatch(const std::string& model) {
   auto admit = [&fs](FlowQueue::Waiter* w) {
     w->admitted = true;
     ++fs.pending;
+    if (w->priority >= Priority::kBatch) ++fs.pending_batch;
     static_cast<net::asio::steady_timer*>(w->wake)->cancel();
   };
   const Route* route = findRoute(*table_, model);
@@ -339,10 +360,18 @@ void ProxyHandler::dispatch(const std::string& model) {
     }
     return false;
   };
-  int room = roomFor(*table_, *state_, *route, monoNanos()) - fs.pending;
+  const int64_t now_ns = monoNanos();
+  int room = roomFor(*table_, *state_, *route, now_ns) - fs.pending;
+  // Batch work also needs room under the deployments' max_batch_share (batch is the last class
+  // that waits: nothing behind a batch waiter is more urgent).
+  int batch_room =
+      route->batch_capped
+          ? batchRoom(*table_, *state_, route->openai_endpoints, now_ns) - fs.pending_batch
+          : room;
   while (room-- > 0) {
     const FlowQueue::Waiter* next = fs.queue.next();
     if (next == nullptr || held(next->priority)) break;
+    if (next->priority >= Priority::kBatch && batch_room-- <= 0) break;
     admit(fs.queue.popNext());
   }
   if (fs.queue.size() > 0 && !fs.ticking) {
@@ -367,12 +396,14 @@ void ProxyHandler::dispatch(const std::string& model) {
   }
 }
 
-Task<bool> ProxyHandler::waitForRoom(Exchange& x) {
+bool ProxyHandler::readPriority(Exchange& x) {
   const Route& route = *x.route;
-  const EngineRoutingConfig& cfg = *route.engine;
   Priority prio = route.default_priority;
   const access::Principal who = x.grant ? x.grant.principal() : access::Principal{};
-  if (!cfg.key_priorities.empty() || !cfg.user_priorities.empty() || !cfg.team_priorities.empty()) {
+  const EngineRoutingConfig* engine = route.engine;
+  if (engine != nullptr && (!engine->key_priorities.empty() || !engine->user_priorities.empty() ||
+                            !engine->team_priorities.empty())) {
+    const EngineRoutingConfig& cfg = *engine;
     // The key's class, else its team's (config.cc checked the names). A user's may only lower
     // it: the user is named by the caller (x-infera-user), as the header is.
     auto lookup = [](const std::map<std::string, std::string, std::less<>>& names,
@@ -388,19 +419,50 @@ Task<bool> ProxyHandler::waitForRoom(Exchange& x) {
   const std::string_view asked = x.req.header("x-infera-priority");
   if (!asked.empty()) {
     Priority p;
-    if (!parsePriority(asked, p)) {
-      co_await sendError(x, 400,
-                         "x-infera-priority must be one of critical, standard, batch, sheddable",
-                         "invalid_request_error", "invalid_priority");
-      co_return false;
-    }
+    if (!parsePriority(asked, p)) return false;
     // A caller may lower its request's priority, never raise it above its route's.
     if (p > prio) prio = p;
   }
+  x.priority = prio;
+  x.batch_work = prio >= Priority::kBatch;
+  return true;
+}
+
+Task<bool> ProxyHandler::prioritize(Exchange& x, const std::vector<uint32_t>& endpoints,
+                                    bool flow) {
+  const Route& route = *x.route;
+  flow = flow && route.engine != nullptr && route.engine->flow_control;
+  if (!flow && !route.batch_capped) co_return true;
+  if (!readPriority(x)) {
+    co_await sendError(x, 400,
+                       "x-infera-priority must be one of critical, standard, batch, sheddable",
+                       "invalid_request_error", "invalid_priority");
+    co_return false;
+  }
+  if (flow) co_return co_await waitForRoom(x);
+  if (!x.batch_work || batchRoom(*x.table, *x.state, endpoints, monoNanos()) > 0) co_return true;
+  access::appendRetryAfter(x.extra, kBatchCapRetryMs);
+  co_await sendError(
+      x, 429,
+      "model " + route.model + " is at its deployments' share for batch work (max_batch_share)",
+      "requests", "model_saturated");
+  co_return false;
+}
+
+Task<bool> ProxyHandler::waitForRoom(Exchange& x) {
+  const Route& route = *x.route;
+  const EngineRoutingConfig& cfg = *route.engine;
+  const Priority prio = x.priority;
+  const access::Principal who = x.grant ? x.grant.principal() : access::Principal{};
   auto& slot = flow_[route.model];
   if (!slot) slot = std::make_unique<FlowState>();
   FlowState& fs = *slot;
-  const int room = roomFor(*x.table, *x.state, route, monoNanos()) - fs.pending;
+  const int64_t now_ns = monoNanos();
+  int room = roomFor(*x.table, *x.state, route, now_ns) - fs.pending;
+  if (x.batch_work && route.batch_capped) {
+    room = std::min(
+        room, batchRoom(*x.table, *x.state, route.openai_endpoints, now_ns) - fs.pending_batch);
+  }
   if (fs.queue.size() == 0 && room > 0) co_return true;
   const std::string_view team = who.team;
   const int pi = static_cast<int>(prio);
@@ -475,6 +537,7 @@ Task<bool> ProxyHandler::waitForRoom(Exchange& x) {
   const bool gone = x.client_gone;
   if (w.admitted) {
     --fs.pending;
+    if (w.priority >= Priority::kBatch) --fs.pending_batch;
     if (!gone) {
       flowCounter(route, prio, team, "admitted")->inc(shard_);
       co_return true;
@@ -521,7 +584,7 @@ int ProxyHandler::pick(const RouteTable& table, const StateVector& state,
     if (std::find(tried.begin(), tried.end(), idx) != tried.end()) continue;
     const Endpoint& ep = table.endpoints[idx];
     const WorkerEndpoint& ws = *state[idx];
-    if (!available(ep, ws, now_ns)) continue;
+    if (!available(ep, ws, now_ns, x != nullptr && x->batch_work)) continue;
     double ewma = ws.ewma_s;
     if (ewma > 0) {
       const double age_ns = static_cast<double>(now_ns - ws.sampled_ns);
@@ -731,10 +794,7 @@ Task<void> ProxyHandler::handleOpenAi(net::HttpRequest& req, net::ResponseWriter
     const bool go_on = co_await admit(x);
     if (!go_on) co_return;
   }
-  if (x.route->engine && x.route->engine->flow_control) {
-    const bool go_on = co_await waitForRoom(x);
-    if (!go_on) co_return;
-  }
+  if (!co_await prioritize(x, *targets.endpoints, true)) co_return;
   co_await forward(x, *targets.endpoints);
 }
 
@@ -810,6 +870,7 @@ Task<void> ProxyHandler::handleKServe(net::HttpRequest& req, net::ResponseWriter
     co_await sendError(x, 404, msg_text, "invalid_request_error", "model_not_found");
     co_return;
   }
+  if (!co_await prioritize(x, *targets.endpoints, false)) co_return;
   co_await forward(x, *targets.endpoints);
 }
 
@@ -946,14 +1007,17 @@ Task<void> ProxyHandler::forward(Exchange& x, const std::vector<uint32_t>& candi
     x.deployment = &dep;
     x.endpoint = &ep;
     ++ws->inflight;
+    if (x.batch_work) ++ws->batch_inflight;
     ws->view->in_flight.store(ws->inflight, std::memory_order_relaxed);
     struct InflightGuard {
       WorkerEndpoint& w;
+      bool batch;
       ~InflightGuard() {
         --w.inflight;
+        if (batch) --w.batch_inflight;
         w.view->in_flight.store(w.inflight, std::memory_order_relaxed);
       }
-    } guard{*ws};
+    } guard{*ws, x.batch_work};
 
     std::unique_ptr<net::UpstreamConnection> conn;
     const Result<const net::ClientResponseHead*> head =
@@ -1165,13 +1229,7 @@ Task<bool> ProxyHandler::authenticate(Exchange& x) {
   // Usage is read from the answer, so it must come back uncompressed.
   std::erase_if(x.req.headers, [](const HttpHeader& h) { return h.name == "accept-encoding"; });
   // An in-process request (a batch line) acts for the key that made it, named by the process.
-  auto denied = x.req.in_process != nullptr
-                    ? (x.req.in_process->key_id.empty()
-                           ? access_->authenticate("", "", x.grant)
-                           : access_->authenticateKey(x.req.in_process->key_id,
-                                                      x.req.in_process->user, x.grant))
-                    : access_->authenticate(x.req.header("authorization"),
-                                            x.req.header(access_->userHeader()), x.grant);
+  auto denied = access_->authenticateRequest(x.req, x.grant);
   if (denied) {
     co_await sendError(x, denied->status, denied->message, denied->type, denied->code);
     co_return false;

@@ -211,6 +211,12 @@ Result<std::shared_ptr<const RouteTable>> buildRouteTable(
         if (config.region.empty() || ec.region.empty()) ep.local = true;
         ep.weight = ec.weight;
         ep.max_inflight_per_worker = std::max(1, (ec.max_concurrent + workers - 1) / workers);
+        ep.max_batch_per_worker = ep.max_inflight_per_worker;
+        if (dc.max_batch_share < 1) {
+          route->batch_capped = true;
+          ep.max_batch_per_worker =
+              std::max(1, static_cast<int>(dc.max_batch_share * ep.max_inflight_per_worker + 1e-9));
+        }
         ep.protocol = ec.protocol;
         auto& sh = shared[ep.key];
         if (!sh) sh = std::make_shared<EndpointShared>(workers);

@@ -89,6 +89,17 @@ std::string formatDouble(double d) {
   return std::string(buf, static_cast<size_t>(n));
 }
 
+Status SqlDb::addColumnIfMissing(std::string_view table, std::string_view column,
+                                 std::string_view type) {
+  const std::string probe =
+      "SELECT " + std::string(column) + " FROM " + std::string(table) + " LIMIT 0";
+  if (exec(probe).ok()) return Status::ok();
+  const auto added = exec("ALTER TABLE " + std::string(table) + " ADD COLUMN " +
+                          std::string(column) + " " + std::string(type));
+  if (added.ok() || exec(probe).ok()) return Status::ok();
+  return added.status();
+}
+
 std::string toPostgresPlaceholders(std::string_view sql) {
   std::string out;
   out.reserve(sql.size());

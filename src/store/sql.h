@@ -58,6 +58,9 @@ class SqlDb {
   }
   // Several statements separated by ';', no parameters (schema creation).
   virtual Status execScript(std::string_view sql) = 0;
+  // Adds `column` (of SQL type `type`, with a DEFAULT for the rows there) to `table` when an older
+  // schema lacks it. Replicas may race: one ALTER wins, the others find the column there.
+  Status addColumnIfMissing(std::string_view table, std::string_view column, std::string_view type);
   // Transactions (no nesting: begin() inside one, or commit()/rollback() outside one, is
   // kFailedPrecondition). After a failed statement inside a transaction, roll back: PostgreSQL
   // aborts the whole transaction, and commit() then rolls back and returns kFailedPrecondition.

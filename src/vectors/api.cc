@@ -411,10 +411,7 @@ class Api {
       denied = true;
     }
     if (access_ && !denied) {
-      std::string auth(req.header("authorization"));
-      if (auth.empty() && !req.header("api-key").empty())
-        auth = "Bearer " + std::string(req.header("api-key"));
-      if (auto d = access_->authenticate(auth, req.header(access_->userHeader()), grant)) {
+      if (auto d = access_->authenticateRequest(req, grant, "api-key")) {
         r = fail(
             Status(d->status == 401 ? StatusCode::kUnauthenticated : StatusCode::kPermissionDenied,
                    "Forbidden: " + d->message));

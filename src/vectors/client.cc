@@ -9,6 +9,7 @@
 #include <random>
 #include <thread>
 
+#include "core/text.h"
 #include "net/client.h"
 
 namespace infera::vectors {
@@ -186,18 +187,6 @@ Status VectorsClient::upsert(const std::string& name, const std::string& points_
 
 int64_t VectorsClient::retries() const { return retries_.load(); }
 
-std::string pathSegment(const std::string& s) {
-  std::string out;
-  for (unsigned char c : s) {
-    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~') {
-      out += char(c);
-    } else {
-      char buf[4];
-      std::snprintf(buf, sizeof buf, "%%%02X", c);
-      out += buf;
-    }
-  }
-  return out;
-}
+std::string pathSegment(const std::string& s) { return percentEncode(s); }
 
 }  // namespace infera::vectors

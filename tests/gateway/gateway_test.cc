@@ -416,6 +416,51 @@ TEST_F(GatewayTest, ClientAbortCancelsTheUpstreamStream) {
   EXPECT_TRUE(waitFor([&] { return gw_->metricSum("infera_gateway_active_streams") == 0; }));
 }
 
+// max_batch_share: batch work (the batch and sheddable classes) holds at most its share of an
+// endpoint's max_concurrent; interactive requests keep the rest, and batch work past it is a 429
+// with retry-after-ms (the batch executor's pace) until a batch request ends.
+TEST_F(GatewayTest, BatchWorkHoldsAtMostItsShareOfTheDeploymentAndInteractiveTheRest) {
+  auto& e = startEmulator({"m1"}, [](EmulatorConfig& c) { c.token_ms = 20; });
+  startGateway(std::string(kNoHealth) +
+                   "models:\n  - name: m1\n    deployments:\n      - max_batch_share: 0.5\n"
+                   "        endpoints:\n" +
+                   endpoint(e, "max_concurrent: 4"),
+               {}, 1);
+  const std::vector<std::pair<std::string, std::string>> batch = {{"x-infera-priority", "batch"}};
+  std::vector<std::unique_ptr<TestClient>> held;
+  for (int i = 0; i < 2; ++i) {  // two long batch streams: the share (2 of 4)
+    held.push_back(std::make_unique<TestClient>(gw_->port()));
+    ASSERT_TRUE(held.back()->send("POST", "/v1/chat/completions", chatBody("m1", true, 500),
+                                  {{"x-infera-priority", "batch"}}));
+    TestResponse head;
+    ASSERT_TRUE(held.back()->readHead(head));
+    ASSERT_EQ(head.status, 200);
+  }
+  const auto third = post("/v1/chat/completions", chatBody("m1"), batch);
+  ASSERT_TRUE(third);
+  expectOpenAiError(*third, 429, "model_saturated");
+  EXPECT_EQ(third->header("retry-after-ms"), "100");
+  const auto shed =
+      post("/v1/chat/completions", chatBody("m1"), {{"x-infera-priority", "sheddable"}});
+  ASSERT_TRUE(shed);
+  expectOpenAiError(*shed, 429, "model_saturated");
+  // Interactive work keeps the other half of the endpoint.
+  for (int i = 0; i < 3; ++i) {
+    const auto standard = post("/v1/chat/completions", chatBody("m1"));
+    ASSERT_TRUE(standard);
+    EXPECT_EQ(standard->status, 200) << standard->body;
+  }
+  const auto bad = post("/v1/chat/completions", chatBody("m1"), {{"x-infera-priority", "urgent"}});
+  ASSERT_TRUE(bad);
+  expectOpenAiError(*bad, 400, "invalid_priority");
+  held.pop_back();  // one batch stream ends: its place is batch work's again
+  ASSERT_TRUE(waitFor([&] { return e.stats().aborted_streams.load() == 1; }));
+  ASSERT_TRUE(waitFor([&] { return gw_->metricSum("infera_gateway_requests_in_flight") == 1; }));
+  const auto again = post("/v1/chat/completions", chatBody("m1"), batch);
+  ASSERT_TRUE(again);
+  EXPECT_EQ(again->status, 200) << again->body;
+}
+
 TEST_F(GatewayTest, KServeV2InferRoundTrip) {
   auto& e = startEmulator({"resnet"});
   startGateway(std::string(kNoHealth) +
@@ -975,6 +1020,54 @@ TEST_F(FlowControlTest, AStandardRequestOvertakesBatchWorkWaitingInTheGateway) {
   EXPECT_GE(after, std::max(1, queued_before - 1)) << ::testing::PrintToString(done);
   for (const auto& d : done) EXPECT_EQ(d.find(':'), std::string::npos) << d;
   EXPECT_EQ(gw_->metricSum("infera_gateway_flow_queued"), 0);
+}
+
+// With flow control, batch work past max_batch_share waits in the gateway's queue (not a 429)
+// while the engine has room for interactive requests, which go at once.
+TEST_F(FlowControlTest, BatchWorkPastItsShareWaitsWhileInteractiveRequestsGo) {
+  auto& e = startEmulator({"m1"}, [](EmulatorConfig& c) {
+    c.engine.enabled = true;
+    c.engine.max_num_seqs = 8;
+    c.engine.time_scale = 2;
+  });
+  startGateway(std::string(kNoHealth) +
+                   "models:\n  - name: m1\n    deployments:\n      - name: pool\n"
+                   "        max_batch_share: 0.5\n"
+                   "        routing: {policy: engine, metrics_interval_ms: 10, stale_ms: 2000, "
+                   "max_waiting: 8, flow_control: {queue_timeout_ms: 20000}}\n"
+                   "        endpoints:\n" +
+                   endpoint(e, "max_concurrent: 2"),
+               {}, 1);
+  ASSERT_TRUE(waitFor([&] {
+    const auto r = httpRequest(gw_->adminPort(), "GET", "/admin/endpoints");
+    return r && r->body.find(R"("known":true)") != std::string::npos;
+  }));
+  testing::CompletionOrder requests;
+  for (int i = 0; i < 3; ++i) {
+    requests.send("batch" + std::to_string(i), [this] {
+      return httpRequest(gw_->port(), "POST", "/v1/chat/completions", body(20),
+                         {{"x-infera-priority", "batch"}});
+    });
+  }
+  // One runs (its share: 1 of 2); the others wait in the gateway.
+  ASSERT_TRUE(waitFor([&] { return queued("batch") == 2; })) << queued("batch");
+  requests.send("standard", [this] {
+    return httpRequest(gw_->port(), "POST", "/v1/chat/completions", body(2));
+  });
+  const std::vector<std::string> done = requests.join();
+  ASSERT_EQ(done.size(), 4u);
+  for (const auto& d : done) EXPECT_EQ(d.find(':'), std::string::npos) << d;  // all 200
+  // The standard request did not wait behind the batch work: it ended before the queued two.
+  const auto at = std::find(done.begin(), done.end(), "standard");
+  ASSERT_NE(at, done.end());
+  EXPECT_GE(done.end() - at - 1, 2) << ::testing::PrintToString(done);
+  EXPECT_EQ(gw_->metricSum("infera_gateway_flow_queued"), 0);
+  const auto m = httpRequest(gw_->adminPort(), "GET", "/metrics");
+  ASSERT_TRUE(m);
+  EXPECT_NE(m->body.find("infera_gateway_flow_requests_total{model=\"m1\",priority=\"batch\","
+                         "team=\"\",outcome=\"admitted\"} 2\n"),
+            std::string::npos);
+  (void)e;
 }
 
 TEST_F(FlowControlTest, PastTheQueueDeadlineA429WithRetryAfterAndSheddableWorkNeverWaits) {

@@ -246,4 +246,96 @@ await check('an upload without purpose or with an unknown purpose is a 400', asy
     (e) => e.status === 400 && /purpose/.test(e.message));
 });
 
+// Bulk embedding: a /v1/embeddings batch whose vectors go straight into a collection (Infera's
+// `vector_collection`), checked with the Qdrant JS client as the same team's key.
+const { QdrantClient } = require('@qdrant/js-client-rest');
+const dataPort = new URL(base).origin;
+const qa = new QdrantClient({ url: dataPort, port: null, apiKey: process.env.INFERA_KEY_A, checkCompatibility: false });
+const qb = new QdrantClient({ url: dataPort, port: null, apiKey: process.env.INFERA_KEY_B, checkCompatibility: false });
+const embedLine = (i, extra = {}) => ({
+  custom_id: `item-${i}`, method: 'POST', url: '/v1/embeddings',
+  body: { model: 'text-embedding-3-small', input: `catalogue item ${i}` },
+  point_id: 1000 + i, payload: { sku: `sku-${i}`, n: i }, ...extra,
+});
+const E = 60;
+await check('a /v1/embeddings batch with vector_collection upserts every vector with its id and payload', async () => {
+  await qa.createCollection('catalogue', { vectors: { size: 16, distance: 'Cosine' } });
+  // A line may also take its point id from a custom_id that is one (a UUID here).
+  const uuid = '7b0c3c7e-8a1d-4a56-9a55-2a3c0f1e9d11';
+  const p = writeJsonl('embed.jsonl', [
+    ...Array.from({ length: E }, (_, i) => embedLine(i)),
+    { custom_id: uuid, method: 'POST', url: '/v1/embeddings',
+      body: { model: 'text-embedding-3-small', input: ['the uuid item'] } },
+  ]);
+  const f = await a.files.create({ file: fs.createReadStream(p), purpose: 'batch' });
+  const created = await a.batches.create({
+    input_file_id: f.id, endpoint: '/v1/embeddings', completion_window: '24h',
+    vector_collection: 'catalogue',
+  });
+  assert.equal(created.vector_collection, 'catalogue');
+  const x = await waitFor(a, created.id, ended);
+  assert.equal(x.status, 'completed');
+  assert.deepEqual(x.request_counts, { total: E + 1, completed: E + 1, failed: 0 });
+  assert.equal((await qa.count('catalogue', { exact: true })).count, E + 1);
+  const out = await lines(a, x.output_file_id);
+  const byId = new Map(out.map((l) => [l.custom_id, l]));
+  const pts = await qa.retrieve('catalogue', { ids: [1000, 1007, uuid], with_payload: true, with_vector: true });
+  assert.equal(pts.length, 3);
+  const norm = (v) => { const n = Math.hypot(...v); return v.map((c) => c / n); };
+  for (const pt of pts) {
+    const line = byId.get(pt.id === uuid ? uuid : `item-${pt.id - 1000}`);
+    const want = norm(line.response.body.data[0].embedding);
+    want.forEach((c, k) => assert.ok(Math.abs(c - pt.vector[k]) < 1e-5, `${pt.id}[${k}]`));
+    if (pt.id !== uuid) assert.deepEqual(pt.payload, { sku: `sku-${pt.id - 1000}`, n: pt.id - 1000 });
+  }
+  // The vector found by its own embedding comes first.
+  const hit = await qa.query('catalogue', { query: byId.get('item-7').response.body.data[0].embedding, limit: 1 });
+  assert.equal(hit.points[0].id, 1007);
+});
+
+await check('vector_collection: lines that cannot name a point fail validation, another team\'s collection is refused at create, vectors that do not fit fail their lines', async () => {
+  await assert.rejects(a.batches.create({
+    input_file_id: input.id, endpoint: '/v1/chat/completions', completion_window: '24h',
+    vector_collection: 'catalogue',
+  }), (e) => e.status === 400 && e.param === 'vector_collection');
+  const bad = writeJsonl('embed-bad.jsonl', [
+    embedLine(1),
+    { ...embedLine(2), point_id: -4 },
+    { custom_id: 'not-an-id', method: 'POST', url: '/v1/embeddings', body: { model: 'text-embedding-3-small', input: 'x' } },
+    embedLine(3, { body: { model: 'text-embedding-3-small', input: ['two', 'inputs'] } }),
+    embedLine(4, { payload: [1] }),
+    embedLine(5, { body: { model: 'text-embedding-3-small', input: 'x', encoding_format: 'base64' } }),
+  ]);
+  const fbad = await a.files.create({ file: fs.createReadStream(bad), purpose: 'batch' });
+  const v = await waitFor(a, (await a.batches.create({
+    input_file_id: fbad.id, endpoint: '/v1/embeddings', completion_window: '24h', vector_collection: 'catalogue',
+  })).id, ended);
+  assert.equal(v.status, 'failed');
+  assert.deepEqual(v.errors.data.map((e) => [e.line, e.param]),
+    [[2, 'point_id'], [3, 'point_id'], [4, 'body.input'], [5, 'payload'], [6, 'body.encoding_format']]);
+  // Team b's key: team a's collection is as absent as one that does not exist, asked at create.
+  const p = writeJsonl('embed-b.jsonl', [embedLine(100), embedLine(101)]);
+  const fb = await b.files.create({ file: fs.createReadStream(p), purpose: 'batch' });
+  for (const name of ['catalogue', 'no-such-collection']) {
+    await assert.rejects(b.batches.create({
+      input_file_id: fb.id, endpoint: '/v1/embeddings', completion_window: '24h', vector_collection: name,
+    }), (e) => e.status === 400 && e.param === 'vector_collection' && /not accessible/.test(e.message));
+  }
+  await assert.rejects(qb.count('catalogue', { exact: true }), (e) => e.status === 404);
+  // A collection the vectors do not fit: each line fails with the vector index's own 400 (in the
+  // error file), nothing is written, and the batch still completes.
+  await qb.createCollection('narrow', { vectors: { size: 8, distance: 'Cosine' } });
+  const y = await waitFor(b, (await b.batches.create({
+    input_file_id: fb.id, endpoint: '/v1/embeddings', completion_window: '24h', vector_collection: 'narrow',
+  })).id, ended);
+  assert.equal(y.status, 'completed');
+  assert.deepEqual(y.request_counts, { total: 2, completed: 0, failed: 2 });
+  for (const e of await lines(b, y.error_file_id)) {
+    assert.equal(e.response.status_code, 400);
+    assert.match(JSON.stringify(e.response.body), /dim/i);
+  }
+  assert.equal((await qb.count('narrow', { exact: true })).count, 0);
+  assert.equal((await qa.count('catalogue', { exact: true })).count, E + 1);
+});
+
 console.log(`${passed} checks passed`);

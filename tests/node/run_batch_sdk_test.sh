@@ -42,6 +42,7 @@ batch:
   price_factor: 0.5
   max_attempts: 2
   retry_base_ms: 20
+vectors: {data_dir: $work/vectors}
 YAML
 export INFERA_ADMIN_TOKEN="batch-admin-$$"
 start_serve "$infera" "$work/batch.yaml" "$work/serve.out"
@@ -87,6 +88,16 @@ grep -q "has no error file" "$work/cli-err.txt" || { cat "$work/cli-err.txt"; ex
 INFERA_API_KEY="$key_b" "$infera" batches show "$id" 2>"$work/cli-b.txt" && { echo "team b sees team a's batch"; exit 1; }
 grep -q "error 404" "$work/cli-b.txt" || { cat "$work/cli-b.txt"; exit 1; }
 echo "ok - infera batches create/list/show/output, and another team's key gets a 404"
+
+# `infera batches embed`: `infera vectors embed`'s input (id, text, payload) as a batch into the
+# collection the SDK test made, the text kept in the payload.
+printf '%s\n' '{"id": 5000, "text": "cli item", "payload": {"src": "cli"}}' '{"id": 5001, "text": "cli item 2"}' >"$work/texts.jsonl"
+embedded=$("$infera" batches embed catalogue "$work/texts.jsonl" --model text-embedding-3-small --wait --json)
+python3 -c 'import json,sys; b=json.load(sys.stdin); assert b["status"]=="completed" and b["request_counts"]=={"total":2,"completed":2,"failed":0} and b["vector_collection"]=="catalogue", b' <<<"$embedded"
+point=$(curl -sf -H "api-key: $key_a" -H 'content-type: application/json' -d '{"ids":[5000,5001],"with_payload":true}' \
+  "http://127.0.0.1:$port/collections/catalogue/points")
+python3 -c 'import json,sys; r=json.load(sys.stdin)["result"]; p={x["id"]: x["payload"] for x in r}; assert p=={5000:{"src":"cli","text":"cli item"},5001:{"text":"cli item 2"}}, p' <<<"$point"
+echo "ok - infera batches embed upserts a file of texts into a collection with their payloads"
 
 # Usage: every llama-3-8b request of team-a so far was a batch line, marked and billed at half
 # price; one interactive request beside them is billed in full and not marked.

@@ -168,9 +168,6 @@ class MetaStore {
   MetaStore(std::unique_ptr<store::SqlDb> db, const Clock& clock)
       : db_(std::move(db)), clock_(clock) {}
   Status migrate();
-  // Adds `column` to `table` when an older store lacks it (replicas may race: one ALTER wins, the
-  // others find the column there).
-  Status addColumnIfMissing(const char* table, const char* column, const char* type);
   Status mutate(const std::string& actor, const std::string& action, const std::string& target,
                 const std::string& detail, const std::function<Status()>& body);
   std::unique_ptr<store::SqlDb> db_;

@@ -4,10 +4,12 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <cstdlib>
 #include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -18,6 +20,7 @@
 #include "batch/internal/store.h"
 #include "net/blocking_pool.h"
 #include "net/router.h"
+#include "net/server.h"
 
 namespace infera::obs {
 class Counter;
@@ -65,6 +68,11 @@ struct LineJob {
   std::string body;  // the line's `body`, as the gateway reads it
   std::string key_id;
   std::string user;
+  // A batch into a vector collection: the collection, and the line's point id and payload as
+  // JSON text (the payload "" = none). The line's vector is upserted there before it counts.
+  std::string collection;
+  std::string point_id;
+  std::string payload;
   int attempt = 1;
   int64_t not_before_ms = 0;  // a retry waits for its back-off
   size_t slot = 0;            // the executor's chunk slot it belongs to
@@ -108,7 +116,88 @@ class Mailbox {
   std::deque<LineOutcome> q_;
 };
 
-class CaptureWriter;
+// Keeps the gateway's answer to one in-process request.
+class CaptureWriter final : public net::ResponseWriter {
+ public:
+  explicit CaptureWriter(int64_t max_bytes) : max_(max_bytes) {}
+  net::Task<bool> send(int status, std::string_view content_type, std::string_view body,
+                       std::span<const net::HttpHeader> extra) override {
+    (void)content_type;
+    if (gone_) co_return false;
+    status_ = status;
+    takeHeaders(extra);
+    started_ = finished_ = true;
+    co_return append(body);
+  }
+  net::Task<bool> start(int status, std::string_view content_type,
+                        std::span<const net::HttpHeader> extra, int64_t content_length,
+                        std::span<const net::HttpHeader> relayed) override {
+    (void)content_type;
+    (void)content_length;
+    if (gone_) co_return false;
+    status_ = status;
+    takeHeaders(extra);
+    takeHeaders(relayed);
+    started_ = true;
+    co_return true;
+  }
+  net::Task<bool> writeChunk(std::string_view data) override {
+    if (gone_) co_return false;
+    co_return append(data);
+  }
+  net::Task<bool> finish() override {
+    finished_ = true;
+    co_return !gone_;
+  }
+  bool started() const override { return started_; }
+  bool finished() const override { return finished_; }
+  bool clientGone() const override { return gone_; }
+  void closeAfterResponse() override {}
+  void watchDisconnect(std::function<void()> on_close) override {
+    if (gone_) {
+      on_close();  // aborted before the handler got here: it ends now
+      return;
+    }
+    if (!on_close_) on_close_ = std::move(on_close);
+  }
+  // The executor stops: the line ends as if its client went away.
+  void abort() {
+    aborted_ = gone_ = true;
+    if (auto f = std::move(on_close_)) f();
+  }
+
+  int status() const { return status_; }
+  bool aborted() const { return aborted_; }
+  bool tooLarge() const { return too_large_; }
+  std::string& body() { return body_; }
+  const std::string& requestId() const { return request_id_; }
+  int64_t retryAfterMs() const { return retry_after_ms_; }
+
+ private:
+  bool append(std::string_view data) {
+    if (static_cast<int64_t>(body_.size() + data.size()) > max_) {
+      too_large_ = gone_ = true;
+      return false;
+    }
+    body_.append(data);
+    return true;
+  }
+  void takeHeaders(std::span<const net::HttpHeader> h) {
+    for (const auto& x : h) {
+      if (x.name == "x-request-id") request_id_ = x.value;
+      if (x.name == "retry-after-ms") retry_after_ms_ = std::atoll(x.value.c_str());
+      if (x.name == "retry-after" && retry_after_ms_ == 0)
+        retry_after_ms_ = std::atoll(x.value.c_str()) * 1000;
+    }
+  }
+  const int64_t max_;
+  int status_ = 0;
+  bool started_ = false, finished_ = false, gone_ = false, aborted_ = false, too_large_ = false;
+  std::string body_;
+  std::string request_id_;
+  int64_t retry_after_ms_ = 0;
+  std::function<void()> on_close_;
+};
 
 // A data loop's side of the executor, owned by that loop's router: the gateway handlers its lines
 // run through, and the lines in flight on it (to abort at stop()). Used only on its loop.
@@ -116,6 +205,10 @@ struct LoopLines {
   explicit LoopLines(net::asio::io_context& c) : ctx(c) {}
   net::asio::io_context& ctx;
   std::unordered_map<std::string, net::RouteHandler> handlers;  // endpoint -> the gateway's
+  // The vector index's routes on this loop (empty without a `vectors:` section), for batches
+  // into a collection: PUT /collections/{name}/points and GET /collections/{name}.
+  net::RouteHandler vector_upsert;
+  net::RouteHandler vector_info;
   std::vector<CaptureWriter*> in_flight;
   bool stopping = false;      // set by abortLines: a line that starts after it ends at once
   double price_factor = 1.0;  // batch.price_factor, for each line's usage
@@ -142,7 +235,7 @@ class Runner {
 
 // The API on one data loop.
 void addApiRoutes(Shared& shared, net::asio::io_context& ctx, net::Router& router,
-                  access::AccessWorker* access);
+                  access::AccessWorker* access, const LoopLines& lines);
 // The operator's routes on the admin loop.
 void addAdminApiRoutes(Shared& shared, net::asio::io_context& ctx, net::Router& admin,
                        const net::RouteGuard& guard);

@@ -62,6 +62,7 @@ struct BatchRow {
   int64_t expired_ms = 0;
   int64_t cancelling_ms = 0;
   int64_t cancelled_ms = 0;
+  std::string vector_collection;  // /v1/embeddings: where each line's vector is upserted ("": none)
 };
 
 // A run of input lines claimed together: physical lines [first_line, first_line + lines) of the

@@ -28,6 +28,7 @@ struct WorkerEndpoint {
   // are mirrored there for the admin API.
   EndpointShared::WorkerView* view = nullptr;
   int inflight = 0;
+  int batch_inflight = 0;  // of those, batch work (Endpoint::max_batch_per_worker)
   std::unique_ptr<net::ConnectionPool> pool;
   // Engine-aware routing: requests this worker sent since the engine's last scrape it saw (the
   // scraped queue does not count them yet).
@@ -95,6 +96,16 @@ class ProxyHandler {
   // Flow control: true when the request may go on (now or after waiting), false when it was
   // answered (429 past the queue deadline, shed, or the client left).
   net::Task<bool> waitForRoom(Exchange& x);
+  // The request's priority class (its key's, team's, user's and x-infera-priority's: docs/
+  // routing.md); false when the header names no class.
+  bool readPriority(Exchange& x);
+  // Where the route has flow control (and `flow`: OpenAI routes) or a batch cap: reads the
+  // priority, then waits for room, or turns batch work away past max_batch_share. True when the
+  // request may go on; false when it was answered.
+  net::Task<bool> prioritize(Exchange& x, const std::vector<uint32_t>& endpoints, bool flow);
+  // Batch work `endpoints` may take now under their deployments' max_batch_share.
+  int batchRoom(const RouteTable& table, const StateVector& state,
+                const std::vector<uint32_t>& endpoints, int64_t now_ns);
   // Endpoints of `route` with room now (eligible and, when their signals are known, under the
   // filters), less the waiters admitted but not sent yet.
   int roomFor(const RouteTable& table, const StateVector& state, const Route& route,

@@ -95,6 +95,8 @@ struct Endpoint {
   bool local = false;
   int weight = 1;
   int max_inflight_per_worker = 1024;
+  // Of those, what batch work may hold (its deployment's max_batch_share; = the above: no cap).
+  int max_batch_per_worker = 1024;
   Protocol protocol = Protocol::kOpenAi;
   net::UpstreamAddress address;
   std::string host_header;
@@ -186,6 +188,7 @@ struct Route {
   CaptureConfig capture;  // capture.enabled(): data capture on
   obs::Counter* captures = nullptr;
   bool tag_responses = false;
+  bool batch_capped = false;     // a deployment caps batch work (max_batch_share < 1)
   net::HttpHeader route_header;  // x-infera-route: model
   // Engine-aware routing (its deployments' routing, the same for all): null = latency balancing.
   const EngineRoutingConfig* engine = nullptr;
