@@ -39,8 +39,9 @@ declare -A QUICK_ARGS=(
   [features]="2"
   [engine_routing]="--engines 8 --rates 4 --duration 5 --policies least_queue,prefix_load --parts prefix"
   [batch]="2000 8"
+  [batch_interactive]="--duration 8 --share 0.125"
 )
-for script in throughput latency streams governance redis_script features engine_routing batch; do
+for script in throughput latency streams governance redis_script features engine_routing batch batch_interactive; do
   section "bench/load/$script.sh"
   quick=()
   [[ "${BENCH_QUICK:-0}" == "1" ]] && read -ra quick <<<"${QUICK_ARGS[$script]}"

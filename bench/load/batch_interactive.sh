@@ -8,7 +8,8 @@
 # case starts fresh engines and a fresh gateway:
 #   alone       the interactive stream alone: its P90 time to first token is the baseline;
 #   batch       the same stream while a batch of chat lines (batch.concurrency --batch-conc) runs
-#               through the same model with nothing to hold it back (latency balancing, no cap);
+#               through the same model with nothing to hold it back (latency balancing, no cap,
+#               no max_concurrent: requests queue in the engines);
 #   protected   the same, with engine routing, flow control (max_waiting 2) and
 #               max_batch_share --share: the batch waits behind interactive requests and holds at
 #               most that share of each endpoint's max_concurrent (--max-concurrent).
@@ -65,7 +66,7 @@ with open(path, "w") as f:
 PY
 
 
-start_case() {  # start_case NAME DEPLOYMENT_EXTRA_YAML
+start_case() {  # start_case NAME DEPLOYMENT_EXTRA_YAML MAX_CONCURRENT
   local cfg="$BENCH_TMP/$1.yaml" i
   local ports=()
   for ((i = 0; i < ENGINES; i++)); do
@@ -87,7 +88,7 @@ start_case() {  # start_case NAME DEPLOYMENT_EXTRA_YAML
     [[ -n "$2" ]] && echo "        $2"
     echo "        endpoints:"
     for p in "${ports[@]}"; do
-      echo "          - {url: \"http://127.0.0.1:$p\", max_concurrent: $MAX_CONC}"
+      echo "          - {url: \"http://127.0.0.1:$p\", max_concurrent: $3}"
     done
     echo "batch:"
     echo "  data_dir: $BENCH_TMP/$1-batch"
@@ -131,11 +132,12 @@ echo "|---|---|---|---|---|---|---|"
 alone_p90=""
 for c in alone batch protected; do
   case "$c" in
-    alone|batch) extra="" ;;
+    alone|batch) extra="" conc=100000 ;;
     protected) extra="max_batch_share: $SHARE
-        routing: {policy: engine, metrics_interval_ms: 20, max_waiting: 2, flow_control: {queue_timeout_ms: 600000}}" ;;
+        routing: {policy: engine, metrics_interval_ms: 20, max_waiting: 2, flow_control: {queue_timeout_ms: 600000}}"
+      conc=$MAX_CONC ;;
   esac
-  start_case "$c" "$extra"
+  start_case "$c" "$extra" "$conc"
   rate="-"
   if [[ "$c" != alone ]]; then
     start_batch
@@ -153,6 +155,6 @@ for c in alone batch protected; do
   stop_run
   read -r p50 p90 p99 failed <<<"$(python3 -c 'import json,sys; s=json.loads(sys.argv[1])["streams"]["interactive"]; print(s["ttft_p50"], s["ttft_p90"], s["ttft_p99"], s["failed"])' "$out")"
   [[ "$c" == alone ]] && alone_p90="$p90"
-  ratio=$(python3 -c "print(round($p90 / $alone_p90, 2))")
+  ratio=$(python3 -c "print(round($p90 / $alone_p90, 2) if '$p90' != 'None' else '-')")
   echo "| $c | $p50 | $p90 | $p99 | ${ratio}x | $failed | $rate |"
 done

@@ -8,6 +8,7 @@
 #include <cctype>
 #include <charconv>
 #include <chrono>
+#include <limits>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -143,15 +144,31 @@ Task<void> runLine(LoopLines& loop, LineJob job, std::shared_ptr<Mailbox> mailbo
   }
   out.job = std::move(job);
   mailbox->put(std::move(out));
+  // The next line sent ahead to this loop takes the place at once.
+  --loop.running;
+  if (!loop.waiting.empty() && !loop.stopping) {
+    LineJob next = std::move(loop.waiting.front());
+    loop.waiting.pop_front();
+    ++loop.running;
+    net::spawn(loop.ctx, runLine(loop, std::move(next), mailbox, max_response_bytes), "batch line");
+  }
 }
 
 }  // namespace
 
 void runLineOn(LoopLines& loop, LineJob job, std::shared_ptr<Mailbox> mailbox,
-               int64_t max_response_bytes) {
+               int64_t max_response_bytes, int max_running) {
   LoopLines* l = &loop;
   net::asio::post(loop.ctx, [l, job = std::move(job), mailbox = std::move(mailbox),
-                             max_response_bytes]() mutable {
+                             max_response_bytes, max_running]() mutable {
+    l->mailbox = mailbox;
+    l->max_response_bytes = max_response_bytes;
+    if (l->running >= max_running || l->stopping) {
+      l->waiting.push_back(std::move(job));
+      if (l->stopping) abortLines(*l);  // posted after the stop: answered as not run
+      return;
+    }
+    ++l->running;
     net::spawn(l->ctx, runLine(*l, std::move(job), std::move(mailbox), max_response_bytes),
                "batch line");
   });
@@ -159,6 +176,14 @@ void runLineOn(LoopLines& loop, LineJob job, std::shared_ptr<Mailbox> mailbox,
 
 void abortLines(LoopLines& loop) {
   loop.stopping = true;
+  // Lines sent ahead that never started: not run (they run again after a restart).
+  while (!loop.waiting.empty()) {
+    LineOutcome out;
+    out.aborted = true;
+    out.job = std::move(loop.waiting.front());
+    loop.waiting.pop_front();
+    if (loop.mailbox) loop.mailbox->put(std::move(out));
+  }
   // abort() may resume nothing synchronously, but copy first: a callback may end a line.
   const std::vector<CaptureWriter*> lines = loop.in_flight;
   for (CaptureWriter* w : lines) {
@@ -172,6 +197,7 @@ void abortLines(LoopLines& loop) {
 namespace {
 
 constexpr size_t kSlots = 4;                  // chunks held at once
+constexpr int64_t kAheadPerLoop = 4;          // lines sent ahead to wait on each data loop
 constexpr int64_t kRecordEveryMs = 50;        // answers are written at least this often
 constexpr size_t kRecordBatch = 256;          // or when this many wait
 constexpr int64_t kRecordBytes = 64 << 20;    // or this many bytes of answers
@@ -272,7 +298,8 @@ struct Runner::Impl {
         loop(std::move(l)),
         loops(n),
         owner(randomOwner()),
-        mailbox(std::make_shared<Mailbox>()) {}
+        mailbox(std::make_shared<Mailbox>()),
+        loop_out(n, 0) {}
 
   struct Slot {
     bool active = false;
@@ -302,8 +329,18 @@ struct Runner::Impl {
   std::unordered_map<std::string, std::vector<LineResult>> unrecorded;  // by batch
   std::vector<size_t> unrecorded_slots;  // the slot of each unrecorded result, in order
   size_t unrecorded_count = 0;
-  int64_t in_flight = 0;  // lines on the loops
-  size_t next_loop = 0;
+  int64_t in_flight = 0;          // lines on the loops
+  std::vector<int64_t> loop_out;  // lines sent to each loop, not answered yet
+  // batch.concurrency over the loops (the first ones take the remainder): at most this many run
+  // on loop i at once.
+  int share(size_t loop_index) const;
+  // Lines that may be out: batch.concurrency, plus kAheadPerLoop waiting on each loop with a share.
+  int64_t maxOut() const {
+    return sh.config.concurrency +
+           kAheadPerLoop *
+               static_cast<int64_t>(std::min<size_t>(
+                   loops, static_cast<size_t>(std::max<int64_t>(1, sh.config.concurrency))));
+  }
   int64_t last_housekeeping = 0, last_renew = 0, last_record = 0, last_claim_miss = 0;
   spdlog::logger* log = componentLogger("batch");
 
@@ -798,9 +835,29 @@ bool Runner::Impl::lineFields(const std::string& text, LineJob& job) {
   return have_id && have_body;
 }
 
+int Runner::Impl::share(size_t loop_index) const {
+  const auto c = static_cast<int>(sh.config.concurrency);
+  const int n = static_cast<int>(loops);
+  return c / n + (static_cast<int>(loop_index) < c % n ? 1 : 0);
+}
+
 void Runner::Impl::send(LineJob job) {
+  // To the loop with the most room: its share of batch.concurrency plus the lines sent ahead,
+  // less what it holds.
+  size_t best = 0;
+  int64_t best_room = std::numeric_limits<int64_t>::min();
+  for (size_t i = 0; i < loops; ++i) {
+    if (share(i) == 0) continue;
+    const int64_t room = share(i) + kAheadPerLoop - loop_out[i];
+    if (room > best_room) {
+      best_room = room;
+      best = i;
+    }
+  }
   ++in_flight;
-  runLineOn(*loop(next_loop++ % loops), std::move(job), mailbox, sh.config.max_response_bytes);
+  ++loop_out[best];
+  job.loop = best;
+  runLineOn(*loop(best), std::move(job), mailbox, sh.config.max_response_bytes, share(best));
 }
 
 bool Runner::Impl::sendDueRetry(int64_t now) {
@@ -869,6 +926,7 @@ bool Runner::Impl::sendNewLine() {
 
 void Runner::Impl::handle(LineOutcome&& o, int64_t now) {
   --in_flight;
+  --loop_out[o.job.loop];
   Slot& s = slots[o.job.slot];
   if (o.aborted) {
     sh.metrics.lines_aborted->inc(0);
@@ -1008,9 +1066,9 @@ void Runner::Impl::fill(int64_t now) {
   if (stopping.load()) return;  // a stop sends nothing more: drain() aborts what is out
   // Fill the pipeline: retries that are due, lines from the slots held, then a new chunk.
   // Lines waiting for a retry count against new lines, never against their own resend.
-  while (in_flight < sh.config.concurrency) {
+  while (in_flight < maxOut()) {
     if (sendDueRetry(now)) continue;
-    if (in_flight + static_cast<int64_t>(retries.size()) >= sh.config.concurrency) break;
+    if (in_flight + static_cast<int64_t>(retries.size()) >= maxOut()) break;
     if (sendNewLine()) continue;
     // A new chunk: only into a free slot, and not again within poll_ms of finding none.
     if (std::none_of(slots.begin(), slots.end(), [](const Slot& x) { return !x.active; })) break;

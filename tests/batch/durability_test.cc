@@ -67,12 +67,28 @@ std::string uploadFile(uint16_t port, const std::string& content) {
   return Json::parse(r->body)["id"].get<std::string>();
 }
 
-std::string createBatch(uint16_t port, const std::string& file_id) {
-  const std::string body = Json{
-      {"input_file_id", file_id},
-      {"endpoint", "/v1/chat/completions"},
-      {"completion_window",
-       "24h"}}.dump();
+// Embedding lines whose vectors go into a collection as point i (issue 39's bulk embedding).
+std::string embeddingLines(int n) {
+  std::string out;
+  for (int i = 0; i < n; ++i) {
+    out += Json{{"custom_id", "line-" + std::to_string(i)},
+                {"method", "POST"},
+                {"url", "/v1/embeddings"},
+                {"body", {{"model", "m"}, {"input", "item " + std::to_string(i)}}},
+                {"point_id", i},
+                {"payload", {{"n", i}}}}
+               .dump();
+    out += '\n';
+  }
+  return out;
+}
+
+std::string createBatch(uint16_t port, const std::string& file_id,
+                        const std::string& endpoint = "/v1/chat/completions",
+                        const std::string& collection = "") {
+  Json req = {{"input_file_id", file_id}, {"endpoint", endpoint}, {"completion_window", "24h"}};
+  if (!collection.empty()) req["vector_collection"] = collection;
+  const std::string body = req.dump();
   auto r = httpRequest(port, "POST", "/v1/batches", body, {{"content-type", "application/json"}});
   if (!r || r->status != 200) {
     ADD_FAILURE() << "create: " << (r ? r->body : "no answer");
@@ -125,8 +141,10 @@ void expectEveryLineOnce(uint16_t port, const Json& batch, int n) {
   for (int i = 0; i < n; i += 997) EXPECT_TRUE(ids.contains("line-" + std::to_string(i)));
 }
 
-std::string config(const std::string& dir, const std::string& store) {
-  return "listen: {host: 127.0.0.1, port: 0}\n"
+std::string config(const std::string& dir, const std::string& store,
+                   const std::string& extra = "") {
+  return extra +
+         "listen: {host: 127.0.0.1, port: 0}\n"
          "admin: {host: 127.0.0.1, port: 0}\n"
          "workers: 2\n"
          "log_level: warn\n"
@@ -189,6 +207,55 @@ TEST(BatchDurability, KillNineMidBatchOnSqliteThenRestartAnswersEveryLineOnce) {
   const int64_t redone = linesOk(second->adminPort());
   EXPECT_GT(redone, 0);
   EXPECT_LE(redone, n - at_kill);
+}
+
+// A batch into a vector collection: each vector is upserted before its line counts, so after a
+// kill -9 and a restart every line is answered once and every point is in the collection.
+TEST(BatchDurability, KillNineMidVectorBatchThenRestartLeavesEveryPointInTheCollection) {
+  TempDir dir;
+  const std::string cfg = writeConfig(dir.path() + "/gw.yaml",
+                                      config(dir.path(), "sqlite:" + dir.path() + "/b.db",
+                                             "vectors: {data_dir: " + dir.path() + "/vectors}\n"));
+  auto first = ServeProcess::start(INFERA_CLI, cfg, dir.path() + "/first.log");
+  ASSERT_NE(first, nullptr);
+  auto made = httpRequest(first->port(), "PUT", "/collections/items",
+                          R"({"vectors":{"size":16,"distance":"Dot"}})",
+                          {{"content-type", "application/json"}});
+  ASSERT_TRUE(made && made->status == 200) << (made ? made->body : "no answer");
+  const int n = 5'000;
+  const std::string file = uploadFile(first->port(), embeddingLines(n));
+  const std::string id = createBatch(first->port(), file, "/v1/embeddings", "items");
+  ASSERT_FALSE(id.empty());
+  int64_t at_kill = 0;
+  ASSERT_TRUE(waitFor(
+      [&] {
+        at_kill = completed(batchOf(first->port(), id));
+        return at_kill >= 800;
+      },
+      std::chrono::seconds(60)));
+  first->kill9();
+  ASSERT_LT(at_kill, n) << "the batch ended before the kill: make it longer";
+  auto second = ServeProcess::start(INFERA_CLI, cfg, dir.path() + "/second.log");
+  ASSERT_NE(second, nullptr);
+  Json b;
+  ASSERT_TRUE(waitFor(
+      [&] {
+        b = batchOf(second->port(), id);
+        return b.value("status", "") == "completed";
+      },
+      std::chrono::seconds(120)))
+      << b.dump();
+  expectEveryLineOnce(second->port(), b, n);
+  EXPECT_LE(linesOk(second->adminPort()), n - at_kill);  // resumed, not started again
+  auto count = httpRequest(second->port(), "POST", "/collections/items/points/count",
+                           R"({"exact":true})", {{"content-type", "application/json"}});
+  ASSERT_TRUE(count && count->status == 200);
+  EXPECT_EQ(Json::parse(count->body)["result"]["count"], n) << count->body;
+  auto some = httpRequest(second->port(), "POST", "/collections/items/points",
+                          R"({"ids":[0,2500,4999],"with_payload":true})",
+                          {{"content-type", "application/json"}});
+  ASSERT_TRUE(some && some->status == 200);
+  for (const auto& p : Json::parse(some->body)["result"]) EXPECT_EQ(p["payload"]["n"], p["id"]);
 }
 
 TEST(BatchDurability, TwoReplicasOnPostgresShareABatchWhileOneIsKilled) {

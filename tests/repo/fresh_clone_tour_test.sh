@@ -174,5 +174,12 @@ batch_id=$(awk 'NR==1 {print $1}' "$top/bcreate.out")
 check "infera batches list shows it" bash -c "[[ -n '$batch_id' ]] && grep -q '^$batch_id ' '$top/blist.out'"
 "$infera" batches output "$batch_id" >"$top/boutput.out" 2>&1
 check "infera batches output has one answer per line" bash -c "[[ \$(grep -c '\"status_code\":200' '$top/boutput.out') == 3 ]]"
+"$infera" vectors create catalogue --dim 384 --distance Cosine >/dev/null 2>&1
+check "infera vectors create beside the batches" test $? -eq 0
+printf '{"id":1,"text":"a red apple"}\n{"id":2,"text":"a green pear","payload":{"kind":"fruit"}}\n' >texts.jsonl
+"$infera" batches embed catalogue texts.jsonl --model text-embedding-3-small --wait >"$top/bembed.out" 2>&1
+check "infera batches embed ends completed, 2 of 2" grep -q "completed.*2 of 2 done" "$top/bembed.out"
+"$infera" vectors stats catalogue >"$top/bstats.out" 2>&1
+check "the collection holds the 2 points" grep -Eq '"?points"?[:= ]+2\b' "$top/bstats.out"
 kill -TERM "$pid"; wait "$pid" 2>/dev/null; pid=""
 finish

@@ -73,6 +73,7 @@ struct LineJob {
   std::string collection;
   std::string point_id;
   std::string payload;
+  size_t loop = 0;  // the data loop it was sent to
   int attempt = 1;
   int64_t not_before_ms = 0;  // a retry waits for its back-off
   size_t slot = 0;            // the executor's chunk slot it belongs to
@@ -210,14 +211,22 @@ struct LoopLines {
   net::RouteHandler vector_upsert;
   net::RouteHandler vector_info;
   std::vector<CaptureWriter*> in_flight;
+  // The executor sends a few lines ahead of this loop's share of batch.concurrency: they wait
+  // here, and a line that ends starts the next at once (no round trip to the executor's thread).
+  std::deque<LineJob> waiting;
+  int running = 0;
+  std::shared_ptr<Mailbox> mailbox;  // where this loop's answers go (the executor's)
+  int64_t max_response_bytes = 0;
   bool stopping = false;      // set by abortLines: a line that starts after it ends at once
   double price_factor = 1.0;  // batch.price_factor, for each line's usage
 };
 
-// Runs `job` on `loop` (posted there) and puts the outcome in `mailbox`.
+// Runs `job` on `loop` (posted there) once fewer than `max_running` of its lines run there (it
+// waits in loop.waiting till then), and puts the outcome in `mailbox`.
 void runLineOn(LoopLines& loop, LineJob job, std::shared_ptr<Mailbox> mailbox,
-               int64_t max_response_bytes);
-// Aborts every line in flight on `loop` (on its thread): each ends with aborted = true.
+               int64_t max_response_bytes, int max_running);
+// Aborts every line in flight on `loop` (on its thread): each ends with aborted = true, as do the
+// lines waiting there.
 void abortLines(LoopLines& loop);
 
 // The executor: one thread.
