@@ -171,6 +171,42 @@ std::string writeConfig(const std::string& path, const std::string& text) {
   return path;
 }
 
+// `infera serve` on `cfg` runs batch `id` (created on `first`, `n` lines) until `kill_at` lines
+// are recorded, is killed with SIGKILL, and a restarted process finishes it: every line once in
+// the output, and the restarted process answered at most what was left (it resumed). The
+// restarted process is returned.
+std::unique_ptr<ServeProcess> killNineAndResume(std::unique_ptr<ServeProcess> first,
+                                                const std::string& cfg, const std::string& dir,
+                                                const std::string& id, int n, int64_t kill_at) {
+  int64_t at_kill = 0;
+  EXPECT_TRUE(waitFor(
+      [&] {
+        at_kill = completed(batchOf(first->port(), id));
+        return at_kill >= kill_at;
+      },
+      std::chrono::seconds(60)));
+  first->kill9();
+  EXPECT_LT(at_kill, n) << "the batch ended before the kill: make it longer";
+  auto second = ServeProcess::start(INFERA_CLI, cfg, dir + "/second.log");
+  if (second == nullptr) {
+    ADD_FAILURE() << "the restart failed";
+    return second;
+  }
+  Json b;
+  EXPECT_TRUE(waitFor(
+      [&] {
+        b = batchOf(second->port(), id);
+        return b.value("status", "") == "completed";
+      },
+      std::chrono::seconds(120)))
+      << b.dump();
+  expectEveryLineOnce(second->port(), b, n);
+  const int64_t redone = linesOk(second->adminPort());
+  EXPECT_GT(redone, 0);
+  EXPECT_LE(redone, n - at_kill);
+  return second;
+}
+
 TEST(BatchDurability, KillNineMidBatchOnSqliteThenRestartAnswersEveryLineOnce) {
   TempDir dir;
   const std::string cfg =
@@ -182,31 +218,7 @@ TEST(BatchDurability, KillNineMidBatchOnSqliteThenRestartAnswersEveryLineOnce) {
   const std::string id = createBatch(first->port(), file);
   ASSERT_FALSE(id.empty());
   // Killed once a good share is recorded, and well before the end.
-  int64_t at_kill = 0;
-  ASSERT_TRUE(waitFor(
-      [&] {
-        at_kill = completed(batchOf(first->port(), id));
-        return at_kill >= 1500;
-      },
-      std::chrono::seconds(60)));
-  first->kill9();
-  ASSERT_LT(at_kill, n) << "the batch ended before the kill: make it longer";
-
-  auto second = ServeProcess::start(INFERA_CLI, cfg, dir.path() + "/second.log");
-  ASSERT_NE(second, nullptr);
-  Json b;
-  ASSERT_TRUE(waitFor(
-      [&] {
-        b = batchOf(second->port(), id);
-        return b.value("status", "") == "completed";
-      },
-      std::chrono::seconds(120)))
-      << b.dump();
-  expectEveryLineOnce(second->port(), b, n);
-  // It resumed: the second process answered at most what was left at the kill.
-  const int64_t redone = linesOk(second->adminPort());
-  EXPECT_GT(redone, 0);
-  EXPECT_LE(redone, n - at_kill);
+  killNineAndResume(std::move(first), cfg, dir.path(), id, n, 1500);
 }
 
 // A batch into a vector collection: each vector is upserted before its line counts, so after a
@@ -226,27 +238,8 @@ TEST(BatchDurability, KillNineMidVectorBatchThenRestartLeavesEveryPointInTheColl
   const std::string file = uploadFile(first->port(), embeddingLines(n));
   const std::string id = createBatch(first->port(), file, "/v1/embeddings", "items");
   ASSERT_FALSE(id.empty());
-  int64_t at_kill = 0;
-  ASSERT_TRUE(waitFor(
-      [&] {
-        at_kill = completed(batchOf(first->port(), id));
-        return at_kill >= 800;
-      },
-      std::chrono::seconds(60)));
-  first->kill9();
-  ASSERT_LT(at_kill, n) << "the batch ended before the kill: make it longer";
-  auto second = ServeProcess::start(INFERA_CLI, cfg, dir.path() + "/second.log");
+  auto second = killNineAndResume(std::move(first), cfg, dir.path(), id, n, 800);
   ASSERT_NE(second, nullptr);
-  Json b;
-  ASSERT_TRUE(waitFor(
-      [&] {
-        b = batchOf(second->port(), id);
-        return b.value("status", "") == "completed";
-      },
-      std::chrono::seconds(120)))
-      << b.dump();
-  expectEveryLineOnce(second->port(), b, n);
-  EXPECT_LE(linesOk(second->adminPort()), n - at_kill);  // resumed, not started again
   auto count = httpRequest(second->port(), "POST", "/collections/items/points/count",
                            R"({"exact":true})", {{"content-type", "application/json"}});
   ASSERT_TRUE(count && count->status == 200);
