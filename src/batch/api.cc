@@ -696,7 +696,7 @@ Task<void> Api::createBatch(net::HttpRequest& req, net::ResponseWriter& w) {
     if (lines_.vector_info) {
       net::HttpRequest probe;
       probe.method = "GET";
-      probe.target = "/collections/" + name;
+      probe.target = lines_.vector_prefix + "/collections/" + name;
       const net::InProcessCaller as{c.key_id, c.user, false, 1.0};
       probe.in_process = &as;
       net::PathParams params;

@@ -80,6 +80,9 @@ struct BatchDeps {
   access::Access* access = nullptr;  // null: no access control (every caller is the operator)
   int workers = 1;
   const Clock* clock = nullptr;  // null: the system clock
+  // The vector index's path prefix (vectors.path_prefix) when the process serves one: batches
+  // into a collection reach its routes there.
+  std::string vector_path_prefix;
 };
 
 class BatchService {

@@ -42,14 +42,19 @@ std::string errorBody(std::string_view message, std::string_view type, std::stri
 Task<void> deliverVector(LoopLines& loop, const LineJob& job, const net::InProcessCaller& caller,
                          LineOutcome& out) {
   std::string vector;
+  int64_t prompt = -1;  // the embedding's usage, kept when the body becomes an error
   {
     static thread_local simdjson::dom::parser parser;
     simdjson::dom::element doc;
     simdjson::dom::array data, embedding;
-    if (parser.parse(out.body).get(doc) != simdjson::SUCCESS ||
-        doc["data"].get(data) != simdjson::SUCCESS || data.size() != 1 ||
+    const bool parsed = parser.parse(out.body).get(doc) == simdjson::SUCCESS && doc.is_object();
+    if (int64_t n = 0; parsed && doc["usage"]["prompt_tokens"].get(n) == simdjson::SUCCESS)
+      prompt = n;
+    if (!parsed || doc["data"].get(data) != simdjson::SUCCESS || data.size() != 1 ||
         data.at(0)["embedding"].get(embedding) != simdjson::SUCCESS || embedding.size() == 0) {
       out.status = 502;
+      out.final = true;  // the same answer would come again
+      out.prompt_tokens = prompt;
       out.body = errorBody("The embeddings answer holds no single vector of floats to upsert.",
                            "server_error", "invalid_embedding");
       co_return;
@@ -65,7 +70,7 @@ Task<void> deliverVector(LoopLines& loop, const LineJob& job, const net::InProce
   }
   net::HttpRequest req;
   req.method = "PUT";
-  req.target = "/collections/" + name + "/points?wait=true";
+  req.target = loop.vector_prefix + "/collections/" + name + "/points?wait=true";
   req.headers = {{"content-type", "application/json"}};
   req.body.reserve(vector.size() + job.payload.size() + job.point_id.size() + 48);
   req.body = "{\"points\":[{\"id\":" + job.point_id + ",\"vector\":" + vector;
@@ -93,6 +98,7 @@ Task<void> deliverVector(LoopLines& loop, const LineJob& job, const net::InProce
     out.status = w.status() > 0 ? w.status() : 500;
     out.body = std::move(w.body());
     out.retry_after_ms = w.retryAfterMs();
+    out.prompt_tokens = prompt;
   }
 }
 
@@ -774,6 +780,16 @@ bool Runner::Impl::claim(int64_t now) {
     (void)store->backOffChunk(s.chunk, owner, now + kBackOffMs);
     return false;
   }
+  if (!(*b)->vector_collection.empty() && (loop(0) == nullptr || !loop(0)->vector_upsert)) {
+    // A batch into a collection needs the vector index, which this process does not serve: a
+    // replica that does takes the chunk (its lines are not failed here).
+    INFERA_LOG(log, warn,
+               "batch {}: its vectors go to collection '{}', and this process has no vector index "
+               "(vectors:): its chunks are left to a replica that has one",
+               s.chunk.batch_id, (*b)->vector_collection);
+    (void)store->backOffChunk(s.chunk, owner, now + kBackOffMs);
+    return false;
+  }
   s.batch = std::move(**b);
   s.file = std::move(*f);
   s.lines = std::make_unique<LineReader>(*s.file, s.chunk.offset,
@@ -933,7 +949,7 @@ void Runner::Impl::handle(LineOutcome&& o, int64_t now) {
     --s.outstanding;  // not recorded: it runs again after a restart
     return;
   }
-  const bool may_retry = retryable(o.status) && !o.too_large;
+  const bool may_retry = retryable(o.status) && !o.too_large && !o.final;
   if (may_retry && (stopping.load() || s.dropped)) {
     --s.outstanding;  // no retry now: it runs again after a restart (or by the lease's taker)
     return;
@@ -970,6 +986,7 @@ void Runner::Impl::handle(LineOutcome&& o, int64_t now) {
     out += ",\"response\":{\"status_code\":" + std::to_string(o.status) + ",\"request_id\":";
     net::appendJsonString(out, o.request_id);
     out += ",\"body\":";
+    if (o.prompt_tokens >= 0) r.prompt_tokens = o.prompt_tokens;  // an embedding's, billed
     simdjson::dom::element doc;
     if (!o.body.empty() && response_parser.parse(o.body).get(doc) == simdjson::SUCCESS) {
       if (simdjson::dom::object usage; doc["usage"].get(usage) == simdjson::SUCCESS) {

@@ -34,7 +34,8 @@ class BatchServiceImpl final : public BatchService {
       : shared_(config, deps.clock ? *deps.clock : SystemClock::instance(),
                 config.file_dir.empty() ? config.data_dir + "/files" : config.file_dir,
                 deps.metrics, deps.access),
-        loops_(static_cast<size_t>(std::max(1, deps.workers)), nullptr) {}
+        loops_(static_cast<size_t>(std::max(1, deps.workers)), nullptr),
+        vector_prefix_(deps.vector_path_prefix) {}
 
   ~BatchServiceImpl() override { stop(); }
 
@@ -68,10 +69,12 @@ class BatchServiceImpl final : public BatchService {
       if (m.handler != nullptr && m.streamed_limit == 0) lines->handlers[ep] = *m.handler;
     }
     // The handlers are copied: a router may move (the loop takes it), its routes' state does not.
-    if (const net::Router::Match m = router.match("PUT", "/collections/_/points");
+    lines->vector_prefix = vector_prefix_;
+    if (const net::Router::Match m = router.match("PUT", vector_prefix_ + "/collections/_/points");
         m.handler != nullptr && m.streamed_limit == 0)
       lines->vector_upsert = *m.handler;
-    if (const net::Router::Match m = router.match("GET", "/collections/_"); m.handler != nullptr)
+    if (const net::Router::Match m = router.match("GET", vector_prefix_ + "/collections/_");
+        m.handler != nullptr)
       lines->vector_info = *m.handler;
     addApiRoutes(shared_, ctx, router, access, *lines);
     std::lock_guard<std::mutex> lock(mu_);
@@ -103,6 +106,7 @@ class BatchServiceImpl final : public BatchService {
   Shared shared_;
   std::mutex mu_;
   std::vector<LoopLines*> loops_;
+  const std::string vector_prefix_;  // vectors.path_prefix ("" without a vector index)
   std::unique_ptr<Runner> runner_;
   std::mutex start_mu_;
   bool started_ = false;

@@ -1,12 +1,14 @@
 // Flags, HTTP calls and printing only: the work is on the server (src/batch).
 #include "cli/batches_cmd.h"
 
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -192,6 +194,15 @@ std::string embedLines(const std::string& file, const std::string& model,
     std::fprintf(stderr, "cannot read %s\n", file.c_str());
     std::exit(1);
   }
+  auto uuid = [](const std::string& s) {
+    if (s.size() != 36) return false;
+    for (size_t i = 0; i < s.size(); ++i) {
+      const bool dash = i == 8 || i == 13 || i == 18 || i == 23;
+      if (dash ? s[i] != '-' : !std::isxdigit(static_cast<unsigned char>(s[i]))) return false;
+    }
+    return true;
+  };
+  std::set<std::string> ids;  // a repeated id would be a duplicate custom_id: the batch would fail
   std::string out, line;
   for (size_t n = 1; std::getline(in, line); ++n) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
@@ -199,10 +210,17 @@ std::string embedLines(const std::string& file, const std::string& model,
     const char* bad = nullptr;
     if (!j.ok() || !j->is_object()) {
       bad = "not a JSON object";
-    } else if (!j->contains("id") || !((*j)["id"].is_number_unsigned() || (*j)["id"].is_string())) {
+    } else if (!j->contains("id") ||
+               !((*j)["id"].is_number_unsigned() ||
+                 ((*j)["id"].is_string() && uuid((*j)["id"].get<std::string>())))) {
       bad = "'id' must be an unsigned integer or a UUID";
-    } else if (!j->contains("text") || !(*j)["text"].is_string()) {
-      bad = "'text' must be a string";
+    } else if (!ids.insert((*j)["id"].is_string() ? (*j)["id"].get<std::string>()
+                                                  : (*j)["id"].dump())
+                    .second) {
+      bad = "this 'id' is on an earlier line too";
+    } else if (!j->contains("text") || !(*j)["text"].is_string() ||
+               (*j)["text"].get_ref<const std::string&>().empty()) {
+      bad = "'text' must be a non-empty string";
     } else if (j->contains("payload") && !(*j)["payload"].is_object() &&
                !(*j)["payload"].is_null()) {
       bad = "'payload' must be an object";

@@ -441,6 +441,8 @@ Task<bool> ProxyHandler::prioritize(Exchange& x, const std::vector<uint32_t>& en
   }
   if (flow) co_return co_await waitForRoom(x);
   if (!x.batch_work || batchRoom(*x.table, *x.state, endpoints, monoNanos()) > 0) co_return true;
+  // Not served: the key's, team's and user's request counters get it back.
+  if (x.grant) x.grant.refusedByResources();
   access::appendRetryAfter(x.extra, kBatchCapRetryMs);
   co_await sendError(
       x, 429,
@@ -471,6 +473,7 @@ Task<bool> ProxyHandler::waitForRoom(Exchange& x) {
   if (prio == Priority::kSheddable && room - static_cast<int>(fs.queue.size()) > 0) co_return true;
   if (prio == Priority::kSheddable) {
     flowCounter(route, prio, team, "shed")->inc(shard_);
+    if (x.grant) x.grant.refusedByResources();  // not served: the counters get it back
     access::appendRetryAfter(x.extra, retry_ms);
     co_await sendError(x, 429,
                        "model " + route.model + " is saturated; sheddable requests do not wait",
@@ -493,6 +496,7 @@ Task<bool> ProxyHandler::waitForRoom(Exchange& x) {
     FlowQueue::Waiter* worst = fs.queue.shedFor(w);
     if (worst == nullptr) {
       flowCounter(route, prio, team, "shed")->inc(shard_);
+      if (x.grant) x.grant.refusedByResources();
       access::appendRetryAfter(x.extra, retry_ms);
       co_await sendError(x, 429,
                          "model " + route.model + " is saturated and its wait queue is full",
@@ -551,6 +555,7 @@ Task<bool> ProxyHandler::waitForRoom(Exchange& x) {
     co_await x.w.send(499, "application/json", "{}");
     co_return false;
   }
+  if (x.grant) x.grant.refusedByResources();  // shed or timed out: not served
   access::appendRetryAfter(x.extra, retry_ms);
   if (w.shed) {
     flowCounter(route, prio, team, "shed")->inc(shard_);

@@ -154,8 +154,9 @@ class ServerImpl final : public Server {
     if (config_.batch.enabled) {
       const Clock* clock = options_.clock ? options_.clock : &SystemClock::instance();
       INFERA_ASSIGN_OR_RETURN(
-          batch_,
-          batch::BatchService::create(config_.batch, {registry_, access_.get(), workers_, clock}));
+          batch_, batch::BatchService::create(
+                      config_.batch, {registry_, access_.get(), workers_, clock,
+                                      config_.vectors.enabled ? config_.vectors.path_prefix : ""}));
     }
     if (!config_.scheduler_metrics_url.empty()) {
       auto a = net::resolveUrl(config_.scheduler_metrics_url);

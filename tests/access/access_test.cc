@@ -1090,5 +1090,61 @@ TEST(FlowPriorityTest, ATeamsConfiguredPriorityOrdersItsWaitersAndTheHeaderOnlyL
   EXPECT_LT(pos("oncall"), pos("plain")) << ::testing::PrintToString(done);
 }
 
+// Batch work turned away at a deployment's max_batch_share is not served, so it costs the key's
+// request limit nothing: a key with rpm 4 whose batch requests bounce 10 times still gets its
+// interactive requests through (the refusals were given back).
+TEST(FlowPriorityTest, BatchWorkRefusedAtItsShareGivesTheKeysRequestsBack) {
+  emulator::EmulatorConfig ecfg;
+  ecfg.port = 0;
+  ecfg.models = {"m1"};
+  ecfg.token_ms = 20;
+  auto emu = emulator::Emulator::start(ecfg);
+  ASSERT_TRUE(emu.ok()) << emu.status().message();
+  const std::string db = tempPath("share.db");
+  auto gw = startGov(
+      "workers: 1\nlisten: {host: 127.0.0.1, port: 0}\nadmin: {host: 127.0.0.1, port: 0}\n"
+      "health_check: {enabled: false}\nlog_level: warn\ngovernance:\n  store: sqlite:" +
+      db + "\n  admin_token: " + kAdminToken +
+      "\n  key_secret: test-secret-0123456789abcdef0123456789\n"
+      "models:\n  - name: m1\n    deployments:\n      - max_batch_share: 0.5\n"
+      "        endpoints: [{url: \"" +
+      (*emu)->url() + "\", max_concurrent: 2}]\n");
+  ASSERT_TRUE(gw);
+  ASSERT_EQ(admin(*gw, "POST", "/admin/teams", R"({"name":"jobs"})").status, 201);
+  const auto k = admin(*gw, "POST", "/admin/keys", R"({"team":"jobs","rpm":4})");
+  ASSERT_EQ(k.status, 201) << k.body;
+  const std::string key = json::parse(k.body)["key"].get<std::string>();
+  const std::string body =
+      R"({"model":"m1","max_tokens":4,"stream":true,"messages":[{"role":"user","content":"hi"}]})";
+  // One batch stream holds the share (1 of 2); it counts 1 of the key's 4 requests.
+  testing::TestClient held(gw->port());
+  ASSERT_TRUE(held.send(
+      "POST", "/v1/chat/completions",
+      R"({"model":"m1","max_tokens":500,"stream":true,"messages":[{"role":"user","content":"hi"}]})",
+      {{"authorization", "Bearer " + key}, {"x-infera-priority", "batch"}}));
+  testing::TestResponse head;
+  ASSERT_TRUE(held.readHead(head));
+  ASSERT_EQ(head.status, 200);
+  for (int i = 0; i < 10; ++i) {
+    const auto r =
+        httpRequest(gw->port(), "POST", "/v1/chat/completions", body,
+                    {{"authorization", "Bearer " + key}, {"x-infera-priority", "batch"}});
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 429) << r->body;
+    EXPECT_EQ(errorCode(*r), "model_saturated");
+  }
+  // The three requests left of the minute's four are there.
+  for (int i = 0; i < 3; ++i) {
+    const auto r = httpRequest(gw->port(), "POST", "/v1/chat/completions", body,
+                               {{"authorization", "Bearer " + key}});
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 200) << r->body;
+  }
+  const auto over = httpRequest(gw->port(), "POST", "/v1/chat/completions", body,
+                                {{"authorization", "Bearer " + key}});
+  ASSERT_TRUE(over);
+  EXPECT_EQ(errorCode(*over), "rate_limit_exceeded");
+}
+
 }  // namespace
 }  // namespace infera::access

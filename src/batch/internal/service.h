@@ -87,7 +87,11 @@ struct LineOutcome {
   std::string body;
   std::string request_id;
   bool aborted = false;
-  bool too_large = false;      // the answer was over max_response_bytes (not retried)
+  bool too_large = false;  // the answer was over max_response_bytes (not retried)
+  bool final = false;      // a failure that would fail again (not retried)
+  // A batch into a collection whose upsert failed: the embedding's usage (billed), since the
+  // body is then the vector index's answer. -1: read the usage from the body.
+  int64_t prompt_tokens = -1;
   int64_t retry_after_ms = 0;  // what the answer's retry-after said
 };
 
@@ -210,6 +214,7 @@ struct LoopLines {
   // into a collection: PUT /collections/{name}/points and GET /collections/{name}.
   net::RouteHandler vector_upsert;
   net::RouteHandler vector_info;
+  std::string vector_prefix;  // vectors.path_prefix
   std::vector<CaptureWriter*> in_flight;
   // The executor sends a few lines ahead of this loop's share of batch.concurrency: they wait
   // here, and a line that ends starts the next at once (no round trip to the executor's thread).
