@@ -8,7 +8,9 @@
 #include <stdlib.h>
 
 #include <atomic>
+#include <filesystem>
 #include <memory>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -25,10 +27,24 @@ using nlohmann::json;
 using testing::httpRequest;
 using testing::TestResponse;
 
+// A fresh directory, removed when the test process exits (every test runs in a process of its
+// own under ctest; the servers using it are gone by then). Artifact tests write up to a GiB here.
 inline std::string tempDir() {
+  struct Made {
+    std::mutex mu;
+    std::vector<std::string> dirs;
+    ~Made() {
+      std::error_code ec;
+      for (const auto& d : dirs) std::filesystem::remove_all(d, ec);
+    }
+  };
+  static Made made;
   char tmpl[] = "/tmp/infera-reg-XXXXXX";
   const char* dir = ::mkdtemp(tmpl);
-  return dir ? dir : "/tmp";
+  if (dir == nullptr) return "/tmp";
+  std::lock_guard<std::mutex> lock(made.mu);
+  made.dirs.emplace_back(dir);
+  return made.dirs.back();
 }
 
 // One PostgreSQL for the whole test binary (started on first use).
