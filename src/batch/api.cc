@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <charconv>
 #include <set>
 
 #include "access/access.h"
@@ -75,6 +76,31 @@ bool plausibleId(std::string_view id) {
 Json nullable(int64_t ms) { return ms > 0 ? Json(ms / 1000) : Json(nullptr); }
 
 // ?limit=: a whole number in [1, max], else the default; kInvalidArgument when malformed.
+// An expiry policy as OpenAI takes it ({"anchor": "created_at", "seconds": 3600..2592000}; a
+// multipart upload sends its two fields as `expires_after[anchor]` and `expires_after[seconds]`):
+// the seconds. `what` names the parameter in errors; a null field is missing.
+Result<int64_t> expiresAfter(const std::string* anchor, const std::string* seconds,
+                             std::string_view what = "expires_after") {
+  const std::string name(what);
+  if (anchor == nullptr)
+    return Status::invalidArgument("Missing required parameter: '" + name + ".anchor'.");
+  if (seconds == nullptr)
+    return Status::invalidArgument("Missing required parameter: '" + name + ".seconds'.");
+  if (*anchor != "created_at") {
+    return Status::invalidArgument("Invalid value for '" + name + ".anchor': '" +
+                                   toValidUtf8(anchor->substr(0, 64)) +
+                                   "'. Supported values are: 'created_at'.");
+  }
+  int64_t n = 0;
+  const auto [end, ec] = std::from_chars(seconds->data(), seconds->data() + seconds->size(), n);
+  if (ec != std::errc() || end != seconds->data() + seconds->size() || n < 3600 || n > 2'592'000) {
+    return Status::invalidArgument("Invalid value for '" + name +
+                                   ".seconds': expected an integer from 3600 (1 hour) to 2592000 "
+                                   "(30 days).");
+  }
+  return n;
+}
+
 Result<int64_t> limitParam(std::string_view query, int64_t fallback, int64_t max) {
   const auto v = queryValues(query, "limit");
   if (v.empty() || v.back().empty()) return fallback;
@@ -162,6 +188,9 @@ class Api {
   }
   // Whether `c` sees a row owned by `team` (another team's is answered as absent): its own, and
   // the shared rows made without access control.
+  // A file past its expiry is gone for its readers, before the executor's sweep deletes it.
+  bool live(const FileRow& f) const { return f.expires_ms == 0 || f.expires_ms > sh_.nowMs(); }
+
   static bool sees(const Caller& c, const std::string& team) {
     return c.viewer.all || team.empty() || team == c.viewer.team;
   }
@@ -247,9 +276,10 @@ Task<void> Api::uploadFile(net::HttpRequest& req, net::ResponseWriter& w) {
   }
   const WriterRef writer = *created;
 
-  // The parts: `purpose` (a short text), `file` (streamed to the writer); others are ignored.
-  std::string purpose, filename, current;
-  bool has_purpose = false, has_file = false;
+  // The parts: `purpose` (a short text), `file` (streamed to the writer), `expires_after[anchor]`
+  // and `expires_after[seconds]` (the SDKs' form of the object); others are ignored.
+  std::string purpose, filename, current, anchor, seconds;
+  bool has_purpose = false, has_file = false, has_anchor = false, has_seconds = false;
   std::string pending;  // file bytes not yet written
   size_t field_bytes = 0;
   MultipartReader::Sink sink;
@@ -263,6 +293,12 @@ Task<void> Api::uploadFile(net::HttpRequest& req, net::ResponseWriter& w) {
     } else if (current == "purpose") {
       purpose.clear();
       has_purpose = true;
+    } else if (current == "expires_after[anchor]") {
+      anchor.clear();
+      has_anchor = true;
+    } else if (current == "expires_after[seconds]") {
+      seconds.clear();
+      has_seconds = true;
     }
     return Status::ok();
   };
@@ -275,6 +311,8 @@ Task<void> Api::uploadFile(net::HttpRequest& req, net::ResponseWriter& w) {
     if (field_bytes > 64 * 1024)
       return Status::invalidArgument("the form field '" + current + "' is over 64 KiB");
     if (current == "purpose") purpose.append(d);
+    if (current == "expires_after[anchor]") anchor.append(d);
+    if (current == "expires_after[seconds]") seconds.append(d);
     return Status::ok();
   };
   sink.end = [&]() -> Status {
@@ -328,6 +366,15 @@ Task<void> Api::uploadFile(net::HttpRequest& req, net::ResponseWriter& w) {
   }
   if (failed.isOk() && !validUtf8(filename))
     failed = Status::invalidArgument("the file name is not valid UTF-8");
+  int64_t expires_s = purpose == "batch" ? sh_.config.batch_file_expiry_s : 0;
+  if (failed.isOk() && (has_anchor || has_seconds)) {
+    auto after = expiresAfter(has_anchor ? &anchor : nullptr, has_seconds ? &seconds : nullptr);
+    if (after.ok()) {
+      expires_s = *after;
+    } else {
+      failed = after.status();
+    }
+  }
   if (!failed.isOk()) {
     if (!body.done()) w.closeAfterResponse();
     {
@@ -343,6 +390,7 @@ Task<void> Api::uploadFile(net::HttpRequest& req, net::ResponseWriter& w) {
   row.purpose = purpose;
   row.filename = filename.substr(0, validUtf8Prefix(std::string_view(filename).substr(0, 512)));
   row.created_ms = sh_.nowMs();
+  row.expires_ms = expires_s > 0 ? row.created_ms + expires_s * 1000 : 0;
   const net::PoolJob<BatchStore, FileRow> commit_job = [files, writer,
                                                         row](BatchStore& s) -> Result<FileRow> {
     FileRow r = row;
@@ -392,6 +440,7 @@ Task<void> Api::listFiles(net::HttpRequest& req, net::ResponseWriter& w) {
   page.limit = *limit;
   page.after = lastValue(q, "after");
   page.purpose = lastValue(q, "purpose");
+  page.now_ms = sh_.nowMs();
   const std::string order = lastValue(q, "order");
   if (!order.empty() && order != "asc" && order != "desc") {
     {
@@ -450,7 +499,7 @@ Task<void> Api::getFile(net::HttpRequest& req, net::ResponseWriter& w, std::stri
     }
     co_return;
   }
-  if (!*r || !sees(c, (*r)->team)) {
+  if (!*r || !sees(c, (*r)->team) || !live(**r)) {
     {
       const Answer ans = errorAnswer(404, "No such File object: " + id, nullptr, "id");
       co_await reply(w, ans);
@@ -482,8 +531,7 @@ Task<void> Api::fileContent(net::HttpRequest& req, net::ResponseWriter& w, std::
   FileDir* files = &sh_.files;
   using ReaderRef = std::shared_ptr<FileDir::Reader>;
   struct Opened {
-    std::string team;
-    std::string sha256;
+    FileRow row;
     ReaderRef reader;
   };
   const net::PoolJob<BatchStore, std::optional<Opened>> job =
@@ -491,7 +539,7 @@ Task<void> Api::fileContent(net::HttpRequest& req, net::ResponseWriter& w, std::
     INFERA_ASSIGN_OR_RETURN(const auto row, s.file(id));
     if (!row) return std::optional<Opened>();
     INFERA_ASSIGN_OR_RETURN(auto r, files->open(id));
-    return std::optional<Opened>(Opened{row->team, row->sha256, ReaderRef(std::move(r))});
+    return std::optional<Opened>(Opened{*row, ReaderRef(std::move(r))});
   };
   auto opened = co_await onPool<std::optional<Opened>>(job);
   if (!opened.ok()) {
@@ -501,7 +549,7 @@ Task<void> Api::fileContent(net::HttpRequest& req, net::ResponseWriter& w, std::
     }
     co_return;
   }
-  if (!*opened || !sees(c, (*opened)->team)) {
+  if (!*opened || !sees(c, (*opened)->row.team) || !live((*opened)->row)) {
     {
       const Answer ans = errorAnswer(404, "No such File object: " + id, nullptr, "id");
       co_await reply(w, ans);
@@ -509,7 +557,7 @@ Task<void> Api::fileContent(net::HttpRequest& req, net::ResponseWriter& w, std::
     co_return;
   }
   const ReaderRef reader = (*opened)->reader;
-  const std::vector<net::HttpHeader> headers = {{"etag", "\"" + (*opened)->sha256 + "\""}};
+  const std::vector<net::HttpHeader> headers = {{"etag", "\"" + (*opened)->row.sha256 + "\""}};
   if (!co_await w.start(200, "application/octet-stream", headers, reader->size)) co_return;
   int64_t offset = 0;
   while (offset < reader->size) {
@@ -720,6 +768,29 @@ Task<void> Api::createBatch(net::HttpRequest& req, net::ResponseWriter& w) {
       }
       co_return;
     }
+  }
+  if (const auto oe = b.find("output_expires_after"); oe != b.end() && !oe->is_null()) {
+    Result<int64_t> after = Status::invalidArgument(
+        "Invalid type for 'output_expires_after': expected an object with 'anchor' and 'seconds'.");
+    if (oe->is_object()) {
+      const auto a = oe->find("anchor");
+      const auto n = oe->find("seconds");
+      std::string anchor, seconds;
+      if (a != oe->end()) anchor = a->is_string() ? a->get<std::string>() : a->dump();
+      // Only an integer is one: 3600.0, "3600" and true are refused like any other type.
+      if (n != oe->end()) seconds = n->is_number_integer() ? n->dump() : std::string("-");
+      after = expiresAfter(a != oe->end() ? &anchor : nullptr, n != oe->end() ? &seconds : nullptr,
+                           "output_expires_after");
+    }
+    if (!after.ok()) {
+      {
+        const Answer ans =
+            errorAnswer(400, after.status().message(), "invalid_value", "output_expires_after");
+        co_await reply(w, ans);
+      }
+      co_return;
+    }
+    row.output_expires_s = *after;
   }
   if (!plausibleId(row.input_file_id)) {
     const Answer ans = errorAnswer(400, "Invalid 'input_file_id': not a file id.", "invalid_value",

@@ -63,6 +63,9 @@ struct BatchConfig {
   int threads = 2;                          // store and file workers for the API
   int64_t max_queued = 1024;                // queued API store/file tasks; more is 503
   int64_t max_open_batches = 100;           // per team, not yet ended; more is 429
+  // An uploaded file of purpose `batch` that names no expires_after expires this long after it
+  // was made (OpenAI: 30 days); 0 = kept until deleted. Other files are kept unless they name one.
+  int64_t batch_file_expiry_s = 2'592'000;
   double price_factor = 0.5;  // batch lines are billed at this share of the route\'s price
   std::vector<std::string> endpoints = {"/v1/chat/completions", "/v1/completions",
                                         "/v1/embeddings"};

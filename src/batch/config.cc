@@ -41,6 +41,9 @@ void readBatchConfig(ConfigReader& r, BatchConfig& c) {
   r.optional("max_queued", c.max_queued, 1, 1'000'000);
   r.optional("max_open_batches", c.max_open_batches, 1, 1'000'000);
   r.optional("price_factor", c.price_factor, 0.0, 10.0);
+  if (r.optional("batch_file_expiry_s", c.batch_file_expiry_s, 0, 10LL * 365 * 86'400) &&
+      c.batch_file_expiry_s > 0 && c.batch_file_expiry_s < 3600)
+    r.error("batch_file_expiry_s", "must be 0 (kept until deleted) or at least 3600 (1 hour)");
   if (r.optional("endpoints", c.endpoints)) {
     if (c.endpoints.empty()) r.error("endpoints", "must name at least one endpoint");
     for (const auto& e : c.endpoints) {
@@ -68,7 +71,8 @@ std::vector<std::string> restartNeeded(const BatchConfig& a, const BatchConfig& 
       a.max_attempts != b.max_attempts || a.retry_base_ms != b.retry_base_ms ||
       a.threads != b.threads || a.max_queued != b.max_queued ||
       a.max_open_batches != b.max_open_batches || a.price_factor != b.price_factor ||
-      a.endpoints != b.endpoints || a.completion_windows != b.completion_windows) {
+      a.batch_file_expiry_s != b.batch_file_expiry_s || a.endpoints != b.endpoints ||
+      a.completion_windows != b.completion_windows) {
     return {"batch"};
   }
   return {};

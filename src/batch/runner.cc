@@ -8,11 +8,13 @@
 #include <cctype>
 #include <charconv>
 #include <chrono>
+#include <functional>
 #include <limits>
 #include <unordered_map>
 #include <unordered_set>
 
 #include "batch/internal/service.h"
+#include "core/hash.h"
 #include "core/json.h"
 #include "core/log.h"
 #include "core/text.h"
@@ -30,6 +32,12 @@ using net::Task;
 
 namespace {
 
+// Answers worth asking again: none at all, timeouts, 429 and the transient 5xx.
+bool retryable(int status) {
+  return status == 0 || status == 408 || status == 429 || status == 500 || status == 502 ||
+         status == 503 || status == 504;
+}
+
 std::string errorBody(std::string_view message, std::string_view type, std::string_view code) {
   return dumpJson(
       Json{{"error", {{"message", message}, {"type", type}, {"param", nullptr}, {"code", code}}}});
@@ -39,7 +47,7 @@ std::string errorBody(std::string_view message, std::string_view type, std::stri
 // its one vector is upserted with the line's point id and payload, as the batch's key, through
 // the vector index's own route (wait=true: written before the line counts). `out` becomes the
 // failure when the answer holds no vector or the upsert is refused.
-Task<void> deliverVector(LoopLines& loop, const LineJob& job, const net::InProcessCaller& caller,
+Task<void> deliverVector(LoopLines& loop, LineJob& job, const net::InProcessCaller& caller,
                          LineOutcome& out) {
   std::string vector;
   int64_t prompt = -1;  // the embedding's usage, kept when the body becomes an error
@@ -94,8 +102,13 @@ Task<void> deliverVector(LoopLines& loop, const LineJob& job, const net::InProce
     co_return;
   }
   if (w.status() < 200 || w.status() >= 300) {
-    // The vector index's own error (Qdrant's shape) is the line's answer; 429 and 5xx retry.
+    // The vector index's own error (Qdrant's shape) is the line's answer; 429 and 5xx retry, and
+    // the retry upserts the embedding it already has.
     out.status = w.status() > 0 ? w.status() : 500;
+    if (retryable(out.status)) {
+      job.embedded = std::move(out.body);
+      job.embedded_request_id = out.request_id;
+    }
     out.body = std::move(w.body());
     out.retry_after_ms = w.retryAfterMs();
     out.prompt_tokens = prompt;
@@ -108,6 +121,15 @@ Task<void> runLine(LoopLines& loop, LineJob job, std::shared_ptr<Mailbox> mailbo
   const auto it = loop.handlers.find(job.endpoint);
   if (loop.stopping) {
     out.aborted = true;  // posted before the stop, started after it: not run
+  } else if (!job.embedded.empty()) {
+    // Only the upsert failed before: the embedding it has goes in again.
+    const net::InProcessCaller caller{job.key_id, job.user, true, loop.price_factor};
+    out.status = 200;
+    out.body = std::move(job.embedded);
+    out.request_id = std::move(job.embedded_request_id);
+    job.embedded.clear();
+    job.embedded_request_id.clear();
+    co_await deliverVector(loop, job, caller, out);
   } else if (it == loop.handlers.end()) {
     out.status = 404;
     out.body = errorBody("The gateway serves no route for " + job.endpoint, "invalid_request_error",
@@ -276,11 +298,6 @@ std::string vectorLineProblem(const Json& line, const Json& body, const char*& p
   return {};
 }
 
-bool retryable(int status) {
-  return status == 0 || status == 408 || status == 429 || status == 500 || status == 502 ||
-         status == 503 || status == 504;
-}
-
 std::string randomOwner() { return "runner-" + newRequestId().substr(10, 16); }
 
 // The output file ids of a batch: made from its id, so a finalizer that takes over writes the same.
@@ -295,6 +312,91 @@ Json errorEntry(const char* code, std::string message, const Json& param, int64_
               {"param", param},
               {"line", line > 0 ? Json(line) : Json(nullptr)}};
 }
+
+// What is wrong with a validated file's line (an entry of the batch's `errors`), or null: every
+// check but the custom_id's uniqueness.
+Json lineError(const Json& j, const BatchRow& b, int64_t line_no) {
+  for (const char* key : {"custom_id", "method", "url", "body"}) {
+    if (!j.contains(key)) {
+      return errorEntry("missing_required_parameter",
+                        "Missing required parameter: '" + std::string(key) + "'.", key, line_no);
+    }
+  }
+  if (!j["custom_id"].is_string() || j["custom_id"].get_ref<const std::string&>().empty() ||
+      j["custom_id"].get_ref<const std::string&>().size() > 512) {
+    return errorEntry("invalid_request", "'custom_id' must be a non-empty string.", "custom_id",
+                      line_no);
+  }
+  if (!j["method"].is_string() || j["method"].get_ref<const std::string&>() != "POST")
+    return errorEntry("invalid_request", "Only the POST method is supported.", "method", line_no);
+  if (!j["url"].is_string() || j["url"].get_ref<const std::string&>() != b.endpoint) {
+    return errorEntry("invalid_url",
+                      "The URL provided for this request does not match the batch endpoint.", "url",
+                      line_no);
+  }
+  const Json& body = j["body"];
+  if (!body.is_object())
+    return errorEntry("invalid_request", "'body' must be an object.", "body", line_no);
+  if (const auto st = body.find("stream");
+      st != body.end() && st->is_boolean() && st->get<bool>()) {
+    return errorEntry("streaming_unsupported", "Streaming is not supported in the Batch API.",
+                      "body.stream", line_no);
+  }
+  if (const auto m = body.find("model"); m == body.end() || !m->is_string())
+    return errorEntry("invalid_request", "Model parameter is required.", "body.model", line_no);
+  if (!b.vector_collection.empty()) {
+    const char* param = nullptr;
+    const std::string why = vectorLineProblem(j, body, param);
+    if (!why.empty()) return errorEntry("invalid_request", why, param, line_no);
+  }
+  return nullptr;
+}
+
+Json duplicateIdError(int64_t line_no) {
+  return errorEntry("duplicate_custom_id",
+                    "The custom_id for this request is a duplicate of another request. The "
+                    "custom_id parameter must be unique for each request in a batch.",
+                    "custom_id", line_no);
+}
+
+// A custom_id's 64-bit hash (FNV-1a, then mixed).
+uint64_t idHash(std::string_view id) {
+  uint64_t h = 0xcbf29ce484222325ULL;
+  for (const char c : id) h = (h ^ static_cast<unsigned char>(c)) * 0x100000001b3ULL;
+  return mix64(h);
+}
+
+// The custom_ids validation has seen, as hashes in one open-addressed table (8 bytes a slot, at
+// most half full): what a file's uniqueness check holds while it runs, freed when it ends. A hash
+// seen twice is a duplicate or a collision; the caller tells them apart by the ids themselves.
+class IdHashes {
+ public:
+  // False when `h` was there already.
+  bool insert(uint64_t h) {
+    if (h == 0) h = 1;  // 0 marks a free slot
+    if ((size_ + 1) * 2 > slots_.size()) grow();
+    const size_t mask = slots_.size() - 1;
+    for (size_t i = h & mask;; i = (i + 1) & mask) {
+      if (slots_[i] == h) return false;
+      if (slots_[i] == 0) {
+        slots_[i] = h;
+        ++size_;
+        return true;
+      }
+    }
+  }
+
+ private:
+  void grow() {
+    std::vector<uint64_t> old = std::move(slots_);
+    slots_.assign(old.empty() ? 1024 : old.size() * 2, 0);
+    size_ = 0;
+    for (const uint64_t h : old)
+      if (h != 0) insert(h);
+  }
+  std::vector<uint64_t> slots_;
+  size_t size_ = 0;
+};
 
 }  // namespace
 
@@ -356,6 +458,11 @@ struct Runner::Impl {
 
   void run();
   void housekeeping(int64_t now);
+  void sweepFiles(int64_t now);
+  // Validation's second look at the custom_ids whose hashes repeated (`suspects`), through line
+  // `last_line`: each real duplicate fails. False when the validation was taken over.
+  bool duplicatesPass(const BatchRow& b, const std::string& by, std::vector<uint64_t> suspects,
+                      int64_t last_line, const std::function<void(Json)>& fail);
   bool validate(int64_t now);
   bool finalize(int64_t now);
   void renewLeases(int64_t now);
@@ -383,6 +490,7 @@ struct Runner::Impl {
 
 void Runner::Impl::housekeeping(int64_t now) {
   if (auto e = store->expire(now); !e.ok()) logError("expiring batches", e.status());
+  sweepFiles(now);
   // Batches that stop early: their slots stop sending.
   for (Slot& s : slots) {
     if (!s.active || s.dropped) continue;
@@ -395,6 +503,61 @@ void Runner::Impl::housekeeping(int64_t now) {
   }
   (void)validate(sh.clock.unixMillis());
   for (int i = 0; i < 4 && finalize(sh.clock.unixMillis()); ++i) {
+  }
+}
+
+bool Runner::Impl::duplicatesPass(const BatchRow& b, const std::string& by,
+                                  std::vector<uint64_t> suspects, int64_t last_line,
+                                  const std::function<void(Json)>& fail) {
+  // The lines whose custom_id hash was seen twice are read again, and only their ids are kept:
+  // a duplicate is an id seen before, a collision is not one.
+  std::sort(suspects.begin(), suspects.end());
+  suspects.erase(std::unique(suspects.begin(), suspects.end()), suspects.end());
+  auto reader = sh.files.open(b.input_file_id);
+  if (!reader.ok()) {
+    fail(errorEntry("invalid_request", "The input file could not be read.", "file_id", 0));
+    return true;
+  }
+  LineReader lines(**reader, 0, static_cast<size_t>(sh.config.max_line_bytes));
+  std::unordered_set<std::string> seen;
+  std::string text;
+  for (int64_t line_no = 1; line_no <= last_line; ++line_no) {
+    if (line_no % 1000 == 999) {
+      tick();
+      auto kept = store->renewBatch(b.id, by, sh.clock.unixMillis() + sh.config.lease_ms);
+      if (kept.ok() && !*kept) return false;
+    }
+    auto more = lines.next(text);
+    if (!more.ok()) continue;  // the first pass said what was wrong with it
+    if (!*more) break;
+    auto j = readJson(text);
+    if (!j.ok() || !j->is_object() || !lineError(*j, b, line_no).is_null()) continue;
+    const std::string& id = (*j)["custom_id"].get_ref<const std::string&>();
+    if (!std::binary_search(suspects.begin(), suspects.end(), idHash(id))) continue;
+    if (!seen.insert(id).second) fail(duplicateIdError(line_no));
+  }
+  return true;
+}
+
+void Runner::Impl::sweepFiles(int64_t now) {
+  // Files past their expiry: the row, then the bytes (as DELETE /v1/files does). The input of a
+  // batch that has not ended stays until the batch ends. Another replica may sweep the same file:
+  // whichever deletes the row removes the bytes.
+  auto expired = store->expiredFiles(now, 100);
+  if (!expired.ok()) {
+    logError("listing expired files", expired.status());
+    return;
+  }
+  for (const std::string& id : *expired) {
+    const Status d = store->deleteFile(id);
+    if (d.code() == StatusCode::kFailedPrecondition || d.code() == StatusCode::kNotFound) continue;
+    if (!d.isOk()) {
+      logError("deleting an expired file", d);
+      continue;
+    }
+    if (const Status r = sh.files.remove(id); !r.isOk()) logError("removing an expired file", r);
+    sh.metrics.files_expired->inc(0);
+    INFERA_LOG(log, info, "file {}: expired and deleted", id);
   }
 }
 
@@ -417,7 +580,8 @@ bool Runner::Impl::validate(int64_t now) {
     logError("reading an input file's row", file.status());
     return false;  // the lease runs out and it is tried again
   }
-  if (!*file || (!(*file)->team.empty() && (*file)->team != b.team)) {
+  if (!*file || (!(*file)->team.empty() && (*file)->team != b.team) ||
+      ((*file)->expires_ms > 0 && (*file)->expires_ms <= now)) {
     fail(errorEntry("invalid_request",
                     "Cannot find file " + b.input_file_id + ", or it is not accessible to you.",
                     "file_id", 0));
@@ -436,7 +600,8 @@ bool Runner::Impl::validate(int64_t now) {
       fail(errorEntry("invalid_request", "The input file could not be read.", "file_id", 0));
     } else {
       LineReader lines(**reader, 0, static_cast<size_t>(sh.config.max_line_bytes));
-      std::unordered_set<std::string> ids;
+      IdHashes ids;
+      std::vector<uint64_t> suspects;  // hashes seen twice
       std::string text;
       int64_t line_no = 0, chunk_first = 0, chunk_offset = 0, in_chunk = 0;
       bool taken_over = false;
@@ -480,65 +645,13 @@ bool Runner::Impl::validate(int64_t now) {
           continue;
         }
         const Json& j = *parsed;
-        bool bad = false;
-        for (const char* key : {"custom_id", "method", "url", "body"}) {
-          if (!j.contains(key)) {
-            fail(errorEntry("missing_required_parameter",
-                            "Missing required parameter: '" + std::string(key) + "'.", key,
-                            line_no));
-            bad = true;
-            break;
-          }
-        }
-        if (bad) continue;
-        if (!j["custom_id"].is_string() || j["custom_id"].get_ref<const std::string&>().empty() ||
-            j["custom_id"].get_ref<const std::string&>().size() > 512) {
-          fail(errorEntry("invalid_request", "'custom_id' must be a non-empty string.", "custom_id",
-                          line_no));
+        if (Json e = lineError(j, b, line_no); !e.is_null()) {
+          fail(std::move(e));
           continue;
         }
-        if (!j["method"].is_string() || j["method"].get_ref<const std::string&>() != "POST") {
-          fail(errorEntry("invalid_request", "Only the POST method is supported.", "method",
-                          line_no));
-          continue;
-        }
-        if (!j["url"].is_string() || j["url"].get_ref<const std::string&>() != b.endpoint) {
-          fail(errorEntry("invalid_url",
-                          "The URL provided for this request does not match the batch endpoint.",
-                          "url", line_no));
-          continue;
-        }
-        const Json& body = j["body"];
-        if (!body.is_object()) {
-          fail(errorEntry("invalid_request", "'body' must be an object.", "body", line_no));
-          continue;
-        }
-        if (const auto st = body.find("stream");
-            st != body.end() && st->is_boolean() && st->get<bool>()) {
-          fail(errorEntry("streaming_unsupported", "Streaming is not supported in the Batch API.",
-                          "body.stream", line_no));
-          continue;
-        }
-        if (const auto m = body.find("model"); m == body.end() || !m->is_string()) {
-          fail(
-              errorEntry("invalid_request", "Model parameter is required.", "body.model", line_no));
-          continue;
-        }
-        if (!b.vector_collection.empty()) {
-          const char* param = nullptr;
-          const std::string why = vectorLineProblem(j, body, param);
-          if (!why.empty()) {
-            fail(errorEntry("invalid_request", why, param, line_no));
-            continue;
-          }
-        }
-        if (!ids.insert(j["custom_id"].get<std::string>()).second) {
-          fail(errorEntry("duplicate_custom_id",
-                          "The custom_id for this request is a duplicate of another request. The "
-                          "custom_id parameter must be unique for each request in a batch.",
-                          "custom_id", line_no));
-          continue;
-        }
+        // Seen before, or a hash collision: told apart after the pass.
+        if (const uint64_t h = idHash(j["custom_id"].get_ref<const std::string&>()); !ids.insert(h))
+          suspects.push_back(h);
         if (in_chunk == 0) {
           chunk_first = line_no;
           chunk_offset = offset;
@@ -553,6 +666,16 @@ bool Runner::Impl::validate(int64_t now) {
       if (in_chunk > 0) {
         chunks.push_back(Chunk{b.id, static_cast<int64_t>(chunks.size()), chunk_first,
                                line_no - chunk_first + 1, chunk_offset});
+      }
+      if (!taken_over && !suspects.empty()) {
+        const int64_t last_line = line_no;
+        taken_over = !duplicatesPass(b, owner, std::move(suspects), last_line, fail);
+        // Its errors came after the first pass's: the list is in line order again.
+        auto at = [](const Json& e) {
+          return e["line"].is_number() ? e["line"].get<int64_t>() : 0;
+        };
+        std::stable_sort(errors.begin(), errors.end(),
+                         [&](const Json& x, const Json& y) { return at(x) < at(y); });
       }
       if (taken_over) {
         INFERA_LOG(log, warn, "batch {}: the validation was taken over", b.id);
@@ -700,6 +823,7 @@ bool Runner::Impl::finalize(int64_t now) {
     f.bytes = cm.size;
     f.sha256 = cm.sha256;
     f.created_ms = sh.clock.unixMillis();
+    f.expires_ms = b.output_expires_s > 0 ? f.created_ms + b.output_expires_s * 1000 : 0;
     INFERA_RETURN_IF_ERROR(store->upsertFile(f));
     return id;
   };

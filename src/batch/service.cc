@@ -24,6 +24,9 @@ Metrics::Metrics(obs::MetricsRegistry& r) {
   batches_validated = batches->counter({"validated"});
   batches_failed = batches->counter({"failed"});
   batches_finished = batches->counter({"finished"});
+  files_expired = r.counterFamily("infera_batch_files_expired_total",
+                                  "Files this process deleted when their expiry passed.", {})
+                      ->counter({});
 }
 
 namespace {

@@ -26,7 +26,7 @@ CREATE TABLE IF NOT EXISTS batch_batches (
   in_progress_ms BIGINT NOT NULL, finalizing_ms BIGINT NOT NULL, completed_ms BIGINT NOT NULL,
   failed_ms BIGINT NOT NULL, expired_ms BIGINT NOT NULL, cancelling_ms BIGINT NOT NULL,
   cancelled_ms BIGINT NOT NULL, owner TEXT NOT NULL, lease_ms BIGINT NOT NULL,
-  vector_collection TEXT NOT NULL DEFAULT '');
+  vector_collection TEXT NOT NULL DEFAULT '', output_expires_s BIGINT NOT NULL DEFAULT 0);
 CREATE INDEX IF NOT EXISTS batch_batches_by_time ON batch_batches (created_ms, id);
 CREATE INDEX IF NOT EXISTS batch_batches_by_status ON batch_batches (status);
 CREATE TABLE IF NOT EXISTS batch_chunks (
@@ -59,7 +59,7 @@ constexpr const char* kBatchColumns =
     "id, team, key_id, user_name, endpoint, input_file_id, completion_window, status, ending, "
     "errors, metadata, output_file_id, error_file_id, total, completed, failed, prompt_tokens, "
     "completion_tokens, created_ms, expires_ms, in_progress_ms, finalizing_ms, completed_ms, "
-    "failed_ms, expired_ms, cancelling_ms, cancelled_ms, vector_collection";
+    "failed_ms, expired_ms, cancelling_ms, cancelled_ms, vector_collection, output_expires_s";
 
 BatchRow batchAt(const store::SqlResult& r, size_t i) {
   BatchRow b;
@@ -83,6 +83,7 @@ BatchRow batchAt(const store::SqlResult& r, size_t i) {
         &b.expired_ms, &b.cancelling_ms, &b.cancelled_ms})
     *v = r.integer(i, c++);
   b.vector_collection = r.text(i, c++);
+  b.output_expires_s = r.integer(i, c++);
   return b;
 }
 
@@ -127,7 +128,9 @@ Result<std::unique_ptr<BatchStore>> BatchStore::open(const std::string& url) {
 Status BatchStore::migrate() {
   INFERA_RETURN_IF_ERROR(db_->execScript(kSchema));
   // Added after the first release of the schema.
-  return db_->addColumnIfMissing("batch_batches", "vector_collection", "TEXT NOT NULL DEFAULT ''");
+  INFERA_RETURN_IF_ERROR(
+      db_->addColumnIfMissing("batch_batches", "vector_collection", "TEXT NOT NULL DEFAULT ''"));
+  return db_->addColumnIfMissing("batch_batches", "output_expires_s", "BIGINT NOT NULL DEFAULT 0");
 }
 
 // ---------------- files ----------------
@@ -146,7 +149,7 @@ Status BatchStore::upsertFile(const FileRow& f) {
       ->exec(std::string("INSERT INTO batch_files (") + kFileColumns +
                  ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9) ON CONFLICT (id) DO UPDATE SET "
                  "bytes = excluded.bytes, sha256 = excluded.sha256, created_ms = "
-                 "excluded.created_ms",
+                 "excluded.created_ms, expires_ms = excluded.expires_ms",
              {f.id, f.team, f.key_id, f.purpose, f.filename, f.bytes, f.sha256, f.created_ms,
               f.expires_ms})
       .takeStatus();
@@ -170,6 +173,11 @@ Result<ListQuery> listWhere(store::SqlDb& db, const char* table, const Viewer& v
   if (!v.all) {
     q.params.emplace_back(v.team);
     q.where += " AND (team = ?" + std::to_string(q.params.size()) + " OR team = '')";
+  }
+  if (with_purpose && p.now_ms > 0) {
+    // An expired file is gone for its readers before the sweep deletes it.
+    q.params.emplace_back(p.now_ms);
+    q.where += " AND (expires_ms = 0 OR expires_ms > ?" + std::to_string(q.params.size()) + ")";
   }
   if (with_purpose && !p.purpose.empty()) {
     q.params.emplace_back(p.purpose);
@@ -229,6 +237,15 @@ Status BatchStore::deleteFile(const std::string& id) {
   return Status::notFound("No such File object: " + id);
 }
 
+Result<std::vector<std::string>> BatchStore::expiredFiles(int64_t now_ms, int64_t limit) {
+  INFERA_ASSIGN_OR_RETURN(auto r, db_->exec("SELECT id FROM batch_files WHERE expires_ms > 0 AND "
+                                            "expires_ms <= ?1 ORDER BY expires_ms LIMIT ?2",
+                                            {now_ms, limit}));
+  std::vector<std::string> out;
+  for (size_t i = 0; i < r.rows.size(); ++i) out.push_back(r.text(i, 0));
+  return out;
+}
+
 Status BatchStore::fileInUse(const std::string& id) {
   INFERA_ASSIGN_OR_RETURN(
       auto r, db_->exec("SELECT id FROM batch_batches WHERE input_file_id = ?1 AND status IN "
@@ -245,10 +262,10 @@ Status BatchStore::insertBatch(const BatchRow& b) {
   return db_
       ->exec(std::string("INSERT INTO batch_batches (") + kBatchColumns +
                  ", owner, lease_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, "
-                 "?13, 0, 0, 0, 0, 0, ?14, ?15, 0, 0, 0, 0, 0, 0, 0, ?16, '', 0)",
+                 "?13, 0, 0, 0, 0, 0, ?14, ?15, 0, 0, 0, 0, 0, 0, 0, ?16, ?17, '', 0)",
              {b.id, b.team, b.key_id, b.user, b.endpoint, b.input_file_id, b.completion_window,
               b.status, b.ending, b.errors, b.metadata, b.output_file_id, b.error_file_id,
-              b.created_ms, b.expires_ms, b.vector_collection})
+              b.created_ms, b.expires_ms, b.vector_collection, b.output_expires_s})
       .takeStatus();
 }
 

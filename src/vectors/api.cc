@@ -427,7 +427,10 @@ class Api {
       if (!denied) {
         access::AdmitRequest ar;
         if (auto full = co_await access_->admit(grant, ar, r.headers)) {
+          // The refusal keeps the headers admit() wrote (retry-after, the limit's remaining).
+          auto headers = std::move(r.headers);
           r = fail(Status::resourceExhausted("Rate limiting exceeded: " + full->message));
+          r.headers = std::move(headers);
           r.status = full->status;
           denied = true;
         }

@@ -246,6 +246,31 @@ await check('an upload without purpose or with an unknown purpose is a 400', asy
     (e) => e.status === 400 && /purpose/.test(e.message));
 });
 
+await check('files expire as the SDK asks: expires_after on upload, output_expires_after on a batch', async () => {
+  const p = writeJsonl('expiring.jsonl', [chat('e-1')]);
+  const f = await a.files.create({
+    file: fs.createReadStream(p), purpose: 'batch', expires_after: { anchor: 'created_at', seconds: 3600 },
+  });
+  assert.equal(f.expires_at, f.created_at + 3600);
+  // A batch file that names none: OpenAI's 30 days; another purpose: kept.
+  const d = await a.files.create({ file: fs.createReadStream(p), purpose: 'batch' });
+  assert.equal(d.expires_at, d.created_at + 2592000);
+  const u = await a.files.create({ file: fs.createReadStream(p), purpose: 'user_data' });
+  assert.equal(u.expires_at, null);
+  await assert.rejects(a.files.create({
+    file: fs.createReadStream(p), purpose: 'batch', expires_after: { anchor: 'created_at', seconds: 60 },
+  }), (e) => e.status === 400 && /expires_after\.seconds/.test(e.message));
+  const created = await a.batches.create({
+    input_file_id: f.id, endpoint: '/v1/chat/completions', completion_window: '24h',
+    output_expires_after: { anchor: 'created_at', seconds: 7200 },
+  });
+  const x = await waitFor(a, created.id, ended);
+  assert.equal(x.status, 'completed');
+  const out = await a.files.retrieve(x.output_file_id);
+  assert.equal(out.expires_at, out.created_at + 7200);
+  for (const id of [f.id, d.id, u.id]) await a.files.del(id);
+});
+
 // Bulk embedding: a /v1/embeddings batch whose vectors go straight into a collection (Infera's
 // `vector_collection`), checked with the Qdrant JS client as the same team's key.
 const { QdrantClient } = require('@qdrant/js-client-rest');

@@ -39,6 +39,7 @@ struct Metrics {
   obs::Counter* batches_validated;
   obs::Counter* batches_failed;
   obs::Counter* batches_finished;
+  obs::Counter* files_expired;  // deleted by the sweep when their expiry passed
 };
 
 struct Shared {
@@ -73,6 +74,10 @@ struct LineJob {
   std::string collection;
   std::string point_id;
   std::string payload;
+  // The embeddings answer of a line whose upsert failed and is tried again (with its request id):
+  // the retry upserts it again without asking (and billing) the model a second time.
+  std::string embedded;
+  std::string embedded_request_id;
   size_t loop = 0;  // the data loop it was sent to
   int attempt = 1;
   int64_t not_before_ms = 0;  // a retry waits for its back-off

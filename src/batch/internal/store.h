@@ -63,6 +63,7 @@ struct BatchRow {
   int64_t cancelling_ms = 0;
   int64_t cancelled_ms = 0;
   std::string vector_collection;  // /v1/embeddings: where each line's vector is upserted ("": none)
+  int64_t output_expires_s = 0;   // output and error files expire this long after they are made
 };
 
 // A run of input lines claimed together: physical lines [first_line, first_line + lines) of the
@@ -98,6 +99,7 @@ struct Page {
   std::string purpose;     // files only: "" = any
   std::string team;        // "" = any (the operator's filters)
   std::string status;      // batches only: "" = any
+  int64_t now_ms = 0;      // files only: > 0 leaves out the files expired by then
 };
 
 class BatchStore {
@@ -118,6 +120,8 @@ class BatchStore {
   Status deleteFile(const std::string& id);
   // kFailedPrecondition when the file is the input of a batch that has not ended.
   Status fileInUse(const std::string& id);
+  // Up to `limit` files whose expiry (expires_ms > 0) is at or before `now_ms`, soonest first.
+  Result<std::vector<std::string>> expiredFiles(int64_t now_ms, int64_t limit);
 
   // ---- batches ----
   Status insertBatch(const BatchRow& b);
