@@ -202,6 +202,22 @@ void runLineOn(LoopLines& loop, LineJob job, std::shared_ptr<Mailbox> mailbox,
   });
 }
 
+void recallLines(LoopLines& loop, const std::string& batch_id) {
+  auto kept = loop.waiting.begin();
+  for (auto it = loop.waiting.begin(); it != loop.waiting.end(); ++it) {
+    if (it->batch_id != batch_id) {
+      if (kept != it) *kept = std::move(*it);
+      ++kept;
+      continue;
+    }
+    LineOutcome out;
+    out.aborted = true;
+    out.job = std::move(*it);
+    if (loop.mailbox) loop.mailbox->put(std::move(out));
+  }
+  loop.waiting.erase(kept, loop.waiting.end());
+}
+
 void abortLines(LoopLines& loop) {
   loop.stopping = true;
   // Lines sent ahead that never started: not run (they run again after a restart).
@@ -224,11 +240,11 @@ void abortLines(LoopLines& loop) {
 
 namespace {
 
-constexpr size_t kSlots = 4;                  // chunks held at once
-constexpr int64_t kAheadPerLoop = 4;          // lines sent ahead to wait on each data loop
-constexpr int64_t kRecordEveryMs = 50;        // answers are written at least this often
-constexpr size_t kRecordBatch = 256;          // or when this many wait
-constexpr int64_t kRecordBytes = 64 << 20;    // or this many bytes of answers
+constexpr size_t kSlots = 4;                // chunks held at once
+constexpr int64_t kAheadPerLoop = 4;        // lines sent ahead to wait on each data loop, at least
+constexpr int64_t kRecordEveryMs = 50;      // answers are written at least this often
+constexpr size_t kRecordBatch = 256;        // or when this many wait
+constexpr int64_t kRecordBytes = 64 << 20;  // or this many bytes of answers
 constexpr int64_t kFinalizeBytes = 64 << 20;  // answers read per query when writing the output
 constexpr int64_t kBackOffMs = 60'000;        // a chunk whose input cannot be read waits this long
 constexpr int64_t kFinalizePage = 1000;       // results read per query when writing the output
@@ -442,13 +458,20 @@ struct Runner::Impl {
   // batch.concurrency over the loops (the first ones take the remainder): at most this many run
   // on loop i at once.
   int share(size_t loop_index) const;
-  // Lines that may be out: batch.concurrency, plus kAheadPerLoop waiting on each loop with a share.
-  int64_t maxOut() const {
-    return sh.config.concurrency +
-           kAheadPerLoop *
-               static_cast<int64_t>(std::min<size_t>(
-                   loops, static_cast<size_t>(std::max<int64_t>(1, sh.config.concurrency))));
+  // Lines sent ahead to wait on loop i: as many as run there (at least kAheadPerLoop), so the
+  // loop has work while this thread is busy elsewhere (a commit's fsync, a claim).
+  int64_t ahead(size_t loop_index) const {
+    return share(loop_index) == 0 ? 0 : std::max<int64_t>(kAheadPerLoop, share(loop_index));
   }
+  // Lines that may be out: batch.concurrency, plus those waiting ahead on the loops.
+  int64_t maxOut() const {
+    int64_t n = 0;
+    for (size_t i = 0; i < loops; ++i) n += share(i) + ahead(i);
+    return n;
+  }
+  // The lines of `batch_id` still waiting on the loops (sent ahead, not started) come back as
+  // aborted: a batch that stops (cancelled, expired, its chunk taken over) runs no more of them.
+  void recall(const std::string& batch_id);
   int64_t last_housekeeping = 0, last_renew = 0, last_record = 0, last_claim_miss = 0;
   spdlog::logger* log = componentLogger("batch");
 
@@ -499,7 +522,10 @@ void Runner::Impl::housekeeping(int64_t now) {
       logError("reading a batch's state", ending.status());
       continue;
     }
-    if (!ending->empty()) s.dropped = true;
+    if (!ending->empty()) {
+      s.dropped = true;
+      recall(s.chunk.batch_id);
+    }
   }
   (void)validate(sh.clock.unixMillis());
   for (int i = 0; i < 4 && finalize(sh.clock.unixMillis()); ++i) {
@@ -861,6 +887,7 @@ void Runner::Impl::renewLeases(int64_t now) {
       INFERA_LOG(log, warn, "batch {} chunk {}: the lease was taken over; its lines stop here",
                  s.chunk.batch_id, s.chunk.chunk);
       s.dropped = s.lost = true;
+      recall(s.chunk.batch_id);
     }
   }
 }
@@ -975,6 +1002,14 @@ bool Runner::Impl::lineFields(const std::string& text, LineJob& job) {
   return have_id && have_body;
 }
 
+void Runner::Impl::recall(const std::string& batch_id) {
+  for (size_t i = 0; i < loops; ++i) {
+    LoopLines* l = loop(i);
+    if (l != nullptr && loop_out[i] > 0)
+      net::asio::post(l->ctx, [l, batch_id] { recallLines(*l, batch_id); });
+  }
+}
+
 int Runner::Impl::share(size_t loop_index) const {
   const auto c = static_cast<int>(sh.config.concurrency);
   const int n = static_cast<int>(loops);
@@ -988,7 +1023,7 @@ void Runner::Impl::send(LineJob job) {
   int64_t best_room = std::numeric_limits<int64_t>::min();
   for (size_t i = 0; i < loops; ++i) {
     if (share(i) == 0) continue;
-    const int64_t room = share(i) + kAheadPerLoop - loop_out[i];
+    const int64_t room = share(i) + ahead(i) - loop_out[i];
     if (room > best_room) {
       best_room = room;
       best = i;

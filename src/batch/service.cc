@@ -11,7 +11,8 @@ namespace infera::batch {
 Metrics::Metrics(obs::MetricsRegistry& r) {
   auto* lines = r.counterFamily("infera_batch_lines_total",
                                 "Batch lines by what became of them in this process: ok and failed "
-                                "(recorded), retried, aborted (in flight at a stop; run again).",
+                                "(recorded), retried, aborted (in flight at a stop, or called back "
+                                "before they started when their batch stopped; not recorded).",
                                 {"result"});
   lines_ok = lines->counter({"ok"});
   lines_failed = lines->counter({"failed"});

@@ -238,6 +238,8 @@ void runLineOn(LoopLines& loop, LineJob job, std::shared_ptr<Mailbox> mailbox,
 // Aborts every line in flight on `loop` (on its thread): each ends with aborted = true, as do the
 // lines waiting there.
 void abortLines(LoopLines& loop);
+// On `loop`'s thread: the lines of `batch_id` waiting there (not started) end with aborted = true.
+void recallLines(LoopLines& loop, const std::string& batch_id);
 
 // The executor: one thread.
 class Runner {
