@@ -39,7 +39,7 @@ declare -A QUICK_ARGS=(
   [features]="2"
   [engine_routing]="--engines 8 --rates 4 --duration 5 --policies least_queue,prefix_load --parts prefix"
   [batch]="2000 8"
-  [batch_interactive]="--duration 8 --share 0.125"
+  [batch_interactive]="--duration 8 --share 0.125 --idle-window 3"
 )
 for script in throughput latency streams governance redis_script features engine_routing batch batch_interactive; do
   section "bench/load/$script.sh"

@@ -12,17 +12,24 @@
 #               no max_concurrent: requests queue in the engines);
 #   protected   the same, with engine routing, flow control (max_waiting 2) and
 #               max_batch_share --share: the batch waits behind interactive requests and holds at
-#               most that share of each endpoint's max_concurrent (--max-concurrent).
+#               most that share of each endpoint's max_concurrent (--max-concurrent);
+#   borrowing   protected, plus batch_idle_ms --idle-ms: with no interactive request for that
+#               long, the batch may fill the endpoints; the next interactive request takes the
+#               share back.
 # The batch is created before the stream starts and cancelled after it; its lines answered during
-# the window give its throughput in each case (what the protection costs the batch).
+# the window give its throughput in each case (what the protection costs the batch), and its
+# lines answered in the --idle-window seconds before the stream starts, its throughput with no
+# interactive traffic at all.
 #
 # Usage: bench/load/batch_interactive.sh [--engines 2] [--rate 4] [--duration 40] [--scale 10]
-#          [--batch-conc 32] [--share 0.25] [--max-concurrent 16] [--seed 1]
+#          [--batch-conc 32] [--share 0.25] [--max-concurrent 16] [--seed 1] [--idle-ms 2000]
+#          [--idle-window 8]
 set -euo pipefail
 shopt -s inherit_errexit
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-ENGINES=2 RATE=4 DURATION=40 SCALE=10 BATCH_CONC=32 SHARE=0.25 MAX_CONC=16 SEED=1
+ENGINES=2 RATE=4 DURATION=40 SCALE=10 BATCH_CONC=32 SHARE=0.25 MAX_CONC=16 SEED=1 IDLE_MS=2000
+IDLE_WINDOW=8
 while [[ $# -gt 0 ]]; do
   case "$1" in
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed -n 's/^# \{0,1\}//p'; exit 0 ;;
@@ -34,6 +41,8 @@ while [[ $# -gt 0 ]]; do
     --share) SHARE="$2"; shift 2 ;;
     --max-concurrent) MAX_CONC="$2"; shift 2 ;;
     --seed) SEED="$2"; shift 2 ;;
+    --idle-ms) IDLE_MS="$2"; shift 2 ;;
+    --idle-window) IDLE_WINDOW="$2"; shift 2 ;;
     *) echo "unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -127,21 +136,30 @@ echo "# batch beside interactive traffic: $ENGINES engines (time_scale $SCALE), 
   "for ${DURATION}s ($TENANTS tenants x $PREFIX_WORDS-word prefix, $QUESTION_WORDS-word questions," \
   "$MAX_TOKENS tokens), batch.concurrency $BATCH_CONC, endpoints max_concurrent $MAX_CONC; $(bench_env_note)"
 echo
-echo "| case | TTFT p50 s | p90 s | p99 s | p90 / alone | interactive failed | batch lines/s in the window |"
-echo "|---|---|---|---|---|---|---|"
+echo "| case | TTFT p50 s | p90 s | p99 s | p90 / alone | interactive failed | batch lines/s in the window | batch lines/s, no interactive traffic |"
+echo "|---|---|---|---|---|---|---|---|"
 alone_p90=""
-for c in alone batch protected; do
+for c in alone batch protected borrowing; do
   case "$c" in
     alone|batch) extra="" conc=100000 ;;
     protected) extra="max_batch_share: $SHARE
         routing: {policy: engine, metrics_interval_ms: 20, max_waiting: 2, flow_control: {queue_timeout_ms: 600000}}"
       conc=$MAX_CONC ;;
+    borrowing) extra="max_batch_share: $SHARE
+        batch_idle_ms: $IDLE_MS
+        routing: {policy: engine, metrics_interval_ms: 20, max_waiting: 2, flow_control: {queue_timeout_ms: 600000}}"
+      conc=$MAX_CONC ;;
   esac
   start_case "$c" "$extra" "$conc"
-  rate="-"
+  rate="-" idle_rate="-"
   if [[ "$c" != alone ]]; then
     start_batch
+    # The batch with no interactive traffic yet.
+    idle0=$(done_lines)
+    i0=$(date +%s.%N)
+    sleep "$IDLE_WINDOW"
     before=$(done_lines)
+    idle_rate=$(python3 -c "print(round(($before - $idle0) / ($(date +%s.%N) - $i0), 1))")
     t0=$(date +%s.%N)
   fi
   out="$(run_client)"
@@ -156,5 +174,5 @@ for c in alone batch protected; do
   read -r p50 p90 p99 failed <<<"$(python3 -c 'import json,sys; s=json.loads(sys.argv[1])["streams"]["interactive"]; print(s["ttft_p50"], s["ttft_p90"], s["ttft_p99"], s["failed"])' "$out")"
   [[ "$c" == alone ]] && alone_p90="$p90"
   ratio=$(python3 -c "print(round($p90 / $alone_p90, 2) if '$p90' != 'None' else '-')")
-  echo "| $c | $p50 | $p90 | $p99 | ${ratio}x | $failed | $rate |"
+  echo "| $c | $p50 | $p90 | $p99 | ${ratio}x | $failed | $rate | $idle_rate |"
 done

@@ -172,6 +172,18 @@ void readModels(ConfigReader& r, const std::set<std::string>& emulators, Gateway
               d.object("tls", [&](ConfigReader& t) { net::readTlsClientConfig(t, dc.tls); });
               d.object("routing", [&](ConfigReader& t) { readRouting(t, dc.routing); });
               d.optional("max_batch_share", dc.max_batch_share, 0.01, 1);
+              if (d.optional("batch_idle_ms", dc.batch_idle_ms, 0, 3'600'000) &&
+                  dc.batch_idle_ms > 0) {
+                if (dc.max_batch_share >= 1) {
+                  d.error("batch_idle_ms",
+                          "needs max_batch_share below 1 (what batch work holds "
+                          "while interactive requests come)");
+                } else if (!dc.routing.flow_control) {
+                  d.error("batch_idle_ms",
+                          "needs routing.flow_control: an interactive request that finds every "
+                          "slot borrowed by batch work must wait for one, not be refused");
+                }
+              }
               d.forEach(
                   "endpoints",
                   [&](ConfigReader& e, size_t) {

@@ -120,6 +120,10 @@ struct DeploymentConfig {
   // The share of each endpoint's max_concurrent that batch work (the batch and sheddable
   // priority classes: the batch executor's lines, x-infera-priority) may hold; 1 = no cap.
   double max_batch_share = 1;
+  // With a share: after this long with no request above the batch class for the model, batch work
+  // may fill the endpoints (up to max_concurrent) until the next one comes; 0 = never. Needs flow
+  // control, where that request waits for the slots batch work holds instead of being refused.
+  int64_t batch_idle_ms = 0;
   std::vector<EndpointConfig> endpoints;
 };
 

@@ -41,13 +41,22 @@ std::string_view answerOutput(std::string_view json) {
   return json;
 }
 
+// What batch work may hold of an endpoint on this worker now: its deployment's batch share, or all
+// of its share of max_concurrent once no interactive request has come for batch_idle_ms.
+int batchCap(const Endpoint& ep, int64_t now_ns) {
+  if (ep.batch_idle_ns > 0 &&
+      now_ns - ep.shared->interactive_ns.load(std::memory_order_relaxed) >= ep.batch_idle_ns)
+    return ep.max_inflight_per_worker;
+  return ep.max_batch_per_worker;
+}
+
 // An endpoint a request may go to now: healthy, not ejected, under this worker's share of its
 // concurrency limit (and, for batch work, of its deployment's batch share).
 bool available(const Endpoint& ep, const WorkerEndpoint& ws, int64_t now_ns, bool batch = false) {
   return ep.shared->healthy.load(std::memory_order_relaxed) &&
          ep.shared->ejected_until_ns.load(std::memory_order_relaxed) <= now_ns &&
          ws.inflight < ep.max_inflight_per_worker &&
-         (!batch || ws.batch_inflight < ep.max_batch_per_worker);
+         (!batch || ws.batch_inflight < batchCap(ep, now_ns));
 }
 
 // How soon batch work turned away by a deployment's max_batch_share may come back.
@@ -328,7 +337,7 @@ int ProxyHandler::batchRoom(const RouteTable& table, const StateVector& state,
   for (const uint32_t idx : endpoints) {
     const Endpoint& ep = table.endpoints[idx];
     const WorkerEndpoint& ws = *state[idx];
-    if (available(ep, ws, now_ns)) room += std::max(0, ep.max_batch_per_worker - ws.batch_inflight);
+    if (available(ep, ws, now_ns)) room += std::max(0, batchCap(ep, now_ns) - ws.batch_inflight);
   }
   return room;
 }
@@ -438,6 +447,14 @@ Task<bool> ProxyHandler::prioritize(Exchange& x, const std::vector<uint32_t>& en
                        "x-infera-priority must be one of critical, standard, batch, sheddable",
                        "invalid_request_error", "invalid_priority");
     co_return false;
+  }
+  if (!x.batch_work) {
+    // An interactive request: batch work borrowing the endpoints goes back to its share.
+    const int64_t now_ns = monoNanos();
+    for (const uint32_t idx : endpoints) {
+      const Endpoint& ep = x.table->endpoints[idx];
+      if (ep.batch_idle_ns > 0) ep.shared->interactive_ns.store(now_ns, std::memory_order_relaxed);
+    }
   }
   if (flow) co_return co_await waitForRoom(x);
   if (!x.batch_work || batchRoom(*x.table, *x.state, endpoints, monoNanos()) > 0) co_return true;

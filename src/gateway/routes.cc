@@ -216,6 +216,7 @@ Result<std::shared_ptr<const RouteTable>> buildRouteTable(
           route->batch_capped = true;
           ep.max_batch_per_worker =
               std::max(1, static_cast<int>(dc.max_batch_share * ep.max_inflight_per_worker + 1e-9));
+          ep.batch_idle_ns = dc.batch_idle_ms * 1'000'000;
         }
         ep.protocol = ec.protocol;
         auto& sh = shared[ep.key];

@@ -1070,6 +1070,56 @@ TEST_F(FlowControlTest, BatchWorkPastItsShareWaitsWhileInteractiveRequestsGo) {
   (void)e;
 }
 
+// batch_idle_ms: with no interactive request for that long, batch work may fill the pool (2 of 2
+// slots, not its share of 1); the next interactive request takes the share back: it waits only for
+// a borrowed slot to free, goes ahead of the batch work still queued, and batch work is held to
+// its share again behind it.
+TEST_F(FlowControlTest, BatchWorkBorrowsAnIdlePoolAndGivesItBackWhenAnInteractiveRequestComes) {
+  auto& e = startEmulator({"m1"}, [](EmulatorConfig& c) {
+    c.engine.enabled = true;
+    c.engine.max_num_seqs = 8;
+    c.engine.time_scale = 2;
+  });
+  startGateway(std::string(kNoHealth) +
+                   "models:\n  - name: m1\n    deployments:\n      - name: pool\n"
+                   "        max_batch_share: 0.5\n        batch_idle_ms: 60000\n"
+                   "        routing: {policy: engine, metrics_interval_ms: 10, stale_ms: 2000, "
+                   "max_waiting: 8, flow_control: {queue_timeout_ms: 20000}}\n"
+                   "        endpoints:\n" +
+                   endpoint(e, "max_concurrent: 2"),
+               {}, 1);
+  ASSERT_TRUE(waitFor([&] {
+    const auto r = httpRequest(gw_->adminPort(), "GET", "/admin/endpoints");
+    return r && r->body.find(R"("known":true)") != std::string::npos;
+  }));
+  testing::CompletionOrder requests;
+  for (int i = 0; i < 3; ++i) {
+    requests.send("batch" + std::to_string(i), [this] {
+      return httpRequest(gw_->port(), "POST", "/v1/chat/completions", body(20),
+                         {{"x-infera-priority", "batch"}});
+    });
+  }
+  // No interactive request yet: two run (the whole pool), one waits.
+  ASSERT_TRUE(waitFor([&] { return queued("batch") == 1; })) << queued("batch");
+  EXPECT_TRUE(waitFor([&] {
+    const auto r = httpRequest(gw_->adminPort(), "GET", "/admin/endpoints");
+    return r && r->body.find(R"("in_flight":2)") != std::string::npos;
+  }));
+  requests.send("standard", [this] {
+    return httpRequest(gw_->port(), "POST", "/v1/chat/completions", body(2));
+  });
+  const std::vector<std::string> done = requests.join();
+  ASSERT_EQ(done.size(), 4u);
+  for (const auto& d : done) EXPECT_EQ(d.find(':'), std::string::npos) << d;  // all 200
+  // The standard request went in the first freed slot, ahead of the queued batch request, which
+  // ran after it at its share again.
+  const auto at = std::find(done.begin(), done.end(), "standard");
+  ASSERT_NE(at, done.end());
+  EXPECT_GE(done.end() - at - 1, 1) << ::testing::PrintToString(done);
+  EXPECT_EQ(done.back(), "batch2") << ::testing::PrintToString(done);
+  (void)e;
+}
+
 TEST_F(FlowControlTest, PastTheQueueDeadlineA429WithRetryAfterAndSheddableWorkNeverWaits) {
   startPool("{queue_timeout_ms: 300}");
   std::vector<std::thread> threads;

@@ -71,6 +71,39 @@ models:
 }
 
 // Engine-aware routing: every key checked, and one policy per model.
+// batch_idle_ms lets batch work borrow an idle pool: only beside a share, and only where an
+// interactive request that finds the pool borrowed waits (flow control) rather than being refused.
+TEST(ServerConfigTest, BatchIdleMsNeedsAShareAndFlowControl) {
+  const auto cfg = loadConfigString(R"(models:
+  - name: m
+    deployments:
+      - name: a
+        batch_idle_ms: 500
+        routing: {policy: engine, max_waiting: 4, flow_control: {}}
+        endpoints: [{url: "http://127.0.0.1:1"}]
+  - name: n
+    deployments:
+      - max_batch_share: 0.25
+        batch_idle_ms: 500
+        endpoints: [{url: "http://127.0.0.1:2"}]
+)");
+  ASSERT_FALSE(cfg.ok());
+  expectEveryMessage(cfg.status().message(),
+                     {"models[0].deployments[0].batch_idle_ms (line 5): needs max_batch_share",
+                      "models[1].deployments[0].batch_idle_ms (line 11): needs "
+                      "routing.flow_control"});
+  const auto ok = loadConfigString(R"(models:
+  - name: m
+    deployments:
+      - max_batch_share: 0.25
+        batch_idle_ms: 500
+        routing: {policy: engine, max_waiting: 4, flow_control: {}}
+        endpoints: [{url: "http://127.0.0.1:1"}]
+)");
+  ASSERT_TRUE(ok.ok()) << ok.status().message();
+  EXPECT_EQ(ok->gateway.models[0].deployments[0].batch_idle_ms, 500);
+}
+
 TEST(ServerConfigTest, RoutingErrorsNameTheKeyAndOnePolicyHoldsPerModel) {
   const auto cfg = loadConfigString(R"(models:
   - name: m

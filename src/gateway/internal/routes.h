@@ -28,6 +28,9 @@ struct EndpointShared {
   std::atomic<int> check_failures{0};
   std::atomic<int> check_successes{0};
   std::atomic<bool> probe_in_flight{false};
+  // When a request above the batch class last arrived for this endpoint's route (monotonic ns; 0 =
+  // never): batch work borrows the endpoint's whole max_concurrent once it is batch_idle_ms old.
+  std::atomic<int64_t> interactive_ns{0};
 
   // Each worker's view, for GET /admin/endpoints: written by that worker only (relaxed stores of
   // its own figures, one cache line each, so workers never share a line), read by the admin loop.
@@ -97,6 +100,9 @@ struct Endpoint {
   int max_inflight_per_worker = 1024;
   // Of those, what batch work may hold (its deployment's max_batch_share; = the above: no cap).
   int max_batch_per_worker = 1024;
+  // Its deployment's batch_idle_ms: after this long with no interactive request, batch work may
+  // hold the whole max_concurrent (0 = the share always holds).
+  int64_t batch_idle_ns = 0;
   Protocol protocol = Protocol::kOpenAi;
   net::UpstreamAddress address;
   std::string host_header;
