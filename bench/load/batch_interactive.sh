@@ -23,13 +23,13 @@
 #
 # Usage: bench/load/batch_interactive.sh [--engines 2] [--rate 4] [--duration 40] [--scale 10]
 #          [--batch-conc 32] [--share 0.25] [--max-concurrent 16] [--seed 1] [--idle-ms 2000]
-#          [--idle-window 8]
+#          [--idle-window 8] [--cases "alone batch protected borrowing"]
 set -euo pipefail
 shopt -s inherit_errexit
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 ENGINES=2 RATE=4 DURATION=40 SCALE=10 BATCH_CONC=32 SHARE=0.25 MAX_CONC=16 SEED=1 IDLE_MS=2000
-IDLE_WINDOW=8
+IDLE_WINDOW=8 CASES="alone batch protected borrowing"
 while [[ $# -gt 0 ]]; do
   case "$1" in
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed -n 's/^# \{0,1\}//p'; exit 0 ;;
@@ -43,6 +43,7 @@ while [[ $# -gt 0 ]]; do
     --seed) SEED="$2"; shift 2 ;;
     --idle-ms) IDLE_MS="$2"; shift 2 ;;
     --idle-window) IDLE_WINDOW="$2"; shift 2 ;;
+    --cases) CASES="$2"; shift 2 ;;
     *) echo "unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -139,7 +140,8 @@ echo
 echo "| case | TTFT p50 s | p90 s | p99 s | p90 / alone | interactive failed | batch lines/s in the window | batch lines/s, no interactive traffic |"
 echo "|---|---|---|---|---|---|---|---|"
 alone_p90=""
-for c in alone batch protected borrowing; do
+[[ " $CASES " == *" alone "* ]] || { echo "--cases must include alone (the baseline)" >&2; exit 2; }
+for c in $CASES; do
   case "$c" in
     alone|batch) extra="" conc=100000 ;;
     protected) extra="max_batch_share: $SHARE
@@ -171,7 +173,7 @@ for c in alone batch protected borrowing; do
     curl -sf -X POST "http://127.0.0.1:$GW_PORT/v1/batches/$BATCH_ID/cancel" >/dev/null
   fi
   stop_run
-  read -r p50 p90 p99 failed <<<"$(python3 -c 'import json,sys; s=json.loads(sys.argv[1])["streams"]["interactive"]; print(s["ttft_p50"], s["ttft_p90"], s["ttft_p99"], s["failed"])' "$out")"
+  read -r p50 p90 p99 failed <<<"$(python3 -c 'import json,sys; s=json.loads(sys.argv[1])["streams"]["interactive"]; st=",".join(f"{k}:{v}" for k,v in s["statuses"].items()); print(s["ttft_p50"], s["ttft_p90"], s["ttft_p99"], str(s["failed"]) + (f"({st})" if st else ""))' "$out")"
   [[ "$c" == alone ]] && alone_p90="$p90"
   ratio=$(python3 -c "print(round($p90 / $alone_p90, 2) if '$p90' != 'None' else '-')")
   echo "| $c | $p50 | $p90 | $p99 | ${ratio}x | $failed | $rate | $idle_rate |"

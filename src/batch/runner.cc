@@ -382,36 +382,38 @@ uint64_t idHash(std::string_view id) {
   return mix64(h);
 }
 
-// The custom_ids validation has seen, as hashes in one open-addressed table (8 bytes a slot, at
-// most half full): what a file's uniqueness check holds while it runs, freed when it ends. A hash
-// seen twice is a duplicate or a collision; the caller tells them apart by the ids themselves.
-class IdHashes {
+// The custom_ids validation has seen, in a Bloom filter whose size follows the file's (at most
+// 1 MiB, however many lines): an id whose bits were all set already was seen before or is a false
+// positive; the caller tells them apart by the ids themselves.
+class IdFilter {
  public:
-  // False when `h` was there already.
+  explicit IdFilter(int64_t file_bytes) {
+    // About 8 bits a line of 64 bytes or more: at most 2^23 bits (80 a line at 100,000 lines).
+    size_t bits = size_t{1} << 15;
+    while (bits < (size_t{1} << 23) && static_cast<int64_t>(bits) < file_bytes) bits <<= 1;
+    words_.assign(bits / 64, 0);
+    mask_ = bits - 1;
+  }
+  // False when every bit of `h` was set already.
   bool insert(uint64_t h) {
-    if (h == 0) h = 1;  // 0 marks a free slot
-    if ((size_ + 1) * 2 > slots_.size()) grow();
-    const size_t mask = slots_.size() - 1;
-    for (size_t i = h & mask;; i = (i + 1) & mask) {
-      if (slots_[i] == h) return false;
-      if (slots_[i] == 0) {
-        slots_[i] = h;
-        ++size_;
-        return true;
+    bool fresh = false;
+    const uint64_t step = (h >> 32 | h << 32) | 1;  // double hashing: h + i * step
+    for (uint64_t i = 0; i < kProbes; ++i) {
+      const uint64_t bit = (h + i * step) & mask_;
+      uint64_t& word = words_[bit >> 6];
+      const uint64_t m = uint64_t{1} << (bit & 63);
+      if ((word & m) == 0) {
+        fresh = true;
+        word |= m;
       }
     }
+    return fresh;
   }
 
  private:
-  void grow() {
-    std::vector<uint64_t> old = std::move(slots_);
-    slots_.assign(old.empty() ? 1024 : old.size() * 2, 0);
-    size_ = 0;
-    for (const uint64_t h : old)
-      if (h != 0) insert(h);
-  }
-  std::vector<uint64_t> slots_;
-  size_t size_ = 0;
+  static constexpr uint64_t kProbes = 6;
+  std::vector<uint64_t> words_;
+  uint64_t mask_ = 0;
 };
 
 }  // namespace
@@ -482,8 +484,8 @@ struct Runner::Impl {
   void run();
   void housekeeping(int64_t now);
   void sweepFiles(int64_t now);
-  // Validation's second look at the custom_ids whose hashes repeated (`suspects`), through line
-  // `last_line`: each real duplicate fails. False when the validation was taken over.
+  // Validation's second look at the custom_ids the filter had seen (`suspects`: their hashes),
+  // through line `last_line`: each real duplicate fails. False when the validation was taken over.
   bool duplicatesPass(const BatchRow& b, const std::string& by, std::vector<uint64_t> suspects,
                       int64_t last_line, const std::function<void(Json)>& fail);
   bool validate(int64_t now);
@@ -535,8 +537,8 @@ void Runner::Impl::housekeeping(int64_t now) {
 bool Runner::Impl::duplicatesPass(const BatchRow& b, const std::string& by,
                                   std::vector<uint64_t> suspects, int64_t last_line,
                                   const std::function<void(Json)>& fail) {
-  // The lines whose custom_id hash was seen twice are read again, and only their ids are kept:
-  // a duplicate is an id seen before, a collision is not one.
+  // The lines whose custom_id hash is a suspect's are read again, and only their ids are kept: a
+  // duplicate is an id seen before; a false positive of the filter (or a hash collision) is not.
   std::sort(suspects.begin(), suspects.end());
   suspects.erase(std::unique(suspects.begin(), suspects.end()), suspects.end());
   auto reader = sh.files.open(b.input_file_id);
@@ -626,8 +628,8 @@ bool Runner::Impl::validate(int64_t now) {
       fail(errorEntry("invalid_request", "The input file could not be read.", "file_id", 0));
     } else {
       LineReader lines(**reader, 0, static_cast<size_t>(sh.config.max_line_bytes));
-      IdHashes ids;
-      std::vector<uint64_t> suspects;  // hashes seen twice
+      IdFilter ids((*file)->bytes);
+      std::vector<uint64_t> suspects;  // hashes of the ids the filter had seen
       std::string text;
       int64_t line_no = 0, chunk_first = 0, chunk_offset = 0, in_chunk = 0;
       bool taken_over = false;
@@ -675,7 +677,7 @@ bool Runner::Impl::validate(int64_t now) {
           fail(std::move(e));
           continue;
         }
-        // Seen before, or a hash collision: told apart after the pass.
+        // Seen before, or the filter's false positive: told apart after the pass.
         if (const uint64_t h = idHash(j["custom_id"].get_ref<const std::string&>()); !ids.insert(h))
           suspects.push_back(h);
         if (in_chunk == 0) {

@@ -312,6 +312,9 @@ int ProxyHandler::roomFor(const RouteTable& table, const StateVector& state, con
     const Endpoint& ep = table.endpoints[idx];
     WorkerEndpoint& ws = *state[idx];
     if (!available(ep, ws, now_ns)) continue;
+    // Never more than this worker's free slots of max_concurrent: a request let through past them
+    // would find no endpoint to go to.
+    const int slots = ep.max_inflight_per_worker - ws.inflight;
     const EngineSignals& sig = ep.shared->engine;
     if (!freshSignals(sig, ws, now_ns, stale_ns)) {
       ++room;  // unknown signals give no reason to hold a request back
@@ -323,7 +326,7 @@ int ProxyHandler::roomFor(const RouteTable& table, const StateVector& state, con
       continue;
     }
     if (cfg.max_waiting > 0) {
-      room += std::max(0, cfg.max_waiting - waiting);
+      room += std::min(slots, std::max(0, cfg.max_waiting - waiting));
     } else {
       ++room;
     }
