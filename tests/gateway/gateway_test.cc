@@ -977,6 +977,31 @@ class FlowControlTest : public EngineRoutingTest {
     }));
   }
   static std::string body(int max_tokens) { return chatBody("m1", false, max_tokens); }
+  // One worker, one engine of 8 sequences behind an endpoint of `max_concurrent`, flow control
+  // with `max_waiting`; `deployment` adds keys to the deployment (max_batch_share, ...).
+  void startSlotPool(const std::string& deployment, int max_concurrent, int max_waiting) {
+    auto& e = startEmulator({"m1"}, [](EmulatorConfig& c) {
+      c.engine.enabled = true;
+      c.engine.max_num_seqs = 8;
+      c.engine.time_scale = 2;
+    });
+    startGateway(std::string(kNoHealth) +
+                     "models:\n  - name: m1\n    deployments:\n      - name: pool\n" + deployment +
+                     "        routing: {policy: engine, metrics_interval_ms: 10, stale_ms: 2000, "
+                     "max_waiting: " +
+                     std::to_string(max_waiting) +
+                     ", flow_control: {queue_timeout_ms: 20000}}\n        endpoints:\n" +
+                     endpoint(e, "max_concurrent: " + std::to_string(max_concurrent)),
+                 {}, 1);
+    ASSERT_TRUE(waitFor([&] {
+      const auto r = httpRequest(gw_->adminPort(), "GET", "/admin/endpoints");
+      return r && r->body.find(R"("known":true)") != std::string::npos;
+    }));
+  }
+  bool inFlight(int n) {
+    const auto r = httpRequest(gw_->adminPort(), "GET", "/admin/endpoints");
+    return r && r->body.find("\"in_flight\":" + std::to_string(n)) != std::string::npos;
+  }
   double queued(const std::string& priority) {
     const auto m = httpRequest(gw_->adminPort(), "GET", "/metrics");
     if (!m) return -1;
@@ -1025,23 +1050,7 @@ TEST_F(FlowControlTest, AStandardRequestOvertakesBatchWorkWaitingInTheGateway) {
 // With flow control, batch work past max_batch_share waits in the gateway's queue (not a 429)
 // while the engine has room for interactive requests, which go at once.
 TEST_F(FlowControlTest, BatchWorkPastItsShareWaitsWhileInteractiveRequestsGo) {
-  auto& e = startEmulator({"m1"}, [](EmulatorConfig& c) {
-    c.engine.enabled = true;
-    c.engine.max_num_seqs = 8;
-    c.engine.time_scale = 2;
-  });
-  startGateway(std::string(kNoHealth) +
-                   "models:\n  - name: m1\n    deployments:\n      - name: pool\n"
-                   "        max_batch_share: 0.5\n"
-                   "        routing: {policy: engine, metrics_interval_ms: 10, stale_ms: 2000, "
-                   "max_waiting: 8, flow_control: {queue_timeout_ms: 20000}}\n"
-                   "        endpoints:\n" +
-                   endpoint(e, "max_concurrent: 2"),
-               {}, 1);
-  ASSERT_TRUE(waitFor([&] {
-    const auto r = httpRequest(gw_->adminPort(), "GET", "/admin/endpoints");
-    return r && r->body.find(R"("known":true)") != std::string::npos;
-  }));
+  startSlotPool("        max_batch_share: 0.5\n", 2, 8);
   testing::CompletionOrder requests;
   for (int i = 0; i < 3; ++i) {
     requests.send("batch" + std::to_string(i), [this] {
@@ -1067,7 +1076,6 @@ TEST_F(FlowControlTest, BatchWorkPastItsShareWaitsWhileInteractiveRequestsGo) {
   EXPECT_NE(m->body.find("infera_gateway_flow_requests_total{model=\"m1\",priority=\"batch\","
                          "team=\"\",outcome=\"admitted\"} 2\n"),
             std::string::npos);
-  (void)e;
 }
 
 // batch_idle_ms: with no interactive request for that long, batch work may fill the pool (2 of 2
@@ -1075,23 +1083,7 @@ TEST_F(FlowControlTest, BatchWorkPastItsShareWaitsWhileInteractiveRequestsGo) {
 // a borrowed slot to free, goes ahead of the batch work still queued, and batch work is held to
 // its share again behind it.
 TEST_F(FlowControlTest, BatchWorkBorrowsAnIdlePoolAndGivesItBackWhenAnInteractiveRequestComes) {
-  auto& e = startEmulator({"m1"}, [](EmulatorConfig& c) {
-    c.engine.enabled = true;
-    c.engine.max_num_seqs = 8;
-    c.engine.time_scale = 2;
-  });
-  startGateway(std::string(kNoHealth) +
-                   "models:\n  - name: m1\n    deployments:\n      - name: pool\n"
-                   "        max_batch_share: 0.5\n        batch_idle_ms: 60000\n"
-                   "        routing: {policy: engine, metrics_interval_ms: 10, stale_ms: 2000, "
-                   "max_waiting: 8, flow_control: {queue_timeout_ms: 20000}}\n"
-                   "        endpoints:\n" +
-                   endpoint(e, "max_concurrent: 2"),
-               {}, 1);
-  ASSERT_TRUE(waitFor([&] {
-    const auto r = httpRequest(gw_->adminPort(), "GET", "/admin/endpoints");
-    return r && r->body.find(R"("known":true)") != std::string::npos;
-  }));
+  startSlotPool("        max_batch_share: 0.5\n        batch_idle_ms: 60000\n", 2, 8);
   testing::CompletionOrder requests;
   for (int i = 0; i < 3; ++i) {
     requests.send("batch" + std::to_string(i), [this] {
@@ -1101,10 +1093,7 @@ TEST_F(FlowControlTest, BatchWorkBorrowsAnIdlePoolAndGivesItBackWhenAnInteractiv
   }
   // No interactive request yet: two run (the whole pool), one waits.
   ASSERT_TRUE(waitFor([&] { return queued("batch") == 1; })) << queued("batch");
-  EXPECT_TRUE(waitFor([&] {
-    const auto r = httpRequest(gw_->adminPort(), "GET", "/admin/endpoints");
-    return r && r->body.find(R"("in_flight":2)") != std::string::npos;
-  }));
+  EXPECT_TRUE(waitFor([&] { return inFlight(2); }));
   requests.send("standard", [this] {
     return httpRequest(gw_->port(), "POST", "/v1/chat/completions", body(2));
   });
@@ -1117,37 +1106,18 @@ TEST_F(FlowControlTest, BatchWorkBorrowsAnIdlePoolAndGivesItBackWhenAnInteractiv
   ASSERT_NE(at, done.end());
   EXPECT_GE(done.end() - at - 1, 1) << ::testing::PrintToString(done);
   EXPECT_EQ(done.back().rfind("batch", 0), 0u) << ::testing::PrintToString(done);
-  (void)e;
 }
 
 // Flow control lets through no more waiters than the endpoints have free slots of max_concurrent:
 // one slot frees, one waiter goes (the engine's max_waiting of 2 would have let two through, and
 // the second found no endpoint: a 503).
 TEST_F(FlowControlTest, OneFreedSlotAdmitsOneWaiterEvenWhereTheEngineWouldTakeMore) {
-  auto& e = startEmulator({"m1"}, [](EmulatorConfig& c) {
-    c.engine.enabled = true;
-    c.engine.max_num_seqs = 8;
-    c.engine.time_scale = 2;
-  });
-  startGateway(std::string(kNoHealth) +
-                   "models:\n  - name: m1\n    deployments:\n      - name: pool\n"
-                   "        routing: {policy: engine, metrics_interval_ms: 10, stale_ms: 2000, "
-                   "max_waiting: 2, flow_control: {queue_timeout_ms: 20000}}\n"
-                   "        endpoints:\n" +
-                   endpoint(e, "max_concurrent: 1"),
-               {}, 1);
-  ASSERT_TRUE(waitFor([&] {
-    const auto r = httpRequest(gw_->adminPort(), "GET", "/admin/endpoints");
-    return r && r->body.find(R"("known":true)") != std::string::npos;
-  }));
+  startSlotPool("", 1, 2);
   testing::CompletionOrder requests;
   requests.send("first", [this] {
     return httpRequest(gw_->port(), "POST", "/v1/chat/completions", body(20));
   });
-  ASSERT_TRUE(waitFor([&] {
-    const auto r = httpRequest(gw_->adminPort(), "GET", "/admin/endpoints");
-    return r && r->body.find(R"("in_flight":1)") != std::string::npos;
-  }));
+  ASSERT_TRUE(waitFor([&] { return inFlight(1); }));
   for (const char* name : {"second", "third"}) {
     requests.send(
         name, [this] { return httpRequest(gw_->port(), "POST", "/v1/chat/completions", body(2)); });
@@ -1156,7 +1126,6 @@ TEST_F(FlowControlTest, OneFreedSlotAdmitsOneWaiterEvenWhereTheEngineWouldTakeMo
   const std::vector<std::string> done = requests.join();
   ASSERT_EQ(done.size(), 3u);
   for (const auto& d : done) EXPECT_EQ(d.find(':'), std::string::npos) << d;  // all 200
-  (void)e;
 }
 
 TEST_F(FlowControlTest, PastTheQueueDeadlineA429WithRetryAfterAndSheddableWorkNeverWaits) {
