@@ -2,6 +2,7 @@
 
 #include <chrono>
 
+#include "core/log.h"
 #include "gateway/internal/split.h"
 #include "net/http.h"
 
@@ -216,6 +217,15 @@ Result<std::shared_ptr<const RouteTable>> buildRouteTable(
           route->batch_capped = true;
           ep.max_batch_per_worker =
               std::max(1, static_cast<int>(dc.max_batch_share * ep.max_inflight_per_worker + 1e-9));
+          if (dc.max_batch_share * ep.max_inflight_per_worker < 1 - 1e-9) {
+            // The share rounds up to one slot per worker: batch work may hold more than asked.
+            INFERA_LOG(componentLogger("gateway"), warn,
+                       "model {} deployment {} endpoint {}: max_batch_share {} of {} slots per "
+                       "worker (max_concurrent {} over {} workers) is under one; batch work may "
+                       "hold 1 per worker (a share of {:.3f})",
+                       mc.name, dc.name, ep.label, dc.max_batch_share, ep.max_inflight_per_worker,
+                       ec.max_concurrent, workers, 1.0 / ep.max_inflight_per_worker);
+          }
           ep.batch_idle_ns = dc.batch_idle_ms * 1'000'000;
         }
         ep.protocol = ec.protocol;
