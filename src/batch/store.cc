@@ -238,9 +238,14 @@ Status BatchStore::deleteFile(const std::string& id) {
 }
 
 Result<std::vector<std::string>> BatchStore::expiredFiles(int64_t now_ms, int64_t limit) {
-  INFERA_ASSIGN_OR_RETURN(auto r, db_->exec("SELECT id FROM batch_files WHERE expires_ms > 0 AND "
-                                            "expires_ms <= ?1 ORDER BY expires_ms LIMIT ?2",
-                                            {now_ms, limit}));
+  // The inputs of batches that have not ended are left out: they wait for their batch (and must
+  // not fill every page while files after them are due).
+  INFERA_ASSIGN_OR_RETURN(
+      auto r, db_->exec("SELECT id FROM batch_files WHERE expires_ms > 0 AND expires_ms <= ?1 AND "
+                        "id NOT IN (SELECT input_file_id FROM batch_batches WHERE status IN "
+                        "('validating', 'in_progress', 'finalizing', 'cancelling')) ORDER BY "
+                        "expires_ms LIMIT ?2",
+                        {now_ms, limit}));
   std::vector<std::string> out;
   for (size_t i = 0; i < r.rows.size(); ++i) out.push_back(r.text(i, 0));
   return out;

@@ -48,7 +48,8 @@ class BatchApiTest : public ::testing::Test {
         "emulators:\n  e: {models: [m, emb], ttft_ms: 1, token_ms: 0, default_max_tokens: 2, "
         "embedding_dim: 8}\n"
         "models:\n  - name: m\n    deployments: [{endpoints: [{emulator: e}]}]\n"
-        "  - name: emb\n    deployments: [{endpoints: [{emulator: e}]}]\n";
+        "  - name: emb\n    deployments: [{endpoints: [{emulator: e}]}]\n"
+        "  - name: down\n    deployments: [{endpoints: [{url: \"http://127.0.0.1:1\"}]}]\n";
     auto cfg = server::loadConfigString(yaml);
     ASSERT_TRUE(cfg.ok()) << cfg.status().message();
     server::Options o;
@@ -226,8 +227,10 @@ TEST_F(BatchApiTest, FilesExpireAsOpenAIsDoAndTheSweepDeletesThem) {
   clock_.advance(std::chrono::seconds(3601));
   EXPECT_EQ(call("GET", "/v1/files/" + hour_id).status, 404);
   EXPECT_EQ(call("GET", "/v1/files/" + hour_id + "/content").status, 404);
-  EXPECT_TRUE(waitFor([&] { return !storedOnDisk(hour_id); }, std::chrono::seconds(10)));
-  EXPECT_EQ(metric("infera_batch_files_expired_total"), 1);
+  // Counted once the row and the bytes are gone.
+  EXPECT_TRUE(waitFor([&] { return metric("infera_batch_files_expired_total") == 1; },
+                      std::chrono::seconds(10)));
+  EXPECT_FALSE(storedOnDisk(hour_id));
   std::set<std::string> ids;
   const Json now_listed = Json::parse(call("GET", "/v1/files").body);
   for (const Json& f : now_listed["data"]) ids.insert(f["id"].get<std::string>());
@@ -254,6 +257,54 @@ TEST_F(BatchApiTest, FilesExpireAsOpenAIsDoAndTheSweepDeletesThem) {
   const Json failed = waitEnded(Json::parse(r.body)["id"], {}, std::chrono::seconds(1));
   EXPECT_EQ(failed["status"], "failed") << failed.dump();
   EXPECT_EQ(failed["errors"]["data"][0]["param"], "file_id") << failed.dump();
+}
+
+// An expired file that is the input of a batch still running stays (the executor reads it) until
+// the batch ends, and then goes.
+TEST_F(BatchApiTest, AnExpiredInputStaysUntilItsBatchEnds) {
+  std::string line = Json{{"custom_id", "d"},
+                          {"method", "POST"},
+                          {"url", "/v1/chat/completions"},
+                          {"body", {{"model", "down"}, {"messages", Json::array()}}}}
+                         .dump();
+  auto r = upload(line + "\n", {{"purpose", "batch"},
+                                {"expires_after[anchor]", "created_at"},
+                                {"expires_after[seconds]", "3600"}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  const std::string file = Json::parse(r.body)["id"];
+  r = call("POST", "/v1/batches",
+           Json{{"input_file_id", file},
+                {"endpoint", "/v1/chat/completions"},
+                {"completion_window", "24h"}}
+               .dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  const std::string id = Json::parse(r.body)["id"];
+  // Its one line fails to reach the backend and waits for a retry, on the injected clock.
+  ASSERT_TRUE(waitFor(
+      [&] {
+        clock_.advance(std::chrono::milliseconds(50));
+        return metric("infera_batch_lines_total{result=\"retried\"}") >= 1;
+      },
+      std::chrono::seconds(10)));
+  const double retried = metric("infera_batch_lines_total{result=\"retried\"}");
+  clock_.advance(std::chrono::seconds(3601));
+  EXPECT_EQ(call("GET", "/v1/files/" + file).status, 404);
+  // A pass of the executor after the jump (housekeeping, then the retry now due) left it.
+  ASSERT_TRUE(
+      waitFor([&] { return metric("infera_batch_lines_total{result=\"retried\"}") > retried; },
+              std::chrono::seconds(10)));
+  EXPECT_TRUE(storedOnDisk(file));
+  EXPECT_EQ(metric("infera_batch_files_expired_total"), 0);
+  ASSERT_EQ(call("POST", "/v1/batches/" + id + "/cancel").status, 200);
+  const Json ended = waitEnded(id, {}, std::chrono::seconds(1));
+  EXPECT_EQ(ended["status"], "cancelled") << ended.dump();
+  EXPECT_TRUE(waitFor(
+      [&] {
+        clock_.advance(std::chrono::milliseconds(50));
+        return metric("infera_batch_files_expired_total") == 1;
+      },
+      std::chrono::seconds(10)));
+  EXPECT_FALSE(storedOnDisk(file));
 }
 
 // The key may send one request a minute: a line's embedding takes it, so its upsert is refused

@@ -120,7 +120,8 @@ class BatchStore {
   Status deleteFile(const std::string& id);
   // kFailedPrecondition when the file is the input of a batch that has not ended.
   Status fileInUse(const std::string& id);
-  // Up to `limit` files whose expiry (expires_ms > 0) is at or before `now_ms`, soonest first.
+  // Up to `limit` files whose expiry (expires_ms > 0) is at or before `now_ms`, soonest first,
+  // but for the inputs of batches that have not ended.
   Result<std::vector<std::string>> expiredFiles(int64_t now_ms, int64_t limit);
 
   // ---- batches ----
