@@ -66,6 +66,10 @@ struct BatchConfig {
   // An uploaded file of purpose `batch` that names no expires_after expires this long after it
   // was made (OpenAI: 30 days); 0 = kept until deleted. Other files are kept unless they name one.
   int64_t batch_file_expiry_s = 2'592'000;
+  // Per team: the estimated prompt tokens (a line's bytes / 4, as the gateway estimates a prompt)
+  // its batches in progress may hold; a batch that would go past it fails validation with
+  // token_limit_exceeded (OpenAI's enqueued token limit). 0 = no limit.
+  int64_t max_enqueued_tokens = 0;
   double price_factor = 0.5;  // batch lines are billed at this share of the route\'s price
   std::vector<std::string> endpoints = {"/v1/chat/completions", "/v1/completions",
                                         "/v1/embeddings"};

@@ -41,6 +41,7 @@ void readBatchConfig(ConfigReader& r, BatchConfig& c) {
   r.optional("max_queued", c.max_queued, 1, 1'000'000);
   r.optional("max_open_batches", c.max_open_batches, 1, 1'000'000);
   r.optional("price_factor", c.price_factor, 0.0, 10.0);
+  r.optional("max_enqueued_tokens", c.max_enqueued_tokens, 0, 1LL << 50);
   if (r.optional("batch_file_expiry_s", c.batch_file_expiry_s, 0, 10LL * 365 * 86'400) &&
       c.batch_file_expiry_s > 0 && c.batch_file_expiry_s < 3600)
     r.error("batch_file_expiry_s", "must be 0 (kept until deleted) or at least 3600 (1 hour)");
@@ -71,7 +72,8 @@ std::vector<std::string> restartNeeded(const BatchConfig& a, const BatchConfig& 
       a.max_attempts != b.max_attempts || a.retry_base_ms != b.retry_base_ms ||
       a.threads != b.threads || a.max_queued != b.max_queued ||
       a.max_open_batches != b.max_open_batches || a.price_factor != b.price_factor ||
-      a.batch_file_expiry_s != b.batch_file_expiry_s || a.endpoints != b.endpoints ||
+      a.batch_file_expiry_s != b.batch_file_expiry_s ||
+      a.max_enqueued_tokens != b.max_enqueued_tokens || a.endpoints != b.endpoints ||
       a.completion_windows != b.completion_windows) {
     return {"batch"};
   }

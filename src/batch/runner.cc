@@ -621,6 +621,7 @@ bool Runner::Impl::validate(int64_t now) {
   }
   std::vector<Chunk> chunks;
   int64_t total = 0;
+  int64_t enqueued = 0;  // the lines' estimated prompt tokens
   if (error_count == 0) {
     auto reader = sh.files.open(b.input_file_id);
     if (!reader.ok()) {
@@ -685,6 +686,7 @@ bool Runner::Impl::validate(int64_t now) {
           chunk_offset = offset;
         }
         ++total;
+        enqueued += static_cast<int64_t>(text.size() / 4) + 1;
         if (++in_chunk == sh.config.chunk_lines) {
           chunks.push_back(Chunk{b.id, static_cast<int64_t>(chunks.size()), chunk_first,
                                  line_no - chunk_first + 1, chunk_offset});
@@ -714,8 +716,14 @@ bool Runner::Impl::validate(int64_t now) {
     }
   }
   const int64_t done_at = sh.clock.unixMillis();
-  const Status s = error_count > 0 ? store->failBatch(b.id, owner, dumpJson(errors), done_at)
-                                   : store->startBatch(b.id, owner, chunks, total, done_at);
+  Status s = error_count > 0 ? store->failBatch(b.id, owner, dumpJson(errors), done_at)
+                             : store->startBatch(b.id, owner, chunks, total, done_at, enqueued,
+                                                 sh.config.max_enqueued_tokens);
+  if (s.code() == StatusCode::kResourceExhausted) {
+    // Over the team's enqueued token limit: the batch fails as OpenAI's does.
+    fail(errorEntry("token_limit_exceeded", s.message(), nullptr, 0));
+    s = store->failBatch(b.id, owner, dumpJson(errors), done_at);
+  }
   if (!s.isOk()) logError("ending a validation", s);
   (error_count > 0 ? sh.metrics.batches_failed : sh.metrics.batches_validated)->inc(0);
   INFERA_LOG(log, info, "batch {}: {} ({} requests, {} chunks, {} errors)", b.id,

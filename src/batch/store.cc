@@ -26,7 +26,8 @@ CREATE TABLE IF NOT EXISTS batch_batches (
   in_progress_ms BIGINT NOT NULL, finalizing_ms BIGINT NOT NULL, completed_ms BIGINT NOT NULL,
   failed_ms BIGINT NOT NULL, expired_ms BIGINT NOT NULL, cancelling_ms BIGINT NOT NULL,
   cancelled_ms BIGINT NOT NULL, owner TEXT NOT NULL, lease_ms BIGINT NOT NULL,
-  vector_collection TEXT NOT NULL DEFAULT '', output_expires_s BIGINT NOT NULL DEFAULT 0);
+  vector_collection TEXT NOT NULL DEFAULT '', output_expires_s BIGINT NOT NULL DEFAULT 0,
+  enqueued_tokens BIGINT NOT NULL DEFAULT 0);
 CREATE INDEX IF NOT EXISTS batch_batches_by_time ON batch_batches (created_ms, id);
 CREATE INDEX IF NOT EXISTS batch_batches_by_status ON batch_batches (status);
 CREATE TABLE IF NOT EXISTS batch_chunks (
@@ -59,7 +60,8 @@ constexpr const char* kBatchColumns =
     "id, team, key_id, user_name, endpoint, input_file_id, completion_window, status, ending, "
     "errors, metadata, output_file_id, error_file_id, total, completed, failed, prompt_tokens, "
     "completion_tokens, created_ms, expires_ms, in_progress_ms, finalizing_ms, completed_ms, "
-    "failed_ms, expired_ms, cancelling_ms, cancelled_ms, vector_collection, output_expires_s";
+    "failed_ms, expired_ms, cancelling_ms, cancelled_ms, vector_collection, output_expires_s, "
+    "enqueued_tokens";
 
 BatchRow batchAt(const store::SqlResult& r, size_t i) {
   BatchRow b;
@@ -84,6 +86,7 @@ BatchRow batchAt(const store::SqlResult& r, size_t i) {
     *v = r.integer(i, c++);
   b.vector_collection = r.text(i, c++);
   b.output_expires_s = r.integer(i, c++);
+  b.enqueued_tokens = r.integer(i, c++);
   return b;
 }
 
@@ -130,7 +133,9 @@ Status BatchStore::migrate() {
   // Added after the first release of the schema.
   INFERA_RETURN_IF_ERROR(
       db_->addColumnIfMissing("batch_batches", "vector_collection", "TEXT NOT NULL DEFAULT ''"));
-  return db_->addColumnIfMissing("batch_batches", "output_expires_s", "BIGINT NOT NULL DEFAULT 0");
+  INFERA_RETURN_IF_ERROR(
+      db_->addColumnIfMissing("batch_batches", "output_expires_s", "BIGINT NOT NULL DEFAULT 0"));
+  return db_->addColumnIfMissing("batch_batches", "enqueued_tokens", "BIGINT NOT NULL DEFAULT 0");
 }
 
 // ---------------- files ----------------
@@ -267,7 +272,7 @@ Status BatchStore::insertBatch(const BatchRow& b) {
   return db_
       ->exec(std::string("INSERT INTO batch_batches (") + kBatchColumns +
                  ", owner, lease_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, "
-                 "?13, 0, 0, 0, 0, 0, ?14, ?15, 0, 0, 0, 0, 0, 0, 0, ?16, ?17, '', 0)",
+                 "?13, 0, 0, 0, 0, 0, ?14, ?15, 0, 0, 0, 0, 0, 0, 0, ?16, ?17, 0, '', 0)",
              {b.id, b.team, b.key_id, b.user, b.endpoint, b.input_file_id, b.completion_window,
               b.status, b.ending, b.errors, b.metadata, b.output_file_id, b.error_file_id,
               b.created_ms, b.expires_ms, b.vector_collection, b.output_expires_s})
@@ -333,7 +338,8 @@ Result<std::optional<BatchRow>> BatchStore::claimValidation(const std::string& o
 }
 
 Status BatchStore::startBatch(const std::string& id, const std::string& owner,
-                              const std::vector<Chunk>& chunks, int64_t total, int64_t now_ms) {
+                              const std::vector<Chunk>& chunks, int64_t total, int64_t now_ms,
+                              int64_t enqueued_tokens, int64_t max_enqueued_tokens) {
   INFERA_RETURN_IF_ERROR(db_->begin());
   auto fail = [&](Status s) {
     (void)db_->rollback();
@@ -347,6 +353,23 @@ Status BatchStore::startBatch(const std::string& id, const std::string& owner,
       {id, owner});
   if (!held.ok()) return fail(held.takeStatus());
   if (held->affected != 1) return fail(Status::failedPrecondition("the validation was taken over"));
+  if (max_enqueued_tokens > 0) {
+    // What the team's other batches in progress hold, read in this transaction.
+    auto q = db_->exec(
+        "SELECT COALESCE(SUM(enqueued_tokens), 0) FROM batch_batches WHERE team = (SELECT team "
+        "FROM batch_batches WHERE id = ?1) AND id <> ?1 AND status = 'in_progress' AND ending = ''",
+        {id});
+    if (!q.ok()) return fail(q.takeStatus());
+    const int64_t others = q->integer(0, 0);
+    if (others + enqueued_tokens > max_enqueued_tokens) {
+      return fail(Status::resourceExhausted(
+          "Enqueued token limit reached: the team's batches in progress hold about " +
+          std::to_string(others) + " tokens and this one about " + std::to_string(enqueued_tokens) +
+          " (limit: " + std::to_string(max_enqueued_tokens) +
+          " enqueued tokens, batch.max_enqueued_tokens). Please try again once some in_progress "
+          "batches have been completed."));
+    }
+  }
   // Chunks of an earlier attempt (a validator that died after writing some) go first.
   if (auto d = db_->exec("DELETE FROM batch_chunks WHERE batch_id = ?1", {id}); !d.ok())
     return fail(d.takeStatus());
@@ -359,8 +382,9 @@ Status BatchStore::startBatch(const std::string& id, const std::string& owner,
   }
   auto u = db_->exec(
       "UPDATE batch_batches SET total = ?2, in_progress_ms = ?3, lease_ms = 0, owner = '', "
-      "status = CASE WHEN status = 'validating' THEN 'in_progress' ELSE status END WHERE id = ?1",
-      {id, total, now_ms});
+      "enqueued_tokens = ?4, status = CASE WHEN status = 'validating' THEN 'in_progress' ELSE "
+      "status END WHERE id = ?1",
+      {id, total, now_ms, enqueued_tokens});
   if (!u.ok()) return fail(u.takeStatus());
   return db_->commit();
 }

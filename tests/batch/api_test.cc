@@ -41,7 +41,7 @@ class BatchApiTest : public ::testing::Test {
         "  sync_interval_ms: 100\n  usage_flush_ms: 100\n"
         "batch:\n  data_dir: " +
         dir_ +
-        "/batch\n  poll_ms: 20\n"
+        "/batch\n  poll_ms: 20\n  max_enqueued_tokens: 3000\n  max_attempts: 20\n"
         "vectors:\n  data_dir: " +
         dir_ +
         "/vectors\n"
@@ -114,7 +114,7 @@ class BatchApiTest : public ::testing::Test {
   // Waits for batch `id` to end, advancing the clock by `step` every 100 ms of real time (the
   // executor's turn to send what became due).
   Json waitEnded(const std::string& id, const std::string& key = {},
-                 std::chrono::seconds step = std::chrono::seconds(0)) {
+                 std::chrono::milliseconds step = std::chrono::milliseconds(0)) {
     Json b;
     auto last = std::chrono::steady_clock::now();
     EXPECT_TRUE(waitFor(
@@ -305,6 +305,60 @@ TEST_F(BatchApiTest, AnExpiredInputStaysUntilItsBatchEnds) {
       },
       std::chrono::seconds(10)));
   EXPECT_FALSE(storedOnDisk(file));
+}
+
+// batch.max_enqueued_tokens (3000 here): a batch whose lines' estimated prompt tokens would take
+// the team's batches in progress past it fails validation with token_limit_exceeded, as OpenAI's
+// does; once the batch holding them ends, the same file runs.
+TEST_F(BatchApiTest, ABatchPastTheTeamsEnqueuedTokenLimitFailsUntilRoomIsMade) {
+  auto lineOf = [](const std::string& id, const std::string& model, size_t words) {
+    std::string text;
+    for (size_t i = 0; i < words; ++i) text += "word ";
+    return Json{{"custom_id", id},
+                {"method", "POST"},
+                {"url", "/v1/chat/completions"},
+                {"body", {{"model", model}, {"messages", {{{"role", "user"}, {"content", text}}}}}}}
+               .dump() +
+           "\n";
+  };
+  auto create = [&](const std::string& content) {
+    auto r = upload(content, {{"purpose", "batch"}});
+    EXPECT_EQ(r.status, 200) << r.body;
+    const std::string file = Json::parse(r.body)["id"];
+    r = call("POST", "/v1/batches",
+             Json{{"input_file_id", file},
+                  {"endpoint", "/v1/chat/completions"},
+                  {"completion_window", "24h"}}
+                 .dump());
+    EXPECT_EQ(r.status, 200) << r.body;
+    return std::pair<std::string, std::string>(file, Json::parse(r.body)["id"]);
+  };
+  // ~2,000 tokens held by a batch whose backend is down (its line waits for a retry).
+  const auto [held_file, held] = create(lineOf("big", "down", 1600));
+  ASSERT_TRUE(waitFor(
+      [&] {
+        clock_.advance(std::chrono::milliseconds(50));
+        const Json b = Json::parse(call("GET", "/v1/batches/" + held).body);
+        return b["status"] == "in_progress";
+      },
+      std::chrono::seconds(10)));
+  // ~1,500 more: past 3,000.
+  const std::string more = lineOf("a", "m", 600) + lineOf("b", "m", 600);
+  const auto [file, refused] = create(more);
+  const Json failed = waitEnded(refused, {}, std::chrono::milliseconds(50));
+  ASSERT_EQ(failed["status"], "failed") << failed.dump();
+  EXPECT_EQ(failed["errors"]["data"][0]["code"], "token_limit_exceeded") << failed.dump();
+  EXPECT_NE(failed["errors"]["data"][0]["message"].get<std::string>().find("limit: 3000"),
+            std::string::npos)
+      << failed.dump();
+  // The held batch ends; the same lines now run.
+  ASSERT_EQ(call("POST", "/v1/batches/" + held + "/cancel").status, 200);
+  const auto [again_file, again] = create(more);
+  const Json done = waitEnded(again, {}, std::chrono::milliseconds(50));
+  EXPECT_EQ(done["status"], "completed") << done.dump();
+  (void)held_file;
+  (void)file;
+  (void)again_file;
 }
 
 // The key may send one request a minute: a line's embedding takes it, so its upsert is refused

@@ -248,7 +248,9 @@ TEST(BatchDurability, KillNineMidVectorBatchThenRestartLeavesEveryPointInTheColl
                           R"({"ids":[0,2500,4999],"with_payload":true})",
                           {{"content-type", "application/json"}});
   ASSERT_TRUE(some && some->status == 200);
-  for (const auto& p : Json::parse(some->body)["result"]) EXPECT_EQ(p["payload"]["n"], p["id"]);
+  const Json points = Json::parse(some->body);  // named: a loop over a temporary's member dangles
+  ASSERT_EQ(points["result"].size(), 3u) << some->body;
+  for (const auto& p : points["result"]) EXPECT_EQ(p["payload"]["n"], p["id"]);
 }
 
 TEST(BatchDurability, TwoReplicasOnPostgresShareABatchWhileOneIsKilled) {

@@ -64,6 +64,7 @@ struct BatchRow {
   int64_t cancelled_ms = 0;
   std::string vector_collection;  // /v1/embeddings: where each line's vector is upserted ("": none)
   int64_t output_expires_s = 0;   // output and error files expire this long after they are made
+  int64_t enqueued_tokens = 0;    // its lines' estimated prompt tokens (set at validation)
 };
 
 // A run of input lines claimed together: physical lines [first_line, first_line + lines) of the
@@ -141,8 +142,11 @@ class BatchStore {
   // Validation passed: the chunks, the total, status in_progress (unless the batch was cancelled
   // meanwhile, which keeps its status). All or nothing.
   // Only `owner`, while it holds the validation (kFailedPrecondition when it was taken over).
+  // With max_enqueued_tokens > 0: kResourceExhausted (nothing written) when the team's other
+  // batches in progress and this one's `enqueued_tokens` would hold more.
   Status startBatch(const std::string& id, const std::string& owner,
-                    const std::vector<Chunk>& chunks, int64_t total, int64_t now_ms);
+                    const std::vector<Chunk>& chunks, int64_t total, int64_t now_ms,
+                    int64_t enqueued_tokens = 0, int64_t max_enqueued_tokens = 0);
   // Validation failed: status failed with `errors_json` (only `owner`, while it holds it).
   Status failBatch(const std::string& id, const std::string& owner, const std::string& errors_json,
                    int64_t now_ms);
