@@ -104,6 +104,16 @@ class BatchApiTest : public ::testing::Test {
     EXPECT_TRUE(r.has_value());
     return r ? *r : TestResponse{};
   }
+  // Creates a chat batch over `file_id` (plus `extra` fields) and answers its id.
+  std::string createBatch(const std::string& file_id, Json extra = Json::object(),
+                          const std::string& key = {}) {
+    extra["input_file_id"] = file_id;
+    extra["endpoint"] = extra.value("endpoint", "/v1/chat/completions");
+    extra["completion_window"] = "24h";
+    const auto r = call("POST", "/v1/batches", extra.dump(), key);
+    EXPECT_EQ(r.status, 200) << r.body;
+    return r.status == 200 ? Json::parse(r.body)["id"].get<std::string>() : std::string();
+  }
   static std::string chatLine(const std::string& id) {
     return Json{{"custom_id", id},
                 {"method", "POST"},
@@ -272,13 +282,8 @@ TEST_F(BatchApiTest, AnExpiredInputStaysUntilItsBatchEnds) {
                                 {"expires_after[seconds]", "3600"}});
   ASSERT_EQ(r.status, 200) << r.body;
   const std::string file = Json::parse(r.body)["id"];
-  r = call("POST", "/v1/batches",
-           Json{{"input_file_id", file},
-                {"endpoint", "/v1/chat/completions"},
-                {"completion_window", "24h"}}
-               .dump());
-  ASSERT_EQ(r.status, 200) << r.body;
-  const std::string id = Json::parse(r.body)["id"];
+  const std::string id = createBatch(file);
+  ASSERT_FALSE(id.empty());
   // Its one line fails to reach the backend and waits for a retry, on the injected clock.
   ASSERT_TRUE(waitFor(
       [&] {
@@ -325,13 +330,7 @@ TEST_F(BatchApiTest, ABatchPastTheTeamsEnqueuedTokenLimitFailsUntilRoomIsMade) {
     auto r = upload(content, {{"purpose", "batch"}});
     EXPECT_EQ(r.status, 200) << r.body;
     const std::string file = Json::parse(r.body)["id"];
-    r = call("POST", "/v1/batches",
-             Json{{"input_file_id", file},
-                  {"endpoint", "/v1/chat/completions"},
-                  {"completion_window", "24h"}}
-                 .dump());
-    EXPECT_EQ(r.status, 200) << r.body;
-    return std::pair<std::string, std::string>(file, Json::parse(r.body)["id"]);
+    return std::pair<std::string, std::string>(file, createBatch(file));
   };
   // ~2,000 tokens held by a batch whose backend is down (its line waits for a retry).
   const auto [held_file, held] = create(lineOf("big", "down", 1600));
