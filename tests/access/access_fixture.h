@@ -16,6 +16,7 @@
 #include "core/clock.h"
 #include "emulator/emulator.h"
 #include "fakes/http_test_client.h"
+#include "fakes/scratch_dir.h"
 #include "server/config.h"
 #include "server/server.h"
 
@@ -27,10 +28,9 @@ using testing::TestResponse;
 
 inline constexpr const char* kAdminToken = "test-admin-token";
 
+// A file name in a fresh directory, removed when the test process exits.
 inline std::string tempPath(const std::string& stem) {
-  char tmpl[] = "/tmp/infera-gov-XXXXXX";
-  const char* dir = ::mkdtemp(tmpl);
-  return std::string(dir ? dir : "/tmp") + "/" + stem;
+  return testing::scratchDir("infera-gov") + "/" + stem;
 }
 
 // A governance section plus one model `m1` (alias `m1-alias`) and a second model `m2`, served by

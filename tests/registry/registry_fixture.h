@@ -17,6 +17,7 @@
 
 #include "emulator/emulator.h"
 #include "fakes/http_test_client.h"
+#include "fakes/scratch_dir.h"
 #include "fakes/servers.h"
 #include "server/config.h"
 #include "server/server.h"
@@ -27,25 +28,8 @@ using nlohmann::json;
 using testing::httpRequest;
 using testing::TestResponse;
 
-// A fresh directory, removed when the test process exits (every test runs in a process of its
-// own under ctest; the servers using it are gone by then). Artifact tests write up to a GiB here.
-inline std::string tempDir() {
-  struct Made {
-    std::mutex mu;
-    std::vector<std::string> dirs;
-    ~Made() {
-      std::error_code ec;
-      for (const auto& d : dirs) std::filesystem::remove_all(d, ec);
-    }
-  };
-  static Made made;
-  char tmpl[] = "/tmp/infera-reg-XXXXXX";
-  const char* dir = ::mkdtemp(tmpl);
-  if (dir == nullptr) return "/tmp";
-  std::lock_guard<std::mutex> lock(made.mu);
-  made.dirs.emplace_back(dir);
-  return made.dirs.back();
-}
+// A fresh directory, removed when the test process exits. Artifact tests write up to a GiB here.
+inline std::string tempDir() { return testing::scratchDir("infera-reg"); }
 
 // One PostgreSQL for the whole test binary (started on first use).
 inline testing::PostgresServer* postgres() {
