@@ -998,6 +998,20 @@ class FlowControlTest : public EngineRoutingTest {
       return r && r->body.find(R"("known":true)") != std::string::npos;
     }));
   }
+  // `n` batch-priority requests of 20 tokens, named batch0, batch1, ...
+  void sendBatch(testing::CompletionOrder& requests, int n) {
+    for (int i = 0; i < n; ++i) {
+      requests.send("batch" + std::to_string(i), [this] {
+        return httpRequest(gw_->port(), "POST", "/v1/chat/completions", body(20),
+                           {{"x-infera-priority", "batch"}});
+      });
+    }
+  }
+  void sendStandard(testing::CompletionOrder& requests, const std::string& name, int tokens) {
+    requests.send(name, [this, tokens] {
+      return httpRequest(gw_->port(), "POST", "/v1/chat/completions", body(tokens));
+    });
+  }
   bool inFlight(int n) {
     const auto r = httpRequest(gw_->adminPort(), "GET", "/admin/endpoints");
     return r && r->body.find("\"in_flight\":" + std::to_string(n)) != std::string::npos;
@@ -1052,17 +1066,10 @@ TEST_F(FlowControlTest, AStandardRequestOvertakesBatchWorkWaitingInTheGateway) {
 TEST_F(FlowControlTest, BatchWorkPastItsShareWaitsWhileInteractiveRequestsGo) {
   startSlotPool("        max_batch_share: 0.5\n", 2, 8);
   testing::CompletionOrder requests;
-  for (int i = 0; i < 3; ++i) {
-    requests.send("batch" + std::to_string(i), [this] {
-      return httpRequest(gw_->port(), "POST", "/v1/chat/completions", body(20),
-                         {{"x-infera-priority", "batch"}});
-    });
-  }
+  sendBatch(requests, 3);
   // One runs (its share: 1 of 2); the others wait in the gateway.
   ASSERT_TRUE(waitFor([&] { return queued("batch") == 2; })) << queued("batch");
-  requests.send("standard", [this] {
-    return httpRequest(gw_->port(), "POST", "/v1/chat/completions", body(2));
-  });
+  sendStandard(requests, "standard", 2);
   const std::vector<std::string> done = requests.join();
   ASSERT_EQ(done.size(), 4u);
   for (const auto& d : done) EXPECT_EQ(d.find(':'), std::string::npos) << d;  // all 200
@@ -1085,18 +1092,11 @@ TEST_F(FlowControlTest, BatchWorkPastItsShareWaitsWhileInteractiveRequestsGo) {
 TEST_F(FlowControlTest, BatchWorkBorrowsAnIdlePoolAndGivesItBackWhenAnInteractiveRequestComes) {
   startSlotPool("        max_batch_share: 0.5\n        batch_idle_ms: 60000\n", 2, 8);
   testing::CompletionOrder requests;
-  for (int i = 0; i < 3; ++i) {
-    requests.send("batch" + std::to_string(i), [this] {
-      return httpRequest(gw_->port(), "POST", "/v1/chat/completions", body(20),
-                         {{"x-infera-priority", "batch"}});
-    });
-  }
+  sendBatch(requests, 3);
   // No interactive request yet: two run (the whole pool), one waits.
   ASSERT_TRUE(waitFor([&] { return queued("batch") == 1; })) << queued("batch");
   EXPECT_TRUE(waitFor([&] { return inFlight(2); }));
-  requests.send("standard", [this] {
-    return httpRequest(gw_->port(), "POST", "/v1/chat/completions", body(2));
-  });
+  sendStandard(requests, "standard", 2);
   const std::vector<std::string> done = requests.join();
   ASSERT_EQ(done.size(), 4u);
   for (const auto& d : done) EXPECT_EQ(d.find(':'), std::string::npos) << d;  // all 200
@@ -1114,9 +1114,7 @@ TEST_F(FlowControlTest, BatchWorkBorrowsAnIdlePoolAndGivesItBackWhenAnInteractiv
 TEST_F(FlowControlTest, OneFreedSlotAdmitsOneWaiterEvenWhereTheEngineWouldTakeMore) {
   startSlotPool("", 1, 2);
   testing::CompletionOrder requests;
-  requests.send("first", [this] {
-    return httpRequest(gw_->port(), "POST", "/v1/chat/completions", body(20));
-  });
+  sendStandard(requests, "first", 20);
   ASSERT_TRUE(waitFor([&] { return inFlight(1); }));
   for (const char* name : {"second", "third"}) {
     requests.send(
