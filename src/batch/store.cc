@@ -16,6 +16,7 @@ CREATE TABLE IF NOT EXISTS batch_files (
   filename TEXT NOT NULL, bytes BIGINT NOT NULL, sha256 TEXT NOT NULL, created_ms BIGINT NOT NULL,
   expires_ms BIGINT NOT NULL);
 CREATE INDEX IF NOT EXISTS batch_files_by_time ON batch_files (created_ms, id);
+CREATE INDEX IF NOT EXISTS batch_files_by_expiry ON batch_files (expires_ms);
 CREATE TABLE IF NOT EXISTS batch_batches (
   id TEXT PRIMARY KEY, team TEXT NOT NULL, key_id TEXT NOT NULL, user_name TEXT NOT NULL,
   endpoint TEXT NOT NULL, input_file_id TEXT NOT NULL, completion_window TEXT NOT NULL,
