@@ -20,12 +20,15 @@ configure: deps $(BUILD_DIR)/build.ninja
 build: configure
 	cmake --build $(BUILD_DIR) -j $(JOBS)
 
-# `make run` builds only what it runs: the infera binary.
+# `make run` builds only what it runs: the infera binary. It serves the whole platform from its
+# data directory (INFERA_HOME, else ~/.local/share/infera; created on first run from
+# examples/platform.yaml): no tracked file is written.
 run: configure
 	cmake --build $(BUILD_DIR) -j $(JOBS) --target infera
-	$(INFERA) serve -c examples/quickstart.yaml
+	$(INFERA) serve
 
 test: build
+	$(INFERA) config validate examples/platform.yaml
 	$(INFERA) config validate examples/quickstart.yaml
 	$(INFERA) config validate examples/multi-region.yaml
 	$(INFERA) config validate examples/features.yaml

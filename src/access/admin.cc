@@ -228,7 +228,8 @@ std::string denialJson(const Denial& d) { return net::errorJson(d.message, d.typ
 std::optional<Denial> Governance::refuseAdmin(std::string_view authorization) const {
   if (admin_token_.empty()) {
     return Denial{403,
-                  "the admin API is disabled: set INFERA_ADMIN_TOKEN or governance.admin_token",
+                  "the admin API is disabled: set INFERA_ADMIN_TOKEN, governance.admin_token or "
+                  "governance.admin_token_file",
                   "authentication_error", "admin_disabled"};
   }
   std::string_view given = authorization;

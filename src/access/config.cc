@@ -26,6 +26,10 @@ void readAccessConfig(ConfigReader& g, AccessConfig& gc) {
             "must be sqlite:PATH or a postgresql:// URL (got '" + redactUrl(gc.store) + "')");
   }
   g.optional("admin_token", gc.admin_token);
+  g.optional("admin_token_file", gc.admin_token_file);
+  if (!gc.admin_token.empty() && !gc.admin_token_file.empty()) {
+    g.error("admin_token_file", "set admin_token or admin_token_file, not both");
+  }
   g.optional("key_secret", gc.key_secret);
   // At most 4 s: changes reach every replica within 5 s (the poll plus the snapshot's rebuild).
   g.optional("sync_interval_ms", gc.sync_interval_ms, 10, 4'000);

@@ -40,6 +40,9 @@ struct AccessConfig {
   bool require_keys = true;                // false: requests without a key pass as team "anonymous"
   std::string store = "sqlite:infera.db";  // sqlite:PATH or postgresql://...
   std::string admin_token;                 // bearer token for /admin/*; env INFERA_ADMIN_TOKEN wins
+  // A file holding the admin token (its first line), created with a random one (mode 0600) when
+  // absent: a mounted secret, or `infera serve`'s data directory. admin_token and the env win.
+  std::string admin_token_file;
   std::string key_secret;  // server secret keying the key hashes; env INFERA_KEY_SECRET wins
   int64_t sync_interval_ms = 500;    // how often the key/team snapshot is checked for changes
   int64_t usage_flush_ms = 1'000;    // usage records reach the store at least this often

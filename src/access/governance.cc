@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 
 #include "core/log.h"
@@ -13,15 +14,21 @@
 namespace infera::access {
 namespace {
 
-// A per-store secret kept beside the SQLite file (mode 0600), created on first start.
-Result<std::string> fileSecret(const std::string& db_path) {
-  const std::string path = db_path + ".key-secret";
+// The first line of the file at `path` (at least `min_size` characters), or, when there is no
+// such file, a random secret written to it (mode 0600, created exclusively).
+Result<std::string> fileSecret(const std::string& path, size_t min_size) {
+  if (const auto dir = std::filesystem::path(path).parent_path(); !dir.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);  // a failure shows in open()
+  }
   std::ifstream in(path);
   if (in) {
     std::string s;
     std::getline(in, s);
-    if (s.size() >= 32) return s;
-    return Status::failedPrecondition(path + " holds no usable secret (need >= 32 characters)");
+    while (!s.empty() && (s.back() == '\r' || s.back() == ' ' || s.back() == '\t')) s.pop_back();
+    if (s.size() >= min_size) return s;
+    return Status::failedPrecondition(
+        path + " holds no usable secret (need >= " + std::to_string(min_size) + " characters)");
   }
   const std::string s = randomToken(48);
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0600);
@@ -70,9 +77,25 @@ Status Governance::init(obs::MetricsRegistry& metrics) {
           "store: every replica "
           "must hash keys with the same secret");
     }
-    INFERA_ASSIGN_OR_RETURN(key_secret_, fileSecret(config_.store.substr(7)));
+    // Kept beside the SQLite file.
+    INFERA_ASSIGN_OR_RETURN(key_secret_, fileSecret(config_.store.substr(7) + ".key-secret", 32));
   }
   admin_token_ = envOr("INFERA_ADMIN_TOKEN", config_.admin_token);
+  if (admin_token_.empty() && !config_.admin_token_file.empty()) {
+    const bool created = ::access(config_.admin_token_file.c_str(), F_OK) != 0;
+    auto t = fileSecret(config_.admin_token_file, 1);
+    if (!t.ok()) return t.status().withContext("governance.admin_token_file");
+    admin_token_ = std::move(*t);
+    if (created) {
+      INFERA_LOG(log, info, "admin token created in {} (mode 0600)", config_.admin_token_file);
+    }
+  }
+  if (admin_token_.empty()) {
+    INFERA_LOG(log, warn,
+               "access control is on but no admin token is set (INFERA_ADMIN_TOKEN, "
+               "governance.admin_token or governance.admin_token_file): the admin API refuses "
+               "every call but the team-key reads until one is set and the server restarted");
+  }
   auto cs = MetaStore::open(config_.store, clock_);
   if (!cs.ok())
     return cs.status().withContext("opening governance store " + redactUrl(config_.store));

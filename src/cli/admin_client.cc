@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <ctime>
 
+#include "cli/home.h"
 #include "core/text.h"
 #include "net/client.h"
 
@@ -27,7 +28,8 @@ void addAdminOptions(CLI::App* c, AdminOptions& o, const char* actor_help) {
 
 std::vector<net::HttpHeader> adminHeaders(const AdminOptions& o, bool json_body) {
   std::vector<net::HttpHeader> h;
-  if (!o.token.empty()) h.push_back({"authorization", "Bearer " + o.token});
+  const std::string token = o.token.empty() ? localAdminToken(o.url) : o.token;
+  if (!token.empty()) h.push_back({"authorization", "Bearer " + token});
   if (!o.actor.empty()) h.push_back({"x-infera-actor", o.actor});
   if (json_body) h.push_back({"content-type", "application/json"});
   return h;

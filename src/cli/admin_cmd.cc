@@ -459,6 +459,46 @@ void registerAdminCommands(CLI::App& app) {
     });
   });
 
+  // ---- config history / rollback (config_store: shared) ----
+  if (CLI::App* config = app.get_subcommand("config")) {
+    auto limit = std::make_shared<int>(20);
+    auto* history = config->add_subcommand(
+        "history",
+        "The shared config's generations: who changed it, when, how (config_store: "
+        "shared)");
+    history->add_option("--limit", *limit, "How many, newest first")->check(CLI::Range(1, 1000));
+    common(history);
+    history->callback([opts, limit] {
+      const json j = call(*opts, "GET", "/admin/config/history?limit=" + std::to_string(*limit));
+      output(*opts, j, [&] {
+        const int64_t current = j.value("generation", int64_t{0});
+        std::printf("%-4s %-10s %-22s %-20s %s\n", "", "GENERATION", "WHEN (UTC)", "ACTOR",
+                    "ACTION");
+        for (const auto& g : j["generations"]) {
+          const int64_t n = g.value("generation", int64_t{0});
+          std::printf("%-4s %-10lld %-22s %-20s %s\n", n == current ? "*" : "",
+                      static_cast<long long>(n),
+                      timeText(g.value("created_ms", int64_t{0})).c_str(),
+                      g.value("actor", "").c_str(), g.value("action", "").c_str());
+        }
+      });
+    });
+    auto generation = std::make_shared<int64_t>(0);
+    auto* rollback = config->add_subcommand(
+        "rollback", "Serve an earlier generation of the shared config again (a new generation)");
+    rollback->add_option("generation", *generation, "The generation to go back to")->required();
+    common(rollback);
+    rollback->callback([opts, generation] {
+      const json j =
+          call(*opts, "POST", "/admin/config/rollback", json{{"generation", *generation}});
+      output(*opts, j, [&] {
+        std::printf("generation %lld now serves generation %lld's config\n",
+                    static_cast<long long>(j.value("generation", int64_t{0})),
+                    static_cast<long long>(*generation));
+      });
+    });
+  }
+
   // ---- audit ----
   auto audit_since = std::make_shared<std::string>("7d");
   auto* audit = app.add_subcommand("audit", "Admin changes: who, what, when");

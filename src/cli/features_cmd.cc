@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/home.h"
 #include "core/text.h"
 #include "net/client.h"
 
@@ -33,7 +34,8 @@ struct Options {
 std::pair<int, json> call(const Options& o, const std::string& method, const std::string& path,
                           const std::string& body = {}) {
   std::vector<net::HttpHeader> headers{{"content-type", "application/json"}};
-  if (!o.token.empty()) headers.push_back({"authorization", "Bearer " + o.token});
+  const std::string token = o.token.empty() ? localAdminToken(o.url) : o.token;
+  if (!token.empty()) headers.push_back({"authorization", "Bearer " + token});
   auto r = net::fetchBlocking(o.url + path, method, body, headers, std::chrono::seconds(120));
   if (!r.ok()) {
     std::fprintf(stderr, "cannot reach the admin API at %s: %s\n", o.url.c_str(),

@@ -9,6 +9,7 @@
 #include "cli/admin_cmd.h"
 #include "cli/batches_cmd.h"
 #include "cli/features_cmd.h"
+#include "cli/home.h"
 #include "cli/models_cmd.h"
 #include "cli/vectors_cmd.h"
 #include "core/log.h"
@@ -34,7 +35,25 @@ sigset_t handledSignals() {
   return set;
 }
 
-int runServe(const std::string& config_path, const std::string& log_level) {
+int runServe(std::string config_path, const std::string& log_level, const std::string& data_dir) {
+  std::string home;  // serving the platform's data directory (no -c)
+  if (config_path.empty()) {
+    home = cli::platformHome(data_dir);
+    bool created = false;
+    auto path = cli::initHome(home, {}, &created);
+    if (!path.ok()) {
+      std::fprintf(stderr, "%s\n", path.status().message().c_str());
+      return 1;
+    }
+    config_path = *path;
+    std::printf(
+        "infera: %s %s (the whole platform on emulated engines; edit it there or in the "
+        "console)\n",
+        created ? "created" : "serving", config_path.c_str());
+  } else if (!data_dir.empty()) {
+    std::fprintf(stderr, "--data-dir is for serving the platform's data directory: not with -c\n");
+    return 1;
+  }
   auto cfg = server::loadConfig(config_path);
   if (!cfg.ok()) {
     std::fprintf(stderr, "%s\n", cfg.status().message().c_str());
@@ -53,6 +72,12 @@ int runServe(const std::string& config_path, const std::string& log_level) {
   }
   std::printf("infera gateway: data %s://127.0.0.1:%u  admin %s://127.0.0.1:%u\n", data_scheme,
               (*gw)->port(), admin_scheme, (*gw)->adminPort());
+  if (!home.empty()) {
+    std::printf(
+        "console: %s://127.0.0.1:%u/ui (sign in with the admin token in %s/admin-token; "
+        "the CLI on this machine reads it from there)\n",
+        admin_scheme, (*gw)->adminPort(), home.c_str());
+  }
   std::fflush(stdout);
   for (;;) {
     int sig = 0;
@@ -90,16 +115,52 @@ int runEmulate(emulator::EmulatorConfig cfg) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"infera: one platform for AI inference (gateway, emulator, GPU scheduler)"};
+  CLI::App app{
+      "infera: one platform for AI inference — the ML gateway (OpenAI and KServe APIs, keys, "
+      "limits, usage), batch inference, the model registry (MLflow's API), the feature store "
+      "(Feast's API), the vector index (Qdrant's API), the web console, the engine emulator and "
+      "the GPU scheduler (simulator and Kubernetes).\n`infera serve` with no config runs all of "
+      "them in one process from a data directory (docs/operations.md)."};
   app.require_subcommand(1);
   app.set_version_flag("--version", "infera 0.1.0");
 
   std::string config_path;
   std::string log_level;
-  auto* serve = app.add_subcommand("serve", "Run the gateway (data port + admin port)");
-  serve->add_option("-c,--config", config_path, "Gateway config YAML")->required();
+  std::string data_dir;
+  auto* serve = app.add_subcommand(
+      "serve",
+      "Run the platform (data port + admin port): the components of the config's sections; "
+      "without -c, the whole platform from the data directory (created on first run)");
+  serve->add_option("-c,--config", config_path, "Config YAML");
+  serve->add_option("--data-dir", data_dir,
+                    "Without -c: the data directory (env INFERA_HOME; default "
+                    "$XDG_DATA_HOME/infera or ~/.local/share/infera)");
   serve->add_option("--log-level", log_level, "trace|debug|info|warn|error|off");
-  serve->callback([&] { std::exit(runServe(config_path, log_level)); });
+  serve->callback([&] { std::exit(runServe(config_path, log_level, data_dir)); });
+
+  cli::HomeOptions home_options;
+  auto* init = app.add_subcommand(
+      "init", "Write the platform's data directory (what `infera serve` without -c serves)");
+  init->add_option("--data-dir", data_dir,
+                   "The data directory (env INFERA_HOME; default $XDG_DATA_HOME/infera or "
+                   "~/.local/share/infera)");
+  init->add_option("--port", home_options.port, "Data port (default 8080; 0 = any free port)");
+  init->add_option("--admin-port", home_options.admin_port,
+                   "Admin port (default 9090; 0 = any free port)");
+  init->add_flag("--force", home_options.force,
+                 "Write the config again over an existing one (kept as infera.yaml.bak)");
+  init->callback([&] {
+    const std::string home = cli::platformHome(data_dir);
+    bool created = false;
+    auto path = cli::initHome(home, home_options, &created);
+    if (!path.ok()) {
+      std::fprintf(stderr, "%s\n", path.status().message().c_str());
+      std::exit(1);
+    }
+    std::printf(created ? "wrote %s\n" : "%s exists: left as it is (--force writes it again)\n",
+                path->c_str());
+    std::exit(0);
+  });
 
   emulator::EmulatorConfig ecfg;
   std::string emu_config;
@@ -170,14 +231,29 @@ int main(int argc, char** argv) {
   auto* config = app.add_subcommand("config", "Configuration tools");
   config->require_subcommand(1);
   std::string validate_path;
-  auto* validate =
-      config->add_subcommand("validate", "Validate a gateway config without binding any port");
+  bool syntax_only = false;
+  auto* validate = config->add_subcommand(
+      "validate",
+      "Validate a config without binding any port: the file, then (unless --syntax-only) the "
+      "paths serving it on this machine would write or read");
   validate->add_option("file", validate_path, "Config YAML")->required();
+  validate->add_flag("--syntax-only", syntax_only,
+                     "Check the file only, not this machine's paths (a config for another host)");
   validate->callback([&] {
     auto cfg = server::loadConfig(validate_path);
     if (!cfg.ok()) {
       std::fprintf(stderr, "%s\n", cfg.status().message().c_str());
       std::exit(1);
+    }
+    if (!syntax_only) {
+      const auto problems = server::checkHostPaths(*cfg);
+      if (!problems.empty()) {
+        std::fprintf(stderr,
+                     "%s: serving it here would fail (--syntax-only checks the file alone):\n",
+                     validate_path.c_str());
+        for (const auto& p : problems) std::fprintf(stderr, "  %s\n", p.c_str());
+        std::exit(1);
+      }
     }
     size_t endpoints = 0;
     for (const auto& m : cfg->gateway.models) {

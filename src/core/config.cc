@@ -1,5 +1,6 @@
 #include "core/config.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <fstream>
@@ -246,13 +247,54 @@ void ConfigReader::error(const std::string& key, const std::string& message) {
   }
 }
 
+namespace {
+
+// Levenshtein distance, stopping early: more than `cap` is returned as cap + 1.
+size_t editDistance(std::string_view a, std::string_view b, size_t cap) {
+  if (a.size() > b.size() + cap || b.size() > a.size() + cap) return cap + 1;
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diag = row[0];
+    row[0] = i;
+    size_t best = row[0];
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diag = up;
+      best = std::min(best, row[j]);
+    }
+    if (best > cap) return cap + 1;
+  }
+  return row[b.size()];
+}
+
+}  // namespace
+
+// The known key nearest to `key` (a typo: at most a third of its letters off, 2 at most), or "".
+std::string nearestKey(std::string_view key, const std::set<std::string>& known) {
+  const size_t cap = std::min<size_t>(2, std::max<size_t>(1, key.size() / 3));
+  std::string best;
+  size_t best_d = cap + 1;
+  for (const auto& k : known) {
+    const size_t d = editDistance(key, k, cap);
+    if (d < best_d) {
+      best_d = d;
+      best = k;
+    }
+  }
+  return best;
+}
+
 void ConfigReader::finish() {
   if (finished_ || !node_.IsMap()) return;
   finished_ = true;
   for (const auto& kv : node_) {
     const std::string key = kv.first.Scalar();
     if (seen_.count(key) == 0) {
-      errors_->add(childPath(key), lineOf(kv.first), "unknown key");
+      const std::string near = nearestKey(key, seen_);
+      errors_->add(childPath(key), lineOf(kv.first),
+                   near.empty() ? "unknown key" : "unknown key (did you mean '" + near + "'?)");
     }
   }
 }

@@ -20,6 +20,7 @@
 #include <map>
 #include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/status.h"
@@ -109,6 +110,10 @@ class ConfigReader {
   std::set<std::string> seen_;
   bool finished_ = false;
 };
+
+// The key of `known` nearest to `key` when `key` looks like a typo of it (a third of its letters
+// off at most, and 2), else "": the "did you mean" of an unknown key.
+std::string nearestKey(std::string_view key, const std::set<std::string>& known);
 
 // Loads YAML text/file; parse errors become kInvalidArgument naming the line.
 Result<YAML::Node> loadYamlFile(const std::string& file);

@@ -12,6 +12,7 @@
 #include "gateway/internal/balancer.h"
 #include "gateway/internal/request_scan.h"
 #include "gateway/internal/usage_scan.h"
+#include "net/trace.h"
 
 namespace infera::gateway {
 
@@ -133,6 +134,8 @@ struct ProxyHandler::Exchange {
   // makes it batch work (max_batch_share).
   Priority priority = Priority::kStandard;
   bool batch_work = false;
+  // Tracing (req.trace, when the request is traced): the current upstream attempt's span.
+  size_t upstream_span = 0;
 };
 
 ProxyHandler::ProxyHandler(int shard, net::asio::io_context& ctx, GatewayMetrics& metrics,
@@ -713,7 +716,37 @@ Task<void> ProxyHandler::unmatched(net::HttpRequest& req, net::ResponseWriter& w
   }
 }
 
+// The request's GenAI attributes on its server span (OpenTelemetry's GenAI semantic
+// conventions: operation, model, usage), and the gateway's own (team, deployment, stream).
+void ProxyHandler::traceExchange(Exchange& x) {
+  net::RequestTrace& t = *x.req.trace;
+  constexpr size_t root = net::RequestTrace::kRoot;
+  const std::string_view path = x.req.path();
+  const char* op = path.ends_with("/chat/completions") ? "chat"
+                   : path.ends_with("/completions")    ? "text_completion"
+                   : path.ends_with("/embeddings")     ? "embeddings"
+                                                       : nullptr;
+  if (op) t.attr(root, "gen_ai.operation.name", std::string(op));
+  if (x.fields.has_model) t.attr(root, "gen_ai.request.model", x.fields.model);
+  if (x.deployment) {
+    t.attr(root, "gen_ai.response.model", x.deployment->upstream_model);
+    t.attr(root, "infera.deployment", x.deployment->name);
+  }
+  if (x.grant) t.attr(root, "infera.team", std::string(x.grant.principal().team));
+  if (x.usage.seen) {
+    t.attr(root, "gen_ai.usage.input_tokens", x.usage.prompt);
+    t.attr(root, "gen_ai.usage.output_tokens", x.usage.completion);
+  }
+  if (x.stream) {
+    t.attr(root, "infera.stream", true);
+    if (x.ttft_s > 0) t.attr(root, "infera.time_to_first_token_s", x.ttft_s);
+  }
+  if (x.cache_hit) t.attr(root, "infera.cache_hit", true);
+  if (x.attempts > 1) t.attr(root, "infera.attempts", int64_t{x.attempts});
+}
+
 void ProxyHandler::finishExchange(Exchange& x) {
+  if (x.req.trace && x.req.trace->recording()) traceExchange(x);
   if (x.blocks) block_buffers_.push_back(std::move(x.blocks));
   // A request of a flow-controlled route ended: its room may let a waiter go.
   if (x.route && x.route->engine && x.route->engine->flow_control) dispatch(x.route->model);
@@ -725,6 +758,10 @@ void ProxyHandler::finishExchange(Exchange& x) {
     x.route->duration->observe(shard_, seconds);
     if (x.deployment) {
       x.deployment->requests_by_class[cls]->inc(shard_);
+      if (x.usage.seen) {
+        x.deployment->prompt_tokens->inc(shard_, static_cast<double>(x.usage.prompt));
+        x.deployment->completion_tokens->inc(shard_, static_cast<double>(x.usage.completion));
+      }
     } else {
       x.route->no_deployment_by_class[cls]->inc(shard_);
     }
@@ -781,8 +818,11 @@ Task<void> ProxyHandler::handleOpenAi(net::HttpRequest& req, net::ResponseWriter
     co_await notReady(x);
     co_return;
   }
+  net::RequestTrace* const trace = x.req.trace;
   if (access_) {
+    const size_t span = trace ? trace->start("access.authenticate") : 0;
     const bool ok = co_await authenticate(x);
+    if (trace) trace->end(span);
     if (!ok) co_return;
   }
   auto fields = scanRequest(*parser_, x.req.body, access_ && access_->cacheEnabled());
@@ -816,12 +856,20 @@ Task<void> ProxyHandler::handleOpenAi(net::HttpRequest& req, net::ResponseWriter
     applyTargets(x, targets);
   }
   if (x.grant) {
+    const size_t span = trace ? trace->start("access.admit") : 0;
     const bool go_on = co_await admit(x);
+    if (trace) trace->end(span);
     if (!go_on) co_return;
   }
   // Only where it does anything: a coroutine frame per request otherwise (the hot path).
   if ((x.route->engine && x.route->engine->flow_control) || x.route->batch_capped) {
-    if (!co_await prioritize(x, *targets.endpoints, true)) co_return;
+    const size_t span = trace ? trace->start("gateway.flow_control") : 0;
+    const bool go_on = co_await prioritize(x, *targets.endpoints, true);
+    if (trace) {
+      trace->attr(span, "infera.priority", std::string(priorityName(x.priority)));
+      trace->end(span);
+    }
+    if (!go_on) co_return;
   }
   co_await forward(x, *targets.endpoints);
 }
@@ -960,6 +1008,18 @@ Task<Result<const net::ClientResponseHead*>> ProxyHandler::tryEndpoint(
   creq.skip_hop_by_hop = true;
   creq.skip_authorization = true;
   creq.request_id = x.request_id;
+  std::string traceparent;
+  if (net::RequestTrace* trace = x.req.trace) {
+    // One client span per attempt, named as OpenTelemetry names HTTP client spans; the backend
+    // continues the trace from it.
+    x.upstream_span = trace->start(std::string(x.req.method), net::SpanKind::kClient);
+    trace->attr(x.upstream_span, "server.address", ep.address.host);
+    trace->attr(x.upstream_span, "server.port", int64_t{ep.address.port});
+    trace->attr(x.upstream_span, "infera.deployment", dep.name);
+    trace->attr(x.upstream_span, "infera.endpoint", ep.label);
+    traceparent = trace->traceparent(x.upstream_span);
+    creq.traceparent = traceparent;
+  }
   const Deadline try_deadline = std::min(total, deadlineAfter(dep.timeouts.first_byte_ms));
   int64_t sent_ns = monoNanos();
   // A pooled connection the upstream closed meanwhile fails before any response byte (on send,
@@ -1050,6 +1110,10 @@ Task<void> ProxyHandler::forward(Exchange& x, const std::vector<uint32_t>& candi
     std::unique_ptr<net::UpstreamConnection> conn;
     const Result<const net::ClientResponseHead*> head =
         co_await tryEndpoint(x, ep, *ws, conn, total);
+    if (x.req.trace && !head.ok()) {
+      x.req.trace->error(x.upstream_span, head.status().message());
+      x.req.trace->end(x.upstream_span);
+    }
     if (x.client_gone) break;
     if (!head.ok()) {
       x.current = nullptr;
@@ -1065,10 +1129,15 @@ Task<void> ProxyHandler::forward(Exchange& x, const std::vector<uint32_t>& candi
       continue;
     }
     const net::ClientResponseHead& h = **head;
+    if (x.req.trace) {
+      x.req.trace->attr(x.upstream_span, "http.response.status_code", int64_t{h.status});
+      if (h.status >= 500) x.req.trace->error(x.upstream_span, "HTTP " + std::to_string(h.status));
+    }
     if (h.status >= 500) {
       recordFailure(table, ep, monoNanos());
       if (dep.retry.on_5xx && attempt + 1 < max_attempts && SteadyClock::now() < total) {
         // Not forwarded: nothing reached the client yet, so another endpoint may answer.
+        if (x.req.trace) x.req.trace->end(x.upstream_span);
         conn->abort();
         x.current = nullptr;
         f.status = h.status;
@@ -1082,6 +1151,7 @@ Task<void> ProxyHandler::forward(Exchange& x, const std::vector<uint32_t>& candi
     // From here on there is no retry.
     bool keep_conn = false;
     co_await relay(x, ep, *ws, *conn, h, total, keep_conn);
+    if (x.req.trace) x.req.trace->end(x.upstream_span);  // the body relayed: the exchange ended
     x.current = nullptr;
     if (keep_conn) ws->pool->release(std::move(conn));
     co_return;

@@ -115,6 +115,16 @@ GatewayMetrics::GatewayMetrics(obs::MetricsRegistry& r)
           "Flow control: requests that had to wait, by priority, team and outcome (queued, "
           "admitted, timeout, shed, left).",
           {"model", "priority", "team", "outcome"})),
+      deployment_in_flight(r.gaugeFamily(
+          "infera_gateway_deployment_in_flight",
+          "Requests sent to a deployment's endpoints and not yet ended, over every worker (an "
+          "autoscaler's signal).",
+          {"model", "deployment"})),
+      deployment_tokens(r.counterFamily(
+          "infera_gateway_deployment_tokens_total",
+          "Tokens of a deployment's answers whose usage the gateway read (governed requests and "
+          "experiment arms), by kind.",
+          {"model", "deployment", "kind"})),
       in_flight(r.gaugeFamily("infera_gateway_requests_in_flight", "Data-plane requests in flight.")
                     ->gauge()),
       active_streams(
@@ -182,6 +192,8 @@ Result<std::shared_ptr<const RouteTable>> buildRouteTable(
         const std::string cls = c < 5 ? std::to_string(c + 1) + "xx" : "other";
         dep->requests_by_class[c] = metrics.requests->counter({mc.name, dc.name, cls});
       }
+      dep->prompt_tokens = metrics.deployment_tokens->counter({mc.name, dc.name, "prompt"});
+      dep->completion_tokens = metrics.deployment_tokens->counter({mc.name, dc.name, "completion"});
       dep->upstream_latency = metrics.upstream_latency->histogram({dc.name});
       dep->retries = metrics.retries->counter({dc.name});
       dep->ejections = metrics.ejections->counter({dc.name});
@@ -252,6 +264,20 @@ Result<std::shared_ptr<const RouteTable>> buildRouteTable(
         (ep.protocol == Protocol::kKServe ? route->kserve_endpoints : route->openai_endpoints)
             .push_back(index);
         table->endpoints.push_back(std::move(ep));
+      }
+      {
+        // Summed at scrape time from the endpoints' per-worker counts (replaced on reload).
+        std::vector<std::shared_ptr<EndpointShared>> eps;
+        for (const uint32_t idx : dep->endpoints) eps.push_back(table->endpoints[idx].shared);
+        metrics.deployment_in_flight->setCallback({mc.name, dc.name}, [eps = std::move(eps)] {
+          double n = 0;
+          for (const auto& e : eps) {
+            for (int w = 0; w < e->workers; ++w) {
+              n += e->views[static_cast<size_t>(w)].in_flight.load(std::memory_order_relaxed);
+            }
+          }
+          return n;
+        });
       }
       if (!route->first_deployment) {
         route->first_deployment = dep.get();

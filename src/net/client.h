@@ -42,6 +42,7 @@ struct ClientRequest {
   bool skip_hop_by_hop = false;  // connection, keep-alive, te, upgrade, host, content-length, ...
   bool skip_authorization = false;  // the client's credentials are not the backend's
   std::string_view request_id;      // when set: sent as x-request-id, replacing any given one
+  std::string_view traceparent;     // when set: sent as traceparent, replacing any given one
 };
 
 struct ClientResponseHead {

@@ -8,7 +8,8 @@
 
 namespace infera::net {
 
-class BodyReader;  // net/server.h
+class BodyReader;    // net/server.h
+class RequestTrace;  // net/trace.h
 
 // Who an in-process request acts for (the batch executor submits a batch's lines through the
 // gateway's own handlers as the key that created the batch). Set only by code in this process,
@@ -37,6 +38,8 @@ struct HttpRequest {
   // Set only for a request made inside the process (see InProcessCaller): the caller it acts for,
   // instead of an Authorization header.
   const InProcessCaller* in_process = nullptr;
+  // The request's trace while its route's handler runs (Router::setTraceSink; null: not traced).
+  RequestTrace* trace = nullptr;
 
   // The path part of target (before '?').
   std::string_view path() const;

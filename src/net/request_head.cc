@@ -147,6 +147,7 @@ void appendRequestHead(const ClientRequest& req, std::string& out) {
     if (req.skip_hop_by_hop && isHopByHopHeader(h.name)) continue;
     if (req.skip_authorization && h.name == "authorization") continue;
     if (!req.request_id.empty() && h.name == "x-request-id") continue;
+    if (!req.traceparent.empty() && h.name == "traceparent") continue;
     out += h.name;
     out += ": ";
     out += h.value;
@@ -155,6 +156,11 @@ void appendRequestHead(const ClientRequest& req, std::string& out) {
   if (!req.request_id.empty()) {
     out += "x-request-id: ";
     out += req.request_id;
+    out += "\r\n";
+  }
+  if (!req.traceparent.empty()) {
+    out += "traceparent: ";
+    out += req.traceparent;
     out += "\r\n";
   }
   if (!req.body.empty() || req.method == "POST" || req.method == "PUT") {

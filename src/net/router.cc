@@ -22,6 +22,7 @@ struct Router::Node {
     std::string method;  // "*" matches any
     RouteHandler handler;
     uint64_t streamed_limit = 0;
+    std::string span_name;  // "METHOD /pattern": the server span of a traced request
   };
   std::vector<Method> methods;
 
@@ -121,7 +122,9 @@ void Router::addRoute(std::string_view method, std::string_view pattern, RouteHa
     node = it->node.get();
   }
   for (const auto& m : node->methods) INFERA_CHECK(m.method != method, "route registered twice");
-  node->methods.push_back({std::string(method), std::move(handler), streamed_limit});
+  node->methods.push_back(
+      {std::string(method), std::move(handler), streamed_limit,
+       std::string(method == "*" ? "HTTP" : method) + " " + std::string(pattern)});
   if (literal && node->methods.size() == 1) exact_.emplace_back(std::string(pattern), node);
 }
 
@@ -189,6 +192,7 @@ Router::Match Router::match(std::string_view method, std::string_view path) cons
     if (const auto* found = node->find(method)) {
       m.handler = &found->handler;
       m.streamed_limit = found->streamed_limit;
+      m.span_name = &found->span_name;
     } else {
       m.status = 405;
       m.allow = node->allowList();
@@ -230,6 +234,7 @@ Router::Match Router::match(std::string_view method, std::string_view path) cons
   if (const auto* hit = found->find(method)) {
     m.handler = &hit->handler;
     m.streamed_limit = hit->streamed_limit;
+    m.span_name = &hit->span_name;
   } else {
     m.status = 405;
     m.allow = found->allowList();
@@ -237,9 +242,38 @@ Router::Match Router::match(std::string_view method, std::string_view path) cons
   return m;
 }
 
+namespace {
+
+// A route's handler inside its server span (RequestTrace on this frame, reachable by the handler
+// through request.trace): named by the route's pattern, ended with the status answered.
+Task<void> traced(const RouteHandler* handler, TraceSink* sink, const std::string* span_name,
+                  HttpRequest& request, ResponseWriter& writer, PathParams params) {
+  RequestTrace trace(sink, request.header("traceparent"), request.header("tracestate"), *span_name);
+  if (trace.recording()) {
+    trace.attr(RequestTrace::kRoot, "http.request.method", request.method);
+    trace.attr(RequestTrace::kRoot, "http.route", span_name->substr(span_name->find(' ') + 1));
+    trace.attr(RequestTrace::kRoot, "url.path", std::string(request.path()));
+  }
+  request.trace = &trace;
+  try {
+    co_await (*handler)(request, writer, params);
+  } catch (...) {
+    request.trace = nullptr;
+    trace.finish(500);  // the floor answers it 500
+    throw;
+  }
+  request.trace = nullptr;
+  trace.finish(writer.status());
+}
+
+}  // namespace
+
 Task<void> Router::dispatch(HttpRequest& request, ResponseWriter& writer) const {
   const std::string_view path = request.path();
   Match m = match(request.method, path);
+  if (m.handler && trace_sink_ && request.in_process == nullptr) {
+    return traced(m.handler, trace_sink_, m.span_name, request, writer, m.params);
+  }
   if (m.handler) return (*m.handler)(request, writer, m.params);
   if (const FallbackHandler* fb = longestPrefix(fallbacks_, path)) {
     // The fallback gets `allow` as a view: a coroutine frame of ours owns the string while it runs

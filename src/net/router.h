@@ -26,6 +26,7 @@
 #include "net/asio.h"
 #include "net/http.h"
 #include "net/server.h"
+#include "net/trace.h"
 
 namespace infera::net {
 
@@ -104,9 +105,14 @@ class Router {
     owned_.emplace_back(owned.release(), [](void* p) { delete static_cast<T*>(p); });
   }
 
+  // Every request a route takes runs inside a server span sent to `sink` (net/trace.h; null:
+  // none). Requests made inside the process (batch lines) are not traced.
+  void setTraceSink(TraceSink* sink) { trace_sink_ = sink; }
+
   struct Match {
-    const RouteHandler* handler = nullptr;  // null: no route
-    uint64_t streamed_limit = 0;            // > 0: a streamed route (addStreamed)
+    const RouteHandler* handler = nullptr;   // null: no route
+    const std::string* span_name = nullptr;  // "METHOD /pattern"
+    uint64_t streamed_limit = 0;             // > 0: a streamed route (addStreamed)
     PathParams params;
     int status = 404;   // when handler is null: 404 or 405
     std::string allow;  // for 405
@@ -130,6 +136,7 @@ class Router {
   // The literal prefixes of streamed routes' patterns: other requests skip the match.
   std::vector<std::string> streamed_prefixes_;
   std::vector<std::unique_ptr<void, void (*)(void*)>> owned_;
+  TraceSink* trace_sink_ = nullptr;
 };
 
 // A server's per-loop handler that dispatches through its router.

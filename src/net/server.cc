@@ -85,6 +85,7 @@ class Connection final : public ConnectionBase {
   Task<bool> writeChunk(std::string_view data) override;
   Task<bool> finish() override;
   bool started() const override { return started_; }
+  int status() const override { return status_; }
   bool finished() const override { return finished_; }
   bool clientGone() const override { return gone_; }
   void closeAfterResponse() override { keep_alive_ = false; }
@@ -154,6 +155,7 @@ class Connection final : public ConnectionBase {
   bool idle_ = true;
   bool keep_alive_ = true;
   bool started_ = false;
+  int status_ = 0;  // of the response started
   bool finished_ = false;
   bool chunked_ = false;
   bool gone_ = false;
@@ -436,6 +438,7 @@ Task<void> Connection<Stream>::run([[maybe_unused]] std::shared_ptr<Connection> 
     }
     keep_alive_ = request_.keep_alive && !loop_.draining;
     started_ = finished_ = chunked_ = no_body_ = head_pending_ = false;
+    status_ = 0;
     head_only_ = request_.method == "HEAD";
     // The try stays here, around the one call site: a helper coroutine would cost every request
     // a frame (docs/benchmarks.md, the floor's cost).
@@ -540,6 +543,7 @@ template <class Stream>
 void Connection<Stream>::writeHead(int status, std::string_view content_type,
                                    std::span<const HttpHeader> extra, int64_t content_length,
                                    bool chunked, std::span<const HttpHeader> relayed) {
+  status_ = status;
   head_.clear();
   head_ += "HTTP/1.1 ";
   char num[24];

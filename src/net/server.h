@@ -90,6 +90,8 @@ class ResponseWriter {
   virtual Task<bool> writeChunk(std::string_view data) = 0;
   virtual Task<bool> finish() = 0;
   virtual bool started() const = 0;
+  // The status of the response started (0: none yet).
+  virtual int status() const = 0;
   virtual bool finished() const = 0;
   virtual bool clientGone() const = 0;
   // Closes the connection after this response.

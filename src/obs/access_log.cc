@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 
 #include "net/http.h"
 
@@ -16,6 +17,10 @@ Result<std::unique_ptr<AccessLog>> AccessLog::open(const std::string& path, int 
   int fd = 1;
   bool owns = false;
   if (path != "-") {
+    if (const auto dir = std::filesystem::path(path).parent_path(); !dir.empty()) {
+      std::error_code ec;
+      std::filesystem::create_directories(dir, ec);  // a failure shows in open()
+    }
     fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     if (fd < 0) {
       return Status::unavailable("cannot open access log " + path + ": " + std::strerror(errno));

@@ -55,11 +55,33 @@ void readQueue(ConfigReader& r, const std::string& parent, SchedulingConfig& cfg
   if (!name.empty() && !names.insert(spec.name).second) {
     r.error("name", "duplicate queue '" + spec.name + "'");
   }
-  // Guaranteed must not exceed max, type by type.
+  // Guaranteed must not exceed max, type by type, nor the max over all types ("*"): no type's
+  // guarantee, and not their sum.
+  const auto gpus = [](int64_t milli) {
+    std::ostringstream o;
+    o << static_cast<double>(milli) / kMilliPerGpu;
+    return o.str();
+  };
+  const int64_t max_all = quotaGpu(spec.max, "*");
+  int64_t typed_sum = 0;
   for (const auto& [type, milli] : spec.guaranteed.gpu_milli) {
     const int64_t max_milli = quotaGpu(spec.max, type);
     if (max_milli >= 0 && milli > max_milli) {
       r.error("guaranteed", "guaranteed " + type + " GPUs exceed max");
+    } else if (max_all >= 0 && milli > max_all) {
+      r.error("guaranteed",
+              "guaranteed " + type + " GPUs (" + gpus(milli) +
+                  ") exceed the max over all types (max.gpus.\"*\": " + gpus(max_all) + ")");
+    }
+    if (type != "*") typed_sum += milli;
+  }
+  if (max_all >= 0 && typed_sum > max_all) {
+    bool reported = false;  // one type alone above it was named already
+    for (const auto& [type, milli] : spec.guaranteed.gpu_milli) reported |= milli > max_all;
+    if (!reported) {
+      r.error("guaranteed",
+              "guaranteed GPUs of all types together (" + gpus(typed_sum) +
+                  ") exceed the max over all types (max.gpus.\"*\": " + gpus(max_all) + ")");
     }
   }
   cfg.queues.push_back(spec);

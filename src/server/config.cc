@@ -1,5 +1,10 @@
 #include "server/config.h"
 
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
 #include <set>
 #include <thread>
 
@@ -49,6 +54,8 @@ void checkBindings(const Config& cfg, ConfigErrors& errors) {
 
 }  // namespace
 
+static Result<Config> loadConfigNode(const YAML::Node& root, const std::string& path);
+
 Result<Config> parseConfig(const YAML::Node& root) {
   Config cfg;
   ConfigErrors errors;
@@ -89,8 +96,16 @@ Result<Config> parseConfig(const YAML::Node& root) {
       s.error("metrics_url", "must start with http:// or https://, got \"" + u + "\"");
     }
   });
+  r.object("tracing", [&](ConfigReader& t) { obs::readTracingConfig(t, cfg.tracing); });
+  r.optionalEnum("config_store", cfg.config_store, {"file", "shared"});
+  r.optional("config_poll_ms", cfg.config_poll_ms, 50, 60'000);
   gateway::readModels(r, emulator_names, cfg.gateway);
   r.finish();
+  if (cfg.config_store == "shared" && !cfg.access.enabled) {
+    r.error("config_store",
+            "\"shared\" keeps the config in governance.store: add a governance section (a "
+            "postgresql:// store for replicas on several hosts)");
+  }
   checkBindings(cfg, errors);
   INFERA_RETURN_IF_ERROR(errors.toStatus());
   if (cfg.registry.enabled && cfg.registry.store.empty()) {
@@ -108,6 +123,16 @@ Result<Config> parseConfig(const YAML::Node& root) {
 
 Result<Config> loadConfig(const std::string& path) {
   INFERA_ASSIGN_OR_RETURN(YAML::Node root, loadYamlFile(path));
+  return loadConfigNode(root, path);
+}
+
+Result<Config> loadConfigText(const std::string& yaml, const std::string& path) {
+  auto root = loadYamlString(yaml);
+  if (!root.ok()) return root.status().withContext(path);
+  return loadConfigNode(*root, path);
+}
+
+static Result<Config> loadConfigNode(const YAML::Node& root, const std::string& path) {
   auto cfg = parseConfig(root);
   if (!cfg.ok()) return cfg.status().withContext(path);
   // A relative feature repository is beside the config file, wherever infera runs from.
@@ -121,6 +146,76 @@ Result<Config> loadConfig(const std::string& path) {
 Result<Config> loadConfigString(const std::string& yaml) {
   INFERA_ASSIGN_OR_RETURN(YAML::Node root, loadYamlString(yaml));
   return parseConfig(root);
+}
+
+namespace {
+
+// "" when `path` (a file or directory the server creates or appends to) can be made by this user,
+// else why not.
+std::string creatable(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::path p = fs::absolute(path, ec);
+  if (ec) return ec.message();
+  if (fs::exists(p, ec)) {
+    return ::access(p.c_str(), W_OK) == 0 ? "" : p.string() + " is not writable by this user";
+  }
+  for (fs::path a = p.parent_path();; a = a.parent_path()) {
+    if (fs::exists(a, ec)) {
+      if (!fs::is_directory(a, ec)) return a.string() + " is not a directory";
+      if (::access(a.c_str(), W_OK | X_OK) != 0) {
+        return a.string() + " is not writable by this user";
+      }
+      return "";
+    }
+    if (a == a.parent_path()) return "no existing ancestor";
+  }
+}
+
+std::string readable(const std::string& path) {
+  return ::access(path.c_str(), R_OK) == 0 ? "" : std::string(std::strerror(errno));
+}
+
+}  // namespace
+
+std::vector<std::string> checkHostPaths(const Config& c) {
+  std::vector<std::string> out;
+  const auto need = [&](const std::string& key, const std::string& path, bool write) {
+    if (path.empty()) return;
+    const std::string why = write ? creatable(path) : readable(path);
+    if (!why.empty()) {
+      out.push_back(key + ": cannot " + (write ? "create or write " : "read ") + path + ": " + why);
+    }
+  };
+  if (c.access_log != "-") need("access_log", c.access_log, true);
+  for (const auto* l : {&c.listen, &c.admin}) {
+    if (!l->tls) continue;
+    const std::string k = l == &c.listen ? "listen.tls." : "admin.tls.";
+    need(k + "cert_file", l->tls->cert_file, false);
+    need(k + "key_file", l->tls->key_file, false);
+    need(k + "client_ca_file", l->tls->client_ca_file, false);
+  }
+  const auto sqlite = [&](const std::string& key, const std::string& store) {
+    if (store.rfind("sqlite:", 0) == 0) need(key, store.substr(7), true);
+  };
+  if (c.access.enabled) {
+    sqlite("governance.store", c.access.store);
+    need("governance.admin_token_file", c.access.admin_token_file, true);
+  }
+  if (c.features.enabled) {
+    if (c.features.store == "rocksdb") need("features.data_dir", c.features.data_dir, true);
+    need("features.repository", c.features.repository, false);
+  }
+  if (c.vectors.enabled) need("vectors.data_dir", c.vectors.data_dir, true);
+  if (c.registry.enabled) {
+    need("registry.data_dir", c.registry.data_dir, true);
+    sqlite("registry.store", c.registry.store);
+  }
+  if (c.batch.enabled) {
+    need("batch.data_dir", c.batch.data_dir, true);
+    sqlite("batch.store", c.batch.store);
+  }
+  return out;
 }
 
 std::vector<std::string> restartNeeded(const Config& running, const Config& next) {
@@ -169,6 +264,16 @@ std::vector<std::string> restartNeeded(const Config& running, const Config& next
     out.push_back(std::move(s));
   for (auto& s : batch::restartNeeded(running.batch, next.batch)) out.push_back(std::move(s));
   if (running.scheduler_metrics_url != next.scheduler_metrics_url) out.push_back("scheduler");
+  if (running.config_store != next.config_store) out.push_back("config_store");
+  const auto& rt = running.tracing;
+  const auto& nt = next.tracing;
+  if (rt.enabled != nt.enabled || rt.endpoint != nt.endpoint ||
+      rt.sample_ratio != nt.sample_ratio || rt.errors_always != nt.errors_always ||
+      rt.service_name != nt.service_name || rt.headers != nt.headers ||
+      rt.max_queue_spans != nt.max_queue_spans || rt.batch_spans != nt.batch_spans ||
+      rt.export_interval_ms != nt.export_interval_ms || rt.timeout_ms != nt.timeout_ms) {
+    out.push_back("tracing");
+  }
   return out;
 }
 

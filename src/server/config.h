@@ -17,6 +17,7 @@
 #include "features/features.h"
 #include "gateway/config.h"
 #include "net/tls.h"
+#include "obs/otlp.h"
 #include "registry/registry.h"
 #include "vectors/vectors.h"
 
@@ -60,11 +61,27 @@ struct Config {
   // The `scheduler` section: where an `infera sched serve` (its own process) serves its metrics;
   // the admin port then relays them at GET /admin/scheduler/metrics for the console.
   std::string scheduler_metrics_url;  // "" = none
+  // "file": the config is this file (reloads re-read it). "shared": it lives in governance.store
+  // as numbered generations, this file only the bootstrap of the first; edits go to the store and
+  // every replica applies a newer generation within config_poll_ms (docs/operations.md).
+  obs::TracingConfig tracing;  // the `tracing` section: OTLP/HTTP export of request spans
+  std::string config_store = "file";
+  int64_t config_poll_ms = 250;
 };
 
 Result<Config> parseConfig(const YAML::Node& root);
 Result<Config> loadConfig(const std::string& path);
 Result<Config> loadConfigString(const std::string& yaml);
+// `yaml` read as if it were the file at `path` (relative paths resolve beside it; errors name it).
+Result<Config> loadConfigText(const std::string& yaml, const std::string& path);
+
+// What serving `config` on this machine would fail on that parsing cannot see, one line per
+// problem naming its key ("access_log: cannot create /var/log/infera/access.jsonl: …"): files and
+// directories the server writes (the access log, data directories, SQLite stores, the admin token
+// file) must be creatable — their nearest existing ancestor a directory this user may write — and
+// the files it reads (certificates, keys, a feature repository) readable. `infera config validate`
+// runs it; serving creates the missing directories.
+std::vector<std::string> checkHostPaths(const Config& config);
 
 // What a reload cannot change without a restart, between `running` and `next` (empty: none).
 std::vector<std::string> restartNeeded(const Config& running, const Config& next);

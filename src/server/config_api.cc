@@ -379,6 +379,10 @@ std::optional<std::string> editScalarsInPlace(const std::string& file, const jso
 
 Result<json> readConfigDocument(const std::string& path) {
   INFERA_ASSIGN_OR_RETURN(std::string text, readFile(path));
+  return configDocumentOf(text);
+}
+
+Result<json> configDocumentOf(const std::string& text) {
   INFERA_ASSIGN_OR_RETURN(YAML::Node root, loadYamlString(text));
   json config = yamlToJson(root);
   if (!config.is_object()) config = json::object();
@@ -387,12 +391,13 @@ Result<json> readConfigDocument(const std::string& path) {
   return json{{"config", std::move(config)}, {"yaml", std::move(yaml)}};
 }
 
-Result<CheckedConfig> checkConfigDocument(json proposed, const std::string& path) {
+Result<CheckedConfig> checkConfigDocument(json proposed, const std::string& path,
+                                          const std::string* current) {
   if (!proposed.is_object()) return Status::invalidArgument("field 'config' must be an object");
   CheckedConfig out;
   INFERA_ASSIGN_OR_RETURN(out.redacted_yaml, jsonToYaml(proposed));
   std::optional<std::string> in_place;
-  if (auto file = readFile(path); file.ok()) {
+  if (auto file = current ? Result<std::string>(*current) : readFile(path); file.ok()) {
     if (auto root = loadYamlString(*file); root.ok()) {
       restoreSecrets(proposed, yamlToJson(*root));
       in_place = editScalarsInPlace(*file, proposed);

@@ -1,6 +1,10 @@
 #include "server/server.h"
 
+#include <charconv>
+#include <condition_variable>
 #include <cstdio>
+#include <fstream>
+#include <iterator>
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -25,8 +29,10 @@
 #include "net/server.h"
 #include "obs/access_log.h"
 #include "obs/metrics.h"
+#include "obs/otlp.h"
 #include "registry/registry.h"
 #include "server/internal/config_api.h"
+#include "server/internal/shared_config.h"
 #include "vectors/vectors.h"
 
 #ifndef INFERA_VERSION
@@ -68,6 +74,65 @@ Task<void> sendJson(net::ResponseWriter& w, int status, std::string body) {
   co_await w.send(status, "application/json", body);
 }
 
+// `config_store: shared` at start: the store's newest generation is what runs; an empty store
+// gets the file as generation 1 (two replicas starting at once: one inserts, the other reads it).
+struct SharedStart {
+  std::unique_ptr<SharedConfigStore> store;
+  ConfigGeneration applied;
+};
+
+Result<SharedStart> startShared(Config& config, const std::string& path) {
+  if (path.empty()) {
+    return Status::failedPrecondition("config_store: shared needs a config file (its bootstrap)");
+  }
+  SharedStart out;
+  INFERA_ASSIGN_OR_RETURN(out.store, SharedConfigStore::open(config.access.store));
+  std::ifstream in(path, std::ios::binary);
+  const std::string file((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  auto log = componentLogger("server");
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    INFERA_ASSIGN_OR_RETURN(auto newest, out.store->newest());
+    if (newest) {
+      out.applied = std::move(*newest);
+      break;
+    }
+    ConfigGeneration first{1, file, "bootstrap", "bootstrap from " + path,
+                           SystemClock::instance().unixMillis()};
+    const Status s = out.store->insert(first);
+    if (s.isOk()) {
+      INFERA_LOG(log, info, "config_store: shared: {} stored as generation 1", path);
+      out.applied = std::move(first);
+      break;
+    }
+    if (s.code() != StatusCode::kAlreadyExists) return s.withContext("config_store: shared");
+  }
+  if (out.applied.generation == 0) {
+    return Status::unavailable("config_store: shared: no generation could be read or stored");
+  }
+  if (out.applied.yaml != file) {
+    INFERA_LOG(log, warn,
+               "config_store: shared: serving generation {} (by {}); {} differs from it and is "
+               "only the bootstrap (edit through the console or POST /admin/config; `infera config "
+               "history`)",
+               out.applied.generation, out.applied.actor, path);
+    auto cfg = loadConfigText(out.applied.yaml, path);
+    if (!cfg.ok()) {
+      return cfg.status().withContext("config_store: shared generation " +
+                                      std::to_string(out.applied.generation));
+    }
+    const auto restart = restartNeeded(config, *cfg);
+    for (const auto& k : restart) {
+      if (k == "config_store" || k.rfind("governance", 0) == 0) {
+        return Status::failedPrecondition(
+            "config_store: shared generation " + std::to_string(out.applied.generation) +
+            " changes " + k + ", which only the file may (the store is found through it)");
+      }
+    }
+    config = std::move(*cfg);
+  }
+  return out;
+}
+
 class ServerImpl final : public Server {
  public:
   ServerImpl(Config config, std::string path, Options options)
@@ -80,12 +145,14 @@ class ServerImpl final : public Server {
         admin_loops_(1) {}
 
   ~ServerImpl() override {
+    stopPoller();
     if (batch_) batch_->stop();  // first: its lines run on the data loops' routers
     if (gateway_) gateway_->stopHealthChecks();
     admin_.reset();  // first: a /metrics scrape reads data_'s stats
     data_.reset();  // the routers and what they own (the gateway's and access's per-loop state), on
                     // their loops
     loops_.stop();
+    tracer_.reset();   // after the routers that submit to it: exports what is queued
     vectors_.reset();  // after the loops: finishes queued writes, snapshots every collection
     features_.reset();
     batch_.reset();
@@ -103,7 +170,23 @@ class ServerImpl final : public Server {
     obs::registerProcessMetrics(registry_, INFERA_VERSION, INFERA_GIT_COMMIT);
     reloads_ = registry_.counterFamily("infera_gateway_config_reloads_total",
                                        "Config reloads by result.", {"result"});
+    if (shared_) {
+      shared_errors_ =
+          registry_
+              .counterFamily("infera_config_shared_errors_total",
+                             "config_store: shared: polls that failed and generations that "
+                             "could not be applied.")
+              ->counter();
+      registry_
+          .gaugeFamily("infera_config_shared_generation",
+                       "config_store: shared: the generation applied on this replica.")
+          ->setCallback([this] { return static_cast<double>(shared_gen_.load()); });
+    }
 
+    if (config_.tracing.enabled) {
+      INFERA_ASSIGN_OR_RETURN(tracer_,
+                              obs::OtlpExporter::start(config_.tracing, registry_, INFERA_VERSION));
+    }
     // Backends started in this process (the emulator is a backend like any other to the gateway).
     std::unordered_map<std::string, std::string> emulator_urls;
     for (const auto& [name, ec] : config_.emulators) {
@@ -203,7 +286,14 @@ class ServerImpl final : public Server {
     INFERA_LOG(log_, info, "serving on {}:{} (admin {}:{}), {} workers, {} models",
                config_.listen.host, data_->port(), config_.admin.host, admin_->port(), workers_,
                config_.gateway.models.size());
+    if (shared_) poller_ = std::thread([this] { pollShared(); });
     return Status::ok();
+  }
+
+  void useShared(SharedStart s) {
+    shared_ = std::move(s.store);
+    shared_gen_ = s.applied.generation;
+    shared_yaml_ = std::move(s.applied.yaml);
   }
 
   uint16_t port() const override { return data_->port(); }
@@ -213,6 +303,7 @@ class ServerImpl final : public Server {
     if (path_.empty()) {
       return Status::failedPrecondition("this gateway was not started from a config file");
     }
+    if (shared_) return applyNewestShared(/*only_newer=*/false);
     auto cfg = loadConfig(path_);
     if (!cfg.ok()) return rejected(cfg.takeStatus());
     return apply(std::move(*cfg));
@@ -382,12 +473,222 @@ class ServerImpl final : public Server {
     if (path_.empty()) {
       return configError(409, "this server was not started from a config file", "no_config_file");
     }
-    auto doc = readConfigDocument(path_);
+    std::unique_lock<std::mutex> lock(shared_mu_);
+    auto doc = shared_ ? configDocumentOf(shared_yaml_) : readConfigDocument(path_);
     if (!doc.ok()) return configError(500, doc.status().message(), "config_unreadable");
     (*doc)["path"] = path_;
-    (*doc)["generation"] = configGeneration();
-    (*doc)["writable"] = configWritable(path_);
+    (*doc)["generation"] = shared_ ? shared_gen_.load() : configGeneration();
+    (*doc)["writable"] = shared_ ? true : configWritable(path_);
+    (*doc)["store"] = shared_ ? "shared" : "file";
     return {200, doc->dump()};
+  }
+
+  // The shared store's newest generation (only one newer than the applied one, when asked),
+  // loaded as the file would be and applied by the reload path. The poller, SIGHUP and
+  // POST /admin/reload come here; a generation that fails to apply is not tried again until a
+  // newer one appears (it stays in the log and infera_config_shared_errors_total).
+  Status applyNewestShared(bool only_newer) {
+    std::lock_guard<std::mutex> lock(shared_mu_);
+    auto newest_gen = shared_->newestGeneration();
+    if (!newest_gen.ok()) {
+      shared_errors_->inc(0);
+      return newest_gen.status().withContext("config_store: shared");
+    }
+    if (only_newer && (*newest_gen <= shared_gen_ || *newest_gen == shared_failed_gen_)) {
+      return Status::ok();
+    }
+    auto g = shared_->get(*newest_gen);
+    if (!g.ok() || !*g) {
+      shared_errors_->inc(0);
+      return g.ok() ? Status::notFound("config generation vanished") : g.status();
+    }
+    auto cfg = loadConfigText((*g)->yaml, path_);
+    Status s = cfg.ok() ? apply(std::move(*cfg)) : cfg.status();
+    if (!s.isOk()) {
+      shared_failed_gen_ = (*g)->generation;
+      shared_errors_->inc(0);
+      INFERA_LOG(log_, err, "config_store: shared generation {} (by {}) not applied: {}",
+                 (*g)->generation, (*g)->actor, s.message());
+      return s;
+    }
+    if ((*g)->generation != shared_gen_) {
+      INFERA_LOG(log_, info, "config_store: shared generation {} ({} by {}) applied",
+                 (*g)->generation, (*g)->action, (*g)->actor);
+    }
+    shared_gen_ = (*g)->generation;
+    shared_yaml_ = std::move((*g)->yaml);
+    return Status::ok();
+  }
+
+  void pollShared() {
+    std::unique_lock<std::mutex> lock(poll_mu_);
+    while (!stop_poll_) {
+      poll_cv_.wait_for(lock, std::chrono::milliseconds(config_.config_poll_ms));
+      if (stop_poll_) break;
+      lock.unlock();
+      const Status s = applyNewestShared(/*only_newer=*/true);
+      if (!s.isOk() && s.code() == StatusCode::kUnavailable) {
+        INFERA_LOG(log_, warn, "{}", s.message());
+      }
+      lock.lock();
+    }
+  }
+
+  void stopPoller() {
+    {
+      std::lock_guard<std::mutex> lock(poll_mu_);
+      stop_poll_ = true;
+    }
+    poll_cv_.notify_all();
+    if (poller_.joinable()) poller_.join();
+  }
+
+  // A new generation in the shared store, then applied here (the others apply it when they poll).
+  // kAlreadyExists (409) when another edit took the generation first.
+  // `based_on`: the generation the change was made on (another applied here since: 409).
+  JsonReply storeShared(const std::string& yaml, Config config, std::string_view actor,
+                        const std::string& action, const char* audit_action, int64_t based_on) {
+    std::lock_guard<std::mutex> lock(shared_mu_);
+    if (based_on != shared_gen_) {
+      return configError(409,
+                         "the config changed since it was read (generation " +
+                             std::to_string(shared_gen_.load()) + " now): read it again",
+                         "config_changed");
+    }
+    const ConfigGeneration g{shared_gen_ + 1, yaml, actor.empty() ? "admin" : std::string(actor),
+                             action, SystemClock::instance().unixMillis()};
+    const Status stored = shared_->insert(g);
+    if (stored.code() == StatusCode::kAlreadyExists) {
+      return configError(
+          409, "the config changed since it was read (" + stored.message() + "): read it again",
+          "config_changed");
+    }
+    if (!stored.isOk()) return configError(503, stored.message(), "config_store_unavailable");
+    Status s = apply(std::move(config));
+    if (s.isOk()) {
+      shared_gen_ = g.generation;
+      shared_yaml_ = yaml;
+    } else {
+      shared_failed_gen_ = g.generation;
+    }
+    if (access_) {
+      nlohmann::json detail = {{"ok", s.isOk()}, {"generation", g.generation}, {"action", action}};
+      if (!s.isOk()) detail["error"] = s.message();
+      const Status a =
+          access_->audit(actor, audit_action, "shared generation " + std::to_string(g.generation),
+                         dumpJson(detail));
+      if (!a.isOk()) INFERA_LOG(log_, warn, "audit of a config change failed: {}", a.message());
+    }
+    if (!s.isOk()) {
+      return configError(400,
+                         "stored as generation " + std::to_string(g.generation) +
+                             " but not applied: " + s.message() +
+                             " (roll back with POST /admin/config/rollback)",
+                         "invalid_config", configErrorsOf(s));
+    }
+    return {
+        200,
+        dumpJson(nlohmann::json{
+            {"status", "ok"}, {"generation", g.generation}, {"store", "shared"}, {"path", path_}})};
+  }
+
+  // GET /admin/config/history[?limit=N]: the shared store's generations, newest first.
+  JsonReply configHistory(std::string_view target) {
+    if (!shared_) {
+      return configError(409, "the config is a file here (config_store: file): no history",
+                         "not_shared");
+    }
+    int limit = 50;
+    if (const size_t q = target.find("limit="); q != std::string_view::npos) {
+      const std::string_view v = target.substr(q + 6, target.find('&', q) - (q + 6));
+      int n = 0;
+      const auto [ptr, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
+      if (ec != std::errc() || ptr != v.data() + v.size() || n < 1 || n > 1000) {
+        return configError(400, "limit must be 1..1000", "invalid_limit");
+      }
+      limit = n;
+    }
+    auto h = shared_->history(limit);
+    if (!h.ok()) return configError(503, h.status().message(), "config_store_unavailable");
+    nlohmann::json list = nlohmann::json::array();
+    for (const auto& g : *h) {
+      list.push_back({{"generation", g.generation},
+                      {"actor", g.actor},
+                      {"action", g.action},
+                      {"created_ms", g.created_ms}});
+    }
+    return {200, dumpJson(nlohmann::json{{"generation", shared_gen_.load()},
+                                         {"generations", std::move(list)}})};
+  }
+
+  // GET /admin/config/history/{generation}: that generation's config (secrets redacted).
+  JsonReply configAt(std::string_view generation) {
+    if (!shared_) {
+      return configError(409, "the config is a file here (config_store: file): no history",
+                         "not_shared");
+    }
+    int64_t n = 0;
+    const auto [ptr, ec] =
+        std::from_chars(generation.data(), generation.data() + generation.size(), n);
+    if (ec != std::errc() || ptr != generation.data() + generation.size() || n < 1) {
+      return configError(400, "a generation is a number >= 1", "invalid_generation");
+    }
+    auto g = shared_->get(n);
+    if (!g.ok()) return configError(503, g.status().message(), "config_store_unavailable");
+    if (!*g) return configError(404, "no generation " + std::to_string(n), "not_found");
+    auto doc = configDocumentOf((*g)->yaml);
+    if (!doc.ok()) return configError(500, doc.status().message(), "config_unreadable");
+    (*doc)["generation"] = n;
+    (*doc)["actor"] = (*g)->actor;
+    (*doc)["action"] = (*g)->action;
+    (*doc)["created_ms"] = (*g)->created_ms;
+    return {200, doc->dump()};
+  }
+
+  // POST /admin/config/rollback {"generation": N, "expected_generation"?}: N's text stored anew as
+  // the newest generation and applied (the history keeps both).
+  JsonReply rollbackConfig(const std::string& body, std::string_view actor) {
+    if (!shared_) {
+      return configError(409, "the config is a file here (config_store: file): no history",
+                         "not_shared");
+    }
+    auto read = readOrderedJson(body);
+    if (!read.ok()) return configError(400, read.status().message(), "invalid_json");
+    const auto& req = *read;
+    if (!req.is_object() || !req.contains("generation") || !req["generation"].is_number_integer()) {
+      return configError(400, "the body must be {\"generation\": N}", "invalid_json");
+    }
+    if (req.contains("expected_generation") &&
+        (!req["expected_generation"].is_number_integer() ||
+         req["expected_generation"].get<int64_t>() != shared_gen_.load())) {
+      return configError(409,
+                         "the config changed since it was read (generation " +
+                             std::to_string(shared_gen_.load()) + " now): read it again",
+                         "config_changed");
+    }
+    const int64_t based_on = shared_gen_.load();
+    const int64_t n = req["generation"].get<int64_t>();
+    auto g = n >= 1 ? shared_->get(n) : Result<std::optional<ConfigGeneration>>(std::nullopt);
+    if (!g.ok()) return configError(503, g.status().message(), "config_store_unavailable");
+    if (!*g) return configError(404, "no generation " + std::to_string(n), "not_found");
+    auto cfg = loadConfigText((*g)->yaml, path_);
+    if (!cfg.ok()) {
+      return configError(400, cfg.status().message(), "invalid_config",
+                         configErrorsOf(cfg.status()));
+    }
+    {
+      std::lock_guard<std::mutex> lock(control_mu_);
+      const auto restart = restartNeeded(config_, *cfg);
+      if (!restart.empty()) {
+        std::string keys;
+        for (const auto& k : restart) keys += (keys.empty() ? "" : ", ") + k;
+        return configError(
+            409, keys + ": generation " + std::to_string(n) + " differs in what needs a restart",
+            "restart_required");
+      }
+    }
+    return storeShared((*g)->yaml, std::move(*cfg), actor, "rollback to " + std::to_string(n),
+                       "config.rollback", based_on);
   }
 
   // "in_place" when only changed values were replaced in the file (its comments kept),
@@ -412,14 +713,23 @@ class ServerImpl final : public Server {
       return configError(400, "the body must be a JSON object with a 'config' object",
                          "invalid_json");
     }
+    std::string current;  // shared: the text the edit is made on, and its generation
+    int64_t generation = 0;
+    if (shared_) {
+      std::lock_guard<std::mutex> lock(shared_mu_);
+      current = shared_yaml_;
+      generation = shared_gen_.load();
+    } else {
+      generation = configGeneration();
+    }
     if (req.contains("generation") && (!req["generation"].is_number_integer() ||
-                                       req["generation"].get<int64_t>() != configGeneration())) {
+                                       req["generation"].get<int64_t>() != generation)) {
       return configError(409,
                          "the config changed since it was read (generation " +
-                             std::to_string(configGeneration()) + " now): read it again",
+                             std::to_string(generation) + " now): read it again",
                          "config_changed");
     }
-    auto checked = checkConfigDocument(req["config"], path_);
+    auto checked = checkConfigDocument(req["config"], path_, shared_ ? &current : nullptr);
     if (!checked.ok()) {
       const auto errors = configErrorsOf(checked.status());
       return configError(400, checked.status().message(), "invalid_config", errors);
@@ -446,6 +756,10 @@ class ServerImpl final : public Server {
       return {200, dumpJson(nlohmann::json{{"valid", true},
                                            {"yaml", checked->redacted_yaml},
                                            {"file_edit", fileEdit(*checked)}})};
+    }
+    if (shared_) {
+      return storeShared(checked->yaml, std::move(checked->config), actor, "apply", "config.apply",
+                         generation);
     }
     const auto backup = writeConfigFile(path_, checked->yaml);
     if (!backup.ok()) return configError(500, backup.status().message(), "config_not_written");
@@ -489,6 +803,7 @@ class ServerImpl final : public Server {
   // Loop i's data router: every component's data routes, with that loop's access worker.
   net::Router dataRouter(int i, net::asio::io_context& ctx) {
     net::Router r;
+    r.setTraceSink(tracer_.get());
     access::AccessWorker* aw = nullptr;
     if (access_) {
       auto w = access_->worker(i, ctx);
@@ -585,6 +900,24 @@ class ServerImpl final : public Server {
           guarded(
               [this](net::HttpRequest& req, net::ResponseWriter& w, net::PathParams) -> Task<void> {
                 auto [status, body] = postConfig(req.body, req.header("x-infera-actor"));
+                co_await sendJson(w, status, body);
+              }));
+    r.add("GET", "/admin/config/history",
+          guarded(
+              [this](net::HttpRequest& req, net::ResponseWriter& w, net::PathParams) -> Task<void> {
+                auto [status, body] = configHistory(req.target);
+                co_await sendJson(w, status, body);
+              }));
+    r.add(
+        "GET", "/admin/config/history/{generation}",
+        guarded([this](net::HttpRequest&, net::ResponseWriter& w, net::PathParams p) -> Task<void> {
+          auto [status, body] = configAt(p.get("generation"));
+          co_await sendJson(w, status, body);
+        }));
+    r.add("POST", "/admin/config/rollback",
+          guarded(
+              [this](net::HttpRequest& req, net::ResponseWriter& w, net::PathParams) -> Task<void> {
+                auto [status, body] = rollbackConfig(req.body, req.header("x-infera-actor"));
                 co_await sendJson(w, status, body);
               }));
     console::addAdminRoutes(r);
@@ -780,13 +1113,30 @@ class ServerImpl final : public Server {
   std::unique_ptr<net::HttpServer> admin_;
   std::mutex control_mu_;
   std::atomic<bool> draining_{false};
+  std::unique_ptr<obs::OtlpExporter> tracer_;  // tracing: on
+  // config_store: shared
+  std::unique_ptr<SharedConfigStore> shared_;
+  std::mutex shared_mu_;                // shared_yaml_, shared_failed_gen_; one change at a time
+  std::atomic<int64_t> shared_gen_{0};  // the generation applied here
+  std::string shared_yaml_;
+  int64_t shared_failed_gen_ = 0;
+  obs::Counter* shared_errors_ = nullptr;
+  std::thread poller_;
+  std::mutex poll_mu_;
+  std::condition_variable poll_cv_;
+  bool stop_poll_ = false;
 };
 
 }  // namespace
 
 Result<std::unique_ptr<Server>> Server::start(Config config, std::string config_path,
                                               Options options) {
+  SharedStart shared;
+  if (config.config_store == "shared") {
+    INFERA_ASSIGN_OR_RETURN(shared, startShared(config, config_path));
+  }
   auto s = std::make_unique<ServerImpl>(std::move(config), std::move(config_path), options);
+  s->useShared(std::move(shared));
   INFERA_RETURN_IF_ERROR(s->init());
   return std::unique_ptr<Server>(std::move(s));
 }

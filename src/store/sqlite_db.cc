@@ -2,6 +2,7 @@
 #include <sqlite3.h>
 #include <unistd.h>
 
+#include <filesystem>
 #include <functional>
 #include <string>
 #include <unordered_map>
@@ -215,6 +216,11 @@ Result<std::unique_ptr<SqlDb>> openSqlite(const std::string& path) {
   // Created for its owner only (keys' hashes, usage): SQLite would create it with the process's
   // umask (0644 by default), and gives its -wal and -shm files the database file's mode.
   if (path != ":memory:" && !path.empty()) {
+    // Its directory too, as for every path the server writes (server::checkHostPaths).
+    if (const auto dir = std::filesystem::path(path).parent_path(); !dir.empty()) {
+      std::error_code ec;
+      std::filesystem::create_directories(dir, ec);
+    }
     const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
     if (fd >= 0) ::close(fd);
   }

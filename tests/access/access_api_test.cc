@@ -4,9 +4,12 @@
 #include "access/access.h"
 
 #include <gtest/gtest.h>
+
 #include <stdlib.h>
+#include <sys/stat.h>
 
 #include <filesystem>
+#include <fstream>
 #include <optional>
 
 #include "access/internal/keys.h"
@@ -135,6 +138,43 @@ TEST_F(AccessApiTest, AuthenticatesAKeyIntoItsPrincipalAndRefusesOthers) {
   const auto user = worker_->authenticate(token_, "ann", none);
   ASSERT_TRUE(user);
   EXPECT_EQ(user->status, 403);
+}
+
+// governance.admin_token_file: created with a random token (mode 0600, its directory too) at the
+// first start, read back at the next; the admin API takes that token and nothing else.
+TEST_F(AccessApiTest, TheAdminTokenFileIsCreatedOnceAndRead) {
+  const std::string dir = std::filesystem::path(store_.substr(7)).parent_path().string();
+  AccessConfig cfg;
+  cfg.enabled = true;
+  cfg.store = store_;
+  cfg.key_secret = kSecret;
+  cfg.admin_token_file = dir + "/secrets/admin-token";
+  std::string first;
+  {
+    obs::MetricsRegistry once{1};
+    auto a = Access::start(cfg, once, 1, clock_);
+    ASSERT_TRUE(a.ok()) << a.status().message();
+    std::ifstream in(cfg.admin_token_file);
+    ASSERT_TRUE(std::getline(in, first));
+    EXPECT_GE(first.size(), 32u);
+    struct stat st {};
+    ASSERT_EQ(::stat(cfg.admin_token_file.c_str(), &st), 0);
+    EXPECT_EQ(st.st_mode & 0777, 0600u);
+    EXPECT_FALSE((*a)->refuseAdmin("Bearer " + first));
+    EXPECT_TRUE((*a)->refuseAdmin("Bearer admin"));
+    EXPECT_TRUE((*a)->refuseAdmin(""));
+  }
+  obs::MetricsRegistry again{1};
+  auto b = Access::start(cfg, again, 1, clock_);
+  ASSERT_TRUE(b.ok()) << b.status().message();
+  EXPECT_FALSE((*b)->refuseAdmin("Bearer " + first));  // the same token: read, not made again
+  // An empty file is refused, naming the key.
+  std::ofstream(cfg.admin_token_file, std::ios::trunc) << "\n";
+  obs::MetricsRegistry third{1};
+  auto c = Access::start(cfg, third, 1, clock_);
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("governance.admin_token_file"), std::string::npos)
+      << c.status().message();
 }
 
 TEST_F(AccessApiTest, ChecksTheTeamsModelList) {

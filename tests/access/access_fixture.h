@@ -6,11 +6,15 @@
 #include <simdjson.h>
 #include <stdlib.h>
 
+#include <atomic>
+#include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/clock.h"
@@ -171,5 +175,52 @@ inline json usageRows(const server::Server& gw, const std::string& query) {
   const json j = parse(r.body);
   return j.contains("rows") ? j["rows"] : json::array();
 }
+
+// Requests sent one after another on `threads` threads until stopped (send(i) sends the i-th of a
+// thread and returns its status), counting the statuses.
+class Load {
+ public:
+  explicit Load(std::function<int(size_t)> send, int threads = 2) : send_(std::move(send)) {
+    for (int t = 0; t < threads; ++t) {
+      threads_.emplace_back([this, t] {
+        for (size_t i = static_cast<size_t>(t); !stop_; ++i) {
+          const int status = send_(i);
+          std::lock_guard<std::mutex> lock(mu_);
+          ++statuses_[status];
+        }
+      });
+    }
+  }
+  ~Load() { stop(); }
+  void stop() {
+    stop_ = true;
+    for (auto& t : threads_) {
+      if (t.joinable()) t.join();
+    }
+  }
+  int64_t count(int status) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return statuses_[status];
+  }
+  int64_t total() {
+    std::lock_guard<std::mutex> lock(mu_);
+    int64_t n = 0;
+    for (const auto& [s, c] : statuses_) n += c;
+    return n;
+  }
+  std::string summary() {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::string out;
+    for (const auto& [s, c] : statuses_) out += std::to_string(s) + ": " + std::to_string(c) + " ";
+    return out;
+  }
+
+ private:
+  std::function<int(size_t)> send_;
+  std::atomic<bool> stop_{false};
+  std::mutex mu_;
+  std::map<int, int64_t> statuses_;
+  std::vector<std::thread> threads_;
+};
 
 }  // namespace infera::access::govtest

@@ -28,12 +28,16 @@ finish() {
   [[ "$failed" -eq 0 ]]
 }
 # start_serve INFERA CONFIG OUT: sets pid, port, admin (empty if it did not come up within 10 s).
-start_serve() {
+start_serve() { start_serve_args "$1" "$3" -c "$2"; }
+# start_serve_args INFERA OUT SERVE_ARGS...: the same for `infera serve SERVE_ARGS...`.
+start_serve_args() {
+  local infera="$1" out="$2"; shift 2
+  set -- "$infera" "" "$out" "$@"
   # Emptied here, not only by the child's redirection: a restart on the same output file must not
   # read the previous run's ports before the child has truncated it.
   : >"$3"
   SERVE_LOGS+=("$3")
-  "$1" serve -c "$2" >"$3" 2>&1 &
+  "$1" serve "${@:4}" >"$3" 2>&1 &
   pid=$!
   SERVE_PIDS+=("$pid")
   port=""; admin=""

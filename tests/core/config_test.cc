@@ -68,6 +68,29 @@ TEST(ConfigTest, ReportsEveryErrorWithPathAndLine) {
   EXPECT_NE(m.find("extra (line 9): unknown key"), std::string::npos) << m;
 }
 
+// A key one or two letters off a known one names it; one far from every key does not.
+TEST(ConfigTest, AnUnknownKeyNamesTheNearOne) {
+  const auto cfg = parse(
+      "worker: 4\n"
+      "backends:\n"
+      "  - url: http://a\n"
+      "    max_conections: 3\n"
+      "    colour: red\n");
+  ASSERT_FALSE(cfg.ok());
+  const std::string& m = cfg.status().message();
+  EXPECT_NE(m.find("worker (line 1): unknown key (did you mean 'workers'?)"), std::string::npos)
+      << m;
+  EXPECT_NE(m.find("backends[0].max_conections (line 4): unknown key (did you mean "
+                   "'max_connections'?)"),
+            std::string::npos)
+      << m;
+  EXPECT_NE(m.find("backends[0].colour (line 5): unknown key"), std::string::npos) << m;
+  EXPECT_EQ(m.find("colour (line 5): unknown key (did"), std::string::npos) << m;
+  EXPECT_EQ(nearestKey("url", {"uri", "urls"}), "uri");  // equal distance: the first in order
+  EXPECT_EQ(nearestKey("ab", {"xy"}), "");
+  EXPECT_EQ(nearestKey("timeout_ms", {"timeout_s"}), "timeout_s");
+}
+
 TEST(ConfigTest, MissingRequiredKeysAreNamed) {
   const auto cfg = parse("backends:\n  - max_connections: 3\n");
   ASSERT_FALSE(cfg.ok());

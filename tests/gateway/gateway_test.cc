@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <filesystem>
 #include <fstream>
 #include <mutex>
 #include <thread>
@@ -372,6 +373,54 @@ TEST_F(GatewayTest, AnswersGatewayTimeoutWhenTheUpstreamHangs) {
   const auto took = std::chrono::steady_clock::now() - start;
   EXPECT_GE(took, std::chrono::milliseconds(300));
   EXPECT_LT(took, std::chrono::seconds(3));
+}
+
+// The autoscaling signals per deployment: requests in flight (summed over the workers at scrape
+// time, back to 0 when they end) and the tokens of the answers whose usage the gateway read.
+TEST_F(GatewayTest, DeploymentSignalsCountInFlightAndTokens) {
+  auto& hung = startEmulator({"slow"}, [](EmulatorConfig& c) { c.faults.hang_rate = 1; });
+  auto& fast = startEmulator({"fast"});
+  const std::string store = ::testing::TempDir() + "/signals-" + std::to_string(::getpid()) + ".db";
+  startGateway(std::string(kNoHealth) + "retry: {attempts: 1}\n" +
+               "governance: {store: 'sqlite:" + store + "', require_keys: false}\n" +
+               "models:\n  - name: slow\n    deployments:\n"
+               "      - name: slow-d\n        timeouts: {first_byte_ms: 5000}\n"
+               "        endpoints:\n" +
+               endpoint(hung) + "  - name: fast\n    deployments:\n      - name: fast-d\n" +
+               "        endpoints:\n" + endpoint(fast));
+  const auto in_flight = [&](const std::string& deployment) {
+    const std::string text = gw_->metricsText();
+    const std::string series = "infera_gateway_deployment_in_flight{model=\"" +
+                               deployment.substr(0, deployment.size() - 2) + "\",deployment=\"" +
+                               deployment + "\"} ";
+    const size_t at = text.find(series);
+    return at == std::string::npos ? -1.0 : std::stod(text.substr(at + series.size()));
+  };
+  std::vector<std::thread> held;
+  for (int i = 0; i < 3; ++i) {
+    held.emplace_back([&] { (void)post("/v1/chat/completions", chatBody("slow")); });
+  }
+  EXPECT_TRUE(waitFor([&] { return in_flight("slow-d") == 3; })) << in_flight("slow-d");
+  EXPECT_EQ(in_flight("fast-d"), 0);
+  double answered = 0;  // the tokens the answers' usage says
+  for (int i = 0; i < 2; ++i) {
+    const auto r = post("/v1/chat/completions", chatBody("fast", false, 5));
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << r->body;
+    const size_t at = r->body.find("\"total_tokens\":");
+    ASSERT_NE(at, std::string::npos) << r->body;
+    answered += std::stod(r->body.substr(at + 15));
+  }
+  EXPECT_GE(answered, 2 * 5);
+  EXPECT_TRUE(waitFor([&] {
+    return gw_->metricSum("infera_gateway_deployment_tokens_total") == answered;
+  })) << gw_->metricsText();
+  EXPECT_NE(gw_->metricsText().find("infera_gateway_deployment_tokens_total{model=\"fast\","
+                                    "deployment=\"fast-d\",kind=\"completion\"} 10"),
+            std::string::npos);
+  for (auto& t : held) t.join();  // the hung ones end at their 5 s first-byte timeout
+  EXPECT_EQ(in_flight("slow-d"), 0);
+  std::filesystem::remove(store);
 }
 
 TEST_F(GatewayTest, TotalDeadlineEndsALongStreamWithAnErrorEvent) {

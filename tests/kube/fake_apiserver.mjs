@@ -85,6 +85,12 @@ const RESOURCES = [
   { group: 'apps', version: 'v1', name: 'deployments', kind: 'Deployment', namespaced: true,
     short: ['deploy'], categories: ['all'],
     verbs: ['create', 'delete', 'get', 'list', 'patch', 'update', 'watch'] },
+  { group: 'apps', version: 'v1', name: 'statefulsets', kind: 'StatefulSet', namespaced: true,
+    short: ['sts'], categories: ['all'],
+    verbs: ['create', 'delete', 'get', 'list', 'patch', 'update', 'watch'] },
+  // A custom resource, as a cluster with the Prometheus operator's CRDs installed serves it.
+  { group: 'monitoring.coreos.com', version: 'v1', name: 'podmonitors', kind: 'PodMonitor',
+    namespaced: true, short: ['pmon'], verbs: ['create', 'delete', 'get', 'list', 'patch', 'update', 'watch'] },
   { group: 'policy', version: 'v1', name: 'poddisruptionbudgets', kind: 'PodDisruptionBudget',
     namespaced: true, short: ['pdb'], verbs: ['create', 'delete', 'get', 'list', 'patch', 'update', 'watch'] },
   { group: 'coordination.k8s.io', version: 'v1', name: 'leases', kind: 'Lease', namespaced: true,

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # A user's first hour from a bare clone: `git clone` into an empty directory (nothing beside it),
 # then the README's tour run from there — the scheduler on the shipped trace from an unrelated
-# working directory, the scheduler trace tests on the clone's data, the quickstart gateway's curl
-# commands, the governance tour's CLI and the vector index tour (create, load, search, embed) — with
+# working directory, the scheduler trace tests on the clone's data, every example validated, then
+# the whole platform as `make run` serves it (no -c, a data directory outside the clone): the
+# gateway's curl commands, keys and limits, the registry, the feature store, the vector index and
+# batches on that one server; then examples/governance.yaml (keys required) — with
 # this build's binaries copied into the clone (the suite has built them once; building again would
 # double `make test`).
 # Usage: fresh_clone_tour_test.sh SOURCE_DIR INFERA_BINARY SCHEDULER_TRACE_TEST_BINARY
@@ -62,34 +64,107 @@ for f in "$clone"/examples/*.yaml; do
   check "config validate $(basename "$f")" test $? -eq 0
 done
 
-# --- quickstart gateway (README: "A five-minute tour"), on free ports ------------------------------
-sed -e 's/port: 8080/port: 0/' -e 's/port: 9090/port: 0/' "$clone/examples/quickstart.yaml" >"$top/qs.yaml"
-start_serve "$infera" "$top/qs.yaml" "$top/qs.out"
-check "the quickstart gateway starts" test -n "$port"
+# --- the whole platform (README: "A five-minute tour"): `infera serve` without -c, on free ports ----
+# `make run` is `infera serve` with no config: a data directory outside the clone, created on first
+# run from examples/platform.yaml. Here `infera init` writes it first, to move the ports.
+home="$top/home"
+"$infera" init --data-dir "$home" --port 0 --admin-port 0 >"$top/init.out" 2>&1
+check "infera init writes the data directory's config" grep -q "^wrote $home/infera.yaml$" "$top/init.out"
+check "the copy keeps its state in the data directory" bash -c "grep -q 'sqlite:$home/governance.db' '$home/infera.yaml' && ! grep -q 'infera-data' '$home/infera.yaml'"
+check "the feature repository is written beside it" cmp -s "$home/features/repo.yaml" "$clone/examples/features/repo.yaml"
+export INFERA_HOME="$home"
+unset INFERA_ADMIN_TOKEN INFERA_ADMIN_URL
+start_serve_args "$infera" "$top/platform.out"
+check "infera serve (no -c) starts the platform from INFERA_HOME" test -n "$port"
+check "it names the config it serves and where the admin token is" bash -c "grep -q '^infera: serving $home/infera.yaml' '$top/platform.out' && grep -q 'admin token in $home/admin-token' '$top/platform.out'"
+check "the admin token was created, for this user only" bash -c "test \$(stat -c %a '$home/admin-token') = 600 && test -s '$home/admin-token'"
 d="http://127.0.0.1:$port"
+export INFERA_URL="$d" INFERA_ADMIN_URL="http://127.0.0.1:$admin"
 code() { curl -s -o "$top/body" -w '%{http_code}' "$@"; }
 c=$(code -N "$d/v1/chat/completions" -H 'content-type: application/json' \
   -d '{"model":"llama-3-8b","stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"Tell me a story"}]}')
-check "a streamed chat answers 200" test "$c" = 200
+check "a keyless streamed chat answers 200 (team anonymous)" test "$c" = 200
 check "the stream ends with [DONE] after a usage chunk" bash -c "grep -q '\"usage\"' '$top/body' && tail -c 200 '$top/body' | grep -q 'data: \[DONE\]'"
 c=$(code "$d/v1/chat/completions" -d '{"model":"gpt-4o-mini","max_tokens":5,"messages":[]}')
 check "an alias routes to its model" test "$c" = 200
 c=$(code "$d/v1/models")
-check "/v1/models lists the quickstart's models" bash -c "test $c = 200 && grep -q llama-3-8b '$top/body' && grep -q resnet50 '$top/body'"
+check "/v1/models lists the platform's models" bash -c "test $c = 200 && grep -q llama-3-8b '$top/body' && grep -q resnet50 '$top/body' && grep -q fraud-backend '$top/body'"
 c=$(code "$d/v1/embeddings" -d '{"model":"text-embedding-3-small","input":"hello"}')
 check "embeddings answer 200" test "$c" = 200
 c=$(code "$d/v2/models/resnet50/infer" -d '{"inputs":[{"name":"INPUT0","shape":[1,3],"datatype":"FP32","data":[1,2,3]}]}')
 check "KServe v2 infer answers 200" test "$c" = 200
 c=$(code "$d/v1/chat/completions" -d '{"model":"nope","messages":[]}')
 check "an unknown model is an OpenAI-shaped 404" bash -c "test $c = 404 && grep -q '\"error\"' '$top/body'"
-check "metrics count the requests" bash -c "curl -s http://127.0.0.1:$admin/metrics | grep -q infera_gateway_requests_total"
-c=$(code "http://127.0.0.1:$admin/ui")
+check "metrics count the requests" bash -c "curl -s $INFERA_ADMIN_URL/metrics | grep -q infera_gateway_requests_total"
+c=$(code "$INFERA_ADMIN_URL/ui")
 check "the web console is served at /ui on the admin port" bash -c "test $c = 200 && grep -q '/ui/app.js' '$top/body'"
-c=$(code "http://127.0.0.1:$admin/admin/endpoints")
-check "/admin/endpoints answers 200" test "$c" = 200
-c=$(code -X POST "http://127.0.0.1:$admin/admin/reload")
-check "POST /admin/reload answers 200" test "$c" = 200
+c=$(code "$INFERA_ADMIN_URL/admin/status" -H "authorization: Bearer $(cat "$home/admin-token")")
+check "every component runs in the one process (/admin/status)" node -e '
+  const s = JSON.parse(require("fs").readFileSync(process.argv[1], "utf8"));
+  const c = s.components || {};
+  const want = ["gateway", "governance", "registry", "features", "vectors", "batch"];
+  process.exit(want.every((k) => c[k] === true) ? 0 : 1);' "$top/body"
+c=$(code -X POST "$INFERA_ADMIN_URL/admin/reload")
+check "the admin API refuses a call without the token (401)" test "$c" = 401
+# Keys, limits and usage: the CLI reads the admin token from the data directory.
+"$infera" teams create ml --models 'llama*,text-*' --tpm 20000 --rpm 3 >/dev/null
+check "infera teams create (admin token read from INFERA_HOME)" test $? -eq 0
+key=$("$infera" keys create --team ml --expires 30d)
+check "infera keys create prints a secret" bash -c "[[ '$key' =~ ^sk-inf-[A-Za-z0-9]{12}-[A-Za-z0-9]{20,}$ ]]"
+chat() { code "$d/v1/chat/completions" "$@" \
+  -d '{"model":"llama3","max_tokens":8,"messages":[{"role":"user","content":"hi"}]}'; }
+codes=""
+for _ in 1 2 3 4; do codes="$codes $(chat -H "authorization: Bearer $key")"; done
+check "three calls pass, the fourth in the minute is a 429 (rpm 3)" test "$codes" = " 200 200 200 429"
+check "a bad key: 401" test "$(chat -H 'authorization: Bearer sk-inf-nope')" = 401
+c=$(code "$d/v1/embeddings" -H "authorization: Bearer $key" -d '{"model":"resnet50","input":"x"}')
+check "a model outside the team's list: 403" test "$c" = 403
+# Registry: two versions bound to the two deployments; the alias routes.
+"$infera" models create fraud --description "fraud scoring" >/dev/null &&
+  "$infera" models upload fraud "$clone/README.md" >/dev/null &&
+  "$infera" models upload fraud "$clone/README.md" >/dev/null &&
+  "$infera" models bind fraud --version 1 --deployment fraud-v1 >/dev/null &&
+  "$infera" models bind fraud --version 2 --deployment fraud-v2 >/dev/null &&
+  "$infera" models alias fraud champion 1 --reason "first release" >/dev/null
+check "the registry tour: create, upload twice, bind, alias" test $? -eq 0
+c=$(code "$d/v1/chat/completions" -d '{"model":"fraud@champion","messages":[{"role":"user","content":"hi"}]}')
+check "fraud@champion answers through version 1's deployment" test "$c" = 200
+"$infera" models alias fraud champion 2 >/dev/null && "$infera" models rollback fraud --alias champion >/dev/null
+check "alias moved and rolled back" bash -c "'$infera' models history fraud --alias champion | grep -c champion | grep -qv '^0$'"
+# Feature store: the example repository is loaded; ingest its CSV and read it back.
+"$infera" features ingest driver_hourly_stats "$clone/examples/features/driver_stats.csv" >"$top/ingest.out" 2>&1
+check "infera features ingest writes the CSV's rows" grep -q "rows written to driver_hourly_stats" "$top/ingest.out"
+c=$(code "$d/get-online-features" -d '{"feature_service":"driver_activity","entities":{"driver_id":[1001]}}')
+check "get-online-features answers the ingested row" bash -c "test $c = 200 && grep -q '\"PRESENT\"' '$top/body'"
+# Vector index and batches on the same server.
+"$infera" vectors create sift --dim 128 --distance Euclid >/dev/null 2>&1
+check "infera vectors create" test $? -eq 0
+"$infera" vectors load sift "$clone/data/ngt-sift-5k/sift-dataset-5k.tsv" --ignore-extra-columns >"$top/vload.out" 2>&1
+check "infera vectors load reads the clone's SIFT TSV" grep -q "loaded 5000 points" "$top/vload.out"
+"$infera" vectors search sift --from-file "$clone/data/ngt-sift-5k/sift-query-3.tsv" --limit 5 >"$top/vsearch.out" 2>&1
+check "search finds the README's neighbours" bash -c "sed -n '2,6p' '$top/vsearch.out' | awk '{print \$2}' | tr '\n' ' ' | grep -q '^3030 4078 3163 3717 156 $'"
+printf '{"id":1,"text":"a red apple"}\n{"id":2,"text":"a green pear","payload":{"kind":"fruit"}}\n' >"$top/texts.jsonl"
+"$infera" vectors embed docs "$top/texts.jsonl" --model text-embedding-3-small --create >"$top/vembed.out" 2>&1
+check "infera vectors embed through the platform's emulator" grep -q "embedded 2 texts" "$top/vembed.out"
+check "the embedded collection has the emulator's 384 dimensions" bash -c "curl -s $INFERA_URL/collections/docs | grep -q '\"size\":384'"
+for i in 1 2 3; do echo "{\"custom_id\":\"q$i\",\"method\":\"POST\",\"url\":\"/v1/chat/completions\",\"body\":{\"model\":\"llama-3-8b\",\"messages\":[{\"role\":\"user\",\"content\":\"question $i\"}]}}"; done >"$top/requests.jsonl"
+"$infera" batches create "$top/requests.jsonl" --wait >"$top/bcreate.out" 2>&1
+check "infera batches create --wait ends completed, 3 of 3" grep -q "completed.*3 of 3 done" "$top/bcreate.out"
+batch_id=$(awk 'NR==1 {print $1}' "$top/bcreate.out")
+"$infera" batches output "$batch_id" >"$top/boutput.out" 2>&1
+check "infera batches output has one answer per line" bash -c "[[ \$(grep -c '\"status_code\":200' '$top/boutput.out') == 3 ]]"
+"$infera" vectors create catalogue --dim 384 --distance Cosine >/dev/null 2>&1
+"$infera" batches embed catalogue "$top/texts.jsonl" --model text-embedding-3-small --wait >"$top/bembed.out" 2>&1
+check "infera batches embed ends completed, 2 of 2" grep -q "completed.*2 of 2 done" "$top/bembed.out"
 kill -TERM "$pid"; wait "$pid" 2>/dev/null; pid=""
+check "the platform's run wrote no file of the clone" bash -c "cd '$clone' && git diff --quiet && test -z \"\$(git status --porcelain --untracked-files=all | grep -v '^?? build/')\""
+# A second start serves the same data directory: the team is still there.
+start_serve_args "$infera" "$top/platform2.out" --data-dir "$home"
+check "a restart serves the same data directory" bash -c "grep -q '^infera: serving $home/infera.yaml' '$top/platform2.out' && test -n '$port'"
+export INFERA_ADMIN_URL="http://127.0.0.1:$admin"
+check "the team created before the restart is kept" bash -c "'$infera' teams list | grep -q '^ml '"
+kill -TERM "$pid"; wait "$pid" 2>/dev/null; pid=""
+unset INFERA_HOME INFERA_URL INFERA_ADMIN_URL
 
 # --- governance tour (README: "Keys, limits and usage"), on free ports -----------------------------
 mkdir -p "$top/gov" && cd "$top/gov"
@@ -138,48 +213,4 @@ check "infera audit lists the key creation by the admin (status $audit_rc)" \
 
 kill -TERM "$pid"; wait "$pid" 2>/dev/null; pid=""
 
-# --- vector index tour (README: "Vector index"), on free ports -------------------------------------
-mkdir -p "$top/vec" && cd "$top/vec"
-unset INFERA_ADMIN_URL
-sed -e 's/port: 8080/port: 0/' -e 's/port: 9090/port: 0/' -e "s|./infera-data/vectors|$top/vec/data|" \
-  "$clone/examples/vectors.yaml" >"$top/vec.yaml"
-start_serve "$infera" "$top/vec.yaml" "$top/vec.out"
-check "the vectors example starts" test -n "$port"
-export INFERA_URL="http://127.0.0.1:$port"
-"$infera" vectors create sift --dim 128 --distance Euclid >/dev/null 2>&1
-check "infera vectors create" test $? -eq 0
-"$infera" vectors load sift "$clone/data/ngt-sift-5k/sift-dataset-5k.tsv" --ignore-extra-columns >"$top/vload.out" 2>&1
-check "infera vectors load reads the clone's SIFT TSV" grep -q "loaded 5000 points" "$top/vload.out"
-"$infera" vectors search sift --from-file "$clone/data/ngt-sift-5k/sift-query-3.tsv" --limit 5 >"$top/vsearch.out" 2>&1
-check "search finds the README's neighbours" bash -c "sed -n '2,6p' '$top/vsearch.out' | awk '{print \$2}' | tr '\n' ' ' | grep -q '^3030 4078 3163 3717 156 $'"
-"$infera" vectors stats sift >"$top/vstats.out" 2>&1
-check "infera vectors stats" grep -q "^points *5000" "$top/vstats.out"
-printf '{"id":1,"text":"a red apple"}\n{"id":2,"text":"a green pear","payload":{"kind":"fruit"}}\n' >texts.jsonl
-"$infera" vectors embed docs texts.jsonl --model text-embedding-3-small --create >"$top/vembed.out" 2>&1
-check "infera vectors embed through the example's emulator" grep -q "embedded 2 texts" "$top/vembed.out"
-check "the embedded collection has the emulator's 384 dimensions" bash -c "curl -s $INFERA_URL/collections/docs | grep -q '\"size\":384'"
-kill -TERM "$pid"; wait "$pid" 2>/dev/null; pid=""
-# --- batch tour (README: "Batch inference"), on free ports -----------------------------------------
-mkdir -p "$top/batch" && cd "$top/batch"
-sed -e 's/port: 8080/port: 0/' -e 's/port: 9090/port: 0/' -e "s|./infera-data/batch|$top/batch/data|" \
-  "$clone/examples/batch.yaml" >"$top/batch.yaml"
-start_serve "$infera" "$top/batch.yaml" "$top/batch.out"
-check "the batch example starts" test -n "$port"
-export INFERA_URL="http://127.0.0.1:$port"
-for i in 1 2 3; do echo "{\"custom_id\":\"q$i\",\"method\":\"POST\",\"url\":\"/v1/chat/completions\",\"body\":{\"model\":\"llama-3-8b\",\"messages\":[{\"role\":\"user\",\"content\":\"question $i\"}]}}"; done >requests.jsonl
-"$infera" batches create requests.jsonl --wait >"$top/bcreate.out" 2>&1
-check "infera batches create --wait ends completed, 3 of 3" grep -q "completed.*3 of 3 done" "$top/bcreate.out"
-batch_id=$(awk 'NR==1 {print $1}' "$top/bcreate.out")
-"$infera" batches list >"$top/blist.out" 2>&1
-check "infera batches list shows it" bash -c "[[ -n '$batch_id' ]] && grep -q '^$batch_id ' '$top/blist.out'"
-"$infera" batches output "$batch_id" >"$top/boutput.out" 2>&1
-check "infera batches output has one answer per line" bash -c "[[ \$(grep -c '\"status_code\":200' '$top/boutput.out') == 3 ]]"
-"$infera" vectors create catalogue --dim 384 --distance Cosine >/dev/null 2>&1
-check "infera vectors create beside the batches" test $? -eq 0
-printf '{"id":1,"text":"a red apple"}\n{"id":2,"text":"a green pear","payload":{"kind":"fruit"}}\n' >texts.jsonl
-"$infera" batches embed catalogue texts.jsonl --model text-embedding-3-small --wait >"$top/bembed.out" 2>&1
-check "infera batches embed ends completed, 2 of 2" grep -q "completed.*2 of 2 done" "$top/bembed.out"
-"$infera" vectors stats catalogue >"$top/bstats.out" 2>&1
-check "the collection holds the 2 points" grep -Eq '"?points"?[:= ]+2\b' "$top/bstats.out"
-kill -TERM "$pid"; wait "$pid" 2>/dev/null; pid=""
 finish

@@ -83,6 +83,46 @@ TEST(QueuesTest, GuaranteedAboveMaxIsAnError) {
       << cfg.status().message();
 }
 
+// The max over all types ("*") bounds every type's guarantee and their sum (docs/scheduler.md:
+// "guaranteed > max are errors"); a guarantee within it is accepted.
+TEST(QueuesTest, GuaranteedAboveTheMaxOverAllTypesIsAnError) {
+  const auto one = parseSchedulingConfigString(R"(queues:
+  - name: a
+    guaranteed: {gpus: {T4: 8}}
+    max: {gpus: {"*": 4}}
+)");
+  ASSERT_FALSE(one.ok());
+  EXPECT_NE(one.status().message().find("queues[0].guaranteed (line 3): guaranteed T4 GPUs (8) "
+                                        "exceed the max over all types (max.gpus.\"*\": 4)"),
+            std::string::npos)
+      << one.status().message();
+  const auto sum = parseSchedulingConfigString(R"(queues:
+  - name: a
+    guaranteed: {gpus: {T4: 3, A100: 2.5}}
+    max: {gpus: {"*": 5, T4: 8}}
+)");
+  ASSERT_FALSE(sum.ok());
+  EXPECT_NE(sum.status().message().find("queues[0].guaranteed (line 3): guaranteed GPUs of all "
+                                        "types together (5.5) exceed the max over all types "
+                                        "(max.gpus.\"*\": 5)"),
+            std::string::npos)
+      << sum.status().message();
+  const auto star = parseSchedulingConfigString(R"(queues:
+  - name: a
+    guaranteed: {gpus: {"*": 6}}
+    max: {gpus: {"*": 5}}
+)");
+  ASSERT_FALSE(star.ok());
+  EXPECT_NE(star.status().message().find("guaranteed * GPUs exceed max"), std::string::npos)
+      << star.status().message();
+  const auto fits = parseSchedulingConfigString(R"(queues:
+  - name: a
+    guaranteed: {gpus: {T4: 3, A100: 2}}
+    max: {gpus: {"*": 5}}
+)");
+  EXPECT_TRUE(fits.ok()) << fits.status().message();
+}
+
 TEST(QueuesTest, ValidatesTheShippedExamples) {
   const char* src = std::getenv("INFERA_SOURCE_DIR");
   ASSERT_NE(src, nullptr);

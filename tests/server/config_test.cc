@@ -2,7 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <filesystem>
 #include <fstream>
 
 #include "fakes/tls_pki.h"
@@ -362,13 +365,45 @@ TEST(ServerConfigTest, MissingFileAndSyntaxErrorsAreClear) {
   EXPECT_NE(bad.status().message().find("line"), std::string::npos);
 }
 
+// Every shipped example parses, and serving it from a scratch working directory would not fail on
+// a path (the multi-region example once named /var/log/infera/access.jsonl, which `config
+// validate` passed and `serve` refused as a user).
 TEST(ServerConfigTest, ShippedExamplesAreValid) {
-  const char* src = INFERA_TEST_SOURCE_DIR;
+  const std::string src = INFERA_TEST_SOURCE_DIR;
   for (const char* f :
-       {"/examples/quickstart.yaml", "/examples/multi-region.yaml", "/examples/vectors.yaml"}) {
-    const auto cfg = loadConfig(std::string(src) + f);
-    EXPECT_TRUE(cfg.ok()) << f << ": " << cfg.status().message();
+       {"/examples/platform.yaml", "/examples/quickstart.yaml", "/examples/multi-region.yaml",
+        "/examples/vectors.yaml", "/examples/governance.yaml", "/examples/features.yaml",
+        "/examples/registry.yaml", "/examples/batch.yaml"}) {
+    const auto cfg = loadConfig(src + f);
+    ASSERT_TRUE(cfg.ok()) << f << ": " << cfg.status().message();
+    const auto problems = checkHostPaths(*cfg);
+    EXPECT_TRUE(problems.empty()) << f << ": " << (problems.empty() ? "" : problems[0]);
   }
+}
+
+// What serving would fail on and the parser cannot see: a path under a regular file, a missing
+// feature repository. Named by key; a config whose paths are fine has no problem (certificates
+// are read by the parser already).
+TEST(ServerConfigTest, HostPathsThatServingWouldRefuseAreNamed) {
+  const std::string dir = ::testing::TempDir() + "host-paths-" + std::to_string(::getpid());
+  std::filesystem::create_directories(dir);
+  const std::string file = dir + "/plain-file";
+  std::ofstream(file) << "x";
+  auto cfg = loadConfigString("access_log: " + file + "/logs/access.jsonl\n" +
+                              "governance: {store: \"sqlite:" + dir + "/new/dir/g.db\", " +
+                              "admin_token_file: " + dir + "/secrets/admin-token}\n" +
+                              "vectors: {data_dir: " + file + "/vectors}\n" +
+                              "features: {repository: " + dir + "/no-such-repo}\n");
+  ASSERT_TRUE(cfg.ok()) << cfg.status().message();
+  const auto problems = checkHostPaths(*cfg);
+  std::string all;
+  for (const auto& p : problems) all += p + "\n";
+  EXPECT_EQ(problems.size(), 3u) << all;
+  expectEveryMessage(
+      all, {"access_log: cannot create or write ", "/plain-file is not a directory",
+            "vectors.data_dir: cannot create or write ", "features.repository: cannot read "});
+  EXPECT_EQ(all.find("governance"), std::string::npos) << all;  // missing dirs are created
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -4,11 +4,6 @@
 // tests/gateway/hardening_test.cc.)
 #include <gtest/gtest.h>
 
-#include <atomic>
-#include <map>
-#include <mutex>
-#include <thread>
-
 #include "access/access_fixture.h"
 #include "fakes/servers.h"
 #include "store/sql.h"
@@ -18,54 +13,6 @@ namespace {
 
 using namespace access::govtest;
 using testing::waitFor;
-
-// Sends chat completions with `key` one after another on two threads until stopped, counting the
-// statuses it got.
-class Load {
- public:
-  Load(const Server& gw, std::string key) : gw_(gw), key_(std::move(key)) {
-    for (int i = 0; i < 2; ++i) {
-      threads_.emplace_back([this] {
-        while (!stop_) {
-          const int status = call(gw_, key_, chat("m1", 2)).status;
-          std::lock_guard<std::mutex> lock(mu_);
-          ++statuses_[status];
-        }
-      });
-    }
-  }
-  ~Load() { stop(); }
-  void stop() {
-    stop_ = true;
-    for (auto& t : threads_) {
-      if (t.joinable()) t.join();
-    }
-  }
-  int64_t count(int status) {
-    std::lock_guard<std::mutex> lock(mu_);
-    return statuses_[status];
-  }
-  int64_t total() {
-    std::lock_guard<std::mutex> lock(mu_);
-    int64_t n = 0;
-    for (const auto& [s, c] : statuses_) n += c;
-    return n;
-  }
-  std::string summary() {
-    std::lock_guard<std::mutex> lock(mu_);
-    std::string out;
-    for (const auto& [s, c] : statuses_) out += std::to_string(s) + ": " + std::to_string(c) + " ";
-    return out;
-  }
-
- private:
-  const Server& gw_;
-  std::string key_;
-  std::atomic<bool> stop_{false};
-  std::mutex mu_;
-  std::map<int, int64_t> statuses_;
-  std::vector<std::thread> threads_;
-};
 
 // Redis killed under load: admissions fall back to the local share (no request fails), and once
 // Redis is back they are decided in Redis again.
@@ -78,7 +25,7 @@ TEST(FaultsTest, RedisRestartedUnderLoadFailsNoRequestAndLimitsReturnToRedis) {
                                "  redis: " + redis->url() + "\n  redis_timeout_ms: 200\n"));
   ASSERT_TRUE(gw);
   const std::string key = makeKey(*gw, "load", json{{"rpm", 1000000}, {"tpm", 100000000}});
-  Load load(*gw, key);
+  Load load([&](size_t) { return call(*gw, key, chat("m1", 2)).status; });
   ASSERT_TRUE(waitFor([&] { return load.count(200) > 50; }));
   redis->kill();
   ASSERT_TRUE(waitFor([&] { return gw->metricSum("infera_ratelimit_fallback_total") > 20; },
@@ -110,7 +57,7 @@ TEST(FaultsTest, PostgresRestartedUnderLoadLosesNoUsageAndAdminChangesFailCleanl
   auto gw = startGov(govConfig(emu->url(), pg->url("faults")));
   ASSERT_TRUE(gw);
   const std::string key = makeKey(*gw, "load", json{{"rpm", 1000000}, {"tpm", 100000000}});
-  Load load(*gw, key);
+  Load load([&](size_t) { return call(*gw, key, chat("m1", 2)).status; });
   ASSERT_TRUE(waitFor([&] { return load.count(200) > 50; }));
   ASSERT_TRUE(pg->stop());
   ASSERT_TRUE(waitFor([&] { return gw->metricSum("infera_usage_write_failures_total") > 0; },

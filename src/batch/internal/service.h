@@ -176,7 +176,7 @@ class CaptureWriter final : public net::ResponseWriter {
     if (auto f = std::move(on_close_)) f();
   }
 
-  int status() const { return status_; }
+  int status() const override { return status_; }
   bool aborted() const { return aborted_; }
   bool tooLarge() const { return too_large_; }
   std::string& body() { return body_; }

@@ -118,6 +118,7 @@ class ProxyHandler {
   void recordFailure(const RouteTable& table, const Endpoint& ep, int64_t now_ns);
   void recordSuccess(const Endpoint& ep, int64_t now_ns);
   void finishExchange(Exchange& x);
+  void traceExchange(Exchange& x);
   // Access control: false when it answered the request itself (401/403/429 or a cache hit).
   net::Task<bool> authenticate(Exchange& x);
   net::Task<bool> admit(Exchange& x);

@@ -82,6 +82,9 @@ struct GatewayMetrics {
   obs::Family* flow_queued;    // {model, priority}: waiting in the gateway now
   obs::Family* flow_wait;      // {model, priority}: time waited before being sent
   obs::Family* flow_outcomes;  // {model, priority, team, outcome=queued|admitted|timeout|shed|left}
+  // Autoscaling signals per deployment (docs/operations.md).
+  obs::Family* deployment_in_flight;  // {model, deployment}: sent to its endpoints, not ended
+  obs::Family* deployment_tokens;     // {model, deployment, kind=prompt|completion}
   obs::Gauge* in_flight;
   obs::Gauge* active_streams;
   // Pre-resolved error counters (read-only after construction: no lock on lookup).
@@ -134,6 +137,10 @@ struct Deployment {
   EngineRoutingConfig routing;
   std::vector<uint32_t> endpoints;
   obs::Counter* requests_by_class[kCodeClasses] = {};
+  // Tokens of the answers whose usage the gateway read (governed requests, experiment arms): the
+  // demand an autoscaler reads (infera_gateway_deployment_tokens_total).
+  obs::Counter* prompt_tokens = nullptr;
+  obs::Counter* completion_tokens = nullptr;
   obs::Histogram* upstream_latency = nullptr;
   obs::Counter* retries = nullptr;
   obs::Counter* ejections = nullptr;

@@ -42,6 +42,8 @@ void restoreSecrets(nlohmann::ordered_json& config, const nlohmann::ordered_json
 // The file at `path` for GET /admin/config: {"config": JSON with secrets redacted, "yaml": that
 // JSON written as YAML}. kNotFound/kInvalidArgument when it cannot be read or parsed.
 Result<nlohmann::ordered_json> readConfigDocument(const std::string& path);
+// The same for a config's text (the shared store's generation).
+Result<nlohmann::ordered_json> configDocumentOf(const std::string& text);
 
 // A proposed config (JSON) checked as the file it would become at `path`: secrets sent back as
 // kRedacted restored from the current file, written as YAML, loaded by loadConfig from a
@@ -61,7 +63,10 @@ struct CheckedConfig {
 std::optional<std::string> editScalarsInPlace(const std::string& file,
                                               const nlohmann::ordered_json& want);
 
-Result<CheckedConfig> checkConfigDocument(nlohmann::ordered_json proposed, const std::string& path);
+// `current`: the config's text now when it is not the file at `path` (the shared store's newest
+// generation); secrets and the in-place edit are taken from it.
+Result<CheckedConfig> checkConfigDocument(nlohmann::ordered_json proposed, const std::string& path,
+                                          const std::string* current = nullptr);
 
 // Replaces the file at `path` with `text`: the current file copied to `<path>.bak` first, the new
 // one written beside and renamed over (a reader sees the old file or the new, never half). Returns

@@ -85,7 +85,9 @@ export default {
     el.append(info, errorsBox, h('div', { class: 'tools' }, filter), formBox, h('div', { class: 'sticky-actions' }, review, reset, h('span', { class: 'muted', id: 'config-dirty' })));
 
     const setInfo = () => {
-      info.textContent = `${current.path} · generation ${current.generation} · ${current.writable ? 'changes are written back to this file (previous version kept as a backup) and applied by hot reload' : 'the file is not writable: changes cannot be applied'}`;
+      info.textContent = current.store === 'shared'
+        ? `shared config (bootstrapped from ${current.path}) · generation ${current.generation} · changes are stored as a new generation and every replica applies it by hot reload (history: infera config history)`
+        : `${current.path} · generation ${current.generation} · ${current.writable ? 'changes are written back to this file (previous version kept as a backup) and applied by hot reload' : 'the file is not writable: changes cannot be applied'}`;
     };
     const markDirty = () => {
       document.getElementById('config-dirty').textContent = JSON.stringify(draft) === JSON.stringify(current.config) ? '' : 'unsaved changes';
