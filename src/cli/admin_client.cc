@@ -26,9 +26,13 @@ void addAdminOptions(CLI::App* c, AdminOptions& o, const char* actor_help) {
   c->add_flag("--json", o.raw, "Print the API's JSON");
 }
 
+std::string adminToken(const AdminOptions& o) {
+  return o.token.empty() ? localAdminToken(o.url) : o.token;
+}
+
 std::vector<net::HttpHeader> adminHeaders(const AdminOptions& o, bool json_body) {
   std::vector<net::HttpHeader> h;
-  const std::string token = o.token.empty() ? localAdminToken(o.url) : o.token;
+  const std::string token = adminToken(o);
   if (!token.empty()) h.push_back({"authorization", "Bearer " + token});
   if (!o.actor.empty()) h.push_back({"x-infera-actor", o.actor});
   if (json_body) h.push_back({"content-type", "application/json"});

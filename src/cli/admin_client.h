@@ -28,6 +28,9 @@ AdminOptions adminOptionsFromEnv();
 // --admin-url, --admin-token, --actor (with `actor_help`) and --json on `c`.
 void addAdminOptions(CLI::App* c, AdminOptions& o, const char* actor_help);
 
+// The token to send: --admin-token / INFERA_ADMIN_TOKEN, else the data directory's (cli/home.h:
+// only to a loopback admin URL).
+std::string adminToken(const AdminOptions& o);
 std::vector<net::HttpHeader> adminHeaders(const AdminOptions& o, bool json_body);
 // The message of an error body: MLflow's {"error_code","message"} as "CODE: message", Infera's
 // {"error":{"message"}} as the message, anything else as it is.

@@ -197,7 +197,9 @@ std::string requestHead(const Options& o, const Url& u, const std::string& metho
                         const std::string& path, int64_t length) {
   std::string h = method + " " + path + " HTTP/1.1\r\nHost: " + u.host + ":" + u.port +
                   "\r\nConnection: close\r\n";
-  if (!o.token.empty()) h += "Authorization: Bearer " + o.token + "\r\n";
+  if (const std::string token = adminToken(o); !token.empty()) {
+    h += "Authorization: Bearer " + token + "\r\n";
+  }
   if (!o.actor.empty()) h += "X-Infera-Actor: " + o.actor + "\r\n";
   if (length >= 0)
     h += "Content-Type: application/octet-stream\r\nContent-Length: " + std::to_string(length) +

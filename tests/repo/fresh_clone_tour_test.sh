@@ -70,7 +70,7 @@ done
 home="$top/home"
 "$infera" init --data-dir "$home" --port 0 --admin-port 0 >"$top/init.out" 2>&1
 check "infera init writes the data directory's config" grep -q "^wrote $home/infera.yaml$" "$top/init.out"
-check "the copy keeps its state in the data directory" bash -c "grep -q 'sqlite:$home/governance.db' '$home/infera.yaml' && ! grep -q 'infera-data' '$home/infera.yaml'"
+check "the copy keeps its state in the data directory" bash -c "grep -q 'sqlite:$home/governance.db' '$home/infera.yaml' && ! grep -q '\./infera-data/' '$home/infera.yaml'"
 check "the feature repository is written beside it" cmp -s "$home/features/repo.yaml" "$clone/examples/features/repo.yaml"
 export INFERA_HOME="$home"
 unset INFERA_ADMIN_TOKEN INFERA_ADMIN_URL
