@@ -9,6 +9,7 @@
 #include <string_view>
 
 #include "core/text.h"
+#include "server/config.h"
 
 namespace infera::cli {
 namespace platform_files {
@@ -65,11 +66,18 @@ Result<std::string> initHome(const std::string& dir_in, const HomeOptions& optio
   ::chmod(dir.c_str(), 0700);  // stores and the admin token: this user's
   std::istringstream in{std::string(platform_files::platform_yaml())};
   std::string text, line;
+  // The template's state paths are single-quoted YAML strings: the directory goes in with its
+  // quotes doubled, so any path reads back as itself.
   const std::string from = "./infera-data/";
+  std::string to;
+  for (char c : dir + "/") {
+    to += c;
+    if (c == '\'') to += '\'';
+  }
   while (std::getline(in, line)) {
     for (size_t at = line.find(from); at != std::string::npos; at = line.find(from, at)) {
-      line.replace(at, from.size(), dir + "/");
-      at += dir.size() + 1;
+      line.replace(at, from.size(), to);
+      at += to.size();
     }
     if (line.rfind("listen:", 0) == 0 && options.port) line = withPort(line, *options.port);
     if (line.rfind("admin:", 0) == 0 && options.admin_port) {
@@ -83,6 +91,10 @@ Result<std::string> initHome(const std::string& dir_in, const HomeOptions& optio
   }
   INFERA_RETURN_IF_ERROR(
       writeNew(dir + "/features/repo.yaml", platform_files::features_repo_yaml()));
+  // Read back as `serve` will: a directory the config cannot hold is refused now, not at start.
+  if (auto cfg = server::loadConfigText(text, config); !cfg.ok()) {
+    return cfg.status().withContext("the platform config for data directory " + dir);
+  }
   INFERA_RETURN_IF_ERROR(writeNew(config, text));
   *created = true;
   return config;

@@ -64,6 +64,9 @@ for f in "$clone"/examples/*.yaml; do
   check "config validate $(basename "$f")" test $? -eq 0
 done
 
+"$infera" --help >"$top/help.out" 2>&1
+check "infera --help names every component" bash -c "for c in gateway 'batch inference' 'model registry' 'feature store' 'vector index' console emulator 'GPU scheduler'; do grep -qi \"\$c\" '$top/help.out' || exit 1; done"
+
 # --- the whole platform (README: "A five-minute tour"): `infera serve` without -c, on free ports ----
 # `make run` is `infera serve` with no config: a data directory outside the clone, created on first
 # run from examples/platform.yaml. Here `infera init` writes it first, to move the ports.
@@ -169,6 +172,11 @@ unset INFERA_HOME INFERA_URL INFERA_ADMIN_URL
 # --- governance tour (README: "Keys, limits and usage"), on free ports -----------------------------
 mkdir -p "$top/gov" && cd "$top/gov"
 sed -e 's/port: 8080/port: 0/' -e 's/port: 9090/port: 0/' "$clone/examples/governance.yaml" >"$top/gov.yaml"
+# Access control on and no admin token anywhere: the start says so (the admin API is closed).
+start_serve "$infera" "$top/gov.yaml" "$top/gov-notoken.out"
+check "without an admin token the start warns that the admin API is closed" \
+  bash -c "test -n '$port' && grep -q 'access control is on but no admin token is set' '$top/gov-notoken.out'"
+kill -TERM "$pid"; wait "$pid" 2>/dev/null; pid=""
 export INFERA_ADMIN_TOKEN=dev-admin-token
 start_serve "$infera" "$top/gov.yaml" "$top/gov.out"
 check "the governance example starts" test -n "$port"
