@@ -240,14 +240,20 @@ void OtlpExporter::run() {
         queue_.pop_front();
       }
       lock.unlock();
-      exportBatch(std::move(batch));
+      const bool ok = exportBatch(std::move(batch));
       lock.lock();
+      if (!ok && stop_) {
+        // Stopping with the collector failing: the rest is dropped (counted), not tried batch by
+        // batch for timeout_ms each.
+        failed_->inc(0, static_cast<double>(queue_.size()));
+        queue_.clear();
+      }
     }
     if (stop_) return;
   }
 }
 
-void OtlpExporter::exportBatch(std::vector<net::SpanData> batch) {
+bool OtlpExporter::exportBatch(std::vector<net::SpanData> batch) {
   const std::string body = encodeTraceRequest(batch, resource_, version_);
   auto r = net::fetchBlocking(config_.endpoint, "POST", body, headers_,
                               std::chrono::milliseconds(config_.timeout_ms));
@@ -256,13 +262,14 @@ void OtlpExporter::exportBatch(std::vector<net::SpanData> batch) {
   if (ok) {
     exports_ok_->inc(0);
     exported_->inc(0, static_cast<double>(batch.size()));
-    return;
+    return true;
   }
   exports_error_->inc(0);
   failed_->inc(0, static_cast<double>(batch.size()));
   static auto log = componentLogger("trace");
   INFERA_LOG(log, warn, "OTLP export of {} spans to {} failed: {}", batch.size(), config_.endpoint,
              r.ok() ? "HTTP " + std::to_string(r->status) : r.status().message());
+  return false;
 }
 
 }  // namespace infera::obs

@@ -58,13 +58,15 @@ class OtlpExporter final : public net::TraceSink {
   static Result<std::unique_ptr<OtlpExporter>> start(const TracingConfig& config,
                                                      MetricsRegistry& metrics,
                                                      const std::string& version);
-  ~OtlpExporter() override;  // exports what is queued (each export bounded by timeout_ms), stops
+  // Exports what is queued (each export bounded by timeout_ms; after a failed one the rest is
+  // dropped and counted), then stops.
+  ~OtlpExporter() override;
   void submit(std::vector<net::SpanData> spans) override;
 
  private:
   OtlpExporter(const TracingConfig& config, MetricsRegistry& metrics, std::string version);
   void run();
-  void exportBatch(std::vector<net::SpanData> batch);
+  bool exportBatch(std::vector<net::SpanData> batch);  // false: failed (counted)
 
   TracingConfig config_;
   std::string version_;
