@@ -5,7 +5,7 @@ set -euo pipefail
 
 PACKAGES=(
   # toolchain
-  g++ cmake ninja-build ccache make pkg-config git
+  g++ cmake ninja-build ccache lld make pkg-config git
   # libFuzzer targets (make fuzz): clang 14 and its fuzzer/sanitizer runtimes
   clang libclang-rt-14-dev
   # STYLE.md formatting (.clang-format; the Style.ClangFormat test)

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# Feature reads over HTTP on loopback (Feast's POST /get-online-features), on RocksDB and on Redis
-# (one config line apart), against floors measured in the same run:
+# Feature reads over HTTP on loopback (Feast's POST /get-online-features), on RocksDB, on one Redis
+# and on a Redis Cluster of 3 masters (one config line apart), against floors measured in the same
+# run:
 #   - latency: wrk with one connection (a closed loop, no queueing) for 1 entity x 50 features from
 #     1, 5 and 10 views and 100 entities x 20 features; GET /health is the HTTP stack's floor;
 #   - Redis throughput: single-entity reads (one key) with 8 connections, against redis-benchmark
-#     GET of a value of the row's size with 8 connections, unpipelined and with 16 in a pipeline.
+#     GET of a value of the row's size with 8 connections, unpipelined and with 16 in a pipeline
+#     (on the cluster: redis-benchmark --cluster, the same).
 # Each figure is the median of ROUNDS (default 3) runs of SECONDS. BENCH_PRIO=rt|nice and BENCH_PIN=1
 # (wrk and redis-server on CPU 0, infera on CPU 1) as in bench/load/lib.sh.
 # Usage: bench/load/features.sh [SECONDS]   (default 3 per run; build/release first)
@@ -105,11 +107,32 @@ pin_prefix "${LOAD_CPUS:-0}"
 BENCH_PIDS+=("$!")
 wait_for_line "$BENCH_TMP/redis.log" "Ready to accept connections" >/dev/null
 
+# A Redis Cluster of 3 masters (no replicas: this measures the read path, not failover).
+CLUSTER_PORTS=()
+for i in 0 1 2; do
+  p="$(free_port)"
+  CLUSTER_PORTS+=("$p")
+  mkdir -p "$BENCH_TMP/cluster-$i"
+  "${PIN[@]}" redis-server --port "$p" --bind 127.0.0.1 --save "" --appendonly no \
+    --cluster-enabled yes --cluster-config-file nodes.conf --cluster-port "$(free_port)" \
+    --dir "$BENCH_TMP/cluster-$i" >"$BENCH_TMP/cluster-$i.log" 2>&1 &
+  BENCH_PIDS+=("$!")
+  wait_for_line "$BENCH_TMP/cluster-$i.log" "Ready to accept connections" >/dev/null
+done
+redis-cli --cluster create $(printf '127.0.0.1:%s ' "${CLUSTER_PORTS[@]}") --cluster-replicas 0 \
+  --cluster-yes >"$BENCH_TMP/cluster-create.log" 2>&1 || { cat "$BENCH_TMP/cluster-create.log" >&2; exit 1; }
+for _ in $(seq 1 200); do
+  redis-cli -p "${CLUSTER_PORTS[0]}" cluster info | grep -q 'cluster_state:ok' && break
+  sleep 0.05
+done
+CLUSTER_URL="redis-cluster://$(printf '127.0.0.1:%s,' "${CLUSTER_PORTS[@]}" | sed 's/,$//')"
+
 echo "feature reads, medians of $ROUNDS runs of $SECS s, $(nproc) cores, $(bench_env_note)"
 printf "%-8s %-14s %10s %9s %9s %12s\n" store query "req/s" "p50 us" "p99 us" "resp bytes"
-for store in rocksdb redis; do
+for store in rocksdb redis cluster; do
   line="rocksdb"
   [[ "$store" == redis ]] && line="redis://127.0.0.1:$REDIS_PORT/0"
+  [[ "$store" == cluster ]] && line="$CLUSTER_URL"
   start_infera "$line" "$store"
   read -r rps p50 p99 < <(wrk_run "$store-health" /health "$BENCH_TMP/health.lua" 1)
   printf "%-8s %-14s %10s %9s %9s %12s\n" "$store" "GET /health" "$rps" "$p50" "$p99" 0
@@ -118,13 +141,17 @@ for store in rocksdb redis; do
     read -r rps p50 p99 < <(wrk_run "$store-$q" /get-online-features "$BENCH_TMP/q-$q.lua" 1)
     printf "%-8s %-14s %10s %9s %9s %12s\n" "$store" "$q" "$rps" "$p50" "$p99" "$bytes"
   done
-  if [[ "$store" == redis ]]; then
-    read -r rps _ _ < <(wrk_run "redis-tput" /get-online-features "$BENCH_TMP/q-1x10_1view.lua" 8)
+  if [[ "$store" != rocksdb ]]; then
+    read -r rps _ _ < <(wrk_run "$store-tput" /get-online-features "$BENCH_TMP/q-1x10_1view.lua" 8)
     row_bytes=$(redis-cli -p "$REDIS_PORT" --raw STRLEN "$(redis-cli -p "$REDIS_PORT" --scan --pattern 'infera:f:1:*' | head -1)")
-    rb() { redis-benchmark -p "$REDIS_PORT" -c 8 -d "$row_bytes" -t get -q "$@" | tr '\r' '\n' | awk '/requests per second/ {printf "%.0f", $2}'; }
+    if [[ "$store" == redis ]]; then
+      rb() { redis-benchmark -p "$REDIS_PORT" -c 8 -d "$row_bytes" -t get -q "$@" | tr '\r' '\n' | awk '/requests per second/ {printf "%.0f", $2}'; }
+    else
+      rb() { redis-benchmark --cluster -p "${CLUSTER_PORTS[0]}" -c 8 -d "$row_bytes" -t get -q "$@" | tr '\r' '\n' | awk '/requests per second/ {printf "%.0f", $2}'; }
+    fi
     floor=$(rb -n 400000)
     floor_p=$(rb -n 2000000 -P 16)
-    echo "redis single-entity reads (8 connections, 1 key of $row_bytes bytes a request): infera $rps req/s;" \
+    echo "$store single-entity reads (8 connections, 1 key of $row_bytes bytes a request): infera $rps req/s;" \
       "redis-benchmark GET $floor/s unpipelined ($(awk -v a="$rps" -v b="$floor" 'BEGIN {printf "%.2f", a/b}')x)," \
       "$floor_p/s pipelined x16 ($(awk -v a="$rps" -v b="$floor_p" 'BEGIN {printf "%.2f", a/b}')x)"
   fi

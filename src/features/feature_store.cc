@@ -411,7 +411,9 @@ void readFeaturesConfig(ConfigReader& r, FeaturesConfig& c) {
   c.enabled = true;
   if (r.optional("store", c.store) && c.store != "rocksdb") {
     auto a = store::parseRedisUrl(c.store);
-    if (!a.ok()) r.error("store", "must be rocksdb or a redis:// URL: " + a.status().message());
+    if (!a.ok())
+      r.error("store",
+              "must be rocksdb, a redis:// URL or a redis-cluster:// URL: " + a.status().message());
   }
   r.optional("data_dir", c.data_dir);
   r.optional("repository", c.repository);

@@ -19,6 +19,7 @@
 #include "console/console.h"
 #include "core/json.h"
 #include "core/log.h"
+#include "core/text.h"
 #include "emulator/emulator.h"
 #include "features/features.h"
 #include "gateway/gateway.h"
@@ -599,8 +600,13 @@ class ServerImpl final : public Server {
                          "not_shared");
     }
     int limit = 50;
-    if (const size_t q = target.find("limit="); q != std::string_view::npos) {
-      const std::string_view v = target.substr(q + 6, target.find('&', q) - (q + 6));
+    const size_t qm = target.find('?');
+    const std::vector<std::string> limits = qm == std::string_view::npos
+                                                ? std::vector<std::string>()
+                                                : queryValues(target.substr(qm + 1), "limit");
+    if (limits.size() > 1) return configError(400, "limit given twice", "invalid_limit");
+    if (!limits.empty()) {
+      const std::string_view v = limits[0];
       int n = 0;
       const auto [ptr, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
       if (ec != std::errc() || ptr != v.data() + v.size() || n < 1 || n > 1000) {

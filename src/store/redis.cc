@@ -1,5 +1,7 @@
 #include "store/redis.h"
 
+#include "store/redis_internal.h"
+
 #include "core/text.h"
 
 #include <hiredis/hiredis.h>
@@ -81,6 +83,8 @@ bool appendCommand(std::string& out, const std::vector<std::string>& argv) {
   return true;
 }
 
+}  // namespace
+
 std::vector<std::string> evalArgv(const RedisScript& script, const std::vector<std::string>& keys,
                                   const std::vector<std::string>& args) {
   std::vector<std::string> argv;
@@ -96,6 +100,8 @@ std::vector<std::string> evalArgv(const RedisScript& script, const std::vector<s
 bool isNoScript(const Result<RedisReply>& r) {
   return r.ok() && r->isError() && r->str.rfind("NOSCRIPT", 0) == 0;
 }
+
+namespace {
 
 std::vector<std::vector<std::string>> setupCommands(const RedisAddress& a) {
   std::vector<std::vector<std::string>> out;
@@ -157,14 +163,11 @@ class RedisClientImpl final : public RedisClient {
     return raw(argv);
   }
 
-  Result<RedisReply> eval(const RedisScript& script, const std::vector<std::string>& keys,
-                          const std::vector<std::string>& args) override {
-    std::vector<std::string> argv = evalArgv(script, keys, args);
-    auto r = command(argv);
-    if (!isNoScript(r)) return r;
-    argv[0] = "EVAL";
-    argv[1] = script.source;
-    return command(argv);
+  Result<std::vector<std::unique_ptr<RedisClient>>> masters() override {
+    std::vector<std::unique_ptr<RedisClient>> out;
+    INFERA_ASSIGN_OR_RETURN(auto self, connectNode(address_, timeout_));
+    out.push_back(std::move(self));
+    return out;
   }
 
  private:
@@ -221,6 +224,7 @@ struct Pending {
   std::string payload;
   asio::steady_timer timer;
   std::optional<Result<RedisReply>> result;
+  bool written = false;  // handed to the socket: the server may have run it
 };
 
 struct Conn {
@@ -238,8 +242,10 @@ struct Conn {
   bool writing = false;  // a write is out: what queues meanwhile goes when it completes
 };
 
-struct AsyncState {
-  AsyncState(asio::io_context& c, RedisAddress a, AsyncRedisOptions o)
+}  // namespace
+
+struct NodeState {
+  NodeState(asio::io_context& c, RedisAddress a, AsyncRedisOptions o)
       : ctx(c), address(std::move(a)), options(o), connect_done(c), log(componentLogger("store")) {
     connect_done.expires_at(Deadline::max());  // never fires; cancel() wakes every waiter
     last_error = error("not connected").message();
@@ -260,6 +266,10 @@ struct AsyncState {
     return Status::unavailable("redis " + endpointName(address) + ": " + what);
   }
 };
+
+namespace {
+
+using AsyncState = NodeState;
 
 void closeSocket(Conn& c) {
   error_code ec;
@@ -381,6 +391,7 @@ void startWrite(std::shared_ptr<AsyncState> s, std::shared_ptr<Conn> c) {
   c->write_buf.clear();
   while (!c->to_write.empty()) {
     c->write_buf += c->to_write.front()->payload;
+    c->to_write.front()->written = true;
     c->in_flight.push_back(std::move(c->to_write.front()));
     c->to_write.pop_front();
   }
@@ -431,7 +442,12 @@ Task<void> connectOnce(std::shared_ptr<AsyncState> s) {
   s->connect_done.cancel();
 }
 
-Task<Result<RedisReply>> runCommand(std::shared_ptr<AsyncState> s, std::vector<std::string> argv) {
+}  // namespace
+
+Task<Result<RedisReply>> nodeCommand(std::shared_ptr<NodeState> s,
+                                     const std::vector<std::string>& argv, bool asking,
+                                     bool* written) {
+  if (written != nullptr) *written = false;
   if (argv.empty()) co_return Status::invalidArgument("empty redis command");
   if (s->closed) co_return Status::cancelled("redis client closed");
   if (!s->conn) {
@@ -459,6 +475,11 @@ Task<Result<RedisReply>> runCommand(std::shared_ptr<AsyncState> s, std::vector<s
   }
   const Deadline deadline = SteadyClock::now() + s->options.command_timeout;
   p->timer.expires_at(deadline);
+  if (asking) {  // ASK redirection: ASKING right before the command, on the same connection
+    auto ask = std::make_shared<Pending>(s->ctx);
+    appendCommand(ask->payload, {"ASKING"});
+    c->to_write.push_back(std::move(ask));
+  }
   c->to_write.push_back(p);
   startWrite(s, c);
   while (!p->result) {
@@ -477,67 +498,51 @@ Task<Result<RedisReply>> runCommand(std::shared_ptr<AsyncState> s, std::vector<s
                     "may still run)"));
     }
   }
+  if (written != nullptr) *written = p->written;
   co_return std::move(*p->result);
 }
 
-Task<Result<RedisReply>> runEval(std::shared_ptr<AsyncState> s, const RedisScript& script,
-                                 std::vector<std::string> keys, std::vector<std::string> args) {
-  std::vector<std::string> argv = evalArgv(script, keys, args);
-  auto first = runCommand(s, argv);
-  auto r = co_await std::move(first);
-  if (!isNoScript(r)) co_return r;
-  argv[0] = "EVAL";
-  argv[1] = script.source;
-  auto second = runCommand(s, std::move(argv));
-  co_return co_await std::move(second);
+std::shared_ptr<NodeState> makeNode(net::asio::io_context& ctx, const RedisAddress& address,
+                                    const AsyncRedisOptions& options) {
+  return std::make_shared<NodeState>(ctx, address, options);
 }
 
-class AsyncRedisImpl final : public AsyncRedis {
- public:
-  AsyncRedisImpl(asio::io_context& ctx, const RedisAddress& address, AsyncRedisOptions options)
-      : state_(std::make_shared<AsyncState>(ctx, address, options)) {}
-  ~AsyncRedisImpl() override { close(); }
+bool nodeConnected(const NodeState& s) { return s.conn != nullptr; }
 
-  Task<Result<RedisReply>> command(std::vector<std::string> argv) override {
-    return runCommand(state_, std::move(argv));
-  }
-  Task<Result<RedisReply>> eval(const RedisScript& script, std::vector<std::string> keys,
-                                std::vector<std::string> args) override {
-    return runEval(state_, script, std::move(keys), std::move(args));
-  }
-  bool connected() const override { return state_->conn != nullptr; }
-  void close() override {
-    AsyncState& s = *state_;
-    s.closed = true;
-    if (s.conn) breakConn(s, s.conn, Status::cancelled("redis client closed"));
-    if (s.connecting) closeSocket(*s.connecting);  // the attempt fails and wakes its waiters
-  }
+const std::string& nodeLastError(const NodeState& s) { return s.last_error; }
 
- private:
-  std::shared_ptr<AsyncState> state_;
-};
-
-}  // namespace
+void closeNode(NodeState& s) {
+  s.closed = true;
+  if (s.conn) breakConn(s, s.conn, Status::cancelled("redis client closed"));
+  if (s.connecting) closeSocket(*s.connecting);  // the attempt fails and wakes its waiters
+}
 
 Result<RedisAddress> parseRedisUrl(std::string_view url) {
   constexpr std::string_view kScheme = "redis://";
-  if (url.substr(0, kScheme.size()) != kScheme) {
+  constexpr std::string_view kClusterScheme = "redis-cluster://";
+  RedisAddress a;
+  std::string_view rest;
+  if (url.substr(0, kScheme.size()) == kScheme) {
+    rest = url.substr(kScheme.size());
+  } else if (url.substr(0, kClusterScheme.size()) == kClusterScheme) {
+    rest = url.substr(kClusterScheme.size());
+    a.cluster = true;
+  } else {
     if (url.substr(0, 9) == "rediss://") {
       return Status::unimplemented("TLS to redis (rediss://) is not supported: '" + redactUrl(url) +
                                    "'");
     }
-    return Status::invalidArgument("redis URL must start with redis://, got '" + redactUrl(url) +
-                                   "'");
+    return Status::invalidArgument(
+        "redis URL must start with redis:// (or redis-cluster:// for a Redis Cluster), got '" +
+        redactUrl(url) + "'");
   }
   const auto bad = [&](std::string_view why) {
     return Status::invalidArgument("bad redis URL '" + redactUrl(url) + "': " + std::string(why));
   };
-  std::string_view rest = url.substr(kScheme.size());
   const size_t authority_end = rest.find_first_of("/?#");
   std::string_view authority = rest.substr(0, authority_end);
   const std::string_view path =
       authority_end == std::string_view::npos ? "" : rest.substr(authority_end);
-  RedisAddress a;
   if (const size_t at = authority.rfind('@'); at != std::string_view::npos) {
     std::string_view userinfo = authority.substr(0, at);
     authority = authority.substr(at + 1);
@@ -549,38 +554,62 @@ Result<RedisAddress> parseRedisUrl(std::string_view url) {
     }
     if (!percentDecode(userinfo, a.password)) return bad("bad percent-encoding in password");
   }
-  std::string_view port;
-  if (!authority.empty() && authority.front() == '[') {  // [IPv6]:port
-    const size_t close = authority.find(']');
-    if (close == std::string_view::npos) return bad("unterminated '[' in host");
-    a.host = std::string(authority.substr(1, close - 1));
-    const std::string_view after = authority.substr(close + 1);
-    if (!after.empty()) {
-      if (after.front() != ':') return bad("junk after ']'");
-      port = after.substr(1);
-      if (port.empty()) return bad("empty port");
+  // host[:port] or [IPv6][:port]; a cluster URL lists several, separated by ','.
+  const auto host_port = [&](std::string_view part, std::string& host,
+                             uint16_t& port_out) -> Status {
+    std::string_view port;
+    if (!part.empty() && part.front() == '[') {
+      const size_t close = part.find(']');
+      if (close == std::string_view::npos) return bad("unterminated '[' in host");
+      host = std::string(part.substr(1, close - 1));
+      const std::string_view after = part.substr(close + 1);
+      if (!after.empty()) {
+        if (after.front() != ':') return bad("junk after ']'");
+        port = after.substr(1);
+        if (port.empty()) return bad("empty port");
+      }
+    } else {
+      const size_t colon = part.rfind(':');
+      host = std::string(part.substr(0, colon));
+      if (colon != std::string_view::npos) {
+        port = part.substr(colon + 1);
+        if (port.empty()) return bad("empty port");
+      }
     }
-  } else {
-    const size_t colon = authority.rfind(':');
-    a.host = std::string(authority.substr(0, colon));
-    if (colon != std::string_view::npos) {
-      port = authority.substr(colon + 1);
-      if (port.empty()) return bad("empty port");
+    if (host.empty()) return bad("no host");
+    port_out = 6379;
+    if (!port.empty()) {
+      int p = 0;
+      const auto [ptr, ec] = std::from_chars(port.data(), port.data() + port.size(), p);
+      if (ec != std::errc() || ptr != port.data() + port.size() || p <= 0 || p > 65535) {
+        return bad("port must be 1-65535");
+      }
+      port_out = static_cast<uint16_t>(p);
     }
-  }
-  if (a.host.empty()) return bad("no host");
-  if (!port.empty()) {
-    int p = 0;
-    const auto [ptr, ec] = std::from_chars(port.data(), port.data() + port.size(), p);
-    if (ec != std::errc() || ptr != port.data() + port.size() || p <= 0 || p > 65535) {
-      return bad("port must be 1-65535");
+    return Status::ok();
+  };
+  bool first = true;
+  while (true) {
+    const size_t comma = authority.find(',');
+    if (comma != std::string_view::npos && !a.cluster) {
+      return bad("several hosts: a Redis Cluster's seed nodes take redis-cluster://");
     }
-    a.port = static_cast<uint16_t>(p);
+    const std::string_view part = authority.substr(0, comma);
+    if (first) {
+      INFERA_RETURN_IF_ERROR(host_port(part, a.host, a.port));
+    } else {
+      auto& seed = a.more_seeds.emplace_back();
+      INFERA_RETURN_IF_ERROR(host_port(part, seed.first, seed.second));
+    }
+    first = false;
+    if (comma == std::string_view::npos) break;
+    authority = authority.substr(comma + 1);
   }
   if (!path.empty() && path.front() != '/') {
     return bad("query strings and fragments are not supported");
   }
   if (path.size() > 1) {
+    if (a.cluster) return bad("a Redis Cluster has only database 0: no /db in redis-cluster://");
     const std::string_view db = path.substr(1);
     const auto [ptr, ec] = std::from_chars(db.data(), db.data() + db.size(), a.db);
     if (ec != std::errc() || ptr != db.data() + db.size() || a.db < 0) {
@@ -598,17 +627,22 @@ RedisScript::RedisScript(std::string src) : source(std::move(src)) {
   sha1 = toHex(md, len);
 }
 
-Result<std::unique_ptr<RedisClient>> RedisClient::connect(const RedisAddress& address,
-                                                          std::chrono::milliseconds timeout) {
+Result<RedisReply> RedisClient::eval(const RedisScript& script,
+                                     const std::vector<std::string>& keys,
+                                     const std::vector<std::string>& args) {
+  std::vector<std::string> argv = evalArgv(script, keys, args);
+  auto r = command(argv);
+  if (!isNoScript(r)) return r;
+  argv[0] = "EVAL";
+  argv[1] = script.source;
+  return command(argv);
+}
+
+Result<std::unique_ptr<RedisClient>> connectNode(const RedisAddress& address,
+                                                 std::chrono::milliseconds timeout) {
   auto client = std::make_unique<RedisClientImpl>(address, timeout);
   INFERA_RETURN_IF_ERROR(client->connectNow());
   return std::unique_ptr<RedisClient>(std::move(client));
-}
-
-std::unique_ptr<AsyncRedis> AsyncRedis::create(net::asio::io_context& ctx,
-                                               const RedisAddress& address,
-                                               AsyncRedisOptions options) {
-  return std::make_unique<AsyncRedisImpl>(ctx, address, options);
 }
 
 }  // namespace infera::store

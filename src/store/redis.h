@@ -9,6 +9,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "core/status.h"
@@ -22,11 +23,23 @@ struct RedisAddress {
   std::string user;  // ACL user (Redis 6+); AUTH user password when set
   std::string password;
   int db = 0;
+  // Redis Cluster: `host:port` is the first seed node, `more_seeds` the others. The clients
+  // read the slot map from the first seed that answers CLUSTER SLOTS, route every command to
+  // the master of its key's slot, and follow MOVED and ASK (docs/features.md "Redis Cluster").
+  bool cluster = false;
+  std::vector<std::pair<std::string, uint16_t>> more_seeds;
 };
 
 // "redis://[[user]:password@]host[:port][/db]" (user and password percent-decoded; a user-info
-// part without ':' is the password, as redis-cli reads it).
+// part without ':' is the password, as redis-cli reads it), or
+// "redis-cluster://[[user]:password@]host[:port][,host[:port]...]" for a Redis Cluster (seed
+// nodes; no database number: a cluster has only database 0).
 Result<RedisAddress> parseRedisUrl(std::string_view url);
+
+// The cluster slot (0-16383) of `key`: CRC16 (XMODEM) of the key, or of its hash tag (the part
+// between the first '{' and the next '}', when not empty), modulo 16384, as Redis computes it.
+uint16_t redisKeySlot(std::string_view key);
+inline constexpr int kRedisSlots = 16384;
 
 struct RedisReply {
   enum class Type { kNil, kInteger, kString, kStatus, kArray, kError };
@@ -53,8 +66,12 @@ class RedisClient {
   // A Redis error reply is returned as a RedisReply of type kError (not a failed Result); a
   // failed Result means the server could not be reached or the connection broke.
   virtual Result<RedisReply> command(const std::vector<std::string>& argv) = 0;
-  virtual Result<RedisReply> eval(const RedisScript& script, const std::vector<std::string>& keys,
-                                  const std::vector<std::string>& args) = 0;
+  // EVALSHA, and EVAL once when the server answers NOSCRIPT.
+  Result<RedisReply> eval(const RedisScript& script, const std::vector<std::string>& keys,
+                          const std::vector<std::string>& args);
+  // One client per master (the server itself when not a cluster), for what runs on every node:
+  // SCAN, DBSIZE, INFO, FLUSHDB.
+  virtual Result<std::vector<std::unique_ptr<RedisClient>>> masters() = 0;
 };
 
 struct AsyncRedisOptions {
@@ -66,6 +83,12 @@ struct AsyncRedisOptions {
 };
 
 // Pipelined client bound to one io_context; every method must be called on that context's thread.
+// A command goes to the node that serves its key (argv[1]; for EVAL and EVALSHA the first key;
+// keyless commands to any node): with one Redis that is always the server; on a cluster
+// (RedisAddress::cluster) the master of the key's slot, with one pipelined connection per node,
+// MOVED and ASK followed and the slot map refreshed in the background. Every key of one command
+// must be in one slot on a cluster (hash tags), as Redis requires; a command that could not be
+// sent because its node is down is retried on the slot's new master once the map says so.
 // While the server is unreachable, commands fail at once with kUnavailable (no queueing), and a
 // reconnect is tried at most once per reconnect_backoff. A command that times out breaks the
 // connection (replies would no longer match their commands): it fails with kDeadlineExceeded, and

@@ -20,6 +20,7 @@
 #include <deque>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <thread>
 #include <vector>
 
@@ -194,13 +195,18 @@ uint16_t freeLoopbackPort() {
 // ---------------------------------------------------------------------------------------------
 // RedisServer
 
-std::unique_ptr<RedisServer> RedisServer::start() {
+std::unique_ptr<RedisServer> RedisServer::start(bool cluster_node) {
   std::unique_ptr<RedisServer> s(new RedisServer());
+  s->cluster_node_ = cluster_node;
   s->dir_ = makeTempDir("infera-redis-");
   if (s->dir_.empty()) return nullptr;
   for (int attempt = 0; attempt < kStartAttempts; ++attempt) {
     s->port_ = freeLoopbackPort();
-    if (s->port_ != 0 && s->launch()) return s;
+    s->bus_port_ = cluster_node ? freeLoopbackPort() : 0;
+    if (s->port_ != 0 && (!cluster_node || (s->bus_port_ != 0 && s->bus_port_ != s->port_)) &&
+        s->launch()) {
+      return s;
+    }
   }
   std::fprintf(stderr, "redis-server did not start after %d attempts\n", kStartAttempts);
   return nullptr;
@@ -213,10 +219,30 @@ bool RedisServer::launch() {
     return false;
   }
   const std::string log = dir_ + "/redis.log";
-  pid_ = spawnProcess(
-      {binary, "--port", std::to_string(port_), "--bind", "127.0.0.1", "--dir", dir_, "--save", "",
-       "--appendonly", "no", "--daemonize", "no", "--protected-mode", "no"},
-      log, dir_, true);
+  std::vector<std::string> argv{binary,
+                                "--port",
+                                std::to_string(port_),
+                                "--bind",
+                                "127.0.0.1",
+                                "--dir",
+                                dir_,
+                                "--save",
+                                "",
+                                "--appendonly",
+                                "no",
+                                "--daemonize",
+                                "no",
+                                "--protected-mode",
+                                "no"};
+  if (cluster_node_) {
+    argv.insert(argv.end(),
+                {"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+                 "--cluster-node-timeout", "1000", "--cluster-port", std::to_string(bus_port_),
+                 // a replica's first sync starts at once (default: 5 s of waiting
+                 // for more replicas)
+                 "--repl-diskless-sync-delay", "0"});
+  }
+  pid_ = spawnProcess(argv, log, dir_, true);
   if (pid_ < 0) return false;
   // Ready when it answers on the port, and it is this server that answers (another process may
   // have taken the port after freeLoopbackPort() let it go).
@@ -288,6 +314,127 @@ void RedisServer::resume() {
   int status = 0;
   ::waitpid(pid_, &status, WCONTINUED);
   paused_ = false;
+}
+
+// ---------------------------------------------------------------------------------------------
+// RedisCluster
+
+namespace {
+
+// The payload of a RESP bulk-string reply ("$N\r\n<payload>\r\n"), or empty.
+std::string bulkPayload(const std::string& reply) {
+  if (reply.empty() || reply[0] != '$') return {};
+  const size_t eol = reply.find("\r\n");
+  if (eol == std::string::npos) return {};
+  const int n = std::atoi(reply.c_str() + 1);
+  if (n <= 0 || reply.size() < eol + 2 + static_cast<size_t>(n)) return {};
+  return reply.substr(eol + 2, static_cast<size_t>(n));
+}
+
+}  // namespace
+
+std::unique_ptr<RedisCluster> RedisCluster::start(int masters, int replicas) {
+  std::unique_ptr<RedisCluster> c(new RedisCluster());
+  c->dir_ = makeTempDir("infera-redis-cluster-");
+  if (c->dir_.empty()) return nullptr;
+  c->log_ = c->dir_ + "/redis-cli.log";
+  std::vector<std::string> argv{findInPath("redis-cli"), "--cluster", "create"};
+  if (argv[0].empty()) {
+    std::fprintf(stderr, "redis-cli not found in PATH (scripts/install-deps.sh installs it)\n");
+    return nullptr;
+  }
+  for (int i = 0; i < masters * (1 + replicas); ++i) {
+    auto node = RedisServer::start(true);
+    if (!node) return nullptr;
+    argv.push_back("127.0.0.1:" + std::to_string(node->port()));
+    c->nodes_.push_back(std::move(node));
+  }
+  argv.insert(argv.end(), {"--cluster-replicas", std::to_string(replicas), "--cluster-yes"});
+  if (const int rc = runProcess(argv, c->log_, c->dir_); rc != 0) {
+    printTail(c->log_, "redis-cli --cluster create exited with " + std::to_string(rc));
+    return nullptr;
+  }
+  if (!c->waitHealthy(std::chrono::seconds(20))) {
+    printTail(c->log_, "the cluster did not become healthy within 20 s");
+    return nullptr;
+  }
+  return c;
+}
+
+std::string RedisCluster::url() const {
+  std::string u = "redis-cluster://";
+  for (size_t i = 0; i < nodes_.size(); ++i) {
+    if (i > 0) u += ",";
+    u += "127.0.0.1:" + std::to_string(nodes_[i]->port());
+  }
+  return u;
+}
+
+std::string RedisCluster::nodeId(size_t i) const {
+  return bulkPayload(askRedis(nodes_[i]->port(), "CLUSTER MYID", "\r\n"));
+}
+
+int RedisCluster::masterOf(uint16_t slot, size_t asked) const {
+  // CLUSTER NODES: "<id> <ip:port@bus> <flags> <master> ... <slot ranges...>" per line.
+  const std::string reply = askRedis(nodes_[asked]->port(), "CLUSTER NODES", "\n\r\n");
+  std::string text = bulkPayload(reply);
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);) {
+    std::istringstream words(line);
+    std::vector<std::string> w;
+    for (std::string x; words >> x;) w.push_back(x);
+    if (w.size() < 9 || w[2].find("master") == std::string::npos ||
+        w[2].find("fail") != std::string::npos) {
+      continue;
+    }
+    for (size_t k = 8; k < w.size(); ++k) {
+      if (w[k].front() == '[') continue;  // a slot being migrated
+      const size_t dash = w[k].find('-');
+      const int lo = std::atoi(w[k].c_str());
+      const int hi = dash == std::string::npos ? lo : std::atoi(w[k].c_str() + dash + 1);
+      if (slot < lo || slot > hi) continue;
+      const std::string port = w[1].substr(w[1].rfind(':') + 1);
+      for (size_t n = 0; n < nodes_.size(); ++n) {
+        if (std::to_string(nodes_[n]->port()) == port.substr(0, port.find('@'))) {
+          return static_cast<int>(n);
+        }
+      }
+    }
+  }
+  return -1;
+}
+
+int RedisCluster::reshard(size_t from, size_t to, int slots) {
+  return runProcess(
+      {findInPath("redis-cli"), "--cluster", "reshard",
+       "127.0.0.1:" + std::to_string(nodes_[from]->port()), "--cluster-from", nodeId(from),
+       "--cluster-to", nodeId(to), "--cluster-slots", std::to_string(slots), "--cluster-yes"},
+      log_, dir_);
+}
+
+bool RedisCluster::waitHealthy(std::chrono::milliseconds timeout) {
+  const auto deadline = Clock::now() + timeout;
+  while (Clock::now() < deadline) {
+    bool ok = true;
+    for (const auto& n : nodes_) {
+      if (!n->running()) continue;
+      const std::string info = askRedis(n->port(), "CLUSTER INFO", "cluster_stats_messages");
+      if (info.find("cluster_state:ok") == std::string::npos ||
+          info.find("cluster_slots_ok:16384") == std::string::npos) {
+        ok = false;
+        break;
+      }
+      const std::string repl = askRedis(n->port(), "INFO replication", "master_repl_offset");
+      if (repl.find("role:slave") != std::string::npos &&
+          repl.find("master_link_status:up") == std::string::npos) {
+        ok = false;
+        break;
+      }
+    }
+    if (ok) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return false;
 }
 
 // ---------------------------------------------------------------------------------------------

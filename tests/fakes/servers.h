@@ -5,15 +5,19 @@
 // binary or a server that does not come up is a test failure (start() returns nullptr and says why
 // on stderr), never a skip.
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace infera::testing {
 
 class RedisServer {
  public:
-  static std::unique_ptr<RedisServer> start();
+  // `cluster_node`: cluster mode (cluster-enabled, a bus port of its own, nodes.conf in its
+  // directory, cluster-node-timeout 1 s); RedisCluster joins such servers into a cluster.
+  static std::unique_ptr<RedisServer> start(bool cluster_node = false);
   ~RedisServer();
   uint16_t port() const { return port_; }
   std::string url() const;  // redis://127.0.0.1:PORT
@@ -31,8 +35,37 @@ class RedisServer {
   bool launch();
   std::string dir_;
   uint16_t port_ = 0;
+  uint16_t bus_port_ = 0;  // cluster nodes only
+  bool cluster_node_ = false;
   int pid_ = -1;
   bool paused_ = false;
+};
+
+// A real Redis Cluster on loopback: `masters` masters with `replicas` replicas each, joined by
+// `redis-cli --cluster create`; ready (every slot served, state ok on every node, every replica
+// linked to its master) when start() returns.
+class RedisCluster {
+ public:
+  static std::unique_ptr<RedisCluster> start(int masters = 3, int replicas = 1);
+  // redis-cluster://127.0.0.1:P1,127.0.0.1:P2,... (every node a seed)
+  std::string url() const;
+  size_t size() const { return nodes_.size(); }
+  RedisServer& node(size_t i) { return *nodes_[i]; }
+  std::string nodeId(size_t i) const;  // CLUSTER MYID
+  // The index of the node serving `slot` as a master, as node `asked` sees it; -1 if none.
+  int masterOf(uint16_t slot, size_t asked) const;
+  // Moves `slots` slots from one master to another with `redis-cli --cluster reshard` (keys
+  // migrated while clients keep going). Returns its exit code; its output goes to the log.
+  int reshard(size_t from, size_t to, int slots);
+  // Every slot served and cluster_state:ok on every running node, within `timeout`.
+  bool waitHealthy(std::chrono::milliseconds timeout);
+  const std::string& log() const { return log_; }
+
+ private:
+  RedisCluster() = default;
+  std::vector<std::unique_ptr<RedisServer>> nodes_;
+  std::string dir_;
+  std::string log_;
 };
 
 class PostgresServer {

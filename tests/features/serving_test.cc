@@ -697,7 +697,8 @@ TEST(FeaturesConfigTest, ReadsTheSectionAndRejectsUnknownKeys) {
   auto bad = server::loadConfigString("features:\n  store: mysql://x\n  colour: red\n");
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(
-      bad.status().message().find("features.store (line 2): must be rocksdb or a redis:// URL"),
+      bad.status().message().find(
+          "features.store (line 2): must be rocksdb, a redis:// URL or a redis-cluster:// URL"),
       std::string::npos)
       << bad.status().message();
   EXPECT_NE(bad.status().message().find("features.colour (line 3): unknown key"),

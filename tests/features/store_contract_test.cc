@@ -1,14 +1,17 @@
-// One contract, two online stores: RocksDB on real files in a temporary directory, Redis on a real
-// redis-server on a free port. Newest event wins whatever the arrival order, reads come back in
-// key order across views, a dropped view's storage is freed, the registry blob is kept, the
-// per-loop sessions do the same as the blocking calls, and each store reclaims expired rows.
+// One contract, three online stores: RocksDB on real files in a temporary directory, Redis on a
+// real redis-server on a free port, and Redis on a real Redis Cluster (3 masters, 3 replicas).
+// Newest event wins whatever the arrival order, reads come back in key order across views, a
+// dropped view's storage is freed, the registry blob is kept, the per-loop sessions do the same as
+// the blocking calls, and each store reclaims expired rows.
 
 #include <gtest/gtest.h>
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <filesystem>
 #include <future>
+#include <map>
 #include <thread>
 
 #include "fakes/servers.h"
@@ -16,6 +19,7 @@
 #include "features/internal/pool.h"
 #include "features/internal/values.h"
 #include "net/loops.h"
+#include "store/redis.h"
 
 namespace infera::features {
 namespace {
@@ -36,16 +40,20 @@ std::string row(int64_t ts_us, const std::string& payload) {
 net::Task<void> sessionRoundTrip(std::unique_ptr<Session> session,
                                  std::promise<std::pair<Status, std::vector<std::string>>>* done) {
   // g++ 12 miscompiles braced lists of string literals inside coroutines: built step by step.
-  std::vector<RowWrite> writes(2);
+  // Entities "s" and "t" are in different slots of a cluster: the write is two script calls and
+  // the read three MGETs there, answered together.
+  std::vector<RowWrite> writes(3);
   writes[0] = RowWrite{1, std::string("s"), row(7, "one"), 0};
   writes[1] = RowWrite{2, std::string("s"), row(8, "two"), 0};
+  writes[2] = RowWrite{1, std::string("t"), row(9, "three"), 0};
   auto write = session->write(std::move(writes));
   Status w = co_await std::move(write);
   std::vector<std::string> rows;
-  std::vector<ReadKey> keys(3);
+  std::vector<ReadKey> keys(4);
   keys[0] = ReadKey{2, std::string_view("s")};
   keys[1] = ReadKey{1, std::string_view("s")};
   keys[2] = ReadKey{1, std::string_view("none")};
+  keys[3] = ReadKey{1, std::string_view("t")};
   Status r = co_await session->read(keys, rows);
   session.reset();
   done->set_value({w.isOk() ? std::move(r) : std::move(w), rows});
@@ -53,10 +61,27 @@ net::Task<void> sessionRoundTrip(std::unique_ptr<Session> session,
 
 class StoreContractTest : public ::testing::TestWithParam<std::string> {
  protected:
+  static void TearDownTestSuite() { cluster_.reset(); }
+
   void SetUp() override {
     if (GetParam() == "rocksdb") {
       dir_ = tempDir();
       reopen();
+    } else if (GetParam() == "redis_cluster") {
+      // One cluster for the suite (six servers take seconds to join), emptied before each test.
+      if (!cluster_) cluster_ = testing::RedisCluster::start();
+      ASSERT_TRUE(cluster_);
+      auto client = store::RedisClient::connect(*store::parseRedisUrl(cluster_->url()));
+      ASSERT_TRUE(client.ok()) << client.status().message();
+      auto masters = (*client)->masters();
+      ASSERT_TRUE(masters.ok()) << masters.status().message();
+      ASSERT_EQ(masters->size(), 3u);
+      for (auto& m : *masters) ASSERT_TRUE(m->command({"FLUSHALL"}).ok());
+      RedisStoreOptions o;
+      o.url = cluster_->url();
+      auto s = openRedisStore(o, clock_);
+      ASSERT_TRUE(s.ok()) << s.status().message();
+      store_ = std::move(*s);
     } else {
       redis_ = testing::RedisServer::start();
       ASSERT_TRUE(redis_);
@@ -94,7 +119,10 @@ class StoreContractTest : public ::testing::TestWithParam<std::string> {
   std::string dir_;
   std::unique_ptr<testing::RedisServer> redis_;
   std::unique_ptr<OnlineStore> store_;
+  static std::unique_ptr<testing::RedisCluster> cluster_;
 };
+
+std::unique_ptr<testing::RedisCluster> StoreContractTest::cluster_;
 
 TEST_P(StoreContractTest, ReadsRowsInKeyOrderAcrossViews) {
   ASSERT_TRUE(
@@ -168,7 +196,7 @@ TEST_P(StoreContractTest, SessionsOnALoopReadAndWriteLikeTheBlockingCalls) {
   auto [s, rows] = done.get_future().get();
   loops.stop();
   ASSERT_TRUE(s.isOk()) << s.message();
-  EXPECT_EQ(rows, (std::vector<std::string>{row(8, "two"), row(7, "one"), ""}));
+  EXPECT_EQ(rows, (std::vector<std::string>{row(8, "two"), row(7, "one"), "", row(9, "three")}));
 }
 
 TEST_P(StoreContractTest, ReclaimsRowsPastTheirExpiry) {
@@ -192,7 +220,121 @@ TEST_P(StoreContractTest, ReclaimsRowsPastTheirExpiry) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Stores, StoreContractTest, ::testing::Values("rocksdb", "redis"),
+// Reads and writes through a loop's session while `redis-cli --cluster reshard` moves the slots
+// every entity lives in: no read or write fails, and every acknowledged row is there after.
+struct ReshardTraffic {
+  std::atomic<bool> stop{false};
+  std::atomic<int64_t> writes{0}, reads{0}, failures{0};
+  std::string first_failure;
+  std::map<std::string, std::string> acknowledged;  // "<view>/<entity>" -> row
+};
+
+net::Task<void> reshardTraffic(std::unique_ptr<Session> session,
+                               const std::vector<std::string>* entities, ReshardTraffic* t,
+                               std::promise<void>* done) {
+  const auto fail = [t](const Status& s) {
+    if (t->failures++ == 0) t->first_failure = s.message();
+  };
+  for (int64_t round = 1; !t->stop.load() || round < 3; ++round) {
+    for (size_t start = 0; start < entities->size(); start += 20) {
+      std::vector<RowWrite> rows;
+      for (size_t i = start; i < std::min(start + 20, entities->size()); ++i) {
+        for (uint32_t view = 1; view <= 2; ++view) {
+          RowWrite w;
+          w.view = view;
+          w.key = (*entities)[i];
+          w.row = row(round, "r" + std::to_string(round));
+          rows.push_back(std::move(w));
+        }
+      }
+      std::vector<RowWrite> sent = rows;
+      auto write = session->write(std::move(rows));
+      Status ws = co_await std::move(write);
+      ++t->writes;
+      if (!ws.isOk()) {
+        fail(ws);
+      } else {
+        for (const auto& w : sent) t->acknowledged[std::to_string(w.view) + "/" + w.key] = w.row;
+      }
+      // Read back 40 entities (both views) that include the ones just written.
+      std::vector<ReadKey> keys;
+      for (size_t i = start; i < std::min(start + 40, entities->size()); ++i) {
+        keys.push_back(ReadKey{1, std::string_view((*entities)[i])});
+        keys.push_back(ReadKey{2, std::string_view((*entities)[i])});
+      }
+      std::vector<std::string> got;
+      auto read = session->read(keys, got);
+      Status rs = co_await std::move(read);
+      ++t->reads;
+      if (!rs.isOk()) {
+        fail(rs);
+        continue;
+      }
+      for (size_t k = 0; k < keys.size(); ++k) {
+        const auto it =
+            t->acknowledged.find(std::to_string(keys[k].view) + "/" + std::string(keys[k].key));
+        if (it != t->acknowledged.end() && got[k] != it->second) {
+          fail(Status::internal("stale or missing row for " + it->first));
+        }
+      }
+    }
+  }
+  session.reset();
+  done->set_value();
+}
+
+TEST(RedisClusterStoreTest, ReshardingWhileReadingAndWritingFailsNothingAndLosesNothing) {
+  auto cluster = testing::RedisCluster::start();
+  ASSERT_TRUE(cluster);
+  const int from = cluster->masterOf(0, 0);
+  const int to = cluster->masterOf(16383, 0);
+  ASSERT_TRUE(from >= 0 && to >= 0 && from != to);
+  RedisStoreOptions o;
+  o.url = cluster->url();
+  FakeClock clock{FakeClock::AtSystemTime{}};
+  auto opened = openRedisStore(o, clock);
+  ASSERT_TRUE(opened.ok()) << opened.status().message();
+  std::unique_ptr<OnlineStore> store = std::move(*opened);
+  // 400 entities whose keys (hash tag: the entity) are in the 1,000 slots that move.
+  std::vector<std::string> entities;
+  for (int i = 0; entities.size() < 400; ++i) {
+    const std::string e = "e" + std::to_string(i);
+    if (store::redisKeySlot(e) < 1000) entities.push_back(e);
+  }
+  net::EventLoops loops(1);
+  loops.start();
+  WorkerPool pool(2, 64);
+  ReshardTraffic t;
+  std::promise<void> done;
+  net::asio::post(loops.loop(0), [&] {
+    net::spawn(loops.loop(0),
+               reshardTraffic(store->session(loops.loop(0), pool), &entities, &t, &done),
+               "reshard traffic");
+  });
+  while (t.writes.load() < 40) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  const int rc = cluster->reshard(static_cast<size_t>(from), static_cast<size_t>(to), 1000);
+  t.stop = true;
+  auto finished = done.get_future();
+  ASSERT_EQ(finished.wait_for(std::chrono::seconds(120)), std::future_status::ready);
+  loops.stop();
+  ASSERT_EQ(rc, 0) << "redis-cli --cluster reshard failed (" << cluster->log() << ")";
+  EXPECT_EQ(cluster->masterOf(0, 0), to);
+  EXPECT_EQ(t.failures.load(), 0) << t.first_failure;
+  EXPECT_GT(t.reads.load(), 40);
+  // Every acknowledged row, read with the blocking client (a fresh slot map).
+  for (uint32_t view = 1; view <= 2; ++view) {
+    std::vector<ReadKey> keys;
+    for (const auto& e : entities) keys.push_back(ReadKey{view, std::string_view(e)});
+    std::vector<std::string> rows;
+    ASSERT_TRUE(store->read(keys, rows).isOk());
+    for (size_t i = 0; i < entities.size(); ++i) {
+      EXPECT_EQ(rows[i], t.acknowledged[std::to_string(view) + "/" + entities[i]]) << entities[i];
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Stores, StoreContractTest,
+                         ::testing::Values("rocksdb", "redis", "redis_cluster"),
                          [](const auto& param_info) { return param_info.param; });
 
 }  // namespace

@@ -121,6 +121,15 @@ TEST(SharedConfigTest, ThreeReplicasServeAnEditWithinASecondUnderLoad) {
   EXPECT_EQ(admin(*replicas[2], "GET", "/admin/config/history/9").status, 404);
   EXPECT_EQ(admin(*replicas[2], "GET", "/admin/config/history/x").status, 400);
   EXPECT_EQ(admin(*replicas[2], "GET", "/admin/config/history", "", "").status, 401);
+  // ?limit=N is read as a query parameter, not found anywhere in the target.
+  EXPECT_EQ(
+      parse(admin(*replicas[2], "GET", "/admin/config/history?limit=1").body)["generations"].size(),
+      1u);
+  EXPECT_EQ(parse(admin(*replicas[2], "GET", "/admin/config/history?xlimit=1").body)["generations"]
+                .size(),
+            2u);
+  EXPECT_EQ(admin(*replicas[2], "GET", "/admin/config/history?limit=0").status, 400);
+  EXPECT_EQ(admin(*replicas[2], "GET", "/admin/config/history?limit=1&limit=2").status, 400);
 
   // Rollback to generation 1 through replica 1: generation 3, and the alias is gone everywhere.
   const auto rb = admin(*replicas[1], "POST", "/admin/config/rollback", R"({"generation":1})");

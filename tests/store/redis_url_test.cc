@@ -63,6 +63,32 @@ TEST(RedisUrlTest, RejectsMalformedUrls) {
   EXPECT_EQ(parseRedisUrl("rediss://host").status().code(), StatusCode::kUnimplemented);
 }
 
+TEST(RedisUrlTest, ReadsAClusterWithItsSeedNodes) {
+  auto a = parseRedisUrl("redis-cluster://svc:pw@10.0.0.1:7000,10.0.0.2,[::1]:7002");
+  ASSERT_TRUE(a.ok()) << a.status().toString();
+  EXPECT_TRUE(a->cluster);
+  EXPECT_EQ(a->host, "10.0.0.1");
+  EXPECT_EQ(a->port, 7000);
+  EXPECT_EQ(a->user, "svc");
+  EXPECT_EQ(a->password, "pw");
+  ASSERT_EQ(a->more_seeds.size(), 2u);
+  EXPECT_EQ(a->more_seeds[0], (std::pair<std::string, uint16_t>{"10.0.0.2", 6379}));
+  EXPECT_EQ(a->more_seeds[1], (std::pair<std::string, uint16_t>{"::1", 7002}));
+  auto one = parseRedisUrl("redis-cluster://cache:7000");
+  ASSERT_TRUE(one.ok());
+  EXPECT_TRUE(one->cluster);
+  EXPECT_TRUE(one->more_seeds.empty());
+  EXPECT_FALSE(parseRedisUrl("redis://h1").value().cluster);
+  for (const char* bad : {"redis://h1:7000,h2:7001", "redis-cluster://h1,,h2", "redis-cluster://",
+                          "redis-cluster://h1:7000/1", "redis-cluster://h1,h2:0"}) {
+    auto r = parseRedisUrl(bad);
+    EXPECT_FALSE(r.ok()) << bad;
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << bad;
+  }
+  EXPECT_NE(parseRedisUrl("redis://h1:7000,h2:7001").status().message().find("redis-cluster://"),
+            std::string::npos);
+}
+
 TEST(RedisScriptTest, Sha1IsLowercaseHexOfTheSource) {
   const RedisScript s("return 1");
   EXPECT_EQ(s.sha1, "e0e1f9fabfc9d4800c877a703b823ac0578ff8db");  // sha1sum of "return 1"
