@@ -84,7 +84,6 @@ EOF
 done
 for t in "${TARGETS[@]}"; do run_wrk "$t" "${PORT[$t]}" 2 "${LUA[$t]}" >/dev/null; done  # warm-up
 
-ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 declare -A CPU  # per-round CPU ticks per request (x 1e6) of each target, space-separated
 echo "A/B: A=$A B=$B; wrk -t1 -c$CONNS -d${DURATION}s, $ROUNDS rounds, variants ${VARS[*]}; $(bench_env_note)"
 for ((r = 1; r <= ROUNDS; r++)); do
@@ -105,7 +104,6 @@ for ((r = 1; r <= ROUNDS; r++)); do
   done
   echo "$line"
 done
-HZ="$(getconf CLK_TCK)"
 echo
 echo "== B/A per variant (medians of per-round ratios) =="
 ratio_of() {  # ratio_of LIST_B LIST_A: the per-round ratios, one per line

@@ -103,11 +103,6 @@ for p in "$OFF_PORT:off" "$GOV_PORT:gov" "$REDIS_GW_PORT:redis"; do
   [[ "$code" == 200 ]] || { echo "$name gateway answered $code" >&2; exit 1; }
 done
 
-# CPU time (clock ticks, user + system) a process has used so far; with the request counts this
-# gives CPU per request, a steadier figure than req/s on a shared box.
-ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
-HZ="$(getconf CLK_TCK)"
-
 echo "governance cost: wrk -t1 -c$CONNS -d${DURATION}s POST /v1/chat/completions (16 tokens), $ROUNDS rounds, $KEYS key(s);" \
   "proxy workers $PROXY_WORKERS, $(bench_env_note)"
 for t in off gov redis; do
@@ -132,9 +127,6 @@ for ((r = 1; r <= ROUNDS; r++)); do
     printf '  round %d  %-6s %10.0f req/s\n' "$r" "$t" "$rps"
   done
 done
-med() { tr ' ' '\n' <<<"${RESULTS[$1]}" | grep . | median; }
-ratio() { paste -d' ' <(tr ' ' '\n' <<<"${RESULTS[$1]}" | grep .) <(tr ' ' '\n' <<<"${RESULTS[off]}" | grep .) \
-  | awk '{print $1 / $2}' | median; }
 O="$(med off)" G="$(med gov)" R="$(med redis)" RG="$(ratio gov)" RR="$(ratio redis)"
 rows="$(python3 -c 'import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute("SELECT COUNT(*) FROM infera_usage").fetchone()[0])' "$BENCH_TMP/gov.db" 2>/dev/null || echo '?')"
 echo
@@ -143,11 +135,8 @@ printf '  off                  %10.0f req/s\n' "$O"
 printf '  keys+limits+usage    %10.0f req/s   ratio %.3f (target >= 0.9)\n' "$G" "$RG"
 printf '  ... with Redis       %10.0f req/s   ratio %.3f (target >= 0.8)\n' "$R" "$RR"
 # The per-round ratios show how much of the spread is the box (each round measures all three).
-rounds() { paste -d' ' <(tr ' ' '\n' <<<"${RESULTS[$1]}" | grep .) <(tr ' ' '\n' <<<"${RESULTS[off]}" | grep .) \
-  | awk '{printf "%.3f ", $1 / $2}'; }
 echo "  per-round ratios: keys+limits+usage $(rounds gov)| with Redis $(rounds redis)"
 echo "  usage records written by the SQLite run: $rows"
-us_per() { awk -v t="$1" -v n="$2" -v hz="$HZ" 'BEGIN {printf "%.1f", (n > 0) ? (t / hz * 1e6 / n) : 0}'; }
 echo "  gateway CPU per request: off $(us_per "${CPU_TICKS[off]}" "${REQS[off]}") us," \
   "keys+limits+usage $(us_per "${CPU_TICKS[gov]}" "${REQS[gov]}") us," \
   "with Redis $(us_per "${CPU_TICKS[redis]}" "${REQS[redis]}") us (+ redis-server $(us_per "$REDIS_TICKS" "${REQS[redis]}") us)"

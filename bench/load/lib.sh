@@ -66,6 +66,22 @@ pin_prefix() {
 # median: the median of the numbers on stdin, one per line.
 median() { sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
 
+# CPU time (clock ticks, user + system) a process has used so far; with the request counts this
+# gives CPU per request, a steadier figure than req/s on a shared box. us_per TICKS REQUESTS: the
+# microseconds of CPU per request.
+ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+HZ="$(getconf CLK_TCK)"
+us_per() { awk -v t="$1" -v n="$2" -v hz="$HZ" 'BEGIN {printf "%.1f", (n > 0) ? (t / hz * 1e6 / n) : 0}'; }
+
+# Over the associative array RESULTS (per variant, each round's figure, space-separated): med
+# VARIANT is the median of its rounds; ratio VARIANT [BASE] the median of its per-round ratios to
+# BASE's (default "off"; each round measures every variant), rounds VARIANT [BASE] those ratios.
+med() { tr ' ' '\n' <<<"${RESULTS[$1]}" | grep . | median; }
+round_ratios() { paste -d' ' <(tr ' ' '\n' <<<"${RESULTS[$1]}" | grep .) <(tr ' ' '\n' <<<"${RESULTS[${2:-off}]}" | grep .) \
+  | awk '{print $1 / $2}'; }
+ratio() { round_ratios "$@" | median; }
+rounds() { round_ratios "$@" | awk '{printf "%.3f ", $1}'; }
+
 # run_wrk LABEL PORT SECONDS LUA: wrk (THREADS threads, default 1; CONNS connections) POSTing to
 # /v1/chat/completions with the Lua script LUA, on LOAD_CPUS; prints req/s and fails on socket
 # errors or non-2xx answers. SCHEME=https speaks TLS (wrk does not verify the certificate).

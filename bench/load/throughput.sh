@@ -61,13 +61,10 @@ for ((r = 1; r <= ROUNDS; r++)); do
   echo "  round $r  infera/nginx $ratio_n"
 done
 
-med() { tr ' ' '\n' <<<"${RESULTS[$1]}" | grep . | median; }
 D="$(med direct)" N="$(med nginx)" I="$(med infera)"
 # Ratios per round (the two proxies ran back to back), then their median.
-RN="$(paste -d' ' <(tr ' ' '\n' <<<"${RESULTS[infera]}" | grep .) <(tr ' ' '\n' <<<"${RESULTS[nginx]}" | grep .) \
-  | awk '{print $1 / $2}' | median)"
-RD="$(paste -d' ' <(tr ' ' '\n' <<<"${RESULTS[infera]}" | grep .) <(tr ' ' '\n' <<<"${RESULTS[direct]}" | grep .) \
-  | awk '{print $1 / $2}' | median)"
+RN="$(ratio infera nginx)"
+RD="$(ratio infera direct)"
 
 echo
 echo "== throughput summary (median of $ROUNDS rounds) =="

@@ -69,8 +69,6 @@ wrk.method = "POST"
 wrk.headers["Content-Type"] = "application/json"
 wrk.body = '{"model":"m","max_tokens":16,"messages":[{"role":"user","content":"Hello, how are you?"}]}'
 LUA
-ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
-HZ="$(getconf CLK_TCK)"
 echo "tracing cost: wrk -t1 -c$CONNS -d${DURATION}s POST /v1/chat/completions (16 tokens), $ROUNDS rounds;" \
   "proxy workers $PROXY_WORKERS, $(bench_env_note)"
 declare -A RESULTS=([off]="" [one]="" [all]="") CPU_TICKS=([off]=0 [one]=0 [all]=0) REQS=([off]=0 [one]=0 [all]=0)
@@ -90,10 +88,6 @@ for ((r = 1; r <= ROUNDS; r++)); do
     printf '  round %d  %-4s %10.0f req/s\n' "$r" "$t" "$rps"
   done
 done
-med() { tr ' ' '\n' <<<"${RESULTS[$1]}" | grep . | median; }
-ratio() { paste -d' ' <(tr ' ' '\n' <<<"${RESULTS[$1]}" | grep .) <(tr ' ' '\n' <<<"${RESULTS[off]}" | grep .) \
-  | awk '{print $1 / $2}' | median; }
-us_per() { awk -v t="$1" -v n="$2" -v hz="$HZ" 'BEGIN {printf "%.1f", (n > 0) ? (t / hz * 1e6 / n) : 0}'; }
 metric() { curl -s "http://127.0.0.1:$1/metrics" | awk -v s="$2" '$1 == s {print $2}'; }
 echo
 echo "== tracing summary (median of $ROUNDS rounds) =="

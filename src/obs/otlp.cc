@@ -1,5 +1,7 @@
 #include "obs/otlp.h"
 
+#include <charconv>
+
 #include <unistd.h>
 
 #include <cctype>
@@ -117,6 +119,7 @@ void readTracingConfig(ConfigReader& r, TracingConfig& c) {
   r.optional("batch_spans", c.batch_spans, 1, 100'000);
   r.optional("export_interval_ms", c.export_interval_ms, 10, 600'000);
   r.optional("timeout_ms", c.timeout_ms, 10, 600'000);
+  r.optional("max_retries", c.max_retries, 0, 10);
 }
 
 std::string encodeTraceRequest(const std::vector<net::SpanData>& spans,
@@ -192,6 +195,7 @@ OtlpExporter::OtlpExporter(const TracingConfig& config, MetricsRegistry& metrics
                                         "OTLP export requests by result.", {"result"});
   exports_ok_ = exports->counter({"ok"});
   exports_error_ = exports->counter({"error"});
+  exports_retried_ = exports->counter({"retried"});
 }
 
 Result<std::unique_ptr<OtlpExporter>> OtlpExporter::start(const TracingConfig& config,
@@ -255,8 +259,30 @@ void OtlpExporter::run() {
 
 bool OtlpExporter::exportBatch(std::vector<net::SpanData> batch) {
   const std::string body = encodeTraceRequest(batch, resource_, version_);
-  auto r = net::fetchBlocking(config_.endpoint, "POST", body, headers_,
-                              std::chrono::milliseconds(config_.timeout_ms));
+  Result<net::SimpleResponse> r = Status::unavailable("not sent");
+  for (int64_t attempt = 0;; ++attempt) {
+    r = net::fetchBlocking(config_.endpoint, "POST", body, headers_,
+                           std::chrono::milliseconds(config_.timeout_ms));
+    if (r.ok() && r->status >= 200 && r->status < 300) break;
+    // OTLP/HTTP: retry when nothing was received, or on 429, 502, 503 and 504; not otherwise.
+    const bool retryable =
+        !r.ok() || r->status == 429 || r->status == 502 || r->status == 503 || r->status == 504;
+    if (!retryable || attempt >= config_.max_retries) break;
+    auto wait = std::min(std::chrono::milliseconds(250) * (int64_t{1} << attempt),
+                         std::chrono::milliseconds(5'000));
+    if (r.ok()) {
+      int64_t seconds = 0;
+      const std::string_view after = r->header("retry-after");
+      if (!after.empty() &&
+          std::from_chars(after.data(), after.data() + after.size(), seconds).ec == std::errc() &&
+          seconds >= 0) {
+        wait = std::chrono::milliseconds(std::min<int64_t>(seconds, 30) * 1000);
+      }
+    }
+    std::unique_lock<std::mutex> lock(mu_);
+    if (stop_ || cv_.wait_for(lock, wait, [&] { return stop_; })) break;  // stopping: no retry
+    exports_retried_->inc(0);
+  }
   const bool ok = r.ok() && r->status >= 200 && r->status < 300;
   std::lock_guard<std::mutex> lock(mu_);  // the counters' one writer at a time
   if (ok) {

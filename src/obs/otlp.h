@@ -44,6 +44,10 @@ struct TracingConfig {
   int64_t batch_spans = 512;
   int64_t export_interval_ms = 1'000;
   int64_t timeout_ms = 5'000;
+  // A failed export that OTLP calls retryable (no connection, 429, 502, 503, 504) is sent again
+  // up to max_retries times, after 250 ms, 500 ms, 1 s, ... (at most 5 s; a Retry-After of the
+  // collector's is followed up to 30 s); never while stopping.
+  int64_t max_retries = 3;
 };
 void readTracingConfig(ConfigReader& r, TracingConfig& c);
 
@@ -58,8 +62,8 @@ class OtlpExporter final : public net::TraceSink {
   static Result<std::unique_ptr<OtlpExporter>> start(const TracingConfig& config,
                                                      MetricsRegistry& metrics,
                                                      const std::string& version);
-  // Exports what is queued (each export bounded by timeout_ms; after a failed one the rest is
-  // dropped and counted), then stops.
+  // Exports what is queued (each export bounded by timeout_ms, no retries; after a failed one the
+  // rest is dropped and counted), then stops.
   ~OtlpExporter() override;
   void submit(std::vector<net::SpanData> spans) override;
 
@@ -81,6 +85,7 @@ class OtlpExporter final : public net::TraceSink {
   Counter* failed_;
   Counter* exports_ok_;
   Counter* exports_error_;
+  Counter* exports_retried_;
   std::thread thread_;
 };
 

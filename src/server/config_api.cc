@@ -282,27 +282,150 @@ size_t scalarSpan(const std::string& text, size_t pos, const std::string& value)
   return value.size();
 }
 
-// The edits that turn the file's tree `node` (read as `have`) into `want`, when they differ only
-// in scalar values (same keys, same sequence lengths); false when the structure changes.
+size_t lineStartOf(const std::string& text, size_t pos) {
+  if (pos == 0) return 0;
+  const size_t nl = text.rfind('\n', pos - 1);
+  return nl == std::string::npos ? 0 : nl + 1;
+}
+
+// Where a block collection (or one entry of it) that starts on the line of `pos` ends: after its
+// last line of content (blank and comment lines after it are left to what follows). `indent`:
+// the column of its entries (a map's keys, a sequence's dashes). A whole block runs while lines
+// are indented at least that much (at the same column: another key of a map, or a dash of the
+// sequence or of a key's value sequence); one entry (`entry`) stops at the next one.
+size_t blockEnd(const std::string& text, size_t pos, size_t indent, bool seq, bool entry) {
+  const size_t first_eol = text.find('\n', pos);
+  size_t end = first_eol == std::string::npos ? text.size() : first_eol + 1;
+  for (size_t at = end; at < text.size();) {
+    const size_t eol = text.find('\n', at);
+    const size_t next = eol == std::string::npos ? text.size() : eol + 1;
+    size_t c = at;
+    while (c < next && text[c] == ' ') ++c;
+    if (c >= next || text[c] == '\n' || text[c] == '\r' || text[c] == '#') {
+      at = next;
+      continue;
+    }
+    const size_t col = c - at;
+    if (col < indent) break;
+    if (col == indent) {
+      const bool dash = text[c] == '-' && (c + 1 >= next || text[c + 1] == ' ' ||
+                                           text[c + 1] == '\n' || text[c + 1] == '\r');
+      if (seq && (entry || !dash)) break;
+      if (!seq &&
+          ((entry && !dash) || text.compare(c, 3, "---") == 0 || text.compare(c, 3, "...") == 0)) {
+        break;
+      }
+    }
+    end = next;
+    at = next;
+  }
+  return end;
+}
+
+// `value` (a map's added keys, or a sequence's added item) as block YAML at column `indent`,
+// inserted at `at`.
+bool insertion(const std::string& text, size_t at, size_t indent, const json& value,
+               std::vector<Edit>& out) {
+  YAML::Emitter e;
+  e.SetIndent(2);
+  emit(e, value);
+  if (!e.good()) return false;
+  const std::string line_end = text.find("\r\n") != std::string::npos ? "\r\n" : "\n";
+  std::string block = at > 0 && text[at - 1] != '\n' ? line_end : "";
+  const std::string emitted = e.c_str();
+  for (size_t start = 0; start < emitted.size();) {
+    const size_t eol = emitted.find('\n', start);
+    const std::string_view line = std::string_view(emitted).substr(
+        start, eol == std::string::npos ? std::string::npos : eol - start);
+    block.append(indent, ' ');
+    block.append(line);
+    block += line_end;
+    start = eol == std::string::npos ? emitted.size() : eol + 1;
+  }
+  out.push_back({at, 0, std::move(block)});
+  return true;
+}
+
+// A block collection's entry column, or nullopt for a flow collection ({...}, [...]).
+std::optional<size_t> blockIndent(const std::string& text, const YAML::Node& node) {
+  const YAML::Mark mark = node.Mark();
+  if (mark.pos < 0 || static_cast<size_t>(mark.pos) >= text.size()) return std::nullopt;
+  const size_t pos = static_cast<size_t>(mark.pos);
+  if (text[pos] == '{' || text[pos] == '[') return std::nullopt;
+  return pos - lineStartOf(text, pos);
+}
+
+// The edits that turn the file's tree `node` (read as `have`) into `want`: changed scalar values
+// replaced where they stand; in block collections, keys added or removed and sequence items
+// appended or one removed, as lines of their own at the collection's indentation (the lines
+// around them, comments included, kept). False when that cannot express the change.
 bool scalarEdits(const std::string& text, const YAML::Node& node, const json& have,
                  const json& want, std::vector<Edit>& out) {
   if (have == want) return true;
   if (have.is_object() && want.is_object() && node.IsMap()) {
     // A duplicate key (the loader reads the first, the JSON holds the last): not edited in place.
-    if (have.size() != want.size() || node.size() != have.size()) return false;
+    if (node.size() != have.size()) return false;
+    json added = json::object();
+    for (const auto& [k, v] : want.items()) {
+      if (!have.contains(k)) added[k] = v;
+    }
+    const bool same_keys = added.empty() && have.size() == want.size();
+    std::optional<size_t> indent;
+    if (!same_keys) {
+      indent = blockIndent(text, node);
+      if (!indent || want.empty()) return false;
+    }
     for (const auto& kv : node) {
       const std::string& key = kv.first.Scalar();
-      if (!have.contains(key) || !want.contains(key)) return false;
+      if (!have.contains(key)) return false;
+      if (!want.contains(key)) {  // removed: its lines go
+        const YAML::Mark m = kv.first.Mark();
+        if (m.pos < 0) return false;
+        const size_t start = lineStartOf(text, static_cast<size_t>(m.pos));
+        const size_t end = blockEnd(text, static_cast<size_t>(m.pos), *indent, false, true);
+        out.push_back({start, end - start, std::string()});
+        continue;
+      }
       if (!scalarEdits(text, kv.second, have[key], want[key], out)) return false;
+    }
+    if (!added.empty()) {
+      const size_t at = blockEnd(text, static_cast<size_t>(node.Mark().pos), *indent, false, false);
+      if (!insertion(text, at, *indent, added, out)) return false;
     }
     return true;
   }
   if (have.is_array() && want.is_array() && node.IsSequence()) {
-    if (have.size() != want.size() || node.size() != have.size()) return false;
-    for (size_t i = 0; i < have.size(); ++i) {
-      if (!scalarEdits(text, node[i], have[i], want[i], out)) return false;
+    if (node.size() != have.size()) return false;
+    if (have.size() == want.size()) {
+      for (size_t i = 0; i < have.size(); ++i) {
+        if (!scalarEdits(text, node[i], have[i], want[i], out)) return false;
+      }
+      return true;
     }
-    return true;
+    const auto indent = blockIndent(text, node);
+    if (!indent || want.empty()) return false;
+    if (want.size() == have.size() + 1 &&
+        std::equal(have.begin(), have.end(), want.begin(), want.end() - 1)) {  // appended
+      const size_t at = blockEnd(text, static_cast<size_t>(node.Mark().pos), *indent, true, false);
+      return insertion(text, at, *indent, json::array({want.back()}), out);
+    }
+    if (have.size() == want.size() + 1) {  // one item removed: which one
+      for (size_t k = 0; k < have.size(); ++k) {
+        bool match = true;
+        for (size_t i = 0, j = 0; i < have.size() && match; ++i) {
+          if (i == k) continue;
+          match = have[i] == want[j++];
+        }
+        if (!match) continue;
+        const YAML::Mark m = node[k].Mark();
+        if (m.pos < 0) return false;
+        const size_t start = lineStartOf(text, static_cast<size_t>(m.pos));
+        const size_t end = blockEnd(text, static_cast<size_t>(m.pos), *indent, true, true);
+        out.push_back({start, end - start, std::string()});
+        return true;
+      }
+    }
+    return false;
   }
   if (have.is_structured() || want.is_structured() || !node.IsScalar()) return false;
   const YAML::Mark mark = node.Mark();
@@ -359,14 +482,22 @@ std::optional<std::string> editScalarsInPlace(const std::string& file, const jso
   if (!root.ok()) return std::nullopt;
   std::vector<Edit> edits;
   if (!scalarEdits(text, *root, yamlToJson(*root), want, edits)) return std::nullopt;
-  std::sort(edits.begin(), edits.end(), [](const Edit& a, const Edit& b) { return a.pos > b.pos; });
-  // A value reached twice through an alias is one edit (two different texts for it: none).
-  for (size_t i = 1; i < edits.size(); ++i) {
-    if (edits[i].pos == edits[i - 1].pos && edits[i].text != edits[i - 1].text) return std::nullopt;
+  // Stable: insertions at one place (a nested block and the blocks around it all ending there)
+  // stay in the order they were made, innermost first, and are joined in that order.
+  std::stable_sort(edits.begin(), edits.end(),
+                   [](const Edit& a, const Edit& b) { return a.pos > b.pos; });
+  std::vector<Edit> merged;
+  for (Edit& e : edits) {
+    if (merged.empty() || merged.back().pos != e.pos) {
+      merged.push_back(std::move(e));
+    } else if (merged.back().len == 0 && e.len == 0) {
+      merged.back().text += e.text;
+    } else if (merged.back().len != e.len || merged.back().text != e.text) {
+      // A value reached twice through an alias is one edit (two different texts for it: none).
+      return std::nullopt;
+    }
   }
-  edits.erase(std::unique(edits.begin(), edits.end(),
-                          [](const Edit& a, const Edit& b) { return a.pos == b.pos; }),
-              edits.end());
+  edits = std::move(merged);
   std::string out = text;
   for (const Edit& e : edits) out.replace(e.pos, e.len, e.text);
   // The edited file must read back as exactly the config asked for (an anchor shared by two

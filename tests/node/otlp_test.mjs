@@ -3,7 +3,8 @@
 // ExportTraceServiceRequest): the span tree of a chat completion (server span continuing the
 // caller's traceparent, access control's steps, the upstream client span whose id the backend
 // received as its parent), GenAI attributes and usage, a vector route's span; head sampling by
-// ratio with parent-based and error overrides; and a collector that is down costs no request.
+// ratio with parent-based and error overrides; a collector that is down costs no request (and is
+// retried); one that answers 503 once gets the spans on the retry.
 // Usage: node otlp_test.mjs INFERA WORK_DIR (NODE_PATH: the build's node_modules)
 import { createRequire } from 'node:module';
 import { spawn } from 'node:child_process';
@@ -44,11 +45,17 @@ async function until(what, fn, ms = 10000) {
 const spans = [];        // every span received: {span, resource}
 const backendSeen = [];  // traceparent headers the backend received
 let exportRequests = 0;
+let flakyRequests = 0;  // /flaky/v1/traces: 503 (Retry-After: 0) first, then accepted
 const receiver = http.createServer((req, res) => {
   const chunks = [];
   req.on('data', (c) => chunks.push(c));
   req.on('end', () => {
     const body = Buffer.concat(chunks);
+    if (req.url === '/flaky/v1/traces') {
+      res.writeHead(flakyRequests++ === 0 ? 503 : 200, { 'retry-after': '0' });
+      res.end();
+      return;
+    }
     if (req.url === '/v1/traces') {
       exportRequests++;
       assert.equal(req.headers['content-type'], 'application/x-protobuf');
@@ -218,13 +225,30 @@ try {
   await new Promise((r) => dead.listen(0, '127.0.0.1', r));
   const deadPort = dead.address().port;
   await new Promise((r) => dead.close(r));
-  const d = await serve('down', `{endpoint: "http://127.0.0.1:${deadPort}/v1/traces", export_interval_ms: 50, timeout_ms: 500}`);
+  const d = await serve('down', `{endpoint: "http://127.0.0.1:${deadPort}/v1/traces", export_interval_ms: 50, timeout_ms: 500, max_retries: 1}`);
   let ok = 0;
   for (let i = 0; i < 10; i++) ok += (await chat(d.data, 'm')) === 200 ? 1 : 0;
   check('with the collector down every request answers 200', () => assert.equal(ok, 10));
   await until('a failed export counted', async () => (await metric(d.admin, 'infera_trace_exports_total{result="error"}')) >= 1);
   const failedSpans = await metric(d.admin, 'infera_trace_spans_total{outcome="failed"}');
   check('infera_trace_spans_total{outcome="failed"} > 0', () => assert.ok(failedSpans > 0));
+  const downRetries = await metric(d.admin, 'infera_trace_exports_total{result="retried"}');
+  check('a collector that refuses connections is retried (max_retries: 1)', () => assert.ok(downRetries >= 1));
+
+  // ---- a collector that answers 503 once: retried, nothing lost ----
+  const f = await serve('flaky', `{endpoint: "http://127.0.0.1:${rport}/flaky/v1/traces", export_interval_ms: 50}`);
+  const flakyStatus = await chat(f.data, 'm');
+  check('the flaky collector\'s request answers 200', () => assert.equal(flakyStatus, 200));
+  await until('the retried export accepted', async () => (await metric(f.admin, 'infera_trace_exports_total{result="ok"}')) >= 1);
+  const flaky = {
+    retried: await metric(f.admin, 'infera_trace_exports_total{result="retried"}'),
+    errors: await metric(f.admin, 'infera_trace_exports_total{result="error"}'),
+    failed: await metric(f.admin, 'infera_trace_spans_total{outcome="failed"}'),
+  };
+  check('a 503 is retried after its Retry-After and the spans are exported, none failed', () => {
+    assert.equal(flakyRequests, 2);
+    assert.deepEqual(flaky, { retried: 1, errors: 0, failed: 0 });
+  });
 } catch (e) {
   failed++;
   console.log(`FAIL - ${e.stack}`);

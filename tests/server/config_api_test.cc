@@ -209,16 +209,64 @@ TEST(ConfigApiTest, ChangedValuesAreEditedInPlaceKeepingComments) {
   ASSERT_TRUE(quoted.has_value());
   EXPECT_NE(quoted->find("region: \"123\"   # our region"), std::string::npos) << *quoted;
 
-  // Structure: a key added, a list item removed, a value turned into a map.
+  // Structure in block collections: lines added or removed where they belong, the rest (comments
+  // included) byte for byte.
+  ojson removed = have;
+  removed["models"][0]["deployments"].erase(1);
+  EXPECT_EQ(editScalarsInPlace(original, removed),
+            "# Infera gateway\n"
+            "region: eu   # our region\n"
+            "models:\n"
+            "  - name: chat  # the chat model\n"
+            "    description: 'it''s fast'\n"
+            "    deployments:\n"
+            "      # primary first\n"
+            "      - {name: a, endpoints: [{url: \"http://127.0.0.1:1\", weight: 1}]}\n");
+  ojson model = have;  // a model added (the console's "add model")
+  model["models"].push_back(ojson{{"name", "embed"}, {"deployments", ojson::array()}});
+  model["models"][1]["deployments"].push_back(
+      ojson{{"name", "e"}, {"endpoints", ojson::array({ojson{{"url", "http://127.0.0.1:3"}}})}});
+  const auto with_model = editScalarsInPlace(original, model);
+  ASSERT_TRUE(with_model.has_value());
+  EXPECT_EQ(with_model->substr(0, original.size()), original) << *with_model;
+  EXPECT_EQ(asJson(*with_model), model);
+  ojson keys = have;  // a key added to a model, one removed, one added at the top
+  keys["models"][0]["aliases"] = ojson::array({"talk"});
+  keys["models"][0].erase("description");
+  keys["workers"] = 2;
+  const auto with_keys = editScalarsInPlace(original, keys);
+  ASSERT_TRUE(with_keys.has_value());
+  EXPECT_EQ(*with_keys,
+            "# Infera gateway\n"
+            "region: eu   # our region\n"
+            "models:\n"
+            "  - name: chat  # the chat model\n"
+            "    deployments:\n"
+            "      # primary first\n"
+            "      - {name: a, endpoints: [{url: \"http://127.0.0.1:1\", weight: 1}]}\n"
+            "      - name: b\n"
+            "        endpoints:\n"
+            "          - {url: 'http://127.0.0.1:2', weight: 3}\n"
+            "    aliases: [talk]\n"
+            "workers: 2\n");
+  EXPECT_EQ(asJson(*with_keys), keys);
+  // A file with CRLF line ends gets CRLF lines.
+  const std::string crlf = "# c\r\nmodels:\r\n  - name: a\r\n";
+  ojson more = asJson(crlf);
+  more["models"].push_back(ojson{{"name", "b"}});
+  EXPECT_EQ(editScalarsInPlace(crlf, more), crlf + "  - name: b\r\n");
+  // Not in place: a key added inside a flow collection, a value turned into a map, an item
+  // inserted in the middle.
   ojson added = have;
   added["models"][0]["deployments"][1]["endpoints"][0]["region"] = "eu";
   EXPECT_FALSE(editScalarsInPlace(original, added).has_value());
-  ojson removed = have;
-  removed["models"][0]["deployments"].erase(1);
-  EXPECT_FALSE(editScalarsInPlace(original, removed).has_value());
   ojson mapped = have;
   mapped["region"] = ojson{{"name", "eu"}};
   EXPECT_FALSE(editScalarsInPlace(original, mapped).has_value());
+  ojson middle = have;
+  middle["models"][0]["deployments"].insert(middle["models"][0]["deployments"].begin() + 1,
+                                            ojson{{"name", "c"}});
+  EXPECT_FALSE(editScalarsInPlace(original, middle).has_value());
 
   // A string that is not plain inside a flow collection: the edit would not read back as asked.
   ojson comma = have;
