@@ -271,7 +271,8 @@ std::vector<std::string> restartNeeded(const Config& running, const Config& next
       rt.sample_ratio != nt.sample_ratio || rt.errors_always != nt.errors_always ||
       rt.service_name != nt.service_name || rt.headers != nt.headers ||
       rt.max_queue_spans != nt.max_queue_spans || rt.batch_spans != nt.batch_spans ||
-      rt.export_interval_ms != nt.export_interval_ms || rt.timeout_ms != nt.timeout_ms) {
+      rt.export_interval_ms != nt.export_interval_ms || rt.timeout_ms != nt.timeout_ms ||
+      rt.max_retries != nt.max_retries) {
     out.push_back("tracing");
   }
   return out;

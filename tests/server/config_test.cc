@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 
 #include "fakes/tls_pki.h"
 
@@ -76,6 +77,26 @@ models:
 // Engine-aware routing: every key checked, and one policy per model.
 // batch_idle_ms lets batch work borrow an idle pool: only beside a share, and only where an
 // interactive request that finds the pool borrowed waits (flow control) rather than being refused.
+TEST(ServerConfigTest, EveryTracingSettingIsARestart) {
+  const auto cfg = loadConfigString(R"(tracing: {endpoint: "http://127.0.0.1:4318/v1/traces"}
+models:
+  - name: m
+    deployments: [{name: a, endpoints: [{url: "http://127.0.0.1:1"}]}]
+)");
+  ASSERT_TRUE(cfg.ok()) << cfg.status().message();
+  EXPECT_EQ(cfg->tracing.max_retries, 3);
+  const auto restarts = [&](const std::function<void(obs::TracingConfig&)>& change) {
+    Config next = *cfg;
+    change(next.tracing);
+    const auto r = restartNeeded(*cfg, next);
+    return std::find(r.begin(), r.end(), "tracing") != r.end();
+  };
+  EXPECT_TRUE(restarts([](obs::TracingConfig& t) { t.max_retries = 0; }));
+  EXPECT_TRUE(restarts([](obs::TracingConfig& t) { t.timeout_ms = 1; }));
+  EXPECT_TRUE(restarts([](obs::TracingConfig& t) { t.sample_ratio = 0.5; }));
+  EXPECT_FALSE(restarts([](obs::TracingConfig&) {}));
+}
+
 TEST(ServerConfigTest, BatchIdleMsNeedsAShareAndFlowControl) {
   const auto cfg = loadConfigString(R"(models:
   - name: m
