@@ -285,7 +285,14 @@ Task<Result<RedisReply>> routeCommand(std::shared_ptr<RouteState> s,
                                       std::vector<std::string> argv) {
   if (s->single) {
     auto task = nodeCommand(s->single, argv, false, nullptr);
-    co_return co_await std::move(task);
+    auto r = co_await std::move(task);
+    if (r.ok() && parseRedirect(*r)) {  // a cluster node given as one Redis
+      co_return Status::failedPrecondition("redis " + s->address.host + ":" +
+                                           std::to_string(s->address.port) +
+                                           " is a Redis Cluster node (it answered " + r->str +
+                                           "): give the cluster as redis-cluster://host:port,...");
+    }
+    co_return r;
   }
   if (s->closed) co_return Status::cancelled("redis client closed");
   const std::optional<std::string_view> key = routingKey(argv);

@@ -157,6 +157,24 @@ TEST_F(RedisClusterTest, EveryKeyLivesOnTheMasterOfItsSlot) {
     EXPECT_TRUE(tagged.ok() && !tagged->isError());
     redis->close();
   });
+  // A cluster node given as one Redis (redis://): the redirection is an error that says so.
+  RedisAddress one = address_;
+  one.cluster = false;
+  one.more_seeds.clear();
+  auto single = AsyncRedis::create(loop.ctx(), one);
+  loop.run([&]() -> Task<void> {
+    int moved = 0;
+    for (const auto& k : keys) {
+      auto get = single->command(cmd("GET", k));
+      auto r = co_await std::move(get);
+      if (!r.ok()) {
+        ++moved;
+        EXPECT_NE(r.status().message().find("redis-cluster://"), std::string::npos);
+      }
+    }
+    EXPECT_GT(moved, 0);
+    single->close();
+  });
 }
 
 TEST_F(RedisClusterTest, ReshardingWhileWritingAndReadingFailsNothingAndLosesNothing) {
