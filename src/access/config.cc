@@ -2,6 +2,7 @@
 
 #include "core/config.h"
 #include "core/text.h"
+#include "store/redis.h"
 
 namespace infera::access {
 
@@ -38,12 +39,8 @@ void readAccessConfig(ConfigReader& g, AccessConfig& gc) {
   g.optional("usage_rollup_retention_days", gc.usage_rollup_retention_days, 0, 36'500);
   g.optional("default_max_tokens", gc.default_max_tokens, 1, 10'000'000);
   g.optional("redis", gc.redis);
-  if (!gc.redis.empty() && gc.redis.rfind("redis-cluster://", 0) == 0) {
-    g.error("redis",
-            "a Redis Cluster is not supported for rate limits and the response cache yet (the "
-            "feature store's `store:` takes one): use one Redis (redis://host:port)");
-  } else if (!gc.redis.empty() && gc.redis.rfind("redis://", 0) != 0) {
-    g.error("redis", "must be a redis://host:port URL (got '" + redactUrl(gc.redis) + "')");
+  if (!gc.redis.empty()) {
+    if (auto a = store::parseRedisUrl(gc.redis); !a.ok()) g.error("redis", a.status().message());
   }
   g.optional("redis_timeout_ms", gc.redis_timeout_ms, 1, 10'000);
   g.optionalEnum("redis_fallback", gc.redis_fallback, {"local", "open", "closed"});

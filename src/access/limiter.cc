@@ -417,6 +417,11 @@ void appendPeriodName(std::string& out, const Charge& c, int64_t unix_ms) {
 
 std::string redisCounterKey(const Charge& c, int64_t unix_ms) {
   std::string k(kCounterPrefix);
+  if (!c.tag.empty()) {
+    k += '{';
+    k += c.tag;
+    k += '}';
+  }
   appendPeriodName(k, c, unix_ms);
   return k;
 }
@@ -593,25 +598,33 @@ void PendingAdjustments::add(std::span<const Charge> charges, std::span<const in
     if (it != sums_.end()) {
       it->second += delta[i];
     } else {
-      sums_.emplace(Id{std::string(id.key), minute, id.stamp_s}, delta[i]);
+      sums_.emplace(Id{std::string(id.key), minute, id.stamp_s, std::string(charges[i].tag)},
+                    delta[i]);
     }
   }
 }
 
-void PendingAdjustments::take(std::string_view call_id, std::vector<std::string>& keys,
-                              std::vector<std::string>& args) {
-  keys.reserve(keys.size() + sums_.size());
-  args.reserve(args.size() + 1 + 3 * sums_.size());
-  args.emplace_back(call_id);
+void PendingAdjustments::take(std::string_view call_id, std::vector<ScriptCall>& calls) {
+  // One call per tag (calls[first + j] holds tags[j]'s counters); mostly a single one.
+  const size_t first = calls.size();
+  std::vector<std::string_view> tags;
   for (auto& [id, sum] : sums_) {
     if (sum == 0) continue;
-    keys.push_back(std::string(kCounterPrefix).append(id.key));
-    args.push_back(id.minute ? "0" : "1");
-    args.push_back(std::to_string(id.stamp_s));
-    args.push_back(std::to_string(sum));
+    size_t j = 0;
+    while (j < tags.size() && tags[j] != id.tag) ++j;
+    if (j == tags.size()) {
+      tags.push_back(id.tag);
+      calls.emplace_back().args.emplace_back(call_id);
+    }
+    ScriptCall& call = calls[first + j];
+    std::string key(kCounterPrefix);
+    if (!id.tag.empty()) key.append("{").append(id.tag).append("}");
+    call.keys.push_back(key.append(id.key));
+    call.args.push_back(id.minute ? "0" : "1");
+    call.args.push_back(std::to_string(id.stamp_s));
+    call.args.push_back(std::to_string(sum));
   }
   sums_.clear();
-  if (keys.empty()) args.clear();
 }
 
 // ---------------- RedisLeases ----------------
@@ -629,6 +642,7 @@ void RedisLeases::Entry::count(int64_t now_ms, int64_t amount) {
 Charge RedisLeases::Entry::charge() const {
   Charge c;
   c.counter = counter;
+  c.tag = tag;
   c.window = window;
   c.limit = limit;
   return c;
@@ -644,6 +658,7 @@ RedisLeases::Entry& RedisLeases::entry(const Charge& c) {
   if (it == entries_.end()) {
     it = entries_.emplace(std::string(c.counter), Entry{}).first;
     it->second.counter = it->first;
+    it->second.tag = c.tag;
     it->second.window = c.window;
   } else if (it->second.window != c.window) {
     // The same name counted over another window now (a budget's period changed): a new counter.
@@ -651,6 +666,7 @@ RedisLeases::Entry& RedisLeases::entry(const Charge& c) {
     if (it->second.live) replaced_.push_back(it->second);
     it->second = Entry{};
     it->second.counter = it->first;
+    it->second.tag = c.tag;
     it->second.window = c.window;
   }
   return it->second;

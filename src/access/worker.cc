@@ -37,6 +37,7 @@ GovWorker::GovWorker(Governance& g, int shard, net::asio::io_context& ctx)
       o.connect_timeout =
           std::chrono::milliseconds(std::max<int64_t>(g_.config_.redis_timeout_ms, 200));
       redis_ = std::shared_ptr<store::AsyncRedis>(store::AsyncRedis::create(ctx_, *addr, o));
+      cluster_ = addr->cluster;
     }
   }
 }
@@ -58,9 +59,9 @@ GovWorker::~GovWorker() {
   // redis_timeout_ms (200 ms at least, 1 s at most) per step, nothing more after a failure, and
   // nothing while Redis is known to be down.
   leases_.endAll(pending_);
-  std::vector<std::string> keys, args;
-  pending_.take(call_prefix_ + "a" + std::to_string(++adjust_seq_), keys, args);
-  if (!keys.empty()) unanswered_->add(adjustScript(), std::move(keys), std::move(args));
+  std::vector<ScriptCall> last;
+  pending_.take(call_prefix_ + "a" + std::to_string(++adjust_seq_), last);
+  for (ScriptCall& c : last) unanswered_->add(adjustScript(), std::move(c.keys), std::move(c.args));
   std::vector<std::shared_ptr<const Unanswered::Call>> calls;
   for (const auto& [id, call] : unanswered_->calls) calls.push_back(call);
   if (!calls.empty()) {
@@ -415,67 +416,38 @@ net::Task<void> GovWorker::runBatch(std::vector<PendingAdmission*> batch) {
     leases_.plan(admissions, now, leases);
     int64_t lease_end = std::numeric_limits<int64_t>::max();
     for (const Charge& l : leases) admissions.push_back(std::span(&l, 1));
-    ReserveCall rc;
     const std::string call_id = call_prefix_ + std::to_string(++call_seq_);
-    buildReserveCall(admissions, now, call_id, rc);
     // g++ 12: no temporaries with destructors inside a co_await expression (name the task first).
     const auto sent = std::chrono::steady_clock::now();
-    auto call = redis_->eval(reserveScript(), std::move(rc.keys), std::move(rc.args));
-    auto reply = co_await std::move(call);
+    auto call = decide(admissions, now, call_id);
+    Decisions d = co_await std::move(call);
     g_.redis_call_seconds->observe(
         shard_, std::chrono::duration<double>(std::chrono::steady_clock::now() - sent).count());
     g_.redis_call_admissions->observe(shard_, static_cast<double>(n));
-    bool ok = reply.ok();
-    std::string why = !reply.ok() ? reply.status().message() : std::string();
-    // The call may have run although no usable answer came: it timed out after being sent, or
-    // Redis answered something else than a decision.
-    bool may_have_run = !reply.ok() && reply.status().code() == StatusCode::kDeadlineExceeded;
-    if (ok) {
-      auto decided = parseReserveReply(*reply, admissions, rc);
-      ok = decided.ok();
-      if (!ok) why = decided.status().message();
-      may_have_run = !ok;
-      if (ok) {
-        leases_.observe(admissions, *decided, now);
-        for (size_t k = 0; k < leases.size(); ++k) {
-          Admission& l = (*decided)[n + k];
-          l.key_ms = now;
-          if (!l.admitted) continue;
-          lease_end = std::min(lease_end, leases_.grant(leases[k], l, now, pending_));
-          g_.redis_leases->inc(shard_);
-        }
-      }
-      for (size_t i = 0; i < n && ok; ++i) {
-        PendingAdmission& p = *batch[start + i];
-        p.result = std::move((*decided)[i]);
-        p.result.key_ms = now;  // period keys were named with this clock; adjust must use the same
-        p.done = true;
-      }
+    // Admissions left undecided (a call failed) have no figures: observe() passes them by.
+    leases_.observe(admissions, d.decided, now);
+    for (size_t k = 0; k < leases.size(); ++k) {
+      if (!d.known[n + k]) continue;
+      Admission& l = d.decided[n + k];
+      l.key_ms = now;
+      if (!l.admitted) continue;
+      lease_end = std::min(lease_end, leases_.grant(leases[k], l, now, pending_));
+      g_.redis_leases->inc(shard_);
     }
-    if (ok) {
+    for (size_t i = 0; i < n; ++i) {
+      if (!d.known[i]) continue;
+      PendingAdmission& p = *batch[start + i];
+      p.result = std::move(d.decided[i]);
+      p.result.key_ms = now;  // period keys were named with this clock; adjust must use the same
+      p.done = true;
+    }
+    if (!d.failed) {
       if (g_.redis_down.exchange(false)) INFERA_LOG(g_.log, info, "Redis rate limiting is back");
     } else {
+      // The admissions left undecided are decided locally below (answer()).
       g_.redis_errors->inc(shard_);
-      // These admissions are decided locally below; whatever the call did in Redis is undone (at
-      // most kMaxCancels undo tasks per worker at a time: a long outage must not pile them up).
-      if (may_have_run) {
-        if (*cancels_ < kMaxCancels) {
-          ++*cancels_;  // the task lowers it when it ends
-          ReserveCall
-              undo;  // the same arguments again (rebuilt here rather than kept for every call)
-          buildReserveCall(admissions, now, call_id, undo);
-          auto [listed, cancel] =
-              unanswered_->add(cancelScript(), std::move(undo.keys), std::move(undo.args));
-          net::spawn(ctx_,
-                     cancelRemote(ctx_, redis_, g_.redis_cancelled, g_.redis_errors, shard_,
-                                  cancels_, unanswered_, listed, std::move(cancel)),
-                     "rate-limit cancel");
-        } else {
-          g_.redis_errors->inc(shard_);
-        }
-      }
       if (!g_.redis_down.exchange(true)) {
-        INFERA_LOG(g_.log, warn, "Redis unreachable for rate limits ({}); fallback: {}", why,
+        INFERA_LOG(g_.log, warn, "Redis unreachable for rate limits ({}); fallback: {}", d.why,
                    g_.config_.redis_fallback);
       }
     }
@@ -490,6 +462,178 @@ net::Task<void> GovWorker::runBatch(std::vector<PendingAdmission*> batch) {
       armLeaseTimer(lease_end, g_.nowMs());
     }
   }
+}
+
+net::Task<GovWorker::Decisions> GovWorker::decide(std::vector<std::span<const Charge>> admissions,
+                                                  int64_t now, std::string call_id) {
+  Decisions out;
+  out.decided.resize(admissions.size());
+  out.known.assign(admissions.size(), 0);
+  // One call per hash tag (Charge::tag): with one Redis, or when every counter has the same tag,
+  // the admissions as they are; otherwise each admission's charges of each tag, copied.
+  struct Part {
+    std::string_view tag;
+    std::vector<std::span<const Charge>> subs;  // its share of each admission it has charges of
+    std::vector<std::vector<Charge>> owned;     // what subs point into, when split
+    std::vector<std::vector<uint32_t>> index;   // per sub: its charges' places in the admission
+    ReserveCall call;
+    std::vector<Admission> decided;  // per sub
+    bool failed = false;
+  };
+  std::vector<Part> parts;
+  // Per admission: (part, sub) of each of its shares.
+  std::vector<std::vector<std::pair<uint32_t, uint32_t>>> where;
+  std::optional<std::string_view> tag0;
+  bool split = false;
+  for (const auto& charges : admissions) {
+    for (const Charge& c : charges) {
+      if (!tag0) tag0 = c.tag;
+      split = split || c.tag != *tag0;
+    }
+  }
+  if (!split) {
+    Part& p = parts.emplace_back();
+    p.subs = admissions;
+  } else {
+    where.resize(admissions.size());
+    for (size_t a = 0; a < admissions.size(); ++a) {
+      for (size_t i = 0; i < admissions[a].size(); ++i) {
+        const Charge& c = admissions[a][i];
+        size_t pi = 0;
+        while (pi < parts.size() && parts[pi].tag != c.tag) ++pi;
+        if (pi == parts.size()) parts.emplace_back().tag = c.tag;
+        Part& p = parts[pi];
+        if (where[a].empty() || where[a].back().first != pi) {
+          where[a].emplace_back(static_cast<uint32_t>(pi), static_cast<uint32_t>(p.owned.size()));
+          p.owned.emplace_back();
+          p.index.emplace_back();
+        }
+        p.owned.back().push_back(c);
+        p.index.back().push_back(static_cast<uint32_t>(i));
+      }
+    }
+    for (Part& p : parts) {
+      for (const auto& o : p.owned) p.subs.emplace_back(o);
+    }
+  }
+  std::vector<net::Task<Result<store::RedisReply>>> calls;
+  for (Part& p : parts) {
+    buildReserveCall(p.subs, now, call_id, p.call);
+    calls.push_back(redis_->eval(reserveScript(), std::move(p.call.keys), std::move(p.call.args)));
+  }
+  auto sent = store::awaitAll(ctx_, std::move(calls));
+  auto replies = co_await std::move(sent);
+  for (size_t pi = 0; pi < parts.size(); ++pi) {
+    Part& p = parts[pi];
+    const auto& reply = replies[pi];
+    // The call may have run although no usable answer came: it timed out after being sent, or
+    // Redis answered something else than a decision.
+    bool may_have_run = !reply.ok() && reply.status().code() == StatusCode::kDeadlineExceeded;
+    std::string why = !reply.ok() ? reply.status().message() : std::string();
+    if (reply.ok()) {
+      auto decided = parseReserveReply(*reply, p.subs, p.call);
+      if (decided.ok()) {
+        p.decided = std::move(*decided);
+        continue;
+      }
+      why = decided.status().message();
+      may_have_run = true;
+    }
+    p.failed = true;
+    if (!out.failed) out.why = why;
+    out.failed = true;
+    // Whatever the call did in Redis is undone.
+    if (may_have_run) cancelCall(p.subs, now, call_id);
+  }
+  if (!split) {
+    if (!parts[0].failed) {
+      out.decided = std::move(parts[0].decided);
+      out.known.assign(admissions.size(), 1);
+    }
+    co_return out;
+  }
+  for (size_t a = 0; a < admissions.size(); ++a) {
+    const auto& shares = where[a];
+    bool failed = false, refused = false;
+    for (const auto& [pi, si] : shares) {
+      failed = failed || parts[pi].failed;
+      refused = refused || (!parts[pi].failed && !parts[pi].decided[si].admitted);
+    }
+    if (shares.size() == 1) {
+      // All of it in one part, its charges in their order: that part's decision.
+      if (!failed) {
+        out.decided[a] = std::move(parts[shares[0].first].decided[shares[0].second]);
+        out.known[a] = 1;
+      }
+      continue;
+    }
+    const size_t nc = admissions[a].size();
+    Admission m;
+    m.remaining.assign(nc, 0);
+    m.reset_ms.assign(nc, 0);
+    std::vector<int64_t> stamps(nc, 0);
+    bool first = true, differ = false;
+    for (const auto& [pi, si] : shares) {
+      if (parts[pi].failed) continue;
+      const Admission& x = parts[pi].decided[si];
+      const auto& index = parts[pi].index[si];
+      for (size_t j = 0; j < index.size(); ++j) {
+        if (j < x.remaining.size()) m.remaining[index[j]] = x.remaining[j];
+        if (j < x.reset_ms.size()) m.reset_ms[index[j]] = x.reset_ms[j];
+        stamps[index[j]] = x.stamp_ms;
+      }
+      if (first) {
+        m.stamp_ms = x.stamp_ms;
+        first = false;
+      } else if (x.stamp_ms / 1000 != m.stamp_ms / 1000) {
+        differ = true;
+      }
+      if (!x.admitted && m.refused < 0 && x.refused >= 0 &&
+          static_cast<size_t>(x.refused) < index.size()) {
+        m.refused = static_cast<int>(index[static_cast<size_t>(x.refused)]);
+        m.used = x.used;
+        m.retry_after_ms = x.retry_after_ms;
+      }
+    }
+    if (!failed && !refused) {
+      m.admitted = true;
+      if (differ) m.stamps_ms = std::move(stamps);
+      out.decided[a] = std::move(m);
+      out.known[a] = 1;
+      continue;
+    }
+    // Not admitted as a whole: the parts that were admitted give back what they reserved.
+    for (const auto& [pi, si] : shares) {
+      if (parts[pi].failed || !parts[pi].decided[si].admitted) continue;
+      const auto charges = parts[pi].subs[si];
+      std::vector<int64_t> back(charges.size());
+      for (size_t j = 0; j < charges.size(); ++j) back[j] = -charges[j].amount;
+      pending_.add(charges, back, parts[pi].decided[si].stamp_ms, now);
+    }
+    if (refused) {
+      out.decided[a] = std::move(m);
+      out.known[a] = 1;
+    }
+  }
+  co_return out;
+}
+
+void GovWorker::cancelCall(std::span<const std::span<const Charge>> admissions, int64_t now,
+                           const std::string& call_id) {
+  // At most kMaxCancels undo tasks per worker at a time: a long outage must not pile them up.
+  if (*cancels_ >= kMaxCancels) {
+    g_.redis_errors->inc(shard_);
+    return;
+  }
+  ++*cancels_;       // the task lowers it when it ends
+  ReserveCall undo;  // the same arguments again (rebuilt here rather than kept for every call)
+  buildReserveCall(admissions, now, call_id, undo);
+  auto [listed, cancel] =
+      unanswered_->add(cancelScript(), std::move(undo.keys), std::move(undo.args));
+  net::spawn(ctx_,
+             cancelRemote(ctx_, redis_, g_.redis_cancelled, g_.redis_errors, shard_, cancels_,
+                          unanswered_, listed, std::move(cancel)),
+             "rate-limit cancel");
 }
 
 void GovWorker::answer(std::span<PendingAdmission* const> waiters, int64_t now) {
@@ -519,7 +663,7 @@ void GovWorker::adjust(std::span<const Charge> charges, std::span<const int64_t>
     for (size_t i = 0; i < charges.size() && i < delta.size(); ++i) {
       rest[i] = delta[i];
       if (delta[i] < 0)
-        rest[i] += leases_.giveBack(charges[i], -delta[i], a.stamp_ms, a.key_ms, now);
+        rest[i] += leases_.giveBack(charges[i], -delta[i], a.stampOf(i), a.key_ms, now);
       left = left || rest[i] != 0;
     }
     if (!left) return;
@@ -527,7 +671,13 @@ void GovWorker::adjust(std::span<const Charge> charges, std::span<const int64_t>
   }
   // Batched: one script call carries the adjustments of every request that ended in the last
   // kAdjustBatchMs (or kAdjustBatchMax of them).
-  pending_.add(charges, delta, a.stamp_ms, a.key_ms);
+  if (a.stamps_ms.empty()) {
+    pending_.add(charges, delta, a.stamp_ms, a.key_ms);
+  } else {
+    // A cluster admission whose parts were recorded in different seconds: each to its own.
+    for (size_t i = 0; i < charges.size() && i < delta.size(); ++i)
+      pending_.add(charges.subspan(i, 1), delta.subspan(i, 1), a.stampOf(i), a.key_ms);
+  }
   scheduleFlush();
 }
 
@@ -566,14 +716,15 @@ void GovWorker::armLeaseTimer(int64_t next, int64_t now) {
 }
 
 void GovWorker::flushAdjustments() {
-  std::vector<std::string> keys, args;
-  pending_.take(call_prefix_ + "a" + std::to_string(++adjust_seq_), keys, args);
-  if (keys.empty()) return;
-  auto [listed, call] = unanswered_->add(adjustScript(), std::move(keys), std::move(args));
-  net::spawn(ctx_,
-             adjustRemote(ctx_, redis_, g_.redis_adjust_retries, g_.redis_errors, shard_,
-                          adjust_retrying_, unanswered_, listed, std::move(call)),
-             "rate-limit adjust");
+  std::vector<ScriptCall> calls;
+  pending_.take(call_prefix_ + "a" + std::to_string(++adjust_seq_), calls);
+  for (ScriptCall& c : calls) {
+    auto [listed, call] = unanswered_->add(adjustScript(), std::move(c.keys), std::move(c.args));
+    net::spawn(ctx_,
+               adjustRemote(ctx_, redis_, g_.redis_adjust_retries, g_.redis_errors, shard_,
+                            adjust_retrying_, unanswered_, listed, std::move(call)),
+               "rate-limit adjust");
+  }
 }
 
 net::Task<Result<store::RedisReply>> GovWorker::callUntilAnswered(
@@ -638,6 +789,9 @@ net::Task<void> GovWorker::adjustRemote(net::asio::io_context& ctx,
 
 namespace {
 std::atomic<LocalCounterEntry*>* localMemo(const CounterName& c) { return &c.local; }
+// A counter's hash tag on a Redis Cluster: its name without the ":r"/":t" (or ":d", ":bt", ...)
+// that says what it counts, e.g. "t:<team>" for a team's, "m:<model>" for a model's.
+std::string_view tagOf(std::string_view counter) { return counter.substr(0, counter.rfind(':')); }
 std::atomic<LocalCounterEntry*>* localMemo(const std::string&) {
   return nullptr;
 }  // named per request
@@ -713,6 +867,12 @@ void GovWorker::buildCharges(GovTicket& t, const LimitedResource* resource,
     add(resource->tok, Window::kMinute, Scope::kModel, true, resource->limits.tpm,
         t.reserved_tokens);
   }
+  if (cluster_) {
+    // Redis Cluster: every counter of a team (its keys', its users', its own) has the team's hash
+    // tag, so that one call reserves them in one slot; a model's counters have the model's.
+    const std::string_view team = t.key ? tagOf(t.key->team->c_req.name) : std::string_view();
+    for (Charge& c : t.charges) c.tag = c.scope == Scope::kModel ? tagOf(c.counter) : team;
+  }
 }
 
 std::optional<Denial> GovWorker::settle(GovTicket& t) {
@@ -737,6 +897,9 @@ bool GovWorker::buildResourceCharges(GovTicket& t, const LimitedResource& dep) {
   if (dep.limits.tpm > 0) {
     t.dep_charges.push_back({dep.tok, Window::kMinute, Scope::kDeployment, true, dep.limits.tpm,
                              t.reserved_tokens, localMemo(dep.tok)});
+  }
+  if (cluster_) {
+    for (Charge& c : t.dep_charges) c.tag = tagOf(c.counter);  // the deployment's own slot
   }
   return !t.dep_charges.empty();
 }

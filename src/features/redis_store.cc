@@ -61,38 +61,12 @@ Status takeRows(const Result<RedisReply>& r, const std::vector<size_t>& group,
 // Runs every command at once on `redis` (each to its own node) and waits for all the answers.
 net::Task<std::vector<Result<RedisReply>>> all(net::asio::io_context& ctx, store::AsyncRedis& redis,
                                                std::vector<std::vector<std::string>> commands) {
-  struct Shared {
-    explicit Shared(net::asio::io_context& c) : done(c) {
-      done.expires_at(net::Deadline::max());  // never fires; the last answer cancels it
-    }
-    net::asio::steady_timer done;
-    std::vector<Result<RedisReply>> results;
-    size_t left = 0;
-  };
-  auto sh = std::make_shared<Shared>(ctx);
-  sh->results.assign(commands.size(), Status::internal("redis: no answer"));
-  sh->left = commands.size();
-  struct One {
-    static net::Task<void> run(std::shared_ptr<Shared> sh, size_t i, store::AsyncRedis& redis,
-                               std::vector<std::string> argv) {
-      struct Count {  // however this ends, the waiter hears of it
-        Shared& sh;
-        ~Count() {
-          if (--sh.left == 0) sh.done.cancel();
-        }
-      } count{*sh};
-      auto task = redis.command(std::move(argv));
-      sh->results[i] = co_await std::move(task);
-    }
-  };
-  for (size_t i = 0; i < commands.size(); ++i) {
-    net::spawn(ctx, One::run(sh, i, redis, std::move(commands[i])), "redis fan-out");
-  }
-  while (sh->left > 0) {
-    boost::system::error_code ec;
-    co_await sh->done.async_wait(net::asio::redirect_error(net::asio::use_awaitable, ec));
-  }
-  co_return std::move(sh->results);
+  std::vector<net::Task<Result<RedisReply>>> calls;
+  calls.reserve(commands.size());
+  for (auto& argv : commands) calls.push_back(redis.command(std::move(argv)));
+  auto task = store::awaitAll(ctx, std::move(calls));
+  auto results = co_await std::move(task);
+  co_return results;
 }
 
 Status replyError(const Result<RedisReply>& r, std::string_view what) {

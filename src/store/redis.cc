@@ -645,4 +645,46 @@ Result<std::unique_ptr<RedisClient>> connectNode(const RedisAddress& address,
   return std::unique_ptr<RedisClient>(std::move(client));
 }
 
+net::Task<std::vector<Result<RedisReply>>> awaitAll(
+    net::asio::io_context& ctx, std::vector<net::Task<Result<RedisReply>>> calls) {
+  std::vector<Result<RedisReply>> results;
+  if (calls.size() == 1) {
+    auto only = std::move(calls[0]);
+    auto r = co_await std::move(only);
+    results.push_back(std::move(r));
+    co_return results;
+  }
+  struct Shared {
+    explicit Shared(net::asio::io_context& c) : done(c) {
+      done.expires_at(net::Deadline::max());  // never fires; the last answer cancels it
+    }
+    net::asio::steady_timer done;
+    std::vector<Result<RedisReply>> results;
+    size_t left = 0;
+  };
+  auto sh = std::make_shared<Shared>(ctx);
+  sh->results.assign(calls.size(), Status::internal("redis: no answer"));
+  sh->left = calls.size();
+  struct One {
+    static net::Task<void> run(std::shared_ptr<Shared> sh, size_t i,
+                               net::Task<Result<RedisReply>> call) {
+      struct Count {  // however this ends, the waiter hears of it
+        Shared& sh;
+        ~Count() {
+          if (--sh.left == 0) sh.done.cancel();
+        }
+      } count{*sh};
+      sh->results[i] = co_await std::move(call);
+    }
+  };
+  for (size_t i = 0; i < calls.size(); ++i) {
+    net::spawn(ctx, One::run(sh, i, std::move(calls[i])), "redis fan-out");
+  }
+  while (sh->left > 0) {
+    boost::system::error_code ec;
+    co_await sh->done.async_wait(net::asio::redirect_error(net::asio::use_awaitable, ec));
+  }
+  co_return std::move(sh->results);
+}
+
 }  // namespace infera::store

@@ -111,4 +111,9 @@ class AsyncRedis {
   virtual void close() = 0;
 };
 
+// Runs the calls at once (on a cluster, each goes to its own node) and waits for every answer;
+// the results in the calls' order. One call is simply awaited.
+net::Task<std::vector<Result<RedisReply>>> awaitAll(
+    net::asio::io_context& ctx, std::vector<net::Task<Result<RedisReply>>> calls);
+
 }  // namespace infera::store

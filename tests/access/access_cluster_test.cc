@@ -100,55 +100,6 @@ TEST(GovernanceCluster, OneReplicaAdmitsTheConfiguredTpmWithin5Percent) {
   EXPECT_LE(r.admitted_tokens, kTpm * 105 / 100);
 }
 
-TEST(GovernanceCluster, ThreeReplicasSharingRedisAdmitTheTpmOnceNotThreeTimes) {
-  auto redis = testing::RedisServer::start();
-  ASSERT_TRUE(redis);
-  auto emu = startEmulator();
-  ASSERT_TRUE(emu);
-  const std::string db = "sqlite:" + tempPath("three.db");
-  std::vector<std::unique_ptr<server::Server>> replicas;
-  for (int i = 0; i < 3; ++i) {
-    // A saturating load on a 2-core box (three replicas, their load threads and Redis, beside
-    // another test): a Redis call can take longer than the 50 ms default, and a fallback is not
-    // what this test measures.
-    replicas.push_back(startGov(
-        govConfig(emu->url(), db,
-                  "  redis: " + redis->url() + "\n  replicas: 3\n  redis_timeout_ms: 1000\n")));
-    ASSERT_TRUE(replicas.back());
-  }
-  const std::string measured = makeKey(*replicas[0], "load", json::object(), json{{"tpm", kTpm}});
-  // Every replica knows the key (shared store, polled every 100 ms here); max_tokens 0 costs only
-  // a few prompt tokens.
-  for (auto& g : replicas) {
-    ASSERT_TRUE(waitFor([&] { return call(*g, measured, chat("m1", 0)).status == 200; }));
-  }
-  std::vector<server::Server*> ptrs;
-  for (auto& g : replicas) ptrs.push_back(g.get());
-  const LoadResult r = saturate(ptrs, measured, kWindow, 3);
-  std::printf(
-      "three replicas, one redis: admitted %lld tokens in %lld requests (limit %lld), %lld "
-      "refused\n",
-      static_cast<long long>(r.admitted_tokens), static_cast<long long>(r.admitted),
-      static_cast<long long>(kTpm), static_cast<long long>(r.limited));
-  EXPECT_GT(r.limited, r.admitted);
-  EXPECT_EQ(r.other, 0);
-  // The warm-up calls (max_tokens 0: a few prompt tokens each) share the window; allow for them.
-  EXPECT_GE(r.admitted_tokens, kTpm * 95 / 100 - 60);
-  EXPECT_LE(r.admitted_tokens, kTpm * 105 / 100);
-  double fallbacks = 0, from_leases = 0;
-  for (auto& g : replicas) {
-    fallbacks += g->metricSum("infera_ratelimit_fallback_total");
-    from_leases += g->metricSum("infera_ratelimit_redis_lease_admissions_total");
-  }
-  EXPECT_EQ(fallbacks, 0);
-  std::printf("three replicas: %.0f admissions decided from leases\n", from_leases);
-}
-
-// The reserve script straight against a real Redis: one call deciding admissions of two keys
-// (three shapes: amounts repeat within an admission, and one admission's amounts are all 1), each
-// all or nothing and in order; Redis then holds exactly the admitted amounts; the cancel script
-// refunds them once, or stops a call that has not run yet; a call with malformed arguments is
-// refused without writing anything.
 // A counter's total as Redis holds it: a minute counter's summary ('B' and five little-endian
 // doubles, the total first) or a period counter's integer.
 std::string summaryTotal(const std::string& raw) {
@@ -166,6 +117,146 @@ int64_t redisMinute(store::RedisClient& rc) {
   return time.ok() && !time->elements.empty() ? std::stoll(time->elements[0].str) / 60 : -1;
 }
 
+// A minute counter's total as a Redis Cluster holds it: the summary in the hash of its tag's
+// minute (this minute's, else the previous one's); "" if none.
+std::string clusterTotal(store::RedisClient& rc, const std::string& tag,
+                         const std::string& counter) {
+  const int64_t minute = redisMinute(rc);
+  for (int64_t m : {minute, minute - 1}) {
+    auto r = rc.command({"HGET", "infera:rl:sum:{" + tag + "}:" + std::to_string(m),
+                         "infera:rl:{" + tag + "}" + counter});
+    if (r.ok() && r->type == store::RedisReply::Type::kString) return summaryTotal(r->str);
+  }
+  return "";
+}
+
+// A Redis Cluster master killed while requests come: the admissions of its slots (this team's)
+// are decided by the local fallback until its replica is promoted, none fails, and then they go
+// to the cluster again, to the new master.
+TEST(GovernanceCluster, OnARedisClusterAKilledMasterFallsBackUntilItsReplicaTakesOver) {
+  auto cluster = testing::RedisCluster::start();
+  ASSERT_TRUE(cluster);
+  auto emu = startEmulator();
+  ASSERT_TRUE(emu);
+  auto gw = startGov(govConfig(
+      emu->url(), "sqlite:" + tempPath("rc-failover.db"),
+      "  redis: " + cluster->url() + "\n  redis_timeout_ms: 1000\n  redis_lease_ms: 0\n"));
+  ASSERT_TRUE(gw);
+  const std::string key = makeKey(*gw, "fo", json{{"rpm", 100'000}});
+  const int victim = cluster->masterOf(store::redisKeySlot("{t:fo}"), 0);
+  ASSERT_GE(victim, 0);
+  for (int i = 0; i < 5; ++i) ASSERT_EQ(call(*gw, key, chat("m1", 0)).status, 200);
+  EXPECT_EQ(gw->metricSum("infera_ratelimit_fallback_total"), 0);
+  cluster->node(static_cast<size_t>(victim)).kill();
+  // Until the replica takes over (cluster-node-timeout, 1 s here, and a vote): decided locally.
+  int statuses_not_200 = 0;
+  for (int i = 0; i < 5; ++i) statuses_not_200 += call(*gw, key, chat("m1", 0)).status != 200;
+  EXPECT_EQ(statuses_not_200, 0);
+  EXPECT_GE(gw->metricSum("infera_ratelimit_fallback_total"), 1);
+  ASSERT_TRUE(cluster->waitHealthy(std::chrono::seconds(20)));
+  size_t asker = 0;
+  while (static_cast<int>(asker) == victim) ++asker;
+  EXPECT_NE(cluster->masterOf(store::redisKeySlot("{t:fo}"), asker), victim);
+  // Back on the cluster once the client has the new map: a request decided in Redis again.
+  ASSERT_TRUE(waitFor([&] {
+    const double before = gw->metricSum("infera_ratelimit_fallback_total");
+    return call(*gw, key, chat("m1", 0)).status == 200 &&
+           gw->metricSum("infera_ratelimit_fallback_total") == before;
+  }));
+  auto rc = store::RedisClient::connect(*store::parseRedisUrl(cluster->url()));
+  ASSERT_TRUE(rc.ok());
+  const std::string before = clusterTotal(**rc, "t:fo", "t:fo:r");
+  ASSERT_FALSE(before.empty());
+  const double fallbacks = gw->metricSum("infera_ratelimit_fallback_total");
+  for (int i = 0; i < 10; ++i) EXPECT_EQ(call(*gw, key, chat("m1", 0)).status, 200);
+  EXPECT_EQ(gw->metricSum("infera_ratelimit_fallback_total"), fallbacks);
+  // Counted on the new master.
+  EXPECT_EQ(std::stoll(clusterTotal(**rc, "t:fo", "t:fo:r")), std::stoll(before) + 10);
+}
+
+// Three replicas sharing one Redis, or a Redis Cluster (3 masters + 3 replicas). On the cluster
+// the model has a limit too (twice the key's, so the key's binds): its counters live in another
+// slot than the team's, and every admission is two calls at once, to two masters.
+void threeReplicasAdmitTheTpmOnce(bool cluster) {
+  std::unique_ptr<testing::RedisServer> redis;
+  std::unique_ptr<testing::RedisCluster> nodes;
+  std::string url;
+  if (cluster) {
+    nodes = testing::RedisCluster::start();
+    ASSERT_TRUE(nodes);
+    url = nodes->url();
+  } else {
+    redis = testing::RedisServer::start();
+    ASSERT_TRUE(redis);
+    url = redis->url();
+  }
+  auto emu = startEmulator();
+  ASSERT_TRUE(emu);
+  const std::string db = "sqlite:" + tempPath(cluster ? "three-cluster.db" : "three.db");
+  const std::string model_limits =
+      cluster ? "    limits: {tpm: " + std::to_string(2 * kTpm) + "}\n" : std::string();
+  std::vector<std::unique_ptr<server::Server>> replicas;
+  for (int i = 0; i < 3; ++i) {
+    // A saturating load on a 2-core box (three replicas, their load threads and Redis, beside
+    // another test): a Redis call can take longer than the 50 ms default, and a fallback is not
+    // what this test measures.
+    replicas.push_back(startGov(
+        govConfig(emu->url(), db, "  redis: " + url + "\n  replicas: 3\n  redis_timeout_ms: 1000\n",
+                  model_limits)));
+    ASSERT_TRUE(replicas.back());
+  }
+  const std::string measured = makeKey(*replicas[0], "load", json::object(), json{{"tpm", kTpm}});
+  // Every replica knows the key (shared store, polled every 100 ms here); max_tokens 0 costs only
+  // a few prompt tokens.
+  for (auto& g : replicas) {
+    ASSERT_TRUE(waitFor([&] { return call(*g, measured, chat("m1", 0)).status == 200; }));
+  }
+  std::vector<server::Server*> ptrs;
+  for (auto& g : replicas) ptrs.push_back(g.get());
+  const LoadResult r = saturate(ptrs, measured, kWindow, 3);
+  std::printf(
+      "three replicas, %s: admitted %lld tokens in %lld requests (limit %lld), %lld "
+      "refused\n",
+      cluster ? "a redis cluster" : "one redis", static_cast<long long>(r.admitted_tokens),
+      static_cast<long long>(r.admitted), static_cast<long long>(kTpm),
+      static_cast<long long>(r.limited));
+  EXPECT_GT(r.limited, r.admitted);
+  EXPECT_EQ(r.other, 0);
+  // The warm-up calls (max_tokens 0: a few prompt tokens each) share the window; allow for them.
+  EXPECT_GE(r.admitted_tokens, kTpm * 95 / 100 - 60);
+  EXPECT_LE(r.admitted_tokens, kTpm * 105 / 100);
+  double fallbacks = 0, from_leases = 0;
+  for (auto& g : replicas) {
+    fallbacks += g->metricSum("infera_ratelimit_fallback_total");
+    from_leases += g->metricSum("infera_ratelimit_redis_lease_admissions_total");
+  }
+  EXPECT_EQ(fallbacks, 0);
+  std::printf("three replicas: %.0f admissions decided from leases\n", from_leases);
+  if (cluster) {
+    // The model's counter took what the key's did (its own limit, twice as high, never bound).
+    auto rc = store::RedisClient::connect(*store::parseRedisUrl(url));
+    ASSERT_TRUE(rc.ok());
+    const std::string model = clusterTotal(**rc, "m:m1", "m:m1:t");
+    ASSERT_FALSE(model.empty());
+    std::printf("the model's counter on the cluster: %s tokens\n", model.c_str());
+    EXPECT_LE(std::stoll(model), 2 * kTpm);
+    EXPECT_GE(std::stoll(model), kTpm * 95 / 100 - 60) << model;
+  }
+}
+
+TEST(GovernanceCluster, ThreeReplicasSharingRedisAdmitTheTpmOnceNotThreeTimes) {
+  threeReplicasAdmitTheTpmOnce(false);
+}
+
+TEST(GovernanceCluster, ThreeReplicasSharingARedisClusterAdmitTheTpmOnce) {
+  threeReplicasAdmitTheTpmOnce(true);
+}
+
+// The reserve script straight against a real Redis: one call deciding admissions of two keys
+// (three shapes: amounts repeat within an admission, and one admission's amounts are all 1), each
+// all or nothing and in order; Redis then holds exactly the admitted amounts; the cancel script
+// refunds them once, or stops a call that has not run yet; a call with malformed arguments is
+// refused without writing anything.
 // A minute counter's summary ("" if none): this minute's hash, else the previous minute's.
 std::string summaryOf(store::RedisClient& rc, const std::string& counter) {
   const int64_t minute = redisMinute(rc);
@@ -897,19 +988,28 @@ TEST(GovernanceCluster, LeasesAdmitWithoutACallAndLeaveRedisWithWhatWasUsed) {
 struct CacheReplicas {
   FakeClock clock{FakeClock::AtSystemTime{}};  // both replicas' (declared first: outlives them)
   std::unique_ptr<testing::RedisServer> redis;
+  std::unique_ptr<testing::RedisCluster> cluster;  // instead of `redis` when asked for
+  std::string url;
   std::unique_ptr<emulator::Emulator> emu;
   std::unique_ptr<server::Server> a, b;
   std::string key;
 };
 void startCacheReplicas(CacheReplicas& r, const std::string& team, int64_t ttl_ms,
-                        bool fake_clock = false) {
-  r.redis = testing::RedisServer::start();
-  ASSERT_TRUE(r.redis);
+                        bool fake_clock = false, bool cluster = false) {
+  if (cluster) {
+    r.cluster = testing::RedisCluster::start();
+    ASSERT_TRUE(r.cluster);
+    r.url = r.cluster->url();
+  } else {
+    r.redis = testing::RedisServer::start();
+    ASSERT_TRUE(r.redis);
+    r.url = r.redis->url();
+  }
   r.emu = startEmulator();
   ASSERT_TRUE(r.emu);
   const std::string db = "sqlite:" + tempPath(team + ".db");
   // A loaded box can hold a Redis call past the 50 ms default: a timed-out GET reads as a miss.
-  const std::string extra = "  redis: " + r.redis->url() + "\n  redis_timeout_ms: 1000\n" +
+  const std::string extra = "  redis: " + r.url + "\n  redis_timeout_ms: 1000\n" +
                             "  cache: {ttl_ms: " + std::to_string(ttl_ms) + ", redis: true}\n";
   const Clock* clock = fake_clock ? &r.clock : nullptr;
   r.a = startGov(govConfig(r.emu->url(), db, extra), clock);
@@ -919,25 +1019,84 @@ void startCacheReplicas(CacheReplicas& r, const std::string& team, int64_t ttl_m
   ASSERT_TRUE(waitFor([&] { return call(*r.b, r.key, chat("m1", 0)).status == 200; }));
 }
 
-TEST(GovernanceCluster, TheCacheIsSharedThroughRedis) {
+// The keys matching `pattern` on every master of the Redis (or Redis Cluster) at `url`.
+size_t countKeys(const std::string& url, const std::string& pattern) {
+  auto rc = store::RedisClient::connect(*store::parseRedisUrl(url));
+  if (!rc.ok()) return 0;
+  auto masters = (*rc)->masters();
+  if (!masters.ok()) return 0;
+  size_t n = 0;
+  for (auto& m : *masters) {
+    auto keys = m->command({"KEYS", pattern});
+    if (keys.ok()) n += keys->elements.size();
+  }
+  return n;
+}
+
+void cacheIsShared(bool cluster) {
   CacheReplicas r;
-  ASSERT_NO_FATAL_FAILURE(startCacheReplicas(r, "cache", 60'000));
+  ASSERT_NO_FATAL_FAILURE(startCacheReplicas(r, "cache", 60'000, false, cluster));
   const std::string body = chat("m1", 4, false, R"(,"temperature":0)");
   const auto first = call(*r.a, r.key, body);
   ASSERT_EQ(first.status, 200);
   EXPECT_EQ(first.header("x-infera-cache"), "miss");
-  auto rc = store::RedisClient::connect(*store::parseRedisUrl(r.redis->url()));
-  ASSERT_TRUE(rc.ok());
-  ASSERT_TRUE(waitFor([&] {
-    auto keys = (*rc)->command({"KEYS", "infera:cache2:*"});
-    return keys.ok() && keys->elements.size() == 1;
-  }));
+  ASSERT_TRUE(waitFor([&] { return countKeys(r.url, "infera:cache2:*") == 1; }));
   const uint64_t before = r.emu->stats().requests.load();
   const auto second = call(*r.b, r.key, body);
   ASSERT_EQ(second.status, 200);
   EXPECT_EQ(second.header("x-infera-cache"), "hit");
   EXPECT_EQ(second.body, first.body);
   EXPECT_EQ(r.emu->stats().requests.load(), before);
+}
+
+TEST(GovernanceCluster, TheCacheIsSharedThroughRedis) { cacheIsShared(false); }
+
+// The same with the shared tier on a Redis Cluster (3 masters, 3 replicas): an entry is one key,
+// stored on the master of its slot and found there by the other replica.
+TEST(GovernanceCluster, TheCacheIsSharedThroughARedisCluster) { cacheIsShared(true); }
+
+// On a Redis Cluster a team's counters and a model's live in different slots (hash tags {t:team}
+// and {m:model}), so an admission is decided by one call per slot, sent at once. It is admitted
+// when every part is; when the model's part is refused the team's part, admitted in its own slot,
+// is given back: Redis ends up holding exactly what was admitted on both.
+TEST(GovernanceCluster, OnARedisClusterAnAdmissionSpansSlotsAndARefusalHoldsNothing) {
+  auto cluster = testing::RedisCluster::start();
+  ASSERT_TRUE(cluster);
+  auto emu = startEmulator();
+  ASSERT_TRUE(emu);
+  // No leases: every admission is a script call here.
+  auto gw = startGov(
+      govConfig(emu->url(), "sqlite:" + tempPath("rc-slots.db"),
+                "  redis: " + cluster->url() + "\n  redis_timeout_ms: 1000\n  redis_lease_ms: 0\n",
+                "    limits: {rpm: 5}\n"));
+  ASSERT_TRUE(gw);
+  ASSERT_NE(store::redisKeySlot("{t:slots}"), store::redisKeySlot("{m:m1}"));
+  const std::string key = makeKey(*gw, "slots", json{{"rpm", 100}});
+  int admitted = 0, limited = 0;
+  std::string refusal;
+  for (int i = 0; i < 8; ++i) {
+    const auto r = call(*gw, key, chat("m1", 0));
+    if (r.status == 200) ++admitted;
+    if (r.status == 429) {
+      ++limited;
+      refusal = r.body;
+    }
+  }
+  EXPECT_EQ(admitted, 5);
+  EXPECT_EQ(limited, 3);
+  EXPECT_NE(refusal.find("model"), std::string::npos) << refusal;
+  EXPECT_EQ(gw->metricSum("infera_ratelimit_fallback_total"), 0);
+  EXPECT_EQ(gw->metricSum("infera_ratelimit_redis_errors_total"), 0);
+  auto rc = store::RedisClient::connect(*store::parseRedisUrl(cluster->url()));
+  ASSERT_TRUE(rc.ok());
+  EXPECT_EQ(clusterTotal(**rc, "m:m1", "m:m1:r"), "5");
+  // The team's counter took 8 requests, then got the 3 refused ones back (adjust calls).
+  EXPECT_TRUE(waitFor([&] { return clusterTotal(**rc, "t:slots", "t:slots:r") == "5"; }))
+      << clusterTotal(**rc, "t:slots", "t:slots:r");
+  // Each summary hash is in its counters' slot (a script touching another slot would have failed).
+  const int64_t minute = redisMinute(**rc);
+  EXPECT_EQ(store::redisKeySlot("infera:rl:sum:{t:slots}:" + std::to_string(minute)),
+            store::redisKeySlot("infera:rl:{t:slots}t:slots:r"));
 }
 
 // An entry taken from Redis keeps its first answer's expiry in the local tier: it does not live a
@@ -950,12 +1109,8 @@ TEST(GovernanceCluster, ACachedAnswerExpiresOnceAcrossReplicas) {
   ASSERT_NO_FATAL_FAILURE(startCacheReplicas(r, "cache-ttl", 60'000, /*fake_clock=*/true));
   const std::string body = chat("m1", 4, false, R"(,"temperature":0)");
   ASSERT_EQ(call(*r.a, r.key, body).header("x-infera-cache"), "miss");
-  auto rc = store::RedisClient::connect(*store::parseRedisUrl(r.redis->url()));
-  ASSERT_TRUE(rc.ok());
-  ASSERT_TRUE(waitFor([&] {  // the answer reaches Redis just after it was relayed
-    auto keys = (*rc)->command({"KEYS", "infera:cache2:*"});
-    return keys.ok() && keys->elements.size() == 1;
-  }));
+  // The answer reaches Redis just after it was relayed.
+  ASSERT_TRUE(waitFor([&] { return countKeys(r.url, "infera:cache2:*") == 1; }));
   r.clock.advance(std::chrono::seconds(30));
   ASSERT_EQ(call(*r.b, r.key, body).header("x-infera-cache"), "hit");  // from Redis, now local
   r.clock.advance(std::chrono::milliseconds(29'999));

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <map>
 #include <random>
+#include <set>
 #include <thread>
 
 #include <nlohmann/json.hpp>
@@ -381,9 +382,12 @@ TEST(PendingAdjustments, SumsPerCounterAndSecondUnderTheCountersRedisKeys) {
   p.add(charges, second, t0 + 500, t0 + 500);     // the same second: summed
   p.add(charges, third, t0 + 1'000, t0 + 1'000);  // the next second: apart (the minute -4+4 too)
   EXPECT_EQ(p.size(), 4u);
-  std::vector<std::string> keys, args;
-  p.take("call-1", keys, args);
+  std::vector<ScriptCall> calls;
+  p.take("call-1", calls);
   EXPECT_EQ(p.size(), 0u);
+  ASSERT_EQ(calls.size(), 1u);  // no hash tags: one call
+  const auto& keys = calls[0].keys;
+  const auto& args = calls[0].args;
   ASSERT_EQ(args.size(), 1 + 3 * keys.size());
   EXPECT_EQ(args[0], "call-1");
   std::map<std::string, std::string> got;  // key|window|second -> delta
@@ -399,24 +403,60 @@ TEST(PendingAdjustments, SumsPerCounterAndSecondUnderTheCountersRedisKeys) {
                                                      {day_key + "|1|" + s0, "-4"},
                                                      {minute_key + "|0|" + s1, "4"},
                                                      {day_key + "|1|" + s1, "2"}}));
-  // Sums that came back to zero are not sent; nothing at all leaves both lists empty.
+  // Sums that came back to zero are not sent; nothing at all makes no call.
   const int64_t up[2] = {5, 0}, down[2] = {-5, 0};
   p.add(charges, up, t0, t0);
   p.add(charges, down, t0, t0);
-  keys.clear();
-  args.clear();
-  p.take("call-2", keys, args);
-  EXPECT_TRUE(keys.empty());
-  EXPECT_TRUE(args.empty());
+  std::vector<ScriptCall> none;
+  p.take("call-2", none);
+  EXPECT_TRUE(none.empty());
+}
+
+// On a Redis Cluster counters carry hash tags: a team's counters are named in its slot, a model's
+// in its own, and the adjustments go out as one call per tag, each with every key in one slot.
+TEST(PendingAdjustments, OneCallPerHashTagWithEveryKeyInItsSlot) {
+  PendingAdjustments p;
+  const int64_t t0 = 1'799'971'200'000;  // 2027-01-15 00:00:00 UTC
+  Charge charges[3] = {Charge{"k:a:t", Window::kMinute, Scope::kKey, true, 100, 10},
+                       Charge{"t:b:d", Window::kDay, Scope::kDaily, true, 1000, 10},
+                       Charge{"m:x:t", Window::kMinute, Scope::kModel, true, 1000, 10}};
+  charges[0].tag = charges[1].tag = "t:b";
+  charges[2].tag = "m:x";
+  EXPECT_EQ(redisCounterKey(charges[0], t0), "infera:rl:{t:b}k:a:t");
+  EXPECT_EQ(redisCounterKey(charges[1], t0), "infera:rl:{t:b}t:b:d:20270115");
+  EXPECT_EQ(redisCounterKey(charges[2], t0), "infera:rl:{m:x}m:x:t");
+  const int64_t delta[3] = {-4, -3, -2};
+  p.add(charges, delta, t0, t0);
+  std::vector<ScriptCall> calls;
+  p.take("call-9", calls);
+  ASSERT_EQ(calls.size(), 2u);
+  std::map<std::string, std::set<std::string>> keys_by_slot_of_first;
+  size_t keys = 0;
+  for (const ScriptCall& c : calls) {
+    ASSERT_FALSE(c.keys.empty());
+    ASSERT_EQ(c.args.size(), 1 + 3 * c.keys.size());
+    EXPECT_EQ(c.args[0], "call-9");
+    for (const auto& k : c.keys) {
+      EXPECT_EQ(store::redisKeySlot(k), store::redisKeySlot(c.keys[0])) << k;
+      keys_by_slot_of_first[c.keys[0]].insert(k);
+      ++keys;
+    }
+  }
+  EXPECT_EQ(keys, 3u);
+  EXPECT_EQ(keys_by_slot_of_first.size(), 2u);
+  // The two tags are in different slots (so the split was needed).
+  EXPECT_NE(store::redisKeySlot("{t:b}"), store::redisKeySlot("{m:x}"));
 }
 
 // What a PendingAdjustments sends: "key|window|second" -> delta.
 std::map<std::string, std::string> sentSums(PendingAdjustments& p) {
-  std::vector<std::string> keys, args;
-  p.take("give-back", keys, args);
+  std::vector<ScriptCall> calls;
+  p.take("give-back", calls);
   std::map<std::string, std::string> got;
-  for (size_t i = 0; i < keys.size(); ++i) {
-    got[keys[i] + "|" + args[1 + 3 * i] + "|" + args[2 + 3 * i]] = args[3 + 3 * i];
+  for (const ScriptCall& c : calls) {
+    for (size_t i = 0; i < c.keys.size(); ++i) {
+      got[c.keys[i] + "|" + c.args[1 + 3 * i] + "|" + c.args[2 + 3 * i]] = c.args[3 + 3 * i];
+    }
   }
   return got;
 }

@@ -242,8 +242,8 @@ models: [{name: m, deployments: [{endpoints: [{url: "http://127.0.0.1:1"}]}]}]
                          "governance.store (line 2): must be sqlite:PATH or a postgresql:// URL "
                          "(got 'mysql://infera:***@db/x')",
                          "governance.sync_interval_ms (line 3): must be in [10, 4000], got 10000",
-                         "governance.redis (line 4): must be a redis://host:port URL (got "
-                         "'rediss://:***@cache:6380')",
+                         "governance.redis (line 4): TLS to redis (rediss://) is not supported: "
+                         "'rediss://:***@cache:6380'",
                          "governance.redis_fallback (line 5)",
                      });
   EXPECT_EQ(m.find("hunter2"), std::string::npos) << m;

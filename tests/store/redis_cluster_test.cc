@@ -255,7 +255,7 @@ TEST_F(RedisClusterTest, AKilledMasterFailsOnlyItsSlotsAndOnlyUntilItsReplicaTak
   auto redis = AsyncRedis::create(loop.ctx(), address_);
   std::atomic<bool> killed{false}, healed{false}, stop{false};
   std::atomic<int64_t> errors_before_kill{0}, errors_after_heal{0}, errors_between{0};
-  std::atomic<int64_t> ok_after_heal{0}, ok_other_slots_between{0};
+  std::atomic<int64_t> ok_after_heal{0}, ok_other_slots_between{0}, ops{0};
   std::string after_heal_error;
   std::promise<void> done;
   asio::co_spawn(
@@ -267,6 +267,7 @@ TEST_F(RedisClusterTest, AKilledMasterFailsOnlyItsSlotsAndOnlyUntilItsReplicaTak
           for (const auto& k : keys) {
             auto set = redis->command(cmd("SET", k, "x"));
             auto w = co_await std::move(set);
+            ++ops;
             const bool ok = w.ok() && !w->isError();
             if (!killed.load()) {
               if (!ok) ++errors_before_kill;
@@ -287,7 +288,9 @@ TEST_F(RedisClusterTest, AKilledMasterFailsOnlyItsSlotsAndOnlyUntilItsReplicaTak
         redis->close();
       },
       [&done](std::exception_ptr) { done.set_value(); });
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  // A full pass over the keys before the kill.
+  while (ops.load() < static_cast<int64_t>(keys.size()))
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
   killed = true;
   cluster_->node(static_cast<size_t>(victim)).kill();
   // The replica is promoted after cluster-node-timeout (1 s) and a vote.

@@ -131,6 +131,24 @@ class GovWorker final : public AccessWorker {
     net::asio::steady_timer timer;  // cancelled when `result` is ready
   };
   net::Task<void> runBatch(std::vector<PendingAdmission*> batch);
+  // What decide() found: per admission its decision where one was reached (known), and the first
+  // failure's reason when some call failed.
+  struct Decisions {
+    std::vector<Admission> decided;
+    std::vector<char> known;
+    bool failed = false;
+    std::string why;
+  };
+  // Decides `admissions` (named at local time `now`) in Redis: one reserve script call, or on a
+  // Redis Cluster one call per hash tag, sent at once. An admission whose counters span tags
+  // is admitted when every part of it is; when one is refused (or its call fails) the parts that
+  // were admitted are given back (an adjustment), so Redis never keeps what was not admitted. A
+  // call that may have run without an answer is undone (cancelCall).
+  net::Task<Decisions> decide(std::vector<std::span<const Charge>> admissions, int64_t now,
+                              std::string call_id);
+  // Spawns the undo of a reserve call that may have run (the same arguments, for cancelScript).
+  void cancelCall(std::span<const std::span<const Charge>> admissions, int64_t now,
+                  const std::string& call_id);
   // Wakes the waiters; those without a decision get the local fallback.
   void answer(std::span<PendingAdmission* const> waiters, int64_t now);
   Admission fallback(std::span<const Charge> charges, int64_t now);
@@ -200,6 +218,7 @@ class GovWorker final : public AccessWorker {
   };
   std::unordered_map<std::string, VerifiedKey, TransparentStringHash, std::equal_to<>> token_cache_;
   std::shared_ptr<store::AsyncRedis> redis_;
+  bool cluster_ = false;  // redis_ is a Redis Cluster: counters carry hash tags (Charge::tag)
   bool cache_per_team_;
   std::vector<PendingAdmission*> batch_;  // admissions waiting for the next script call
   bool batch_posted_ = false;

@@ -74,6 +74,10 @@ struct Charge {
   // data): the store's usage since period `seed_period` (periodId) began; used only in that period.
   int64_t seed = 0;
   int64_t seed_period = 0;
+  // Redis Cluster: the counter's hash tag, which puts it in one slot with the others of the same
+  // tag (a team's key, team and user counters: "t:<team>"; a model's or deployment's: its own
+  // name without the ":r"/":t"). Empty with one Redis (its keys are named as they always were).
+  std::string_view tag = {};
   // The seed if it is a figure for the period at unix_ms (a request built before midnight carries
   // the day before's), else 0.
   int64_t seedAt(int64_t unix_ms) const {
@@ -84,10 +88,16 @@ struct Charge {
 
 struct Admission {
   bool admitted = false;
-  int refused = -1;                // index of the charge that did not fit
-  int64_t used = 0;                // on refusal: what that counter had used
-  int64_t retry_after_ms = 0;      // on refusal
-  int64_t stamp_ms = 0;            // when the reservation was recorded (for adjust)
+  int refused = -1;            // index of the charge that did not fit
+  int64_t used = 0;            // on refusal: what that counter had used
+  int64_t retry_after_ms = 0;  // on refusal
+  int64_t stamp_ms = 0;        // when the reservation was recorded (for adjust)
+  // Redis Cluster: per charge, when its part was recorded, if the parts of one admission (one call
+  // per hash tag, each on its own master) were recorded in different seconds; else empty.
+  std::vector<int64_t> stamps_ms;
+  int64_t stampOf(size_t charge) const {
+    return charge < stamps_ms.size() ? stamps_ms[charge] : stamp_ms;
+  }
   int64_t key_ms = 0;              // Redis: the local time that named the day/month counters
   bool fallback = false;           // decided by the local fallback (Redis down)
   bool skipped = false;            // fail-open: nothing was reserved
@@ -178,8 +188,15 @@ const store::RedisScript& reserveScript();
 const store::RedisScript& adjustScript();
 // Undoes a reserve call that may have run although its answer never came (same KEYS and ARGV).
 const store::RedisScript& cancelScript();
-// Redis key of a charge's counter at a time (period appended for day/month).
+// Redis key of a charge's counter at a time (period appended for day/month): infera:rl:<name>, or
+// infera:rl:{<tag>}<name> for a counter with a hash tag (Redis Cluster).
 std::string redisCounterKey(const Charge& c, int64_t unix_ms);
+
+// A Lua script's keys and arguments for one call.
+struct ScriptCall {
+  std::vector<std::string> keys;
+  std::vector<std::string> args;
+};
 
 // One reserve script call deciding several admissions, each all or nothing, in order (later ones
 // see earlier ones' reservations). Its arguments name each distinct counter once (window, limit,
@@ -214,17 +231,18 @@ class PendingAdjustments {
   void add(std::span<const Charge> charges, std::span<const int64_t> delta, int64_t stamp_ms,
            int64_t key_ms);
   size_t size() const { return sums_.size(); }
-  // Moves the non-zero sums into the script's KEYS and ARGV: ARGV[1] the call's id (unique per
-  // call: the script applies a call once), then per key its window, stamp second and delta.
-  // Leaves both empty when nothing is to be sent.
-  void take(std::string_view call_id, std::vector<std::string>& keys,
-            std::vector<std::string>& args);
+  // Moves the non-zero sums into adjust script calls, one per hash tag (one call when the
+  // counters have none): KEYS the counters, ARGV[1] the call's id (unique per call and tag: the
+  // script applies a call once), then per key its window, stamp second and delta. Appends nothing
+  // when nothing is to be sent.
+  void take(std::string_view call_id, std::vector<ScriptCall>& calls);
 
  private:
   struct Id {
     std::string key;
     bool minute;
     int64_t stamp_s;
+    std::string tag;  // not part of the identity: a counter's tag follows from its name
   };
   struct IdView {
     std::string_view key;
@@ -301,6 +319,7 @@ class RedisLeases {
  private:
   struct Entry {
     std::string counter;
+    std::string tag;  // Charge::tag
     Window window = Window::kMinute;
     // The live lease (left >= 0 while live).
     bool live = false;

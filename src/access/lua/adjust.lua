@@ -4,7 +4,7 @@
 -- its answer was lost is harmless. Returns 1 if applied, 0 if it had been already.
 if #ARGV ~= 1 + 3 * #KEYS then return redis.error_reply('infera adjust: arguments do not add up') end
 -- A call re-sent after its answer was lost finds its id and does nothing.
-if not redis.call('SET', 'infera:rl:adj:' .. ARGV[1], 1, 'NX', 'PX', 120000) then return 0 end
+if not redis.call('SET', 'infera:rl:adj:' .. tag_part .. ARGV[1], 1, 'NX', 'PX', 120000) then return 0 end
 local now = tonumber(redis.call('TIME')[1])
 local minute, stamps, deltas = {}, {}, {}
 for i = 1, #KEYS do

@@ -4,7 +4,7 @@
 -- 'B' and five little-endian doubles (total, oldest live second, current second, second the hash's
 -- TTL was last renewed, current second's amount; integers, exact as doubles). The current second's
 -- bucket lives in the summary; it goes into the hash when the second is over. Summaries are fields
--- (named K) of one hash per minute, infera:rl:sum:<unix minute>: a call reads its counters'
+-- (named K) of one hash per minute, infera:rl:sum:<unix minute> (per tag on a cluster): a call reads its counters'
 -- summaries with one HMGET (a second one, of the previous minute's hash, for counters not written
 -- yet this minute) and writes them with one HSET, however many counters and admissions it carries.
 -- The same hash holds the markers of the reserve calls made in its minute (field
@@ -18,8 +18,14 @@
 -- second moves the finished second into the hash, drops the buckets that left the window and
 -- recounts (HINCRBY, HGETALL, HDEL, EXPIRE: once per second per counter). A day/month counter is an
 -- integer at K.
+-- On a Redis Cluster every key of a call carries one hash tag (infera:rl:{<tag>}<name>) and so do
+-- the hashes and markers the call touches beside its KEYS: infera:rl:sum:{<tag>}:<minute> and
+-- infera:rl:adj:{<tag>}:<id>, all in the slot of the call's counters. With one Redis the keys
+-- have no tag and these names are as they always were.
+local call_tag = string.match(KEYS[1] or '', '^infera:rl:({[^}]*})')
+local tag_part = call_tag and (call_tag .. ':') or ''
 local function summary_hash(minute)
-  return 'infera:rl:sum:' .. minute
+  return 'infera:rl:sum:' .. tag_part .. minute
 end
 -- Each counter's raw value (false if none): a minute counter's summary from this minute's hash,
 -- else the previous minute's, else an earlier version's K:s key; a period counter's integer.
