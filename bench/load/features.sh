@@ -108,24 +108,7 @@ BENCH_PIDS+=("$!")
 wait_for_line "$BENCH_TMP/redis.log" "Ready to accept connections" >/dev/null
 
 # A Redis Cluster of 3 masters (no replicas: this measures the read path, not failover).
-CLUSTER_PORTS=()
-for i in 0 1 2; do
-  p="$(free_port)"
-  CLUSTER_PORTS+=("$p")
-  mkdir -p "$BENCH_TMP/cluster-$i"
-  "${PIN[@]}" redis-server --port "$p" --bind 127.0.0.1 --save "" --appendonly no \
-    --cluster-enabled yes --cluster-config-file nodes.conf --cluster-port "$(free_port)" \
-    --dir "$BENCH_TMP/cluster-$i" >"$BENCH_TMP/cluster-$i.log" 2>&1 &
-  BENCH_PIDS+=("$!")
-  wait_for_line "$BENCH_TMP/cluster-$i.log" "Ready to accept connections" >/dev/null
-done
-redis-cli --cluster create $(printf '127.0.0.1:%s ' "${CLUSTER_PORTS[@]}") --cluster-replicas 0 \
-  --cluster-yes >"$BENCH_TMP/cluster-create.log" 2>&1 || { cat "$BENCH_TMP/cluster-create.log" >&2; exit 1; }
-for _ in $(seq 1 200); do
-  redis-cli -p "${CLUSTER_PORTS[0]}" cluster info | grep -q 'cluster_state:ok' && break
-  sleep 0.05
-done
-CLUSTER_URL="redis-cluster://$(printf '127.0.0.1:%s,' "${CLUSTER_PORTS[@]}" | sed 's/,$//')"
+start_redis_cluster 3
 
 echo "feature reads, medians of $ROUNDS runs of $SECS s, $(nproc) cores, $(bench_env_note)"
 printf "%-8s %-14s %10s %9s %9s %12s\n" store query "req/s" "p50 us" "p99 us" "resp bytes"

@@ -9,15 +9,20 @@
 # --keys N spreads the requests over N keys of the team (each request picks one at random), so a
 # Redis call carries admissions of several keys (several shapes) as in production.
 #
+# --cluster adds a Redis Cluster of 3 masters (pinned like Redis) and three targets: one Redis
+# with a model limit as well (redis+model: still one call per admission), the cluster (the team's
+# counters in one slot: one call), and the cluster with the model limit (the model's counters in
+# another slot: two calls at once, to two masters). Ratios are to off, as for the others.
+#
 # Defaults: 30 rounds of 2 s per target. On a shared box whose speed drifts from second to second,
 # many short interleaved rounds (each ratio taken within one round) give steadier medians than a
 # few long ones.
 #
-#   bench/load/governance.sh [--connections N] [--duration S] [--rounds N] [--proxy-workers N] [--keys N]
+#   bench/load/governance.sh [--connections N] [--duration S] [--rounds N] [--proxy-workers N] [--keys N] [--cluster]
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-CONNS=64 DURATION=2 ROUNDS=30 PROXY_WORKERS=1 KEYS=1
+CONNS=64 DURATION=2 ROUNDS=30 PROXY_WORKERS=1 KEYS=1 CLUSTER=0
 while [[ $# -gt 0 ]]; do
   case "$1" in
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed -n 's/^# \{0,1\}//p'; exit 0 ;;
@@ -26,6 +31,7 @@ while [[ $# -gt 0 ]]; do
     --rounds) ROUNDS="$2"; shift 2 ;;
     --proxy-workers) PROXY_WORKERS="$2"; shift 2 ;;
     --keys) KEYS="$2"; shift 2 ;;
+    --cluster) CLUSTER=1; shift ;;
     *) echo "unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -46,15 +52,27 @@ BENCH_PIDS+=("$REDIS_PID")
 for _ in $(seq 1 200); do redis-cli -p "$REDIS_PORT" ping >/dev/null 2>&1 && break; sleep 0.05; done
 
 export INFERA_ADMIN_TOKEN="bench-admin-token"
+SECRET="key_secret: bench-secret-0123456789abcdef0123456789"
+MODEL_LIMITS="limits: {rpm: 1000000000, tpm: 1000000000000}"
 start_emulator emulator "$BACKEND_CPUS" --models m --ttft-ms 0 --token-ms 0 --workers 1
-start_gateway off "$PROXY_CPUS" "$PROXY_WORKERS" "$EMU_PORT"
-OFF_PORT="$GW_PORT" OFF_PID="$GW_PID"
-start_gateway gov "$PROXY_CPUS" "$PROXY_WORKERS" "$EMU_PORT" \
-  "governance: {store: \"sqlite:$BENCH_TMP/gov.db\", key_secret: bench-secret-0123456789abcdef0123456789}"
-GOV_PORT="$GW_PORT" GOV_ADMIN="$GW_ADMIN" GOV_PID="$GW_PID"
-start_gateway redis "$PROXY_CPUS" "$PROXY_WORKERS" "$EMU_PORT" \
-  "governance: {store: \"sqlite:$BENCH_TMP/redis.db\", key_secret: bench-secret-0123456789abcdef0123456789, redis: \"redis://127.0.0.1:$REDIS_PORT\"}"
-REDIS_GW_PORT="$GW_PORT" REDIS_ADMIN="$GW_ADMIN" REDIS_GW_PID="$GW_PID"
+TARGETS=(off gov redis)
+[[ "$CLUSTER" == 1 ]] && TARGETS+=(redis+model cluster cluster+model)
+[[ "$CLUSTER" == 1 ]] && { LOAD_CPUS="$PROXY_CPUS" start_redis_cluster 3; }
+declare -A PORT PID ADMIN TKEYS
+for t in "${TARGETS[@]}"; do
+  case "$t" in
+    off) start_gateway off "$PROXY_CPUS" "$PROXY_WORKERS" "$EMU_PORT" ;;
+    gov) start_gateway gov "$PROXY_CPUS" "$PROXY_WORKERS" "$EMU_PORT" \
+      "governance: {store: \"sqlite:$BENCH_TMP/gov.db\", $SECRET}" ;;
+    redis | redis+model) start_gateway "$t" "$PROXY_CPUS" "$PROXY_WORKERS" "$EMU_PORT" \
+      "governance: {store: \"sqlite:$BENCH_TMP/$t.db\", $SECRET, redis: \"redis://127.0.0.1:$REDIS_PORT\"}" \
+      "$([[ "$t" == redis+model ]] && echo "$MODEL_LIMITS")" ;;
+    cluster | cluster+model) start_gateway "$t" "$PROXY_CPUS" "$PROXY_WORKERS" "$EMU_PORT" \
+      "governance: {store: \"sqlite:$BENCH_TMP/$t.db\", $SECRET, redis: \"$CLUSTER_URL\"}" \
+      "$([[ "$t" == cluster+model ]] && echo "$MODEL_LIMITS")" ;;
+  esac
+  PORT[$t]="$GW_PORT" PID[$t]="$GW_PID" ADMIN[$t]="$GW_ADMIN"
+done
 
 # make_keys ADMIN_PORT: a team and $KEYS keys with per-minute limits no run reaches; prints the
 # keys, one per line.
@@ -67,10 +85,6 @@ make_keys() {
       "http://127.0.0.1:$admin/admin/keys" | python3 -c 'import json,sys; print(json.load(sys.stdin)["key"])'
   done
 }
-GOV_KEYS="$(make_keys "$GOV_ADMIN")"
-REDIS_KEYS="$(make_keys "$REDIS_ADMIN")"
-GOV_KEY="$(head -1 <<<"$GOV_KEYS")"
-REDIS_KEY="$(head -1 <<<"$REDIS_KEYS")"
 
 lua() {  # lua FILE KEYS (one per line): with several keys, each request uses one at random
   {
@@ -91,53 +105,58 @@ lua() {  # lua FILE KEYS (one per line): with several keys, each request uses on
     fi
   } >"$1"
 }
-lua "$BENCH_TMP/off.lua" "unused"
-lua "$BENCH_TMP/gov.lua" "$GOV_KEYS"
-lua "$BENCH_TMP/redis.lua" "$REDIS_KEYS"
-for p in "$OFF_PORT:off" "$GOV_PORT:gov" "$REDIS_GW_PORT:redis"; do
-  port="${p%%:*}" name="${p##*:}" key=""
-  [[ "$name" == gov ]] && key="$GOV_KEY"
-  [[ "$name" == redis ]] && key="$REDIS_KEY"
+for t in "${TARGETS[@]}"; do
+  TKEYS[$t]="unused"
+  [[ "$t" != off ]] && TKEYS[$t]="$(make_keys "${ADMIN[$t]}")"
+  lua "$BENCH_TMP/$t.lua" "${TKEYS[$t]}"
+  key="$(head -1 <<<"${TKEYS[$t]}")"
   code="$(curl -s -o /dev/null -w '%{http_code}' -H "authorization: Bearer $key" -H 'content-type: application/json' \
-    -d '{"model":"m","max_tokens":4,"messages":[{"role":"user","content":"hi"}]}' "http://127.0.0.1:$port/v1/chat/completions")"
-  [[ "$code" == 200 ]] || { echo "$name gateway answered $code" >&2; exit 1; }
+    -d '{"model":"m","max_tokens":4,"messages":[{"role":"user","content":"hi"}]}' "http://127.0.0.1:${PORT[$t]}/v1/chat/completions")"
+  [[ "$code" == 200 ]] || { echo "$t gateway answered $code" >&2; exit 1; }
 done
 
 echo "governance cost: wrk -t1 -c$CONNS -d${DURATION}s POST /v1/chat/completions (16 tokens), $ROUNDS rounds, $KEYS key(s);" \
   "proxy workers $PROXY_WORKERS, $(bench_env_note)"
-for t in off gov redis; do
-  case "$t" in off) p="$OFF_PORT" ;; gov) p="$GOV_PORT" ;; redis) p="$REDIS_GW_PORT" ;; esac
-  run_wrk "$t" "$p" 2 "$BENCH_TMP/$t.lua" >/dev/null
-done
-declare -A RESULTS=([off]="" [gov]="" [redis]="")
-declare -A CPU_TICKS=([off]=0 [gov]=0 [redis]=0) REQS=([off]=0 [gov]=0 [redis]=0)
-REDIS_TICKS=0
+for t in "${TARGETS[@]}"; do run_wrk "$t" "${PORT[$t]}" 2 "$BENCH_TMP/$t.lua" >/dev/null; done
+declare -A RESULTS CPU_TICKS REQS REDIS_TICKS
+for t in "${TARGETS[@]}"; do RESULTS[$t]="" CPU_TICKS[$t]=0 REQS[$t]=0 REDIS_TICKS[$t]=0; done
+# The Redis side of a target: redis-server, or every node of the cluster.
+redis_pids() {
+  case "$1" in
+    redis | redis+model) echo "$REDIS_PID" ;;
+    cluster | cluster+model) for p in "${CLUSTER_PORTS[@]}"; do redis-cli -p "$p" info server | awk -F: '/^process_id/ {print $2}' | tr -d '\r'; done ;;
+  esac
+}
+redis_ticks() { local n=0 p; for p in $(redis_pids "$1"); do n=$((n + $(ticks "$p"))); done; echo "$n"; }
 for ((r = 1; r <= ROUNDS; r++)); do
-  order=(off gov redis)
-  for ((k = 0; k < (r - 1) % 3; k++)); do order=("${order[@]:1}" "${order[0]}"); done
+  order=("${TARGETS[@]}")
+  for ((k = 0; k < (r - 1) % ${#TARGETS[@]}; k++)); do order=("${order[@]:1}" "${order[0]}"); done
   for t in "${order[@]}"; do
-    case "$t" in off) p="$OFF_PORT" pid="$OFF_PID" ;; gov) p="$GOV_PORT" pid="$GOV_PID" ;;
-      redis) p="$REDIS_GW_PORT" pid="$REDIS_GW_PID" ;; esac
-    t0="$(ticks "$pid")" r0="$(ticks "$REDIS_PID")"
-    rps="$(run_wrk "$t" "$p" "$DURATION" "$BENCH_TMP/$t.lua")"
-    CPU_TICKS[$t]=$((CPU_TICKS[$t] + $(ticks "$pid") - t0))
-    [[ "$t" == redis ]] && REDIS_TICKS=$((REDIS_TICKS + $(ticks "$REDIS_PID") - r0))
+    t0="$(ticks "${PID[$t]}")" r0="$(redis_ticks "$t")"
+    rps="$(run_wrk "$t" "${PORT[$t]}" "$DURATION" "$BENCH_TMP/$t.lua")"
+    CPU_TICKS[$t]=$((CPU_TICKS[$t] + $(ticks "${PID[$t]}") - t0))
+    REDIS_TICKS[$t]=$((REDIS_TICKS[$t] + $(redis_ticks "$t") - r0))
     REQS[$t]="$(awk -v a="${REQS[$t]}" -v b="$rps" -v d="$DURATION" 'BEGIN {printf "%.0f", a + b * d}')"
     RESULTS[$t]+="$rps "
-    printf '  round %d  %-6s %10.0f req/s\n' "$r" "$t" "$rps"
+    printf '  round %d  %-14s %10.0f req/s\n' "$r" "$t" "$rps"
   done
 done
-O="$(med off)" G="$(med gov)" R="$(med redis)" RG="$(ratio gov)" RR="$(ratio redis)"
 rows="$(python3 -c 'import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute("SELECT COUNT(*) FROM infera_usage").fetchone()[0])' "$BENCH_TMP/gov.db" 2>/dev/null || echo '?')"
+declare -A LABEL=([off]="off" [gov]="keys+limits+usage" [redis]="... with Redis" [redis+model]="... + a model limit"
+  [cluster]="... on a cluster" [cluster+model]="cluster + model limit")
 echo
 echo "== governance summary (median of $ROUNDS rounds) =="
-printf '  off                  %10.0f req/s\n' "$O"
-printf '  keys+limits+usage    %10.0f req/s   ratio %.3f (target >= 0.9)\n' "$G" "$RG"
-printf '  ... with Redis       %10.0f req/s   ratio %.3f (target >= 0.8)\n' "$R" "$RR"
-# The per-round ratios show how much of the spread is the box (each round measures all three).
-echo "  per-round ratios: keys+limits+usage $(rounds gov)| with Redis $(rounds redis)"
+for t in "${TARGETS[@]}"; do
+  line="$(printf '  %-22s %10.0f req/s' "${LABEL[$t]}" "$(med "$t")")"
+  [[ "$t" != off ]] && line+="$(printf '   ratio %.3f' "$(ratio "$t")")"
+  [[ "$t" == gov ]] && line+=" (target >= 0.9)"
+  [[ "$t" == redis ]] && line+=" (target >= 0.8)"
+  line+="   gateway CPU $(us_per "${CPU_TICKS[$t]}" "${REQS[$t]}") us/req"
+  [[ "${REDIS_TICKS[$t]}" != 0 ]] && line+=" + redis $(us_per "${REDIS_TICKS[$t]}" "${REQS[$t]}") us"
+  echo "$line"
+done
+# The per-round ratios show how much of the spread is the box (each round measures all of them).
+for t in "${TARGETS[@]}"; do [[ "$t" != off ]] && echo "  per-round ratios ${LABEL[$t]}: $(rounds "$t")"; done
 echo "  usage records written by the SQLite run: $rows"
-echo "  gateway CPU per request: off $(us_per "${CPU_TICKS[off]}" "${REQS[off]}") us," \
-  "keys+limits+usage $(us_per "${CPU_TICKS[gov]}" "${REQS[gov]}") us," \
-  "with Redis $(us_per "${CPU_TICKS[redis]}" "${REQS[redis]}") us (+ redis-server $(us_per "$REDIS_TICKS" "${REQS[redis]}") us)"
+RG="$(ratio gov)" RR="$(ratio redis)"
 awk -v a="$RG" -v b="$RR" 'BEGIN {exit !(a >= 0.9 && b >= 0.8)}' && echo "  targets met" || echo "  target NOT met"

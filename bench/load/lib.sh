@@ -129,7 +129,7 @@ start_emulator() {
 
 # start_gateway NAME CPUS WORKERS UPSTREAM_PORT [EXTRA_YAML]: sets GW_PORT, GW_ADMIN, GW_PID.
 start_gateway() {
-  local name="$1" cpus="$2" workers="$3" up="$4" extra="${5:-}"
+  local name="$1" cpus="$2" workers="$3" up="$4" extra="${5:-}" model_extra="${6:-}"
   local cfg="$BENCH_TMP/$name.yaml"
   cat >"$cfg" <<EOF
 region: local
@@ -141,12 +141,39 @@ log_level: warn
 $extra
 models:
   - name: m
+    $model_extra
     deployments:
       - name: emu
         endpoints:
           - {url: "http://127.0.0.1:$up", region: local, max_concurrent: 100000}
 EOF
   serve_gateway "$name" "$cpus"
+}
+
+# start_redis_cluster N: a Redis Cluster of N masters (no replicas) on free ports, pinned like the
+# load generator (LOAD_CPUS); sets CLUSTER_PORTS and CLUSTER_URL (redis-cluster://, every node a
+# seed).
+start_redis_cluster() {
+  CLUSTER_PORTS=()
+  local i p
+  pin_prefix "${LOAD_CPUS:-0}"
+  for ((i = 0; i < $1; i++)); do
+    p="$(free_port)"
+    CLUSTER_PORTS+=("$p")
+    mkdir -p "$BENCH_TMP/cluster-$i"
+    "${PIN[@]}" redis-server --port "$p" --bind 127.0.0.1 --save "" --appendonly no \
+      --cluster-enabled yes --cluster-config-file nodes.conf --cluster-port "$(free_port)" \
+      --dir "$BENCH_TMP/cluster-$i" >"$BENCH_TMP/cluster-$i.log" 2>&1 &
+    BENCH_PIDS+=("$!")
+    wait_for_line "$BENCH_TMP/cluster-$i.log" "Ready to accept connections" >/dev/null
+  done
+  redis-cli --cluster create $(printf '127.0.0.1:%s ' "${CLUSTER_PORTS[@]}") --cluster-replicas 0 \
+    --cluster-yes >"$BENCH_TMP/cluster-create.log" 2>&1 || { cat "$BENCH_TMP/cluster-create.log" >&2; exit 1; }
+  for _ in $(seq 1 200); do
+    redis-cli -p "${CLUSTER_PORTS[0]}" cluster info | grep -q 'cluster_state:ok' && break
+    sleep 0.05
+  done
+  CLUSTER_URL="redis-cluster://$(printf '127.0.0.1:%s,' "${CLUSTER_PORTS[@]}" | sed 's/,$//')"
 }
 
 # serve_gateway NAME CPUS: runs `infera serve` on $BENCH_TMP/NAME.yaml (log NAME.log) and waits
