@@ -613,8 +613,10 @@ void PendingAdjustments::take(std::string_view call_id, std::vector<ScriptCall>&
     size_t j = 0;
     while (j < tags.size() && tags[j] != id.tag) ++j;
     if (j == tags.size()) {
+      // Each call its own id (the marker's name): two tags can share a slot, see decide().
       tags.push_back(id.tag);
       calls.emplace_back().args.emplace_back(call_id);
+      if (j > 0) calls.back().args.back() += "/" + std::to_string(j);
     }
     ScriptCall& call = calls[first + j];
     std::string key(kCounterPrefix);

@@ -517,8 +517,14 @@ net::Task<GovWorker::Decisions> GovWorker::decide(std::vector<std::span<const Ch
     }
   }
   std::vector<net::Task<Result<store::RedisReply>>> calls;
-  for (Part& p : parts) {
-    buildReserveCall(p.subs, now, call_id, p.call);
+  // Each part's call has its own id: two tags can share a slot and so a summary hash (names that
+  // differ only after a '}': Redis hashes up to the first one), where the markers of calls with
+  // one id would meet.
+  std::vector<std::string> ids(parts.size(), call_id);
+  for (size_t pi = 1; pi < parts.size(); ++pi) ids[pi] += "/" + std::to_string(pi);
+  for (size_t pi = 0; pi < parts.size(); ++pi) {
+    Part& p = parts[pi];
+    buildReserveCall(p.subs, now, ids[pi], p.call);
     calls.push_back(redis_->eval(reserveScript(), std::move(p.call.keys), std::move(p.call.args)));
   }
   auto sent = store::awaitAll(ctx_, std::move(calls));
@@ -543,7 +549,7 @@ net::Task<GovWorker::Decisions> GovWorker::decide(std::vector<std::span<const Ch
     if (!out.failed) out.why = why;
     out.failed = true;
     // Whatever the call did in Redis is undone.
-    if (may_have_run) cancelCall(p.subs, now, call_id);
+    if (may_have_run) cancelCall(p.subs, now, ids[pi]);
   }
   if (!split) {
     if (!parts[0].failed) {

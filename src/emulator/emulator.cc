@@ -46,7 +46,39 @@ struct ParsedRequest {
   int prompt_tokens = 0;
   int lora = 0;                  // engine mode: 1 + the adapter's index, 0 for the base model
   std::vector<uint32_t> tokens;  // engine mode: the prompt's token ids (docs/emulator.md)
+  // Chat with tools (docs/emulator.md "Tool calls"): the function it calls and the arguments it
+  // makes up from the function's parameters; empty: an answer in text.
+  std::string tool_name;
+  std::string tool_arguments;
 };
+
+// Arguments for a function's JSON-schema parameters: each property a fixed value of its type
+// ("emulated", 1, true, [] or {}), so tests know what comes back.
+std::string emulatedArguments(simdjson::dom::element parameters) {
+  std::string out = "{";
+  simdjson::dom::object props;
+  if (parameters["properties"].get(props) == simdjson::SUCCESS) {
+    for (auto [key, schema] : props) {
+      std::string_view type;
+      if (schema["type"].get(type) != simdjson::SUCCESS) type = "string";
+      if (out.size() > 1) out += ',';
+      net::appendJsonString(out, key);
+      out += ':';
+      if (type == "integer" || type == "number") {
+        out += '1';
+      } else if (type == "boolean") {
+        out += "true";
+      } else if (type == "array") {
+        out += "[]";
+      } else if (type == "object") {
+        out += "{}";
+      } else {
+        out += "\"emulated\"";
+      }
+    }
+  }
+  return out + "}";
+}
 
 void appendUsage(std::string& out, int prompt, int completion) {
   out += "{\"prompt_tokens\":";
@@ -322,6 +354,8 @@ class Handler final : public net::HttpHandler {
   bool knownModel(std::string_view m) const;
   Result<ParsedRequest> parseOpenAi(const HttpRequest& req, bool chat);
   Task<void> generate(HttpRequest& req, ResponseWriter& w, bool chat);
+  // A chat answer that calls p.tool_name (whole, or streamed as vLLM streams tool calls).
+  Task<void> callTool(HttpRequest& req, ResponseWriter& w, const ParsedRequest& p);
   Task<void> embeddings(HttpRequest& req, ResponseWriter& w);
   Task<void> models(ResponseWriter& w);
   Task<void> kserve(HttpRequest& req, ResponseWriter& w);
@@ -553,6 +587,29 @@ Result<ParsedRequest> Handler::parseOpenAi(const HttpRequest& req, bool chat) {
   }
   if (ids != nullptr) prompt = static_cast<int>(ids->size());
   p.prompt_tokens = std::max(prompt, 1);
+  // Tools: unless tool_choice is "none" or the conversation's last turn is a tool's result, the
+  // answer calls the named function (tool_choice), else the first one.
+  simdjson::dom::array tools;
+  if (chat && doc["tools"].get(tools) == simdjson::SUCCESS && tools.size() > 0) {
+    std::string_view choice, wanted, last_role;
+    const bool none = doc["tool_choice"].get(choice) == simdjson::SUCCESS && choice == "none";
+    if (doc["tool_choice"]["function"]["name"].get(wanted) != simdjson::SUCCESS) wanted = {};
+    simdjson::dom::array messages;
+    if (doc["messages"].get(messages) == simdjson::SUCCESS && messages.size() > 0) {
+      if (messages.at(messages.size() - 1)["role"].get(last_role) != simdjson::SUCCESS)
+        last_role = {};
+    }
+    if (!none && last_role != "tool") {
+      for (auto t : tools) {
+        std::string_view name;
+        if (t["function"]["name"].get(name) != simdjson::SUCCESS) continue;
+        if (!wanted.empty() && name != wanted) continue;
+        p.tool_name = std::string(name);
+        p.tool_arguments = emulatedArguments(t["function"]["parameters"]);
+        break;
+      }
+    }
+  }
   return p;
 }
 
@@ -636,6 +693,10 @@ Task<void> Handler::generate(HttpRequest& req, ResponseWriter& w, bool chat) {
   if (!knownModel(p.model) && p.lora == 0) {
     const std::string msg = "The model `" + p.model + "` does not exist.";
     co_await error(w, 404, msg, "invalid_request_error", "model_not_found");
+    co_return;
+  }
+  if (!p.tool_name.empty() && emu_.engine() == nullptr) {
+    co_await callTool(req, w, p);
     co_return;
   }
   auto& stats = emu_.mutableStats();
@@ -827,6 +888,80 @@ Task<void> Handler::generate(HttpRequest& req, ResponseWriter& w, bool chat) {
     stats.aborted_streams.fetch_add(1, std::memory_order_relaxed);
     emu_.recordUsage(req.header("x-request-id"), p.prompt_tokens, n_tokens, false);
   }
+}
+
+Task<void> Handler::callTool(HttpRequest& req, ResponseWriter& w, const ParsedRequest& p) {
+  // The call's tokens: the arguments' (by the emulator's rule) and one for the name.
+  const int n_tokens = estimateTokens(p.tool_arguments) + 1;
+  const std::string id = "chatcmpl-" + std::to_string(index_) + "-" + std::to_string(++next_id_);
+  const std::string call_id = "call_" + std::to_string(index_) + "_" + std::to_string(next_id_);
+  std::string head = "{\"id\":\"" + id + "\",\"object\":\"chat.completion";
+  std::string tail = "\",\"created\":" + std::to_string(unixSeconds()) + ",\"model\":";
+  net::appendJsonString(tail, p.model);
+  tail += ",\"choices\":[";
+  std::string name, args;
+  net::appendJsonString(name, p.tool_name);
+  net::appendJsonString(args, p.tool_arguments);
+  auto& stats = emu_.mutableStats();
+  const auto ttft = std::chrono::microseconds(emu_.faults().ttft_ms.load() * 1000);
+  bool gone = false;
+  w.watchDisconnect([&gone] { gone = true; });
+  if (ttft.count() > 0) co_await sleepFor(net::SteadyClock::now() + ttft, &gone);
+  if (gone) co_return;
+  stats.completion_tokens.fetch_add(static_cast<uint64_t>(n_tokens), std::memory_order_relaxed);
+  if (!p.stream) {
+    std::string body = head + tail;
+    body += "{\"index\":0,\"message\":{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{";
+    body += "\"id\":\"" + call_id + "\",\"type\":\"function\",\"function\":{\"name\":" + name;
+    body += ",\"arguments\":" + args + "}}]},\"logprobs\":null,\"finish_reason\":\"tool_calls\"}],";
+    body += "\"usage\":";
+    appendUsage(body, p.prompt_tokens, n_tokens);
+    body += "}";
+    const bool sent = co_await w.send(200, "application/json", body);
+    emu_.recordUsage(req.header("x-request-id"), p.prompt_tokens, sent ? n_tokens : 0, sent);
+    co_return;
+  }
+  // As vLLM streams a tool call: the role, the call's id and name with empty arguments, the
+  // arguments in two pieces (the last with finish_reason), then usage when asked for.
+  const std::string prefix = head + ".chunk" + tail;
+  const std::string_view whole = p.tool_arguments;
+  const size_t half = whole.size() / 2;
+  std::string first_half, second_half;
+  net::appendJsonString(first_half, whole.substr(0, half));
+  net::appendJsonString(second_half, whole.substr(half));
+  std::string event;
+  auto chunk = [&](const std::string& choice, bool usage_null) {
+    std::string c = prefix + choice + "]";
+    if (usage_null && p.include_usage) c += ",\"usage\":null";
+    c += "}";
+    net::appendSseData(event, c);
+  };
+  chunk(
+      R"({"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null})",
+      true);
+  chunk("{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"id\":\"" + call_id +
+            "\",\"type\":\"function\",\"function\":{\"name\":" + name +
+            ",\"arguments\":\"\"}}]},\"logprobs\":null,\"finish_reason\":null}",
+        true);
+  chunk("{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"function\":{\"arguments\":" +
+            first_half + "}}]},\"logprobs\":null,\"finish_reason\":null}",
+        true);
+  chunk("{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"function\":{\"arguments\":" +
+            second_half + "}}]},\"logprobs\":null,\"finish_reason\":\"tool_calls\"}",
+        true);
+  if (p.include_usage) {
+    std::string c = prefix + "],\"usage\":";
+    appendUsage(c, p.prompt_tokens, n_tokens);
+    c += "}";
+    net::appendSseData(event, c);
+  }
+  net::appendSseData(event, "[DONE]");
+  const std::array<HttpHeader, 1> sse_headers{HttpHeader{"cache-control", "no-cache"}};
+  bool sent = co_await w.start(200, "text/event-stream", sse_headers);
+  if (sent) sent = co_await w.writeChunk(event);
+  if (sent) sent = co_await w.finish();
+  (sent ? stats.completed_streams : stats.aborted_streams).fetch_add(1, std::memory_order_relaxed);
+  emu_.recordUsage(req.header("x-request-id"), p.prompt_tokens, n_tokens, sent);
 }
 
 Task<void> Handler::embeddings(HttpRequest& req, ResponseWriter& w) {

@@ -8,6 +8,7 @@
 #include "access/access.h"
 #include "core/clock.h"
 #include "core/log.h"
+#include "gateway/internal/anthropic.h"
 #include "gateway/internal/proxy.h"
 #include "gateway/internal/routes.h"
 #include "obs/metrics.h"
@@ -69,9 +70,11 @@ class GatewayImpl final : public Gateway {
       };
     };
     router.add("GET", "/v1/models", to(&ProxyHandler::handleModels));
-    for (const char* path : {"/v1/chat/completions", "/v1/completions", "/v1/embeddings"}) {
+    for (const char* path :
+         {"/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/messages"}) {
       router.add("POST", path, to(&ProxyHandler::handleOpenAi));
     }
+    router.add("POST", "/v1/messages/count_tokens", to(&ProxyHandler::handleCountTokens));
     for (const char* path : {"/v2", "/v2/health/live", "/v2/health/ready"}) {
       router.add("*", path, to(&ProxyHandler::handleKServeMeta));
     }
@@ -86,8 +89,24 @@ class GatewayImpl final : public Gateway {
         return net::EarlyAnswer{denied->status, "application/json", access::denialJson(*denied)};
       };
       router.setBeforeBody("/v1/", check);
+      // Anthropic's clients: the key as x-api-key, the refusal in Anthropic's error shape.
+      router.setBeforeBody(
+          "/v1/messages",
+          [access](const net::HttpRequest& head) -> std::optional<net::EarlyAnswer> {
+            access::Grant g;
+            auto denied = access->authenticateRequest(head, g, "x-api-key");
+            if (!denied) return std::nullopt;
+            return net::EarlyAnswer{denied->status, "application/json",
+                                    anthropic::errorJson(denied->status, denied->message)};
+          });
       router.setBeforeBody("/v2/models/", check);
     }
+    // The floor's own answers (invalid UTF-8 at the door, a handler that threw) in Anthropic's
+    // shape for its API.
+    router.setErrorShape("/v1/messages", [](int status, std::string_view message,
+                                            std::string_view) {
+      return net::EarlyAnswer{status, "application/json", anthropic::errorJson(status, message)};
+    });
     router.setFallback(
         "", [p](net::HttpRequest& req, net::ResponseWriter& w, int status, std::string_view allow) {
           return p->unmatched(req, w, status, std::string(allow));

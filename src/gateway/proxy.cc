@@ -10,133 +10,10 @@
 #include "core/hash.h"
 #include "core/utf8.h"
 #include "gateway/internal/balancer.h"
-#include "gateway/internal/request_scan.h"
-#include "gateway/internal/usage_scan.h"
+#include "gateway/internal/exchange.h"
 #include "net/trace.h"
 
 namespace infera::gateway {
-
-using net::Deadline;
-using net::HttpHeader;
-using net::SteadyClock;
-using net::Task;
-
-namespace {
-
-constexpr double kEwmaAlpha = 0.2;
-// An endpoint's latency estimate halves for every second it goes without a new sample, so one
-// slow outlier cannot keep an endpoint from being tried again for ever.
-constexpr double kEwmaHalfLifeNs = 1e9;
-
-Deadline deadlineAfter(int64_t ms) { return SteadyClock::now() + std::chrono::milliseconds(ms); }
-
-// Whether `s` ends at an SSE event boundary (a blank line).
-bool endsEvent(std::string_view s) { return s.ends_with("\n\n") || s.ends_with("\r\n\r\n"); }
-
-// What a deterministic answer said: its "choices" (chat, completions) or "data" (embeddings),
-// without the id and timestamps that differ between two answers to the same request.
-std::string_view answerOutput(std::string_view json) {
-  size_t b = 0, e = 0;
-  if (findTopLevelValue(json, "choices", b, e) || findTopLevelValue(json, "data", b, e))
-    return json.substr(b, e - b);
-  return json;
-}
-
-// What batch work may hold of an endpoint on this worker now: its deployment's batch share, or all
-// of its share of max_concurrent once no interactive request has come for batch_idle_ms.
-int batchCap(const Endpoint& ep, int64_t now_ns) {
-  if (ep.batch_idle_ns > 0 &&
-      now_ns - ep.shared->interactive_ns.load(std::memory_order_relaxed) >= ep.batch_idle_ns)
-    return ep.max_inflight_per_worker;
-  return ep.max_batch_per_worker;
-}
-
-// An endpoint a request may go to now: healthy, not ejected, under this worker's share of its
-// concurrency limit (and, for batch work, of its deployment's batch share).
-bool available(const Endpoint& ep, const WorkerEndpoint& ws, int64_t now_ns, bool batch = false) {
-  return ep.shared->healthy.load(std::memory_order_relaxed) &&
-         ep.shared->ejected_until_ns.load(std::memory_order_relaxed) <= now_ns &&
-         ws.inflight < ep.max_inflight_per_worker &&
-         (!batch || ws.batch_inflight < batchCap(ep, now_ns));
-}
-
-// How soon batch work turned away by a deployment's max_batch_share may come back.
-constexpr int64_t kBatchCapRetryMs = 100;
-
-// Whether an endpoint's engine signals are fresh; when they are, this worker's count of what it
-// sent there since the scrape it last saw starts again at each new scrape.
-bool freshSignals(const EngineSignals& sig, WorkerEndpoint& ws, int64_t now_ns, int64_t stale_ns) {
-  const int64_t updated = sig.updated_ns.load(std::memory_order_acquire);
-  if (updated == 0 || now_ns - updated > stale_ns) return false;
-  const uint32_t seq = sig.seq.load(std::memory_order_relaxed);
-  if (seq != ws.seen_seq) {
-    ws.seen_seq = seq;
-    ws.sent_since_scrape = 0;
-  }
-  return true;
-}
-
-}  // namespace
-
-struct ProxyHandler::Exchange {
-  Exchange(net::HttpRequest& r, net::ResponseWriter& wr) : req(r), w(wr) {}
-  net::HttpRequest& req;
-  net::ResponseWriter& w;
-  std::shared_ptr<const RouteTable> table;
-  std::shared_ptr<const StateVector> state;  // matches `table`
-  const Route* route = nullptr;
-  const Deployment* deployment = nullptr;
-  const Endpoint* endpoint = nullptr;
-  int64_t start_ns = 0;
-  std::string request_id;
-  RequestFields fields;
-  bool rewrite_model = false;
-  std::string kserve_tail;  // after /v2/models/{m}
-  std::string target;
-  std::string body_override;
-  net::UpstreamConnection* current = nullptr;
-  bool client_gone = false;
-  int status = 0;
-  int attempts = 0;
-  bool sent_upstream = false;  // a backend got the whole request (it may have read the prompt)
-  bool stream = false;
-  uint64_t bytes_out = 0;
-  double ttfb_s = 0;
-  // Access control (only when it is on).
-  access::Grant grant;
-  std::vector<HttpHeader> extra;  // x-request-id first, then rate-limit and cache headers
-  UsageScan usage;                // the backend's usage, and what of it the client must not see
-  double ttft_s = 0;
-  bool aborted = false;
-  bool capture = false;
-  std::string sse_out;
-  bool mid_event = false;  // the last bytes relayed ended inside an SSE event
-  std::string resp_body;
-  std::string resp_content_type;
-  bool cacheable = false;
-  bool cache_hit = false;
-  std::string cache_key;
-  // Experiments (registry routes).
-  const Route* split = nullptr;  // the experiment route an arm was chosen from
-  const Arm* arm = nullptr;
-  const Route* shadow = nullptr;  // mirror after answering
-  bool want_usage = false;        // read usage from the answer without access control too
-  bool compare = false;           // deterministic: keep the primary's output for the shadow's
-  std::string primary_output;
-  bool keep_answer = false;  // data capture: keep the answer's first bytes
-  std::string answer;
-  // Engine-aware routing: the prompt's prefix block hashes (a buffer lent by the handler).
-  std::unique_ptr<uint64_t[]> blocks;
-  size_t n_blocks = 0;
-  // Flow control: the timer the request waits on in the gateway's queue (null when not waiting).
-  net::asio::steady_timer* flow_timer = nullptr;
-  // Its priority class (read when the route has flow control or a batch cap), and whether that
-  // makes it batch work (max_batch_share).
-  Priority priority = Priority::kStandard;
-  bool batch_work = false;
-  // Tracing (req.trace, when the request is traced): the current upstream attempt's span.
-  size_t upstream_span = 0;
-};
 
 ProxyHandler::ProxyHandler(int shard, net::asio::io_context& ctx, GatewayMetrics& metrics,
                            obs::AccessLog* access_log, access::AccessWorker* access,
@@ -280,321 +157,6 @@ int ProxyHandler::pickEngine(Exchange& x, const RouteTable& table, const StateVe
   }
   return static_cast<int>(chosen.index);
 }
-
-struct ProxyHandler::FlowState {
-  FlowQueue queue;
-  int pending = 0;        // admitted waiters not yet on their way to an endpoint
-  int pending_batch = 0;  // of those, batch work
-  std::unique_ptr<net::asio::steady_timer> tick;
-  bool ticking = false;
-};
-
-obs::Counter* ProxyHandler::flowCounter(const Route& route, Priority p, std::string_view team,
-                                        std::string_view outcome) {
-  std::string key = route.model;
-  key += '\x1f';
-  key += priorityName(p);
-  key += '\x1f';
-  key += team;
-  key += '\x1f';
-  key += outcome;
-  const auto it = flow_counters_.find(key);
-  if (it != flow_counters_.end()) return it->second;
-  obs::Counter* c = metrics_.flow_outcomes->counter(
-      {route.model, std::string(priorityName(p)), std::string(team), std::string(outcome)});
-  flow_counters_.emplace(std::move(key), c);
-  return c;
-}
-
-int ProxyHandler::roomFor(const RouteTable& table, const StateVector& state, const Route& route,
-                          int64_t now_ns) {
-  const EngineRoutingConfig& cfg = *route.engine;
-  const int64_t stale_ns = cfg.stale_ms * 1'000'000;
-  int room = 0;
-  for (const uint32_t idx : route.openai_endpoints) {
-    const Endpoint& ep = table.endpoints[idx];
-    WorkerEndpoint& ws = *state[idx];
-    if (!available(ep, ws, now_ns)) continue;
-    // Never more than this worker's free slots of max_concurrent: a request let through past them
-    // would find no endpoint to go to.
-    const int slots = ep.max_inflight_per_worker - ws.inflight;
-    const EngineSignals& sig = ep.shared->engine;
-    if (!freshSignals(sig, ws, now_ns, stale_ns)) {
-      ++room;  // unknown signals give no reason to hold a request back
-      continue;
-    }
-    // What this worker sent since the scrape counts as waiting until the next one says better.
-    const int waiting = sig.waiting.load(std::memory_order_relaxed) + ws.sent_since_scrape;
-    if (cfg.max_kv_usage > 0 && sig.kv_usage.load(std::memory_order_relaxed) >= cfg.max_kv_usage) {
-      continue;
-    }
-    if (cfg.max_waiting > 0) {
-      room += std::min(slots, std::max(0, cfg.max_waiting - waiting));
-    } else {
-      ++room;
-    }
-  }
-  return room;
-}
-
-int ProxyHandler::batchRoom(const RouteTable& table, const StateVector& state,
-                            const std::vector<uint32_t>& endpoints, int64_t now_ns) {
-  int room = 0;
-  for (const uint32_t idx : endpoints) {
-    const Endpoint& ep = table.endpoints[idx];
-    const WorkerEndpoint& ws = *state[idx];
-    if (available(ep, ws, now_ns)) room += std::max(0, batchCap(ep, now_ns) - ws.batch_inflight);
-  }
-  return room;
-}
-
-void ProxyHandler::dispatch(const std::string& model) {
-  const auto it = flow_.find(model);
-  if (it == flow_.end() || !table_) return;
-  FlowState& fs = *it->second;
-  if (fs.queue.size() == 0) return;
-  auto admit = [&fs](FlowQueue::Waiter* w) {
-    w->admitted = true;
-    ++fs.pending;
-    if (w->priority >= Priority::kBatch) ++fs.pending_batch;
-    static_cast<net::asio::steady_timer*>(w->wake)->cancel();
-  };
-  const Route* route = findRoute(*table_, model);
-  if (route == nullptr || route->engine == nullptr || !route->engine->flow_control) {
-    // A reload turned flow control off (or removed the model): nobody waits any more.
-    while (FlowQueue::Waiter* w = fs.queue.popNext()) admit(w);
-    return;
-  }
-  // Another worker's more urgent waiter goes first: this worker holds its less urgent ones (the
-  // queued gauge's cells are every worker's counts).
-  auto held = [&](Priority p) {
-    for (int q = 0; q < static_cast<int>(p); ++q) {
-      const double others = route->flow_queued[q]->value() -
-                            static_cast<double>(fs.queue.count(static_cast<Priority>(q)));
-      if (others > 0.5) return true;
-    }
-    return false;
-  };
-  const int64_t now_ns = monoNanos();
-  int room = roomFor(*table_, *state_, *route, now_ns) - fs.pending;
-  // Batch work also needs room under the deployments' max_batch_share (batch is the last class
-  // that waits: nothing behind a batch waiter is more urgent).
-  int batch_room =
-      route->batch_capped
-          ? batchRoom(*table_, *state_, route->openai_endpoints, now_ns) - fs.pending_batch
-          : room;
-  while (room-- > 0) {
-    const FlowQueue::Waiter* next = fs.queue.next();
-    if (next == nullptr || held(next->priority)) break;
-    if (next->priority >= Priority::kBatch && batch_room-- <= 0) break;
-    admit(fs.queue.popNext());
-  }
-  if (fs.queue.size() > 0 && !fs.ticking) {
-    // Room also comes from other workers' and other gateways' requests ending, seen in the next
-    // scrape: look again at the scrape interval while anyone waits.
-    if (!fs.tick) fs.tick = std::make_unique<net::asio::steady_timer>(ctx_);
-    fs.ticking = true;
-    struct Tick {
-      ProxyHandler* self;
-      std::shared_ptr<bool> alive;
-      std::string model;
-      void operator()(const boost::system::error_code&) const {
-        if (!*alive) return;
-        const auto f = self->flow_.find(model);
-        if (f != self->flow_.end()) f->second->ticking = false;
-        self->dispatch(model);
-      }
-    };
-    fs.tick->expires_after(std::chrono::milliseconds(
-        std::clamp<int64_t>(route->engine->metrics_interval_ms / 2, 5, 50)));
-    fs.tick->async_wait(Tick{this, alive_, model});
-  }
-}
-
-bool ProxyHandler::readPriority(Exchange& x) {
-  const Route& route = *x.route;
-  Priority prio = route.default_priority;
-  const access::Principal who = x.grant ? x.grant.principal() : access::Principal{};
-  const EngineRoutingConfig* engine = route.engine;
-  if (engine != nullptr && (!engine->key_priorities.empty() || !engine->user_priorities.empty() ||
-                            !engine->team_priorities.empty())) {
-    const EngineRoutingConfig& cfg = *engine;
-    // The key's class, else its team's (config.cc checked the names). A user's may only lower
-    // it: the user is named by the caller (x-infera-user), as the header is.
-    auto lookup = [](const std::map<std::string, std::string, std::less<>>& names,
-                     std::string_view id, Priority& out) {
-      if (id.empty()) return false;
-      const auto it = names.find(id);
-      return it != names.end() && parsePriority(it->second, out);
-    };
-    if (!lookup(cfg.key_priorities, who.key_id, prio)) lookup(cfg.team_priorities, who.team, prio);
-    Priority user_prio;
-    if (lookup(cfg.user_priorities, who.user, user_prio) && user_prio > prio) prio = user_prio;
-  }
-  const std::string_view asked = x.req.header("x-infera-priority");
-  if (!asked.empty()) {
-    Priority p;
-    if (!parsePriority(asked, p)) return false;
-    // A caller may lower its request's priority, never raise it above its route's.
-    if (p > prio) prio = p;
-  }
-  x.priority = prio;
-  x.batch_work = prio >= Priority::kBatch;
-  return true;
-}
-
-Task<bool> ProxyHandler::prioritize(Exchange& x, const std::vector<uint32_t>& endpoints,
-                                    bool flow) {
-  const Route& route = *x.route;
-  flow = flow && route.engine != nullptr && route.engine->flow_control;
-  if (!flow && !route.batch_capped) co_return true;
-  if (!readPriority(x)) {
-    co_await sendError(x, 400,
-                       "x-infera-priority must be one of critical, standard, batch, sheddable",
-                       "invalid_request_error", "invalid_priority");
-    co_return false;
-  }
-  if (!x.batch_work) {
-    // An interactive request: batch work borrowing the endpoints goes back to its share.
-    const int64_t now_ns = monoNanos();
-    for (const uint32_t idx : endpoints) {
-      const Endpoint& ep = x.table->endpoints[idx];
-      if (ep.batch_idle_ns > 0) ep.shared->interactive_ns.store(now_ns, std::memory_order_relaxed);
-    }
-  }
-  if (flow) co_return co_await waitForRoom(x);
-  if (!x.batch_work || batchRoom(*x.table, *x.state, endpoints, monoNanos()) > 0) co_return true;
-  // Not served: the key's, team's and user's request counters get it back.
-  if (x.grant) x.grant.refusedByResources();
-  access::appendRetryAfter(x.extra, kBatchCapRetryMs);
-  co_await sendError(
-      x, 429,
-      "model " + route.model + " is at its deployments' share for batch work (max_batch_share)",
-      "requests", "model_saturated");
-  co_return false;
-}
-
-Task<bool> ProxyHandler::waitForRoom(Exchange& x) {
-  const Route& route = *x.route;
-  const EngineRoutingConfig& cfg = *route.engine;
-  const Priority prio = x.priority;
-  const access::Principal who = x.grant ? x.grant.principal() : access::Principal{};
-  auto& slot = flow_[route.model];
-  if (!slot) slot = std::make_unique<FlowState>();
-  FlowState& fs = *slot;
-  const int64_t now_ns = monoNanos();
-  int room = roomFor(*x.table, *x.state, route, now_ns) - fs.pending;
-  if (x.batch_work && route.batch_capped) {
-    room = std::min(
-        room, batchRoom(*x.table, *x.state, route.openai_endpoints, now_ns) - fs.pending_batch);
-  }
-  if (fs.queue.size() == 0 && room > 0) co_return true;
-  const std::string_view team = who.team;
-  const int pi = static_cast<int>(prio);
-  const int64_t retry_ms = std::max<int64_t>(1000, cfg.metrics_interval_ms * 10);
-  // Sheddable work never waits: it goes if there is room beyond everyone waiting, else it is shed.
-  if (prio == Priority::kSheddable && room - static_cast<int>(fs.queue.size()) > 0) co_return true;
-  if (prio == Priority::kSheddable) {
-    flowCounter(route, prio, team, "shed")->inc(shard_);
-    if (x.grant) x.grant.refusedByResources();  // not served: the counters get it back
-    access::appendRetryAfter(x.extra, retry_ms);
-    co_await sendError(x, 429,
-                       "model " + route.model + " is saturated; sheddable requests do not wait",
-                       "requests", "model_saturated");
-    co_return false;
-  }
-  FlowQueue::Waiter w;
-  w.priority = prio;
-  if (cfg.fairness == "team") {
-    w.key = std::string(team);
-  } else if (cfg.fairness == "user") {
-    w.key = std::string(who.user.empty() ? team : who.user);
-  }
-  w.cost = x.grant ? static_cast<double>(x.grant.estimatedPrompt() + x.grant.maxCompletion())
-                   : static_cast<double>(x.req.body.size() / 4 + 1) +
-                         static_cast<double>(std::max<int64_t>(x.fields.max_tokens, 16));
-  net::asio::steady_timer timer(ctx_);
-  w.wake = &timer;
-  if (fs.queue.size() >= static_cast<size_t>(cfg.max_queued)) {
-    FlowQueue::Waiter* worst = fs.queue.shedFor(w);
-    if (worst == nullptr) {
-      flowCounter(route, prio, team, "shed")->inc(shard_);
-      if (x.grant) x.grant.refusedByResources();
-      access::appendRetryAfter(x.extra, retry_ms);
-      co_await sendError(x, 429,
-                         "model " + route.model + " is saturated and its wait queue is full",
-                         "requests", "model_saturated");
-      co_return false;
-    }
-    // A less urgent waiter, or one of a team served more, makes room.
-    worst->shed = true;
-    fs.queue.remove(worst);
-    static_cast<net::asio::steady_timer*>(worst->wake)->cancel();
-  }
-  // However this ends (the loop's shutdown included), the waiter leaves the queue.
-  struct Queued {
-    FlowQueue& q;
-    FlowQueue::Waiter& w;
-    ~Queued() { q.remove(&w); }
-  } queued{fs.queue, w};
-  fs.queue.push(&w);
-  route.flow_queued[pi]->add(shard_, 1);
-  flowCounter(route, prio, team, "queued")->inc(shard_);
-  // The one disconnect watch of the request (a writer keeps the first it is given): the same as
-  // forward()'s, and it also ends the wait.
-  x.flow_timer = &timer;
-  x.w.watchDisconnect([&x] {
-    x.client_gone = true;
-    if (x.flow_timer) x.flow_timer->cancel();
-    if (x.current) x.current->abort();
-  });
-  const int64_t queued_ns = monoNanos();
-  timer.expires_after(std::chrono::milliseconds(cfg.queue_timeout_ms));
-  dispatch(route.model);  // the most urgent waiter may have room now
-  if (!w.admitted && !w.shed && !x.client_gone) {
-    boost::system::error_code ec;
-    co_await timer.async_wait(net::asio::redirect_error(net::asio::use_awaitable, ec));
-  }
-  // Out of the queue before anything else is awaited: a dispatch meanwhile must not admit (and
-  // count as pending) a waiter that is leaving.
-  fs.queue.remove(&w);
-  x.flow_timer = nullptr;
-  route.flow_queued[pi]->add(shard_, -1);
-  route.flow_wait[pi]->observe(shard_, static_cast<double>(monoNanos() - queued_ns) / 1e9);
-  const bool gone = x.client_gone;
-  if (w.admitted) {
-    --fs.pending;
-    if (w.priority >= Priority::kBatch) --fs.pending_batch;
-    if (!gone) {
-      flowCounter(route, prio, team, "admitted")->inc(shard_);
-      co_return true;
-    }
-  }
-  if (gone) {
-    flowCounter(route, prio, team, "left")->inc(shard_);
-    x.status = 499;
-    clientLeft(x, nullptr);
-    x.w.closeAfterResponse();
-    co_await x.w.send(499, "application/json", "{}");
-    co_return false;
-  }
-  if (x.grant) x.grant.refusedByResources();  // shed or timed out: not served
-  access::appendRetryAfter(x.extra, retry_ms);
-  if (w.shed) {
-    flowCounter(route, prio, team, "shed")->inc(shard_);
-    co_await sendError(
-        x, 429, "model " + route.model + " is saturated; more urgent requests took the place",
-        "requests", "model_saturated");
-    co_return false;
-  }
-  flowCounter(route, prio, team, "timeout")->inc(shard_);
-  co_await sendError(x, 429,
-                     "model " + route.model + " stayed saturated for " +
-                         std::to_string(cfg.queue_timeout_ms) + " ms",
-                     "requests", "model_saturated");
-  co_return false;
-}
-
 int ProxyHandler::pick(const RouteTable& table, const StateVector& state,
                        const std::vector<uint32_t>& candidates, std::span<const uint32_t> tried,
                        int64_t now_ns, Exchange* x) {
@@ -664,7 +226,8 @@ Task<void> ProxyHandler::sendError(Exchange& x, int status, std::string_view mes
                                    std::string_view type, std::string_view code) {
   x.status = status;
   metrics_.errorCounter(code)->inc(shard_);
-  const std::string body = net::errorJson(message, type, code);
+  const std::string body = x.api == ClientApi::kMessages ? anthropic::errorJson(status, message)
+                                                         : net::errorJson(message, type, code);
   HttpHeader rid{"x-request-id", x.request_id};
   const std::span<const HttpHeader> headers = responseHeaders(x, rid);
   co_await x.w.send(status, "application/json", body, headers);
@@ -685,18 +248,6 @@ void ProxyHandler::begin(Exchange& x) {
   metrics_.in_flight->add(shard_, 1);
 }
 
-// Each API's coroutine owns its exchange (one coroutine frame less per request than a dispatcher
-// in front of them): this guard starts it and, however the coroutine ends, finishes it.
-struct ProxyHandler::Served {
-  ProxyHandler& h;
-  Exchange& x;
-  Served(ProxyHandler& handler, Exchange& exchange) : h(handler), x(exchange) { h.begin(x); }
-  ~Served() {
-    h.finishExchange(x);
-    h.metrics_.in_flight->add(h.shard_, -1);
-  }
-};
-
 Task<void> ProxyHandler::notReady(Exchange& x) {
   co_await sendError(x, 503, "gateway has no configuration yet", "server_error", "not_ready");
 }
@@ -704,6 +255,7 @@ Task<void> ProxyHandler::notReady(Exchange& x) {
 Task<void> ProxyHandler::unmatched(net::HttpRequest& req, net::ResponseWriter& w, int status,
                                    std::string allow) {
   Exchange x{req, w};
+  if (req.path().starts_with("/v1/messages")) x.api = ClientApi::kMessages;  // Anthropic's shape
   const Served served(*this, x);
   const std::string_view path = req.path();
   if (status == 405) {
@@ -813,6 +365,7 @@ Task<void> ProxyHandler::handleModels(net::HttpRequest& req, net::ResponseWriter
 
 Task<void> ProxyHandler::handleOpenAi(net::HttpRequest& req, net::ResponseWriter& w) {
   Exchange x{req, w};
+  if (req.path() == "/v1/messages") x.api = ClientApi::kMessages;
   const Served served(*this, x);
   if (!x.table) {
     co_await notReady(x);
@@ -825,6 +378,8 @@ Task<void> ProxyHandler::handleOpenAi(net::HttpRequest& req, net::ResponseWriter
     if (trace) trace->end(span);
     if (!ok) co_return;
   }
+  // Anthropic's Messages: translated to a chat completion before anything reads it.
+  if (x.api == ClientApi::kMessages && !co_await readMessages(x, false)) co_return;
   auto fields = scanRequest(*parser_, x.req.body, access_ && access_->cacheEnabled());
   if (!fields.ok()) {
     co_await sendError(x, 400, fields.status().message(), "invalid_request_error", "invalid_json");
@@ -1182,6 +737,11 @@ Task<void> ProxyHandler::relay(Exchange& x, const Endpoint& ep, WorkerEndpoint& 
                                net::UpstreamConnection& conn, const net::ClientResponseHead& h,
                                Deadline total, bool& keep_conn) {
   (void)ws;
+  if (x.api == ClientApi::kMessages) {
+    auto translated = relayMessages(x, ep, conn, h, total, keep_conn);
+    co_await std::move(translated);
+    co_return;
+  }
   const RouteTable& table = *x.table;
   x.status = h.status;
   const std::string_view content_type = h.header("content-type");
@@ -1327,7 +887,9 @@ Task<bool> ProxyHandler::authenticate(Exchange& x) {
   // Usage is read from the answer, so it must come back uncompressed.
   std::erase_if(x.req.headers, [](const HttpHeader& h) { return h.name == "accept-encoding"; });
   // An in-process request (a batch line) acts for the key that made it, named by the process.
-  auto denied = access_->authenticateRequest(x.req, x.grant);
+  // Anthropic's clients send their key as x-api-key.
+  auto denied = access_->authenticateRequest(
+      x.req, x.grant, x.api == ClientApi::kMessages ? "x-api-key" : std::string_view());
   if (denied) {
     co_await sendError(x, denied->status, denied->message, denied->type, denied->code);
     co_return false;
@@ -1398,7 +960,12 @@ Task<bool> ProxyHandler::admit(Exchange& x) {
     x.status = 200;
     HttpHeader rid{"x-request-id", x.request_id};
     const std::span<const HttpHeader> headers = responseHeaders(x, rid);
-    co_await x.w.send(200, hit->content_type, hit->body, headers);
+    if (x.api == ClientApi::kMessages) {
+      const std::string answer = messagesAnswer(x, 200, hit->body);  // kept as chat
+      co_await x.w.send(200, "application/json", answer, headers);
+    } else {
+      co_await x.w.send(200, hit->content_type, hit->body, headers);
+    }
     co_return false;
   }
   if (x.cacheable) x.extra.push_back({"x-infera-cache", "miss"});
@@ -1491,285 +1058,4 @@ void ProxyHandler::finishAccess(Exchange& x) {
 }
 
 // ---------------- experiments: arms, data capture, shadows ----------------
-
-RequestKeys ProxyHandler::requestKeys(Exchange& x, const Route& route) {
-  RequestKeys k;
-  // The headers the split reads, in one pass: the first of each, as HttpRequest::header reads it.
-  // Without access control, the user header and the credentials as sent (hashed, never kept).
-  const bool from_headers = !x.grant;
-  bool user = false, key = false, arm = false;
-  for (const net::HttpHeader& h : x.req.headers) {
-    const std::string_view n = h.name;
-    if (n.size() == 12) {
-      if (!arm && n == "x-infera-arm") {
-        k.forced_arm = h.value;
-        arm = true;
-      }
-    } else if (n.size() == 13 && from_headers) {
-      if (!user && n == "x-infera-user") {
-        k.user = h.value;
-        user = true;
-      } else if (!key && n == "authorization") {
-        k.key = h.value;
-        key = true;
-      }
-    }
-  }
-  if (x.grant) {
-    const access::Principal p = x.grant.principal();
-    k.user = p.user;
-    k.key = p.key_id;
-  }
-  k.headers = &x.req.headers;
-  k.random = rng_();
-  // Drawn only for a route with a shadow (the draw decides whether this request is mirrored).
-  if (route.shadow) k.shadow_draw = std::uniform_real_distribution<double>(0, 1)(rng_);
-  return k;
-}
-
-void ProxyHandler::applyTargets(Exchange& x, const Targets& t) {
-  x.split = t.split;
-  x.arm = t.arm;
-  x.shadow = t.shadow;
-  x.want_usage = x.arm != nullptr;
-  if (x.shadow) {
-    // Deterministic requests are compared with the shadow's answer.
-    x.compare = !x.fields.stream && x.fields.has_temperature && x.fields.temperature == 0;
-    x.want_usage = x.want_usage || x.compare;
-  }
-  const CaptureConfig& c = t.route->capture;
-  if (c.enabled() && observer_) {
-    const std::string_view key = x.grant ? x.grant.principal().key_id : std::string_view();
-    x.keep_answer = key.empty() || std::find(c.opt_out_keys.begin(), c.opt_out_keys.end(), key) ==
-                                       c.opt_out_keys.end();
-  }
-  if (t.route->tag_responses || x.arm) {
-    x.extra.reserve(x.extra.size() + 3);  // the route, the arm and x-request-id: one allocation
-    x.extra.push_back(t.route->route_header);
-    if (x.arm) x.extra.push_back(x.arm->header);
-  }
-}
-
-void ProxyHandler::finishExperiment(Exchange& x, double seconds) {
-  if (x.arm) {
-    const Arm& a = *x.arm;
-    a.requests_by_class[codeClassIndex(x.status)]->inc(shard_);
-    if (x.status >= 500) a.errors->inc(shard_);
-    a.duration->observe(shard_, seconds);
-    if (x.ttft_s > 0) a.ttft->observe(shard_, x.ttft_s);
-    if (x.usage.seen) {
-      a.prompt_tokens->inc(shard_, static_cast<double>(x.usage.prompt));
-      a.completion_tokens->inc(shard_, static_cast<double>(x.usage.completion));
-    }
-  }
-  if (x.keep_answer) capture(x, seconds);
-  if (x.shadow) startShadow(x, seconds);
-}
-
-void ProxyHandler::capture(Exchange& x, double seconds) {
-  const CaptureConfig& c = x.route->capture;
-  bool flagged = false;
-  std::string reason;
-  if (c.flag_errors && x.status >= 500) {
-    flagged = true;
-    reason = "rule: status " + std::to_string(x.status);
-  } else if (c.flag_slower_ms > 0 && seconds * 1000 > static_cast<double>(c.flag_slower_ms)) {
-    flagged = true;
-    reason = "rule: slower than " + std::to_string(c.flag_slower_ms) + " ms";
-  } else {
-    for (const auto& w : c.flag_contains) {
-      if (!w.empty() && x.answer.find(w) != std::string::npos) {
-        flagged = true;
-        reason = "rule: answer contains '" + w + "'";
-        break;
-      }
-    }
-  }
-  const bool sampled =
-      c.sample > 0 && std::uniform_real_distribution<double>(0, 1)(rng_) < c.sample;
-  if (!flagged && !sampled) return;
-  CapturedInference ci;
-  ci.ts_ms = SystemClock::instance().unixMillis();
-  ci.request_id = x.request_id;
-  ci.model = x.fields.has_model ? x.fields.model : x.route->model;
-  ci.target = x.route->model;
-  if (x.arm) ci.arm = x.arm->name;
-  if (x.grant) ci.key_id = std::string(x.grant.principal().key_id);
-  ci.status = x.status;
-  ci.latency_ms = seconds * 1000;
-  // Cut at max_bytes, but never inside a character: a capture stays valid UTF-8 when the body was.
-  ci.request = std::string(truncateUtf8(x.req.body, static_cast<size_t>(c.max_bytes)));
-  ci.response = std::string(truncateUtf8(x.answer, static_cast<size_t>(c.max_bytes)));
-  ci.flagged = flagged;
-  ci.reason = std::move(reason);
-  if (x.route->captures) x.route->captures->inc(shard_);
-  observer_->captured(std::move(ci));
-}
-
-struct ProxyHandler::ShadowJob {
-  std::shared_ptr<const RouteTable> table;  // keeps the routes, endpoints and pools alive
-  std::shared_ptr<const StateVector> state;
-  const Route* shadow = nullptr;
-  const ShadowCells* cells = nullptr;
-  uint32_t endpoint = 0;
-  std::string target;
-  std::string body;
-  std::vector<HttpHeader> headers;
-  ShadowOutcome outcome;
-  std::string primary_output;
-  bool compare = false;
-  Deadline deadline;
-  int shard = 0;
-  InferenceObserver* observer = nullptr;
-  int* inflight = nullptr;  // this worker's count for the shadow route (valid while alive)
-  std::shared_ptr<bool> alive;
-};
-
-void ProxyHandler::startShadow(Exchange& x, double seconds) {
-  const Route& from = x.split ? *x.split : *x.route;
-  const Route& sh = *x.shadow;
-  const ShadowCells& cells = from.shadow_cells;
-  auto it = shadow_inflight_.find(std::string_view(sh.model));
-  if (it == shadow_inflight_.end()) it = shadow_inflight_.emplace(sh.model, 0).first;
-  ShadowOutcome o;
-  o.ts_ms = SystemClock::instance().unixMillis();
-  o.request_id = x.request_id;
-  o.model = from.model;
-  o.primary = x.route->model;
-  o.shadow = sh.model;
-  o.primary_latency_ms = seconds * 1000;
-  auto give_up = [&](const char* why, obs::Counter* counter) {
-    counter->inc(shard_);
-    o.error = why;
-    if (observer_) observer_->shadowDone(std::move(o));
-  };
-  if (it->second >= from.shadow_max_concurrent) {
-    give_up("shed", cells.shed);
-    return;
-  }
-  const int idx = pick(*x.table, *x.state, sh.openai_endpoints, {}, monoNanos());
-  if (idx < 0) {
-    give_up("no_endpoint", cells.failed);
-    return;
-  }
-  auto job = std::make_unique<ShadowJob>();
-  job->table = x.table;
-  job->state = x.state;
-  job->shadow = &sh;
-  job->cells = &cells;
-  job->endpoint = static_cast<uint32_t>(idx);
-  const Endpoint& ep = x.table->endpoints[static_cast<size_t>(idx)];
-  const Deployment& dep = *ep.deployment;
-  job->target = ep.address.base_path + x.req.target;
-  // The client's body with the shadow deployment's model name (the one reading of the request).
-  const RequestFields& f = x.fields;
-  if (f.model_end > f.model_begin) {
-    job->body.reserve(x.req.body.size());
-    job->body.append(x.req.body, 0, f.model_begin);
-    net::appendJsonString(job->body, dep.upstream_model);
-    job->body.append(x.req.body, f.model_end);
-  } else {
-    job->body = x.req.body;
-  }
-  for (const auto& h : x.req.headers) {
-    if (net::isHopByHopHeader(h.name) || h.name == "authorization" || h.name == "api-key") continue;
-    job->headers.push_back(h);
-  }
-  job->headers.push_back({"host", ep.host_header});
-  job->outcome = std::move(o);
-  job->primary_output = std::move(x.primary_output);
-  job->compare = x.compare && !job->primary_output.empty();
-  job->deadline = deadlineAfter(from.shadow_timeout_ms);
-  job->shard = shard_;
-  job->observer = observer_;
-  job->inflight = &it->second;
-  job->alive = alive_;
-  ++it->second;
-  net::spawn(ctx_, runShadow(std::move(job)), "shadow request");
-}
-
-// Runs after the client got its answer, on this worker's loop, bounded by its own deadline; it
-// touches only what the job holds (the handler may be gone when it resumes).
-Task<void> ProxyHandler::runShadow(std::unique_ptr<ShadowJob> job) {
-  ShadowJob& j = *job;
-  const int64_t start_ns = monoNanos();
-  const Endpoint& ep = j.table->endpoints[j.endpoint];
-  WorkerEndpoint& ws = *(*j.state)[j.endpoint];
-  std::string output;
-  bool failed = true;
-  {
-    auto c = co_await ws.pool->acquire(j.deadline);
-    if (!c.ok()) {
-      j.outcome.error =
-          c.status().code() == StatusCode::kDeadlineExceeded ? "timeout" : "unavailable";
-    } else {
-      std::unique_ptr<net::UpstreamConnection> conn = std::move(*c);
-      net::ClientRequest creq;
-      creq.method = "POST";
-      creq.target = j.target;
-      creq.host = ep.host_header;
-      creq.headers = j.headers;
-      creq.body = j.body;
-      creq.skip_hop_by_hop = true;
-      creq.request_id = j.outcome.request_id;
-      const Status sent = co_await conn->send(creq, j.deadline);
-      // Not `sent.isOk() ? co_await ... : Result(sent)`: g++ 12 destroys the temporaries of a
-      // conditional holding a co_await twice.
-      Result<const net::ClientResponseHead*> head =
-          sent.isOk() ? Status::cancelled("not read") : sent;
-      if (sent.isOk()) {
-        auto read = co_await conn->readHead(j.deadline);
-        head = std::move(read);
-      }
-      bool clean = false;
-      if (head.ok()) {
-        j.outcome.status = (*head)->status;
-        clean = true;
-        for (;;) {
-          auto piece = co_await conn->readBody(j.deadline);
-          if (!piece.ok()) {
-            clean = false;
-            j.outcome.error =
-                piece.status().code() == StatusCode::kDeadlineExceeded ? "timeout" : "unavailable";
-            break;
-          }
-          if (piece->empty()) break;
-          if (output.size() < (1u << 20)) output.append(*piece);
-        }
-        failed = !clean;
-      } else {
-        j.outcome.error =
-            head.status().code() == StatusCode::kDeadlineExceeded ? "timeout" : "unavailable";
-      }
-      if (clean) {
-        ws.pool->release(std::move(conn));
-      } else {
-        conn->abort();
-      }
-    }
-  }
-  const double seconds = static_cast<double>(monoNanos() - start_ns) / 1e9;
-  j.outcome.latency_ms = seconds * 1000;
-  j.cells->duration->observe(j.shard, seconds);
-  if (failed) {
-    j.cells->failed->inc(j.shard);
-  } else if (j.outcome.status >= 400) {
-    j.cells->error->inc(j.shard);
-  } else {
-    j.cells->ok->inc(j.shard);
-    UsageScan usage;
-    readUsage(usage, output);
-    if (usage.seen) {
-      j.outcome.prompt_tokens = usage.prompt;
-      j.outcome.completion_tokens = usage.completion;
-    }
-    if (j.compare) {
-      j.outcome.matched = answerOutput(output) == j.primary_output ? 1 : 0;
-      (j.outcome.matched ? j.cells->match : j.cells->mismatch)->inc(j.shard);
-    }
-  }
-  if (j.observer) j.observer->shadowDone(std::move(j.outcome));
-  if (*j.alive) --*j.inflight;
-}
-
 }  // namespace infera::gateway

@@ -149,6 +149,77 @@ TEST_F(HardeningTest, TheCacheKeysOnTheSameReadingAsTheBackend) {
   EXPECT_EQ(backend_->count(), 1u);
 }
 
+// Anthropic's Messages API, attacked as a hostile key holder would: the body is read once (by the
+// shared JSON reader: invalid UTF-8, deep nesting and a key given twice are refused in Anthropic's
+// error shape, nothing forwarded), access is checked for the model it names, and what the backend
+// gets is the translated chat request without the gateway's key header.
+TEST_F(HardeningTest, MessagesAreReadOnceCheckedAndForwardedWithoutTheKeyHeader) {
+  start();
+  auto messages = [&](const std::string& body,
+                      std::vector<std::pair<std::string, std::string>> headers = {}) {
+    if (headers.empty()) headers = {{"x-api-key", key_}, {"anthropic-version", "2023-06-01"}};
+    auto r = testing::httpRequest(gw_->port(), "POST", "/v1/messages", body, headers);
+    EXPECT_TRUE(r.has_value());
+    return r ? *r : TestResponse{};
+  };
+  auto errorType = [](const TestResponse& r) {
+    const json j = json::parse(r.body, nullptr, false);
+    return j.is_object() && j.value("type", "") == "error" ? j["error"].value("type", "")
+                                                           : "not an Anthropic error: " + r.body;
+  };
+  const std::string hi = R"("max_tokens":3,"messages":[{"role":"user","content":"hi"}]})";
+  // Refused before anything is forwarded.
+  const auto no_key = messages(R"({"model":"echo-a",)" + hi, {{"anthropic-version", "2023-06-01"}});
+  EXPECT_EQ(no_key.status, 401);
+  EXPECT_EQ(errorType(no_key), "authentication_error");
+  const auto bad_utf8 = messages(
+      "{\"model\":\"echo-a\",\"max_tokens\":3,\"messages\":[{\"role\":"
+      "\"user\",\"content\":\"\xff\xfe\"}]}");
+  EXPECT_EQ(bad_utf8.status, 400);
+  EXPECT_EQ(errorType(bad_utf8), "invalid_request_error");
+  std::string deep = R"({"model":"echo-a","metadata":)";
+  for (int i = 0; i < 200; ++i) deep += "[";
+  for (int i = 0; i < 200; ++i) deep += "]";
+  const auto nested = messages(deep + "," + hi);
+  EXPECT_EQ(nested.status, 400);
+  EXPECT_EQ(errorType(nested), "invalid_request_error");
+  const auto twice = messages(R"({"model":"echo-a","mod\u0065l":"echo-b",)" + hi);
+  EXPECT_EQ(twice.status, 400);
+  EXPECT_NE(twice.body.find("twice"), std::string::npos) << twice.body;
+  const auto other_team = messages(R"({"model":"echo-b",)" + hi);
+  EXPECT_EQ(other_team.status, 403);
+  EXPECT_EQ(errorType(other_team), "permission_error");
+  EXPECT_EQ(backend_->count(), 0u);
+  // A good one: the backend reads a chat completion of the permitted model, with no x-api-key.
+  const auto ok = messages(R"({"model":"echo-a",)" + hi);
+  ASSERT_EQ(ok.status, 200) << ok.body;
+  const json answer = json::parse(ok.body);
+  EXPECT_EQ(answer["type"], "message");
+  EXPECT_EQ(answer["content"][0]["text"], "hi");
+  EXPECT_EQ(answer["usage"]["input_tokens"], 5);
+  EXPECT_EQ(answer["usage"]["output_tokens"], 3);
+  ASSERT_EQ(backend_->count(), 1u);
+  const auto seen = backend_->requests()[0];
+  EXPECT_EQ(seen.target, "/v1/chat/completions");
+  EXPECT_EQ(seen.headerCount("x-api-key"), 0);
+  EXPECT_EQ(json::parse(seen.body),
+            json::parse(R"({"model":"echo-a","messages":[{"role":"user","content":"hi"}],)"
+                        R"("max_tokens":3})"));
+  // A wrong method or path under /v1/messages: Anthropic's shape too.
+  auto wrong = testing::httpRequest(gw_->port(), "GET", "/v1/messages", "", {{"x-api-key", key_}});
+  ASSERT_TRUE(wrong.has_value());
+  EXPECT_EQ(wrong->status, 405);
+  EXPECT_EQ(errorType(*wrong), "invalid_request_error");
+  auto batches =
+      testing::httpRequest(gw_->port(), "GET", "/v1/messages/batches", "", {{"x-api-key", key_}});
+  ASSERT_TRUE(batches.has_value());
+  EXPECT_EQ(batches->status, 404);
+  EXPECT_EQ(errorType(*batches), "not_found_error");
+  // The key as a bearer token works too (Anthropic's SDK sends authToken that way).
+  const auto bearer = messages(R"({"model":"echo-a",)" + hi, {{"authorization", "Bearer " + key_}});
+  EXPECT_EQ(bearer.status, 200) << bearer.body;
+}
+
 // 3. Request smuggling: a Transfer-Encoding whose last coding is not chunked was read as an empty
 // body, and the bytes after it ran as a second request.
 TEST_F(HardeningTest, AmbiguousFramingIsRefusedWith400AndTheConnectionClosed) {

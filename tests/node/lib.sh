@@ -43,3 +43,28 @@ start_serve() {
   [[ -n "$PORT" ]] || { echo "gateway did not start"; cat "$out"; exit 1; }
   ADMIN_PORT=$(sed -n 's|.*admin https\{0,1\}://127.0.0.1:\([0-9]*\).*|\1|p' "$out")
 }
+
+# start_governed_serve INFERA WORK NAME: `infera serve` with governance on (SQLite at WORK/NAME.db,
+# started afresh) in front of an emulated llama-3-8b (token_ms 1, default_max_tokens 12), as the
+# SDK tests use it; sets PORT, ADMIN_PORT, INFERA_ADMIN_TOKEN and INFERA_ADMIN_URL (for the CLI).
+start_governed_serve() {
+  local infera="$1" work="$2" name="$3"
+  rm -f "$work/$name".db*
+  cat > "$work/$name.yaml" <<YAML
+listen: {host: 127.0.0.1, port: 0}
+admin: {host: 127.0.0.1, port: 0}
+workers: 2
+log_level: warn
+governance:
+  store: sqlite:$work/$name.db
+  usage_flush_ms: 100
+emulators:
+  local: {models: [llama-3-8b], token_ms: 1, default_max_tokens: 12}
+models:
+  - name: llama-3-8b
+    deployments: [{endpoints: [{emulator: local}]}]
+YAML
+  export INFERA_ADMIN_TOKEN="sdk-admin-$$"
+  start_serve "$infera" "$work/$name.yaml" "$work/$name.out"
+  export INFERA_ADMIN_URL="http://127.0.0.1:$ADMIN_PORT"
+}

@@ -11,25 +11,8 @@ here="$(cd "$(dirname "$0")" && pwd)"
 mkdir -p "$work"
 source "$here/lib.sh"
 require_module "$node_modules" openai
-rm -f "$work"/gov-sdk.db*
-cat > "$work/gov-sdk.yaml" <<YAML
-listen: {host: 127.0.0.1, port: 0}
-admin: {host: 127.0.0.1, port: 0}
-workers: 2
-log_level: warn
-governance:
-  store: sqlite:$work/gov-sdk.db
-  usage_flush_ms: 100
-emulators:
-  local: {models: [llama-3-8b], token_ms: 1, default_max_tokens: 12}
-models:
-  - name: llama-3-8b
-    deployments: [{endpoints: [{emulator: local}]}]
-YAML
-export INFERA_ADMIN_TOKEN="sdk-admin-$$"
-start_serve "$infera" "$work/gov-sdk.yaml" "$work/gov-serve.out"
+start_governed_serve "$infera" "$work" gov-sdk
 port="$PORT"
-export INFERA_ADMIN_URL="http://127.0.0.1:$ADMIN_PORT"
 
 "$infera" teams create sdk --models 'llama*' --tpm 100000 >/dev/null
 key=$("$infera" keys create --team sdk --rpm 3 2>/dev/null)

@@ -57,6 +57,8 @@ class ProxyHandler {
                                    net::ResponseWriter& w);  // /v2, /v2/health/*
   net::Task<void> handleKServe(net::HttpRequest& req,
                                net::ResponseWriter& w);  // /v2/models/{model}/...
+  // POST /v1/messages/count_tokens (Anthropic): the gateway's estimate of the input tokens.
+  net::Task<void> handleCountTokens(net::HttpRequest& req, net::ResponseWriter& w);
   // A data-port request no route takes: 404, or 405 with the methods `allow`ed.
   net::Task<void> unmatched(net::HttpRequest& request, net::ResponseWriter& writer, int status,
                             std::string allow);
@@ -80,6 +82,14 @@ class ProxyHandler {
                         net::UpstreamConnection& conn, const net::ClientResponseHead& h,
                         net::Deadline total, bool& keep_conn);
   net::Task<void> answerUnserved(Exchange& x, const Failure& f);
+  // Anthropic's Messages (proxy_messages.cc): the body read and translated to a chat completion
+  // (false: answered with an error; `count_only`: max_tokens not required), the answer relayed
+  // translated, and a chat answer (or a backend's error) as a Messages answer.
+  net::Task<bool> readMessages(Exchange& x, bool count_only);
+  net::Task<void> relayMessages(Exchange& x, const Endpoint& ep, net::UpstreamConnection& conn,
+                                const net::ClientResponseHead& h, net::Deadline total,
+                                bool& keep_conn);
+  std::string messagesAnswer(Exchange& x, int status, std::string_view chat);
   // The client left: the upstream call is dropped and the request counted as aborted.
   void clientLeft(Exchange& x, net::UpstreamConnection* conn);
   net::Task<void> sendError(Exchange& x, int status, std::string_view message,
