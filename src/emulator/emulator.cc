@@ -12,6 +12,7 @@
 
 #include "core/log.h"
 #include "emulator/internal/engine.h"
+#include "emulator/internal/scoring.h"
 #include "net/loops.h"
 #include "net/server.h"
 #include "net/sse.h"
@@ -357,6 +358,8 @@ class Handler final : public net::HttpHandler {
   // A chat answer that calls p.tool_name (whole, or streamed as vLLM streams tool calls).
   Task<void> callTool(HttpRequest& req, ResponseWriter& w, const ParsedRequest& p);
   Task<void> embeddings(HttpRequest& req, ResponseWriter& w);
+  // Rerank, score, tokenize and detokenize (internal/scoring.h).
+  Task<void> scoring(HttpRequest& req, ResponseWriter& w, std::string_view path);
   Task<void> models(ResponseWriter& w);
   Task<void> kserve(HttpRequest& req, ResponseWriter& w);
   Task<void> kserveInfer(std::string_view model, HttpRequest& req, ResponseWriter& w);
@@ -672,6 +675,11 @@ Task<void> Handler::handle(HttpRequest& req, ResponseWriter& w) {
   } else if (path == "/metrics" && req.method == "GET" && emu_.engine() != nullptr) {
     const std::string body = emu_.engine()->scrape();
     co_await w.send(200, "text/plain; version=0.0.4; charset=utf-8", body);
+  } else if (req.method == "POST" &&
+             (path == "/v1/rerank" || path == "/rerank" || path == "/v2/rerank" ||
+              path == "/v1/score" || path == "/score" || path == "/tokenize" ||
+              path == "/detokenize")) {
+    co_await scoring(req, w, path);
   } else if (path == "/health" || path == "/v1/health") {
     co_await w.send(200, "application/json", "{}");
   } else if (path.starts_with("/v2")) {
@@ -962,6 +970,39 @@ Task<void> Handler::callTool(HttpRequest& req, ResponseWriter& w, const ParsedRe
   if (sent) sent = co_await w.finish();
   (sent ? stats.completed_streams : stats.aborted_streams).fetch_add(1, std::memory_order_relaxed);
   emu_.recordUsage(req.header("x-request-id"), p.prompt_tokens, n_tokens, sent);
+}
+
+Task<void> Handler::scoring(HttpRequest& req, ResponseWriter& w, std::string_view path) {
+  simdjson::dom::element doc;
+  if (parser_.parse(req.body.data(), req.body.size(), true).get(doc) != simdjson::SUCCESS ||
+      !doc.is_object()) {
+    co_await error(w, 400, "request body is not a JSON object", "invalid_request_error",
+                   "invalid_json");
+    co_return;
+  }
+  std::string_view model;
+  if (doc["model"].get(model) == simdjson::SUCCESS && !knownModel(model)) {
+    const std::string msg = "The model `" + std::string(model) + "` does not exist.";
+    co_await error(w, 404, msg, "invalid_request_error", "model_not_found");
+    co_return;
+  }
+  const std::string id = std::to_string(index_) + "-" + std::to_string(++next_id_);
+  Result<std::string> answer = Status::internal("no answer");
+  if (path.ends_with("rerank")) {
+    answer = rerankAnswer(doc, "rerank-" + id);
+  } else if (path.ends_with("score")) {
+    answer = scoreAnswer(doc, "score-" + id, unixSeconds());
+  } else if (path == "/tokenize") {
+    answer = tokenizeAnswer(doc, 32768);
+  } else {
+    answer = detokenizeAnswer(doc);
+  }
+  if (!answer.ok()) {
+    const std::string msg = answer.status().message();
+    co_await error(w, 400, msg, "invalid_request_error", "invalid_request");
+    co_return;
+  }
+  co_await w.send(200, "application/json", *answer);
 }
 
 Task<void> Handler::embeddings(HttpRequest& req, ResponseWriter& w) {

@@ -18,6 +18,22 @@ Status bad(const std::string& path, const std::string& why) {
 
 bool isInteger(const json& j) { return j.is_number_integer() || j.is_number_unsigned(); }
 
+// obj[key] when obj is an object holding a string there, else `def` (never throws: a field of
+// another type reads as missing, and the caller's check refuses it or goes without).
+std::string str(const json& obj, std::string_view key, std::string_view def = "") {
+  if (!obj.is_object()) return std::string(def);
+  const auto it = obj.find(key);
+  return it != obj.end() && it->is_string() ? it->get<std::string>() : std::string(def);
+}
+
+// obj[key] when it is an object, else an empty object.
+const json& objectAt(const json& obj, std::string_view key) {
+  static const json kEmpty = json::object();
+  if (!obj.is_object()) return kEmpty;
+  const auto it = obj.find(key);
+  return it != obj.end() && it->is_object() ? *it : kEmpty;
+}
+
 // The fields a request may carry (anything else is refused by name, as Anthropic's API does).
 constexpr std::string_view kKnown[] = {
     "model", "max_tokens", "messages", "system",      "stop_sequences", "stream",   "temperature",
@@ -38,7 +54,7 @@ Result<std::string> textOf(const json& block, const std::string& path) {
 Result<ordered> imagePart(const json& block, const std::string& path) {
   const auto src = block.find("source");
   if (src == block.end() || !src->is_object()) return bad(path + ".source", "must be an object");
-  const std::string type = src->value("type", "");
+  const std::string type = str(*src, "type");
   std::string url;
   if (type == "base64") {
     const auto media = src->find("media_type");
@@ -72,7 +88,7 @@ Result<std::string> toolResultText(const json& block, const std::string& path) {
     for (size_t i = 0; i < c->size(); ++i) {
       const json& b = (*c)[i];
       const std::string p = path + ".content[" + std::to_string(i) + "]";
-      if (!b.is_object() || b.value("type", "") != "text") {
+      if (!b.is_object() || str(b, "type") != "text") {
         return bad(p, "a tool result can carry only text blocks to this model's backend");
       }
       INFERA_ASSIGN_OR_RETURN(std::string t, textOf(b, p));
@@ -91,7 +107,7 @@ Result<std::string> toolResultText(const json& block, const std::string& path) {
 // messages first, then what else it says).
 Status appendMessage(const json& m, const std::string& path, ordered& out) {
   if (!m.is_object()) return bad(path, "must be an object");
-  const std::string role = m.value("role", "");
+  const std::string role = str(m, "role");
   if (role != "user" && role != "assistant")
     return bad(path + ".role", "must be user or assistant");
   const auto content = m.find("content");
@@ -108,7 +124,7 @@ Status appendMessage(const json& m, const std::string& path, ordered& out) {
     const json& b = (*content)[i];
     const std::string p = path + ".content[" + std::to_string(i) + "]";
     if (!b.is_object()) return bad(p, "must be an object");
-    const std::string type = b.value("type", "");
+    const std::string type = str(b, "type");
     if (type == "text") {
       INFERA_ASSIGN_OR_RETURN(std::string t, textOf(b, p));
       parts.push_back({{"type", "text"}, {"text", std::move(t)}});
@@ -174,9 +190,12 @@ Result<ordered> translateTools(const json& tools) {
     const json& t = tools[i];
     const std::string p = "tools[" + std::to_string(i) + "]";
     if (!t.is_object()) return bad(p, "must be an object");
-    if (const std::string type = t.value("type", "custom"); type != "custom") {
-      return bad(p + ".type",
-                 "server tool '" + type + "' is not available on this model's backend");
+    if (const auto ty = t.find("type"); ty != t.end() && !ty->is_null()) {
+      if (!ty->is_string()) return bad(p + ".type", "must be a string");
+      if (*ty != "custom") {
+        return bad(p + ".type", "server tool '" + ty->get<std::string>() +
+                                    "' is not available on this model's backend");
+      }
     }
     const auto name = t.find("name");
     if (name == t.end() || !name->is_string()) return bad(p + ".name", "must be a string");
@@ -196,7 +215,7 @@ Result<ordered> translateTools(const json& tools) {
 
 Status translateToolChoice(const json& tc, ordered& chat) {
   if (!tc.is_object()) return bad("tool_choice", "must be an object");
-  const std::string type = tc.value("type", "");
+  const std::string type = str(tc, "type");
   if (type == "auto") {
     chat["tool_choice"] = "auto";
   } else if (type == "any") {
@@ -283,7 +302,7 @@ Result<std::string> requestToChat(const nlohmann::json& request, bool count_only
       for (size_t i = 0; i < s->size(); ++i) {
         const json& b = (*s)[i];
         const std::string p = "system[" + std::to_string(i) + "]";
-        if (!b.is_object() || b.value("type", "") != "text") return bad(p, "must be a text block");
+        if (!b.is_object() || str(b, "type") != "text") return bad(p, "must be a text block");
         INFERA_ASSIGN_OR_RETURN(std::string t, textOf(b, p));
         if (!text.empty()) text += "\n";
         text += t;
@@ -302,6 +321,11 @@ Result<std::string> requestToChat(const nlohmann::json& request, bool count_only
         appendMessage((*msgs)[i], "messages[" + std::to_string(i) + "]", messages));
   }
   chat["messages"] = std::move(messages);
+  if (str(msgs->back(), "role") == "assistant") {
+    // A last assistant turn is a prefill the answer continues (vLLM's chat template options).
+    chat["add_generation_prompt"] = false;
+    chat["continue_final_message"] = true;
+  }
   chat["max_tokens"] = max;
   if (const auto st = request.find("stop_sequences"); st != request.end()) {
     if (!st->is_array()) return bad("stop_sequences", "must be an array of strings");
@@ -335,7 +359,7 @@ Result<std::string> requestToChat(const nlohmann::json& request, bool count_only
     }
   }
   if (const auto th = request.find("thinking"); th != request.end()) {
-    if (!th->is_object() || th->value("type", "") != "disabled") {
+    if (!th->is_object() || str(*th, "type") != "disabled") {
       return bad("thinking", "extended thinking is not available on this model's backend");
     }
   }
@@ -360,12 +384,10 @@ Result<std::string> answerFromChat(std::string_view chat, std::string_view id,
     return Status::internal("the backend's answer is not a chat completion");
   }
   const json& choice = (*choices)[0];
-  const json message = choice.value("message", json::object());
+  const json& message = objectAt(choice, "message");
   ordered content = ordered::array();
-  if (const auto r = message.find("reasoning_content");
-      r != message.end() && r->is_string() && !r->get<std::string>().empty()) {
-    content.push_back({{"type", "thinking"}, {"thinking", *r}, {"signature", ""}});
-  }
+  // vLLM's reasoning_content is not passed on: Anthropic's API answers thinking only when the
+  // request enabled it, which this translation refuses (and a client sends back what it got).
   if (const auto c = message.find("content");
       c != message.end() && c->is_string() && !c->get<std::string>().empty()) {
     content.push_back({{"type", "text"}, {"text", *c}});
@@ -373,16 +395,20 @@ Result<std::string> answerFromChat(std::string_view chat, std::string_view id,
   if (const auto calls = message.find("tool_calls"); calls != message.end() && calls->is_array()) {
     for (const json& call : *calls) {
       if (!call.is_object()) continue;
-      const json fn = call.value("function", json::object());
+      const json& fn = objectAt(call, "function");
       ordered block;
       block["type"] = "tool_use";
-      block["id"] = call.value("id", "");
-      block["name"] = fn.value("name", "");
-      const std::string args = fn.value("arguments", "");
-      auto input = readJson(args.empty() ? std::string_view("{}") : std::string_view(args));
-      // Arguments a model got wrong are kept as it wrote them rather than lost.
-      block["input"] = input.ok() && input->is_object() ? ordered::parse(dumpJson(*input))
-                                                        : ordered{{"arguments", args}};
+      block["id"] = str(call, "id");
+      block["name"] = str(fn, "name");
+      if (const auto a = fn.find("arguments"); a != fn.end() && a->is_object()) {
+        block["input"] = ordered::parse(dumpJson(*a));  // some servers send them as an object
+      } else {
+        const std::string args = str(fn, "arguments");
+        auto input = readJson(args.empty() ? std::string_view("{}") : std::string_view(args));
+        // Arguments a model got wrong are kept as it wrote them rather than lost.
+        block["input"] = input.ok() && input->is_object() ? ordered::parse(dumpJson(*input))
+                                                          : ordered{{"arguments", args}};
+      }
       content.push_back(std::move(block));
     }
   }
@@ -403,7 +429,7 @@ Result<std::string> answerFromChat(std::string_view chat, std::string_view id,
   }
   out["stop_reason"] = reason;
   out["stop_sequence"] = std::move(stop_sequence);
-  const json usage = j.value("usage", json::object());
+  const json& usage = objectAt(j, "usage");
   out["usage"] =
       usageOf(intAt(usage, "prompt_tokens"), intAt(usage, "completion_tokens"), cachedOf(usage));
   return dumpJson(out);
@@ -451,6 +477,8 @@ std::string errorFromChat(int status, std::string_view body) {
       message = (*e)["message"].get<std::string>();
     } else if (e != j->end() && e->is_string()) {
       message = e->get<std::string>();
+    } else {
+      message = str(*j, "message");  // an older vLLM's {"object":"error","message":...}
     }
   }
   if (message.empty()) {
@@ -477,8 +505,9 @@ void StreamTranslator::start(std::string& out) {
   msg["content"] = ordered::array();
   msg["stop_reason"] = nullptr;
   msg["stop_sequence"] = nullptr;
-  // The engine reports usage at the end: message_delta carries it (input tokens included).
-  msg["usage"] = usageOf(0, 0, 0);
+  // Engines report usage at the end (message_delta carries it, input tokens included), unless
+  // they report it with every chunk.
+  msg["usage"] = usageOf(input_, 0, cached_);
   event(out, "message_start", {{"type", "message_start"}, {"message", std::move(msg)}});
 }
 
@@ -494,45 +523,57 @@ void StreamTranslator::onData(std::string_view data, std::string& out) {
   auto parsed = readJson(data);
   if (!parsed.ok() || !parsed->is_object()) return;
   const json& chunk = *parsed;
-  start(out);
+  // A backend that failed mid-stream says so in a chunk of its own (vLLM: {"error": ...}).
+  if (const auto e = chunk.find("error"); e != chunk.end() && !chunk.contains("choices")) {
+    start(out);
+    closeBlock(out);
+    const std::string message = e->is_string() ? e->get<std::string>() : str(*e, "message");
+    const auto code = e->is_object() ? e->find("code") : e->end();
+    const int status = code != e->end() && isInteger(*code) && code->get<int64_t>() >= 400 &&
+                               code->get<int64_t>() < 600
+                           ? static_cast<int>(code->get<int64_t>())
+                           : 500;
+    fail(status, message.empty() ? "the model's backend failed mid-stream" : message, out);
+    return;
+  }
+  // Usage first: with per-chunk usage (vLLM's continuous_usage_stats) message_start has the
+  // input tokens.
   if (const auto u = chunk.find("usage"); u != chunk.end() && u->is_object()) {
     input_ = intAt(*u, "prompt_tokens");
     output_ = intAt(*u, "completion_tokens");
     cached_ = cachedOf(*u);
     usage_seen_ = true;
   }
+  start(out);
   const auto choices = chunk.find("choices");
   if (choices == chunk.end() || !choices->is_array() || choices->empty()) return;
   const json& choice = (*choices)[0];
   if (!choice.is_object()) return;
-  const json delta = choice.value("delta", json::object());
-  auto text = [&](std::string_view field, std::string_view kind, std::string_view delta_type) {
-    const auto t = delta.find(field);
-    if (t == delta.end() || !t->is_string() || t->get<std::string>().empty()) return;
-    const bool want_text = kind == "text";
-    if (block_ < 0 || tool_index_ >= 0 || block_is_text_ != want_text) {
+  const json& delta = objectAt(choice, "delta");
+  // Text (vLLM's reasoning_content is not passed on, as in whole answers).
+  if (const auto t = delta.find("content");
+      t != delta.end() && t->is_string() && !t->get<std::string>().empty()) {
+    if (block_ < 0 || !block_is_text_) {
       closeBlock(out);
       block_ = blocks_++;
-      block_is_text_ = want_text;
-      ordered cb = want_text ? ordered{{"type", "text"}, {"text", ""}}
-                             : ordered{{"type", "thinking"}, {"thinking", ""}, {"signature", ""}};
+      block_is_text_ = true;
       event(out, "content_block_start",
-            {{"type", "content_block_start"}, {"index", block_}, {"content_block", std::move(cb)}});
+            {{"type", "content_block_start"},
+             {"index", block_},
+             {"content_block", {{"type", "text"}, {"text", ""}}}});
     }
     event(out, "content_block_delta",
           {{"type", "content_block_delta"},
            {"index", block_},
-           {"delta", {{"type", delta_type}, {want_text ? "text" : "thinking", *t}}}});
-  };
-  text("reasoning_content", "thinking", "thinking_delta");
-  text("content", "text", "text_delta");
+           {"delta", {{"type", "text_delta"}, {"text", *t}}}});
+  }
   if (const auto calls = delta.find("tool_calls"); calls != delta.end() && calls->is_array()) {
     for (const json& call : *calls) {
       if (!call.is_object()) continue;
       const int index = call.contains("index") && isInteger(call["index"])
                             ? call["index"].get<int>()
                             : (tool_index_ >= 0 ? tool_index_ : 0);
-      const json fn = call.value("function", json::object());
+      const json& fn = objectAt(call, "function");
       if (block_ < 0 || tool_index_ != index) {
         closeBlock(out);
         block_ = blocks_++;
@@ -540,13 +581,16 @@ void StreamTranslator::onData(std::string_view data, std::string& out) {
         tool_index_ = index;
         ordered cb;
         cb["type"] = "tool_use";
-        cb["id"] = call.value("id", id_ + "_tool" + std::to_string(index));
-        cb["name"] = fn.value("name", "");
+        cb["id"] = str(call, "id", id_ + "_tool" + std::to_string(index));
+        cb["name"] = str(fn, "name");
         cb["input"] = ordered::object();
         event(out, "content_block_start",
               {{"type", "content_block_start"}, {"index", block_}, {"content_block", cb}});
       }
-      const std::string args = fn.value("arguments", "");
+      const auto a = fn.find("arguments");
+      std::string args;
+      if (a != fn.end() && a->is_string()) args = a->get<std::string>();
+      if (a != fn.end() && a->is_object()) args = dumpJson(*a);
       if (!args.empty()) {
         event(out, "content_block_delta",
               {{"type", "content_block_delta"},

@@ -70,8 +70,11 @@ class GatewayImpl final : public Gateway {
       };
     };
     router.add("GET", "/v1/models", to(&ProxyHandler::handleModels));
+    // OpenAI's APIs, Anthropic's Messages, and vLLM's pooling and tokenizer APIs (rerank in its
+    // Jina/Cohere shapes, score, tokenize): each routed by the body's model.
     for (const char* path :
-         {"/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/messages"}) {
+         {"/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/messages", "/v1/rerank",
+          "/rerank", "/v2/rerank", "/v1/score", "/score", "/tokenize", "/detokenize"}) {
       router.add("POST", path, to(&ProxyHandler::handleOpenAi));
     }
     router.add("POST", "/v1/messages/count_tokens", to(&ProxyHandler::handleCountTokens));
@@ -89,6 +92,9 @@ class GatewayImpl final : public Gateway {
         return net::EarlyAnswer{denied->status, "application/json", access::denialJson(*denied)};
       };
       router.setBeforeBody("/v1/", check);
+      for (const char* path : {"/rerank", "/v2/rerank", "/score", "/tokenize", "/detokenize"}) {
+        router.setBeforeBody(path, check);
+      }
       // Anthropic's clients: the key as x-api-key, the refusal in Anthropic's error shape.
       router.setBeforeBody(
           "/v1/messages",

@@ -405,6 +405,7 @@ Task<void> ProxyHandler::handleOpenAi(net::HttpRequest& req, net::ResponseWriter
   x.route = targets.route;
   x.rewrite_model = true;
   x.stream = x.fields.stream;
+  x.usage.input_only = tokenUse(x.req.path()) == TokenUse::kInput;
   if (x.route->engine && x.route->engine->prefix_weight > 0) hashPrompt(x);
   if (targets.split || targets.shadow || targets.route->tag_responses ||
       targets.route->capture.enabled()) {
@@ -914,22 +915,21 @@ Task<bool> ProxyHandler::admit(Exchange& x) {
     ar.price.prompt_per_1m *= x.req.in_process->price_factor;
     ar.price.completion_per_1m *= x.req.in_process->price_factor;
   }
-  const std::string_view path = x.req.path();
-  const bool openai = path.starts_with("/v1/");
-  const bool embeddings = path == "/v1/embeddings";
-  if (openai) {
+  const TokenUse use = tokenUse(x.req.path());
+  const bool input_only = use == TokenUse::kInput;
+  if (use != TokenUse::kNone) {
     // Worst case: every body byte a prompt token is far above any tokenizer (~4 bytes a token);
     // a quarter of the bytes is the estimate, reconciled to the backend's usage afterwards.
     ar.est_prompt_tokens = static_cast<int64_t>(x.req.body.size() / 4) + 1;
-    if (!embeddings) {
+    if (!input_only) {
       const int64_t per_choice =
           x.fields.max_tokens >= 0 ? x.fields.max_tokens : access_->defaultMaxTokens();
       ar.max_completion_tokens = per_choice * x.fields.n;
     }
   }
-  if (access_->cacheEnabled() && openai && !x.stream) {
+  if (access_->cacheEnabled() && use != TokenUse::kNone && !x.stream) {
     const std::string_view opt = x.req.header("x-infera-cache");
-    x.cacheable = opt != "off" && (embeddings || route.cache || opt == "on" ||
+    x.cacheable = opt != "off" && (input_only || route.cache || opt == "on" ||
                                    (x.fields.has_temperature && x.fields.temperature == 0));
   }
   std::optional<access::CachedAnswer> hit;
@@ -961,8 +961,9 @@ Task<bool> ProxyHandler::admit(Exchange& x) {
     HttpHeader rid{"x-request-id", x.request_id};
     const std::span<const HttpHeader> headers = responseHeaders(x, rid);
     if (x.api == ClientApi::kMessages) {
-      const std::string answer = messagesAnswer(x, 200, hit->body);  // kept as chat
-      co_await x.w.send(200, "application/json", answer, headers);
+      int status = 200;
+      const std::string answer = messagesAnswer(x, status, hit->body);  // kept as chat
+      co_await x.w.send(status, "application/json", answer, headers);
     } else {
       co_await x.w.send(200, hit->content_type, hit->body, headers);
     }

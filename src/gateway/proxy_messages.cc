@@ -40,14 +40,19 @@ Task<bool> ProxyHandler::readMessages(Exchange& x, bool count_only) {
   x.req.target =
       "/v1/chat/completions" +
       (query == std::string_view::npos ? std::string() : std::string(target.substr(query)));
-  std::erase_if(x.req.headers, [](const HttpHeader& h) { return h.name == "x-api-key"; });
+  // The answer is translated, so it must come back uncompressed (also without access control).
+  std::erase_if(x.req.headers, [](const HttpHeader& h) {
+    return h.name == "x-api-key" || h.name == "accept-encoding";
+  });
   co_return true;
 }
 
-std::string ProxyHandler::messagesAnswer(Exchange& x, int status, std::string_view chat) {
+std::string ProxyHandler::messagesAnswer(Exchange& x, int& status, std::string_view chat) {
   if (status != 200) return anthropic::errorFromChat(status, chat);
   auto answer = anthropic::answerFromChat(chat, messageId(x.request_id), x.client_model);
-  return answer.ok() ? std::move(*answer) : anthropic::errorJson(502, answer.status().message());
+  if (answer.ok()) return std::move(*answer);
+  status = 502;  // the backend's 200 was not a chat completion
+  return anthropic::errorJson(502, answer.status().message());
 }
 
 Task<void> ProxyHandler::relayMessages(Exchange& x, const Endpoint& ep,
@@ -109,13 +114,15 @@ Task<void> ProxyHandler::relayMessages(Exchange& x, const Endpoint& ep,
       x.answer = body.substr(0, static_cast<size_t>(x.route->capture.max_bytes) + 3);
     }
     if (x.compare && h.status == 200) x.primary_output = std::string(answerOutput(body));
-    const std::string out = messagesAnswer(x, h.status, body);
+    int status = h.status;
+    const std::string out = messagesAnswer(x, status, body);
+    x.status = status;
     x.bytes_out += out.size();
-    if (!co_await x.w.send(h.status, "application/json", out, out_headers)) {
+    if (!co_await x.w.send(status, "application/json", out, out_headers)) {
       clientLeft(x, nullptr);
       co_return;
     }
-    if (x.cacheable && h.status == 200 && x.usage.seen) {
+    if (x.cacheable && status == 200 && x.usage.seen) {
       // Kept as the chat answer it was (shared with chat requests of the same canonical form).
       access::CachedAnswer e;
       e.body = std::move(body);
@@ -207,6 +214,7 @@ Task<void> ProxyHandler::handleCountTokens(net::HttpRequest& req, net::ResponseW
       co_return;
     }
   }
+  x.grant.reset();  // counting costs nothing and records no usage
   // The gateway's own estimate, as admission reserves it (a quarter of the chat body's bytes):
   // no tokenizer runs here.
   x.status = 200;

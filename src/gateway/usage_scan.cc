@@ -67,6 +67,11 @@ void useCounts(UsageScan& s, const Counts& c) {
   s.seen = true;
   s.prompt = prompt;
   s.completion = completion;
+  if (s.input_only) {
+    // Rerank answers only a total: every token of it was read, none written.
+    s.prompt += s.completion;
+    s.completion = 0;
+  }
 }
 
 // The same, the counts' spans in `text`.

@@ -351,6 +351,63 @@ TEST_F(GovernanceTest, TokenReservationRefusesUpFrontAndReconcilesToActualUsage)
   EXPECT_LT(std::atoi(last.header("x-ratelimit-remaining-tokens").c_str()), 180);
 }
 
+// vLLM's pooling and tokenizer APIs through the gateway: routed by the body's model like chat,
+// authenticated before the body, and billed from the engine's own usage as input tokens (rerank
+// reports only a total); tokenize and detokenize cost no tokens.
+TEST_F(GovernanceTest, RerankScoreAndTokenizeAreRoutedAndBilledAsInput) {
+  start();
+  const std::string key = makeKey(*gw_, "pool");
+  auto post = [&](const std::string& path, const std::string& body, const std::string& id) {
+    return call(*gw_, key, body, {{"x-request-id", id}}, path);
+  };
+  const auto rerank = post("/v1/rerank",
+                           R"({"model":"m1","query":"red apples","documents":["green apples",)"
+                           R"("red apples are sweet","bananas"],"top_n":2})",
+                           "rr-1");
+  ASSERT_EQ(rerank.status, 200) << rerank.body;
+  const json r = parse(rerank.body);
+  ASSERT_EQ(r["results"].size(), 2u);
+  EXPECT_EQ(r["results"][0]["index"], 1);  // "red apples are sweet" shares the most words
+  EXPECT_EQ(r["results"][0]["document"]["text"], "red apples are sweet");
+  const int64_t rerank_tokens = r["usage"]["total_tokens"].get<int64_t>();
+  ASSERT_GT(rerank_tokens, 0);
+  // The Jina/Cohere paths vLLM serves reach the same engine.
+  EXPECT_EQ(post("/rerank", R"({"model":"m1","query":"a","documents":["a"]})", "rr-2").status, 200);
+  EXPECT_EQ(post("/v2/rerank", R"({"model":"m1","query":"a","documents":["a"]})", "rr-3").status,
+            200);
+  const auto score = post(
+      "/v1/score", R"({"model":"m1","text_1":"red apples","text_2":["red apples","x"]})", "sc-1");
+  ASSERT_EQ(score.status, 200) << score.body;
+  const json sc = parse(score.body);
+  EXPECT_EQ(sc["data"][0]["score"], 1.0);
+  EXPECT_EQ(sc["data"][1]["score"], 0.0);
+  const int64_t score_tokens = sc["usage"]["prompt_tokens"].get<int64_t>();
+  const auto tok = post("/tokenize", R"({"model":"m1","prompt":"hello big world"})", "tk-1");
+  ASSERT_EQ(tok.status, 200) << tok.body;
+  const json t = parse(tok.body);
+  EXPECT_EQ(t["count"], 3);
+  const auto detok =
+      post("/detokenize", R"({"model":"m1","tokens":)" + t["tokens"].dump() + "}", "tk-2");
+  ASSERT_EQ(detok.status, 200) << detok.body;
+  EXPECT_EQ(parse(detok.body)["prompt"], "hello big world");
+  // A model the engine does not know is the gateway's 404; no key is 401 before the body.
+  EXPECT_EQ(post("/score", R"({"model":"nope","text_1":"a","text_2":"b"})", "sc-2").status, 404);
+  EXPECT_EQ(call(*gw_, "", R"({"model":"m1","prompt":"x"})", {}, "/tokenize").status, 401);
+  json rows;
+  ASSERT_TRUE(waitFor([&] {
+    rows = usageByRequest();
+    return rows.contains("rr-1") && rows.contains("sc-1") && rows.contains("tk-1") &&
+           rows.contains("tk-2");
+  }));
+  EXPECT_EQ(rows["rr-1"]["prompt"], rerank_tokens);
+  EXPECT_EQ(rows["rr-1"]["completion"], 0);
+  EXPECT_EQ(rows["rr-1"]["estimated"], 0);
+  EXPECT_EQ(rows["sc-1"]["prompt"], score_tokens);
+  EXPECT_EQ(rows["sc-1"]["completion"], 0);
+  EXPECT_EQ(rows["tk-1"]["prompt"], 0);
+  EXPECT_EQ(rows["tk-1"]["completion"], 0);
+}
+
 TEST_F(GovernanceTest, UsageIsRecordedPerRequestAndQueryableByTeamAndModel) {
   start();
   const std::string a = makeKey(*gw_, "alpha");

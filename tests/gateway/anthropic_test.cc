@@ -82,6 +82,12 @@ TEST(AnthropicRequest, TranslatesToChatCompletions) {
            {"role":"tool","tool_call_id":"t","content":"Error: boom"}],"max_tokens":4,
            "tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object"}}}],
            "tool_choice":{"type":"function","function":{"name":"f"}}})"},
+      {"a last assistant turn is a prefill the answer continues",
+       R"({"model":"m","max_tokens":4,"messages":[{"role":"user","content":"JSON please"},
+           {"role":"assistant","content":"{"}]})",
+       R"({"model":"m","messages":[{"role":"user","content":"JSON please"},
+           {"role":"assistant","content":"{"}],"add_generation_prompt":false,
+           "continue_final_message":true,"max_tokens":4})"},
       {"a stream asks for usage; thinking disabled is accepted",
        R"({"model":"m","max_tokens":4,"stream":true,"thinking":{"type":"disabled"},
            "messages":[{"role":"user","content":"hi"}]})",
@@ -135,6 +141,17 @@ TEST(AnthropicRequest, RefusesWhatChatCannotCarryNamingTheField) {
        "tool_choice.type: must be auto, any, tool or none"},
       {R"({"model":"m","max_tokens":4,"stream":"yes","messages":[{"role":"user","content":"x"}]})",
        "stream: must be a boolean"},
+      // Fields of the wrong type read as missing (never an exception, which would be a 500).
+      {R"({"model":"m","max_tokens":4,"messages":[{"role":1,"content":"x"}]})",
+       "messages[0].role: must be user or assistant"},
+      {R"({"model":"m","max_tokens":4,"messages":[{"role":"user","content":[{"type":7}]}]})",
+       "messages[0].content[0].type: '' blocks cannot be passed"},
+      {R"({"model":"m","max_tokens":4,"tools":[{"type":5,"name":"f","input_schema":{}}],
+          "messages":[{"role":"user","content":"x"}]})",
+       "tools[0].type"},
+      {R"({"model":"m","max_tokens":4,"tool_choice":{"type":[]},
+          "messages":[{"role":"user","content":"x"}]})",
+       "tool_choice.type"},
   };
   for (const auto& [body, want] : cases) {
     auto in = readJson(body);
@@ -185,6 +202,15 @@ TEST(AnthropicAnswer, TranslatesChatCompletions) {
            {"type":"tool_use","id":"call_2","name":"g","input":{"arguments":"{oops"}}],
            "stop_reason":"tool_use","stop_sequence":null,"usage":{"input_tokens":5,
            "cache_creation_input_tokens":0,"cache_read_input_tokens":0,"output_tokens":7}})"},
+      {"reasoning is not passed on; a tool call with a null id and arguments as an object",
+       R"({"choices":[{"message":{"content":"a","reasoning_content":"hmm","tool_calls":[{"id":null,
+           "type":"function","function":{"name":"f","arguments":{"a":1}}}]},
+           "finish_reason":"tool_calls"}]})",
+       R"({"id":"msg_1","type":"message","role":"assistant","model":"claude-x",
+           "content":[{"type":"text","text":"a"},{"type":"tool_use","id":"","name":"f",
+           "input":{"a":1}}],"stop_reason":"tool_use","stop_sequence":null,
+           "usage":{"input_tokens":0,"cache_creation_input_tokens":0,
+           "cache_read_input_tokens":0,"output_tokens":0}})"},
       {"length", R"({"choices":[{"message":{"content":"abc"},"finish_reason":"length"}]})",
        R"({"id":"msg_1","type":"message","role":"assistant","model":"claude-x",
            "content":[{"type":"text","text":"abc"}],"stop_reason":"max_tokens",
@@ -220,6 +246,9 @@ TEST(AnthropicErrors, TakeAnthropicsShapeAndTypes) {
   EXPECT_EQ(json::parse(errorFromChat(400, R"({"error":{"message":"bad","type":"x"}})")),
             json::parse(R"({"type":"error","error":{"type":"invalid_request_error",
                 "message":"bad"}})"));
+  EXPECT_EQ(json::parse(errorFromChat(400, R"({"object":"error","message":"too long"})")),
+            json::parse(R"({"type":"error","error":{"type":"invalid_request_error",
+                "message":"too long"}})"));
   EXPECT_EQ(json::parse(errorFromChat(500, "<html>")),
             json::parse(R"({"type":"error","error":{"type":"api_error",
                 "message":"the model's backend answered 500"}})"));
@@ -302,6 +331,27 @@ TEST(AnthropicStream, TextThenToolCallsThenUsageEventByEvent) {
     u.finish(a);
     EXPECT_EQ(a, out) << "cut at " << split;
   }
+}
+
+// A backend's error chunk mid-stream (vLLM's {"error":...}) ends the stream with an error event,
+// not a clean end_turn; per-chunk usage gives message_start its input tokens.
+TEST(AnthropicStream, AnErrorChunkIsAnErrorAndPerChunkUsageFillsMessageStart) {
+  StreamTranslator t("msg_4", "m");
+  std::string out;
+  translateEvents(t,
+                  chatStream({R"({"choices":[{"delta":{"content":"x"}}],"usage":{"prompt_tokens":7,
+                      "completion_tokens":1}})",
+                              R"({"error":{"message":"engine died","code":503}})"}),
+                  out);
+  t.finish(out);  // nothing more once failed
+  const auto events = eventsOf(out);
+  ASSERT_GE(events.size(), 4u);
+  EXPECT_EQ(events[0].second["message"]["usage"]["input_tokens"], 7);
+  EXPECT_EQ(events.back().first, "error");
+  EXPECT_EQ(events.back().second["error"]["type"], "overloaded_error");
+  EXPECT_EQ(events.back().second["error"]["message"], "engine died");
+  for (const auto& [name, data] : events) EXPECT_NE(name, "message_stop");
+  EXPECT_EQ(events[events.size() - 2].first, "content_block_stop");  // the open block closed
 }
 
 TEST(AnthropicStream, AnEmptyStreamStillStartsAndEndsAMessage) {

@@ -109,6 +109,19 @@ struct ProxyHandler::Served {
 
 namespace proxy_detail {
 
+// How a request's tokens are reserved and billed, by its path: generation (a prompt and a
+// completion: chat, completions, messages), input only (embeddings, rerank, score), or none
+// (tokenize, detokenize, KServe).
+enum class TokenUse : uint8_t { kNone, kInput, kGeneration };
+inline TokenUse tokenUse(std::string_view path) {
+  if (path == "/v1/embeddings" || path.ends_with("/rerank") || path == "/rerank" ||
+      path == "/v1/score" || path == "/score") {
+    return TokenUse::kInput;
+  }
+  if (path == "/tokenize" || path == "/detokenize") return TokenUse::kNone;
+  return path.starts_with("/v1/") ? TokenUse::kGeneration : TokenUse::kNone;
+}
+
 constexpr double kEwmaAlpha = 0.2;
 // An endpoint's latency estimate halves for every second it goes without a new sample, so one
 // slow outlier cannot keep an endpoint from being tried again for ever.

@@ -89,7 +89,8 @@ class ProxyHandler {
   net::Task<void> relayMessages(Exchange& x, const Endpoint& ep, net::UpstreamConnection& conn,
                                 const net::ClientResponseHead& h, net::Deadline total,
                                 bool& keep_conn);
-  std::string messagesAnswer(Exchange& x, int status, std::string_view chat);
+  // `status` becomes 502 when a 200 answer is not a chat completion.
+  std::string messagesAnswer(Exchange& x, int& status, std::string_view chat);
   // The client left: the upstream call is dropped and the request counted as aborted.
   void clientLeft(Exchange& x, net::UpstreamConnection* conn);
   net::Task<void> sendError(Exchange& x, int status, std::string_view message,

@@ -14,6 +14,9 @@ struct UsageScan {
   // Set before the answer: usage the gateway asked the backend for and the client did not.
   bool strip_final_usage = false;  // the usage-only final chunk, and "usage" members, are removed
   bool strip_continuous = false;   // per-chunk usage is nulled in chunks that carry a choice
+  // An API whose tokens are all input (embeddings, rerank, score): what the usage counts as
+  // completion (a total beyond the prompt) is prompt.
+  bool input_only = false;
   // Read from the answer.
   bool seen = false;  // a usage object with prompt_tokens or total_tokens was read
   int64_t prompt = 0;
