@@ -324,7 +324,7 @@ void ProxyHandler::finishExchange(Exchange& x) {
     r.unix_ms = SystemClock::instance().unixMillis();
     r.request_id = x.request_id;
     r.method = x.req.method;
-    r.path = x.req.path();
+    r.path = x.client_path.empty() ? x.req.path() : std::string_view(x.client_path);
     if (x.route) r.model = x.route->model;
     if (x.deployment) r.deployment = x.deployment->name;
     if (x.endpoint) r.endpoint = x.endpoint->label;

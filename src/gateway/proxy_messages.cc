@@ -35,6 +35,7 @@ Task<bool> ProxyHandler::readMessages(Exchange& x, bool count_only) {
   x.req.body = std::move(*chat);
   // From here on it is a chat completion (the path the backend is sent to included); the key
   // header it came with is the gateway's, never the backend's.
+  x.client_path = std::string(x.req.path());
   const std::string_view target = x.req.target;
   const size_t query = target.find('?');
   x.req.target =

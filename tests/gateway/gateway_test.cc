@@ -700,13 +700,20 @@ TEST_F(GatewayTest, WritesJsonLinesAccessLogWithoutBodies) {
   ASSERT_EQ(post("/v1/chat/completions", chatBody("m1"), {{"x-request-id", "log-me"}})->status,
             200);
   ASSERT_EQ(post("/v1/chat/completions", chatBody("nope"))->status, 404);
+  // A Messages request is logged under the path the client called, not the one it was
+  // translated to.
+  ASSERT_EQ(post("/v1/messages",
+                 R"({"model":"m1","max_tokens":2,"messages":[{"role":"user","content":"hi"}]})",
+                 {{"x-request-id", "log-messages"}})
+                ->status,
+            200);
   gw_.reset();  // flushes every worker's buffer and the writer
   std::ifstream in(path);
   std::vector<std::string> lines;
   for (std::string line; std::getline(in, line);) lines.push_back(line);
-  ASSERT_EQ(lines.size(), 2u);
+  ASSERT_EQ(lines.size(), 3u);
   simdjson::dom::parser p;
-  bool saw_ok = false;
+  bool saw_ok = false, saw_messages = false;
   for (const auto& line : lines) {
     simdjson::dom::element doc;
     ASSERT_EQ(p.parse(line).get(doc), simdjson::SUCCESS) << line;
@@ -717,8 +724,13 @@ TEST_F(GatewayTest, WritesJsonLinesAccessLogWithoutBodies) {
       EXPECT_NE(line.find(R"("model":"m1","deployment":"d1")"), std::string::npos) << line;
       EXPECT_NE(line.find(R"("status":200)"), std::string::npos) << line;
     }
+    if (doc["request_id"].get(id) == simdjson::SUCCESS && id == "log-messages") {
+      saw_messages = true;
+      EXPECT_NE(line.find(R"("path":"/v1/messages")"), std::string::npos) << line;
+    }
   }
   EXPECT_TRUE(saw_ok);
+  EXPECT_TRUE(saw_messages);
 }
 
 }  // namespace

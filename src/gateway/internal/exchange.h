@@ -83,6 +83,7 @@ struct ProxyHandler::Exchange {
   // Anthropic's Messages API: the model as the client named it, and the stream's translator.
   ClientApi api = ClientApi::kOpenAi;
   std::string client_model;
+  std::string client_path;  // the path the client called (the access log's), before translation
   std::unique_ptr<anthropic::StreamTranslator> messages_stream;
   std::string messages_out;
 };
