@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "core/json.h"
+#include "net/sse.h"
 
 namespace infera::gateway::anthropic {
 namespace {
@@ -237,11 +238,7 @@ Status translateToolChoice(const json& tc, ordered& chat) {
 }
 
 void event(std::string& out, std::string_view name, const ordered& data) {
-  out += "event: ";
-  out += name;
-  out += "\ndata: ";
-  out += dumpJson(data);
-  out += "\n\n";
+  net::appendSseEvent(out, name, dumpJson(data));
 }
 
 std::string stopReason(std::string_view finish_reason) {
@@ -625,36 +622,15 @@ void StreamTranslator::finish(std::string& out) {
 }
 
 void StreamTranslator::fail(int status, std::string_view message, std::string& out) {
-  out += "event: error\ndata: ";
-  out += errorJson(status, message);
-  out += "\n\n";
+  net::appendSseEvent(out, "error", errorJson(status, message));
   finished_ = true;
 }
 
 void translateEvents(StreamTranslator& t, std::string_view text, std::string& out) {
-  std::string data;
-  bool have = false;
-  size_t pos = 0;
-  while (pos <= text.size()) {
-    size_t nl = text.find('\n', pos);
-    const bool last = nl == std::string_view::npos;
-    std::string_view line = text.substr(pos, last ? std::string_view::npos : nl - pos);
-    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-    if (line.empty()) {
-      if (have) t.onData(data, out);
-      data.clear();
-      have = false;
-    } else if (line.starts_with("data:")) {
-      line.remove_prefix(5);
-      if (!line.empty() && line.front() == ' ') line.remove_prefix(1);
-      if (have) data += '\n';
-      data += line;
-      have = true;
-    }
-    if (last) break;
-    pos = nl + 1;
-  }
-  if (have) t.onData(data, out);
+  net::SseReader reader;
+  const auto each = [&](const net::SseEvent& e) { t.onData(e.data, out); };
+  reader.feed(text, each);
+  reader.feed("\n\n", each);  // a last event without its blank line
 }
 
 }  // namespace infera::gateway::anthropic

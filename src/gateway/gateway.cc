@@ -72,9 +72,9 @@ class GatewayImpl final : public Gateway {
     router.add("GET", "/v1/models", to(&ProxyHandler::handleModels));
     // OpenAI's APIs, Anthropic's Messages, and vLLM's pooling and tokenizer APIs (rerank in its
     // Jina/Cohere shapes, score, tokenize): each routed by the body's model.
-    for (const char* path :
-         {"/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/messages", "/v1/rerank",
-          "/rerank", "/v2/rerank", "/v1/score", "/score", "/tokenize", "/detokenize"}) {
+    for (const char* path : {"/v1/chat/completions", "/v1/completions", "/v1/embeddings",
+                             "/v1/messages", "/v1/responses", "/v1/rerank", "/rerank", "/v2/rerank",
+                             "/v1/score", "/score", "/tokenize", "/detokenize"}) {
       router.add("POST", path, to(&ProxyHandler::handleOpenAi));
     }
     router.add("POST", "/v1/messages/count_tokens", to(&ProxyHandler::handleCountTokens));

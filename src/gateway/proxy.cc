@@ -366,6 +366,7 @@ Task<void> ProxyHandler::handleModels(net::HttpRequest& req, net::ResponseWriter
 Task<void> ProxyHandler::handleOpenAi(net::HttpRequest& req, net::ResponseWriter& w) {
   Exchange x{req, w};
   if (req.path() == "/v1/messages") x.api = ClientApi::kMessages;
+  if (req.path() == "/v1/responses") x.api = ClientApi::kResponses;
   const Served served(*this, x);
   if (!x.table) {
     co_await notReady(x);
@@ -378,8 +379,9 @@ Task<void> ProxyHandler::handleOpenAi(net::HttpRequest& req, net::ResponseWriter
     if (trace) trace->end(span);
     if (!ok) co_return;
   }
-  // Anthropic's Messages: translated to a chat completion before anything reads it.
-  if (x.api == ClientApi::kMessages && !co_await readMessages(x, false)) co_return;
+  // Anthropic's Messages, OpenAI's Responses: translated to a chat completion before anything
+  // reads it.
+  if (x.api != ClientApi::kOpenAi && !co_await readTranslated(x, false)) co_return;
   auto fields = scanRequest(*parser_, x.req.body, access_ && access_->cacheEnabled());
   if (!fields.ok()) {
     co_await sendError(x, 400, fields.status().message(), "invalid_request_error", "invalid_json");
@@ -738,8 +740,8 @@ Task<void> ProxyHandler::relay(Exchange& x, const Endpoint& ep, WorkerEndpoint& 
                                net::UpstreamConnection& conn, const net::ClientResponseHead& h,
                                Deadline total, bool& keep_conn) {
   (void)ws;
-  if (x.api == ClientApi::kMessages) {
-    auto translated = relayMessages(x, ep, conn, h, total, keep_conn);
+  if (x.api != ClientApi::kOpenAi) {
+    auto translated = relayTranslated(x, ep, conn, h, total, keep_conn);
     co_await std::move(translated);
     co_return;
   }
@@ -960,9 +962,9 @@ Task<bool> ProxyHandler::admit(Exchange& x) {
     x.status = 200;
     HttpHeader rid{"x-request-id", x.request_id};
     const std::span<const HttpHeader> headers = responseHeaders(x, rid);
-    if (x.api == ClientApi::kMessages) {
+    if (x.api != ClientApi::kOpenAi) {
       int status = 200;
-      const std::string answer = messagesAnswer(x, status, hit->body);  // kept as chat
+      const std::string answer = translatedAnswer(x, status, hit->body);  // kept as chat
       co_await x.w.send(status, "application/json", answer, headers);
     } else {
       co_await x.w.send(200, hit->content_type, hit->body, headers);

@@ -12,8 +12,8 @@ shift
 seconds=${FUZZ_SECONDS:-60}
 here=$(cd "$(dirname "$0")" && pwd)
 targets=("$@")
-[[ ${#targets[@]} -eq 0 ]] && targets=(http_request sse path request_scan usage_scan anthropic config json_body request_text mlflow_request qdrant_request feast_body)
-declare -A DICT=([http_request]=http [path]=http [sse]=sse [request_scan]=json [usage_scan]=json [anthropic]=sse [config]=yaml
+[[ ${#targets[@]} -eq 0 ]] && targets=(http_request sse path request_scan usage_scan translate config json_body request_text mlflow_request qdrant_request feast_body)
+declare -A DICT=([http_request]=http [path]=http [sse]=sse [request_scan]=json [usage_scan]=json [translate]=sse [config]=yaml
   [json_body]=json [request_text]=http [mlflow_request]=json [qdrant_request]=json [feast_body]=json)
 
 found=0

@@ -220,6 +220,38 @@ TEST_F(HardeningTest, MessagesAreReadOnceCheckedAndForwardedWithoutTheKeyHeader)
   EXPECT_EQ(bearer.status, 200) << bearer.body;
 }
 
+// OpenAI's Responses API goes through the same door: one reading by the shared JSON reader
+// (refusals in OpenAI's shape, nothing forwarded), the model's permission checked, and the backend
+// gets the translated chat completion.
+TEST_F(HardeningTest, ResponsesAreReadOnceCheckedAndTranslated) {
+  start();
+  auto responses = [&](const std::string& body) {
+    auto r = testing::httpRequest(gw_->port(), "POST", "/v1/responses", body,
+                                  {{"authorization", "Bearer " + key_}});
+    EXPECT_TRUE(r.has_value());
+    return r ? *r : TestResponse{};
+  };
+  const auto bad_utf8 = responses("{\"model\":\"echo-a\",\"input\":\"\xff\"}");
+  EXPECT_EQ(bad_utf8.status, 400);
+  EXPECT_TRUE(json::parse(bad_utf8.body).contains("error")) << bad_utf8.body;
+  EXPECT_EQ(responses(R"({"model":"echo-a","mod\u0065l":"echo-b","input":"x"})").status, 400);
+  EXPECT_EQ(responses(R"({"model":"echo-b","input":"x"})").status, 403);
+  EXPECT_EQ(responses(R"({"model":"echo-a","input":"x","previous_response_id":"resp_1"})").status,
+            400);
+  EXPECT_EQ(backend_->count(), 0u);
+  const auto ok = responses(R"({"model":"echo-a","input":"hi","max_output_tokens":3})");
+  ASSERT_EQ(ok.status, 200) << ok.body;
+  const json r = json::parse(ok.body);
+  EXPECT_EQ(r["object"], "response");
+  EXPECT_EQ(r["output"][0]["content"][0]["text"], "hi");
+  EXPECT_EQ(r["usage"]["input_tokens"], 5);
+  ASSERT_EQ(backend_->count(), 1u);
+  EXPECT_EQ(backend_->requests()[0].target, "/v1/chat/completions");
+  EXPECT_EQ(json::parse(backend_->requests()[0].body),
+            json::parse(R"({"model":"echo-a","messages":[{"role":"user","content":"hi"}],)"
+                        R"("max_tokens":3})"));
+}
+
 // 3. Request smuggling: a Transfer-Encoding whose last coding is not chunked was read as an empty
 // body, and the bytes after it ran as a second request.
 TEST_F(HardeningTest, AmbiguousFramingIsRefusedWith400AndTheConnectionClosed) {

@@ -1,7 +1,7 @@
 #pragma once
 // The gateway's proxy internals shared by its files (proxy.cc: the request's path through
 // routing, access control, forwarding and relaying; proxy_flow.cc: flow control;
-// proxy_experiments.cc: experiments, capture and shadows; proxy_messages.cc: Anthropic's Messages
+// proxy_experiments.cc: experiments, capture and shadows; proxy_translate.cc: Anthropic's Messages and OpenAI's Responses
 // API): one exchange's state and the helpers they share.
 
 #include <simdjson.h>
@@ -14,13 +14,14 @@
 #include "gateway/internal/anthropic.h"
 #include "gateway/internal/proxy.h"
 #include "gateway/internal/request_scan.h"
+#include "gateway/internal/responses.h"
 #include "gateway/internal/usage_scan.h"
 
 namespace infera::gateway {
 
-// Which API the client speaks: OpenAI's, or Anthropic's Messages translated to chat completions
-// (proxy_messages.cc).
-enum class ClientApi : uint8_t { kOpenAi, kMessages };
+// Which API the client speaks: OpenAI's (as it is), or one translated to chat completions
+// (proxy_translate.cc): Anthropic's Messages, OpenAI's Responses.
+enum class ClientApi : uint8_t { kOpenAi, kMessages, kResponses };
 
 struct ProxyHandler::Exchange {
   Exchange(net::HttpRequest& r, net::ResponseWriter& wr) : req(r), w(wr) {}
@@ -84,6 +85,7 @@ struct ProxyHandler::Exchange {
   ClientApi api = ClientApi::kOpenAi;
   std::string client_model;
   std::string client_path;  // the path the client called (the access log's), before translation
+  nlohmann::json client_request;  // Responses: the request, whose fields the answer echoes
   std::unique_ptr<anthropic::StreamTranslator> messages_stream;
   std::string messages_out;
 };

@@ -82,15 +82,16 @@ class ProxyHandler {
                         net::UpstreamConnection& conn, const net::ClientResponseHead& h,
                         net::Deadline total, bool& keep_conn);
   net::Task<void> answerUnserved(Exchange& x, const Failure& f);
-  // Anthropic's Messages (proxy_messages.cc): the body read and translated to a chat completion
-  // (false: answered with an error; `count_only`: max_tokens not required), the answer relayed
-  // translated, and a chat answer (or a backend's error) as a Messages answer.
-  net::Task<bool> readMessages(Exchange& x, bool count_only);
-  net::Task<void> relayMessages(Exchange& x, const Endpoint& ep, net::UpstreamConnection& conn,
-                                const net::ClientResponseHead& h, net::Deadline total,
-                                bool& keep_conn);
+  // Anthropic's Messages and OpenAI's Responses (proxy_translate.cc): the body read and
+  // translated to a chat completion (false: answered with an error; `count_only`: Messages'
+  // max_tokens not required), the answer relayed translated, and a chat answer (or a backend's
+  // error) as the API's answer.
+  net::Task<bool> readTranslated(Exchange& x, bool count_only);
+  net::Task<void> relayTranslated(Exchange& x, const Endpoint& ep, net::UpstreamConnection& conn,
+                                  const net::ClientResponseHead& h, net::Deadline total,
+                                  bool& keep_conn);
   // `status` becomes 502 when a 200 answer is not a chat completion.
-  std::string messagesAnswer(Exchange& x, int& status, std::string_view chat);
+  std::string translatedAnswer(Exchange& x, int& status, std::string_view chat);
   // The client left: the upstream call is dropped and the request counted as aborted.
   void clientLeft(Exchange& x, net::UpstreamConnection* conn);
   net::Task<void> sendError(Exchange& x, int status, std::string_view message,

@@ -1,6 +1,7 @@
-// Fuzz target: Anthropic Messages <-> chat completions translation (gateway/internal/anthropic.h).
-// The input is used three ways: as a Messages request, as a chat completion answer, and as a chat
-// completions SSE stream.
+// Fuzz target: the translations to and from chat completions (gateway/internal/anthropic.h for
+// Anthropic's Messages, gateway/internal/responses.h for OpenAI's Responses). The input is used
+// three ways: as a request of each API, as a chat completion answer, and as a chat completions SSE
+// stream (translated by each API's stream translator).
 //
 // Properties:
 //  - request: whatever the JSON, the translation is a refusal (kInvalidArgument) or a chat body
@@ -11,14 +12,20 @@
 //  - stream: the translated events do not depend on how the backend's stream is cut into pieces;
 //    every event is "event: <type>\ndata: <JSON whose type is <type>>\n\n"; the message starts
 //    first and ends with message_delta then message_stop; content blocks open and close in order,
-//    their indices counting up from 0.
+//    their indices counting up from 0;
+//  - Responses: the same for its request (a refusal, or a chat body with the model first and
+//    non-empty messages) and answer (type "response"); its stream's events are numbered 0, 1, ...
+//    in order, start with response.created and end with response.completed or
+//    response.incomplete (or error), whatever the pieces.
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 
 #include "core/json.h"
 #include "fuzz_check.h"
 #include "gateway/internal/anthropic.h"
+#include "gateway/internal/responses.h"
 #include "gateway/internal/usage_scan.h"
 
 namespace {
@@ -110,6 +117,66 @@ void checkStream(const std::string& input) {
              "the message does not end with message_delta, message_stop: " + printable(whole));
 }
 
+namespace responses = infera::gateway::responses;
+
+void checkResponses(const std::string& input) {
+  if (auto in = infera::readJson(input); in.ok()) {
+    auto out = responses::requestToChat(*in);
+    if (out.ok()) {
+      auto chat = infera::readOrderedJson(*out);
+      FUZZ_CHECK(chat.ok() && chat->is_object() && chat->begin().key() == "model" &&
+                     (*chat)["messages"].is_array() && !(*chat)["messages"].empty(),
+                 "a Responses request's chat body is malformed: " + printable(*out));
+    } else {
+      FUZZ_CHECK(out.status().code() == infera::StatusCode::kInvalidArgument,
+                 "a Responses refusal that is not kInvalidArgument: " + printable(input));
+    }
+  }
+  const nlohmann::json request = {{"model", "m"}, {"input", "x"}};
+  if (auto a = responses::answerFromChat(input, request, "resp_f", 1); a.ok()) {
+    auto r = infera::readJson(*a);
+    FUZZ_CHECK(r.ok() && (*r)["object"] == "response" && (*r)["output"].is_array(),
+               "not a Response: " + printable(*a));
+  }
+  auto translate = [&](size_t piece) {
+    infera::gateway::UsageScan scan;
+    responses::StreamTranslator t(request, "resp_f", 1);
+    std::string out, events;
+    const size_t step = piece == 0 ? std::max<size_t>(1, input.size()) : piece;
+    for (size_t i = 0; i < input.size(); i += step) {
+      events.clear();
+      infera::gateway::scanSse(scan, std::string_view(input).substr(i, step), &events);
+      responses::translateEvents(t, events, out);
+    }
+    responses::translateEvents(t, scan.sse_buf, out);
+    t.finish(out);
+    return out;
+  };
+  const std::string whole = translate(0);
+  FUZZ_CHECK(translate(5) == whole,
+             "the Responses stream depends on the pieces: " + printable(input));
+  size_t pos = 0;
+  int64_t seq = 0;
+  std::string first, last;
+  while (pos < whole.size()) {
+    const size_t end = whole.find("\n\n", pos);
+    FUZZ_CHECK(end != std::string::npos, "an unterminated event: " + printable(whole));
+    const std::string ev = whole.substr(pos, end - pos);
+    pos = end + 2;
+    const size_t nl = ev.find('\n');
+    FUZZ_CHECK(ev.starts_with("event: ") && nl != std::string::npos, "a malformed event");
+    auto data = infera::readJson(ev.substr(nl + 7));
+    FUZZ_CHECK(
+        data.ok() && (*data)["type"] == ev.substr(7, nl - 7) && (*data)["sequence_number"] == seq++,
+        "an event out of order or misnamed: " + printable(ev));
+    if (first.empty()) first = ev.substr(7, nl - 7);
+    last = ev.substr(7, nl - 7);
+  }
+  FUZZ_CHECK(first == "response.created" &&
+                 (last == "response.completed" || last == "response.incomplete" || last == "error"),
+             "the Responses stream does not start and end as it must: " + printable(whole));
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -117,5 +184,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   checkRequest(input);
   checkAnswer(input);
   checkStream(input);
+  checkResponses(input);
   return 0;
 }

@@ -1,37 +1,81 @@
-// Anthropic's Messages API on backends that speak chat completions (docs/gateway.md "Anthropic
-// Messages"): the body is translated before routing, access control, limits, the cache and the
-// backend read it, so they all see one chat request (and bill it from its usage); the answer is
-// translated back, whole or event by event; errors take Anthropic's shape.
+// APIs translated to chat completions for the backends (docs/gateway.md "Anthropic Messages",
+// "OpenAI Responses"): the body is translated before routing, access control, limits, the cache
+// and the backend read it, so they all see one chat request (and bill it from its usage); the
+// answer is translated back, whole or event by event; errors take the API's shape.
 #include <algorithm>
+#include <optional>
 
+#include "core/clock.h"
 #include "core/json.h"
 #include "gateway/internal/exchange.h"
+#include "gateway/internal/responses.h"
 
 namespace infera::gateway {
 
 namespace {
 
-// The answer's id: the request's, as Anthropic's "msg_..." ids look.
-std::string messageId(std::string_view request_id) { return "msg_" + std::string(request_id); }
+// The answer's id: the request's, as Anthropic's "msg_..." and OpenAI's "resp_..." ids look.
+std::string answerId(ClientApi api, std::string_view request_id) {
+  return (api == ClientApi::kMessages ? "msg_" : "resp_") + std::string(request_id);
+}
+
+int64_t unixSeconds() { return SystemClock::instance().unixMillis() / 1000; }
+
+// An error the gateway answers itself, in the API's shape.
+std::string apiError(ClientApi api, int status, std::string_view message) {
+  if (api == ClientApi::kMessages) return anthropic::errorJson(status, message);
+  return net::errorJson(message, status >= 500 ? "server_error" : "invalid_request_error",
+                        status == 504 ? "upstream_timeout" : "upstream_error");
+}
+
+// The two APIs' stream translators behind one face.
+class StreamTranslation {
+ public:
+  StreamTranslation(ClientApi api, std::string id, std::string model,
+                    const nlohmann::json& request) {
+    if (api == ClientApi::kMessages) {
+      messages_.emplace(std::move(id), std::move(model));
+    } else {
+      responses_.emplace(request, std::move(id), unixSeconds());
+    }
+  }
+  void events(std::string_view chat, std::string& out) {
+    if (messages_) {
+      anthropic::translateEvents(*messages_, chat, out);
+    } else {
+      responses::translateEvents(*responses_, chat, out);
+    }
+  }
+  void finish(std::string& out) { messages_ ? messages_->finish(out) : responses_->finish(out); }
+  void fail(int status, std::string_view message, std::string& out) {
+    messages_ ? messages_->fail(status, message, out) : responses_->fail(message, out);
+  }
+
+ private:
+  std::optional<anthropic::StreamTranslator> messages_;
+  std::optional<responses::StreamTranslator> responses_;
+};
 
 // Answers larger than this are not translated whole (the client gets an error instead).
 constexpr size_t kMaxTranslatedAnswer = 8u << 20;
 
 }  // namespace
 
-Task<bool> ProxyHandler::readMessages(Exchange& x, bool count_only) {
+Task<bool> ProxyHandler::readTranslated(Exchange& x, bool count_only) {
   auto body = readJson(x.req.body);
   if (!body.ok()) {
     co_await sendError(x, body.status().code() == StatusCode::kPayloadTooLarge ? 413 : 400,
                        body.status().message(), "invalid_request_error", "invalid_json");
     co_return false;
   }
-  auto chat = anthropic::requestToChat(*body, count_only);
+  auto chat = x.api == ClientApi::kMessages ? anthropic::requestToChat(*body, count_only)
+                                            : responses::requestToChat(*body);
   if (!chat.ok()) {
     co_await sendError(x, 400, chat.status().message(), "invalid_request_error", "invalid_request");
     co_return false;
   }
   x.client_model = body->value("model", "");
+  if (x.api == ClientApi::kResponses) x.client_request = std::move(*body);  // echoed back
   x.req.body = std::move(*chat);
   // From here on it is a chat completion (the path the backend is sent to included); the key
   // header it came with is the gateway's, never the backend's.
@@ -48,18 +92,25 @@ Task<bool> ProxyHandler::readMessages(Exchange& x, bool count_only) {
   co_return true;
 }
 
-std::string ProxyHandler::messagesAnswer(Exchange& x, int& status, std::string_view chat) {
-  if (status != 200) return anthropic::errorFromChat(status, chat);
-  auto answer = anthropic::answerFromChat(chat, messageId(x.request_id), x.client_model);
+std::string ProxyHandler::translatedAnswer(Exchange& x, int& status, std::string_view chat) {
+  const bool messages = x.api == ClientApi::kMessages;
+  if (status != 200) {
+    // A backend's error: Anthropic's shape, or OpenAI's as the backend wrote it.
+    return messages ? anthropic::errorFromChat(status, chat) : std::string(chat);
+  }
+  auto answer = messages
+                    ? anthropic::answerFromChat(chat, answerId(x.api, x.request_id), x.client_model)
+                    : responses::answerFromChat(chat, x.client_request,
+                                                answerId(x.api, x.request_id), unixSeconds());
   if (answer.ok()) return std::move(*answer);
   status = 502;  // the backend's 200 was not a chat completion
-  return anthropic::errorJson(502, answer.status().message());
+  return apiError(x.api, 502, answer.status().message());
 }
 
-Task<void> ProxyHandler::relayMessages(Exchange& x, const Endpoint& ep,
-                                       net::UpstreamConnection& conn,
-                                       const net::ClientResponseHead& h, Deadline total,
-                                       bool& keep_conn) {
+Task<void> ProxyHandler::relayTranslated(Exchange& x, const Endpoint& ep,
+                                         net::UpstreamConnection& conn,
+                                         const net::ClientResponseHead& h, Deadline total,
+                                         bool& keep_conn) {
   const RouteTable& table = *x.table;
   x.status = h.status;
   const bool sse = h.status == 200 && h.header("content-type").starts_with("text/event-stream");
@@ -91,8 +142,8 @@ Task<void> ProxyHandler::relayMessages(Exchange& x, const Endpoint& ep,
       if (!piece.ok()) {
         if (!upstreamFailed(piece.status())) co_return;
         const bool timeout = piece.status().code() == StatusCode::kDeadlineExceeded;
-        const std::string err = anthropic::errorJson(
-            timeout ? 504 : 502,
+        const std::string err = apiError(
+            x.api, timeout ? 504 : 502,
             timeout ? "upstream timed out" : "upstream connection lost before the answer ended");
         x.status = timeout ? 504 : 502;
         co_await x.w.send(x.status, "application/json", err, out_headers);
@@ -103,7 +154,7 @@ Task<void> ProxyHandler::relayMessages(Exchange& x, const Endpoint& ep,
       if (body.size() + piece->size() > kMaxTranslatedAnswer) {
         x.w.closeAfterResponse();
         x.status = 502;
-        const std::string err = anthropic::errorJson(502, "the backend's answer is too large");
+        const std::string err = apiError(x.api, 502, "the backend's answer is too large");
         co_await x.w.send(502, "application/json", err, out_headers);
         co_return;
       }
@@ -116,7 +167,7 @@ Task<void> ProxyHandler::relayMessages(Exchange& x, const Endpoint& ep,
     }
     if (x.compare && h.status == 200) x.primary_output = std::string(answerOutput(body));
     int status = h.status;
-    const std::string out = messagesAnswer(x, status, body);
+    const std::string out = translatedAnswer(x, status, body);
     x.status = status;
     x.bytes_out += out.size();
     if (!co_await x.w.send(status, "application/json", out, out_headers)) {
@@ -145,7 +196,7 @@ Task<void> ProxyHandler::relayMessages(Exchange& x, const Endpoint& ep,
     clientLeft(x, &conn);
     co_return;
   }
-  anthropic::StreamTranslator t(messageId(x.request_id), x.client_model);
+  StreamTranslation t(x.api, answerId(x.api, x.request_id), x.client_model, x.client_request);
   std::string& out = x.messages_out;
   for (;;) {
     auto piece = co_await conn.readBody(total);
@@ -170,7 +221,7 @@ Task<void> ProxyHandler::relayMessages(Exchange& x, const Endpoint& ep,
     x.sse_out.clear();
     scanSse(x.usage, *piece, &x.sse_out);
     out.clear();
-    anthropic::translateEvents(t, x.sse_out, out);
+    t.events(x.sse_out, out);
     if (out.empty()) continue;
     x.bytes_out += out.size();
     if (!co_await x.w.writeChunk(out)) {
@@ -180,7 +231,7 @@ Task<void> ProxyHandler::relayMessages(Exchange& x, const Endpoint& ep,
   }
   out.clear();
   // An unterminated last event, then the message's end.
-  anthropic::translateEvents(t, x.usage.sse_buf, out);
+  t.events(x.usage.sse_buf, out);
   x.usage.sse_buf.clear();
   t.finish(out);
   x.bytes_out += out.size();
@@ -201,7 +252,7 @@ Task<void> ProxyHandler::handleCountTokens(net::HttpRequest& req, net::ResponseW
     co_return;
   }
   if (access_ && !co_await authenticate(x)) co_return;
-  if (!co_await readMessages(x, /*count_only=*/true)) co_return;
+  if (!co_await readTranslated(x, /*count_only=*/true)) co_return;
   const Route* named = findRoute(*x.table, x.client_model);
   if (!named) {
     co_await sendError(x, 404, "model: " + x.client_model + " not found", "invalid_request_error",
