@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "core/json.h"
+#include "gateway/internal/json_fields.h"
 #include "net/sse.h"
 
 namespace infera::gateway::anthropic {
@@ -13,27 +14,7 @@ namespace {
 using json = nlohmann::json;
 using ordered = nlohmann::ordered_json;
 
-Status bad(const std::string& path, const std::string& why) {
-  return Status::invalidArgument(path + ": " + why);
-}
-
-bool isInteger(const json& j) { return j.is_number_integer() || j.is_number_unsigned(); }
-
-// obj[key] when obj is an object holding a string there, else `def` (never throws: a field of
-// another type reads as missing, and the caller's check refuses it or goes without).
-std::string str(const json& obj, std::string_view key, std::string_view def = "") {
-  if (!obj.is_object()) return std::string(def);
-  const auto it = obj.find(key);
-  return it != obj.end() && it->is_string() ? it->get<std::string>() : std::string(def);
-}
-
-// obj[key] when it is an object, else an empty object.
-const json& objectAt(const json& obj, std::string_view key) {
-  static const json kEmpty = json::object();
-  if (!obj.is_object()) return kEmpty;
-  const auto it = obj.find(key);
-  return it != obj.end() && it->is_object() ? *it : kEmpty;
-}
+using namespace json_fields;  // NOLINT(google-build-using-namespace)
 
 // The fields a request may carry (anything else is refused by name, as Anthropic's API does).
 constexpr std::string_view kKnown[] = {
@@ -208,7 +189,7 @@ Result<ordered> translateTools(const json& tools) {
     fn["name"] = name->get<std::string>();
     if (const auto d = t.find("description"); d != t.end() && d->is_string())
       fn["description"] = *d;
-    fn["parameters"] = ordered::parse(dumpJson(*schema));
+    fn["parameters"] = json_fields::ordered(*schema);
     out.push_back({{"type", "function"}, {"function", std::move(fn)}});
   }
   return out;
@@ -246,11 +227,6 @@ std::string stopReason(std::string_view finish_reason) {
   if (finish_reason == "tool_calls" || finish_reason == "function_call") return "tool_use";
   if (finish_reason == "content_filter") return "refusal";
   return "end_turn";
-}
-
-int64_t intAt(const json& obj, std::string_view key) {
-  const auto it = obj.find(key);
-  return it != obj.end() && isInteger(*it) ? it->get<int64_t>() : 0;
 }
 
 // The usage object of a Messages answer from a chat usage object.
@@ -329,7 +305,7 @@ Result<std::string> requestToChat(const nlohmann::json& request, bool count_only
     for (const auto& s : *st) {
       if (!s.is_string()) return bad("stop_sequences", "must be an array of strings");
     }
-    if (!st->empty()) chat["stop"] = ordered::parse(dumpJson(*st));
+    if (!st->empty()) chat["stop"] = json_fields::ordered(*st);
   }
   for (const char* f : {"temperature", "top_p"}) {
     if (const auto v = request.find(f); v != request.end()) {
@@ -398,12 +374,12 @@ Result<std::string> answerFromChat(std::string_view chat, std::string_view id,
       block["id"] = str(call, "id");
       block["name"] = str(fn, "name");
       if (const auto a = fn.find("arguments"); a != fn.end() && a->is_object()) {
-        block["input"] = ordered::parse(dumpJson(*a));  // some servers send them as an object
+        block["input"] = json_fields::ordered(*a);  // some servers send them as an object
       } else {
         const std::string args = str(fn, "arguments");
         auto input = readJson(args.empty() ? std::string_view("{}") : std::string_view(args));
         // Arguments a model got wrong are kept as it wrote them rather than lost.
-        block["input"] = input.ok() && input->is_object() ? ordered::parse(dumpJson(*input))
+        block["input"] = input.ok() && input->is_object() ? json_fields::ordered(*input)
                                                           : ordered{{"arguments", args}};
       }
       content.push_back(std::move(block));

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "core/json.h"
+#include "gateway/internal/json_fields.h"
 #include "net/sse.h"
 
 namespace infera::gateway::responses {
@@ -12,31 +13,9 @@ namespace {
 using json = nlohmann::json;
 using ordered = nlohmann::ordered_json;
 
-Status bad(const std::string& path, const std::string& why) {
-  return Status::invalidArgument(path + ": " + why);
-}
+using namespace json_fields;  // NOLINT(google-build-using-namespace)
 
-bool isInteger(const json& j) { return j.is_number_integer() || j.is_number_unsigned(); }
-
-std::string str(const json& obj, std::string_view key, std::string_view def = "") {
-  if (!obj.is_object()) return std::string(def);
-  const auto it = obj.find(key);
-  return it != obj.end() && it->is_string() ? it->get<std::string>() : std::string(def);
-}
-
-const json& objectAt(const json& obj, std::string_view key) {
-  static const json kEmpty = json::object();
-  if (!obj.is_object()) return kEmpty;
-  const auto it = obj.find(key);
-  return it != obj.end() && it->is_object() ? *it : kEmpty;
-}
-
-ordered copy(const json& j) { return ordered::parse(dumpJson(j)); }
-
-int64_t intAt(const json& obj, std::string_view key) {
-  const auto it = obj.find(key);
-  return obj.is_object() && it != obj.end() && isInteger(*it) ? it->get<int64_t>() : 0;
-}
+ordered copy(const json& j) { return json_fields::ordered(j); }
 
 constexpr std::string_view kKnown[] = {
     "model",

@@ -68,3 +68,21 @@ YAML
   start_serve "$infera" "$work/$name.yaml" "$work/$name.out"
   export INFERA_ADMIN_URL="http://127.0.0.1:$ADMIN_PORT"
 }
+
+# expect_team_usage INFERA TEAM INPUT OUTPUT: waits (the usage flush is 100 ms) until the usage
+# `infera usage` reports for TEAM is exactly INPUT prompt and OUTPUT completion tokens; fails
+# the test with both figures otherwise.
+expect_team_usage() {
+  local infera="$1" team="$2" want="$3 $4" got=""
+  for _ in $(seq 1 200); do
+    got=$("$infera" usage --team "$team" --granularity total --json | python3 -c '
+import json, sys
+rows = json.load(sys.stdin)
+rows = rows.get("rows", rows) if isinstance(rows, dict) else rows
+print(sum(r.get("prompt_tokens", 0) for r in rows), sum(r.get("completion_tokens", 0) for r in rows))')
+    [[ "$got" == "$want" ]] && break
+    sleep 0.02
+  done
+  [[ "$got" == "$want" ]] || { echo "usage recorded ($got) is not what the SDK was told ($want)"; exit 1; }
+  echo "usage ok: $got"
+}

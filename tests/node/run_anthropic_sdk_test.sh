@@ -26,15 +26,4 @@ read -r _ sdk_input sdk_output < <(grep '^usage ' <<<"$out")
 
 # The usage the gateway recorded for the team: the tokens the SDK was told, no more, no less
 # (refusals and countTokens cost nothing).
-got=""
-for _ in $(seq 1 200); do
-  got=$("$infera" usage --team anth --granularity total --json | python3 -c '
-import json, sys
-rows = json.load(sys.stdin)
-rows = rows.get("rows", rows) if isinstance(rows, dict) else rows
-print(sum(r.get("prompt_tokens", 0) for r in rows), sum(r.get("completion_tokens", 0) for r in rows))')
-  [[ "$got" == "$sdk_input $sdk_output" ]] && break
-  sleep 0.02
-done
-[[ "$got" == "$sdk_input $sdk_output" ]] || { echo "usage recorded ($got) is not what the SDK was told ($sdk_input $sdk_output)"; exit 1; }
-echo "usage ok: $got"
+expect_team_usage "$infera" anth "$sdk_input" "$sdk_output"

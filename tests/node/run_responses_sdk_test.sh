@@ -22,15 +22,4 @@ out=$(NODE_PATH="$node_modules" INFERA_BASE_URL="http://127.0.0.1:$port/v1" INFE
   node "$here/responses_sdk_test.mjs")
 echo "$out"
 read -r _ sdk_input sdk_output < <(grep '^usage ' <<<"$out")
-got=""
-for _ in $(seq 1 200); do
-  got=$("$infera" usage --team resp --granularity total --json | python3 -c '
-import json, sys
-rows = json.load(sys.stdin)
-rows = rows.get("rows", rows) if isinstance(rows, dict) else rows
-print(sum(r.get("prompt_tokens", 0) for r in rows), sum(r.get("completion_tokens", 0) for r in rows))')
-  [[ "$got" == "$sdk_input $sdk_output" ]] && break
-  sleep 0.02
-done
-[[ "$got" == "$sdk_input $sdk_output" ]] || { echo "usage recorded ($got) is not what the SDK was told ($sdk_input $sdk_output)"; exit 1; }
-echo "usage ok: $got"
+expect_team_usage "$infera" resp "$sdk_input" "$sdk_output"

@@ -1,8 +1,8 @@
 #pragma once
 // The gateway's proxy internals shared by its files (proxy.cc: the request's path through
 // routing, access control, forwarding and relaying; proxy_flow.cc: flow control;
-// proxy_experiments.cc: experiments, capture and shadows; proxy_translate.cc: Anthropic's Messages and OpenAI's Responses
-// API): one exchange's state and the helpers they share.
+// proxy_experiments.cc: experiments, capture and shadows; proxy_translate.cc: Anthropic's Messages
+// and OpenAI's Responses API): one exchange's state and the helpers they share.
 
 #include <simdjson.h>
 
