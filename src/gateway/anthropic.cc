@@ -247,17 +247,9 @@ int64_t cachedOf(const json& usage) {
 }  // namespace
 
 Result<std::string> requestToChat(const nlohmann::json& request, bool count_only) {
-  if (!request.is_object())
-    return Status::invalidArgument("the request body must be a JSON object");
-  for (const auto& [k, v] : request.items()) {
-    bool known = false;
-    for (std::string_view name : kKnown) known = known || k == name;
-    if (!known) return bad(k, "is not supported (no such field, or not available on this backend)");
-  }
+  INFERA_RETURN_IF_ERROR(knownFieldsAndModel(request, kKnown));
   ordered chat;
-  const auto model = request.find("model");
-  if (model == request.end() || !model->is_string()) return bad("model", "must be a string");
-  chat["model"] = *model;
+  chat["model"] = request["model"];
   const auto max_tokens = request.find("max_tokens");
   int64_t max = 1;
   if (max_tokens != request.end() || !count_only) {

@@ -85,27 +85,26 @@ class GatewayImpl final : public Gateway {
     router.add("*", "/v2/models/{model}/{rest...}", to(&ProxyHandler::handleKServe));
     if (access) {
       // A client waiting for 100 Continue without a good key gets its 401 before sending the body.
-      auto check = [access](const net::HttpRequest& head) -> std::optional<net::EarlyAnswer> {
-        access::Grant g;
-        auto denied = access->authenticateRequest(head, g);
-        if (!denied) return std::nullopt;
-        return net::EarlyAnswer{denied->status, "application/json", access::denialJson(*denied)};
+      // The key from the head, refused in the API's error shape; Anthropic's clients send theirs
+      // as x-api-key.
+      auto checker = [access](bool anthropic_api) {
+        return [access,
+                anthropic_api](const net::HttpRequest& head) -> std::optional<net::EarlyAnswer> {
+          access::Grant g;
+          auto denied = access->authenticateRequest(
+              head, g, anthropic_api ? "x-api-key" : std::string_view());
+          if (!denied) return std::nullopt;
+          return net::EarlyAnswer{denied->status, "application/json",
+                                  anthropic_api
+                                      ? anthropic::errorJson(denied->status, denied->message)
+                                      : access::denialJson(*denied)};
+        };
       };
-      router.setBeforeBody("/v1/", check);
-      for (const char* path : {"/rerank", "/v2/rerank", "/score", "/tokenize", "/detokenize"}) {
-        router.setBeforeBody(path, check);
+      for (const char* path :
+           {"/v1/", "/rerank", "/v2/rerank", "/score", "/tokenize", "/detokenize"}) {
+        router.setBeforeBody(path, checker(false));
       }
-      // Anthropic's clients: the key as x-api-key, the refusal in Anthropic's error shape.
-      router.setBeforeBody(
-          "/v1/messages",
-          [access](const net::HttpRequest& head) -> std::optional<net::EarlyAnswer> {
-            access::Grant g;
-            auto denied = access->authenticateRequest(head, g, "x-api-key");
-            if (!denied) return std::nullopt;
-            return net::EarlyAnswer{denied->status, "application/json",
-                                    anthropic::errorJson(denied->status, denied->message)};
-          });
-      router.setBeforeBody("/v2/models/", check);
+      router.setBeforeBody("/v1/messages", checker(true));
     }
     // The floor's own answers (invalid UTF-8 at the door, a handler that threw) in Anthropic's
     // shape for its API.

@@ -118,7 +118,7 @@ Task<void> ProxyHandler::relayTranslated(Exchange& x, const Endpoint& ep,
   const std::span<const HttpHeader> out_headers = responseHeaders(x, rid_h);
   // A broken upstream read: the client hears why (before anything was sent, or as a stream's
   // error event); false when the client had left.
-  auto upstreamFailed = [&](const Status& why) {
+  auto upstreamFailed = [&] {
     x.current = nullptr;
     if (x.client_gone || x.w.clientGone()) {
       clientLeft(x, nullptr);
@@ -126,7 +126,6 @@ Task<void> ProxyHandler::relayTranslated(Exchange& x, const Endpoint& ep,
     }
     x.route->stream_errors->inc(shard_);
     recordFailure(table, ep, monoNanos());
-    (void)why;
     return true;
   };
   auto firstByte = [&] {
@@ -140,7 +139,7 @@ Task<void> ProxyHandler::relayTranslated(Exchange& x, const Endpoint& ep,
     for (;;) {
       auto piece = co_await conn.readBody(total);
       if (!piece.ok()) {
-        if (!upstreamFailed(piece.status())) co_return;
+        if (!upstreamFailed()) co_return;
         const bool timeout = piece.status().code() == StatusCode::kDeadlineExceeded;
         const std::string err = apiError(
             x.api, timeout ? 504 : 502,
@@ -201,7 +200,7 @@ Task<void> ProxyHandler::relayTranslated(Exchange& x, const Endpoint& ep,
   for (;;) {
     auto piece = co_await conn.readBody(total);
     if (!piece.ok()) {
-      if (!upstreamFailed(piece.status())) co_return;
+      if (!upstreamFailed()) co_return;
       out.clear();
       const bool timeout = piece.status().code() == StatusCode::kDeadlineExceeded;
       t.fail(timeout ? 504 : 502,

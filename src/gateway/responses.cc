@@ -278,17 +278,9 @@ ordered callItem(std::string_view id, std::string_view call_id, std::string_view
 }  // namespace
 
 Result<std::string> requestToChat(const nlohmann::json& request) {
-  if (!request.is_object())
-    return Status::invalidArgument("the request body must be a JSON object");
-  for (const auto& [k, v] : request.items()) {
-    bool known = false;
-    for (std::string_view name : kKnown) known = known || k == name;
-    if (!known) return bad(k, "is not supported (no such field, or not available on this backend)");
-  }
+  INFERA_RETURN_IF_ERROR(knownFieldsAndModel(request, kKnown));
   ordered chat;
-  const auto model = request.find("model");
-  if (model == request.end() || !model->is_string()) return bad("model", "must be a string");
-  chat["model"] = *model;
+  chat["model"] = request["model"];
   ordered messages = ordered::array();
   if (const auto ins = request.find("instructions"); ins != request.end() && !ins->is_null()) {
     if (!ins->is_string()) return bad("instructions", "must be a string");

@@ -64,24 +64,26 @@ void checkAnswer(const std::string& input) {
 
 // The translation of `input` fed to it in pieces of `piece` bytes (0: whole), as the proxy does:
 // the usage scanner cuts whole events, the translator reads them, the tail is flushed at the end.
-std::string translate(const std::string& input, size_t piece) {
+// `t` is a fresh translator of either API (found by argument-dependent lookup: its namespace's
+// translateEvents).
+template <typename Translator>
+std::string translate(Translator t, const std::string& input, size_t piece) {
   infera::gateway::UsageScan scan;
-  anthropic::StreamTranslator t("msg_f", "m");
   std::string out, events;
   const size_t step = piece == 0 ? std::max<size_t>(1, input.size()) : piece;
   for (size_t i = 0; i < input.size(); i += step) {
     events.clear();
     infera::gateway::scanSse(scan, std::string_view(input).substr(i, step), &events);
-    anthropic::translateEvents(t, events, out);
+    translateEvents(t, events, out);
   }
-  anthropic::translateEvents(t, scan.sse_buf, out);
+  translateEvents(t, scan.sse_buf, out);
   t.finish(out);
   return out;
 }
 
 void checkStream(const std::string& input) {
-  const std::string whole = translate(input, 0);
-  FUZZ_CHECK(translate(input, 5) == whole,
+  const std::string whole = translate(anthropic::StreamTranslator("msg_f", "m"), input, 0);
+  FUZZ_CHECK(translate(anthropic::StreamTranslator("msg_f", "m"), input, 5) == whole,
              "the translated stream depends on the pieces: " + printable(input));
   size_t pos = 0;
   int events = 0, next_block = 0, open = -1;
@@ -138,22 +140,9 @@ void checkResponses(const std::string& input) {
     FUZZ_CHECK(r.ok() && (*r)["object"] == "response" && (*r)["output"].is_array(),
                "not a Response: " + printable(*a));
   }
-  auto translate = [&](size_t piece) {
-    infera::gateway::UsageScan scan;
-    responses::StreamTranslator t(request, "resp_f", 1);
-    std::string out, events;
-    const size_t step = piece == 0 ? std::max<size_t>(1, input.size()) : piece;
-    for (size_t i = 0; i < input.size(); i += step) {
-      events.clear();
-      infera::gateway::scanSse(scan, std::string_view(input).substr(i, step), &events);
-      responses::translateEvents(t, events, out);
-    }
-    responses::translateEvents(t, scan.sse_buf, out);
-    t.finish(out);
-    return out;
-  };
-  const std::string whole = translate(0);
-  FUZZ_CHECK(translate(5) == whole,
+  auto fresh = [&] { return responses::StreamTranslator(request, "resp_f", 1); };
+  const std::string whole = translate(fresh(), input, 0);
+  FUZZ_CHECK(translate(fresh(), input, 5) == whole,
              "the Responses stream depends on the pieces: " + printable(input));
   size_t pos = 0;
   int64_t seq = 0;
