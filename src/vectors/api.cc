@@ -10,6 +10,7 @@
 #include "core/json.h"
 #include "core/text.h"
 #include "core/utf8.h"
+#include "vectors/internal/request.h"
 
 namespace infera::vectors {
 namespace {
@@ -91,8 +92,6 @@ size_t jsonNesting(const Json& j) {
   return deepest + 1;
 }
 
-Status badRequest(const std::string& m) { return Status::invalidArgument("Bad request: " + m); }
-Status wrongInput(const std::string& m) { return Status::invalidArgument("Wrong input: " + m); }
 Status collectionMissing(std::string_view name) {
   return Status::notFound("Not found: Collection `" + std::string(name) + "` doesn't exist!");
 }
@@ -137,154 +136,11 @@ Status validateName(const std::string& name) {
   return Status::ok();
 }
 
-// The largest component magnitude a collection of `dim` dimensions takes. With every |x_i| and
-// |y_i| at most B, |dot| <= dim * B^2 and the squared Euclidean distance <= dim * (2B)^2, so
-// B = sqrt(FLT_MAX / (8 * dim)) keeps both, every partial sum a kernel forms (in any order) and
-// float32 rounding a factor of two below FLT_MAX: no score is ever inf. Cosine vectors are
-// normalised in double, but one rule for every metric is simpler to state, and no embedding comes
-// near it (4.6e18 at dim 2, 2.5e16 at dim 65536).
-double componentLimit(size_t dim) {
-  return std::sqrt(double(std::numeric_limits<float>::max()) / (8.0 * double(dim)));
-}
-
-// A dense vector of `dim` finite floats within componentLimit(dim), normalised for cosine.
-Result<std::vector<float>> parseVector(const Json& j, const CollectionParams& p) {
-  const Json* v = &j;
-  if (j.is_object()) {
-    // {"": [...]} names the unnamed vector; other names do not exist here.
-    if (j.size() == 1 && j.begin().key().empty()) {
-      v = &j.begin().value();
-    } else if (j.contains("indices")) {
-      return wrongInput("Conversion between sparse and regular vectors failed");
-    } else {
-      return wrongInput("Not existing vector name error: " +
-                        (j.empty() ? std::string() : j.begin().key()));
-    }
-  }
-  if (!v->is_array())
-    return Status::invalidArgument("Format error in JSON body: vector must be a list of numbers");
-  if (v->size() != p.dim) {
-    return wrongInput("Vector dimension error: expected dim: " + std::to_string(p.dim) + ", got " +
-                      std::to_string(v->size()));
-  }
-  std::vector<float> out(p.dim);
-  const double limit = componentLimit(p.dim);
-  for (size_t i = 0; i < p.dim; ++i) {
-    const Json& x = (*v)[i];
-    if (!x.is_number())
-      return Status::invalidArgument("Format error in JSON body: vector must be a list of numbers");
-    out[i] = float(x.get<double>());
-    if (!std::isfinite(out[i]))
-      return wrongInput("vector component " + std::to_string(i) + " is not a finite number");
-    if (std::fabs(double(out[i])) > limit) {
-      char buf[256];
-      std::snprintf(buf, sizeof buf,
-                    "vector component %zu is %g: a %zu-dimensional collection takes magnitudes up "
-                    "to %g (larger ones could overflow the float32 score)",
-                    i, double(out[i]), p.dim, limit);
-      return wrongInput(buf);
-    }
-  }
-  if (p.distance == Distance::kCosine) {
-    double n = 0;
-    for (float x : out) n += double(x) * double(x);
-    n = std::sqrt(n);
-    if (n > 1e-30 && std::fabs(n - 1.0) > 1e-6) {
-      for (float& x : out) x = float(x / n);
-    }
-  }
-  return out;
-}
-
-Result<std::optional<Filter>> optionalFilter(const Json& body, const char* key = "filter") {
-  if (!body.contains(key) || body[key].is_null()) return std::optional<Filter>();
-  INFERA_ASSIGN_OR_RETURN(Filter f, parseFilter(body[key]));
-  return std::optional<Filter>(std::move(f));
-}
-
-Result<size_t> optionalCount(const Json& body, const char* key, size_t def) {
-  if (!body.contains(key) || body[key].is_null()) return def;
-  if (!body[key].is_number_unsigned()) {
-    return Status::invalidArgument(std::string("Format error in JSON body: ") + key +
-                                   " must be a non-negative integer");
-  }
-  return body[key].get<size_t>();
-}
-
-Result<bool> optionalBool(const Json& body, const char* key, bool def) {
-  if (!body.contains(key) || body[key].is_null()) return def;
-  if (body[key].is_boolean()) return body[key].get<bool>();
-  if (body[key].is_array()) return !body[key].empty();  // with_vector: [names]
-  return Status::invalidArgument(std::string("Format error in JSON body: ") + key +
-                                 " must be a bool");
-}
-
-Result<PayloadSelector> selector(const Json& body, bool def) {
-  if (!body.contains("with_payload")) {
-    PayloadSelector s;
-    s.mode = def ? PayloadSelector::Mode::kAll : PayloadSelector::Mode::kNone;
-    return s;
-  }
-  return parsePayloadSelector(body["with_payload"]);
-}
-
-Result<bool> withVector(const Json& body) {
-  if (body.contains("with_vector")) return optionalBool(body, "with_vector", false);
-  return optionalBool(body, "with_vectors", false);
-}
-
-void appendRecord(std::string& out, const Record& r, bool scored) {
-  out += "{\"id\":";
-  r.id.appendJson(out);
-  if (scored) {
-    out += ",\"version\":" + std::to_string(r.version) + ",\"score\":";
-    appendFloat(out, r.score);
-  }
-  if (r.payload) {
-    out += ",\"payload\":";
-    out += dumpJson(*r.payload);
-  }
-  if (r.vector) {
-    out += ",\"vector\":[";
-    for (size_t i = 0; i < r.vector->size(); ++i) {
-      if (i) out.push_back(',');
-      appendFloat(out, (*r.vector)[i]);
-    }
-    out.push_back(']');
-  }
-  out.push_back('}');
-}
-
-std::string recordsJson(const std::vector<Record>& rs, bool scored) {
-  std::string out = "[";
-  for (size_t i = 0; i < rs.size(); ++i) {
-    if (i) out.push_back(',');
-    appendRecord(out, rs[i], scored);
-  }
-  out.push_back(']');
-  return out;
-}
-
-// obj[key] when it is a string, else `def` (nlohmann's value() throws on another type).
-std::string stringOr(const Json& obj, const char* key, const std::string& def) {
-  const auto it = obj.find(key);
-  return it != obj.end() && it->is_string() ? it->get<std::string>() : def;
-}
-
-Result<CollectionParams> parseCreate(const Json& body) {
-  CollectionParams p;
-  if (!body.is_object())
-    return Status::invalidArgument("Format error in JSON body: expected an object");
-  if (!body.contains("vectors") || !body["vectors"].is_object()) {
-    return badRequest(
-        "Infera needs `vectors: {size, distance}` (collections without vectors are not supported)");
-  }
-  const Json& v = body["vectors"];
-  if (!v.contains("size")) {
-    if (!v.empty() && v.begin().value().is_object())
-      return badRequest("named vectors are not supported by Infera");
+// One dense vector's parameters from `v` ({size, distance, hnsw_config, quantization_config}),
+// the collection-wide hnsw_config and quantization_config of `body` applied first.
+Status parseDenseParams(const Json& body, const Json& v, CollectionParams& p) {
+  if (!v.contains("size"))
     return Status::invalidArgument("Format error in JSON body: missing field `size`");
-  }
   if (!v["size"].is_number_integer() || v["size"].get<int64_t>() < 1) {
     return Status::failedPrecondition(
         "Validation error in JSON body: [vectors.size: value must be at least 1]");
@@ -355,8 +211,76 @@ Result<CollectionParams> parseCreate(const Json& body) {
   if (body.contains("quantization_config"))
     INFERA_RETURN_IF_ERROR(quant(body["quantization_config"]));
   if (v.contains("quantization_config")) INFERA_RETURN_IF_ERROR(quant(v["quantization_config"]));
+  return Status::ok();
+}
+
+Result<CollectionParams> parseCreate(const Json& body) {
+  CollectionParams p;
+  if (!body.is_object())
+    return Status::invalidArgument("Format error in JSON body: expected an object");
+  if (!body.contains("vectors") || !body["vectors"].is_object()) {
+    return badRequest(
+        "Infera needs `vectors: {size, distance}` (collections without vectors are not supported)");
+  }
+  const Json& vs = body["vectors"];
+  if (vs.empty()) {
+    return badRequest(
+        "Infera needs a dense vector (`vectors: {size, distance}`, or named ones); collections of "
+        "only sparse vectors are not supported");
+  }
+  if (vs.contains("size") || !vs.begin().value().is_object()) {
+    INFERA_RETURN_IF_ERROR(parseDenseParams(body, vs, p));
+  } else {
+    // Named: {name: {size, distance, ...}, ...}. The first is the points' own graph; each other
+    // gets its own over the same slots.
+    bool first = true;
+    for (const auto& [name, v] : vs.items()) {
+      CollectionParams one;
+      if (!v.is_object() || v.empty())
+        return Status::invalidArgument("Format error in JSON body: missing field `size`");
+      INFERA_RETURN_IF_ERROR(parseDenseParams(body, v, one));
+      if (first) {
+        const auto keep_payload = p.on_disk_payload;
+        p = one;
+        p.on_disk_payload = keep_payload;
+        p.dense_name = name;
+        first = false;
+      } else {
+        DenseParams d = one.dense(0);
+        d.name = name;
+        p.extra_dense.push_back(std::move(d));
+      }
+    }
+    if (p.extra_dense.size() > 15) return badRequest("a collection holds at most 16 dense vectors");
+  }
   if (body.contains("on_disk_payload") && body["on_disk_payload"].is_boolean()) {
     p.on_disk_payload = body["on_disk_payload"].get<bool>();
+  }
+  if (body.contains("sparse_vectors") && !body["sparse_vectors"].is_null()) {
+    const Json& sv = body["sparse_vectors"];
+    if (!sv.is_object())
+      return Status::invalidArgument("Format error in JSON body: sparse_vectors must be an object");
+    for (const auto& [name, cfg] : sv.items()) {
+      if (name.empty()) return badRequest("a sparse vector needs a name");
+      if (p.denseIndex(name) >= 0)
+        return badRequest("vector name `" + name + "` is both dense and sparse");
+      if (!cfg.is_object() && !cfg.is_null()) {
+        return Status::invalidArgument("Format error in JSON body: sparse_vectors." + name +
+                                       " must be an object");
+      }
+      SparseModifier m = SparseModifier::kNone;
+      if (cfg.is_object() && cfg.contains("modifier") && !cfg["modifier"].is_null()) {
+        const std::string mod = stringOr(cfg, "modifier", "");
+        if (mod == "idf") {
+          m = SparseModifier::kIdf;
+        } else if (mod != "none") {
+          return Status::invalidArgument("Format error in JSON body: sparse_vectors." + name +
+                                         ".modifier: unknown variant `" + mod +
+                                         "`, expected `none` or `idf`");
+        }
+      }
+      p.sparse[name] = m;
+    }
   }
   return p;
 }
@@ -595,15 +519,24 @@ class Api {
     Op op;
     op.type = Op::Type::kUpsert;
     const CollectionParams& p = e->coll.params();
-    auto addPoint = [&](const Json& id, const Json& vec, const Json& payload) -> Status {
+    std::vector<std::vector<float>> dense;
+    std::vector<std::pair<std::string, SparseVector>> sparse;
+    op.extra_vectors.resize(p.extra_dense.size());
+    auto addPoint = [&](const Json& id, const Json& vec, const Json& payload,
+                        const std::string& where) -> Status {
       INFERA_ASSIGN_OR_RETURN(PointId pid, pointIdFromJson(id));
-      INFERA_ASSIGN_OR_RETURN(std::vector<float> v, parseVector(vec, p));
+      INFERA_RETURN_IF_ERROR(parsePointVectors(vec, p, where, true, dense, sparse));
       if (!payload.is_null() && !payload.is_object()) {
         return Status::invalidArgument("Format error in JSON body: payload must be an object");
       }
       op.ids.push_back(pid);
-      op.vectors.insert(op.vectors.end(), v.begin(), v.end());
+      op.vectors.insert(op.vectors.end(), dense[0].begin(), dense[0].end());
+      for (size_t k = 0; k < op.extra_vectors.size(); ++k) {
+        op.extra_vectors[k].insert(op.extra_vectors[k].end(), dense[k + 1].begin(),
+                                   dense[k + 1].end());
+      }
       op.payloads.push_back(payload);
+      if (!p.sparse.empty()) op.sparse.push_back(std::move(sparse));
       return Status::ok();
     };
     Status s;
@@ -617,13 +550,29 @@ class Api {
                                       "]: missing field `id` or `vector`");
           break;
         }
-        s = addPoint(pt["id"], pt["vector"], pt.value("payload", Json()));
+        s = addPoint(pt["id"], pt["vector"], pt.value("payload", Json()),
+                     "points[" + std::to_string(i) + "].vector");
       }
     } else if (body->is_object() && body->contains("batch") && (*body)["batch"].is_object()) {
       const Json& b = (*body)["batch"];
       const Json ids = b.value("ids", Json());
-      const Json vecs = b.value("vectors", Json());
+      Json vecs = b.value("vectors", Json());
       const Json pays = b.value("payloads", Json());
+      if (vecs.is_object()) {
+        // Named: {name: [one per point]} becomes one {name: vector} per point.
+        Json per = Json::array();
+        for (const auto& [name, list] : vecs.items()) {
+          if (!list.is_array() || (ids.is_array() && list.size() != ids.size())) {
+            per = Json();  // refused below with the lengths message
+            break;
+          }
+          for (size_t i = 0; i < list.size(); ++i) {
+            if (per.size() <= i) per.push_back(Json::object());
+            per[i][name] = list[i];
+          }
+        }
+        vecs = std::move(per);
+      }
       if (!ids.is_array() || !vecs.is_array() || ids.size() != vecs.size() ||
           (!pays.is_null() && (!pays.is_array() || pays.size() != ids.size()))) {
         s = wrongInput("batch ids, vectors and payloads must be lists of the same length");
@@ -631,11 +580,80 @@ class Api {
         s = tooMany(ids.size());
       }
       for (size_t i = 0; i < ids.size() && s.isOk(); ++i)
-        s = addPoint(ids[i], vecs[i], pays.is_null() ? Json() : pays[i]);
+        s = addPoint(ids[i], vecs[i], pays.is_null() ? Json() : pays[i],
+                     "batch.vectors[" + std::to_string(i) + "]");
     } else {
       s = Status::invalidArgument("Format error in JSON body: expected `points` or `batch`");
     }
     if (!s.isOk()) co_return fail(s);
+    co_return co_await write(req, e, std::move(op));
+  }
+
+  // PUT /points/vectors: {"points":[{"id", "vector": {name: ...}}]} replaces the named vectors of
+  // existing points and keeps the others (and the payload).
+  Task<Reply> updateVectors(net::HttpRequest& req, Call& c) {
+    const std::shared_ptr<CollectionEntry>& e = c.entry;
+    auto body = readBody(req.body);
+    if (!body.ok()) co_return fail(body.status());
+    if (!body->is_object() || !(*body)["points"].is_array()) {
+      co_return fail(Status::invalidArgument("Format error in JSON body: missing field `points`"));
+    }
+    const Json& pts = (*body)["points"];
+    if (int64_t(pts.size()) > config_.max_batch_points) co_return fail(tooMany(pts.size()));
+    const CollectionParams& p = e->coll.params();
+    Op op;
+    op.type = Op::Type::kUpdateVectors;
+    std::vector<std::vector<float>> dense;
+    std::vector<std::pair<std::string, SparseVector>> sparse;
+    for (size_t i = 0; i < pts.size(); ++i) {
+      const Json& pt = pts[i];
+      const std::string where = "points[" + std::to_string(i) + "].vector";
+      if (!pt.is_object() || !pt.contains("id") || !pt.contains("vector")) {
+        co_return fail(Status::invalidArgument("Format error in JSON body: points[" +
+                                               std::to_string(i) +
+                                               "]: missing field `id` or `vector`"));
+      }
+      auto id = pointIdFromJson(pt["id"]);
+      if (!id.ok()) co_return fail(id.status());
+      if (Status s = parsePointVectors(pt["vector"], p, where, false, dense, sparse); !s.isOk())
+        co_return fail(s);
+      op.ids.push_back(*id);
+      op.dense_updates.emplace_back();
+      for (size_t k = 0; k < dense.size(); ++k) {
+        if (!dense[k].empty()) op.dense_updates.back().emplace_back(int(k), std::move(dense[k]));
+      }
+      op.sparse.push_back(std::move(sparse));
+    }
+    co_return co_await write(req, e, std::move(op));
+  }
+
+  // POST /points/vectors/delete: {"points": [...] | "filter": {...}, "vector": [names]}. Sparse
+  // vectors only: every point keeps its dense vectors (docs/vectors.md).
+  Task<Reply> deleteVectors(net::HttpRequest& req, Call& c) {
+    const std::shared_ptr<CollectionEntry>& e = c.entry;
+    auto body = readBody(req.body);
+    if (!body.ok()) co_return fail(body.status());
+    Op op;
+    op.type = Op::Type::kDeleteVectors;
+    if (Status s = selectTargets(*body, op); !s.isOk()) co_return fail(s);
+    const Json& names = (*body)["vector"];
+    if (!names.is_array())
+      co_return fail(Status::invalidArgument("Format error in JSON body: missing field `vector`"));
+    const CollectionParams& p = e->coll.params();
+    for (const auto& n : names) {
+      if (!n.is_string())
+        co_return fail(
+            Status::invalidArgument("Format error in JSON body: vector names must be strings"));
+      const std::string name = n.get<std::string>();
+      if (p.denseIndex(name) >= 0) {
+        co_return fail(badRequest("vector `" + name +
+                                  "` is dense: Infera keeps every point's dense vectors (delete or "
+                                  "upsert the point instead)"));
+      }
+      if (!p.sparse.contains(name))
+        co_return fail(wrongInput("Not existing vector name error: " + name));
+      op.keys.push_back(name);
+    }
     co_return co_await write(req, e, std::move(op));
   }
 
@@ -678,10 +696,10 @@ class Api {
       ids.push_back(*id);
     }
     auto sel = selector(*body, true);
-    auto wv = withVector(*body);
+    auto wv = vectorSelector(*body, e->coll.params());
     if (!sel.ok()) co_return fail(sel.status());
     if (!wv.ok()) co_return fail(wv.status());
-    co_return ok(recordsJson(e->coll.retrieve(ids, *sel, *wv), false));
+    co_return ok(recordsJson(e->coll.retrieve(ids, *sel, wv->any), false, e->coll.params(), *wv));
   }
 
   Task<Reply> getPoint(net::HttpRequest&, Call& c) {
@@ -695,7 +713,7 @@ class Api {
       co_return fail(
           Status::notFound("Not found: Point with id " + id->toString() + " does not exists!"));
     std::string out;
-    appendRecord(out, rs[0], false);
+    appendRecord(out, rs[0], false, e->coll.params(), VectorSelector{true, {}});
     co_return ok(std::move(out));
   }
 
@@ -717,7 +735,7 @@ class Api {
     auto f = optionalFilter(*body);
     auto limit = optionalCount(*body, "limit", 10);
     auto sel = selector(*body, true);
-    auto wv = withVector(*body);
+    auto wv = vectorSelector(*body, e->coll.params());
     for (const Status* s : {&f.status(), &limit.status(), &sel.status(), &wv.status()}) {
       if (!s->isOk()) co_return fail(*s);
     }
@@ -733,10 +751,11 @@ class Api {
     sr.filter = std::move(*f);
     sr.limit = *limit;
     sr.with_payload = *sel;
-    sr.with_vector = *wv;
+    sr.with_vector = wv->any;
     std::optional<PointId> next;
     const auto rs = e->coll.scroll(sr, next);
-    std::string out = "{\"points\":" + recordsJson(rs, false) + ",\"next_page_offset\":";
+    std::string out =
+        "{\"points\":" + recordsJson(rs, false, e->coll.params(), *wv) + ",\"next_page_offset\":";
     if (next) {
       next->appendJson(out);
     } else {
@@ -889,92 +908,15 @@ class Api {
   Result<std::string> runSearch(CollectionEntry& e, const Json& body, bool query) {
     if (!body.is_object())
       return Status::invalidArgument("Format error in JSON body: expected an object");
-    const CollectionParams& p = e.coll.params();
-    SearchRequest sr;
-    std::optional<Json> qv;
-    if (query) {
-      for (const char* k : {"prefetch", "lookup_from"}) {
-        if (body.contains(k) && !body[k].is_null())
-          return badRequest(std::string(k) + " is not supported by Infera");
-      }
-      if (body.contains("using") && !body["using"].is_null() && body["using"] != "") {
-        return wrongInput("Not existing vector name error: " + stringOr(body, "using", ""));
-      }
-      if (body.contains("query") && !body["query"].is_null()) {
-        const Json& q = body["query"];
-        const Json* target = &q;
-        if (q.is_object()) {
-          if (!q.contains("nearest")) {
-            return badRequest("query kind " + (q.empty() ? std::string("{}") : q.begin().key()) +
-                              " is not supported by Infera (nearest only)");
-          }
-          target = &q["nearest"];
-        }
-        if (target->is_array() || (target->is_object() && target->size() == 1)) {
-          qv = *target;
-        } else {
-          INFERA_ASSIGN_OR_RETURN(PointId id, pointIdFromJson(*target));
-          INFERA_ASSIGN_OR_RETURN(sr.vector, e.coll.vectorOf(id));
-          sr.exclude = id;
-        }
-      }
-    } else {
-      if (!body.contains("vector"))
-        return Status::invalidArgument("Format error in JSON body: missing field `vector`");
-      const Json& v = body["vector"];
-      if (v.is_object() && v.contains("vector")) {
-        const std::string vname = stringOr(v, "name", "");
-        if (!vname.empty()) return wrongInput("Not existing vector name error: " + vname);
-        qv = v["vector"];
-      } else {
-        qv = v;
-      }
-    }
-    if (qv) {
-      INFERA_ASSIGN_OR_RETURN(sr.vector, parseVector(*qv, p));
-    }
-    INFERA_ASSIGN_OR_RETURN(sr.filter, optionalFilter(body));
-    const char* limit_key =
-        (!query && !body.contains("limit") && body.contains("top")) ? "top" : "limit";
-    if (!query && !body.contains("limit") && !body.contains("top")) {
-      return Status::invalidArgument("Format error in JSON body: missing field `limit`");
-    }
-    INFERA_ASSIGN_OR_RETURN(sr.limit, optionalCount(body, limit_key, 10));
-    if (!query && sr.limit == 0) {
-      return Status::failedPrecondition(
-          "Validation error in JSON body: [limit: value must be at least 1]");
-    }
-    INFERA_ASSIGN_OR_RETURN(sr.offset, optionalCount(body, "offset", 0));
-    INFERA_ASSIGN_OR_RETURN(sr.with_payload, selector(body, false));
-    INFERA_ASSIGN_OR_RETURN(sr.with_vector, withVector(body));
-    if (body.contains("score_threshold") && !body["score_threshold"].is_null()) {
-      if (!body["score_threshold"].is_number())
-        return Status::invalidArgument(
-            "Format error in JSON body: score_threshold must be a number");
-      sr.score_threshold = body["score_threshold"].get<float>();
-    }
-    if (body.contains("params") && body["params"].is_object()) {
-      const Json& ps = body["params"];
-      INFERA_ASSIGN_OR_RETURN(sr.hnsw_ef, optionalCount(ps, "hnsw_ef", 0));
-      INFERA_ASSIGN_OR_RETURN(sr.exact, optionalBool(ps, "exact", false));
-    }
-    if (sr.limit + sr.offset > 100'000) return badRequest("limit + offset must not exceed 100000");
+    INFERA_ASSIGN_OR_RETURN(QueryRequest q, parseQueryRequest(body, e.coll, !query));
     std::vector<Record> rs;
-    if (sr.vector.empty()) {
-      // No query: points in id order, like scroll, with score 1.
-      ScrollRequest scr;
-      scr.filter = sr.filter;
-      scr.limit = sr.limit + sr.offset;
-      scr.with_payload = sr.with_payload;
-      scr.with_vector = sr.with_vector;
-      std::optional<PointId> next;
-      rs = e.coll.scroll(scr, next);
-      rs.erase(rs.begin(), rs.begin() + long(std::min(sr.offset, rs.size())));
-      for (auto& r : rs) r.score = 1.0f, r.version = 0;
-    } else {
-      INFERA_ASSIGN_OR_RETURN(rs, e.coll.search(sr, scratch_));
+    INFERA_ASSIGN_OR_RETURN(
+        rs, e.coll.query(q.root, q.offset, q.with_payload, q.with_vector.any, scratch_));
+    if (q.scroll) {
+      for (auto& r : rs) r.version = 0;  // points in id order, as Qdrant answers them: score 1
     }
-    return query ? "{\"points\":" + recordsJson(rs, true) + "}" : recordsJson(rs, true);
+    std::string points = recordsJson(rs, true, e.coll.params(), q.with_vector);
+    return query ? "{\"points\":" + points + "}" : points;
   }
 
   Task<Reply> batch(net::HttpRequest& req, const std::shared_ptr<CollectionEntry>& e, bool query) {
@@ -1044,6 +986,8 @@ void addQdrantRoutes(Store& store, const VectorsConfig& config, net::asio::io_co
   add("POST", "/collections/{name}/points", &Api::retrieve, T::kRead);
   add("GET", "/collections/{name}/points/{id}", &Api::getPoint, T::kRead);
   add("POST", "/collections/{name}/points/delete", &Api::deletePoints, T::kWrite);
+  add("PUT", "/collections/{name}/points/vectors", &Api::updateVectors, T::kWrite);
+  add("POST", "/collections/{name}/points/vectors/delete", &Api::deleteVectors, T::kWrite);
   add("POST", "/collections/{name}/points/payload", &Api::setPayload, T::kWrite);
   add("PUT", "/collections/{name}/points/payload", &Api::overwritePayload, T::kWrite);
   add("POST", "/collections/{name}/points/payload/delete", &Api::deletePayload, T::kWrite);

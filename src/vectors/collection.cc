@@ -59,6 +59,26 @@ Json paramsToJson(const CollectionParams& p) {
   j["quantile"] = p.quantile;
   j["always_ram"] = p.always_ram;
   j["on_disk_payload"] = p.on_disk_payload;
+  if (!p.dense_name.empty()) j["dense_name"] = p.dense_name;
+  if (!p.extra_dense.empty()) {
+    Json ex = Json::array();
+    for (const auto& d : p.extra_dense) {
+      ex.push_back({{"name", d.name},
+                    {"size", d.dim},
+                    {"distance", std::string(distanceName(d.distance))},
+                    {"m", d.m},
+                    {"ef_construct", d.ef_construct},
+                    {"quantization", d.quantization},
+                    {"quantile", d.quantile},
+                    {"always_ram", d.always_ram}});
+    }
+    j["extra_dense"] = ex;
+  }
+  if (!p.sparse.empty()) {
+    Json sp = Json::object();
+    for (const auto& [name, m] : p.sparse) sp[name] = m == SparseModifier::kIdf ? "idf" : "none";
+    j["sparse"] = sp;
+  }
   return j;
 }
 
@@ -68,8 +88,10 @@ Result<CollectionParams> paramsFromJson(const Json& j) {
     return Status::internal("bad collection config");
   }
   p.dim = j["size"].get<size_t>();
-  const std::string d = j.value("distance", "Cosine");
-  p.distance = d == "Euclid" ? Distance::kEuclid : d == "Dot" ? Distance::kDot : Distance::kCosine;
+  auto distance = [](const std::string& d) {
+    return d == "Euclid" ? Distance::kEuclid : d == "Dot" ? Distance::kDot : Distance::kCosine;
+  };
+  p.distance = distance(j.value("distance", "Cosine"));
   p.m = j.value("m", 16);
   p.ef_construct = j.value("ef_construct", 100);
   p.full_scan_threshold_kb = j.value("full_scan_threshold", int64_t(10'000));
@@ -77,7 +99,42 @@ Result<CollectionParams> paramsFromJson(const Json& j) {
   p.quantile = j.value("quantile", 0.99f);
   p.always_ram = j.value("always_ram", true);
   p.on_disk_payload = j.value("on_disk_payload", true);
+  p.dense_name = j.value("dense_name", std::string());
+  if (const auto ex = j.find("extra_dense"); ex != j.end() && ex->is_array()) {
+    for (const auto& x : *ex) {
+      if (!x.is_object() || !x.contains("size") || !x["size"].is_number_unsigned())
+        return Status::internal("bad collection config");
+      DenseParams d;
+      d.name = x.value("name", std::string());
+      d.dim = x["size"].get<size_t>();
+      d.distance = distance(x.value("distance", "Cosine"));
+      d.m = x.value("m", 16);
+      d.ef_construct = x.value("ef_construct", 100);
+      d.quantization = x.value("quantization", false);
+      d.quantile = x.value("quantile", 0.99f);
+      d.always_ram = x.value("always_ram", true);
+      p.extra_dense.push_back(std::move(d));
+    }
+  }
+  if (const auto sp = j.find("sparse"); sp != j.end() && sp->is_object()) {
+    for (const auto& [name, m] : sp->items())
+      p.sparse[name] = m == "idf" ? SparseModifier::kIdf : SparseModifier::kNone;
+  }
   return p;
+}
+
+int CollectionParams::denseIndex(const std::string& name) const {
+  if (name == dense_name) return 0;
+  for (size_t i = 0; i < extra_dense.size(); ++i) {
+    if (extra_dense[i].name == name) return int(i) + 1;
+  }
+  return -1;
+}
+
+DenseParams CollectionParams::dense(int i) const {
+  if (i > 0) return extra_dense.at(size_t(i) - 1);
+  return DenseParams{dense_name,   dim,          distance, m,
+                     ef_construct, quantization, quantile, always_ram};
 }
 
 // ---- ops: a compact binary form for the WAL ----
@@ -150,6 +207,40 @@ std::string encodeOp(const Op& op) {
   for (const auto& k : op.keys) w.str(k);
   w.str(op.key);
   w.put(uint8_t(op.index_type));
+  // Tagged sections last: an op written before they existed ends here and decodes without them.
+  auto floats = [&](const std::vector<float>& v) {
+    w.put(uint64_t(v.size()));
+    w.out.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));
+  };
+  if (!op.sparse.empty()) {
+    w.put(uint8_t('S'));
+    w.put(uint64_t(op.sparse.size()));
+    for (const auto& point : op.sparse) {
+      w.put(uint32_t(point.size()));
+      for (const auto& [name, v] : point) {
+        w.str(name);
+        w.put(uint32_t(v.indices.size()));
+        w.out.append(reinterpret_cast<const char*>(v.indices.data()), v.indices.size() * 4);
+        w.out.append(reinterpret_cast<const char*>(v.values.data()), v.values.size() * 4);
+      }
+    }
+  }
+  if (!op.extra_vectors.empty()) {
+    w.put(uint8_t('E'));
+    w.put(uint32_t(op.extra_vectors.size()));
+    for (const auto& v : op.extra_vectors) floats(v);
+  }
+  if (!op.dense_updates.empty()) {
+    w.put(uint8_t('U'));
+    w.put(uint64_t(op.dense_updates.size()));
+    for (const auto& point : op.dense_updates) {
+      w.put(uint32_t(point.size()));
+      for (const auto& [index, v] : point) {
+        w.put(int32_t(index));
+        floats(v);
+      }
+    }
+  }
   return std::move(w.out);
 }
 
@@ -189,6 +280,66 @@ Result<Op> decodeOp(std::string_view bytes) {
   op.key = r.str();
   op.index_type = PayloadType(r.get<uint8_t>());
   if (!r.ok) return Status::internal("truncated op");
+  auto floats = [&](std::vector<float>& v) {
+    const auto n = r.get<uint64_t>();
+    if (!r.ok || n > r.in.size() / sizeof(float)) {
+      r.ok = false;
+      return;
+    }
+    v.resize(n);
+    std::memcpy(v.data(), r.in.data(), n * sizeof(float));
+    r.in.remove_prefix(n * sizeof(float));
+  };
+  while (!r.in.empty()) {
+    const auto tag = r.get<uint8_t>();
+    if (tag == 'E') {
+      const auto n = r.get<uint32_t>();
+      if (!r.ok || n > r.in.size()) return Status::internal("corrupt dense vectors in op");
+      op.extra_vectors.resize(n);
+      for (auto& v : op.extra_vectors) floats(v);
+      if (!r.ok) return Status::internal("truncated op");
+      continue;
+    }
+    if (tag == 'U') {
+      const auto npoints = r.get<uint64_t>();
+      if (!r.ok || npoints != op.ids.size()) return Status::internal("corrupt vector updates");
+      op.dense_updates.resize(npoints);
+      for (auto& point : op.dense_updates) {
+        const auto n = r.get<uint32_t>();
+        if (!r.ok || n > r.in.size()) return Status::internal("corrupt vector updates");
+        for (uint32_t i = 0; i < n && r.ok; ++i) {
+          const int index = r.get<int32_t>();
+          std::vector<float> v;
+          floats(v);
+          point.emplace_back(index, std::move(v));
+        }
+      }
+      if (!r.ok) return Status::internal("truncated op");
+      continue;
+    }
+    if (tag != 'S') return Status::internal("corrupt op: unknown section");
+    const auto npoints = r.get<uint64_t>();
+    if (!r.ok || npoints != op.ids.size()) return Status::internal("corrupt sparse vectors in op");
+    op.sparse.resize(npoints);
+    for (auto& point : op.sparse) {
+      const auto nnamed = r.get<uint32_t>();
+      if (!r.ok || nnamed > r.in.size()) return Status::internal("corrupt sparse vectors in op");
+      for (uint32_t i = 0; i < nnamed && r.ok; ++i) {
+        std::string name = r.str();
+        const auto n = r.get<uint32_t>();
+        if (!r.ok || uint64_t(n) * 8 > r.in.size())
+          return Status::internal("corrupt sparse vectors in op");
+        SparseVector v;
+        v.indices.resize(n);
+        v.values.resize(n);
+        std::memcpy(v.indices.data(), r.in.data(), size_t(n) * 4);
+        std::memcpy(v.values.data(), r.in.data() + size_t(n) * 4, size_t(n) * 4);
+        r.in.remove_prefix(size_t(n) * 8);
+        point.emplace_back(std::move(name), std::move(v));
+      }
+    }
+    if (!r.ok) return Status::internal("truncated op");
+  }
   return op;
 }
 
@@ -544,6 +695,12 @@ Collection::Collection(std::string name, CollectionParams params)
       index_(params.dim, params.distance == Distance::kEuclid ? Metric::kL2 : Metric::kDot,
              HnswParams{params.m, params.ef_construct, 0x5eed'1e55'ab1e'0001ULL,
                         params.quantization, params.quantile}) {
+  for (const auto& [n, m] : params_.sparse) sparse_.emplace(n, SparseIndex(m));
+  for (const auto& d : params_.extra_dense) {
+    extra_.push_back(std::make_unique<Hnsw>(
+        d.dim, d.distance == Distance::kEuclid ? Metric::kL2 : Metric::kDot,
+        HnswParams{d.m, d.ef_construct, 0x5eed'1e55'ab1e'0001ULL, d.quantization, d.quantile}));
+  }
   pthread_rwlockattr_t attr;
   pthread_rwlockattr_init(&attr);
   pthread_rwlockattr_setkind_np(&attr, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
@@ -553,8 +710,10 @@ Collection::Collection(std::string name, CollectionParams params)
 
 Collection::~Collection() { pthread_rwlock_destroy(&lock_); }
 
-float Collection::score(float dist) const {
-  if (params_.distance == Distance::kEuclid) return std::sqrt(std::max(0.0f, dist));
+float Collection::score(float dist, int dense_index) const {
+  const Distance d =
+      dense_index == 0 ? params_.distance : params_.extra_dense[size_t(dense_index) - 1].distance;
+  if (d == Distance::kEuclid) return std::sqrt(std::max(0.0f, dist));
   return -dist;
 }
 
@@ -591,30 +750,50 @@ Record Collection::record(uint32_t slot, const PayloadSelector& sel, bool with_v
   if (with_vector) {
     const float* v = index_.vector(slot);
     r.vector = std::vector<float>(v, v + params_.dim);
+    for (const auto& h : extra_) {
+      const float* x = h->vector(slot);
+      r.extra.emplace_back(x, x + h->dim());
+    }
+    for (const auto& [name, idx] : sparse_) {
+      if (const SparseVector* sv = idx.get(slot)) r.sparse.emplace_back(name, *sv);
+    }
   }
   return r;
 }
 
-Result<std::vector<Record>> Collection::search(const SearchRequest& req, SearchScratch& scratch,
-                                               Plan* plan_out) const {
-  ReadLock lock(lock_);
-  const size_t want = req.limit + req.offset + (req.exclude ? 1 : 0);
-  std::vector<Neighbor> found;
+namespace {
+// `a` AND `b` (either may be null); `holder` keeps a combined filter alive.
+const Filter* bothFilters(const Filter* a, const Filter* b, Filter& holder) {
+  if (!a) return b;
+  if (!b) return a;
+  Condition ca, cb;
+  ca.kind = cb.kind = Condition::Kind::kFilter;
+  ca.sub = std::make_shared<const Filter>(*a);
+  cb.sub = std::make_shared<const Filter>(*b);
+  holder.must = {std::move(ca), std::move(cb)};
+  return &holder;
+}
+}  // namespace
+
+void Collection::nearest(int dense_index, const float* vec, const Filter* filter, size_t want,
+                         size_t hnsw_ef, bool exact, SearchScratch& scratch,
+                         std::vector<Neighbor>& found, Plan* plan_out) const {
+  const Hnsw& index = hnsw(dense_index);
   std::function<bool(uint32_t)> check;
   SlotFilter sf;
   Candidates cands;
   Plan plan_used = Plan::kHnsw;
-  if (req.filter) {
-    cands = plan(*req.filter);
-    if (!cands.exact) check = [&](uint32_t s) { return matchesSlot(*req.filter, s); };
+  if (filter) {
+    cands = plan(*filter);
+    if (!cands.exact) check = [&](uint32_t s) { return matchesSlot(*filter, s); };
   }
   if (cands.known) sf.bits = cands.bits.data();
   if (check) sf.check = &check;
-  const size_t vec_kb_x1024 = params_.dim * sizeof(float);
-  const bool filtered = req.filter.has_value() && (cands.known || check);
-  if (req.exact) {
+  const size_t vec_kb_x1024 = index.dim() * sizeof(float);
+  const bool filtered = filter && (cands.known || check);
+  if (exact) {
     plan_used = Plan::kExactAll;
-    index_.bruteForce(req.vector.data(), want, sf, nullptr, found);
+    index.bruteForce(vec, want, sf, nullptr, found);
   } else if (filtered && cands.known) {
     size_t n = 0;
     for (uint64_t w : cands.bits) n += size_t(std::popcount(w));
@@ -626,20 +805,29 @@ Result<std::vector<Record>> Collection::search(const SearchRequest& req, SearchS
         for (uint64_t b = cands.bits[w]; b; b &= b - 1)
           list.push_back(uint32_t(w * 64 + size_t(std::countr_zero(b))));
       }
-      index_.bruteForce(req.vector.data(), want, sf, &list, found);
+      index.bruteForce(vec, want, sf, &list, found);
     }
   } else if (filtered &&
-             int64_t(index_.live() * vec_kb_x1024 / 1024) < params_.full_scan_threshold_kb) {
+             int64_t(index.live() * vec_kb_x1024 / 1024) < params_.full_scan_threshold_kb) {
     plan_used = Plan::kExactAll;  // no index to estimate with, and the whole collection is small
-    index_.bruteForce(req.vector.data(), want, sf, nullptr, found);
+    index.bruteForce(vec, want, sf, nullptr, found);
   }
   if (plan_used == Plan::kHnsw) {
     if (filtered) plan_used = Plan::kHnswFiltered;
     const size_t ef =
-        req.hnsw_ef ? req.hnsw_ef : std::max<size_t>(size_t(params_.ef_construct), want);
-    index_.search(req.vector.data(), want, std::max(ef, want), sf, scratch, found);
+        hnsw_ef ? hnsw_ef : std::max<size_t>(size_t(index.params().ef_construct), want);
+    index.search(vec, want, std::max(ef, want), sf, scratch, found);
   }
   if (plan_out) *plan_out = plan_used;
+}
+
+Result<std::vector<Record>> Collection::search(const SearchRequest& req, SearchScratch& scratch,
+                                               Plan* plan_out) const {
+  ReadLock lock(lock_);
+  const size_t want = req.limit + req.offset + (req.exclude ? 1 : 0);
+  std::vector<Neighbor> found;
+  nearest(0, req.vector.data(), req.filter ? &*req.filter : nullptr, want, req.hnsw_ef, req.exact,
+          scratch, found, plan_out);
   std::vector<Record> out;
   size_t skipped = 0;
   for (const auto& n : found) {
@@ -662,13 +850,119 @@ Result<std::vector<Record>> Collection::search(const SearchRequest& req, SearchS
   return out;
 }
 
-Result<std::vector<float>> Collection::vectorOf(const PointId& id) const {
+bool Collection::higherIsBetter(const QueryNode& q) const {
+  return !(q.kind == QueryNode::Kind::kDense &&
+           params_.dense(q.dense_index).distance == Distance::kEuclid);
+}
+
+std::vector<Scored> Collection::rank(const QueryNode& q, const Filter* inherited, size_t limit,
+                                     SearchScratch& scratch) const {
+  using K = QueryNode::Kind;
+  Filter holder;
+  const Filter* f = bothFilters(inherited, q.filter ? &*q.filter : nullptr, holder);
+  const bool higher = higherIsBetter(q);
+  auto keep = [&](float s) {
+    return !q.score_threshold || (higher ? s > *q.score_threshold : s < *q.score_threshold);
+  };
+  std::vector<Scored> out;
+  if (q.prefetch.empty()) {
+    if (q.kind == K::kDense) {
+      std::vector<Neighbor> found;
+      nearest(q.dense_index, q.dense.data(), f, limit, q.hnsw_ef, q.exact, scratch, found, nullptr);
+      for (const auto& n : found) {
+        const float s = score(n.dist, q.dense_index);
+        if (!keep(s)) break;  // ranked: the rest are worse
+        out.push_back({n.slot, s});
+      }
+    } else if (q.kind == K::kSparse) {
+      const SparseIndex& idx = sparse_.at(q.sparse_name);
+      std::function<bool(uint32_t)> allowed;
+      Candidates cands;
+      if (f) {
+        cands = plan(*f);
+        allowed = [&](uint32_t s) {
+          if (cands.known && !((cands.bits[s >> 6] >> (s & 63)) & 1)) return false;
+          return cands.exact || matchesSlot(*f, s);
+        };
+      }
+      idx.search(idx.weigh(q.sparse), limit, f ? &allowed : nullptr, out);
+      while (!out.empty() && !keep(out.back().score)) out.pop_back();
+    } else {
+      // No query: points in id order, each scored 1 (a leaf for a rescoring above it).
+      for (const auto& [id, slot] : ids_) {
+        if (out.size() >= limit) break;
+        if (!f || matchesSlot(*f, slot)) out.push_back({slot, 1.0f});
+      }
+    }
+    return out;
+  }
+  std::vector<std::vector<Scored>> lists;
+  lists.reserve(q.prefetch.size());
+  for (const QueryNode& p : q.prefetch) lists.push_back(rank(p, f, p.limit, scratch));
+  if (q.kind == K::kRrf || q.kind == K::kDbsf) {
+    out = q.kind == K::kRrf ? fuseRrf(lists, q.rrf_k, q.weights) : fuseDbsf(std::move(lists));
+  } else {
+    // Rescoring: every candidate once, scored exactly with this level's vector.
+    std::vector<uint32_t> slots;
+    for (const auto& l : lists) {
+      for (const Scored& s : l) slots.push_back(s.slot);
+    }
+    std::sort(slots.begin(), slots.end());
+    slots.erase(std::unique(slots.begin(), slots.end()), slots.end());
+    if (q.kind == K::kDense) {
+      const Hnsw& index = hnsw(q.dense_index);
+      for (uint32_t slot : slots)
+        out.push_back({slot, score(index.distance(q.dense.data(), slot), q.dense_index)});
+    } else if (q.kind == K::kSparse) {
+      const SparseIndex& idx = sparse_.at(q.sparse_name);
+      const SparseVector w = idx.weigh(q.sparse);
+      for (uint32_t slot : slots) {
+        if (idx.get(slot)) out.push_back({slot, idx.score(w, slot)});
+      }
+    }
+    std::sort(out.begin(), out.end(), [&](const Scored& a, const Scored& b) {
+      if (a.score != b.score) return higher ? a.score > b.score : a.score < b.score;
+      return a.slot < b.slot;
+    });
+  }
+  size_t n = 0;
+  while (n < out.size() && n < limit && keep(out[n].score)) ++n;
+  out.resize(n);
+  return out;
+}
+
+Result<std::vector<Record>> Collection::query(const QueryNode& root, size_t offset,
+                                              const PayloadSelector& with_payload, bool with_vector,
+                                              SearchScratch& scratch) const {
+  ReadLock lock(lock_);
+  const std::vector<Scored> ranked = rank(root, nullptr, root.limit + offset, scratch);
+  std::vector<Record> out;
+  for (size_t i = offset; i < ranked.size(); ++i) {
+    Record r = record(ranked[i].slot, with_payload, with_vector);
+    r.score = ranked[i].score;
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+Result<SparseVector> Collection::sparseOf(const PointId& id, const std::string& name) const {
   ReadLock lock(lock_);
   const auto it = ids_.find(id);
   if (it == ids_.end())
     return Status::notFound("Not found: No point with id " + id.toString() + " found");
-  const float* v = index_.vector(it->second);
-  return std::vector<float>(v, v + params_.dim);
+  const auto sp = sparse_.find(name);
+  const SparseVector* v = sp == sparse_.end() ? nullptr : sp->second.get(it->second);
+  return v ? *v : SparseVector{};
+}
+
+Result<std::vector<float>> Collection::vectorOf(const PointId& id, int dense_index) const {
+  ReadLock lock(lock_);
+  const auto it = ids_.find(id);
+  if (it == ids_.end())
+    return Status::notFound("Not found: No point with id " + id.toString() + " found");
+  const Hnsw& index = hnsw(dense_index);
+  const float* v = index.vector(it->second);
+  return std::vector<float>(v, v + index.dim());
 }
 
 std::vector<Record> Collection::retrieve(const std::vector<PointId>& ids,
@@ -734,8 +1028,25 @@ Json Collection::info() const {
   j["points_count"] = ids_.size();
   j["segments_count"] = 1;
   Json params;
-  params["vectors"] = {{"size", params_.dim},
-                       {"distance", std::string(distanceName(params_.distance))}};
+  const Json dense = {{"size", params_.dim},
+                      {"distance", std::string(distanceName(params_.distance))}};
+  params["vectors"] = params_.named() ? Json{{params_.dense_name, dense}} : dense;
+  for (const auto& d : params_.extra_dense) {
+    Json x = {{"size", d.dim}, {"distance", std::string(distanceName(d.distance))}};
+    if (d.m != params_.m || d.ef_construct != params_.ef_construct)
+      x["hnsw_config"] = {{"m", d.m}, {"ef_construct", d.ef_construct}};
+    if (d.quantization) {
+      x["quantization_config"] = {
+          {"scalar", {{"type", "int8"}, {"quantile", d.quantile}, {"always_ram", d.always_ram}}}};
+    }
+    params["vectors"][d.name] = x;
+  }
+  if (!params_.sparse.empty()) {
+    Json sp = Json::object();
+    for (const auto& [name, m] : params_.sparse)
+      sp[name] = m == SparseModifier::kIdf ? Json{{"modifier", "idf"}} : Json::object();
+    params["sparse_vectors"] = sp;
+  }
   params["shard_number"] = 1;
   params["replication_factor"] = 1;
   params["write_consistency_factor"] = 1;
@@ -787,8 +1098,16 @@ Json Collection::stats() const {
   j["index_bytes_per_point"] =
       ids_.empty() ? 0.0 : double(index_.memoryBytes()) / double(ids_.size());
   j["payload_indexes"] = field_indexes_.size();
+  for (const auto& [name, idx] : sparse_) {
+    j["sparse"][name] = {{"points", idx.points()}, {"bytes", idx.memoryBytes()}};
+  }
   j["mean_degree"] = index_.meanDegree();
   j["quantized"] = index_.quantized();
+  for (size_t i = 0; i < extra_.size(); ++i) {
+    j["dense"][params_.extra_dense[i].name] = {{"index_bytes", extra_[i]->memoryBytes()},
+                                               {"mean_degree", extra_[i]->meanDegree()},
+                                               {"quantized", extra_[i]->quantized()}};
+  }
   j["kernels"] = kernels().name;
   j["applied_seq"] = applied_seq_;
   return j;
@@ -825,7 +1144,9 @@ void Collection::removeSlot(uint32_t slot) {
   indexSlot(slot, false);
   ids_.erase(slot_ids_[slot]);
   payloads_[slot] = nullptr;
+  for (auto& [name, idx] : sparse_) idx.clear(slot);
   index_.markDeleted(slot);
+  for (auto& h : extra_) h->markDeleted(slot);
   free_slots_.push_back(slot);
 }
 
@@ -835,11 +1156,62 @@ void Collection::setPayloadLocked(uint32_t slot, Json payload) {
   indexSlot(slot, true);
 }
 
+void Collection::trainQuantizers() {
+  for (int i = 0; i < int(params_.denseCount()); ++i) {
+    Hnsw& h = hnsw(i);
+    if (h.params().quantize_int8 && !h.quantized() && h.live() >= 1024) {
+      WriteLock lock(lock_);
+      h.trainQuantizer();
+    }
+  }
+}
+
+Status Collection::updateVectors(const Op& op, uint64_t seq) {
+  if (op.dense_updates.size() != op.ids.size() ||
+      (!op.sparse.empty() && op.sparse.size() != op.ids.size()))
+    return Status::internal("malformed vector update");
+  // Every point must exist before anything changes (the API checked the names and sizes).
+  std::vector<uint32_t> slots;
+  for (const auto& id : op.ids) {
+    const auto it = ids_.find(id);
+    if (it == ids_.end())
+      return Status::notFound("Not found: No point with id " + id.toString() + " found");
+    slots.push_back(it->second);
+  }
+  for (size_t i = 0; i < op.ids.size(); ++i) {
+    const uint32_t slot = slots[i];
+    for (const auto& [index, v] : op.dense_updates[i]) {
+      if (index < 0 || index >= int(params_.denseCount()) || v.size() != hnsw(index).dim())
+        return Status::internal("malformed vector update");
+      Hnsw::InsertPlan p;
+      hnsw(index).plan(slot, v.data(), writer_scratch_, p);
+      WriteLock lock(lock_);
+      hnsw(index).commit(p);
+    }
+    WriteLock lock(lock_);
+    if (i < op.sparse.size()) {
+      for (const auto& [name, v] : op.sparse[i]) {
+        if (auto sp = sparse_.find(name); sp != sparse_.end()) sp->second.set(slot, v);
+      }
+    }
+    versions_[slot] = seq;
+  }
+  trainQuantizers();
+  return Status::ok();
+}
+
 Status Collection::upsert(const Op& op, uint64_t seq) {
   const size_t dim = params_.dim;
-  if (op.vectors.size() != op.ids.size() * dim || op.payloads.size() != op.ids.size()) {
+  if (op.vectors.size() != op.ids.size() * dim || op.payloads.size() != op.ids.size() ||
+      (!op.sparse.empty() && op.sparse.size() != op.ids.size()) ||
+      op.extra_vectors.size() != extra_.size()) {
     return Status::internal("malformed upsert");
   }
+  for (size_t k = 0; k < extra_.size(); ++k) {
+    if (op.extra_vectors[k].size() != op.ids.size() * extra_[k]->dim())
+      return Status::internal("malformed upsert");
+  }
+  std::vector<Hnsw::InsertPlan> extra_plans(extra_.size());
   Hnsw::InsertPlan p;
   for (size_t i = 0; i < op.ids.size(); ++i) {
     const PointId& id = op.ids[i];
@@ -854,6 +1226,7 @@ Status Collection::upsert(const Op& op, uint64_t seq) {
       if (slot >= index_.capacity()) {
         WriteLock lock(lock_);
         index_.reserve(size_t(slot) + 1);
+        for (auto& h : extra_) h->reserve(index_.capacity());
         slot_ids_.resize(index_.capacity());
         payloads_.resize(index_.capacity());
         versions_.resize(index_.capacity(), 0);
@@ -861,8 +1234,13 @@ Status Collection::upsert(const Op& op, uint64_t seq) {
     }
     const float* vec = op.vectors.data() + i * dim;
     index_.plan(slot, vec, writer_scratch_, p);
+    for (size_t k = 0; k < extra_.size(); ++k) {
+      extra_[k]->plan(slot, op.extra_vectors[k].data() + i * extra_[k]->dim(), writer_scratch_,
+                      extra_plans[k]);
+    }
     WriteLock lock(lock_);
     index_.commit(p);
+    for (size_t k = 0; k < extra_.size(); ++k) extra_[k]->commit(extra_plans[k]);
     if (it == ids_.end()) {
       if (!free_slots_.empty() && free_slots_.back() == slot) free_slots_.pop_back();
       ids_[id] = slot;
@@ -870,11 +1248,15 @@ Status Collection::upsert(const Op& op, uint64_t seq) {
     }
     versions_[slot] = seq;
     setPayloadLocked(slot, op.payloads[i].is_null() ? Json::object() : op.payloads[i]);
+    // An upsert replaces the whole point: sparse vectors it does not name are gone.
+    for (auto& [name, idx] : sparse_) idx.clear(slot);
+    if (i < op.sparse.size()) {
+      for (const auto& [name, v] : op.sparse[i]) {
+        if (auto sp = sparse_.find(name); sp != sparse_.end()) sp->second.set(slot, v);
+      }
+    }
   }
-  if (params_.quantization && !index_.quantized() && index_.live() >= 1024) {
-    WriteLock lock(lock_);
-    index_.trainQuantizer();
-  }
+  trainQuantizers();
   return Status::ok();
 }
 
@@ -896,6 +1278,8 @@ Status Collection::apply(const Op& op, uint64_t seq) {
   Status status;
   if (op.type == Op::Type::kUpsert) {
     status = upsert(op, seq);
+  } else if (op.type == Op::Type::kUpdateVectors) {
+    status = updateVectors(op, seq);
   } else if (op.type == Op::Type::kCreateIndex) {
     WriteLock lock(lock_);
     auto fi = std::make_unique<FieldIndex>();
@@ -920,6 +1304,12 @@ Status Collection::apply(const Op& op, uint64_t seq) {
         switch (op.type) {
           case Op::Type::kDelete:
             removeSlot(slot);
+            continue;
+          case Op::Type::kDeleteVectors:
+            for (const auto& name : op.keys) {
+              if (auto sp = sparse_.find(name); sp != sparse_.end()) sp->second.clear(slot);
+            }
+            versions_[slot] = seq;
             continue;
           case Op::Type::kSetPayload:
             if (op.key.empty()) {
@@ -1002,6 +1392,33 @@ Status Collection::save(const std::string& file) const {
     }
     ok = std::fwrite(rows.data(), 1, rows.size(), f) == rows.size();
   }
+  // Sparse vectors after the rows (a snapshot written before them ends at the rows):
+  // "SPRS", then per named sparse vector its name and (slot, n, indices, values) entries.
+  if (ok && !sparse_.empty()) {
+    rows.assign("SPRS");
+    for (const auto& [name, sidx] : sparse_) {
+      const uint32_t nn = uint32_t(name.size());
+      rows.append(reinterpret_cast<const char*>(&nn), 4);
+      rows += name;
+      const uint64_t count = sidx.points();
+      rows.append(reinterpret_cast<const char*>(&count), 8);
+      for (uint32_t slot = 0; slot < index_.slots(); ++slot) {
+        const SparseVector* v = index_.isDeleted(slot) ? nullptr : sidx.get(slot);
+        if (!v) continue;
+        const uint32_t n = uint32_t(v->indices.size());
+        rows.append(reinterpret_cast<const char*>(&slot), 4);
+        rows.append(reinterpret_cast<const char*>(&n), 4);
+        rows.append(reinterpret_cast<const char*>(v->indices.data()), size_t(n) * 4);
+        rows.append(reinterpret_cast<const char*>(v->values.data()), size_t(n) * 4);
+      }
+    }
+    ok = std::fwrite(rows.data(), 1, rows.size(), f) == rows.size();
+  }
+  // The dense vectors after the first: "DENS", then each graph as the first's is written.
+  if (ok && !extra_.empty()) {
+    ok = std::fwrite("DENS", 1, 4, f) == 4;
+    for (const auto& g : extra_) ok = ok && g->save(f).isOk();
+  }
   ok = ok && std::fflush(f) == 0 && ::fsync(fileno(f)) == 0;
   ok = (std::fclose(f) == 0) && ok;
   return ok ? Status::ok() : Status::internal("writing snapshot " + file + " failed");
@@ -1057,6 +1474,42 @@ Status Collection::load(const std::string& file) {
     slot_ids_[slot] = id;
     ids_[id] = slot;
   }
+  char magic[4];
+  bool have_dense = extra_.empty();
+  while (std::fread(magic, 1, 4, f) == 4) {
+    if (std::memcmp(magic, "DENS", 4) == 0) {
+      for (auto& g : extra_) {
+        if (Status s = g->load(f); !s.isOk()) return fail(s.message());
+        if (g->slots() != slots) return fail("a dense vector's slots differ from the points'");
+      }
+      have_dense = true;
+      continue;
+    }
+    if (std::memcmp(magic, "SPRS", 4) != 0) return fail("unknown section");
+    for (size_t k = 0; k < params_.sparse.size(); ++k) {
+      uint32_t nn = 0;
+      uint64_t count = 0;
+      if (std::fread(&nn, 4, 1, f) != 1 || nn > 4096) return fail("truncated sparse section");
+      std::string name(nn, '\0');
+      if (std::fread(name.data(), 1, nn, f) != nn || std::fread(&count, 8, 1, f) != 1)
+        return fail("truncated sparse section");
+      const auto idx = sparse_.find(name);
+      if (idx == sparse_.end()) return fail("unknown sparse vector " + name);
+      for (uint64_t i = 0; i < count; ++i) {
+        uint32_t slot = 0, n = 0;
+        if (std::fread(&slot, 4, 1, f) != 1 || std::fread(&n, 4, 1, f) != 1 || slot >= slots ||
+            n > (1u << 24))
+          return fail("truncated sparse section");
+        SparseVector v;
+        v.indices.resize(n);
+        v.values.resize(n);
+        if (std::fread(v.indices.data(), 4, n, f) != n || std::fread(v.values.data(), 4, n, f) != n)
+          return fail("truncated sparse section");
+        idx->second.set(slot, std::move(v));
+      }
+    }
+  }
+  if (!have_dense) return fail("the dense vectors after the first are missing");
   std::fclose(f);
   std::reverse(free_slots_.begin(), free_slots_.end());
   for (const auto& ix : head->value("indexes", Json::array())) {

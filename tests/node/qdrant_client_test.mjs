@@ -1,7 +1,9 @@
 // The official Qdrant JS client (npm `@qdrant/js-client-rest` 1.19.0) against Infera's vector
 // index: create a collection, payload index, upsert (ints, a UUID, an id above 2^53), query with
 // and without filters, queryBatch, retrieve, scroll, count, payload ops, deletes, errors, and the
-// data surviving a restart (checked by the calling script). Exits non-zero on the first failure.
+// data surviving a restart (checked by the calling script); and a hybrid collection (a named dense
+// vector and an IDF sparse one) queried as LangChain's and LlamaIndex's Qdrant stores do: two
+// prefetches fused by RRF. Exits non-zero on the first failure.
 import { createRequire } from 'node:module';
 import assert from 'node:assert/strict';
 
@@ -28,6 +30,45 @@ const points = [
   { id: 6, vector: [0.35, 0.08, 0.11, 0.44], payload: { city: 'Mumbai', n: 6 } },
   { id: '8f6b3a1e-6c1d-4f0a-9a57-2f1b4c6d7e8f', vector: [0.1, 0.2, 0.3, 0.4], payload: { city: ['London', 'Paris'] } },
 ];
+
+const hybrid = 'js_hybrid';
+const hybridPoints = [
+  { id: 1, vector: { dense: [1, 0, 0, 0], text: { indices: [1, 2], values: [1, 1] } }, payload: { doc: 'a' } },
+  { id: 2, vector: { dense: [0.8, 0.2, 0, 0], text: { indices: [3], values: [2] } }, payload: { doc: 'b' } },
+  { id: 3, vector: { dense: [0, 1, 0, 0], text: { indices: [5, 2], values: [0.5, 1] } }, payload: { doc: 'c' } },
+  { id: 4, vector: { dense: [0.5, 0.5, 0.5, 0] }, payload: { doc: 'd' } },
+  { id: 5, vector: { dense: [0, 0, 1, 0], text: { indices: [2], values: [3] } }, payload: { doc: 'e' } },
+  { id: 6, vector: { dense: [0.6, 0, 0, 0.8], text: { indices: [1], values: [0.2] } }, payload: { doc: 'f' } },
+];
+
+// The fused answer equals RRF (k = 2: 1 / (rank + 2) from rank 0) over the two queries' own answers.
+async function hybridQueryMatchesTheFusionOfItsParts() {
+  const dense = { query: [0.9, 0.1, 0.3, 0], using: 'dense', limit: 4 };
+  const sparse = { query: { indices: [1, 2], values: [1, 1] }, using: 'text', limit: 4 };
+  const d = await client.query(hybrid, dense);
+  const sp = await client.query(hybrid, sparse);
+  assert.equal(d.points.length, 4);
+  assert.deepEqual(sp.points.map((p) => p.id), [5, 1, 3, 6]);
+  const want = new Map();
+  for (const list of [d.points, sp.points]) {
+    list.forEach((p, rank) => want.set(p.id, (want.get(p.id) || 0) + 1 / (rank + 2)));
+  }
+  const r = await client.query(hybrid, { prefetch: [dense, sparse], query: { fusion: 'rrf' }, limit: 3, with_payload: true });
+  assert.equal(r.points.length, 3);
+  const best = [...want.entries()].sort((a, b) => b[1] - a[1]).slice(0, 3);
+  r.points.forEach((p, i) => {
+    assert.ok(Math.abs(p.score - want.get(p.id)) < 1e-6, `${p.id}: ${p.score} vs ${want.get(p.id)}`);
+    assert.ok(Math.abs(p.score - best[i][1]) < 1e-6, `rank ${i}`);
+    assert.equal(typeof p.payload.doc, 'string');
+  });
+  const dbsf = await client.query(hybrid, { prefetch: [dense, sparse], query: { fusion: 'dbsf' }, limit: 10 });
+  assert.equal(dbsf.points.length, new Set([...d.points, ...sp.points].map((p) => p.id)).size);
+  await assert.rejects(client.query(hybrid, { query: { fusion: 'rrf' } }), (e) => {
+    assert.equal(e.status, 400);
+    assert.match(e.data.status.error, /cannot apply Fusion without prefetches/);
+    return true;
+  });
+}
 
 if (phase === 'write') {
   await check('version check and getCollections on an empty server', async () => {
@@ -148,6 +189,27 @@ if (phase === 'write') {
   await check('deleteCollection of a missing collection is false', async () => {
     assert.equal(await client.deleteCollection('missing'), false);
   });
+  await check('hybrid: named dense + IDF sparse vectors, created, upserted and read back by name', async () => {
+    assert.equal(await client.createCollection(hybrid, {
+      vectors: { dense: { size: 4, distance: 'Cosine' } }, sparse_vectors: { text: { modifier: 'idf' } },
+    }), true);
+    const info = await client.getCollection(hybrid);
+    assert.deepEqual(info.config.params.vectors, { dense: { size: 4, distance: 'Cosine' } });
+    assert.deepEqual(info.config.params.sparse_vectors, { text: { modifier: 'idf' } });
+    const r = await client.upsert(hybrid, { wait: true, points: hybridPoints });
+    assert.equal(r.status, 'completed');
+    const p = await client.retrieve(hybrid, { ids: [3], with_vector: ['text'] });
+    assert.deepEqual(p[0].vector, { text: { indices: [2, 5], values: [1, 0.5] } });
+    await assert.rejects(client.upsert(hybrid, { wait: true, points: [{ id: 9, vector: { dense: [1, 0, 0, 0], text: { indices: [1, 2], values: [1] } } }] }), (e) => {
+      assert.equal(e.status, 422);
+      assert.match(e.data.status.error, /must be the same length as indices/);
+      return true;
+    });
+    assert.equal((await client.count(hybrid, {})).count, hybridPoints.length);
+  });
+  await check('hybrid: prefetch dense + sparse, fused by RRF and DBSF, as the RAG frameworks send it', async () => {
+    await hybridQueryMatchesTheFusionOfItsParts();
+  });
 } else {
   await check('after a restart: the collection, its points, index and payload edits are back', async () => {
     const info = await client.getCollection(name);
@@ -157,6 +219,10 @@ if (phase === 'write') {
     const r = await client.query(name, { query: [0.2, 0.1, 0.9, 0.7], limit: 3 });
     assert.deepEqual(r.points.map((p) => p.id), [4, 1, 3]);
     assert.equal(await client.deleteCollection(name), true);
+  });
+  await check('after a restart: the hybrid collection answers the same fused query', async () => {
+    await hybridQueryMatchesTheFusionOfItsParts();
+    assert.equal(await client.deleteCollection(hybrid), true);
     assert.deepEqual(await client.getCollections(), { collections: [] });
   });
 }

@@ -150,6 +150,11 @@ printf '{"id":1,"text":"a red apple"}\n{"id":2,"text":"a green pear","payload":{
 "$infera" vectors embed docs "$top/texts.jsonl" --model text-embedding-3-small --create >"$top/vembed.out" 2>&1
 check "infera vectors embed through the platform's emulator" grep -q "embedded 2 texts" "$top/vembed.out"
 check "the embedded collection has the emulator's 384 dimensions" bash -c "curl -s $INFERA_URL/collections/docs | grep -q '\"size\":384'"
+# README: hybrid search (a dense and an IDF sparse vector, two prefetches fused by RRF)
+curl -s -X PUT "$INFERA_URL/collections/hybrid" -d '{"vectors":{"dense":{"size":2,"distance":"Cosine"}},"sparse_vectors":{"text":{"modifier":"idf"}}}' >/dev/null
+curl -s -X PUT "$INFERA_URL/collections/hybrid/points?wait=true" -d '{"points":[{"id":1,"vector":{"dense":[0.9,0.1],"text":{"indices":[7,42],"values":[1,1]}}},{"id":2,"vector":{"dense":[0.1,0.9],"text":{"indices":[42],"values":[2]}}}]}' >/dev/null
+curl -s -X POST "$INFERA_URL/collections/hybrid/points/query" -d '{"prefetch":[{"query":[1,0],"using":"dense","limit":20},{"query":{"indices":[7],"values":[1]},"using":"text","limit":20}],"query":{"fusion":"rrf"},"limit":5}' >"$top/hybrid.out"
+check "the README's hybrid query ranks point 1 (both lists) before point 2" grep -q '"points":\[{"id":1,"version":[0-9]*,"score":1},{"id":2,' "$top/hybrid.out"
 for i in 1 2 3; do echo "{\"custom_id\":\"q$i\",\"method\":\"POST\",\"url\":\"/v1/chat/completions\",\"body\":{\"model\":\"llama-3-8b\",\"messages\":[{\"role\":\"user\",\"content\":\"question $i\"}]}}"; done >"$top/requests.jsonl"
 "$infera" batches create "$top/requests.jsonl" --wait >"$top/bcreate.out" 2>&1
 check "infera batches create --wait ends completed, 3 of 3" grep -q "completed.*3 of 3 done" "$top/bcreate.out"

@@ -5,11 +5,14 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "core/utf8.h"
@@ -443,6 +446,248 @@ TEST_F(VectorsApiTest, SharedCollectionsAreReadAndWrittenByTeamsButManagedOnlyBy
   const auto drop = call("DELETE", "/collections/bcoll", "", b);
   ASSERT_EQ(drop.status, 200) << drop.body;
   EXPECT_EQ(json::parse(drop.body)["result"], true);
+}
+
+// Qdrant's Query API over a collection with a named dense vector and two sparse ones: sparse
+// search with IDF, hybrid prefetch + fusion equal to fusing the two answers here, the legacy
+// search and query/batch on named vectors, every malformed request refused with nothing written,
+// and the sparse vectors back after a restart (WAL replay).
+TEST_F(VectorsApiTest, NamedAndSparseVectorsAnswerTheQueryApiWithPrefetchAndFusion) {
+  start(false);
+  const std::string c = "/collections/hybrid";
+  ASSERT_EQ(call("PUT", c,
+                 R"({"vectors":{"dense":{"size":2,"distance":"Dot"}},)"
+                 R"("sparse_vectors":{"text":{"modifier":"idf"},"kw":{}}})")
+                .status,
+            200);
+  const json info = json::parse(call("GET", c).body);
+  EXPECT_EQ(info["result"]["config"]["params"]["vectors"],
+            json::parse(R"({"dense":{"size":2,"distance":"Dot"}})"));
+  EXPECT_EQ(info["result"]["config"]["params"]["sparse_vectors"],
+            json::parse(R"({"text":{"modifier":"idf"},"kw":{}})"));
+  auto up = call("PUT", c + "/points?wait=true", R"({"points":[
+      {"id":1,"vector":{"dense":[1,0],"text":{"indices":[1],"values":[1]},"kw":{"indices":[7],"values":[1]}}},
+      {"id":2,"vector":{"dense":[0.9,0.1],"text":{"indices":[2,1],"values":[1,0.5]}}},
+      {"id":3,"vector":{"dense":[0,1],"text":{"indices":[3],"values":[2]}}},
+      {"id":4,"vector":{"dense":[0.5,0.5],"text":{"indices":[2],"values":[1]}}},
+      {"id":5,"vector":{"dense":[-1,0],"text":{"indices":[1],"values":[2]}}},
+      {"id":6,"vector":{"dense":[0.2,0.8]}}]})");
+  ASSERT_EQ(up.status, 200) << up.body;
+  up = call("PUT", c + "/points?wait=true",
+            R"({"batch":{"ids":[7,8],"vectors":{"dense":[[0.7,0.7],[0.1,0.1]],)"
+            R"("text":[{"indices":[4],"values":[1]},{"indices":[1],"values":[0.1]}]}}})");
+  ASSERT_EQ(up.status, 200) << up.body;
+  // A point's vectors come back by name, sparse ones sorted by index.
+  const json p2 = json::parse(call("GET", c + "/points/2").body);
+  EXPECT_EQ(p2["result"]["vector"]["text"], json::parse(R"({"indices":[1,2],"values":[0.5,1]})"));
+  EXPECT_EQ(p2["result"]["vector"]["dense"].size(), 2u);
+  EXPECT_FALSE(p2["result"]["vector"].contains("kw")) << "point 2 has no kw vector";
+
+  auto points = [&](const std::string& path, const std::string& body) {
+    const auto r = call("POST", c + path, body);
+    EXPECT_EQ(r.status, 200) << body << " -> " << r.body;
+    const json j = json::parse(r.body, nullptr, false);
+    return j.is_object() && j["result"].is_object() ? j["result"]["points"] : j["result"];
+  };
+  auto ids = [](const json& pts) {
+    std::vector<int> out;
+    for (const auto& p : pts) out.push_back(p["id"].get<int>());
+    return out;
+  };
+  // Sparse with IDF: 7 points have `text`, 4 of them dimension 1.
+  const json sparse =
+      points("/points/query", R"({"query":{"indices":[1],"values":[1]},"using":"text","limit":3})");
+  EXPECT_EQ(ids(sparse), (std::vector<int>{5, 1, 2}));
+  const double idf = std::log((7 - 4 + 0.5) / (4 + 0.5) + 1);
+  EXPECT_NEAR(sparse[0]["score"].get<double>(), 2 * idf, 1e-5);
+  const json dense = points("/points/query", R"({"query":[1,0],"using":"dense","limit":3})");
+  EXPECT_EQ(ids(dense), (std::vector<int>{1, 2, 7}));
+  // Hybrid: both as prefetches, fused by RRF (k = 2) exactly as computed from the two answers.
+  std::map<int, double> want;
+  for (const json* list : {&dense, &sparse}) {
+    for (size_t r = 0; r < list->size(); ++r) want[(*list)[r]["id"].get<int>()] += 1.0 / (r + 2.0);
+  }
+  const std::string hybrid = R"({"prefetch":[{"query":[1,0],"using":"dense","limit":3},)"
+                             R"({"query":{"indices":[1],"values":[1]},"using":"text","limit":3}],)";
+  const json rrf = points("/points/query", hybrid + R"("query":{"fusion":"rrf"},"limit":3})");
+  EXPECT_EQ(ids(rrf), (std::vector<int>{1, 2, 5}));
+  for (const auto& p : rrf) EXPECT_NEAR(p["score"].get<double>(), want[p["id"].get<int>()], 1e-6);
+  const json dbsf = points("/points/query", hybrid + R"("query":{"fusion":"dbsf"},"limit":10})");
+  EXPECT_EQ(dbsf.size(), 4u) << "the union of the two prefetches";
+  // Rescoring the sparse candidates with the dense vector; a filter at the root reaches them.
+  const json rescored = points(
+      "/points/query",
+      R"({"prefetch":{"query":{"indices":[1],"values":[1]},"using":"text","limit":10},)"
+      R"("query":[1,0],"using":"dense","filter":{"must_not":[{"has_id":[1]}]},"with_vector":["text"]})");
+  EXPECT_EQ(ids(rescored), (std::vector<int>{2, 8, 5}));
+  EXPECT_EQ(rescored[0]["vector"], json::parse(R"({"text":{"indices":[1,2],"values":[0.5,1]}})"));
+  // The legacy search and the batch take named vectors too.
+  EXPECT_EQ(
+      ids(points("/points/search",
+                 R"({"vector":{"name":"text","vector":{"indices":[1],"values":[1]}},"limit":2})")),
+      (std::vector<int>{5, 1}));
+  const json batch =
+      points("/points/query/batch", R"({"searches":[{"query":[0,1],"using":"dense","limit":1},)"
+                                    R"({"query":{"indices":[7],"values":[1]},"using":"kw"}]})");
+  ASSERT_EQ(batch.size(), 2u);
+  EXPECT_EQ(ids(batch[0]["points"]), std::vector<int>{3});
+  EXPECT_EQ(ids(batch[1]["points"]), std::vector<int>{1});
+  // A query by id uses that point's vector of `using`, and leaves the point out.
+  EXPECT_EQ(ids(points("/points/query", R"({"query":5,"using":"text","limit":2})")),
+            (std::vector<int>{1, 2}));
+
+  // Refusals: the reason in Qdrant's shape, and nothing written.
+  const std::vector<std::tuple<std::string, std::string, int, std::string>> bad = {
+      {"PUT",
+       R"({"points":[{"id":9,"vector":{"dense":[1,1],"text":{"indices":[1,2],"values":[1]}}}]})",
+       422, "must be the same length as indices"},
+      {"PUT",
+       R"({"points":[{"id":9,"vector":{"dense":[1,1],"text":{"indices":[3,3],"values":[1,2]}}}]})",
+       422, "must be unique"},
+      {"PUT",
+       R"({"points":[{"id":9,"vector":{"dense":[1,1],"text":{"indices":[-1],"values":[1]}}}]})",
+       400, "expected u32"},
+      {"PUT", R"({"points":[{"id":9,"vector":{"dense":[1,1],"nope":[1,1]}}]})", 400,
+       "Not existing vector name error: nope"},
+      {"PUT", R"({"points":[{"id":9,"vector":{"dense":[1,1],"text":[1,1]}}]})", 400,
+       "Conversion between sparse and regular vectors failed"},
+      {"PUT", R"({"points":[{"id":9,"vector":[1,1]}]})", 400, "Not existing vector name error"},
+      {"PUT", R"({"points":[{"id":9,"vector":{"text":{"indices":[1],"values":[1]}}}]})", 400,
+       "needs every point's dense vector"},
+      {"PUT",
+       R"({"points":[{"id":9,"vector":{"dense":[1,1],"text":{"indices":[1],"values":[1e999]}}}]})",
+       400, ""},
+      {"POST", R"({"query":{"fusion":"rrf"}})", 400, "cannot apply Fusion without prefetches"},
+      {"POST", R"({"prefetch":[{"query":[1,0],"using":"dense"}]})", 400,
+       "A query is needed to merge the prefetches"},
+      {"POST",
+       R"({"prefetch":[{"query":[1,0],"using":"dense"}],"query":{"fusion":"rrf"},"using":"dense"})",
+       400, "Fusion queries cannot be combined with the 'using' field."},
+      {"POST",
+       R"({"prefetch":[{"query":[1,0],"using":"dense"}],"query":{"rrf":{"weights":[1,2]}}})", 400,
+       "Number of weights in RRF should match number of pre-fetches: got 2, expected 1"},
+      {"POST", R"({"query":[1,0],"using":"nope"})", 400, "Not existing vector name error: nope"},
+      {"POST", R"({"query":[1,0]})", 400, "Not existing vector name error: "},
+      {"POST", R"({"query":{"indices":[1],"values":[1]},"using":"dense"})", 400,
+       "Conversion between sparse and regular vectors failed"},
+      {"POST", R"({"query":[1,0],"using":"text"})", 400,
+       "Conversion between sparse and regular vectors failed"},
+      {"POST", R"({"score_threshold":1})", 400, "A query is needed to use the score_threshold"},
+      {"POST", R"({"query":{"recommend":{"positive":[1]}},"using":"dense"})", 400, "not supported"},
+  };
+  for (const auto& [method, body, status, words] : bad) {
+    const auto r =
+        call(method, method == "PUT" ? c + "/points?wait=true" : c + "/points/query", body);
+    EXPECT_EQ(r.status, status) << body << " -> " << r.body;
+    EXPECT_NE(qdrantErrorMessage(r.body).find(words), std::string::npos)
+        << body << " -> " << r.body;
+  }
+  // Sixty-four prefetches (each a search) are one too many.
+  std::string many = R"({"query":{"fusion":"rrf"},"prefetch":[)";
+  for (int i = 0; i < 64; ++i)
+    many += std::string(i ? "," : "") + R"({"query":[1,0],"using":"dense"})";
+  const auto r = call("POST", c + "/points/query", many + "]}");
+  EXPECT_EQ(r.status, 400) << r.body;
+  EXPECT_EQ(json::parse(call("POST", c + "/points/count", "{}").body)["result"]["count"], 8);
+
+  // After a restart (the WAL replayed), the same answers.
+  server_.reset();
+  start(false);
+  EXPECT_EQ(ids(points("/points/query", hybrid + R"("query":{"fusion":"rrf"},"limit":3})")),
+            (std::vector<int>{1, 2, 5}));
+  EXPECT_EQ(json::parse(call("GET", c + "/points/2").body)["result"]["vector"]["text"],
+            json::parse(R"({"indices":[1,2],"values":[0.5,1]})"));
+}
+
+// Several named dense vectors (an image and a text one), each its own graph and distance: queried
+// by `using`, one replaced by PUT /points/vectors while the other stays, sparse vectors deleted by
+// name, refusals that change nothing, and all of it back after a restart.
+TEST_F(VectorsApiTest, SeveralNamedDenseVectorsAreQueriedUpdatedAndKeptByName) {
+  start(false);
+  const std::string c = "/collections/multi";
+  ASSERT_EQ(call("PUT", c,
+                 R"({"vectors":{"image":{"size":2,"distance":"Euclid"},)"
+                 R"("text":{"size":3,"distance":"Dot","hnsw_config":{"m":8}}},)"
+                 R"("sparse_vectors":{"kw":{}}})")
+                .status,
+            200);
+  const json info = json::parse(call("GET", c).body);
+  EXPECT_EQ(info["result"]["config"]["params"]["vectors"],
+            json::parse(
+                R"({"image":{"size":2,"distance":"Euclid"},)"
+                R"("text":{"size":3,"distance":"Dot","hnsw_config":{"m":8,"ef_construct":100}}})"));
+  auto up = call("PUT", c + "/points?wait=true", R"({"points":[
+      {"id":1,"vector":{"image":[0,0],"text":[1,0,0],"kw":{"indices":[5],"values":[1]}}},
+      {"id":2,"vector":{"image":[1,0],"text":[0,1,0],"kw":{"indices":[5],"values":[2]}}},
+      {"id":3,"vector":{"image":[3,3],"text":[0,0,1]}}]})");
+  ASSERT_EQ(up.status, 200) << up.body;
+  auto ids = [&](const std::string& body) {
+    const auto r = call("POST", c + "/points/query", body);
+    EXPECT_EQ(r.status, 200) << body << " -> " << r.body;
+    std::vector<int> out;
+    const json j = json::parse(r.body, nullptr, false);
+    if (!j.is_discarded() && j["result"].is_object()) {
+      for (const auto& p : j["result"]["points"]) out.push_back(p["id"].get<int>());
+    }
+    return out;
+  };
+  EXPECT_EQ(ids(R"({"query":[2.9,2.9],"using":"image","limit":2})"), (std::vector<int>{3, 2}));
+  EXPECT_EQ(ids(R"({"query":[0,1,0.5],"using":"text","limit":2})"), (std::vector<int>{2, 3}));
+  // Both dense vectors as prefetches, fused.
+  EXPECT_EQ(
+      ids(R"({"prefetch":[{"query":[0.1,0],"using":"image","limit":2},)"
+          R"({"query":[1,0.2,0],"using":"text","limit":2}],"query":{"fusion":"rrf"},"limit":1})"),
+      std::vector<int>{1});
+  // Every point needs every dense vector.
+  const auto missing =
+      call("PUT", c + "/points?wait=true", R"({"points":[{"id":4,"vector":{"image":[1,1]}}]})");
+  EXPECT_EQ(missing.status, 400) << missing.body;
+  EXPECT_NE(qdrantErrorMessage(missing.body).find("no `text` vector"), std::string::npos)
+      << missing.body;
+  // PUT /points/vectors replaces point 3's text vector; its image vector and payload stay.
+  ASSERT_EQ(
+      call("PUT", c + "/points/payload?wait=true", R"({"payload":{"k":"v"},"points":[3]})").status,
+      200);
+  up = call("PUT", c + "/points/vectors?wait=true",
+            R"({"points":[{"id":3,"vector":{"text":[0.9,0,0]}}]})");
+  ASSERT_EQ(up.status, 200) << up.body;
+  EXPECT_EQ(ids(R"({"query":[1,0,0],"using":"text","limit":2})"), (std::vector<int>{1, 3}));
+  EXPECT_EQ(ids(R"({"query":[2.9,2.9],"using":"image","limit":1})"), std::vector<int>{3});
+  const json p3 = json::parse(call("GET", c + "/points/3").body);
+  EXPECT_EQ(p3["result"]["vector"]["text"], json::parse("[0.9,0,0]"));
+  EXPECT_EQ(p3["result"]["vector"]["image"], json::parse("[3,3]"));
+  EXPECT_EQ(p3["result"]["payload"], json::parse(R"({"k":"v"})"));
+  // Refused, with nothing changed: a missing point (the whole update), a wrong size, a dense
+  // vector deleted, an unknown name.
+  const auto absent = call("PUT", c + "/points/vectors?wait=true",
+                           R"({"points":[{"id":1,"vector":{"text":[0,0,1]}},)"
+                           R"({"id":99,"vector":{"text":[0,0,1]}}]})");
+  EXPECT_EQ(absent.status, 404) << absent.body;
+  EXPECT_EQ(call("PUT", c + "/points/vectors?wait=true",
+                 R"({"points":[{"id":1,"vector":{"text":[0,1]}}]})")
+                .status,
+            400);
+  EXPECT_EQ(ids(R"({"query":[1,0,0],"using":"text","limit":1})"), std::vector<int>{1})
+      << "point 1's text vector is unchanged";
+  EXPECT_EQ(
+      call("POST", c + "/points/vectors/delete?wait=true", R"({"points":[1],"vector":["image"]})")
+          .status,
+      400);
+  EXPECT_EQ(call("POST", c + "/points/vectors/delete?wait=true", R"({"points":[1],"vector":["x"]})")
+                .status,
+            400);
+  // A sparse vector deleted by name: point 1 no longer answers a kw query.
+  ASSERT_EQ(
+      call("POST", c + "/points/vectors/delete?wait=true", R"({"points":[1],"vector":["kw"]})")
+          .status,
+      200);
+  EXPECT_EQ(ids(R"({"query":{"indices":[5],"values":[1]},"using":"kw"})"), std::vector<int>{2});
+
+  server_.reset();
+  start(false);
+  EXPECT_EQ(ids(R"({"query":[1,0,0],"using":"text","limit":2})"), (std::vector<int>{1, 3}));
+  EXPECT_EQ(ids(R"({"query":[2.9,2.9],"using":"image","limit":2})"), (std::vector<int>{3, 2}));
+  EXPECT_EQ(ids(R"({"query":{"indices":[5],"values":[1]},"using":"kw"})"), std::vector<int>{2});
 }
 
 }  // namespace
