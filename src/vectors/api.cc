@@ -188,12 +188,33 @@ Status parseDenseParams(const Json& body, const Json& v, CollectionParams& p) {
     if (!q.is_object())
       return Status::invalidArgument(
           "Format error in JSON body: quantization_config must be an object");
+    if (q.contains("binary")) {
+      const Json& b = q["binary"];
+      if (!b.is_object())
+        return Status::invalidArgument("Format error in JSON body: binary must be an object");
+      if (b.contains("encoding") && !b["encoding"].is_null() &&
+          stringOr(b, "encoding", "") != "one_bit") {
+        return badRequest("binary quantization encoding `" + stringOr(b, "encoding", "?") +
+                          "` is not supported by Infera (one_bit is)");
+      }
+      if (p.distance == Distance::kEuclid) {
+        return badRequest(
+            "binary quantization does not fit Euclid distance: its bits keep the direction of a "
+            "vector, not its length (use Cosine or Dot, or scalar quantization)");
+      }
+      p.binary = true;
+      p.quantization = false;
+      if (b.contains("always_ram") && b["always_ram"].is_boolean())
+        p.always_ram = b["always_ram"].get<bool>();
+      return Status::ok();
+    }
     if (!q.contains("scalar"))
-      return badRequest("only scalar (int8) quantization is supported by Infera");
+      return badRequest("only scalar (int8) and binary quantization are supported by Infera");
     const Json& s = q["scalar"];
     if (!s.is_object() || (s.contains("type") && stringOr(s, "type", "") != "int8"))
       return badRequest("scalar quantization type must be int8");
     p.quantization = true;
+    p.binary = false;
     if (s.contains("quantile") && s["quantile"].is_number())
       p.quantile = s["quantile"].get<float>();
     if (p.quantile < 0.5f || p.quantile > 1.0f) {
@@ -211,6 +232,11 @@ Status parseDenseParams(const Json& body, const Json& v, CollectionParams& p) {
   if (body.contains("quantization_config"))
     INFERA_RETURN_IF_ERROR(quant(body["quantization_config"]));
   if (v.contains("quantization_config")) INFERA_RETURN_IF_ERROR(quant(v["quantization_config"]));
+  if (v.contains("on_disk") && !v["on_disk"].is_null()) {
+    if (!v["on_disk"].is_boolean())
+      return Status::invalidArgument("Format error in JSON body: on_disk must be a bool");
+    p.on_disk = v["on_disk"].get<bool>();
+  }
   return Status::ok();
 }
 

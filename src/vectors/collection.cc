@@ -59,6 +59,8 @@ Json paramsToJson(const CollectionParams& p) {
   j["quantile"] = p.quantile;
   j["always_ram"] = p.always_ram;
   j["on_disk_payload"] = p.on_disk_payload;
+  if (p.binary) j["binary"] = true;
+  if (p.on_disk) j["on_disk"] = true;
   if (!p.dense_name.empty()) j["dense_name"] = p.dense_name;
   if (!p.extra_dense.empty()) {
     Json ex = Json::array();
@@ -70,7 +72,9 @@ Json paramsToJson(const CollectionParams& p) {
                     {"ef_construct", d.ef_construct},
                     {"quantization", d.quantization},
                     {"quantile", d.quantile},
-                    {"always_ram", d.always_ram}});
+                    {"always_ram", d.always_ram},
+                    {"binary", d.binary},
+                    {"on_disk", d.on_disk}});
     }
     j["extra_dense"] = ex;
   }
@@ -99,6 +103,8 @@ Result<CollectionParams> paramsFromJson(const Json& j) {
   p.quantile = j.value("quantile", 0.99f);
   p.always_ram = j.value("always_ram", true);
   p.on_disk_payload = j.value("on_disk_payload", true);
+  p.binary = j.value("binary", false);
+  p.on_disk = j.value("on_disk", false);
   p.dense_name = j.value("dense_name", std::string());
   if (const auto ex = j.find("extra_dense"); ex != j.end() && ex->is_array()) {
     for (const auto& x : *ex) {
@@ -113,6 +119,8 @@ Result<CollectionParams> paramsFromJson(const Json& j) {
       d.quantization = x.value("quantization", false);
       d.quantile = x.value("quantile", 0.99f);
       d.always_ram = x.value("always_ram", true);
+      d.binary = x.value("binary", false);
+      d.on_disk = x.value("on_disk", false);
       p.extra_dense.push_back(std::move(d));
     }
   }
@@ -133,8 +141,18 @@ int CollectionParams::denseIndex(const std::string& name) const {
 
 DenseParams CollectionParams::dense(int i) const {
   if (i > 0) return extra_dense.at(size_t(i) - 1);
-  return DenseParams{dense_name,   dim,          distance, m,
-                     ef_construct, quantization, quantile, always_ram};
+  DenseParams d;
+  d.name = dense_name;
+  d.dim = dim;
+  d.distance = distance;
+  d.m = m;
+  d.ef_construct = ef_construct;
+  d.quantization = quantization;
+  d.quantile = quantile;
+  d.always_ram = always_ram;
+  d.binary = binary;
+  d.on_disk = on_disk;
+  return d;
 }
 
 // ---- ops: a compact binary form for the WAL ----
@@ -689,17 +707,28 @@ void Collection::indexSlot(uint32_t slot, bool add) {
 
 // ---- the collection ----
 
+HnswParams hnswParams(const DenseParams& d, const std::string& disk_dir) {
+  HnswParams h;
+  h.m = d.m;
+  h.ef_construct = d.ef_construct;
+  h.quantize_int8 = d.quantization;
+  h.quantile = d.quantile;
+  h.quantize_binary = d.binary;
+  h.on_disk = d.on_disk;
+  h.disk_dir = disk_dir;
+  return h;
+}
+
 Collection::Collection(std::string name, CollectionParams params)
     : name_(std::move(name)),
       params_(params),
       index_(params.dim, params.distance == Distance::kEuclid ? Metric::kL2 : Metric::kDot,
-             HnswParams{params.m, params.ef_construct, 0x5eed'1e55'ab1e'0001ULL,
-                        params.quantization, params.quantile}) {
+             hnswParams(params.dense(0), params.disk_dir)) {
   for (const auto& [n, m] : params_.sparse) sparse_.emplace(n, SparseIndex(m));
   for (const auto& d : params_.extra_dense) {
-    extra_.push_back(std::make_unique<Hnsw>(
-        d.dim, d.distance == Distance::kEuclid ? Metric::kL2 : Metric::kDot,
-        HnswParams{d.m, d.ef_construct, 0x5eed'1e55'ab1e'0001ULL, d.quantization, d.quantile}));
+    extra_.push_back(
+        std::make_unique<Hnsw>(d.dim, d.distance == Distance::kEuclid ? Metric::kL2 : Metric::kDot,
+                               hnswParams(d, params_.disk_dir)));
   }
   pthread_rwlockattr_t attr;
   pthread_rwlockattr_init(&attr);
@@ -777,7 +806,7 @@ const Filter* bothFilters(const Filter* a, const Filter* b, Filter& holder) {
 
 void Collection::nearest(int dense_index, const float* vec, const Filter* filter, size_t want,
                          size_t hnsw_ef, bool exact, SearchScratch& scratch,
-                         std::vector<Neighbor>& found, Plan* plan_out) const {
+                         std::vector<Neighbor>& found, Plan* plan_out, const QueryNode* q) const {
   const Hnsw& index = hnsw(dense_index);
   std::function<bool(uint32_t)> check;
   SlotFilter sf;
@@ -814,9 +843,12 @@ void Collection::nearest(int dense_index, const float* vec, const Filter* filter
   }
   if (plan_used == Plan::kHnsw) {
     if (filtered) plan_used = Plan::kHnswFiltered;
-    const size_t ef =
-        hnsw_ef ? hnsw_ef : std::max<size_t>(size_t(index.params().ef_construct), want);
-    index.search(vec, want, std::max(ef, want), sf, scratch, found);
+    size_t ef = hnsw_ef ? hnsw_ef : std::max<size_t>(size_t(index.params().ef_construct), want);
+    // Oversampling: at least limit x oversampling candidates from the codes, all rescored.
+    if (q && q->oversampling > 1.0f)
+      ef = std::max(ef, std::min<size_t>(size_t(std::ceil(double(want) * double(q->oversampling))),
+                                         std::max<size_t>(want, 100'000)));
+    index.search(vec, want, std::max(ef, want), sf, scratch, found, !(q && q->quant_ignore));
   }
   if (plan_out) *plan_out = plan_used;
 }
@@ -868,7 +900,8 @@ std::vector<Scored> Collection::rank(const QueryNode& q, const Filter* inherited
   if (q.prefetch.empty()) {
     if (q.kind == K::kDense) {
       std::vector<Neighbor> found;
-      nearest(q.dense_index, q.dense.data(), f, limit, q.hnsw_ef, q.exact, scratch, found, nullptr);
+      nearest(q.dense_index, q.dense.data(), f, limit, q.hnsw_ef, q.exact, scratch, found, nullptr,
+              &q);
       for (const auto& n : found) {
         const float s = score(n.dist, q.dense_index);
         if (!keep(s)) break;  // ranked: the rest are worse
@@ -1030,12 +1063,17 @@ Json Collection::info() const {
   Json params;
   const Json dense = {{"size", params_.dim},
                       {"distance", std::string(distanceName(params_.distance))}};
-  params["vectors"] = params_.named() ? Json{{params_.dense_name, dense}} : dense;
+  Json first = dense;
+  if (params_.on_disk) first["on_disk"] = true;
+  params["vectors"] = params_.named() ? Json{{params_.dense_name, first}} : first;
   for (const auto& d : params_.extra_dense) {
     Json x = {{"size", d.dim}, {"distance", std::string(distanceName(d.distance))}};
     if (d.m != params_.m || d.ef_construct != params_.ef_construct)
       x["hnsw_config"] = {{"m", d.m}, {"ef_construct", d.ef_construct}};
-    if (d.quantization) {
+    if (d.on_disk) x["on_disk"] = true;
+    if (d.binary) {
+      x["quantization_config"] = {{"binary", {{"always_ram", d.always_ram}}}};
+    } else if (d.quantization) {
       x["quantization_config"] = {
           {"scalar", {{"type", "int8"}, {"quantile", d.quantile}, {"always_ram", d.always_ram}}}};
     }
@@ -1065,7 +1103,9 @@ Json Collection::info() const {
       {"flush_interval_sec", 5},     {"max_optimization_threads", nullptr}};
   config["wal_config"] = {
       {"wal_capacity_mb", 32}, {"wal_segments_ahead", 0}, {"wal_retain_closed", 1}};
-  if (params_.quantization) {
+  if (params_.binary) {
+    config["quantization_config"] = {{"binary", {{"always_ram", params_.always_ram}}}};
+  } else if (params_.quantization) {
     config["quantization_config"] = {
         {"scalar",
          {{"type", "int8"}, {"quantile", params_.quantile}, {"always_ram", params_.always_ram}}}};
@@ -1103,8 +1143,11 @@ Json Collection::stats() const {
   }
   j["mean_degree"] = index_.meanDegree();
   j["quantized"] = index_.quantized();
+  j["quantization"] = params_.binary ? "binary" : params_.quantization ? "int8" : "none";
+  j["mapped_bytes"] = index_.mappedBytes();
   for (size_t i = 0; i < extra_.size(); ++i) {
     j["dense"][params_.extra_dense[i].name] = {{"index_bytes", extra_[i]->memoryBytes()},
+                                               {"mapped_bytes", extra_[i]->mappedBytes()},
                                                {"mean_degree", extra_[i]->meanDegree()},
                                                {"quantized", extra_[i]->quantized()}};
   }
@@ -1159,7 +1202,8 @@ void Collection::setPayloadLocked(uint32_t slot, Json payload) {
 void Collection::trainQuantizers() {
   for (int i = 0; i < int(params_.denseCount()); ++i) {
     Hnsw& h = hnsw(i);
-    if (h.params().quantize_int8 && !h.quantized() && h.live() >= 1024) {
+    if ((h.params().quantize_int8 || h.params().quantize_binary) && !h.quantized() &&
+        h.live() >= 1024) {
       WriteLock lock(lock_);
       h.trainQuantizer();
     }

@@ -1,5 +1,7 @@
 #include "vectors/internal/distance.h"
 
+#include <bit>
+
 #include <immintrin.h>
 
 #include <cstdlib>
@@ -230,9 +232,23 @@ __attribute__((target("avx512f,avx512bw,avx2"))) int32_t avx512CodeDot(const int
 
 #pragma GCC diagnostic pop
 
-const Kernels kScalar{scalarL2, scalarNegDot, scalarCodeL2, scalarCodeDot, "scalar"};
-const Kernels kAvx2{avxL2, avxNegDot, avxCodeL2, avxCodeDot, "avx2+fma"};
-const Kernels kAvx512{avx512L2, avx512NegDot, avx512CodeL2, avx512CodeDot, "avx512"};
+uint32_t scalarHamming(const uint64_t* a, const uint64_t* b, size_t words) {
+  uint32_t s = 0;
+  for (size_t i = 0; i < words; ++i) s += uint32_t(std::popcount(a[i] ^ b[i]));
+  return s;
+}
+
+// Every CPU with AVX2 has POPCNT: one instruction per word.
+__attribute__((target("popcnt"))) uint32_t popcntHamming(const uint64_t* a, const uint64_t* b,
+                                                         size_t words) {
+  uint32_t s = 0;
+  for (size_t i = 0; i < words; ++i) s += uint32_t(__builtin_popcountll(a[i] ^ b[i]));
+  return s;
+}
+
+const Kernels kScalar{scalarL2, scalarNegDot, scalarCodeL2, scalarCodeDot, scalarHamming, "scalar"};
+const Kernels kAvx2{avxL2, avxNegDot, avxCodeL2, avxCodeDot, popcntHamming, "avx2+fma"};
+const Kernels kAvx512{avx512L2, avx512NegDot, avx512CodeL2, avx512CodeDot, popcntHamming, "avx512"};
 
 }  // namespace
 

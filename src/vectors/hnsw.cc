@@ -6,6 +6,10 @@
 #include <cstring>
 #include <limits>
 
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
 namespace infera::vectors {
 namespace {
 
@@ -40,24 +44,64 @@ Hnsw::Hnsw(size_t dim, Metric metric, HnswParams params)
       m_(size_t(std::max(2, params.m))),
       m0_(2 * m_),
       level_mult_(1.0 / std::log(double(m_))),
-      rng_(params.seed) {}
+      rng_(params.seed),
+      words_((dim + 63) / 64) {}
 
-Hnsw::~Hnsw() { std::free(data_); }
+Hnsw::~Hnsw() {
+  if (fd_ >= 0) {
+    ::munmap(data_, mapped_bytes_);
+    ::close(fd_);
+  } else {
+    std::free(data_);
+  }
+}
 
-void Hnsw::reserve(size_t n) {
-  if (n <= capacity_) return;
-  size_t cap = std::max<size_t>({n, capacity_ * 2, 1024});
-  const size_t bytes = (cap * dim_ * sizeof(float) + 63) / 64 * 64;
+void Hnsw::growData(size_t cap) {
+  const size_t bytes = (cap * dim_ * sizeof(float) + 4095) / 4096 * 4096;
+  if (params_.on_disk && fd_ < 0 && !data_) {
+    // An unlinked file: nothing to clean up after a crash, and its pages are file-backed, so the
+    // kernel can drop clean ones instead of keeping them resident. Durability is the WAL's and
+    // the snapshot's, not this file's.
+    std::string path = (params_.disk_dir.empty() ? std::string("/tmp") : params_.disk_dir) +
+                       "/.infera-vectors-XXXXXX";
+    const int fd = ::mkstemp(path.data());
+    if (fd >= 0) {
+      ::unlink(path.c_str());
+      fd_ = fd;
+    }
+  }
+  if (fd_ >= 0) {
+    if (::ftruncate(fd_, off_t(bytes)) == 0) {
+      void* m = data_ ? ::mremap(data_, mapped_bytes_, bytes, MREMAP_MAYMOVE)
+                      : ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd_, 0);
+      if (m != MAP_FAILED) {
+        ::madvise(m, bytes, MADV_RANDOM);
+        data_ = static_cast<float*>(m);
+        mapped_bytes_ = bytes;
+        return;
+      }
+    }
+    INFERA_CHECK(data_ == nullptr, "cannot grow the mapped vector file");
+    ::close(fd_);  // no room on disk for the first mapping: the floats stay in memory
+    fd_ = -1;
+  }
   auto* fresh = static_cast<float*>(std::aligned_alloc(64, bytes));
   INFERA_CHECK(fresh != nullptr, "out of memory for vectors");
   if (data_) std::memcpy(fresh, data_, size_t(slots_) * dim_ * sizeof(float));
   std::free(data_);
   data_ = fresh;
+}
+
+void Hnsw::reserve(size_t n) {
+  if (n <= capacity_) return;
+  size_t cap = std::max<size_t>({n, capacity_ * 2, 1024});
+  growData(cap);
   links0_.resize(cap * (m0_ + 1), 0);
   upper_.resize(cap);
   levels_.resize(cap, 0);
   deleted_.resize(cap, 0);
   if (params_.quantize_int8) codes_.resize(cap * dim_, 0);
+  if (bits_ready_) bits_.resize(cap * words_, 0);
   capacity_ = cap;
 }
 
@@ -155,14 +199,23 @@ void Hnsw::searchLevel0(DistFn&& dist, const char* rows, size_t row_bytes, uint3
 }
 
 void Hnsw::search(const float* q, size_t k, size_t ef, const SlotFilter& filter, SearchScratch& s,
-                  std::vector<Neighbor>& out) const {
+                  std::vector<Neighbor>& out, bool use_codes) const {
   out.clear();
   if (entry_ == kNone || k == 0) return;
   ef = std::max(ef, k);
   s.begin(slots_);
   float ep_dist = dist_(q, vector(entry_), dim_);
   const uint32_t ep = greedy(q, entry_, ep_dist, max_level_, 0);
-  if (quantized()) {
+  if (use_codes && params_.quantize_binary && bits_ready_) {
+    s.qbits.resize(words_);
+    encodeBits(q, s.qbits.data());
+    const uint64_t* qb = s.qbits.data();
+    const BitKernel hamming = kernels().hamming;
+    searchLevel0(
+        [&](uint32_t slot) { return float(hamming(qb, &bits_[size_t(slot) * words_], words_)); },
+        reinterpret_cast<const char*>(bits_.data()), words_ * sizeof(uint64_t), ep, ef, filter, s);
+    for (auto& r : s.res) r.dist = dist_(q, vector(r.slot), dim_);
+  } else if (use_codes && quantized()) {
     s.qcode.resize(dim_);
     encode(q, s.qcode.data());
     const int8_t* qc = s.qcode.data();
@@ -401,7 +454,8 @@ void Hnsw::commit(const InsertPlan& p) {
   const uint32_t slot = p.slot;
   const bool fresh = slot >= slots_;
   std::memcpy(data_ + size_t(slot) * dim_, p.vec, dim_ * sizeof(float));
-  if (quantized()) encode(p.vec, &codes_[size_t(slot) * dim_]);
+  if (params_.quantize_int8 && quant_ready_) encode(p.vec, &codes_[size_t(slot) * dim_]);
+  if (bits_ready_) encodeBits(p.vec, &bits_[size_t(slot) * words_]);
   if (fresh) {
     levels_[slot] = int8_t(p.level);
     upper_[slot].assign(size_t(p.level) * (m_ + 1), 0);
@@ -442,7 +496,31 @@ void Hnsw::encode(const float* v, int8_t* out) const {
   }
 }
 
+void Hnsw::encodeBits(const float* v, uint64_t* out) const {
+  std::fill(out, out + words_, 0);
+  for (size_t i = 0; i < dim_; ++i) {
+    if (v[i] > bit_mid_[i]) out[i >> 6] |= 1ull << (i & 63);
+  }
+}
+
 void Hnsw::trainQuantizer() {
+  if (params_.quantize_binary && slots_ > 0) {
+    // Each dimension's threshold: its mean over up to 65,536 stored vectors (a sign bit would
+    // make every bit of a non-negative feature, as SIFT's, the same).
+    const size_t step = std::max<size_t>(1, slots_ / 65536);
+    std::vector<double> sum(dim_, 0.0);
+    size_t n = 0;
+    for (size_t s = 0; s < slots_; s += step, ++n) {
+      const float* v = vector(uint32_t(s));
+      for (size_t i = 0; i < dim_; ++i) sum[i] += v[i];
+    }
+    bit_mid_.resize(dim_);
+    for (size_t i = 0; i < dim_; ++i) bit_mid_[i] = float(sum[i] / double(n));
+    bits_.assign(capacity_ * words_, 0);
+    for (uint32_t s = 0; s < slots_; ++s) encodeBits(vector(s), &bits_[size_t(s) * words_]);
+    bits_ready_ = true;
+    return;
+  }
   if (!params_.quantize_int8 || slots_ == 0) return;
   // The range from a sample of up to 2^20 values: [lo, hi] quantiles for L2 (codes centred on
   // their middle), the symmetric |x| quantile for dot products (an offset would change them).
@@ -473,8 +551,9 @@ void Hnsw::trainQuantizer() {
 }
 
 size_t Hnsw::memoryBytes() const {
-  size_t b = capacity_ * dim_ * sizeof(float) + codes_.size() + links0_.size() * sizeof(uint32_t) +
-             levels_.size() + deleted_.size() + upper_.size() * sizeof(std::vector<uint32_t>);
+  size_t b = (fd_ >= 0 ? 0 : capacity_ * dim_ * sizeof(float)) + codes_.size() +
+             bits_.size() * sizeof(uint64_t) + links0_.size() * sizeof(uint32_t) + levels_.size() +
+             deleted_.size() + upper_.size() * sizeof(std::vector<uint32_t>);
   for (uint32_t s = 0; s < slots_; ++s) b += upper_[s].capacity() * sizeof(uint32_t);
   return b;
 }
@@ -522,7 +601,7 @@ constexpr uint32_t kMagic = 0x48'4e'53'57;  // "HNSW"
 Status Hnsw::save(std::FILE* f) const {
   Out o{f};
   o.put(kMagic);
-  o.put(uint32_t(1));
+  o.put(uint32_t(bits_ready_ ? 2 : 1));  // 2: binary thresholds follow the int8 range
   o.put(uint64_t(dim_));
   o.put(uint8_t(metric_));
   o.put(uint32_t(m_));
@@ -530,6 +609,7 @@ Status Hnsw::save(std::FILE* f) const {
   o.put(uint8_t(quant_ready_));
   o.put(q_scale_);
   o.put(q_inv_scale_);
+  if (bits_ready_) o.raw(bit_mid_.data(), dim_ * sizeof(float));
   o.put(slots_);
   o.put(uint64_t(live_));
   o.put(entry_);
@@ -546,8 +626,9 @@ Status Hnsw::save(std::FILE* f) const {
 
 Status Hnsw::load(std::FILE* f) {
   In in{f};
-  if (in.get<uint32_t>() != kMagic || in.get<uint32_t>() != 1)
-    return Status::internal("not an index file");
+  if (in.get<uint32_t>() != kMagic) return Status::internal("not an index file");
+  const auto version = in.get<uint32_t>();
+  if (version != 1 && version != 2) return Status::internal("not an index file");
   const auto dim = in.get<uint64_t>();
   const auto metric = in.get<uint8_t>();
   const auto m = in.get<uint32_t>();
@@ -559,6 +640,10 @@ Status Hnsw::load(std::FILE* f) {
   quant_ready_ = in.get<uint8_t>() != 0;
   q_scale_ = in.get<float>();
   q_inv_scale_ = in.get<float>();
+  if (version == 2) {
+    bit_mid_.resize(dim_);
+    in.raw(bit_mid_.data(), dim_ * sizeof(float));
+  }
   const auto slots = in.get<uint32_t>();
   live_ = size_t(in.get<uint64_t>());
   entry_ = in.get<uint32_t>();
@@ -580,6 +665,11 @@ Status Hnsw::load(std::FILE* f) {
   if (!in.ok) return Status::internal("truncated index file");
   if (quant_ready_) {
     for (uint32_t s = 0; s < slots_; ++s) encode(vector(s), &codes_[size_t(s) * dim_]);
+  }
+  if (version == 2 && params_.quantize_binary) {
+    bits_.assign(capacity_ * words_, 0);
+    for (uint32_t s = 0; s < slots_; ++s) encodeBits(vector(s), &bits_[size_t(s) * words_]);
+    bits_ready_ = true;
   }
   return Status::ok();
 }

@@ -388,6 +388,19 @@ Status readLevel(Reading& rd, const Json& j, bool root, QueryNode& node) {
     const Json& ps = j["params"];
     INFERA_ASSIGN_OR_RETURN(node.hnsw_ef, optionalCount(ps, "hnsw_ef", 0));
     INFERA_ASSIGN_OR_RETURN(node.exact, optionalBool(ps, "exact", false));
+    if (ps.contains("quantization") && !ps["quantization"].is_null()) {
+      const Json& qp = ps["quantization"];
+      if (!qp.is_object()) return formatError("params.quantization must be an object");
+      INFERA_ASSIGN_OR_RETURN(node.quant_ignore, optionalBool(qp, "ignore", false));
+      // `rescore`: Infera always rescores the candidates on the original vectors.
+      INFERA_RETURN_IF_ERROR(optionalBool(qp, "rescore", true).takeStatus());
+      if (qp.contains("oversampling") && !qp["oversampling"].is_null()) {
+        if (!qp["oversampling"].is_number() || !(qp["oversampling"].get<double>() >= 1.0) ||
+            qp["oversampling"].get<double>() > 100.0)
+          return validationError("params.quantization.oversampling: value must be in 1..100");
+        node.oversampling = qp["oversampling"].get<float>();
+      }
+    }
   }
   return Status::ok();
 }

@@ -159,6 +159,7 @@ Result<std::shared_ptr<CollectionEntry>> Store::openCollection(const std::string
     return Status::internal("bad " + dir + "/config.json");
   }
   INFERA_ASSIGN_OR_RETURN(CollectionParams params, paramsFromJson((*cfg)["params"]));
+  params.disk_dir = dir;  // on_disk vectors map their files here
   // No "owner": written before ownership was recorded, so shared.
   const Json& owner = cfg->contains("owner") ? (*cfg)["owner"] : Json();
   auto e = std::make_shared<CollectionEntry>((*cfg)["name"].get<std::string>(), params,
@@ -267,7 +268,9 @@ Status Store::create(const std::string& name, const CollectionParams& params,
         fs::remove_all(dir, ec);
         fs::create_directories(dir, ec);
         if (ec) return Status::internal("Service internal error: cannot create " + dir);
-        auto e = std::make_shared<CollectionEntry>(name, params, owner);
+        CollectionParams in_dir = params;
+        in_dir.disk_dir = dir;  // on_disk vectors map their files here
+        auto e = std::make_shared<CollectionEntry>(name, in_dir, owner);
         e->dir = dir;
         e->next_seq = 1;
         Json cfg;

@@ -10,6 +10,8 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <random>
+#include <set>
 #include <sstream>
 #include <string>
 #include <tuple>
@@ -688,6 +690,84 @@ TEST_F(VectorsApiTest, SeveralNamedDenseVectorsAreQueriedUpdatedAndKeptByName) {
   EXPECT_EQ(ids(R"({"query":[1,0,0],"using":"text","limit":2})"), (std::vector<int>{1, 3}));
   EXPECT_EQ(ids(R"({"query":[2.9,2.9],"using":"image","limit":2})"), (std::vector<int>{3, 2}));
   EXPECT_EQ(ids(R"({"query":{"indices":[5],"values":[1]},"using":"kw"})"), std::vector<int>{2});
+}
+
+// Binary quantization with the originals on disk: the configuration reads back as Qdrant shows it,
+// searches with oversampling (and with the codes ignored) find each stored vector first, the
+// floats are mapped (no file left in the directory), misfits are refused, and a restart answers
+// the same.
+TEST_F(VectorsApiTest, BinaryQuantizedOnDiskVectorsSearchWithOversamplingAndSurviveARestart) {
+  start(false);
+  const std::string c = "/collections/bq";
+  const auto euclid = call("PUT", "/collections/bad",
+                           R"({"vectors":{"size":8,"distance":"Euclid"},)"
+                           R"("quantization_config":{"binary":{}}})");
+  EXPECT_EQ(euclid.status, 400);
+  EXPECT_NE(qdrantErrorMessage(euclid.body).find("does not fit Euclid"), std::string::npos)
+      << euclid.body;
+  EXPECT_EQ(call("PUT", "/collections/bad",
+                 R"({"vectors":{"size":8,"distance":"Dot"},)"
+                 R"("quantization_config":{"binary":{"encoding":"two_bits"}}})")
+                .status,
+            400);
+  ASSERT_EQ(call("PUT", c,
+                 R"({"vectors":{"size":16,"distance":"Cosine","on_disk":true},)"
+                 R"("quantization_config":{"binary":{"always_ram":true}}})")
+                .status,
+            200);
+  const json info = json::parse(call("GET", c).body)["result"]["config"];
+  EXPECT_EQ(info["params"]["vectors"],
+            json::parse(R"({"size":16,"distance":"Cosine","on_disk":true})"));
+  EXPECT_EQ(info["quantization_config"], json::parse(R"({"binary":{"always_ram":true}})"));
+  // 1,200 points (codes are trained from 1,024 on), in three batches.
+  std::mt19937 rng(3);
+  std::normal_distribution<float> g;
+  std::vector<std::vector<float>> rows(1200, std::vector<float>(16));
+  for (int b = 0; b < 3; ++b) {
+    json batch = {{"ids", json::array()}, {"vectors", json::array()}};
+    for (int i = b * 400; i < (b + 1) * 400; ++i) {
+      for (float& x : rows[size_t(i)]) x = g(rng);
+      batch["ids"].push_back(i);
+      batch["vectors"].push_back(rows[size_t(i)]);
+    }
+    ASSERT_EQ(call("PUT", c + "/points?wait=true", json{{"batch", batch}}.dump()).status, 200);
+  }
+  const json stats = json::parse(call("GET", c + "/stats").body)["result"];
+  EXPECT_EQ(stats["quantization"], "binary");
+  EXPECT_TRUE(stats["quantized"].get<bool>());
+  EXPECT_GE(stats["mapped_bytes"].get<size_t>(), 1200u * 16 * 4);
+  auto top = [&](int i, const std::string& params) {
+    const auto r = call(
+        "POST", c + "/points/query",
+        json{{"query", rows[size_t(i)]}, {"limit", 1}, {"params", json::parse(params)}}.dump());
+    EXPECT_EQ(r.status, 200) << r.body;
+    const json j = json::parse(r.body, nullptr, false);
+    return j.is_discarded() || j["result"]["points"].empty()
+               ? -1
+               : j["result"]["points"][0]["id"].get<int>();
+  };
+  int found = 0, found_ignoring = 0;
+  for (int i = 0; i < 1200; i += 40) {
+    found += top(i, R"({"quantization":{"rescore":true,"oversampling":4}})") == i;
+    found_ignoring += top(i, R"({"quantization":{"ignore":true}})") == i;
+  }
+  EXPECT_EQ(found, 30) << "every stored vector is its own nearest after rescoring";
+  EXPECT_EQ(found_ignoring, 30);
+  const auto over = call("POST", c + "/points/query",
+                         R"({"query":[1,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0],)"
+                         R"("params":{"quantization":{"oversampling":0.5}}})");
+  EXPECT_EQ(over.status, 422) << over.body;
+  std::set<std::string> files;
+  for (const auto& f : std::filesystem::directory_iterator(dir_ + "/vectors/collections/bq"))
+    files.insert(f.path().filename().string());
+  for (const auto& f : files) EXPECT_FALSE(f.starts_with(".infera-vectors")) << f;
+
+  server_.reset();
+  start(false);
+  int again = 0;
+  for (int i = 0; i < 1200; i += 40) again += top(i, R"({"quantization":{"oversampling":4}})") == i;
+  EXPECT_EQ(again, 30);
+  EXPECT_EQ(json::parse(call("GET", c + "/stats").body)["result"]["quantization"], "binary");
 }
 
 }  // namespace

@@ -37,9 +37,11 @@ struct DenseParams {
   Distance distance = Distance::kCosine;
   int m = 16;
   int ef_construct = 100;
-  bool quantization = false;
+  bool quantization = false;  // int8 scalar
   float quantile = 0.99f;
   bool always_ram = true;
+  bool binary = false;   // 1-bit binary quantization
+  bool on_disk = false;  // the original floats memory-mapped from a file
 };
 
 struct CollectionParams {
@@ -52,7 +54,11 @@ struct CollectionParams {
   bool quantization = false;  // int8 scalar
   float quantile = 0.99f;
   bool always_ram = true;
+  bool binary = false;          // 1-bit binary quantization (instead of int8)
+  bool on_disk = false;         // the original floats memory-mapped from a file
   bool on_disk_payload = true;  // echoed only (payloads live in memory)
+  // Where on_disk vectors map their (unlinked) files: the store's data dir. Not persisted.
+  std::string disk_dir;
   // The first dense vector's name ("": the unnamed one), the named dense vectors after it, and
   // the named sparse vectors (Qdrant's `vectors: {name: {...}}` and `sparse_vectors`).
   std::string dense_name;
@@ -66,6 +72,8 @@ struct CollectionParams {
   size_t denseCount() const { return 1 + extra_dense.size(); }
 };
 Json paramsToJson(const CollectionParams& p);
+// The graph's parameters for dense vector `d`, its on_disk file under `disk_dir`.
+HnswParams hnswParams(const DenseParams& d, const std::string& disk_dir);
 Result<CollectionParams> paramsFromJson(const Json& j);
 
 enum class PayloadType : uint8_t {
@@ -162,6 +170,10 @@ struct QueryNode {
   std::optional<float> score_threshold;
   size_t hnsw_ef = 0;
   bool exact = false;
+  // params.quantization: traverse the floats (ignore), or fetch limit x oversampling candidates
+  // by the codes before the rescoring on the originals.
+  bool quant_ignore = false;
+  float oversampling = 1.0f;
 };
 
 // How the planner answered a filtered search (tests, stats).
@@ -241,8 +253,8 @@ class Collection {
                            SearchScratch& scratch) const;
   // The `want` nearest allowed slots to `vec` by the planner's choice (read lock held).
   void nearest(int dense_index, const float* vec, const Filter* filter, size_t want, size_t hnsw_ef,
-               bool exact, SearchScratch& scratch, std::vector<Neighbor>& found,
-               Plan* plan_out) const;
+               bool exact, SearchScratch& scratch, std::vector<Neighbor>& found, Plan* plan_out,
+               const QueryNode* q = nullptr) const;
   void indexSlot(uint32_t slot, bool add);
   size_t words() const { return (index_.capacity() + 63) / 64; }
 

@@ -13,12 +13,15 @@ namespace infera::vectors {
 using FloatKernel = float (*)(const float* a, const float* b, size_t dim);
 // Over int8 codes: an integer sum (squared difference or dot product), exact for dim < 2^16.
 using CodeKernel = int32_t (*)(const int8_t* a, const int8_t* b, size_t dim);
+// Over 1-bit codes: the Hamming distance of `words` 64-bit words.
+using BitKernel = uint32_t (*)(const uint64_t* a, const uint64_t* b, size_t words);
 
 struct Kernels {
   FloatKernel l2sq;
   FloatKernel neg_dot;
   CodeKernel code_l2sq;
   CodeKernel code_dot;
+  BitKernel hamming;
   const char* name;  // "avx512", "avx2+fma" or "scalar"
 };
 

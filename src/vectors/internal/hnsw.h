@@ -1,8 +1,10 @@
 #pragma once
 // Infera's HNSW graph (Malkov & Yashunin, 2016) over contiguous storage: the vectors of every slot
 // in one aligned array, level-0 links in one array of fixed-size blocks (count + 2M slots), upper
-// levels per slot. Distances use the SIMD kernels of distance.h; optional int8 scalar
-// quantization (codes traversed, the best candidates rescored on the original floats).
+// levels per slot. Distances use the SIMD kernels of distance.h; optional int8 scalar or 1-bit
+// binary quantization (codes traversed, the best candidates rescored on the original floats); the
+// original floats optionally in a memory-mapped file (`on_disk`), so the kernel may page them out
+// and only the graph and the codes need to stay in RAM.
 //
 // Slots: the caller (a collection) owns the id -> slot map. A slot is written by insert() once new
 // (slot == slots()) or again after markDeleted() (reuse). Deleted slots stay in the graph as
@@ -20,6 +22,7 @@
 #include <functional>
 #include <memory>
 #include <random>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -36,6 +39,13 @@ struct HnswParams {
   uint64_t seed = 0x5eed'1e55'ab1e'0001ULL;
   bool quantize_int8 = false;
   float quantile = 0.99f;  // of |x| values that set the int8 range
+  // 1 bit per dimension: set when the component is above that dimension's mean (from a sample of
+  // the vectors stored when trained), traversed by Hamming distance.
+  bool quantize_binary = false;
+  // The original floats in an unlinked file under `disk_dir` mapped shared (MADV_RANDOM): clean
+  // pages can be dropped by the kernel. The graph, codes and ids stay in RAM.
+  bool on_disk = false;
+  std::string disk_dir;
 };
 
 struct Neighbor {
@@ -55,6 +65,7 @@ class SearchScratch {
   const uint32_t* tagAddr(uint32_t slot) const { return &tags_[slot]; }
   std::vector<Neighbor> cand, res;
   std::vector<int8_t> qcode;
+  std::vector<uint64_t> qbits;
   std::vector<uint32_t> fresh;  // one expansion's unvisited neighbours
   uint64_t distances = 0;       // distance computations (stats)
 
@@ -87,7 +98,11 @@ class Hnsw {
   const float* vector(uint32_t slot) const { return data_ + size_t(slot) * dim_; }
   // Smaller is closer, as the kernels.
   float distance(const float* q, uint32_t slot) const { return dist_(q, vector(slot), dim_); }
-  bool quantized() const { return params_.quantize_int8 && quant_ready_; }
+  bool quantized() const {
+    return (params_.quantize_int8 && quant_ready_) || (params_.quantize_binary && bits_ready_);
+  }
+  // Bytes of the original floats held in a file mapping rather than anonymous memory.
+  size_t mappedBytes() const { return fd_ >= 0 ? mapped_bytes_ : 0; }
 
   // Room for `n` slots (mutates: exclusive lock).
   void reserve(size_t n);
@@ -113,13 +128,15 @@ class Hnsw {
   void markDeleted(uint32_t slot);
 
   // The k closest allowed slots, closest first. ef >= k is the search breadth at level 0.
+  // `use_codes` false traverses the floats even when quantized (Qdrant's `quantization.ignore`).
   void search(const float* q, size_t k, size_t ef, const SlotFilter& filter, SearchScratch& scratch,
-              std::vector<Neighbor>& out) const;
+              std::vector<Neighbor>& out, bool use_codes = true) const;
   // Exact: every live allowed slot (or only `candidates` when given), k closest first.
   void bruteForce(const float* q, size_t k, const SlotFilter& filter,
                   const std::vector<uint32_t>* candidates, std::vector<Neighbor>& out) const;
 
-  // The int8 range from the vectors stored so far, and codes for all of them (exclusive lock).
+  // The int8 range or the binary thresholds from the vectors stored so far, and codes for all of
+  // them (exclusive lock).
   void trainQuantizer();
 
   // Bytes of memory held (vectors, codes, links).
@@ -147,6 +164,8 @@ class Hnsw {
   uint32_t greedy(const float* q, uint32_t ep, float& ep_dist, int from_level, int to_level) const;
   bool allowed(uint32_t slot, const SlotFilter& f) const;
   void encode(const float* v, int8_t* out) const;
+  void encodeBits(const float* v, uint64_t* out) const;
+  void growData(size_t cap);
 
   size_t dim_;
   Metric metric_;
@@ -164,6 +183,12 @@ class Hnsw {
   std::vector<int8_t> codes_;
   float q_scale_ = 1, q_inv_scale_ = 1;  // code = round(x * q_scale_)
   bool quant_ready_ = false;
+  size_t words_ = 0;            // 64-bit words per binary code
+  std::vector<uint64_t> bits_;  // binary codes, capacity_ * words_
+  std::vector<float> bit_mid_;  // per dimension: a component above it is a 1
+  bool bits_ready_ = false;
+  int fd_ = -1;  // on_disk: the unlinked file data_ maps
+  size_t mapped_bytes_ = 0;
   std::vector<uint32_t> links0_;
   std::vector<std::vector<uint32_t>> upper_;
   std::vector<int8_t> levels_;
