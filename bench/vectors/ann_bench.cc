@@ -1,11 +1,13 @@
 // ANN benchmark: Infera's HNSW, hnswlib 0.6.2 and FAISS 1.7.3 IndexHNSWFlat on the same data, one
 // thread, same M and ef_construction, each at several ef: build time, recall@10 against brute
-// force, QPS, and (Infera) filtered search and int8 quantization. Prints a Markdown table.
+// force, QPS, and (Infera) filtered search, int8 and binary quantization (binary beside float in
+// the same rounds). Prints a Markdown table.
 //
 //   ann_bench sift                      # data/ngt-sift-5k: 4,900 base, 100 held-out queries
 //   ann_bench clustered N [Q]           # N x 128 clustered (seed 42), Q queries (default 1000), L2
 //   ann_bench cosine N [Q] [DIM]        # N x DIM (default 768) clustered, normalised, cosine
-//   ... --engines infera,hnswlib        # only these (default: infera,filters,hnswlib,faiss,int8)
+//   ... --engines infera,hnswlib        # only these (default: infera,filters,hnswlib,faiss,int8;
+//                                       # binary on request)
 //   ... --rounds R                      # time each (engine, ef) R times, taking turns; median QPS
 //   ... --cache DIR                     # keep built indexes and ground truth in DIR, load them
 //                                       # next time (the build time printed is the measured one)
@@ -187,13 +189,17 @@ void compare(const std::vector<Engine>& engines, const Data& d, int rounds) {
   }
 }
 
-std::shared_ptr<Hnsw> inferaIndex(const Data& d, bool quantize, const Options& o, double& build) {
+// `quant`: "", "int8" or "binary".
+std::shared_ptr<Hnsw> inferaIndex(const Data& d, const std::string& quant, const Options& o,
+                                  double& build) {
   HnswParams p;
   p.m = kM;
   p.ef_construct = kEfConstruction;
-  p.quantize_int8 = quantize;
+  p.quantize_int8 = quant == "int8";
+  p.quantize_binary = quant == "binary";
+  const bool quantize = !quant.empty();
   auto index = std::make_shared<Hnsw>(d.dim, d.cosine ? Metric::kDot : Metric::kL2, p);
-  const std::string path = cachePath(o, d, quantize ? "infera-int8.hnsw" : "infera.hnsw");
+  const std::string path = cachePath(o, d, quantize ? "infera-" + quant + ".hnsw" : "infera.hnsw");
   if (!o.cache.empty() && readSeconds(path + ".build_s", build)) {
     std::FILE* f = std::fopen(path.c_str(), "rb");
     const infera::Status st = f ? index->load(f) : infera::Status::internal("cannot open");
@@ -222,9 +228,9 @@ std::shared_ptr<Hnsw> inferaIndex(const Data& d, bool quantize, const Options& o
   return index;
 }
 
-Engine inferaEngine(const std::shared_ptr<Hnsw>& index, double build, bool quantize) {
+Engine inferaEngine(const std::shared_ptr<Hnsw>& index, double build, const std::string& quant) {
   Engine e;
-  e.name = quantize ? "infera int8+rescore" : "infera";
+  e.name = quant.empty() ? "infera" : "infera " + quant + "+rescore";
   e.build_s = build;
   e.bytes = double(index->memoryBytes()) / double(index->slots());
   std::fprintf(stderr, "%s: %.1f bytes/vector, mean degree %.1f\n", e.name.c_str(), e.bytes,
@@ -408,7 +414,7 @@ int main(int argc, char** argv) {
   } else {
     std::fprintf(stderr,
                  "usage: ann_bench sift | clustered N [Q] | cosine N [Q] [DIM]  [--engines "
-                 "infera,filters,hnswlib,faiss,int8] [--rounds R] [--cache DIR]\n");
+                 "infera,filters,hnswlib,faiss,int8,binary] [--rounds R] [--cache DIR]\n");
     return 2;
   }
   groundTruth(d, o);
@@ -421,8 +427,8 @@ int main(int argc, char** argv) {
   std::shared_ptr<Hnsw> infera;
   double infera_build = 0;
   if (on("infera")) {
-    infera = inferaIndex(d, false, o, infera_build);
-    side.push_back(inferaEngine(infera, infera_build, false));
+    infera = inferaIndex(d, "", o, infera_build);
+    side.push_back(inferaEngine(infera, infera_build, ""));
   }
   if (on("hnswlib")) side.push_back(hnswlibEngine(d, o));
   if (on("faiss")) side.push_back(faissEngine(d, o));
@@ -430,8 +436,17 @@ int main(int argc, char** argv) {
   if (infera && on("filters")) runFilters(*infera, d, infera_build);
   if (on("int8")) {
     double build = 0;
-    auto q = inferaIndex(d, true, o, build);
-    compare({inferaEngine(q, build, true)}, d, o.rounds);
+    auto q = inferaIndex(d, "int8", o, build);
+    compare({inferaEngine(q, build, "int8")}, d, o.rounds);
+  }
+  if (on("binary")) {
+    // Beside the float index in the same rounds (its QPS ratio is the figure).
+    double build = 0, float_build = 0;
+    auto b = inferaIndex(d, "binary", o, build);
+    auto f = infera ? infera : inferaIndex(d, "", o, float_build);
+    compare({inferaEngine(f, infera ? infera_build : float_build, ""),
+             inferaEngine(b, build, "binary")},
+            d, o.rounds);
   }
   return 0;
 }

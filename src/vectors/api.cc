@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <map>
 
 #include "access/access.h"
 #include "core/json.h"
@@ -817,6 +818,19 @@ class Api {
     co_return co_await batch(req, c.entry, true);
   }
 
+  // POST /points/query/groups: the query's points grouped by a payload value (`group_by`: a
+  // keyword or integer; a point with several values joins each group), at most `group_size` per
+  // group and `limit` groups, groups in the order of their best point. The ranking is fetched
+  // wider until the groups fill, the ranking ends, or 100,000 points were ranked.
+  Task<Reply> queryGroups(net::HttpRequest& req, Call& c) {
+    const std::shared_ptr<CollectionEntry>& e = c.entry;
+    auto body = readBody(req.body);
+    if (!body.ok()) co_return fail(body.status());
+    auto r = runGroups(*e, *body);
+    if (!r.ok()) co_return fail(r.status());
+    co_return ok(std::move(*r));
+  }
+
  private:
   // Waits on this loop for a writer's answer.
   struct WaitState {
@@ -945,6 +959,90 @@ class Api {
     return query ? "{\"points\":" + points + "}" : points;
   }
 
+  Result<std::string> runGroups(CollectionEntry& e, const Json& body) {
+    if (!body.is_object())
+      return Status::invalidArgument("Format error in JSON body: expected an object");
+    if (!body.contains("group_by") || !body["group_by"].is_string())
+      return Status::invalidArgument("Format error in JSON body: missing field `group_by`");
+    INFERA_ASSIGN_OR_RETURN(JsonPath path, parseJsonPath(body["group_by"].get<std::string>()));
+    if (body.contains("with_lookup") && !body["with_lookup"].is_null())
+      return badRequest("with_lookup is not supported by Infera");
+    INFERA_ASSIGN_OR_RETURN(size_t group_size, optionalCount(body, "group_size", 3));
+    if (group_size == 0)
+      return Status::failedPrecondition(
+          "Validation error in JSON body: [group_size: value must be at least 1]");
+    INFERA_ASSIGN_OR_RETURN(QueryRequest q, parseQueryRequest(body, e.coll, false));
+    const size_t groups_wanted = q.root.limit;
+    if (groups_wanted * group_size > 100'000)
+      return badRequest("limit x group_size must not exceed 100000");
+    PayloadSelector all;
+    all.mode = PayloadSelector::Mode::kAll;
+    struct Group {
+      Json id;
+      std::vector<Record> hits;
+    };
+    std::vector<Group> groups;
+    for (size_t fetch =
+             std::min<size_t>(std::max<size_t>(groups_wanted * group_size * 2, 64), 100'000);
+         ; fetch = std::min<size_t>(fetch * 4, 100'000)) {
+      q.root.limit = fetch;
+      std::vector<Record> rs;
+      INFERA_ASSIGN_OR_RETURN(rs, e.coll.query(q.root, 0, all, q.with_vector.any, scratch_));
+      groups.clear();
+      std::map<std::string, size_t> index;  // the group's value as JSON text -> its position
+      size_t full = 0;
+      for (const Record& r : rs) {
+        std::vector<const Json*> vals;
+        if (r.payload) valuesAt(*r.payload, path, vals);
+        std::vector<std::string> seen;
+        auto join = [&](const Json& v) {
+          if (!v.is_string() && !v.is_number_integer()) return;
+          const std::string key = dumpJson(v);
+          if (std::find(seen.begin(), seen.end(), key) != seen.end()) return;
+          seen.push_back(key);
+          auto it = index.find(key);
+          if (it == index.end()) {
+            if (groups.size() == groups_wanted) return;
+            it = index.emplace(key, groups.size()).first;
+            groups.push_back({v, {}});
+          }
+          Group& g = groups[it->second];
+          if (g.hits.size() == group_size) return;
+          g.hits.push_back(r);
+          full += g.hits.size() == group_size;
+        };
+        for (const Json* v : vals) {
+          if (v->is_array()) {
+            for (const auto& x : *v) join(x);
+          } else {
+            join(*v);
+          }
+        }
+      }
+      if ((groups.size() == groups_wanted && full == groups_wanted) || rs.size() < fetch ||
+          fetch == 100'000)
+        break;
+    }
+    std::string out = "{\"groups\":[";
+    for (size_t i = 0; i < groups.size(); ++i) {
+      if (i) out.push_back(',');
+      out += "{\"id\":" + dumpJson(groups[i].id) + ",\"hits\":[";
+      for (size_t h = 0; h < groups[i].hits.size(); ++h) {
+        Record& r = groups[i].hits[h];
+        if (q.with_payload.mode == PayloadSelector::Mode::kNone) {
+          r.payload.reset();
+        } else {
+          r.payload = selectPayload(*r.payload, q.with_payload);
+        }
+        if (h) out.push_back(',');
+        appendRecord(out, r, true, e.coll.params(), q.with_vector);
+      }
+      out += "]}";
+    }
+    out += "]}";
+    return out;
+  }
+
   Task<Reply> batch(net::HttpRequest& req, const std::shared_ptr<CollectionEntry>& e, bool query) {
     auto body = readBody(req.body);
     if (!body.ok()) co_return fail(body.status());
@@ -1024,6 +1122,7 @@ void addQdrantRoutes(Store& store, const VectorsConfig& config, net::asio::io_co
   add("POST", "/collections/{name}/points/search/batch", &Api::searchBatch, T::kRead);
   add("POST", "/collections/{name}/points/query", &Api::query, T::kRead);
   add("POST", "/collections/{name}/points/query/batch", &Api::queryBatch, T::kRead);
+  add("POST", "/collections/{name}/points/query/groups", &Api::queryGroups, T::kRead);
   // The floor's own answers (ill-formed UTF-8 at the door, cross-site refusals, a handler that
   // threw) in Qdrant's shape on every path this API serves. With a prefix, all of it; without,
   // its two top-level paths (never "", which would take the other services' paths too).

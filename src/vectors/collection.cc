@@ -750,7 +750,7 @@ bool Collection::matchesSlot(const Filter& f, uint32_t slot) const {
   return matches(f, payloads_[slot], slot_ids_[slot]);
 }
 
-Json Collection::selectPayload(const Json& payload, const PayloadSelector& sel) const {
+Json selectPayload(const Json& payload, const PayloadSelector& sel) {
   const Json& p = payload.is_null() ? Json::object() : payload;
   switch (sel.mode) {
     case PayloadSelector::Mode::kAll:

@@ -210,6 +210,18 @@ if (phase === 'write') {
   await check('hybrid: prefetch dense + sparse, fused by RRF and DBSF, as the RAG frameworks send it', async () => {
     await hybridQueryMatchesTheFusionOfItsParts();
   });
+  await check('queryGroups groups the ranking by a payload value; updateVectors replaces one named vector', async () => {
+    const g = await client.queryGroups(hybrid, { query: [1, 0, 0, 0], using: 'dense', group_by: 'doc', group_size: 2, limit: 3 });
+    assert.deepEqual(g.groups.map((x) => x.id), ['a', 'b', 'f']);
+    assert.equal(g.groups[0].hits[0].id, 1);
+    const u = await client.updateVectors(hybrid, { wait: true, points: [{ id: 4, vector: { text: { indices: [9], values: [1] } } }] });
+    assert.equal(u.status, 'completed');
+    const p = await client.retrieve(hybrid, { ids: [4], with_vector: true });
+    assert.deepEqual(p[0].vector.text, { indices: [9], values: [1] });
+    p[0].vector.dense.forEach((x, i) => assert.ok(Math.abs(x - [0.57735, 0.57735, 0.57735, 0][i]) < 1e-5, 'the dense vector is kept'));
+    await client.deleteVectors(hybrid, { wait: true, points: [4], vector: ['text'] });
+    assert.equal((await client.retrieve(hybrid, { ids: [4], with_vector: ['text'] }))[0].vector.text, undefined);
+  });
 } else {
   await check('after a restart: the collection, its points, index and payload edits are back', async () => {
     const info = await client.getCollection(name);

@@ -770,5 +770,53 @@ TEST_F(VectorsApiTest, BinaryQuantizedOnDiskVectorsSearchWithOversamplingAndSurv
   EXPECT_EQ(json::parse(call("GET", c + "/stats").body)["result"]["quantization"], "binary");
 }
 
+// query/groups: the ranking grouped by a payload value, groups in the order of their best point,
+// at most group_size each; an array value joins each of its groups; a point without one is left
+// out; the search is widened until the groups fill.
+TEST_F(VectorsApiTest, QueryGroupsGroupTheRankingByAPayloadValue) {
+  start(false);
+  const std::string c = "/collections/groups";
+  ASSERT_EQ(call("PUT", c, R"({"vectors":{"size":2,"distance":"Dot"}})").status, 200);
+  // Scores along [1,0]: id / 100. Documents: a (ids 100, 98, 96, ...), b (99, 97, ...); id 50 is
+  // in both by an array; ids 1..9 have no doc.
+  json pts = json::array();
+  for (int i = 1; i <= 100; ++i) {
+    json payload = i < 10 ? json::object() : json{{"doc", i % 2 ? "b" : "a"}, {"n", i}};
+    if (i == 50) payload["doc"] = json::array({"c", "a"});
+    if (i == 20) payload["doc"] = 7;  // an integer value is a group too
+    pts.push_back({{"id", i}, {"vector", {i / 100.0, 0.0}}, {"payload", payload}});
+  }
+  ASSERT_EQ(call("PUT", c + "/points?wait=true", json{{"points", pts}}.dump()).status, 200);
+  auto groups = [&](const std::string& body) {
+    const auto r = call("POST", c + "/points/query/groups", body);
+    EXPECT_EQ(r.status, 200) << body << " -> " << r.body;
+    const json j = json::parse(r.body, nullptr, false);
+    return j.is_discarded() ? json() : j["result"]["groups"];
+  };
+  const json g =
+      groups(R"({"query":[1,0],"group_by":"doc","group_size":2,"limit":2,"with_payload":["n"]})");
+  ASSERT_EQ(g.size(), 2u) << g;
+  EXPECT_EQ(g[0]["id"], "a");
+  EXPECT_EQ(g[0]["hits"][0]["id"], 100);
+  EXPECT_EQ(g[0]["hits"][1]["id"], 98);
+  EXPECT_EQ(g[0]["hits"][0]["payload"], json::parse(R"({"n":100})"));
+  EXPECT_EQ(g[1]["id"], "b");
+  EXPECT_EQ(g[1]["hits"].size(), 2u);
+  // Far down the ranking: the groups "c" (only id 50) and 7 (only id 20) are found by widening.
+  const json all = groups(R"({"query":[1,0],"group_by":"doc","group_size":50,"limit":4})");
+  ASSERT_EQ(all.size(), 4u) << all;
+  std::map<std::string, size_t> sizes;
+  for (const auto& x : all) sizes[x["id"].dump()] = x["hits"].size();
+  EXPECT_EQ(sizes["\"a\""], 45u) << "the even ids of 10..100 (50 by its array), but 20 (group 7)";
+  EXPECT_EQ(sizes["\"b\""], 45u);
+  EXPECT_EQ(sizes["\"c\""], 1u);
+  EXPECT_EQ(sizes["7"], 1u);
+  EXPECT_EQ(call("POST", c + "/points/query/groups", R"({"query":[1,0]})").status, 400);
+  EXPECT_EQ(call("POST", c + "/points/query/groups",
+                 R"({"query":[1,0],"group_by":"doc","with_lookup":"other"})")
+                .status,
+            400);
+}
+
 }  // namespace
 }  // namespace infera::vectors

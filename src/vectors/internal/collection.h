@@ -127,6 +127,8 @@ struct PayloadSelector {
 };
 // Parses with_payload (true/false, [paths], {include}/{exclude}, {enable}).
 Result<PayloadSelector> parsePayloadSelector(const Json& j);
+// What `sel` keeps of a payload (an object; {} for kNone).
+Json selectPayload(const Json& payload, const PayloadSelector& sel);
 
 struct SearchRequest {
   std::vector<float> vector;  // dim floats (normalised by the caller for cosine)
@@ -240,7 +242,6 @@ class Collection {
   bool matchesSlot(const Filter& f, uint32_t slot) const;
   Candidates plan(const Filter& f) const;
   Candidates planCondition(const Condition& c) const;
-  Json selectPayload(const Json& payload, const PayloadSelector& sel) const;
   Record record(uint32_t slot, const PayloadSelector& sel, bool with_vector) const;
   float score(float dist, int dense_index = 0) const;
   bool higherIsBetter(const QueryNode& q) const;
