@@ -6,6 +6,8 @@
 //   ann_bench sift                      # data/ngt-sift-5k: 4,900 base, 100 held-out queries
 //   ann_bench clustered N [Q]           # N x 128 clustered (seed 42), Q queries (default 1000), L2
 //   ann_bench cosine N [Q] [DIM]        # N x DIM (default 768) clustered, normalised, cosine
+//   ann_bench spread N [Q] [DIM]        # the same with wide clusters centred on 0 (datasets.h)
+//   ann_bench lowrank N [Q] [DIM] [R]   # embedding-like: rank-R manifold over DIM, cosine
 //   ... --engines infera,hnswlib        # only these (default: infera,filters,hnswlib,faiss,int8;
 //                                       # binary on request)
 //   ... --rounds R                      # time each (engine, ef) R times, taking turns; median QPS
@@ -406,15 +408,23 @@ int main(int argc, char** argv) {
   Data d;
   if (which == "sift") {
     d = sift();
-  } else if (which == "clustered" || which == "cosine") {
+  } else if (which == "lowrank") {
     const size_t n = args.size() > 1 ? std::stoul(args[1]) : 100'000;
     const size_t nq = args.size() > 2 ? std::stoul(args[2]) : 1'000;
-    const size_t dim = which == "cosine" ? (args.size() > 3 ? std::stoul(args[3]) : 768) : 128;
-    d = clustered(n, nq, dim, which == "cosine", /*truth=*/false);
+    const size_t dim = args.size() > 3 ? std::stoul(args[3]) : 768;
+    const size_t rank = args.size() > 4 ? std::stoul(args[4]) : 64;
+    d = lowRank(n, nq, dim, rank);
+  } else if (which == "clustered" || which == "cosine" || which == "spread") {
+    const size_t n = args.size() > 1 ? std::stoul(args[1]) : 100'000;
+    const size_t nq = args.size() > 2 ? std::stoul(args[2]) : 1'000;
+    const size_t dim = which != "clustered" ? (args.size() > 3 ? std::stoul(args[3]) : 768) : 128;
+    d = clustered(n, nq, dim, which == "cosine", /*truth=*/false, which == "spread");
   } else {
-    std::fprintf(stderr,
-                 "usage: ann_bench sift | clustered N [Q] | cosine N [Q] [DIM]  [--engines "
-                 "infera,filters,hnswlib,faiss,int8,binary] [--rounds R] [--cache DIR]\n");
+    std::fprintf(
+        stderr,
+        "usage: ann_bench sift | clustered N [Q] | cosine|spread N [Q] [DIM] | lowrank N [Q] [DIM] "
+        "[R]  [--engines "
+        "infera,filters,hnswlib,faiss,int8,binary] [--rounds R] [--cache DIR]\n");
     return 2;
   }
   groundTruth(d, o);

@@ -52,16 +52,25 @@ inline void bruteForceTruth(Data& d, const std::vector<uint64_t>* bits,
 
 // Clustered Gaussian data: 100 centres uniform in [0, 1)^dim, points N(centre, 0.1^2 I); queries
 // drawn the same way; seed 42. Cosine: every vector normalised.
-inline Data clustered(size_t n, size_t nq, size_t dim, bool cosine, bool truth = true) {
+// `spread`: centres drawn N(0, 1) and points N(centre, 0.8) (a cluster as wide as the space
+// between clusters, every dimension centred on 0), cosine; otherwise centres U(0, 1) and points
+// N(centre, 0.1): tight clusters, every component positive.
+inline Data clustered(size_t n, size_t nq, size_t dim, bool cosine, bool truth = true,
+                      bool spread = false) {
   Data d;
-  d.name = (cosine ? "cosine-" : "clustered-") + std::to_string(n) + "x" + std::to_string(dim);
-  d.dim = dim, d.n = n, d.nq = nq, d.cosine = cosine;
+  d.name = (spread   ? "spread-"
+            : cosine ? "cosine-"
+                     : "clustered-") +
+           std::to_string(n) + "x" + std::to_string(dim);
+  d.dim = dim, d.n = n, d.nq = nq, d.cosine = cosine || spread;
+  cosine = d.cosine;
   std::mt19937_64 rng(42);
   std::uniform_real_distribution<float> u(0, 1);
-  std::normal_distribution<float> g(0, 0.1f);
+  std::normal_distribution<float> unit(0, 1.0f);
+  std::normal_distribution<float> g(0, spread ? 0.8f : 0.1f);
   const size_t clusters = 100;
   std::vector<float> centres(clusters * dim);
-  for (auto& x : centres) x = u(rng);
+  for (auto& x : centres) x = spread ? unit(rng) : u(rng);
   auto draw = [&](std::vector<float>& out, size_t count) {
     out.resize(count * dim);
     for (size_t i = 0; i < count; ++i) {
@@ -85,6 +94,38 @@ inline Data clustered(size_t n, size_t nq, size_t dim, bool cosine, bool truth =
     std::fprintf(stderr, "%s: ground truth by brute force in %.1f s\n", d.name.c_str(),
                  secondsSince(t));
   }
+  return d;
+}
+
+// Embedding-like: each vector W z + e, normalised (cosine), with z ~ N(0, I) in `rank` dimensions,
+// W a fixed random dim x rank matrix and e ~ N(0, 0.1^2) per component: a low-dimensional manifold
+// spread over every dimension, as sentence embeddings are (their intrinsic dimension is far below
+// their width), which is what 1-bit codes (hyperplane signs) preserve.
+inline Data lowRank(size_t n, size_t nq, size_t dim, size_t rank) {
+  Data d;
+  d.name = "lowrank" + std::to_string(rank) + "-" + std::to_string(n) + "x" + std::to_string(dim);
+  d.dim = dim, d.n = n, d.nq = nq, d.cosine = true;
+  std::mt19937_64 rng(42);
+  std::normal_distribution<float> unit(0, 1.0f), noise(0, 0.1f);
+  std::vector<float> w(dim * rank);
+  for (auto& x : w) x = unit(rng) / std::sqrt(float(rank));
+  auto draw = [&](std::vector<float>& out, size_t count) {
+    out.resize(count * dim);
+    std::vector<float> z(rank);
+    for (size_t i = 0; i < count; ++i) {
+      for (auto& x : z) x = unit(rng);
+      double norm = 0;
+      for (size_t j = 0; j < dim; ++j) {
+        float v = noise(rng);
+        for (size_t r = 0; r < rank; ++r) v += w[j * rank + r] * z[r];
+        out[i * dim + j] = v;
+        norm += double(v) * v;
+      }
+      for (size_t j = 0; j < dim; ++j) out[i * dim + j] = float(out[i * dim + j] / std::sqrt(norm));
+    }
+  };
+  draw(d.base, n);
+  draw(d.queries, nq);
   return d;
 }
 
