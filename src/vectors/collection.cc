@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <unordered_set>
 
 namespace infera::vectors {
@@ -897,10 +898,12 @@ std::vector<Scored> Collection::rank(const QueryNode& q, const Filter* inherited
     return !q.score_threshold || (higher ? s > *q.score_threshold : s < *q.score_threshold);
   };
   std::vector<Scored> out;
+  // MMR picks `limit` of a wider set of candidates.
+  const size_t fetch = q.mmr ? std::max(limit, q.mmr_candidates) : limit;
   if (q.prefetch.empty()) {
     if (q.kind == K::kDense) {
       std::vector<Neighbor> found;
-      nearest(q.dense_index, q.dense.data(), f, limit, q.hnsw_ef, q.exact, scratch, found, nullptr,
+      nearest(q.dense_index, q.dense.data(), f, fetch, q.hnsw_ef, q.exact, scratch, found, nullptr,
               &q);
       for (const auto& n : found) {
         const float s = score(n.dist, q.dense_index);
@@ -927,7 +930,7 @@ std::vector<Scored> Collection::rank(const QueryNode& q, const Filter* inherited
         if (!f || matchesSlot(*f, slot)) out.push_back({slot, 1.0f});
       }
     }
-    return out;
+    return q.mmr ? mmrSelect(std::move(out), q, limit) : out;
   }
   std::vector<std::vector<Scored>> lists;
   lists.reserve(q.prefetch.size());
@@ -959,9 +962,44 @@ std::vector<Scored> Collection::rank(const QueryNode& q, const Filter* inherited
     });
   }
   size_t n = 0;
-  while (n < out.size() && n < limit && keep(out[n].score)) ++n;
+  while (n < out.size() && n < fetch && keep(out[n].score)) ++n;
   out.resize(n);
-  return out;
+  return q.mmr ? mmrSelect(std::move(out), q, limit) : out;
+}
+
+std::vector<Scored> Collection::mmrSelect(std::vector<Scored> cands, const QueryNode& q,
+                                          size_t limit) const {
+  if (cands.size() < 2 || limit == 0) {
+    if (cands.size() > limit) cands.resize(limit);
+    return cands;
+  }
+  const Hnsw& h = hnsw(q.dense_index);
+  const bool euclid = params_.dense(q.dense_index).distance == Distance::kEuclid;
+  // Similarities, larger is more alike: the dot product, or minus the Euclidean distance.
+  auto sim = [&](uint32_t a, uint32_t b) {
+    const float d = h.distance(h.vector(a), b);
+    return euclid ? -std::sqrt(std::max(0.0f, d)) : -d;
+  };
+  auto relevance = [&](const Scored& s) { return euclid ? -s.score : s.score; };
+  std::vector<Scored> picked;
+  std::vector<float> closest(cands.size(), -std::numeric_limits<float>::infinity());
+  std::vector<bool> taken(cands.size(), false);
+  size_t next = 0;  // the most relevant first (cands are ranked)
+  while (picked.size() < limit) {
+    taken[next] = true;
+    picked.push_back(cands[next]);
+    size_t best = cands.size();
+    float best_mmr = -std::numeric_limits<float>::infinity();
+    for (size_t i = 0; i < cands.size(); ++i) {
+      if (taken[i]) continue;
+      closest[i] = std::max(closest[i], sim(cands[i].slot, cands[next].slot));
+      const float m = q.mmr_lambda * relevance(cands[i]) - (1.0f - q.mmr_lambda) * closest[i];
+      if (best == cands.size() || m > best_mmr) best = i, best_mmr = m;
+    }
+    if (best == cands.size()) break;
+    next = best;
+  }
+  return picked;
 }
 
 Result<std::vector<Record>> Collection::query(const QueryNode& root, size_t offset,

@@ -296,9 +296,23 @@ Status readQuery(Reading& rd, const Json& q, const std::string& name, bool named
     return Status::ok();
   }
   if (q.contains("nearest")) {
-    if (q.contains("mmr") && !q["mmr"].is_null())
-      return badRequest("mmr is not supported by Infera");
-    return readTarget(rd, q["nearest"], name, node);
+    INFERA_RETURN_IF_ERROR(readTarget(rd, q["nearest"], name, node));
+    if (q.contains("mmr") && !q["mmr"].is_null()) {
+      const Json& m = q["mmr"];
+      if (!m.is_object()) return formatError("mmr must be an object");
+      if (node.kind != QueryNode::Kind::kDense)
+        return badRequest("mmr is supported on dense vectors only by Infera");
+      node.mmr = true;
+      if (m.contains("diversity") && !m["diversity"].is_null()) {
+        if (!m["diversity"].is_number() || m["diversity"].get<double>() < 0 ||
+            m["diversity"].get<double>() > 1)
+          return validationError("mmr.diversity: value must be in 0..1");
+        node.mmr_lambda = 1.0f - m["diversity"].get<float>();
+      }
+      INFERA_ASSIGN_OR_RETURN(node.mmr_candidates, optionalCount(m, "candidates_limit", 0));
+      rd.limits += node.mmr_candidates;
+    }
+    return Status::ok();
   }
   const std::string kind = q.empty() ? std::string("{}") : q.begin().key();
   for (const char* k : {"recommend", "discover", "context", "order_by", "formula", "sample",

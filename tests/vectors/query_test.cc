@@ -456,5 +456,78 @@ TEST(QueryTree, EachDenseVectorHasItsOwnGraphDistanceAndUpdates) {
   EXPECT_EQ(*back.vectorOf(PointId::num(9), 1), txt[9]);
 }
 
+// MMR as Qdrant computes it, checked against the same greedy rule evaluated here in double over
+// the exact candidates: the first pick is the most relevant, each next one maximises
+// lambda x relevance - (1 - lambda) x its largest similarity to the picks; scores stay the query's.
+TEST(QueryTree, MmrPicksByMarginalRelevanceAndKeepsTheQueryScores) {
+  CollectionParams p;
+  p.dim = 8;
+  p.distance = Distance::kCosine;
+  Collection c("mmr", p);
+  std::mt19937 rng(5);
+  std::normal_distribution<float> g;
+  std::vector<std::vector<float>> rows(200, std::vector<float>(8));
+  Op op;
+  op.type = Op::Type::kUpsert;
+  for (uint64_t i = 0; i < 200; ++i) {
+    double n = 0;
+    for (float& x : rows[i]) x = g(rng), n += double(x) * x;
+    for (float& x : rows[i]) x = float(x / std::sqrt(n));
+    op.ids.push_back(PointId::num(i));
+    op.vectors.insert(op.vectors.end(), rows[i].begin(), rows[i].end());
+    op.payloads.push_back(Json());
+  }
+  ASSERT_TRUE(c.apply(op, 1).isOk());
+  auto dot = [&](const std::vector<float>& a, const std::vector<float>& b) {
+    double s = 0;
+    for (size_t i = 0; i < 8; ++i) s += double(a[i]) * b[i];
+    return s;
+  };
+  for (float lambda : {0.0f, 0.3f, 0.7f, 1.0f}) {
+    const std::vector<float>& q = rows[17];
+    QueryNode n;
+    n.kind = QueryNode::Kind::kDense;
+    n.dense = q;
+    n.exact = true;
+    n.limit = 6;
+    n.mmr = true;
+    n.mmr_lambda = lambda;
+    n.mmr_candidates = 30;
+    SearchScratch scratch;
+    auto got = c.query(n, 0, PayloadSelector{}, false, scratch);
+    ASSERT_TRUE(got.ok());
+    // The reference: the 30 most similar, then the greedy rule.
+    std::vector<uint64_t> order(200);
+    for (uint64_t i = 0; i < 200; ++i) order[i] = i;
+    std::sort(order.begin(), order.end(),
+              [&](uint64_t a, uint64_t b) { return dot(q, rows[a]) > dot(q, rows[b]); });
+    order.resize(30);
+    std::vector<uint64_t> picked = {order[0]};
+    std::vector<bool> taken(30, false);
+    taken[0] = true;
+    while (picked.size() < 6) {
+      size_t best = 0;
+      double best_m = -1e300;
+      for (size_t i = 0; i < 30; ++i) {
+        if (taken[i]) continue;
+        double closest = -1e300;
+        for (uint64_t s : picked) closest = std::max(closest, dot(rows[order[i]], rows[s]));
+        const double m = lambda * dot(q, rows[order[i]]) - (1 - lambda) * closest;
+        if (m > best_m) best = i, best_m = m;
+      }
+      taken[best] = true;
+      picked.push_back(order[best]);
+    }
+    ASSERT_EQ(got->size(), 6u);
+    for (size_t i = 0; i < 6; ++i) {
+      EXPECT_EQ((*got)[i].id.lo, picked[i]) << "lambda " << lambda << " pick " << i;
+      EXPECT_NEAR((*got)[i].score, dot(q, rows[picked[i]]), 1e-5) << "the query's own score";
+    }
+    if (lambda == 1.0f) {
+      for (size_t i = 0; i < 6; ++i) EXPECT_EQ(picked[i], order[i]) << "relevance alone";
+    }
+  }
+}
+
 }  // namespace
 }  // namespace infera::vectors

@@ -176,6 +176,12 @@ struct QueryNode {
   // by the codes before the rescoring on the originals.
   bool quant_ignore = false;
   float oversampling = 1.0f;
+  // kDense with `mmr`: the `limit` points picked from the mmr_candidates best (0: limit) by
+  // maximal marginal relevance, lambda x relevance - (1 - lambda) x the largest similarity to a
+  // point already picked; each keeps its own score (as Qdrant answers).
+  bool mmr = false;
+  float mmr_lambda = 0.5f;
+  size_t mmr_candidates = 0;
 };
 
 // How the planner answered a filtered search (tests, stats).
@@ -252,6 +258,7 @@ class Collection {
   // One level's ranked slots, at most `limit`, best first (the caller holds the read lock).
   std::vector<Scored> rank(const QueryNode& q, const Filter* inherited, size_t limit,
                            SearchScratch& scratch) const;
+  std::vector<Scored> mmrSelect(std::vector<Scored> cands, const QueryNode& q, size_t limit) const;
   // The `want` nearest allowed slots to `vec` by the planner's choice (read lock held).
   void nearest(int dense_index, const float* vec, const Filter* filter, size_t want, size_t hnsw_ef,
                bool exact, SearchScratch& scratch, std::vector<Neighbor>& found, Plan* plan_out,
