@@ -295,7 +295,16 @@ Task<void> Connection<Stream>::run([[maybe_unused]] std::shared_ptr<Connection> 
         const std::string msg = "request body of " + std::string(declared.data(), declared.size()) +
                                 " bytes exceeds the limit of " +
                                 std::to_string(cfg.max_body_bytes) + " bytes";
-        co_await sendError(413, msg, "invalid_request_error", "request_too_large");
+        // Answered in the route's error shape (Qdrant's on its paths) when the head reads well;
+        // its fields are parsed, only the body was refused.
+        fillRequestHead(parser->get(), request_);
+        const bool shaped = requestHeadProblem(parser->get().version(), request_).empty() &&
+                            requestTextProblem(request_).empty();
+        if (shaped) {
+          co_await sendShaped(413, msg, "request_too_large");
+        } else {
+          co_await sendError(413, msg, "invalid_request_error", "request_too_large");
+        }
         co_await lingeringClose();
       } else if (ec == http::error::header_limit) {
         loop_.stats.rejected_too_large.fetch_add(1, std::memory_order_relaxed);
@@ -355,7 +364,8 @@ Task<void> Connection<Stream>::run([[maybe_unused]] std::shared_ptr<Connection> 
       const std::string msg = "request body of " + std::to_string(*len) +
                               " bytes exceeds the limit of " + std::to_string(body_limit) +
                               " bytes";
-      co_await sendError(413, msg, "invalid_request_error", "request_too_large");
+      // The head is read: answered in the route's error shape (Qdrant's on its paths).
+      co_await sendShaped(413, msg, "request_too_large");
       co_await lingeringClose();
       break;
     }

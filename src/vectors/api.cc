@@ -644,6 +644,10 @@ class Api {
       if (!id.ok()) co_return fail(id.status());
       if (Status s = parsePointVectors(pt["vector"], p, where, false, dense, sparse); !s.isOk())
         co_return fail(s);
+      if (pt["vector"].is_object() && pt["vector"].empty()) {
+        co_return fail(Status::failedPrecondition("Validation error in JSON body: [" + where +
+                                                  ": must name at least one vector]"));
+      }
       op.ids.push_back(*id);
       op.dense_updates.emplace_back();
       for (size_t k = 0; k < dense.size(); ++k) {
@@ -949,6 +953,11 @@ class Api {
     if (!body.is_object())
       return Status::invalidArgument("Format error in JSON body: expected an object");
     INFERA_ASSIGN_OR_RETURN(QueryRequest q, parseQueryRequest(body, e.coll, !query));
+    return answer(e, q, query);
+  }
+
+  // The search's result JSON text ({"points":[...]} or [...]).
+  Result<std::string> answer(CollectionEntry& e, const QueryRequest& q, bool query) {
     std::vector<Record> rs;
     INFERA_ASSIGN_OR_RETURN(
         rs, e.coll.query(q.root, q.offset, q.with_payload, q.with_vector.any, scratch_));
@@ -1050,13 +1059,29 @@ class Api {
       co_return fail(
           Status::invalidArgument("Format error in JSON body: missing field `searches`"));
     }
-    std::string out = "[";
-    bool first = true;
+    // Every search is read before any runs: a batch is refused whole, and its searches share one
+    // budget of levels and limits (each search's own caps would let a batch multiply them).
+    std::vector<QueryRequest> reqs;
+    size_t nodes = 0, limits = 0;
     for (const auto& s : (*body)["searches"]) {
-      auto r = runSearch(*e, s, query);
+      if (!s.is_object())
+        co_return fail(Status::invalidArgument("Format error in JSON body: expected an object"));
+      auto q = parseQueryRequest(s, e->coll, !query);
+      if (!q.ok()) co_return fail(q.status());
+      nodes += q->nodes;
+      limits += q->limits;
+      if (nodes > kMaxBatchNodes || limits > kMaxBatchLimits) {
+        co_return fail(badRequest("a batch holds at most " + std::to_string(kMaxBatchNodes) +
+                                  " searches and prefetches, with limits adding up to at most " +
+                                  std::to_string(kMaxBatchLimits)));
+      }
+      reqs.push_back(std::move(*q));
+    }
+    std::string out = "[";
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      auto r = answer(*e, reqs[i], query);
       if (!r.ok()) co_return fail(r.status());
-      if (!first) out.push_back(',');
-      first = false;
+      if (i) out.push_back(',');
       out += *r;
     }
     out += "]";

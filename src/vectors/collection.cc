@@ -273,7 +273,7 @@ Result<Op> decodeOp(std::string_view bytes) {
   const auto nvec = r.get<uint64_t>();
   if (!r.ok || nvec * sizeof(float) > r.in.size()) return Status::internal("corrupt op");
   op.vectors.resize(nvec);
-  std::memcpy(op.vectors.data(), r.in.data(), nvec * sizeof(float));
+  if (nvec) std::memcpy(op.vectors.data(), r.in.data(), nvec * sizeof(float));
   r.in.remove_prefix(nvec * sizeof(float));
   const auto npay = r.get<uint64_t>();
   if (!r.ok || npay > bytes.size()) return Status::internal("corrupt op");
@@ -306,7 +306,7 @@ Result<Op> decodeOp(std::string_view bytes) {
       return;
     }
     v.resize(n);
-    std::memcpy(v.data(), r.in.data(), n * sizeof(float));
+    if (n) std::memcpy(v.data(), r.in.data(), n * sizeof(float));
     r.in.remove_prefix(n * sizeof(float));
   };
   while (!r.in.empty()) {
@@ -351,8 +351,10 @@ Result<Op> decodeOp(std::string_view bytes) {
         SparseVector v;
         v.indices.resize(n);
         v.values.resize(n);
-        std::memcpy(v.indices.data(), r.in.data(), size_t(n) * 4);
-        std::memcpy(v.values.data(), r.in.data() + size_t(n) * 4, size_t(n) * 4);
+        if (n) {
+          std::memcpy(v.indices.data(), r.in.data(), size_t(n) * 4);
+          std::memcpy(v.values.data(), r.in.data() + size_t(n) * 4, size_t(n) * 4);
+        }
         r.in.remove_prefix(size_t(n) * 8);
         point.emplace_back(std::move(name), std::move(v));
       }

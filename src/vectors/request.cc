@@ -30,6 +30,9 @@ constexpr size_t kMaxQueryNodes = 64;
 constexpr size_t kMaxLimit = 100'000;
 
 bool isSparse(const Json& j) { return j.is_object() && j.contains("indices"); }
+constexpr float kMaxSparseValue = 1e15f;
+// RRF weights: 1 / ((rank + 1) / w + k - 1) <= w for k >= 1, so 64 lists stay finite.
+constexpr double kMaxRrfWeight = 1e6;
 }  // namespace
 
 std::string stringOr(const Json& obj, const char* key, const std::string& def) {
@@ -162,6 +165,13 @@ Result<SparseVector> parseSparse(const Json& j, const std::string& where) {
     entries[i].second = float(vs[i].get<double>());
     if (!std::isfinite(entries[i].second))
       return wrongInput(where + ".values[" + std::to_string(i) + "] is not a finite number");
+    // |value| <= 1e15: a product of two is <= 1e30, and a sum of as many as a body can hold (times
+    // an IDF weight) stays far below float's 3.4e38, so no sparse score is ever inf or NaN.
+    if (std::fabs(entries[i].second) > kMaxSparseValue) {
+      return wrongInput(where + ".values[" + std::to_string(i) + "] is " + dumpJson(vs[i]) +
+                        ": sparse values take magnitudes up to 1e15 (larger ones could overflow "
+                        "the float32 score)");
+    }
   }
   std::sort(entries.begin(), entries.end(),
             [](const auto& a, const auto& b) { return a.first < b.first; });
@@ -290,6 +300,8 @@ Status readQuery(Reading& rd, const Json& q, const std::string& name, bool named
       for (const auto& w : r["weights"]) {
         if (!w.is_number() || !std::isfinite(w.get<double>()))
           return formatError("rrf.weights must be a list of numbers");
+        if (std::fabs(w.get<double>()) > kMaxRrfWeight)
+          return validationError("rrf.weights: a weight must be within -1e6..1e6");
         node.weights.push_back(w.get<float>());
       }
     }
@@ -426,7 +438,9 @@ Result<QueryRequest> parseQueryRequest(const Json& body, const Collection& coll,
   QueryRequest out;
   INFERA_RETURN_IF_ERROR(readLevel(rd, body, true, out.root));
   INFERA_ASSIGN_OR_RETURN(out.offset, optionalCount(body, "offset", 0));
-  if (out.root.limit + out.offset > kMaxLimit)
+  out.nodes = rd.nodes;
+  out.limits = rd.limits + out.offset;
+  if (out.offset > kMaxLimit || out.root.limit + out.offset > kMaxLimit)
     return badRequest("limit + offset must not exceed " + std::to_string(kMaxLimit));
   INFERA_ASSIGN_OR_RETURN(out.with_payload, selector(body, false));
   INFERA_ASSIGN_OR_RETURN(out.with_vector, vectorSelector(body, coll.params()));

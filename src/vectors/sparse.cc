@@ -6,8 +6,12 @@
 namespace infera::vectors {
 
 namespace {
+// Best first, ties by slot; a NaN (which the API's bounds keep out) sorts last rather than
+// breaking the ordering the sorts rely on.
 bool better(const Scored& a, const Scored& b) {
-  return a.score != b.score ? a.score > b.score : a.slot < b.slot;
+  const float x = std::isnan(a.score) ? -HUGE_VALF : a.score;
+  const float y = std::isnan(b.score) ? -HUGE_VALF : b.score;
+  return x != y ? x > y : a.slot < b.slot;
 }
 }  // namespace
 
@@ -126,18 +130,19 @@ std::vector<Scored> fuseDbsf(std::vector<std::vector<Scored>> lists) {
   for (auto& list : lists) {
     if (list.size() == 1) list[0].score = 0.5f;
     if (list.size() > 1) {
-      // Welford's one-pass mean and variance, in float as Qdrant does.
-      float mean = 0.0f, agg = 0.0f;
+      // Welford's one-pass mean and variance (in double: float, as Qdrant uses, overflows for
+      // scores past ~1e19, which dot products of large vectors reach).
+      double mean = 0.0, agg = 0.0;
       size_t k = 0;
       for (const Scored& s : list) {
         ++k;
-        const float d0 = s.score - mean;
-        mean += d0 / float(k);
-        agg += d0 * (s.score - mean);
+        const double d0 = double(s.score) - mean;
+        mean += d0 / double(k);
+        agg += d0 * (double(s.score) - mean);
       }
-      const float sd = std::sqrt(agg / float(list.size() - 1));
-      const float lo = mean - 3.0f * sd, hi = mean + 3.0f * sd;
-      for (Scored& s : list) s.score = lo == hi ? 0.5f : (s.score - lo) / (hi - lo);
+      const double sd = std::sqrt(agg / double(list.size() - 1));
+      const double lo = mean - 3.0 * sd, hi = mean + 3.0 * sd;
+      for (Scored& s : list) s.score = lo == hi ? 0.5f : float((double(s.score) - lo) / (hi - lo));
     }
     for (const Scored& s : list) acc[s.slot] += s.score;
   }

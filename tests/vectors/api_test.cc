@@ -59,7 +59,8 @@ class VectorsApiTest : public ::testing::Test {
   }
 
   // `governance`: access control on (teams and keys in a SQLite file in the test's directory).
-  void start(bool governance) {
+  // `extra`: more top-level YAML.
+  void start(bool governance, const std::string& extra = {}) {
     server_.reset();
     ::unsetenv("INFERA_ADMIN_TOKEN");
     ::unsetenv("INFERA_KEY_SECRET");
@@ -67,7 +68,7 @@ class VectorsApiTest : public ::testing::Test {
         "workers: 2\nlisten: {host: 127.0.0.1, port: 0}\nadmin: {host: 127.0.0.1, port: 0}\n"
         "health_check: {enabled: false}\nlog_level: warn\n"
         "vectors:\n  data_dir: " +
-        dir_ + "/vectors\n  fsync: false\n";
+        dir_ + "/vectors\n  fsync: false\n" + extra;
     if (governance) {
       yaml += "governance:\n  store: sqlite:" + dir_ +
               "/access.db\n  admin_token: " + std::string(kAdminToken) +
@@ -576,6 +577,17 @@ TEST_F(VectorsApiTest, NamedAndSparseVectorsAnswerTheQueryApiWithPrefetchAndFusi
        "Conversion between sparse and regular vectors failed"},
       {"POST", R"({"score_threshold":1})", 400, "A query is needed to use the score_threshold"},
       {"POST", R"({"query":{"recommend":{"positive":[1]}},"using":"dense"})", 400, "not supported"},
+      // Bounds that keep every score finite and every request's work bounded (a hostile pass
+      // found scores of null from 1e38 sparse values and 1e300 weights, and an offset of 2^64-1
+      // that wrapped the limit check).
+      {"PUT",
+       R"({"points":[{"id":9,"vector":{"dense":[1,1],"text":{"indices":[1],"values":[1e16]}}}]})",
+       400, "sparse values take magnitudes up to 1e15"},
+      {"POST",
+       R"({"prefetch":[{"query":[1,0],"using":"dense"}],"query":{"rrf":{"weights":[1e300]}}})", 422,
+       "a weight must be within"},
+      {"POST", R"({"query":[1,0],"using":"dense","offset":18446744073709551615})", 400,
+       "limit + offset must not exceed 100000"},
   };
   for (const auto& [method, body, status, words] : bad) {
     const auto r =
@@ -816,6 +828,43 @@ TEST_F(VectorsApiTest, QueryGroupsGroupTheRankingByAPayloadValue) {
                  R"({"query":[1,0],"group_by":"doc","with_lookup":"other"})")
                 .status,
             400);
+}
+
+// What a hostile pass found, each answered now: an unnamed vector beside a named one comes back by
+// name; a batch shares one budget of searches and limits; a body past the limit is refused in
+// Qdrant's shape on Qdrant's routes; a vector update naming no vector is a 422.
+TEST_F(VectorsApiTest, HostilePassFindingsStayFixed) {
+  start(false, "max_body_bytes: 65536\n");
+  const std::string c = "/collections/mixed";
+  ASSERT_EQ(call("PUT", c,
+                 R"({"vectors":{"":{"size":2,"distance":"Dot"},"x":{"size":2,"distance":"Dot"}}})")
+                .status,
+            200);
+  ASSERT_EQ(
+      call("PUT", c + "/points?wait=true", R"({"points":[{"id":1,"vector":{"":[1,2],"x":[1,1]}}]})")
+          .status,
+      200);
+  const auto q = call("POST", c + "/points/query", R"({"query":[1,2],"with_vector":true})");
+  EXPECT_EQ(json::parse(q.body)["result"]["points"][0]["vector"],
+            json::parse(R"({"":[1,2],"x":[1,1]})"))
+      << q.body;
+  // 20 searches of 63 prefetches each: over the batch's budget, refused before any runs.
+  json searches = json::array();
+  for (int i = 0; i < 20; ++i) {
+    json pf = json::array();
+    for (int k = 0; k < 63; ++k) pf.push_back({{"query", {1, 0}}, {"limit", 5}});
+    searches.push_back({{"prefetch", pf}, {"query", {{"fusion", "rrf"}}}});
+  }
+  const auto big = call("POST", c + "/points/query/batch", json{{"searches", searches}}.dump());
+  EXPECT_EQ(big.status, 400) << big.body.substr(0, 300);
+  EXPECT_NE(qdrantErrorMessage(big.body).find("a batch holds at most"), std::string::npos);
+  const auto huge = call("POST", c + "/points/query", std::string(100'000, ' '));
+  EXPECT_EQ(huge.status, 413);
+  EXPECT_NE(qdrantErrorMessage(huge.body).find("exceeds the limit"), std::string::npos)
+      << huge.body;
+  const auto empty =
+      call("PUT", c + "/points/vectors?wait=true", R"({"points":[{"id":1,"vector":{}}]})");
+  EXPECT_EQ(empty.status, 422) << empty.body;
 }
 
 }  // namespace

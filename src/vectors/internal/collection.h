@@ -64,7 +64,8 @@ struct CollectionParams {
   std::string dense_name;
   std::vector<DenseParams> extra_dense;
   std::map<std::string, SparseModifier> sparse;
-  bool named() const { return !dense_name.empty() || !sparse.empty(); }
+  // Records carry `vector` as an object of names (a plain list only for a lone unnamed vector).
+  bool named() const { return !dense_name.empty() || !sparse.empty() || !extra_dense.empty(); }
   // 0: the first dense vector, 1 + k: extra_dense[k]; -1: no dense vector of that name.
   int denseIndex(const std::string& name) const;
   // The parameters of dense vector `i` (from denseIndex).

@@ -51,7 +51,12 @@ struct QueryRequest {
   PayloadSelector with_payload;
   VectorSelector with_vector;
   bool scroll = false;  // no query and no prefetch: points in id order
+  size_t nodes = 0;     // levels (the root and its prefetches): each is a search
+  size_t limits = 0;    // their limits (and the offset) added up
 };
+// What one batch may hold over all of its searches (a batch is one request's work).
+inline constexpr size_t kMaxBatchNodes = 1024;
+inline constexpr size_t kMaxBatchLimits = 1'000'000;
 // `legacy`: the /points/search shape (`vector`, `top`); else /points/query's.
 Result<QueryRequest> parseQueryRequest(const Json& body, const Collection& coll, bool legacy);
 

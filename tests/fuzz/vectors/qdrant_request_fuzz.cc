@@ -8,7 +8,8 @@
 //    fixed set: the reading of a filter is a predicate, not a crash or a guess;
 //  - an id that reads from JSON reads back from its own text as the same id;
 //  - a search or Query API body (prefetch trees, fusion, named and sparse vectors) that reads runs
-//    on a fixed collection and answers at most its limit, ranked; one that does not is an error;
+//    on a fixed collection and answers at most its limit, ranked (MMR: in its picking order); one
+//    that does not is an error;
 //  - a point's vectors that read have the collection's sizes, and sparse ones strictly increasing
 //    indices with as many values.
 
@@ -80,7 +81,8 @@ void checkQuery(const Json& j, bool legacy, std::string_view body) {
   FUZZ_CHECK(r.ok(), "a query that reads fails to run: " + printable(body));
   FUZZ_CHECK(r->size() <= q->root.limit, "more points than the limit: " + printable(body));
   const bool euclid_leaf = q->root.kind == QueryNode::Kind::kDense && q->root.dense_index == 1;
-  for (size_t i = 1; i < r->size(); ++i) {
+  // MMR answers in the order it picked, each point with its own score (as Qdrant does).
+  for (size_t i = 1; i < r->size() && !q->root.mmr; ++i) {
     const float a = (*r)[i - 1].score, b = (*r)[i].score;
     FUZZ_CHECK(euclid_leaf ? a <= b : a >= b, "points out of rank order: " + printable(body));
   }
