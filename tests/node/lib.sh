@@ -44,6 +44,21 @@ start_serve() {
   ADMIN_PORT=$(sed -n 's|.*admin https\{0,1\}://127.0.0.1:\([0-9]*\).*|\1|p' "$out")
 }
 
+# write_vectors_config FILE DATA_DIR [PATH_PREFIX]: an `infera serve` config with the vector index
+# on (free loopback ports, two workers), for start_serve.
+write_vectors_config() {
+  local file="$1" data="$2" prefix="${3:-}"
+  cat >"$file" <<YAML
+listen: {host: 127.0.0.1, port: 0}
+admin: {host: 127.0.0.1, port: 0}
+workers: 2
+log_level: warn
+vectors:
+  data_dir: $data
+YAML
+  [[ -z "$prefix" ]] || echo "  path_prefix: $prefix" >>"$file"
+}
+
 # start_governed_serve INFERA WORK NAME: `infera serve` with governance on (SQLite at WORK/NAME.db,
 # started afresh) in front of an emulated llama-3-8b (token_ms 1, default_max_tokens 12), as the
 # SDK tests use it; sets PORT, ADMIN_PORT, INFERA_ADMIN_TOKEN and INFERA_ADMIN_URL (for the CLI).

@@ -12,13 +12,6 @@ mkdir -p "$work"
 source "$here/lib.sh"
 require_module "$node_modules" @langchain/qdrant
 require_module "$node_modules" @langchain/core
-cat > "$work/vectors.yaml" <<YAML
-listen: {host: 127.0.0.1, port: 0}
-admin: {host: 127.0.0.1, port: 0}
-workers: 2
-log_level: warn
-vectors:
-  data_dir: $work/data
-YAML
+write_vectors_config "$work/vectors.yaml" "$work/data"
 start_serve "$infera" "$work/vectors.yaml" "$work/serve.out"
 NODE_PATH="$node_modules" INFERA_QDRANT_URL="http://127.0.0.1:$PORT" node "$here/langchain_qdrant_test.mjs"

@@ -11,15 +11,7 @@ rm -rf "$work"
 mkdir -p "$work"
 source "$here/lib.sh"
 require_module "$node_modules" @qdrant/js-client-rest
-cat > "$work/vectors.yaml" <<YAML
-listen: {host: 127.0.0.1, port: 0}
-admin: {host: 127.0.0.1, port: 0}
-workers: 2
-log_level: warn
-vectors:
-  data_dir: $work/data
-  path_prefix: /qdrant
-YAML
+write_vectors_config "$work/vectors.yaml" "$work/data" /qdrant
 start_serve "$infera" "$work/vectors.yaml" "$work/serve.out"
 NODE_PATH="$node_modules" INFERA_QDRANT_URL="http://127.0.0.1:$PORT" INFERA_QDRANT_PREFIX=/qdrant PHASE=write node "$here/qdrant_client_test.mjs"
 kill "$SERVE_PID"
