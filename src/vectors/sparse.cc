@@ -13,6 +13,15 @@ bool better(const Scored& a, const Scored& b) {
   const float y = std::isnan(b.score) ? -HUGE_VALF : b.score;
   return x != y ? x > y : a.slot < b.slot;
 }
+// Summed scores by slot, best first.
+std::vector<Scored> ranked(const std::unordered_map<uint32_t, float>& acc) {
+  std::vector<Scored> out;
+  out.reserve(acc.size());
+  for (const auto& [slot, s] : acc) out.push_back({slot, s});
+  std::sort(out.begin(), out.end(), better);
+  return out;
+}
+
 }  // namespace
 
 void SparseIndex::set(uint32_t slot, SparseVector v) {
@@ -118,11 +127,7 @@ std::vector<Scored> fuseRrf(const std::vector<std::vector<Scored>>& lists, int k
       acc[lists[l][pos].slot] += s;
     }
   }
-  std::vector<Scored> out;
-  out.reserve(acc.size());
-  for (const auto& [slot, s] : acc) out.push_back({slot, s});
-  std::sort(out.begin(), out.end(), better);
-  return out;
+  return ranked(acc);
 }
 
 std::vector<Scored> fuseDbsf(std::vector<std::vector<Scored>> lists) {
@@ -146,11 +151,7 @@ std::vector<Scored> fuseDbsf(std::vector<std::vector<Scored>> lists) {
     }
     for (const Scored& s : list) acc[s.slot] += s.score;
   }
-  std::vector<Scored> out;
-  out.reserve(acc.size());
-  for (const auto& [slot, s] : acc) out.push_back({slot, s});
-  std::sort(out.begin(), out.end(), better);
-  return out;
+  return ranked(acc);
 }
 
 }  // namespace infera::vectors
