@@ -359,6 +359,12 @@ TEST_F(VectorsApiTest, AnotherTeamsCollectionIsInvisibleAndUnchangedOnEveryRoute
       {"POST", "/collections/acoll/points/query", R"({"query":[1,1],"limit":5})"},
       {"POST", "/collections/acoll/points/query/batch",
        R"({"searches":[{"query":[1,1],"limit":5}]})"},
+      {"POST", "/collections/acoll/points/query/groups",
+       R"({"query":[1,1],"group_by":"secret","limit":5})"},
+      {"PUT", "/collections/acoll/points/vectors?wait=true",
+       R"({"points":[{"id":1,"vector":[9,9]}]})"},
+      {"POST", "/collections/acoll/points/vectors/delete?wait=true",
+       R"({"points":[1],"vector":["x"]})"},
   };
   auto probeAll = [&] {
     for (const Probe& p : probes) {
